@@ -1,0 +1,92 @@
+//! HTTP request and response bodies of `/api/v1`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::bridge::AgentInfo;
+use crate::entry::Entry;
+use crate::ids::{SessionId, Seq};
+
+/// A session as listed and fetched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// Stable id.
+    pub id: SessionId,
+    /// Human name (unique).
+    pub name: String,
+    /// Creation time, ms since the epoch.
+    pub created_at: i64,
+    /// Seq of the newest entry (0 when empty).
+    pub head_seq: Seq,
+    /// Time of the newest entry, ms since the epoch.
+    pub last_activity: Option<i64>,
+    /// Whether the session still runs.
+    pub status: SessionStatus,
+    /// The bridge link as this server sees it.
+    pub bridge: BridgeStatus,
+    /// What the bridge runs, as it said in its last `Hello`.
+    pub agent: Option<AgentInfo>,
+}
+
+/// Life of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// The agent may still produce entries.
+    Live,
+    /// The agent is gone; the log is complete.
+    Ended,
+}
+
+/// The state of a session's bridge link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BridgeStatus {
+    /// A bridge is connected now.
+    pub online: bool,
+    /// Since when it is online or offline, ms since the epoch (None: never connected).
+    pub since: Option<i64>,
+    /// Close code of the last disconnect, if any.
+    pub last_close_code: Option<u16>,
+    /// Why the last connection ended, in plain words.
+    pub last_reason: Option<String>,
+}
+
+/// `POST /api/v1/sessions/{id}/inputs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequest {
+    /// Client-chosen id, unique per session; retrying with the same id is safe.
+    pub client_msg_id: String,
+    /// An input kind such as [`crate::kinds::INPUT_TEXT`].
+    pub kind: String,
+    /// Kind-specific body.
+    pub payload: Value,
+}
+
+/// Answer to an input post.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputAccepted {
+    /// The input's seq in the log.
+    pub seq: Seq,
+    /// True when this `client_msg_id` was already stored and nothing new was written.
+    pub duplicate: bool,
+}
+
+/// `GET /api/v1/sessions/{id}/entries`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntriesPage {
+    /// Entries in ascending seq order.
+    pub entries: Vec<Entry>,
+    /// The session's head when the page was read.
+    pub head_seq: Seq,
+    /// More entries exist in the paging direction.
+    pub has_more: bool,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok` when the store answers.
+    pub status: String,
+    /// Server version.
+    pub version: String,
+}

@@ -1,0 +1,46 @@
+//! Error codes carried on the wire, in HTTP error bodies and in `error` frames.
+
+use serde::{Deserialize, Serialize};
+
+/// Machine-readable error code; every error also carries a human message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request or frame could not be parsed or is invalid.
+    BadRequest,
+    /// Missing or wrong credentials.
+    Unauthorized,
+    /// The caller may not do this.
+    Forbidden,
+    /// No such resource (or not visible to the caller).
+    NotFound,
+    /// Conflicts with what is stored (e.g. an idempotency key reused with other content).
+    Conflict,
+    /// Body or frame exceeds the size limit.
+    TooLarge,
+    /// Protocol version not supported.
+    VersionMismatch,
+    /// Producer seqs must be contiguous.
+    ProducerGap,
+    /// A replayed producer seq carried different content.
+    ContentMismatch,
+    /// The session has ended.
+    SessionEnded,
+    /// A cursor is not a number.
+    InvalidCursor,
+    /// Too many requests.
+    RateLimited,
+    /// The server is shutting down.
+    ShuttingDown,
+    /// Internal error; details are in the server log.
+    Internal,
+}
+
+/// The body of every error response and `error` frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable code.
+    pub code: ErrorCode,
+    /// What happened and what to do, in plain words.
+    pub message: String,
+}

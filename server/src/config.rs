@@ -1,0 +1,65 @@
+//! The library's configuration: plain data, built by `main` from flags or by tests directly.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything `serve` needs to know. `Default` is the zero-configuration setup.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Where the SQLite file and the admin token live.
+    pub data_dir: PathBuf,
+    /// Database URL; `None` means `sqlite:<data_dir>/moor.db`.
+    pub database_url: Option<String>,
+    /// The admin token; `None` means read `<data_dir>/admin.token`, creating it on first start.
+    pub admin_token: Option<String>,
+    /// The URL people open, used in links the server prints and hands to bridges.
+    pub public_url: Option<String>,
+    /// How often each side of a bridge or viewer socket sends a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence on a socket longer than this means it is dead.
+    pub idle_timeout: Duration,
+    /// A bridge connection is closed (after a `Move`) once it is this old; zero means never.
+    pub bridge_max_lifetime: Duration,
+    /// How long before the lifetime cap the bridge is told to move.
+    pub move_notice: Duration,
+    /// An SSE stream ends after this long (the client resumes); zero means never.
+    pub sse_lifetime: Duration,
+    /// Interval of SSE keep-alive comments and viewer WebSocket heartbeats.
+    pub keepalive: Duration,
+    /// Largest WebSocket message accepted.
+    pub max_frame_bytes: usize,
+    /// Largest HTTP request body accepted.
+    pub max_body_bytes: usize,
+    /// How long shutdown waits for connections and commits to finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("moor-data"),
+            database_url: None,
+            admin_token: None,
+            public_url: None,
+            heartbeat_interval: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            bridge_max_lifetime: Duration::ZERO,
+            move_notice: Duration::from_secs(5),
+            sse_lifetime: Duration::ZERO,
+            keepalive: Duration::from_secs(15),
+            max_frame_bytes: 4 << 20,
+            max_body_bytes: 1 << 20,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The database URL in effect.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite:{}", self.data_dir.join("moor.db").display()))
+    }
+}

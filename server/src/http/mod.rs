@@ -1,0 +1,56 @@
+//! The HTTP surface: routes, and request/response mapping. No SQL here, no hub locks held.
+
+mod health;
+pub(crate) mod inputs;
+mod sessions;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The whole application.
+pub fn router(state: AppState) -> Router {
+    let max_body = state.config.max_body_bytes;
+    let api = Router::new()
+        .route("/sessions", get(sessions::list))
+        .route("/sessions/{id}", get(sessions::get))
+        .route("/sessions/{id}/entries", get(sessions::entries))
+        .route("/sessions/{id}/events", get(crate::sse::events))
+        .route("/sessions/{id}/ws", get(crate::ws::viewer::upgrade))
+        .route("/sessions/{id}/inputs", post(inputs::create))
+        .route("/sessions/{id}/bridge/close", post(sessions::close_bridge))
+        .route("/bridge", get(crate::ws::bridge::upgrade))
+        .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });
+    Router::new()
+        .route("/healthz", get(health::get))
+        .nest("/api/v1", api)
+        .merge(crate::web::router())
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                // The path only: query strings may carry access tokens.
+                |req: &axum::http::Request<_>| {
+                    tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+                },
+            ),
+        )
+        .with_state(state)
+}
+
+/// Parses a JSON body into `T`, answering with our error format for anything wrong with it.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(limit)
+        } else {
+            ApiError::Invalid { field: "body", reason: e.body_text() }
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| ApiError::Invalid { field: "body", reason: e.to_string() })
+}

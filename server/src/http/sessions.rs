@@ -1,0 +1,123 @@
+//! Session resources: list, get, history paging, and closing a live bridge (operators).
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::Json;
+use moor_protocol::api::{EntriesPage, SessionInfo, SessionStatus};
+use moor_protocol::Seq;
+use serde::Deserialize;
+
+use crate::auth::{query_param, AuthUser};
+use crate::error::ApiError;
+use crate::hub::BridgeControl;
+use crate::state::AppState;
+use crate::store::{Range, SessionRow};
+
+/// Largest page of `/entries`.
+const MAX_PAGE: u32 = 1000;
+/// Page size when `limit` is absent.
+const DEFAULT_PAGE: u32 = 100;
+
+fn info(state: &AppState, row: SessionRow) -> SessionInfo {
+    SessionInfo {
+        bridge: state.hub.bridge_status(row.id),
+        id: row.id,
+        name: row.name,
+        created_at: row.created_at,
+        head_seq: row.head_seq,
+        last_activity: row.last_ts,
+        status: if row.ended_at.is_some() { SessionStatus::Ended } else { SessionStatus::Live },
+        agent: row.agent,
+    }
+}
+
+/// `GET /api/v1/sessions`.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    _who: AuthUser,
+) -> Result<Json<Vec<SessionInfo>>, ApiError> {
+    let rows = state.store.list_sessions().await?;
+    Ok(Json(rows.into_iter().map(|r| info(&state, r)).collect()))
+}
+
+/// `GET /api/v1/sessions/{id}` (id or name).
+pub(super) async fn get(
+    State(state): State<AppState>,
+    _who: AuthUser,
+    Path(key): Path<String>,
+) -> Result<Json<SessionInfo>, ApiError> {
+    let row = state.store.find_session(&key).await?;
+    Ok(Json(info(&state, row)))
+}
+
+fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
+    query_param(query, name)
+        .map(|v| v.parse::<u64>().map(Seq).map_err(|_| ApiError::InvalidCursor(v)))
+        .transpose()
+}
+
+/// `GET /api/v1/sessions/{id}/entries?after=N|before=N&limit=M`.
+pub(super) async fn entries(
+    State(state): State<AppState>,
+    _who: AuthUser,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<EntriesPage>, ApiError> {
+    let query = query.unwrap_or_default();
+    let limit = match query_param(&query, "limit") {
+        None => DEFAULT_PAGE,
+        Some(v) => v.parse::<u32>().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or_else(|| {
+            ApiError::Invalid { field: "limit", reason: format!("{v:?} is not a number from 1 to {MAX_PAGE}") }
+        })?,
+    };
+    let range = match (seq_param(&query, "after")?, seq_param(&query, "before")?) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::Invalid { field: "after", reason: "give after or before, not both".into() })
+        }
+        (_, Some(b)) => Range::Before(b),
+        (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
+    };
+    let session = state.store.find_session(&key).await?;
+    // One more than asked tells whether there is more.
+    let mut entries = state.store.read(session.id, range, limit + 1).await?;
+    let has_more = entries.len() > limit as usize;
+    if has_more {
+        match range {
+            Range::After(_) => {
+                entries.pop();
+            }
+            Range::Before(_) => {
+                entries.remove(0);
+            }
+        }
+    }
+    Ok(Json(EntriesPage { entries, head_seq: session.head_seq, has_more }))
+}
+
+/// Body of `POST /api/v1/sessions/{id}/bridge/close`.
+#[derive(Debug, Deserialize)]
+pub(super) struct CloseBridge {
+    code: u16,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /api/v1/sessions/{id}/bridge/close`: close the session's live bridge connection with a
+/// given code (the bridge reconnects unless the code is terminal).
+pub(super) async fn close_bridge(
+    State(state): State<AppState>,
+    _who: AuthUser,
+    Path(key): Path<String>,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let req: CloseBridge = super::parse_json(body, state.config.max_body_bytes)?;
+    if !(1000..=4999).contains(&req.code) || matches!(req.code, 1004..=1006 | 1015) {
+        return Err(ApiError::Invalid { field: "code", reason: format!("{} cannot be sent in a close frame", req.code) });
+    }
+    let session = state.store.find_session(&key).await?;
+    if state.hub.control_bridge(session.id, BridgeControl::Close { code: req.code, reason: req.reason }) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("live bridge"))
+    }
+}

@@ -1,0 +1,206 @@
+//! Live fan-out: per-session broadcast of committed entries, and the registry of live bridge
+//! connections.
+//!
+//! Entries are published only after they are committed (write, then fan out), in seq order, by
+//! the session's committer. Subscribers subscribe *before* reading the backlog and drop what
+//! they already have by seq. The hub never does I/O while holding its lock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use bytes::Bytes;
+use moor_protocol::api::BridgeStatus;
+use moor_protocol::web::ServerToViewer;
+use moor_protocol::{now_ms, Entry, SessionId, Seq};
+use tokio::sync::{broadcast, mpsc};
+
+/// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
+/// the store).
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// A committed entry with its encodings, made once and shared by every subscriber.
+#[derive(Debug)]
+pub struct Frame {
+    /// The entry.
+    pub entry: Entry,
+    sse: OnceLock<Bytes>,
+    ws: OnceLock<String>,
+}
+
+impl Frame {
+    /// Wraps a committed entry.
+    pub fn new(entry: Entry) -> Arc<Self> {
+        Arc::new(Self { entry, sse: OnceLock::new(), ws: OnceLock::new() })
+    }
+
+    /// The entry's seq.
+    pub fn seq(&self) -> Seq {
+        self.entry.seq
+    }
+
+    /// The SSE event: `id:` seq, `event:` kind, `data:` the entry as JSON.
+    pub fn sse(&self) -> &Bytes {
+        self.sse.get_or_init(|| {
+            let data = serde_json::to_string(&self.entry).unwrap_or_default();
+            Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", self.entry.seq, self.entry.kind, data))
+        })
+    }
+
+    /// The viewer WebSocket frame (`ServerToViewer::Entry`).
+    pub fn ws(&self) -> &str {
+        self.ws.get_or_init(|| {
+            serde_json::to_string(&ServerToViewer::Entry(self.entry.clone())).unwrap_or_default()
+        })
+    }
+}
+
+/// What the hub can ask a live bridge connection to do.
+#[derive(Debug, Clone)]
+pub enum BridgeControl {
+    /// Close with this code and reason.
+    Close {
+        /// WebSocket close code.
+        code: u16,
+        /// Reason sent in the close frame.
+        reason: String,
+    },
+}
+
+#[derive(Debug)]
+struct Topic {
+    tx: broadcast::Sender<Arc<Frame>>,
+}
+
+#[derive(Debug)]
+struct Link {
+    conn: u64,
+    control: Option<mpsc::UnboundedSender<BridgeControl>>,
+    status: BridgeStatus,
+}
+
+#[derive(Debug)]
+struct Inner {
+    topics: HashMap<SessionId, Topic>,
+    links: HashMap<SessionId, Link>,
+    next_conn: u64,
+    capacity: usize,
+}
+
+/// Cheap to clone; one per server.
+#[derive(Debug, Clone)]
+pub struct Hub {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self::with_capacity(CHANNEL_CAPACITY)
+    }
+}
+
+impl Hub {
+    /// A hub whose per-session channels buffer `capacity` entries before a subscriber lags.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let inner = Inner { topics: HashMap::new(), links: HashMap::new(), next_conn: 0, capacity: capacity.max(1) };
+        Self { inner: Arc::new(Mutex::new(inner)) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock cannot leave the maps half-updated in a way that
+        // matters more than losing the server, so recover the guard.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Receives every entry of `session` committed from now on.
+    pub fn subscribe(&self, session: SessionId) -> broadcast::Receiver<Arc<Frame>> {
+        let mut inner = self.lock();
+        let capacity = inner.capacity;
+        inner
+            .topics
+            .entry(session)
+            .or_insert_with(|| Topic { tx: broadcast::channel(capacity).0 })
+            .tx
+            .subscribe()
+    }
+
+    /// Announces committed entries, in seq order.
+    pub fn publish(&self, session: SessionId, frames: impl IntoIterator<Item = Arc<Frame>>) {
+        let tx = {
+            let inner = self.lock();
+            match inner.topics.get(&session) {
+                Some(t) if t.tx.receiver_count() > 0 => t.tx.clone(),
+                _ => return,
+            }
+        };
+        for f in frames {
+            // No receivers is fine: nobody is watching.
+            let _ = tx.send(f);
+        }
+    }
+
+    /// Drops the topic of a session nobody watches any more.
+    pub fn prune(&self, session: SessionId) {
+        let mut inner = self.lock();
+        if inner.topics.get(&session).is_some_and(|t| t.tx.receiver_count() == 0) {
+            inner.topics.remove(&session);
+        }
+    }
+
+    /// Registers a new bridge connection for `session`, returning its connection number and
+    /// the control channel of the connection it supersedes, if any.
+    pub fn attach_bridge(
+        &self,
+        session: SessionId,
+        control: mpsc::UnboundedSender<BridgeControl>,
+    ) -> (u64, Option<mpsc::UnboundedSender<BridgeControl>>) {
+        let mut inner = self.lock();
+        inner.next_conn += 1;
+        let conn = inner.next_conn;
+        let old = inner.links.insert(
+            session,
+            Link {
+                conn,
+                control: Some(control),
+                status: BridgeStatus { online: true, since: Some(now_ms()), last_close_code: None, last_reason: None },
+            },
+        );
+        (conn, old.and_then(|l| l.control))
+    }
+
+    /// Records that connection `conn` ended, unless a newer one has taken its place.
+    pub fn detach_bridge(&self, session: SessionId, conn: u64, close_code: Option<u16>, reason: &str) {
+        let mut inner = self.lock();
+        if let Some(link) = inner.links.get_mut(&session) {
+            if link.conn == conn {
+                link.control = None;
+                link.status = BridgeStatus {
+                    online: false,
+                    since: Some(now_ms()),
+                    last_close_code: close_code,
+                    last_reason: Some(reason.to_owned()),
+                };
+            }
+        }
+    }
+
+    /// Asks the live bridge of `session` to do something; false when none is connected here.
+    pub fn control_bridge(&self, session: SessionId, cmd: BridgeControl) -> bool {
+        let inner = self.lock();
+        inner
+            .links
+            .get(&session)
+            .and_then(|l| l.control.as_ref())
+            .is_some_and(|c| c.send(cmd).is_ok())
+    }
+
+    /// The bridge link of `session` as this server sees it.
+    pub fn bridge_status(&self, session: SessionId) -> BridgeStatus {
+        let inner = self.lock();
+        inner.links.get(&session).map(|l| l.status.clone()).unwrap_or(BridgeStatus {
+            online: false,
+            since: None,
+            last_close_code: None,
+            last_reason: None,
+        })
+    }
+}

@@ -1,0 +1,107 @@
+//! `moord`, the Mooring relay server, as a library: tests and tools embed the real thing.
+//!
+//! [`Server::build`] opens the store and the credentials; [`Server::serve`] runs until the
+//! shutdown token is cancelled, then drains: bridges are told to move, viewer streams end so
+//! clients resume elsewhere, and queued commits finish before it returns.
+#![warn(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod hub;
+pub mod log;
+pub mod sse;
+pub mod state;
+pub mod store;
+pub mod tail;
+mod web;
+pub mod ws;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::ServerConfig;
+use state::AppState;
+
+/// A built server, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    store: Arc<dyn store::Store>,
+    auth: auth::Auth,
+    token_created: bool,
+}
+
+impl Server {
+    /// Creates the data directory, loads (or creates) the admin token, opens and migrates the
+    /// store.
+    pub async fn build(config: ServerConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+        let (auth, token_created) = match &config.admin_token {
+            Some(t) => (auth::Auth::with_admin_token(t.clone()), false),
+            None => auth::Auth::load_or_create(&config.data_dir)?,
+        };
+        let store = store::connect(&config.database_url()).await?;
+        Ok(Self { config, store, auth, token_created })
+    }
+
+    /// The admin token, if it was created by this start (print it once).
+    pub fn new_admin_token(&self) -> Option<&str> {
+        self.token_created.then(|| self.auth.admin_token())
+    }
+
+    /// The store, for tools and tests.
+    pub fn store(&self) -> Arc<dyn store::Store> {
+        self.store.clone()
+    }
+
+    /// Serves on `listener` until `shutdown` is cancelled, then drains.
+    pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let addr = listener.local_addr().context("read listener address")?;
+        let public_url = self
+            .config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"))
+            .trim_end_matches('/')
+            .to_owned();
+        let tasks = TaskTracker::new();
+        let conns = TaskTracker::new();
+        let hub = hub::Hub::default();
+        let grace = self.config.shutdown_grace;
+        let log = log::Log::new(self.store.clone(), hub.clone(), tasks.clone());
+        let state = AppState {
+            log: log.clone(),
+            store: self.store,
+            hub,
+            auth: self.auth,
+            config: Arc::new(self.config),
+            shutdown: shutdown.clone(),
+            tasks: tasks.clone(),
+            conns: conns.clone(),
+            public_url: public_url.into(),
+        };
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+            .context("serve http")?;
+        // Sockets first (they may still append a disconnect entry), then the committers.
+        conns.close();
+        if tokio::time::timeout(grace, conns.wait()).await.is_err() {
+            tracing::warn!("connections still open after the shutdown grace period");
+        }
+        log.close();
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            tracing::warn!("commits still running after the shutdown grace period");
+        }
+        Ok(())
+    }
+}

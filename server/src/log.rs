@@ -1,0 +1,137 @@
+//! Group commit in front of the store: every append for a session goes through that session's
+//! committer task, which takes everything queued at that moment (a bridge batch, inputs, receipts
+//! from any connection) and commits it in one transaction, then publishes the new entries to the
+//! hub in seq order. One committer per session means publish order is commit order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::anyhow;
+use moor_protocol::SessionId;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
+
+use crate::hub::{Frame, Hub};
+use crate::store::{Append, Appended, Store, StoreError, StoreResult};
+
+/// Most entries committed in one transaction; more waits for the next one.
+const MAX_GROUP_ENTRIES: usize = 8192;
+
+type Queues = HashMap<SessionId, mpsc::UnboundedSender<Request>>;
+
+struct Request {
+    batch: Vec<Append>,
+    reply: oneshot::Sender<StoreResult<Vec<Appended>>>,
+}
+
+/// Appends to session logs with group commit, then fans out. Cheap to clone.
+#[derive(Clone)]
+pub struct Log {
+    store: Arc<dyn Store>,
+    hub: Hub,
+    tasks: TaskTracker,
+    /// `None` once closed.
+    queues: Arc<Mutex<Option<Queues>>>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log").finish_non_exhaustive()
+    }
+}
+
+impl Log {
+    /// A log over `store` publishing to `hub`; committer tasks are spawned on `tasks`.
+    pub fn new(store: Arc<dyn Store>, hub: Hub, tasks: TaskTracker) -> Self {
+        Self { store, hub, tasks, queues: Arc::new(Mutex::new(Some(HashMap::new()))) }
+    }
+
+    /// The store behind the log, for reads.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Appends `batch` to `session` (one transaction, possibly shared with other appends to the
+    /// same session) and returns each entry's outcome once committed and published.
+    pub async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.queue(session)?
+            .send(Request { batch, reply })
+            .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?;
+        rx.await.map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
+    }
+
+    /// Stops accepting appends; committers finish what is queued and exit.
+    pub fn close(&self) {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn queue(&self, session: SessionId) -> StoreResult<mpsc::UnboundedSender<Request>> {
+        let mut guard = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let queues = guard.as_mut().ok_or_else(|| StoreError::Other(anyhow!("server shutting down")))?;
+        if let Some(tx) = queues.get(&session) {
+            return Ok(tx.clone());
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        queues.insert(session, tx.clone());
+        self.tasks.spawn(commit_loop(self.store.clone(), self.hub.clone(), session, rx));
+        Ok(tx)
+    }
+}
+
+async fn commit_loop(
+    store: Arc<dyn Store>,
+    hub: Hub,
+    session: SessionId,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        let mut total = group[0].batch.len();
+        while total < MAX_GROUP_ENTRIES {
+            match rx.try_recv() {
+                Ok(r) => {
+                    total += r.batch.len();
+                    group.push(r);
+                }
+                Err(_) => break,
+            }
+        }
+        let all: Vec<Append> = group.iter().flat_map(|r| r.batch.iter().cloned()).collect();
+        match store.append(session, &all).await {
+            Ok(outcomes) => {
+                hub.publish(
+                    session,
+                    outcomes.iter().filter_map(|o| match o {
+                        Appended::Stored(e) => Some(Frame::new(e.clone())),
+                        _ => None,
+                    }),
+                );
+                let mut outcomes = outcomes.into_iter();
+                for r in group {
+                    let mine: Vec<Appended> = outcomes.by_ref().take(r.batch.len()).collect();
+                    let _ = r.reply.send(Ok(mine));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = ?e, %session, "append failed");
+                for r in group {
+                    let _ = r.reply.send(Err(copy_error(&e)));
+                }
+            }
+        }
+    }
+}
+
+/// The same error for each request of a failed group.
+fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::NotFound => StoreError::NotFound,
+        StoreError::SessionEnded => StoreError::SessionEnded,
+        StoreError::Conflict(c) => StoreError::Conflict(c),
+        StoreError::Other(e) => StoreError::Other(anyhow!("{e:#}")),
+    }
+}

@@ -1,0 +1,180 @@
+//! The durable log: `trait Store` and its implementations.
+//!
+//! A store is a generic durable-stream engine — append with idempotency keys, read from an
+//! offset — with sessions as metadata on top. It owns seq allocation: seqs are assigned inside the
+//! appending transaction from the session row, so any number of processes may append. It must not
+//! leak `sqlx` types upward, and it does no fan-out (that is the hub's job, after commit).
+
+mod plan;
+mod sqlite;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use async_trait::async_trait;
+use moor_protocol::bridge::AgentInfo;
+use moor_protocol::{Entry, ProducerId, SessionId, Seq};
+use serde_json::Value;
+
+pub use sqlite::SqliteStore;
+
+/// Errors a store reports. Each implementation maps its driver's errors itself.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such session.
+    #[error("not found")]
+    NotFound,
+    /// The session has ended; nothing more can be appended.
+    #[error("session ended")]
+    SessionEnded,
+    /// A uniqueness rule was violated.
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
+    /// Anything else: the database is unreachable, corrupt, full…
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+/// Result alias for store calls.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A session's stored metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    /// Stable id.
+    pub id: SessionId,
+    /// Unique human name.
+    pub name: String,
+    /// Creation time (ms).
+    pub created_at: i64,
+    /// Newest seq (0: empty).
+    pub head_seq: Seq,
+    /// Time of the newest entry (ms).
+    pub last_ts: Option<i64>,
+    /// When the session ended, if it has.
+    pub ended_at: Option<i64>,
+    /// What the bridge last said it runs.
+    pub agent: Option<AgentInfo>,
+}
+
+/// What makes an append idempotent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdemKey {
+    /// No key: server-written entries that happen once by construction.
+    None,
+    /// `(producer, producer_seq)` of a bridge entry. Producer seqs must be contiguous per
+    /// `(session, producer)`: the next one is always `mark + 1`.
+    Producer {
+        /// The bridge.
+        producer: ProducerId,
+        /// Its counter.
+        seq: u64,
+    },
+    /// A remote input's client-chosen id.
+    ClientMsg(String),
+    /// A receipt about the input at this seq; unique per `(kind, input seq)`.
+    Receipt(Seq),
+}
+
+/// One entry to append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Append {
+    /// Time (ms): the bridge's for bridge entries, the server's otherwise.
+    pub ts: i64,
+    /// Namespaced kind.
+    pub kind: String,
+    /// Who wrote it.
+    pub author: String,
+    /// Body.
+    pub payload: Value,
+    /// Idempotency key.
+    pub key: IdemKey,
+}
+
+/// The outcome of one [`Append`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Appended {
+    /// Newly stored.
+    Stored(Entry),
+    /// The key was already stored with the same content, at this seq; nothing was written.
+    Duplicate(Seq),
+    /// A producer seq that is already stored carried different content; nothing was written.
+    Mismatch {
+        /// The offending producer seq.
+        producer_seq: u64,
+    },
+    /// A producer seq skipped ahead of the mark; nothing was written for it or for later
+    /// entries of the same producer in this batch.
+    Gap {
+        /// The seq the store expected (`mark + 1`).
+        expected: u64,
+        /// The seq it got.
+        got: u64,
+    },
+}
+
+/// Which part of a log to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Range {
+    /// Entries with seq > N, ascending.
+    After(Seq),
+    /// Entries with seq < N, the newest `limit` of them, returned ascending.
+    Before(Seq),
+}
+
+/// The durable log and session metadata.
+#[async_trait]
+pub trait Store: Send + Sync + Debug + 'static {
+    /// The session named or identified by `key`; a name not seen before creates it.
+    /// `agent` replaces the stored agent description when given.
+    async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow>;
+
+    /// The session with this id or name.
+    async fn find_session(&self, key: &str) -> StoreResult<SessionRow>;
+
+    /// All sessions, newest activity first.
+    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>>;
+
+    /// Appends `batch` to one session's log in one transaction, in order, and reports each
+    /// entry's outcome. Seqs are contiguous and follow commit order.
+    async fn append(&self, session: SessionId, batch: &[Append]) -> StoreResult<Vec<Appended>>;
+
+    /// Up to `limit` entries of a session's log.
+    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
+
+    /// Highest stored producer seq of `producer` in `session` (0: none).
+    async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;
+
+    /// Remote inputs with seq > `after`, oldest first, at most `limit`.
+    async fn inputs_after(&self, session: SessionId, after: Seq, limit: u32)
+        -> StoreResult<Vec<Entry>>;
+
+    /// Seqs of inputs with seq ≤ `upto` that have no settling receipt yet (applied, failed or
+    /// uncertain), oldest first.
+    async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>>;
+
+    /// Marks the session ended (idempotent).
+    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
+}
+
+/// Opens the store a database URL names and runs its migrations. `sqlite:` is the default
+/// engine; anything else is refused with a clear message.
+pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(url).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Err(anyhow!(
+            "the Postgres store is not available in this build yet; use a sqlite: URL \
+             (or leave --database-url unset for <data-dir>/moor.db)"
+        ))
+    } else {
+        Err(anyhow!("unsupported database URL scheme in {url:?}: expected sqlite: or postgres:"))
+    }
+}
+
+/// Compares a replayed entry with the stored one (kind and payload; the timestamp may differ
+/// if the bridge re-stamped it, and is not part of the content).
+pub(crate) fn same_content(stored_kind: &str, stored_payload: &Value, new: &Append) -> bool {
+    stored_kind == new.kind && stored_payload == &new.payload
+}

@@ -1,0 +1,435 @@
+//! `GET /api/v1/bridge`: one bridge connection's lifetime.
+//!
+//! Handshake (`Hello` → `Welcome` with the producer mark and pending inputs), then one loop over:
+//! entry batches (committed, then acked), receipts, heartbeats both ways, an idle watchdog, the
+//! lifetime cap (`Move`, then close), control requests from the hub (superseded, operator close)
+//! and shutdown. Every way out records a `bridge.disconnected` entry.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
+use moor_protocol::error::ErrorCode;
+use moor_protocol::{close, kinds, now_ms, NewEntry, SessionId, Seq, PROTOCOL_VERSION};
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::{interval, Instant, MissedTickBehavior};
+
+use super::text;
+use crate::auth::AuthUser;
+use crate::hub::{BridgeControl, Frame};
+use crate::sse::sleep_until_opt;
+use crate::state::AppState;
+use crate::store::{Append, Appended, IdemKey, StoreError};
+
+/// Most entries merged from consecutive ready frames into one append.
+const MAX_MERGED_ENTRIES: usize = 4096;
+/// Most pending inputs sent in a `Welcome`; later ones follow as `Input` frames.
+const WELCOME_INPUTS: u32 = 1000;
+
+/// Upgrades an authenticated request to a bridge link.
+pub async fn upgrade(State(state): State<AppState>, _who: AuthUser, ws: WebSocketUpgrade) -> Response {
+    let conns = state.conns.clone();
+    super::tune(ws, &state.config).on_upgrade(move |socket| conns.track_future(run(socket, state)))
+}
+
+/// Why a connection ended: the close code sent (if any) and a reason for the log.
+struct Ending {
+    code: Option<u16>,
+    reason: String,
+}
+
+impl Ending {
+    fn close(code: u16, reason: impl Into<String>) -> Self {
+        Self { code: Some(code), reason: reason.into() }
+    }
+    fn lost(reason: impl Into<String>) -> Self {
+        Self { code: None, reason: reason.into() }
+    }
+}
+
+struct Conn {
+    state: AppState,
+    session: SessionId,
+    hello: Hello,
+    tx: SplitSink<WebSocket, Message>,
+    /// Highest input seq sent to this bridge.
+    delivered: Seq,
+}
+
+#[tracing::instrument(skip_all)]
+async fn run(socket: WebSocket, state: AppState) {
+    let (mut tx, mut rx) = socket.split();
+    let hello = match handshake(&state, &mut rx).await {
+        Ok(h) => h,
+        Err(end) => {
+            if let Some(code) = end.code {
+                super::close(&mut tx, code, &end.reason).await;
+            }
+            return;
+        }
+    };
+    let session = match state.store.open_session(&hello.session, Some(&hello.agent)).await {
+        Ok(s) if s.ended_at.is_some() => {
+            let msg = format!("session {} has ended; start a new one", s.name);
+            let _ = tx.send(text(&ServerToBridge::Error { code: ErrorCode::SessionEnded, message: msg.clone() })).await;
+            return super::close(&mut tx, close::SESSION_ENDED, &msg).await;
+        }
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = ?e, "bridge handshake could not open the session");
+            return super::close(&mut tx, close::SERVER_ERROR, "store unavailable; retry").await;
+        }
+    };
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (conn_id, old) = state.hub.attach_bridge(session.id, control_tx);
+    if let Some(old) = old {
+        let _ = old.send(BridgeControl::Close {
+            code: close::SUPERSEDED,
+            reason: "a newer bridge connection for this session took over".into(),
+        });
+    }
+    let inputs = state.hub.subscribe(session.id);
+    let mut conn = Conn { state: state.clone(), session: session.id, hello, tx, delivered: Seq::ZERO };
+    let ending = match conn.welcome(&session.name, conn_id).await {
+        Ok(()) => conn.serve(rx, inputs, control_rx).await,
+        Err(e) => {
+            tracing::error!(error = ?e, "bridge handshake failed");
+            Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
+        }
+    };
+    if let Some(code) = ending.code {
+        super::close(&mut conn.tx, code, &ending.reason).await;
+    }
+    state.hub.detach_bridge(session.id, conn_id, ending.code, &ending.reason);
+    let entry = server_entry(
+        kinds::BRIDGE_DISCONNECTED,
+        json!({"connection": conn_id, "reason": ending.reason, "close_code": ending.code}),
+    );
+    match state.log.append(session.id, vec![entry]).await {
+        Ok(_) | Err(StoreError::SessionEnded) => {}
+        Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
+    }
+}
+
+/// Reads and checks `Hello`.
+async fn handshake(state: &AppState, rx: &mut SplitStream<WebSocket>) -> Result<Hello, Ending> {
+    let first = tokio::time::timeout(state.config.idle_timeout, rx.next())
+        .await
+        .map_err(|_| Ending::close(close::HEARTBEAT_TIMEOUT, "no hello within the idle timeout"))?;
+    let hello = match first {
+        Some(Ok(Message::Text(t))) => match serde_json::from_str::<BridgeToServer>(&t) {
+            Ok(BridgeToServer::Hello(h)) => h,
+            Ok(_) => return Err(Ending::close(close::BAD_FRAME, "expected hello as the first frame")),
+            Err(e) => return Err(Ending::close(close::BAD_FRAME, format!("bad hello: {e}"))),
+        },
+        Some(Ok(_)) => return Err(Ending::close(close::BAD_FRAME, "expected a text hello frame")),
+        Some(Err(_)) => return Err(Ending::close(close::MESSAGE_TOO_BIG, "hello refused")),
+        None => return Err(Ending::lost("closed before hello")),
+    };
+    if hello.version != PROTOCOL_VERSION {
+        return Err(Ending::close(
+            close::VERSION_MISMATCH,
+            format!("bridge speaks protocol {}, server speaks {PROTOCOL_VERSION}; upgrade moor", hello.version),
+        ));
+    }
+    if hello.session.is_empty() || hello.session.len() > 128 {
+        return Err(Ending::close(close::BAD_FRAME, "session name must be 1 to 128 characters"));
+    }
+    Ok(hello)
+}
+
+fn server_entry(kind: &str, payload: serde_json::Value) -> Append {
+    Append { ts: now_ms(), kind: kind.into(), author: kinds::AUTHOR_SERVER.into(), payload, key: IdemKey::None }
+}
+
+fn receipt(kind: &str, input: Seq, extra: serde_json::Value) -> Append {
+    let mut payload = json!({"input_seq": input});
+    if let (Some(p), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    Append {
+        ts: now_ms(),
+        kind: kind.into(),
+        author: kinds::AUTHOR_SERVER.into(),
+        payload,
+        key: IdemKey::Receipt(input),
+    }
+}
+
+impl Conn {
+    /// Settles inputs the bridge reported, records the connection and sends `Welcome`.
+    async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<()> {
+        let store = self.state.store.clone();
+        let hello = &self.hello;
+        let mut settle: Vec<Append> = hello
+            .uncertain_inputs
+            .iter()
+            .map(|s| receipt(kinds::INPUT_UNCERTAIN, *s, json!({})))
+            .collect();
+        let unsettled = store.unsettled_inputs(self.session, hello.last_applied_input).await?;
+        settle.extend(
+            unsettled
+                .into_iter()
+                .filter(|s| !hello.uncertain_inputs.contains(s))
+                .map(|s| receipt(kinds::INPUT_APPLIED, s, json!({"reported": "handshake"}))),
+        );
+        settle.push(server_entry(
+            kinds::BRIDGE_CONNECTED,
+            json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
+        ));
+        self.state.log.append(self.session, settle).await?;
+        let pending = store.inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS).await?;
+        self.delivered = pending.last().map(|e| e.seq).unwrap_or(hello.last_applied_input);
+        let cfg = &self.state.config;
+        let welcome = Welcome {
+            version: PROTOCOL_VERSION,
+            session_id: self.session,
+            session_name: name.to_owned(),
+            producer_mark: store.producer_mark(self.session, hello.producer).await?,
+            pending_inputs: pending,
+            heartbeat_interval_ms: cfg.heartbeat_interval.as_millis() as u64,
+            idle_timeout_ms: cfg.idle_timeout.as_millis() as u64,
+            max_lifetime_ms: cfg.bridge_max_lifetime.as_millis() as u64,
+            web_url: self.state.session_url(self.session),
+        };
+        self.tx.send(text(&ServerToBridge::Welcome(welcome))).await?;
+        // Inputs committed after the Welcome query but before our subscription caught up are
+        // picked up by `forward_input`, which compares against `delivered`.
+        Ok(())
+    }
+
+    async fn serve(
+        &mut self,
+        mut rx: SplitStream<WebSocket>,
+        mut inputs: broadcast::Receiver<Arc<Frame>>,
+        mut control: mpsc::UnboundedReceiver<BridgeControl>,
+    ) -> Ending {
+        let cfg = self.state.config.clone();
+        let started = Instant::now();
+        let lifetime = (!cfg.bridge_max_lifetime.is_zero()).then(|| started + cfg.bridge_max_lifetime);
+        let mut move_at = lifetime.map(|end| end.checked_sub(cfg.move_notice).unwrap_or(started));
+        let mut heartbeat = interval(cfg.heartbeat_interval);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut last_rx = Instant::now();
+        let mut lookahead: Lookahead = VecDeque::new();
+        let shutdown = self.state.shutdown.clone();
+        loop {
+            let result = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    let _ = self.send(&ServerToBridge::Move { reason: "server shutting down".into(), close_in_ms: 0 }).await;
+                    return Ending::close(close::GOING_AWAY, "server shutting down; reconnect");
+                }
+                cmd = control.recv() => match cmd {
+                    Some(BridgeControl::Close { code, reason }) => return Ending::close(code, reason),
+                    None => Ok(()),
+                },
+                _ = tokio::time::sleep_until(last_rx + cfg.idle_timeout) => {
+                    return Ending::close(close::HEARTBEAT_TIMEOUT, "no frame from the bridge within the idle timeout");
+                }
+                _ = sleep_until_opt(lifetime) => {
+                    return Ending::close(close::LIFETIME, "connection lifetime reached; reconnect");
+                }
+                _ = sleep_until_opt(move_at) => {
+                    move_at = None;
+                    let close_in_ms = cfg.move_notice.as_millis() as u64;
+                    self.send(&ServerToBridge::Move { reason: "connection lifetime cap".into(), close_in_ms }).await
+                }
+                _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
+                input = inputs.recv() => self.forward_input(input).await,
+                msg = next_message(&mut lookahead, &mut rx) => {
+                    last_rx = Instant::now();
+                    match msg {
+                        Some(Ok(Message::Text(t))) => match self.on_frame(&t, &mut lookahead, &mut rx).await {
+                            Ok(()) => Ok(()),
+                            Err(end) => return end,
+                        },
+                        Some(Ok(Message::Binary(_))) => return Ending::close(close::BAD_FRAME, "binary frames are not accepted"),
+                        Some(Ok(Message::Close(frame))) => {
+                            let code = frame.as_ref().map(|f| f.code);
+                            return Ending { code: None, reason: format!("bridge closed the link ({})", code.map(close::describe).unwrap_or("no code")) };
+                        }
+                        Some(Ok(_)) => Ok(()),
+                        Some(Err(e)) => {
+                            let too_big = e.to_string().contains("too long") || e.to_string().contains("size");
+                            return if too_big {
+                                Ending::close(close::MESSAGE_TOO_BIG, format!("frame refused: {e}"))
+                            } else {
+                                Ending::lost(format!("connection lost: {e}"))
+                            };
+                        }
+                        None => return Ending::lost("connection lost without a close frame"),
+                    }
+                }
+            };
+            if let Err(e) = result {
+                return Ending::lost(format!("send failed: {e}"));
+            }
+        }
+    }
+
+    async fn send(&mut self, frame: &ServerToBridge) -> Result<(), axum::Error> {
+        self.tx.send(text(frame)).await
+    }
+
+    /// Sends live inputs the bridge has not had yet; after a lag, re-reads them from the store.
+    async fn forward_input(
+        &mut self,
+        input: Result<Arc<Frame>, broadcast::error::RecvError>,
+    ) -> Result<(), axum::Error> {
+        let entries = match input {
+            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => vec![f.entry.clone()],
+            Ok(_) => return Ok(()),
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                match self.state.store.inputs_after(self.session, self.delivered, WELCOME_INPUTS).await {
+                    Ok(entries) => entries,
+                    Err(e) => {
+                        tracing::error!(error = ?e, "could not re-read inputs after lag");
+                        return Ok(());
+                    }
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return Ok(()),
+        };
+        for entry in entries {
+            self.delivered = entry.seq;
+            self.send(&ServerToBridge::Input { entry }).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_frame(
+        &mut self,
+        raw: &str,
+        lookahead: &mut Lookahead,
+        rx: &mut SplitStream<WebSocket>,
+    ) -> Result<(), Ending> {
+        let frame: BridgeToServer =
+            serde_json::from_str(raw).map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
+        match frame {
+            BridgeToServer::Entries { mut entries } => {
+                merge_ready(&mut entries, lookahead, rx);
+                self.append_entries(entries).await
+            }
+            BridgeToServer::Receipt { input_seq, status } => {
+                let (kind, extra) = match status {
+                    ReceiptStatus::Delivered => (kinds::INPUT_DELIVERED, json!({})),
+                    ReceiptStatus::Applied => (kinds::INPUT_APPLIED, json!({})),
+                    ReceiptStatus::Failed { reason } => (kinds::INPUT_FAILED, json!({"reason": reason})),
+                };
+                self.state
+                    .log
+                    .append(self.session, vec![receipt(kind, input_seq, extra)])
+                    .await
+                    .map_err(store_ending)?;
+                Ok(())
+            }
+            BridgeToServer::Heartbeat => Ok(()),
+            BridgeToServer::End => {
+                let ended = server_entry(kinds::SESSION_ENDED, json!({"reason": "agent exited"}));
+                self.state.log.append(self.session, vec![ended]).await.map_err(store_ending)?;
+                self.state.store.end_session(self.session, now_ms()).await.map_err(store_ending)?;
+                Err(Ending::close(close::SESSION_ENDED, "session ended"))
+            }
+            BridgeToServer::Hello(_) => Err(Ending::close(close::BAD_FRAME, "hello may only be the first frame")),
+        }
+    }
+
+    /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
+    async fn append_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
+        if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
+            return Err(self.refuse(ErrorCode::BadRequest, close::BAD_FRAME, format!("kind {:?} may not be written by a bridge", bad.kind)).await);
+        }
+        let producer = self.hello.producer;
+        let producer_seqs: Vec<u64> = entries.iter().map(|e| e.producer_seq).collect();
+        let batch: Vec<Append> = entries
+            .into_iter()
+            .map(|e| Append {
+                ts: e.ts,
+                kind: e.kind,
+                author: kinds::AUTHOR_BRIDGE.into(),
+                payload: e.payload,
+                key: IdemKey::Producer { producer, seq: e.producer_seq },
+            })
+            .collect();
+        let outcomes = self.state.log.append(self.session, batch).await.map_err(store_ending)?;
+        let mut acked = None;
+        for (o, pseq) in outcomes.iter().zip(producer_seqs) {
+            match o {
+                Appended::Stored(_) | Appended::Duplicate(_) => acked = Some(pseq),
+                Appended::Mismatch { producer_seq } => {
+                    self.ack(acked).await;
+                    let msg = format!("producer seq {producer_seq} was replayed with content different from the stored entry; refusing it");
+                    tracing::error!(session = %self.session, %producer, producer_seq, "content mismatch on replay");
+                    return Err(self.refuse(ErrorCode::ContentMismatch, close::CONTENT_MISMATCH, msg).await);
+                }
+                Appended::Gap { expected, got } => {
+                    self.ack(acked).await;
+                    let msg = format!("producer seq {got} skips ahead; expected {expected}. Reconnect and resend from the mark");
+                    return Err(self.refuse(ErrorCode::ProducerGap, close::PRODUCER_GAP, msg).await);
+                }
+            }
+        }
+        self.ack(acked).await;
+        Ok(())
+    }
+
+    /// Acks everything up to `producer_seq`: it and all before it are committed.
+    async fn ack(&mut self, producer_seq: Option<u64>) {
+        if let Some(producer_seq) = producer_seq {
+            let _ = self.send(&ServerToBridge::Ack { producer_seq }).await;
+        }
+    }
+
+    async fn refuse(&mut self, code: ErrorCode, close_code: u16, message: String) -> Ending {
+        let _ = self.send(&ServerToBridge::Error { code, message: message.clone() }).await;
+        Ending::close(close_code, message)
+    }
+}
+
+/// Kinds the server writes itself (`bridge.*`, `input.*`) are not the bridge's to write.
+fn bridge_may_write(kind: &str) -> bool {
+    kinds::is_valid(kind) && !kind.starts_with("bridge.") && !kind.starts_with("input.") && kind != kinds::SESSION_ENDED
+}
+
+/// The next message: one already looked at, else the socket's.
+async fn next_message(lookahead: &mut Lookahead, rx: &mut SplitStream<WebSocket>) -> Option<Result<Message, axum::Error>> {
+    match lookahead.pop_front() {
+        Some(m) => m,
+        None => rx.next().await,
+    }
+}
+
+/// Socket reads taken while merging batches, to be handled next (`None`: the stream ended).
+type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
+
+/// Merges entry batches that are already readable into `entries` (group commit for one
+/// bridge); the first frame of another type is kept for the main loop.
+fn merge_ready(entries: &mut Vec<NewEntry>, lookahead: &mut Lookahead, rx: &mut SplitStream<WebSocket>) {
+    while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
+        let Some(msg) = rx.next().now_or_never() else { break };
+        if let Some(Ok(Message::Text(t))) = &msg {
+            if let Ok(BridgeToServer::Entries { entries: more }) = serde_json::from_str::<BridgeToServer>(t) {
+                entries.extend(more);
+                continue;
+            }
+        }
+        lookahead.push_back(msg);
+    }
+}
+
+fn store_ending(e: StoreError) -> Ending {
+    match e {
+        StoreError::SessionEnded => Ending::close(close::SESSION_ENDED, "session has ended"),
+        e => {
+            tracing::error!(error = ?e, "bridge append failed");
+            Ending::close(close::SERVER_ERROR, "server could not store entries; reconnect")
+        }
+    }
+}

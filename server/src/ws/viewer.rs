@@ -1,0 +1,137 @@
+//! `GET /api/v1/sessions/{id}/ws`: a viewer socket. The same cursor semantics as SSE (`?after=`),
+//! entries as `ServerToViewer::Entry` frames, and inputs accepted in the other direction.
+
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::error::ErrorCode;
+use moor_protocol::web::{ServerToViewer, ViewerToServer};
+use moor_protocol::{close, SessionId, Seq};
+use tokio::time::{interval, Instant, MissedTickBehavior};
+
+use super::{text, tune};
+use crate::auth::{AuthUser, Principal};
+use crate::error::ApiError;
+use crate::http::inputs::submit;
+use crate::sse::{check_cursor, cursor};
+use crate::state::AppState;
+use crate::tail::Tail;
+
+/// Upgrades after checking the token, the session and the cursor.
+pub async fn upgrade(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let cursor = cursor(&headers, query.as_deref())?;
+    let session = state.store.find_session(&key).await?;
+    let conns = state.conns.clone();
+    let ws = tune(ws, &state.config);
+    Ok(ws.on_upgrade(move |socket| conns.track_future(run(socket, state, who, session.id, cursor))))
+}
+
+#[tracing::instrument(skip_all, fields(session.id = %session))]
+async fn run(socket: WebSocket, state: AppState, who: Principal, session: SessionId, cursor: Seq) {
+    let (mut tx, mut rx) = socket.split();
+    let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
+    let head = match state.store.find_session(&session.to_string()).await {
+        Ok(s) => s.head_seq,
+        Err(e) => {
+            tracing::error!(error = ?e, "viewer socket could not read the session");
+            return super::close(&mut tx, close::SERVER_ERROR, "store unavailable").await;
+        }
+    };
+    if let Some(reset) = check_cursor(cursor, head) {
+        let _ = tx.send(text(&ServerToViewer::Reset(reset))).await;
+        return super::close(&mut tx, close::NORMAL, "cursor reset").await;
+    }
+    let cfg = state.config.clone();
+    let mut heartbeat = interval(cfg.keepalive.max(Duration::from_millis(10)));
+    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_rx = Instant::now();
+    loop {
+        tokio::select! {
+            _ = state.shutdown.cancelled() => {
+                return super::close(&mut tx, close::GOING_AWAY, "server shutting down; reconnect").await;
+            }
+            _ = tokio::time::sleep_until(last_rx + cfg.idle_timeout) => {
+                return super::close(&mut tx, close::HEARTBEAT_TIMEOUT, "no frame within the idle timeout").await;
+            }
+            _ = heartbeat.tick() => {
+                if tx.send(text(&ServerToViewer::Heartbeat)).await.is_err() { return; }
+            }
+            next = tail.next() => match next {
+                Ok(f) => {
+                    let mut batch = vec![Message::Text(f.ws().into())];
+                    while batch.len() < 256 {
+                        match tail.ready() {
+                            Some(f) => batch.push(Message::Text(f.ws().into())),
+                            None => break,
+                        }
+                    }
+                    for m in batch {
+                        if tx.feed(m).await.is_err() { return; }
+                    }
+                    if tx.flush().await.is_err() { return; }
+                }
+                Err(e) => {
+                    tracing::error!(error = ?e, "viewer tail failed");
+                    return super::close(&mut tx, close::SERVER_ERROR, "store unavailable; reconnect").await;
+                }
+            },
+            msg = rx.next() => {
+                last_rx = Instant::now();
+                let reply = match msg {
+                    Some(Ok(Message::Text(t))) => on_frame(&state, &who, session, &t).await,
+                    Some(Ok(Message::Binary(_))) => Err((close::BAD_FRAME, "binary frames are not accepted".to_owned())),
+                    Some(Ok(Message::Close(_))) | None => return,
+                    Some(Ok(_)) => Ok(None),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "viewer socket read failed");
+                        return super::close(&mut tx, close::MESSAGE_TOO_BIG, "frame refused").await;
+                    }
+                };
+                match reply {
+                    Ok(Some(frame)) => if tx.send(text(&frame)).await.is_err() { return; },
+                    Ok(None) => {}
+                    Err((code, reason)) => return super::close(&mut tx, code, &reason).await,
+                }
+            }
+        }
+    }
+}
+
+/// Handles one frame from the viewer: an answer to send, or a close code and reason.
+async fn on_frame(
+    state: &AppState,
+    who: &Principal,
+    session: SessionId,
+    raw: &str,
+) -> Result<Option<ServerToViewer>, (u16, String)> {
+    let frame: ViewerToServer =
+        serde_json::from_str(raw).map_err(|e| (close::BAD_FRAME, format!("bad frame: {e}")))?;
+    match frame {
+        ViewerToServer::Heartbeat => Ok(None),
+        ViewerToServer::Input(req) => {
+            let id = req.client_msg_id.clone();
+            Ok(Some(match submit(state, session, who, req).await {
+                Ok(accepted) => ServerToViewer::InputAccepted { client_msg_id: id, accepted },
+                Err(e) => ServerToViewer::Error {
+                    code: match e {
+                        ApiError::SessionEnded => ErrorCode::SessionEnded,
+                        ApiError::Internal(_) => ErrorCode::Internal,
+                        _ => ErrorCode::BadRequest,
+                    },
+                    message: e.to_string(),
+                },
+            }))
+        }
+    }
+}
