@@ -103,9 +103,7 @@ async fn run(socket: WebSocket, state: AppState) {
             Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
         }
     };
-    if let Some(code) = ending.code {
-        super::close(&mut conn.tx, code, &ending.reason).await;
-    }
+    // Record the disconnect before closing, so whoever sees the close can also see it logged.
     state.hub.detach_bridge(session.id, conn_id, ending.code, &ending.reason);
     let entry = server_entry(
         kinds::BRIDGE_DISCONNECTED,
@@ -114,6 +112,9 @@ async fn run(socket: WebSocket, state: AppState) {
     match state.log.append(session.id, vec![entry]).await {
         Ok(_) | Err(StoreError::SessionEnded) => {}
         Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
+    }
+    if let Some(code) = ending.code {
+        super::close(&mut conn.tx, code, &ending.reason).await;
     }
 }
 

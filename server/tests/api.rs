@@ -1,0 +1,335 @@
+//! The server over real sockets on 127.0.0.1: a hand-driven bridge WebSocket and the HTTP API.
+//! The real `moor` against the real `moord` is covered in `moor-e2e`; these tests pin down the
+//! server's side of the protocol frame by frame.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::api::{EntriesPage, InputAccepted, SessionInfo};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
+use moor_protocol::{close, kinds, Entry, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
+use moor_server::{Server, ServerConfig};
+use serde_json::json;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+const WAIT: Duration = Duration::from_secs(10);
+
+struct TestServer {
+    addr: std::net::SocketAddr,
+    token: String,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl TestServer {
+    async fn spawn(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = std::env::temp_dir().join(format!("moor-api-{}", uuid::Uuid::new_v4()));
+        let mut config = ServerConfig::default();
+        config.data_dir = dir.clone();
+        config.admin_token = Some("test-token".into());
+        config.heartbeat_interval = Duration::from_millis(100);
+        config.idle_timeout = Duration::from_secs(5);
+        tweak(&mut config);
+        let server = Server::build(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server.serve(listener, shutdown.clone()));
+        Self { addr, token: "test-token".into(), http: reqwest::Client::new(), shutdown, _dir: TempDir(dir) }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let resp = self.http.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap();
+        assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+        resp.json().await.unwrap()
+    }
+
+    async fn entries(&self, session: &str) -> Vec<Entry> {
+        let page: EntriesPage = self.get(&format!("/api/v1/sessions/{session}/entries?limit=1000")).await;
+        page.entries
+    }
+
+    async fn input(&self, session: &str, id: &str, text: &str) -> InputAccepted {
+        let body = json!({"client_msg_id": id, "kind": "input.text", "payload": {"text": text}});
+        let resp = self
+            .http
+            .post(self.url(&format!("/api/v1/sessions/{session}/inputs")))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+        resp.json().await.unwrap()
+    }
+
+    async fn bridge(&self, session: &str, producer: ProducerId, last_applied: u64) -> (Ws, Welcome) {
+        let mut req = format!("ws://{}/api/v1/bridge", self.addr).into_client_request().unwrap();
+        req.headers_mut().insert("authorization", format!("Bearer {}", self.token).parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            session: session.into(),
+            producer,
+            last_applied_input: Seq(last_applied),
+            uncertain_inputs: vec![],
+            agent: AgentInfo { command: vec!["test".into()], ..Default::default() },
+        };
+        send(&mut ws, &BridgeToServer::Hello(hello)).await;
+        match recv(&mut ws).await {
+            ServerToBridge::Welcome(w) => (ws, w),
+            other => panic!("expected welcome, got {other:?}"),
+        }
+    }
+}
+
+async fn send(ws: &mut Ws, frame: &BridgeToServer) {
+    ws.send(Message::Text(serde_json::to_string(frame).unwrap().into())).await.unwrap();
+}
+
+/// The next protocol frame, skipping heartbeats.
+async fn recv(ws: &mut Ws) -> ServerToBridge {
+    loop {
+        let msg = tokio::time::timeout(WAIT, ws.next()).await.expect("frame in time").expect("open").unwrap();
+        if let Message::Text(t) = msg {
+            let frame: ServerToBridge = serde_json::from_str(&t).unwrap();
+            if frame != ServerToBridge::Heartbeat {
+                return frame;
+            }
+        }
+    }
+}
+
+/// Reads until the server closes, returning the close code.
+async fn close_code(ws: &mut Ws) -> u16 {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("close in time") {
+            Some(Ok(Message::Close(Some(f)))) => return u16::from(f.code),
+            Some(Ok(Message::Close(None))) | None => return 1005,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("socket error instead of close: {e}"),
+        }
+    }
+}
+
+fn lines(from: u64, to: u64) -> Vec<NewEntry> {
+    (from..=to)
+        .map(|i| NewEntry { producer_seq: i, ts: 1, kind: kinds::AGENT_OUTPUT.into(), payload: json!({"text": format!("line-{i}")}) })
+        .collect()
+}
+
+fn texts(entries: &[Entry]) -> Vec<String> {
+    entries
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_OUTPUT)
+        .map(|e| e.payload["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn batches_are_acked_after_commit_and_replays_are_dropped() {
+    // arrange
+    let server = TestServer::spawn(|_| {}).await;
+    let producer = ProducerId::new();
+    let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
+    assert_eq!(welcome.producer_mark, 0);
+    // act
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 5) }).await;
+    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 5 });
+    drop(ws);
+    let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
+    assert_eq!(welcome.producer_mark, 5);
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(3, 8) }).await;
+    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 8 });
+    // assert
+    let entries = server.entries("s1").await;
+    assert_eq!(texts(&entries), (1..=8).map(|i| format!("line-{i}")).collect::<Vec<_>>());
+    let seqs: Vec<u64> = entries.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_gap_in_producer_seqs_is_refused_and_nothing_of_it_is_stored() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("gap", ProducerId::new(), 0).await;
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 2) }).await;
+    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 2 });
+    let before = server.entries("gap").await;
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(4, 6) }).await;
+    assert!(matches!(recv(&mut ws).await, ServerToBridge::Error { code: moor_protocol::ErrorCode::ProducerGap, .. }));
+    assert_eq!(close_code(&mut ws).await, close::PRODUCER_GAP);
+    let after = server.entries("gap").await;
+    assert_eq!(texts(&after), texts(&before));
+}
+
+#[tokio::test]
+async fn a_replay_with_different_content_is_refused_loudly() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("mismatch", ProducerId::new(), 0).await;
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 3) }).await;
+    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 3 });
+    let mut forged = lines(2, 2);
+    forged[0].payload = json!({"text": "something else"});
+    send(&mut ws, &BridgeToServer::Entries { entries: forged }).await;
+    assert!(matches!(recv(&mut ws).await, ServerToBridge::Error { code: moor_protocol::ErrorCode::ContentMismatch, .. }));
+    assert_eq!(close_code(&mut ws).await, close::CONTENT_MISMATCH);
+    assert_eq!(texts(&server.entries("mismatch").await), vec!["line-1", "line-2", "line-3"]);
+}
+
+#[tokio::test]
+async fn inputs_queued_while_offline_arrive_in_the_welcome_and_receipts_are_logged() {
+    let server = TestServer::spawn(|_| {}).await;
+    let producer = ProducerId::new();
+    let (ws, _) = server.bridge("inputs", producer, 0).await;
+    drop(ws);
+    let first = server.input("inputs", "m1", "hello").await;
+    let again = server.input("inputs", "m1", "hello").await;
+    assert_eq!(first.seq, again.seq);
+    assert!(again.duplicate && !first.duplicate);
+
+    let (mut ws, welcome) = server.bridge("inputs", producer, 0).await;
+    assert_eq!(welcome.pending_inputs.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![first.seq]);
+    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Delivered }).await;
+    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Applied }).await;
+    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Applied }).await;
+    // A live input reaches the connected bridge.
+    let second = server.input("inputs", "m2", "again").await;
+    match recv(&mut ws).await {
+        ServerToBridge::Input { entry } => assert_eq!(entry.seq, second.seq),
+        other => panic!("expected input, got {other:?}"),
+    }
+    drop(ws);
+    // Reconnecting having applied `second` settles it without a live receipt.
+    let (_ws, welcome) = server.bridge("inputs", producer, second.seq.0).await;
+    assert!(welcome.pending_inputs.is_empty());
+
+    let entries = server.entries("inputs").await;
+    let receipts = |kind: &str| {
+        entries.iter().filter(|e| e.kind == kind).map(|e| e.payload["input_seq"].as_u64().unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(receipts(kinds::INPUT_DELIVERED), vec![first.seq.0]);
+    assert_eq!(receipts(kinds::INPUT_APPLIED), vec![first.seq.0, second.seq.0]);
+    assert_eq!(entries.iter().filter(|e| e.kind == kinds::INPUT_TEXT).count(), 2);
+}
+
+#[tokio::test]
+async fn a_newer_bridge_supersedes_the_older_one() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut old, _) = server.bridge("twice", ProducerId::new(), 0).await;
+    let (_new, _) = server.bridge("twice", ProducerId::new(), 0).await;
+    assert_eq!(close_code(&mut old).await, close::SUPERSEDED);
+    let info: SessionInfo = server.get("/api/v1/sessions/twice").await;
+    assert!(info.bridge.online);
+}
+
+#[tokio::test]
+async fn the_bridge_is_told_to_move_before_the_lifetime_cap() {
+    let server = TestServer::spawn(|c| {
+        c.bridge_max_lifetime = Duration::from_millis(600);
+        c.move_notice = Duration::from_millis(300);
+    })
+    .await;
+    let (mut ws, welcome) = server.bridge("cap", ProducerId::new(), 0).await;
+    assert_eq!(welcome.max_lifetime_ms, 600);
+    assert!(matches!(recv(&mut ws).await, ServerToBridge::Move { close_in_ms: 300, .. }));
+    assert_eq!(close_code(&mut ws).await, close::LIFETIME);
+}
+
+#[tokio::test]
+async fn a_silent_bridge_is_dropped_by_the_watchdog() {
+    let server = TestServer::spawn(|c| c.idle_timeout = Duration::from_millis(300)).await;
+    let (mut ws, _) = server.bridge("quiet", ProducerId::new(), 0).await;
+    // Reading only (never sending) keeps this side silent.
+    assert_eq!(close_code(&mut ws).await, close::HEARTBEAT_TIMEOUT);
+    let entries = server.entries("quiet").await;
+    let last = entries.iter().rev().find(|e| e.kind == kinds::BRIDGE_DISCONNECTED).expect("disconnect recorded");
+    assert_eq!(last.payload["close_code"], json!(close::HEARTBEAT_TIMEOUT));
+}
+
+#[tokio::test]
+async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
+    let server = TestServer::spawn(|_| {}).await;
+    let producer = ProducerId::new();
+    let (mut ws, _) = server.bridge("end", producer, 0).await;
+    send(&mut ws, &BridgeToServer::End).await;
+    assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr).into_client_request().unwrap();
+    req.headers_mut().insert("authorization", "Bearer test-token".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        session: "end".into(),
+        producer,
+        last_applied_input: Seq(0),
+        uncertain_inputs: vec![],
+        agent: AgentInfo::default(),
+    };
+    send(&mut ws, &BridgeToServer::Hello(hello)).await;
+    assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);
+    let info: SessionInfo = server.get("/api/v1/sessions/end").await;
+    assert_eq!(info.status, moor_protocol::api::SessionStatus::Ended);
+}
+
+#[tokio::test]
+async fn protocol_version_mismatch_is_refused() {
+    let server = TestServer::spawn(|_| {}).await;
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr).into_client_request().unwrap();
+    req.headers_mut().insert("authorization", "Bearer test-token".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    ws.send(Message::Text(
+        json!({"type": "hello", "version": 999, "session": "v", "producer": ProducerId::new(), "last_applied_input": 0, "agent": AgentInfo::default()})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(close_code(&mut ws).await, close::VERSION_MISMATCH);
+    let _ = CloseCode::Normal;
+}
+
+#[tokio::test]
+async fn paging_walks_the_log_both_ways() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("paging", ProducerId::new(), 0).await;
+    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 25) }).await;
+    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 25 });
+    let head: SessionInfo = server.get("/api/v1/sessions/paging").await;
+    let mut after = 0;
+    let mut seen = Vec::new();
+    loop {
+        let page: EntriesPage = server.get(&format!("/api/v1/sessions/paging/entries?after={after}&limit=7")).await;
+        seen.extend(page.entries.iter().map(|e| e.seq.0));
+        after = page.entries.last().map(|e| e.seq.0).unwrap_or(after);
+        if !page.has_more {
+            break;
+        }
+    }
+    assert_eq!(seen, (1..=head.head_seq.0).collect::<Vec<_>>());
+    let page: EntriesPage = server.get(&format!("/api/v1/sessions/paging/entries?before={}&limit=5", head.head_seq.0)).await;
+    assert_eq!(page.entries.iter().map(|e| e.seq.0).collect::<Vec<_>>(), (head.head_seq.0 - 5..head.head_seq.0).collect::<Vec<_>>());
+    assert!(page.has_more);
+}
