@@ -1,0 +1,377 @@
+//! `moor-bench`: throughput, latency and memory of the real `moord` (SQLite default, loopback).
+//!
+//! Build and run: `cargo build --release --workspace && target/release/moor-bench [--runs N]`.
+//! Every figure is a median over several runs; the machine is shared, so read ratios and orders
+//! of magnitude, not the last digit. Every loop is bounded in count and time.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
+use moor_protocol::{NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// Hard limit on any single wait in the bench.
+const GUARD: Duration = Duration::from_secs(120);
+
+struct Moord {
+    child: tokio::process::Child,
+    addr: String,
+    token: String,
+    dir: PathBuf,
+}
+
+impl Moord {
+    async fn start() -> Result<Self> {
+        let exe = std::env::current_exe()?;
+        let bin = exe.parent().context("exe dir")?.join("moord");
+        if !bin.exists() {
+            bail!("{} not found: run `cargo build --release --workspace` first", bin.display());
+        }
+        let dir = std::env::temp_dir().join(format!("moor-bench-{}", uuid::Uuid::new_v4()));
+        let mut child = tokio::process::Command::new(bin)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let addr = loop {
+            let line = tokio::time::timeout(GUARD, lines.next_line()).await??.context("moord exited")?;
+            if let Some(rest) = line.strip_prefix("moord listening on http://") {
+                break rest.trim().to_owned();
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let token = std::fs::read_to_string(dir.join("admin.token"))?.trim().to_owned();
+        Ok(Self { child, addr, token, dir })
+    }
+
+    fn rss_kib(&self) -> Result<u64> {
+        let pid = self.child.id().context("pid")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("VmRSS")?;
+        Ok(line.split_whitespace().nth(1).context("rss value")?.parse()?)
+    }
+
+    async fn bridge(&self, session: &str) -> Result<Ws> {
+        let mut req = format!("ws://{}/api/v1/bridge", self.addr).into_client_request()?;
+        req.headers_mut().insert("authorization", format!("Bearer {}", self.token).parse()?);
+        let (mut ws, _) = tokio_tungstenite::connect_async(req).await?;
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            session: session.into(),
+            producer: ProducerId::new(),
+            last_applied_input: Seq(0),
+            uncertain_inputs: vec![],
+            agent: AgentInfo { command: vec!["bench".into()], adapter: "bench".into(), ..Default::default() },
+        };
+        send(&mut ws, &BridgeToServer::Hello(hello)).await?;
+        match next_frame(&mut ws).await? {
+            ServerToBridge::Welcome(_) => Ok(ws),
+            other => bail!("expected welcome, got {other:?}"),
+        }
+    }
+}
+
+impl Drop for Moord {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn send(ws: &mut Ws, frame: &BridgeToServer) -> Result<()> {
+    ws.send(Message::Text(serde_json::to_string(frame)?.into())).await?;
+    Ok(())
+}
+
+async fn next_frame(ws: &mut Ws) -> Result<ServerToBridge> {
+    loop {
+        match tokio::time::timeout(GUARD, ws.next()).await?.context("socket closed")?? {
+            Message::Text(t) => match serde_json::from_str(&t)? {
+                ServerToBridge::Heartbeat => {}
+                f => return Ok(f),
+            },
+            Message::Close(c) => bail!("closed: {c:?}"),
+            _ => {}
+        }
+    }
+}
+
+/// A 200-byte entry (payload text padded so the stored JSON entry is about 200 bytes).
+fn entry(pseq: u64, sent_us: u64) -> NewEntry {
+    let text = format!("{sent_us:>16} {}", "x".repeat(140));
+    NewEntry { producer_seq: pseq, ts: 0, kind: "agent.output".into(), payload: json!({"stream": "stdout", "text": text}) }
+}
+
+/// Entries per second from one bridge connection to durable ack, pipelined `window` entries deep.
+async fn ingest(moord: &Moord, total: u64, batch: u64, window: u64) -> Result<f64> {
+    let mut ws = moord.bridge(&format!("ingest-{}", uuid::Uuid::new_v4())).await?;
+    let start = Instant::now();
+    let (mut sent, mut acked) = (0u64, 0u64);
+    while acked < total {
+        while sent < total && sent - acked < window {
+            let n = batch.min(total - sent);
+            let entries = (sent + 1..=sent + n).map(|i| entry(i, 0)).collect();
+            send(&mut ws, &BridgeToServer::Entries { entries }).await?;
+            sent += n;
+        }
+        match next_frame(&mut ws).await? {
+            ServerToBridge::Ack { producer_seq } => acked = producer_seq,
+            other => bail!("unexpected {other:?}"),
+        }
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Opens an SSE stream with a raw HTTP/1.1 request; returns the reader positioned after headers.
+async fn sse_open(moord: &Moord, session: &str, after: u64) -> Result<BufReader<TcpStream>> {
+    let mut s = TcpStream::connect(&moord.addr).await?;
+    let req = format!(
+        "GET /api/v1/sessions/{session}/events?after={after} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
+        moord.addr, moord.token
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).await?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if line.starts_with("HTTP/1.1") && !line.contains("200") {
+            bail!("sse refused: {line}");
+        }
+    }
+    Ok(r)
+}
+
+/// Reads SSE `id:` lines (the body is chunked; chunk-size lines never start with `id:`).
+async fn sse_count_until(r: &mut BufReader<TcpStream>, last: u64, mut on_data: impl FnMut(&str)) -> Result<()> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).await? == 0 {
+            bail!("sse stream ended early");
+        }
+        if let Some(data) = line.strip_prefix("data: ") {
+            on_data(data);
+        } else if let Some(id) = line.strip_prefix("id: ") {
+            if id.trim().parse::<u64>().ok() == Some(last) {
+                // Finish reading this event's data line.
+                line.clear();
+                r.read_line(&mut line).await?;
+                line.clear();
+                r.read_line(&mut line).await?;
+                if let Some(data) = line.strip_prefix("data: ") {
+                    on_data(data);
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A viewer attaching at 0 to a log of `n` entries: seconds until it has all of them.
+async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
+    let session = format!("catchup-{}", uuid::Uuid::new_v4());
+    let mut ws = moord.bridge(&session).await?;
+    let mut sent = 0;
+    while sent < n {
+        let k = 1000.min(n - sent);
+        send(&mut ws, &BridgeToServer::Entries { entries: (sent + 1..=sent + k).map(|i| entry(i, 0)).collect() }).await?;
+        sent += k;
+        loop {
+            if let ServerToBridge::Ack { producer_seq } = next_frame(&mut ws).await? {
+                if producer_seq == sent {
+                    break;
+                }
+            }
+        }
+    }
+    let head = n + 1; // + bridge.connected
+    let start = Instant::now();
+    let mut r = sse_open(moord, &session, 0).await?;
+    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, |_| {})).await??;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+struct FanOut {
+    deliveries_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `viewers` SSE viewers on one session while a bridge sends `rate` entries/s for `secs`.
+async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<FanOut> {
+    let session = format!("fanout-{}", uuid::Uuid::new_v4());
+    let ws = moord.bridge(&session).await?;
+    let epoch = Instant::now();
+    let total = rate * secs;
+    let head = total + 1; // + bridge.connected
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity((total as usize) * viewers)));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..viewers {
+        let mut r = sse_open(moord, &session, 0).await?;
+        let latencies = latencies.clone();
+        let delivered = delivered.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::with_capacity(total as usize);
+            let res = sse_count_until(&mut r, head, |data| {
+                // The first 16 characters of the text are the send time in µs since `epoch`.
+                if let Some(i) = data.find("\"text\":\"") {
+                    if let Ok(sent) = data[i + 8..i + 24].trim().parse::<u64>() {
+                        if sent > 0 {
+                            mine.push((epoch.elapsed().as_micros() as u64).saturating_sub(sent));
+                        }
+                    }
+                }
+            })
+            .await;
+            delivered.fetch_add(mine.len() as u64, Ordering::Relaxed);
+            latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+            res
+        }));
+    }
+    // The bridge's acks are read on their own task so the paced sender never waits on them.
+    let (mut sink, mut stream) = ws.split();
+    let acker = tokio::spawn(async move {
+        let mut acked = 0;
+        while acked < total {
+            match tokio::time::timeout(GUARD, stream.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    if let Ok(ServerToBridge::Ack { producer_seq }) = serde_json::from_str(&t) {
+                        acked = producer_seq;
+                    }
+                }
+                Ok(Some(Ok(_))) => {}
+                _ => return,
+            }
+        }
+    });
+    // Paced sender: a batch every 10 ms.
+    let start = Instant::now();
+    let per_tick = (rate / 100).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut sent = 0;
+    while sent < total && start.elapsed() < Duration::from_secs(secs * 3) {
+        tick.tick().await;
+        let now_us = epoch.elapsed().as_micros() as u64;
+        let n = per_tick.min(total - sent);
+        let frame = BridgeToServer::Entries { entries: (sent + 1..=sent + n).map(|i| entry(i, now_us)).collect() };
+        sink.send(Message::Text(serde_json::to_string(&frame)?.into())).await?;
+        sent += n;
+    }
+    for t in tasks {
+        tokio::time::timeout(GUARD, t).await???;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    acker.abort();
+    let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+    lat.sort_unstable();
+    Ok(FanOut {
+        deliveries_per_s: delivered.load(Ordering::Relaxed) as f64 / elapsed,
+        p50_ms: percentile(&lat, 0.5) as f64 / 1000.0,
+        p99_ms: percentile(&lat, 0.99) as f64 / 1000.0,
+    })
+}
+
+/// Resident memory per idle SSE viewer and per idle WebSocket viewer, in KiB.
+async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
+    let session = format!("idle-{}", uuid::Uuid::new_v4());
+    let _bridge = moord.bridge(&session).await?;
+    let base = moord.rss_kib()?;
+    let mut sse = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut r = sse_open(moord, &session, 1).await?;
+        // Wait for the stream's first chunk so the server-side stream exists.
+        let mut buf = [0u8; 64];
+        let _ = tokio::time::timeout(GUARD, r.read(&mut buf)).await??;
+        sse.push(r);
+    }
+    let with_sse = moord.rss_kib()?;
+    let mut wss = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut req = format!("ws://{}/api/v1/sessions/{session}/ws?after=1", moord.addr).into_client_request()?;
+        req.headers_mut().insert("authorization", format!("Bearer {}", moord.token).parse()?);
+        let (ws, _) = tokio_tungstenite::connect_async(req).await?;
+        wss.push(ws);
+    }
+    // Let the server settle each connection into its idle loop.
+    let probe = sse_open(moord, &session, 1).await?;
+    drop(probe);
+    let with_ws = moord.rss_kib()?;
+    Ok(((with_sse - base) as f64 / n as f64, (with_ws - with_sse) as f64 / n as f64))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let runs: usize = std::env::args()
+        .skip_while(|a| a != "--runs")
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(5);
+    println!("moor-bench: real moord (SQLite, WAL, synchronous=FULL) on loopback; medians of {runs} runs");
+
+    let mut ingest_rates = Vec::new();
+    let mut catchups = Vec::new();
+    let mut fan = Vec::new();
+    let mut mem = Vec::new();
+    for run in 1..=runs {
+        let moord = Moord::start().await?;
+        ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
+        catchups.push(catch_up(&moord, 100_000).await?);
+        fan.push(fan_out(&moord, 1000, 1000, 5).await?);
+        drop(moord);
+        let moord = Moord::start().await?;
+        mem.push(idle_memory(&moord, 1000).await?);
+        eprintln!(
+            "run {run}: ingest {:.0}/s, catch-up {:.3}s, fan-out {:.0}/s p50 {:.1}ms p99 {:.1}ms, idle sse {:.1}KiB ws {:.1}KiB",
+            ingest_rates[run - 1], catchups[run - 1], fan[run - 1].deliveries_per_s, fan[run - 1].p50_ms, fan[run - 1].p99_ms,
+            mem[run - 1].0, mem[run - 1].1
+        );
+    }
+    println!("ingest, one bridge, 200-byte entries, to durable ack: {:>10.0} entries/s   (target >= 100000)", median(ingest_rates));
+    println!(
+        "fan-out, 1 session -> 1000 SSE viewers at 1000 entries/s: {:>10.0} deliveries/s, p50 {:.1} ms, p99 {:.1} ms   (target p99 < 25 ms)",
+        median(fan.iter().map(|f| f.deliveries_per_s).collect()),
+        median(fan.iter().map(|f| f.p50_ms).collect()),
+        median(fan.iter().map(|f| f.p99_ms).collect())
+    );
+    println!("catch-up, viewer at 0 on a 100000-entry log: {:>10.3} s   (target < 1 s)", median(catchups));
+    println!(
+        "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB   (target <= 16 KiB each)",
+        median(mem.iter().map(|m| m.0).collect()),
+        median(mem.iter().map(|m| m.1).collect())
+    );
+    Ok(())
+}
