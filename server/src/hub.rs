@@ -22,14 +22,14 @@ const CHANNEL_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct Frame {
     /// The entry.
-    pub entry: Entry,
+    pub entry: Arc<Entry>,
     sse: OnceLock<Bytes>,
     ws: OnceLock<String>,
 }
 
 impl Frame {
     /// Wraps a committed entry.
-    pub fn new(entry: Entry) -> Arc<Self> {
+    pub fn new(entry: Arc<Entry>) -> Arc<Self> {
         Arc::new(Self { entry, sse: OnceLock::new(), ws: OnceLock::new() })
     }
 
@@ -49,7 +49,7 @@ impl Frame {
     /// The viewer WebSocket frame (`ServerToViewer::Entry`).
     pub fn ws(&self) -> &str {
         self.ws.get_or_init(|| {
-            serde_json::to_string(&ServerToViewer::Entry(self.entry.clone())).unwrap_or_default()
+            serde_json::to_string(&ServerToViewer::Entry((*self.entry).clone())).unwrap_or_default()
         })
     }
 }

@@ -100,8 +100,15 @@ async fn commit_loop(
                 Err(_) => break,
             }
         }
-        let all: Vec<Append> = group.iter().flat_map(|r| r.batch.iter().cloned()).collect();
-        match store.append(session, &all).await {
+        let mut replies = Vec::with_capacity(group.len());
+        let all: Vec<Append> = group
+            .into_iter()
+            .flat_map(|r| {
+                replies.push((r.reply, r.batch.len()));
+                r.batch
+            })
+            .collect();
+        match store.append(session, all).await {
             Ok(outcomes) => {
                 hub.publish(
                     session,
@@ -111,15 +118,14 @@ async fn commit_loop(
                     }),
                 );
                 let mut outcomes = outcomes.into_iter();
-                for r in group {
-                    let mine: Vec<Appended> = outcomes.by_ref().take(r.batch.len()).collect();
-                    let _ = r.reply.send(Ok(mine));
+                for (reply, n) in replies {
+                    let _ = reply.send(Ok(outcomes.by_ref().take(n).collect()));
                 }
             }
             Err(e) => {
                 tracing::error!(error = ?e, %session, "append failed");
-                for r in group {
-                    let _ = r.reply.send(Err(copy_error(&e)));
+                for (reply, _) in replies {
+                    let _ = reply.send(Err(copy_error(&e)));
                 }
             }
         }

@@ -75,7 +75,7 @@ impl Tail {
             if !self.live {
                 let page = self.store.read(self.session, Range::After(self.cursor), PAGE).await?;
                 self.live = (page.len() as u32) < PAGE;
-                self.backlog.extend(page.into_iter().map(Frame::new));
+                self.backlog.extend(page.into_iter().map(|e| Frame::new(Arc::new(e))));
                 continue;
             }
             match self.rx.recv().await {

@@ -96,7 +96,7 @@ pub struct Append {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
     /// Newly stored.
-    Stored(Entry),
+    Stored(Arc<Entry>),
     /// The key was already stored with the same content, at this seq; nothing was written.
     Duplicate(Seq),
     /// A producer seq that is already stored carried different content; nothing was written.
@@ -138,7 +138,7 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Appends `batch` to one session's log in one transaction, in order, and reports each
     /// entry's outcome. Seqs are contiguous and follow commit order.
-    async fn append(&self, session: SessionId, batch: &[Append]) -> StoreResult<Vec<Appended>>;
+    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>>;
 
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;

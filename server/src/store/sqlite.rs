@@ -3,6 +3,7 @@
 //! never meets `SQLITE_BUSY` from itself) and a small pool of readers.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -138,7 +139,7 @@ impl Store for SqliteStore {
         rows.iter().map(session_row).collect()
     }
 
-    async fn append(&self, session: SessionId, batch: &[Append]) -> StoreResult<Vec<Appended>> {
+    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
         let sid = session.to_string();
         let mut tx = self.writer.begin().await.map_err(other)?;
         let row = sqlx::query("SELECT head_seq, ended_at FROM sessions WHERE id = ?")
@@ -152,10 +153,10 @@ impl Store for SqliteStore {
         }
         let mut head: i64 = row.get("head_seq");
         let mut plan = super::plan::Plan::default();
-        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut decided: Vec<Option<Appended>> = Vec::with_capacity(batch.len());
         let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(batch.len());
         let mut last_ts = None;
-        for append in batch {
+        for append in &batch {
             let outcome = match &append.key {
                 IdemKey::Producer { producer, seq } => {
                     let mark = match plan.mark(*producer) {
@@ -213,23 +214,14 @@ impl Store for SqliteStore {
                 },
                 IdemKey::None => None,
             };
-            match outcome {
-                Some(o) => outcomes.push(o),
-                None => {
-                    head += 1;
-                    plan.record(&append.key, &append.kind, Seq(head as u64));
-                    let payload = serde_json::to_string(&append.payload).context("encode payload")?;
-                    last_ts = Some(append.ts);
-                    outcomes.push(Appended::Stored(Entry {
-                        seq: Seq(head as u64),
-                        ts: append.ts,
-                        kind: append.kind.clone(),
-                        author: append.author.clone(),
-                        payload: append.payload.clone(),
-                    }));
-                    rows.push(NewRow { seq: head, append, payload });
-                }
+            if outcome.is_none() {
+                head += 1;
+                plan.record(&append.key, &append.kind, Seq(head as u64));
+                let payload = serde_json::to_string(&append.payload).context("encode payload")?;
+                last_ts = Some(append.ts);
+                rows.push(NewRow { seq: head, append, payload });
             }
+            decided.push(outcome);
         }
         if !rows.is_empty() {
             insert_rows(&mut tx, &sid, &rows).await?;
@@ -254,7 +246,18 @@ impl Store for SqliteStore {
                 .map_err(other)?;
         }
         tx.commit().await.map_err(other)?;
-        Ok(outcomes)
+        let mut stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect::<Vec<_>>();
+        stored_seqs.reverse();
+        Ok(batch
+            .into_iter()
+            .zip(decided)
+            .map(|(a, d)| {
+                d.unwrap_or_else(|| {
+                    let seq = Seq(stored_seqs.pop().unwrap_or_default() as u64);
+                    Appended::Stored(Arc::new(Entry { seq, ts: a.ts, kind: a.kind, author: a.author, payload: a.payload }))
+                })
+            })
+            .collect())
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {

@@ -285,7 +285,7 @@ impl Conn {
         input: Result<Arc<Frame>, broadcast::error::RecvError>,
     ) -> Result<(), axum::Error> {
         let entries = match input {
-            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => vec![f.entry.clone()],
+            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => vec![(*f.entry).clone()],
             Ok(_) => return Ok(()),
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 match self.state.store.inputs_after(self.session, self.delivered, WELCOME_INPUTS).await {

@@ -1,0 +1,18 @@
+# moord and moor in a small runtime image. Build: docker build -t mooring .
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p moor-server -p moor-bridge --bin moord --bin moor
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /data moor \
+    && mkdir -p /data && chown moor /data
+COPY --from=build /src/target/release/moord /src/target/release/moor /usr/local/bin/
+USER moor
+WORKDIR /data
+ENV MOOR_LISTEN=0.0.0.0:7070 MOOR_DATA_DIR=/data
+EXPOSE 7070
+HEALTHCHECK --interval=10s --timeout=3s CMD curl -fsS http://127.0.0.1:7070/healthz || exit 1
+ENTRYPOINT ["moord"]
