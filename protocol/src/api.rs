@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::bridge::AgentInfo;
 use crate::entry::Entry;
-use crate::ids::{SessionId, Seq};
+use crate::ids::{Seq, SessionId};
 
 /// A session as listed and fetched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::entry::{Entry, NewEntry};
 use crate::error::ErrorCode;
-use crate::ids::{ProducerId, SessionId, Seq};
+use crate::ids::{ProducerId, Seq, SessionId};
 
 /// Frames the bridge sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -76,10 +76,24 @@ mod tests {
 
     #[test]
     fn transport_codes_are_never_terminal() {
-        for code in [NORMAL, GOING_AWAY, PROTOCOL_ERROR, 1006, INTERNAL_ERROR, LIFETIME, LAGGED] {
+        for code in [
+            NORMAL,
+            GOING_AWAY,
+            PROTOCOL_ERROR,
+            1006,
+            INTERNAL_ERROR,
+            LIFETIME,
+            LAGGED,
+        ] {
             assert!(!is_terminal(code), "{code}");
         }
-        for code in [UNAUTHORIZED, SUPERSEDED, SESSION_ENDED, CONTENT_MISMATCH, VERSION_MISMATCH] {
+        for code in [
+            UNAUTHORIZED,
+            SUPERSEDED,
+            SESSION_ENDED,
+            CONTENT_MISMATCH,
+            VERSION_MISMATCH,
+        ] {
             assert!(is_terminal(code), "{code}");
         }
     }

@@ -30,7 +30,12 @@ pub const SESSION_ENDED: &str = "session.ended";
 
 /// Receipt kinds: entries about an input, keyed by the input's seq (at most one of each kind
 /// per input).
-pub const RECEIPTS: [&str; 4] = [INPUT_DELIVERED, INPUT_APPLIED, INPUT_FAILED, INPUT_UNCERTAIN];
+pub const RECEIPTS: [&str; 4] = [
+    INPUT_DELIVERED,
+    INPUT_APPLIED,
+    INPUT_FAILED,
+    INPUT_UNCERTAIN,
+];
 
 /// Author of entries the bridge produced.
 pub const AUTHOR_BRIDGE: &str = "bridge";
@@ -63,7 +68,9 @@ mod tests {
 pub fn is_valid(kind: &str) -> bool {
     (1..=64).contains(&kind.len())
         && kind.starts_with(|c: char| c.is_ascii_lowercase())
-        && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ pub mod web;
 
 pub use entry::{Entry, NewEntry};
 pub use error::ErrorCode;
-pub use ids::{ProducerId, SessionId, Seq};
+pub use ids::{ProducerId, Seq, SessionId};
 
 /// Version of the bridge and viewer wire protocol. Sent in the first frame of every connection;
 /// a peer with a different major version is refused with [`close::VERSION_MISMATCH`].

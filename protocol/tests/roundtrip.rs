@@ -19,12 +19,16 @@ fn bridge_frames_have_stable_json_shapes() {
         v,
         json!({"type": "entries", "entries": [{"producer_seq": 7, "ts": 1, "kind": "agent.output", "payload": {"stream": "stdout", "text": "hi"}}]})
     );
-    let receipt = BridgeToServer::Receipt { input_seq: Seq(3), status: ReceiptStatus::Applied };
+    let receipt = BridgeToServer::Receipt {
+        input_seq: Seq(3),
+        status: ReceiptStatus::Applied,
+    };
     assert_eq!(
         serde_json::to_value(&receipt).unwrap(),
         json!({"type": "receipt", "input_seq": 3, "status": {"state": "applied"}})
     );
-    let ack: ServerToBridge = serde_json::from_value(json!({"type": "ack", "producer_seq": 9})).unwrap();
+    let ack: ServerToBridge =
+        serde_json::from_value(json!({"type": "ack", "producer_seq": 9})).unwrap();
     assert_eq!(ack, ServerToBridge::Ack { producer_seq: 9 });
     let hb: BridgeToServer = serde_json::from_str(r#"{"type":"heartbeat"}"#).unwrap();
     assert_eq!(hb, BridgeToServer::Heartbeat);

@@ -48,7 +48,9 @@ impl Auth {
     pub fn load_or_create(data_dir: &Path) -> anyhow::Result<(Self, bool)> {
         let path = data_dir.join("admin.token");
         match std::fs::read_to_string(&path) {
-            Ok(s) if !s.trim().is_empty() => return Ok((Self::with_admin_token(s.trim().to_owned()), false)),
+            Ok(s) if !s.trim().is_empty() => {
+                return Ok((Self::with_admin_token(s.trim().to_owned()), false))
+            }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
@@ -67,8 +69,9 @@ impl Auth {
 
     /// The principal a presented token belongs to.
     pub fn verify(&self, token: &str) -> Option<Principal> {
-        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
-            .then(|| Principal { name: "admin".to_owned() })
+        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()).then(|| Principal {
+            name: "admin".to_owned(),
+        })
     }
 }
 
@@ -140,7 +143,9 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let decoded = match bytes[i] {
-            b'%' if i + 2 < bytes.len() => hex(bytes[i + 1]).zip(hex(bytes[i + 2])).map(|(h, l)| h * 16 + l),
+            b'%' if i + 2 < bytes.len() => hex(bytes[i + 1])
+                .zip(hex(bytes[i + 2]))
+                .map(|(h, l)| h * 16 + l),
             _ => None,
         };
         match (decoded, bytes[i]) {
@@ -167,7 +172,10 @@ mod tests {
 
     #[test]
     fn query_params_are_percent_decoded() {
-        assert_eq!(query_param("a=1&access_token=ab%2Fc+d&x", "access_token").as_deref(), Some("ab/c d"));
+        assert_eq!(
+            query_param("a=1&access_token=ab%2Fc+d&x", "access_token").as_deref(),
+            Some("ab/c d")
+        );
         assert_eq!(query_param("t=%zz%", "t").as_deref(), Some("%zz%"));
         assert_eq!(query_param("", "t"), None);
     }

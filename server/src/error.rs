@@ -77,7 +77,10 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(e) = &self {
             tracing::error!(error = ?e, "request failed");
         }
-        let body = ErrorBody { code, message: self.to_string() };
+        let body = ErrorBody {
+            code,
+            message: self.to_string(),
+        };
         let mut resp = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use bytes::Bytes;
 use moor_protocol::api::BridgeStatus;
 use moor_protocol::web::ServerToViewer;
-use moor_protocol::{now_ms, Entry, SessionId, Seq};
+use moor_protocol::{now_ms, Entry, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
@@ -30,7 +30,11 @@ pub struct Frame {
 impl Frame {
     /// Wraps a committed entry.
     pub fn new(entry: Arc<Entry>) -> Arc<Self> {
-        Arc::new(Self { entry, sse: OnceLock::new(), ws: OnceLock::new() })
+        Arc::new(Self {
+            entry,
+            sse: OnceLock::new(),
+            ws: OnceLock::new(),
+        })
     }
 
     /// The entry's seq.
@@ -42,7 +46,10 @@ impl Frame {
     pub fn sse(&self) -> &Bytes {
         self.sse.get_or_init(|| {
             let data = serde_json::to_string(&self.entry).unwrap_or_default();
-            Bytes::from(format!("id: {}\nevent: {}\ndata: {}\n\n", self.entry.seq, self.entry.kind, data))
+            Bytes::from(format!(
+                "id: {}\nevent: {}\ndata: {}\n\n",
+                self.entry.seq, self.entry.kind, data
+            ))
         })
     }
 
@@ -101,8 +108,15 @@ impl Default for Hub {
 impl Hub {
     /// A hub whose per-session channels buffer `capacity` entries before a subscriber lags.
     pub fn with_capacity(capacity: usize) -> Self {
-        let inner = Inner { topics: HashMap::new(), links: HashMap::new(), next_conn: 0, capacity: capacity.max(1) };
-        Self { inner: Arc::new(Mutex::new(inner)) }
+        let inner = Inner {
+            topics: HashMap::new(),
+            links: HashMap::new(),
+            next_conn: 0,
+            capacity: capacity.max(1),
+        };
+        Self {
+            inner: Arc::new(Mutex::new(inner)),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -118,7 +132,9 @@ impl Hub {
         inner
             .topics
             .entry(session)
-            .or_insert_with(|| Topic { tx: broadcast::channel(capacity).0 })
+            .or_insert_with(|| Topic {
+                tx: broadcast::channel(capacity).0,
+            })
             .tx
             .subscribe()
     }
@@ -141,7 +157,11 @@ impl Hub {
     /// Drops the topic of a session nobody watches any more.
     pub fn prune(&self, session: SessionId) {
         let mut inner = self.lock();
-        if inner.topics.get(&session).is_some_and(|t| t.tx.receiver_count() == 0) {
+        if inner
+            .topics
+            .get(&session)
+            .is_some_and(|t| t.tx.receiver_count() == 0)
+        {
             inner.topics.remove(&session);
         }
     }
@@ -161,14 +181,25 @@ impl Hub {
             Link {
                 conn,
                 control: Some(control),
-                status: BridgeStatus { online: true, since: Some(now_ms()), last_close_code: None, last_reason: None },
+                status: BridgeStatus {
+                    online: true,
+                    since: Some(now_ms()),
+                    last_close_code: None,
+                    last_reason: None,
+                },
             },
         );
         (conn, old.and_then(|l| l.control))
     }
 
     /// Records that connection `conn` ended, unless a newer one has taken its place.
-    pub fn detach_bridge(&self, session: SessionId, conn: u64, close_code: Option<u16>, reason: &str) {
+    pub fn detach_bridge(
+        &self,
+        session: SessionId,
+        conn: u64,
+        close_code: Option<u16>,
+        reason: &str,
+    ) {
         let mut inner = self.lock();
         if let Some(link) = inner.links.get_mut(&session) {
             if link.conn == conn {
@@ -196,11 +227,15 @@ impl Hub {
     /// The bridge link of `session` as this server sees it.
     pub fn bridge_status(&self, session: SessionId) -> BridgeStatus {
         let inner = self.lock();
-        inner.links.get(&session).map(|l| l.status.clone()).unwrap_or(BridgeStatus {
-            online: false,
-            since: None,
-            last_close_code: None,
-            last_reason: None,
-        })
+        inner
+            .links
+            .get(&session)
+            .map(|l| l.status.clone())
+            .unwrap_or(BridgeStatus {
+                online: false,
+                since: None,
+                last_close_code: None,
+                last_reason: None,
+            })
     }
 }

@@ -49,7 +49,12 @@ impl Server {
             None => auth::Auth::load_or_create(&config.data_dir)?,
         };
         let store = store::connect(&config.database_url()).await?;
-        Ok(Self { config, store, auth, token_created })
+        Ok(Self {
+            config,
+            store,
+            auth,
+            token_created,
+        })
     }
 
     /// The admin token, if it was created by this start (print it once).
@@ -63,7 +68,11 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` is cancelled, then drains.
-    pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         let addr = listener.local_addr().context("read listener address")?;
         let public_url = self
             .config

@@ -43,7 +43,12 @@ impl std::fmt::Debug for Log {
 impl Log {
     /// A log over `store` publishing to `hub`; committer tasks are spawned on `tasks`.
     pub fn new(store: Arc<dyn Store>, hub: Hub, tasks: TaskTracker) -> Self {
-        Self { store, hub, tasks, queues: Arc::new(Mutex::new(Some(HashMap::new()))) }
+        Self {
+            store,
+            hub,
+            tasks,
+            queues: Arc::new(Mutex::new(Some(HashMap::new()))),
+        }
     }
 
     /// The store behind the log, for reads.
@@ -53,7 +58,11 @@ impl Log {
 
     /// Appends `batch` to `session` (one transaction, possibly shared with other appends to the
     /// same session) and returns each entry's outcome once committed and published.
-    pub async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
+    pub async fn append(
+        &self,
+        session: SessionId,
+        batch: Vec<Append>,
+    ) -> StoreResult<Vec<Appended>> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
@@ -61,7 +70,8 @@ impl Log {
         self.queue(session)?
             .send(Request { batch, reply })
             .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?;
-        rx.await.map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
+        rx.await
+            .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
     }
 
     /// Stops accepting appends; committers finish what is queued and exit.
@@ -71,13 +81,20 @@ impl Log {
 
     fn queue(&self, session: SessionId) -> StoreResult<mpsc::UnboundedSender<Request>> {
         let mut guard = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let queues = guard.as_mut().ok_or_else(|| StoreError::Other(anyhow!("server shutting down")))?;
+        let queues = guard
+            .as_mut()
+            .ok_or_else(|| StoreError::Other(anyhow!("server shutting down")))?;
         if let Some(tx) = queues.get(&session) {
             return Ok(tx.clone());
         }
         let (tx, rx) = mpsc::unbounded_channel();
         queues.insert(session, tx.clone());
-        self.tasks.spawn(commit_loop(self.store.clone(), self.hub.clone(), session, rx));
+        self.tasks.spawn(commit_loop(
+            self.store.clone(),
+            self.hub.clone(),
+            session,
+            rx,
+        ));
         Ok(tx)
     }
 }

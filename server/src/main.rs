@@ -77,23 +77,37 @@ impl Config {
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "moor_server=info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "moor_server=info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let listen = config.listen.clone();
     let data_dir = config.data_dir.clone();
     let server = Server::build(config.into_server_config()).await?;
-    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listen on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("listen on {listen}"))?;
     let addr = listener.local_addr()?;
     println!("moord listening on http://{addr}");
     match server.new_admin_token() {
         Some(token) => {
             println!("web: http://{addr}/#token={token}");
-            println!("admin token (saved in {}): {token}", data_dir.join("admin.token").display());
+            println!(
+                "admin token (saved in {}): {token}",
+                data_dir.join("admin.token").display()
+            );
         }
-        None => println!("web: http://{addr}/ (admin token in {})", data_dir.join("admin.token").display()),
+        None => println!(
+            "web: http://{addr}/ (admin token in {})",
+            data_dir.join("admin.token").display()
+        ),
     }
-    println!("attach an agent: MOOR_TOKEN=$(cat {}) moor run --server http://{addr} -- <command>", data_dir.join("admin.token").display());
+    println!(
+        "attach an agent: MOOR_TOKEN=$(cat {}) moor run --server http://{addr} -- <command>",
+        data_dir.join("admin.token").display()
+    );
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     server.serve(listener, shutdown).await
@@ -101,7 +115,10 @@ async fn main() -> anyhow::Result<()> {
 
 async fn signal_shutdown(token: CancellationToken) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };

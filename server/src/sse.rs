@@ -36,7 +36,11 @@ pub(crate) fn cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Seq, Ap
     match raw {
         None => Ok(Seq::ZERO),
         Some(s) if s.trim().is_empty() => Ok(Seq::ZERO),
-        Some(s) => s.trim().parse::<u64>().map(Seq).map_err(|_| ApiError::InvalidCursor(s)),
+        Some(s) => s
+            .trim()
+            .parse::<u64>()
+            .map(Seq)
+            .map_err(|_| ApiError::InvalidCursor(s)),
     }
 }
 
@@ -70,7 +74,10 @@ pub async fn events(
     };
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
@@ -156,13 +163,22 @@ mod tests {
         assert_eq!(cursor(&h, Some("after=5")).unwrap(), Seq(5));
         h.insert("last-event-id", HeaderValue::from_static("9"));
         assert_eq!(cursor(&h, Some("after=5")).unwrap(), Seq(9));
-        assert!(matches!(cursor(&HeaderMap::new(), Some("after=abc")), Err(ApiError::InvalidCursor(_))));
-        assert!(matches!(cursor(&HeaderMap::new(), Some("after=-1")), Err(ApiError::InvalidCursor(_))));
+        assert!(matches!(
+            cursor(&HeaderMap::new(), Some("after=abc")),
+            Err(ApiError::InvalidCursor(_))
+        ));
+        assert!(matches!(
+            cursor(&HeaderMap::new(), Some("after=-1")),
+            Err(ApiError::InvalidCursor(_))
+        ));
     }
 
     #[test]
     fn a_cursor_ahead_of_the_head_is_reset() {
         assert!(check_cursor(Seq(3), Seq(3)).is_none());
-        assert_eq!(check_cursor(Seq(4), Seq(3)).map(|r| r.head_seq), Some(Seq(3)));
+        assert_eq!(
+            check_cursor(Seq(4), Seq(3)).map(|r| r.head_seq),
+            Some(Seq(3))
+        );
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use moor_protocol::{SessionId, Seq};
+use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
@@ -32,7 +32,14 @@ impl Tail {
     /// Starts tailing `session` after `cursor`. Subscribes immediately.
     pub fn new(store: Arc<dyn Store>, hub: &Hub, session: SessionId, cursor: Seq) -> Self {
         let rx = hub.subscribe(session);
-        Self { store, session, cursor, rx, backlog: VecDeque::new(), live: false }
+        Self {
+            store,
+            session,
+            cursor,
+            rx,
+            backlog: VecDeque::new(),
+            live: false,
+        }
     }
 
     /// Seq of the last entry returned (or the starting cursor).
@@ -73,9 +80,13 @@ impl Tail {
                 return Ok(f);
             }
             if !self.live {
-                let page = self.store.read(self.session, Range::After(self.cursor), PAGE).await?;
+                let page = self
+                    .store
+                    .read(self.session, Range::After(self.cursor), PAGE)
+                    .await?;
                 self.live = (page.len() as u32) < PAGE;
-                self.backlog.extend(page.into_iter().map(|e| Frame::new(Arc::new(e))));
+                self.backlog
+                    .extend(page.into_iter().map(|e| Frame::new(Arc::new(e))));
                 continue;
             }
             match self.rx.recv().await {

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use moor_protocol::api::{EntriesPage, InputAccepted, SessionInfo};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
+use moor_protocol::bridge::{
+    AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome,
+};
 use moor_protocol::{close, kinds, Entry, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
 use moor_server::{Server, ServerConfig};
 use serde_json::json;
@@ -55,7 +57,13 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.serve(listener, shutdown.clone()));
-        Self { addr, token: "test-token".into(), http: reqwest::Client::new(), shutdown, _dir: TempDir(dir) }
+        Self {
+            addr,
+            token: "test-token".into(),
+            http: reqwest::Client::new(),
+            shutdown,
+            _dir: TempDir(dir),
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -63,13 +71,21 @@ impl TestServer {
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
-        let resp = self.http.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap();
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
         assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
         resp.json().await.unwrap()
     }
 
     async fn entries(&self, session: &str) -> Vec<Entry> {
-        let page: EntriesPage = self.get(&format!("/api/v1/sessions/{session}/entries?limit=1000")).await;
+        let page: EntriesPage = self
+            .get(&format!("/api/v1/sessions/{session}/entries?limit=1000"))
+            .await;
         page.entries
     }
 
@@ -87,9 +103,19 @@ impl TestServer {
         resp.json().await.unwrap()
     }
 
-    async fn bridge(&self, session: &str, producer: ProducerId, last_applied: u64) -> (Ws, Welcome) {
-        let mut req = format!("ws://{}/api/v1/bridge", self.addr).into_client_request().unwrap();
-        req.headers_mut().insert("authorization", format!("Bearer {}", self.token).parse().unwrap());
+    async fn bridge(
+        &self,
+        session: &str,
+        producer: ProducerId,
+        last_applied: u64,
+    ) -> (Ws, Welcome) {
+        let mut req = format!("ws://{}/api/v1/bridge", self.addr)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.token).parse().unwrap(),
+        );
         let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
         let hello = Hello {
             version: PROTOCOL_VERSION,
@@ -97,7 +123,10 @@ impl TestServer {
             producer,
             last_applied_input: Seq(last_applied),
             uncertain_inputs: vec![],
-            agent: AgentInfo { command: vec!["test".into()], ..Default::default() },
+            agent: AgentInfo {
+                command: vec!["test".into()],
+                ..Default::default()
+            },
         };
         send(&mut ws, &BridgeToServer::Hello(hello)).await;
         match recv(&mut ws).await {
@@ -108,13 +137,19 @@ impl TestServer {
 }
 
 async fn send(ws: &mut Ws, frame: &BridgeToServer) {
-    ws.send(Message::Text(serde_json::to_string(frame).unwrap().into())).await.unwrap();
+    ws.send(Message::Text(serde_json::to_string(frame).unwrap().into()))
+        .await
+        .unwrap();
 }
 
 /// The next protocol frame, skipping heartbeats.
 async fn recv(ws: &mut Ws) -> ServerToBridge {
     loop {
-        let msg = tokio::time::timeout(WAIT, ws.next()).await.expect("frame in time").expect("open").unwrap();
+        let msg = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("frame in time")
+            .expect("open")
+            .unwrap();
         if let Message::Text(t) = msg {
             let frame: ServerToBridge = serde_json::from_str(&t).unwrap();
             if frame != ServerToBridge::Heartbeat {
@@ -127,7 +162,10 @@ async fn recv(ws: &mut Ws) -> ServerToBridge {
 /// Reads until the server closes, returning the close code.
 async fn close_code(ws: &mut Ws) -> u16 {
     loop {
-        match tokio::time::timeout(WAIT, ws.next()).await.expect("close in time") {
+        match tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("close in time")
+        {
             Some(Ok(Message::Close(Some(f)))) => return u16::from(f.code),
             Some(Ok(Message::Close(None))) | None => return 1005,
             Some(Ok(_)) => {}
@@ -138,7 +176,12 @@ async fn close_code(ws: &mut Ws) -> u16 {
 
 fn lines(from: u64, to: u64) -> Vec<NewEntry> {
     (from..=to)
-        .map(|i| NewEntry { producer_seq: i, ts: 1, kind: kinds::AGENT_OUTPUT.into(), payload: json!({"text": format!("line-{i}")}) })
+        .map(|i| NewEntry {
+            producer_seq: i,
+            ts: 1,
+            kind: kinds::AGENT_OUTPUT.into(),
+            payload: json!({"text": format!("line-{i}")}),
+        })
         .collect()
 }
 
@@ -158,16 +201,31 @@ async fn batches_are_acked_after_commit_and_replays_are_dropped() {
     let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
     assert_eq!(welcome.producer_mark, 0);
     // act
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 5) }).await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(1, 5),
+        },
+    )
+    .await;
     assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 5 });
     drop(ws);
     let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
     assert_eq!(welcome.producer_mark, 5);
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(3, 8) }).await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(3, 8),
+        },
+    )
+    .await;
     assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 8 });
     // assert
     let entries = server.entries("s1").await;
-    assert_eq!(texts(&entries), (1..=8).map(|i| format!("line-{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        texts(&entries),
+        (1..=8).map(|i| format!("line-{i}")).collect::<Vec<_>>()
+    );
     let seqs: Vec<u64> = entries.iter().map(|e| e.seq.0).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
@@ -176,11 +234,29 @@ async fn batches_are_acked_after_commit_and_replays_are_dropped() {
 async fn a_gap_in_producer_seqs_is_refused_and_nothing_of_it_is_stored() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("gap", ProducerId::new(), 0).await;
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 2) }).await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(1, 2),
+        },
+    )
+    .await;
     assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 2 });
     let before = server.entries("gap").await;
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(4, 6) }).await;
-    assert!(matches!(recv(&mut ws).await, ServerToBridge::Error { code: moor_protocol::ErrorCode::ProducerGap, .. }));
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(4, 6),
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerToBridge::Error {
+            code: moor_protocol::ErrorCode::ProducerGap,
+            ..
+        }
+    ));
     assert_eq!(close_code(&mut ws).await, close::PRODUCER_GAP);
     let after = server.entries("gap").await;
     assert_eq!(texts(&after), texts(&before));
@@ -190,14 +266,29 @@ async fn a_gap_in_producer_seqs_is_refused_and_nothing_of_it_is_stored() {
 async fn a_replay_with_different_content_is_refused_loudly() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("mismatch", ProducerId::new(), 0).await;
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 3) }).await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(1, 3),
+        },
+    )
+    .await;
     assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 3 });
     let mut forged = lines(2, 2);
     forged[0].payload = json!({"text": "something else"});
     send(&mut ws, &BridgeToServer::Entries { entries: forged }).await;
-    assert!(matches!(recv(&mut ws).await, ServerToBridge::Error { code: moor_protocol::ErrorCode::ContentMismatch, .. }));
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerToBridge::Error {
+            code: moor_protocol::ErrorCode::ContentMismatch,
+            ..
+        }
+    ));
     assert_eq!(close_code(&mut ws).await, close::CONTENT_MISMATCH);
-    assert_eq!(texts(&server.entries("mismatch").await), vec!["line-1", "line-2", "line-3"]);
+    assert_eq!(
+        texts(&server.entries("mismatch").await),
+        vec!["line-1", "line-2", "line-3"]
+    );
 }
 
 #[tokio::test]
@@ -212,10 +303,38 @@ async fn inputs_queued_while_offline_arrive_in_the_welcome_and_receipts_are_logg
     assert!(again.duplicate && !first.duplicate);
 
     let (mut ws, welcome) = server.bridge("inputs", producer, 0).await;
-    assert_eq!(welcome.pending_inputs.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![first.seq]);
-    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Delivered }).await;
-    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Applied }).await;
-    send(&mut ws, &BridgeToServer::Receipt { input_seq: first.seq, status: ReceiptStatus::Applied }).await;
+    assert_eq!(
+        welcome
+            .pending_inputs
+            .iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        vec![first.seq]
+    );
+    send(
+        &mut ws,
+        &BridgeToServer::Receipt {
+            input_seq: first.seq,
+            status: ReceiptStatus::Delivered,
+        },
+    )
+    .await;
+    send(
+        &mut ws,
+        &BridgeToServer::Receipt {
+            input_seq: first.seq,
+            status: ReceiptStatus::Applied,
+        },
+    )
+    .await;
+    send(
+        &mut ws,
+        &BridgeToServer::Receipt {
+            input_seq: first.seq,
+            status: ReceiptStatus::Applied,
+        },
+    )
+    .await;
     // A live input reaches the connected bridge.
     let second = server.input("inputs", "m2", "again").await;
     match recv(&mut ws).await {
@@ -229,11 +348,24 @@ async fn inputs_queued_while_offline_arrive_in_the_welcome_and_receipts_are_logg
 
     let entries = server.entries("inputs").await;
     let receipts = |kind: &str| {
-        entries.iter().filter(|e| e.kind == kind).map(|e| e.payload["input_seq"].as_u64().unwrap()).collect::<Vec<_>>()
+        entries
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| e.payload["input_seq"].as_u64().unwrap())
+            .collect::<Vec<_>>()
     };
     assert_eq!(receipts(kinds::INPUT_DELIVERED), vec![first.seq.0]);
-    assert_eq!(receipts(kinds::INPUT_APPLIED), vec![first.seq.0, second.seq.0]);
-    assert_eq!(entries.iter().filter(|e| e.kind == kinds::INPUT_TEXT).count(), 2);
+    assert_eq!(
+        receipts(kinds::INPUT_APPLIED),
+        vec![first.seq.0, second.seq.0]
+    );
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.kind == kinds::INPUT_TEXT)
+            .count(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -255,7 +387,13 @@ async fn the_bridge_is_told_to_move_before_the_lifetime_cap() {
     .await;
     let (mut ws, welcome) = server.bridge("cap", ProducerId::new(), 0).await;
     assert_eq!(welcome.max_lifetime_ms, 600);
-    assert!(matches!(recv(&mut ws).await, ServerToBridge::Move { close_in_ms: 300, .. }));
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerToBridge::Move {
+            close_in_ms: 300,
+            ..
+        }
+    ));
     assert_eq!(close_code(&mut ws).await, close::LIFETIME);
 }
 
@@ -266,7 +404,11 @@ async fn a_silent_bridge_is_dropped_by_the_watchdog() {
     // Reading only (never sending) keeps this side silent.
     assert_eq!(close_code(&mut ws).await, close::HEARTBEAT_TIMEOUT);
     let entries = server.entries("quiet").await;
-    let last = entries.iter().rev().find(|e| e.kind == kinds::BRIDGE_DISCONNECTED).expect("disconnect recorded");
+    let last = entries
+        .iter()
+        .rev()
+        .find(|e| e.kind == kinds::BRIDGE_DISCONNECTED)
+        .expect("disconnect recorded");
     assert_eq!(last.payload["close_code"], json!(close::HEARTBEAT_TIMEOUT));
 }
 
@@ -277,8 +419,11 @@ async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
     let (mut ws, _) = server.bridge("end", producer, 0).await;
     send(&mut ws, &BridgeToServer::End).await;
     assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr).into_client_request().unwrap();
-    req.headers_mut().insert("authorization", "Bearer test-token".parse().unwrap());
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer test-token".parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
     let hello = Hello {
         version: PROTOCOL_VERSION,
@@ -297,8 +442,11 @@ async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
 #[tokio::test]
 async fn protocol_version_mismatch_is_refused() {
     let server = TestServer::spawn(|_| {}).await;
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr).into_client_request().unwrap();
-    req.headers_mut().insert("authorization", "Bearer test-token".parse().unwrap());
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", "Bearer test-token".parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
     ws.send(Message::Text(
         json!({"type": "hello", "version": 999, "session": "v", "producer": ProducerId::new(), "last_applied_input": 0, "agent": AgentInfo::default()})
@@ -315,13 +463,26 @@ async fn protocol_version_mismatch_is_refused() {
 async fn paging_walks_the_log_both_ways() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("paging", ProducerId::new(), 0).await;
-    send(&mut ws, &BridgeToServer::Entries { entries: lines(1, 25) }).await;
-    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 25 });
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: lines(1, 25),
+        },
+    )
+    .await;
+    assert_eq!(
+        recv(&mut ws).await,
+        ServerToBridge::Ack { producer_seq: 25 }
+    );
     let head: SessionInfo = server.get("/api/v1/sessions/paging").await;
     let mut after = 0;
     let mut seen = Vec::new();
     loop {
-        let page: EntriesPage = server.get(&format!("/api/v1/sessions/paging/entries?after={after}&limit=7")).await;
+        let page: EntriesPage = server
+            .get(&format!(
+                "/api/v1/sessions/paging/entries?after={after}&limit=7"
+            ))
+            .await;
         seen.extend(page.entries.iter().map(|e| e.seq.0));
         after = page.entries.last().map(|e| e.seq.0).unwrap_or(after);
         if !page.has_more {
@@ -329,7 +490,15 @@ async fn paging_walks_the_log_both_ways() {
         }
     }
     assert_eq!(seen, (1..=head.head_seq.0).collect::<Vec<_>>());
-    let page: EntriesPage = server.get(&format!("/api/v1/sessions/paging/entries?before={}&limit=5", head.head_seq.0)).await;
-    assert_eq!(page.entries.iter().map(|e| e.seq.0).collect::<Vec<_>>(), (head.head_seq.0 - 5..head.head_seq.0).collect::<Vec<_>>());
+    let page: EntriesPage = server
+        .get(&format!(
+            "/api/v1/sessions/paging/entries?before={}&limit=5",
+            head.head_seq.0
+        ))
+        .await;
+    assert_eq!(
+        page.entries.iter().map(|e| e.seq.0).collect::<Vec<_>>(),
+        (head.head_seq.0 - 5..head.head_seq.0).collect::<Vec<_>>()
+    );
     assert!(page.has_more);
 }

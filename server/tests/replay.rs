@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use moor_protocol::{now_ms, SessionId, Seq};
+use moor_protocol::{now_ms, Seq, SessionId};
 use moor_server::hub::Hub;
 use moor_server::log::Log;
 use moor_server::store::{self, Append, IdemKey, Range, Store};
@@ -46,7 +46,9 @@ fn line(i: usize) -> Append {
 async fn scenario(ops: Vec<Op>, capacity: usize) {
     let dir = std::env::temp_dir().join(format!("moor-replay-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> = store::connect(&format!("sqlite:{}", dir.join("t.db").display())).await.unwrap();
+    let store: Arc<dyn Store> = store::connect(&format!("sqlite:{}", dir.join("t.db").display()))
+        .await
+        .unwrap();
     let session: SessionId = store.open_session("replay", None).await.unwrap().id;
     let hub = Hub::with_capacity(capacity);
     let tasks = TaskTracker::new();
@@ -72,20 +74,23 @@ async fn scenario(ops: Vec<Op>, capacity: usize) {
             Op::Attach { at } => {
                 let cursor = Seq(((produced as f64) * at).floor() as u64);
                 let mut tail = Tail::new(store.clone(), &hub, session, cursor);
-                viewers.push((cursor, tokio::spawn(async move {
-                    let mut got = Vec::new();
-                    // Collect until told the final head; the timeout is only a failure guard.
-                    loop {
-                        match tokio::time::timeout(Duration::from_secs(10), tail.next()).await {
-                            Ok(Ok(f)) => got.push((*f.entry).clone()),
-                            Ok(Err(e)) => panic!("tail failed: {e}"),
-                            Err(_) => return got,
+                viewers.push((
+                    cursor,
+                    tokio::spawn(async move {
+                        let mut got = Vec::new();
+                        // Collect until told the final head; the timeout is only a failure guard.
+                        loop {
+                            match tokio::time::timeout(Duration::from_secs(10), tail.next()).await {
+                                Ok(Ok(f)) => got.push((*f.entry).clone()),
+                                Ok(Err(e)) => panic!("tail failed: {e}"),
+                                Err(_) => return got,
+                            }
+                            if got.last().and_then(|e| e.payload.get("end")).is_some() {
+                                return got;
+                            }
                         }
-                        if got.last().and_then(|e| e.payload.get("end")).is_some() {
-                            return got;
-                        }
-                    }
-                })));
+                    }),
+                ));
             }
             Op::Yield => tokio::task::yield_now().await,
         }
@@ -95,14 +100,21 @@ async fn scenario(ops: Vec<Op>, capacity: usize) {
     end.payload = json!({"end": true});
     log.append(session, vec![end]).await.unwrap();
     let head = produced as u64 + 1;
-    let all = store.read(session, Range::After(Seq::ZERO), 100_000).await.unwrap();
+    let all = store
+        .read(session, Range::After(Seq::ZERO), 100_000)
+        .await
+        .unwrap();
     assert_eq!(all.len() as u64, head);
     for (cursor, viewer) in viewers {
         let got = viewer.await.unwrap();
         let seqs: Vec<u64> = got.iter().map(|e| e.seq.0).collect();
         let want: Vec<u64> = (cursor.0 + 1..=head).collect();
         assert_eq!(seqs, want, "viewer at cursor {cursor}");
-        assert_eq!(got, all[cursor.0 as usize..].to_vec(), "viewer at cursor {cursor} got other content");
+        assert_eq!(
+            got,
+            all[cursor.0 as usize..].to_vec(),
+            "viewer at cursor {cursor} got other content"
+        );
     }
     log.close();
     tasks.close();

@@ -44,9 +44,17 @@ pub(crate) async fn submit(
     };
     let outcome = state.log.append(session, vec![append]).await?.pop();
     match outcome {
-        Some(Appended::Stored(e)) => Ok(InputAccepted { seq: e.seq, duplicate: false }),
-        Some(Appended::Duplicate(seq)) => Ok(InputAccepted { seq, duplicate: true }),
-        other => Err(ApiError::Internal(anyhow::anyhow!("unexpected input outcome {other:?}"))),
+        Some(Appended::Stored(e)) => Ok(InputAccepted {
+            seq: e.seq,
+            duplicate: false,
+        }),
+        Some(Appended::Duplicate(seq)) => Ok(InputAccepted {
+            seq,
+            duplicate: true,
+        }),
+        other => Err(ApiError::Internal(anyhow::anyhow!(
+            "unexpected input outcome {other:?}"
+        ))),
     }
 }
 
@@ -60,11 +68,18 @@ fn validate(req: &InputRequest) -> Result<(), ApiError> {
     if !kinds::is_input(&req.kind) || !kinds::is_valid(&req.kind) {
         return Err(ApiError::Invalid {
             field: "kind",
-            reason: format!("{:?} is not an input kind (e.g. {:?})", req.kind, kinds::INPUT_TEXT),
+            reason: format!(
+                "{:?} is not an input kind (e.g. {:?})",
+                req.kind,
+                kinds::INPUT_TEXT
+            ),
         });
     }
     if req.kind == kinds::INPUT_TEXT && !req.payload.get("text").is_some_and(|t| t.is_string()) {
-        return Err(ApiError::Invalid { field: "payload", reason: "input.text needs a string field \"text\"".into() });
+        return Err(ApiError::Invalid {
+            field: "payload",
+            reason: "input.text needs a string field \"text\"".into(),
+        });
     }
     Ok(())
 }

@@ -49,8 +49,14 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::TooLarge(limit)
         } else {
-            ApiError::Invalid { field: "body", reason: e.body_text() }
+            ApiError::Invalid {
+                field: "body",
+                reason: e.body_text(),
+            }
         }
     })?;
-    serde_json::from_slice(&body).map_err(|e| ApiError::Invalid { field: "body", reason: e.to_string() })
+    serde_json::from_slice(&body).map_err(|e| ApiError::Invalid {
+        field: "body",
+        reason: e.to_string(),
+    })
 }

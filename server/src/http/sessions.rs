@@ -26,7 +26,11 @@ fn info(state: &AppState, row: SessionRow) -> SessionInfo {
         created_at: row.created_at,
         head_seq: row.head_seq,
         last_activity: row.last_ts,
-        status: if row.ended_at.is_some() { SessionStatus::Ended } else { SessionStatus::Live },
+        status: if row.ended_at.is_some() {
+            SessionStatus::Ended
+        } else {
+            SessionStatus::Live
+        },
         agent: row.agent,
     }
 }
@@ -52,7 +56,11 @@ pub(super) async fn get(
 
 fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
     query_param(query, name)
-        .map(|v| v.parse::<u64>().map(Seq).map_err(|_| ApiError::InvalidCursor(v)))
+        .map(|v| {
+            v.parse::<u64>()
+                .map(Seq)
+                .map_err(|_| ApiError::InvalidCursor(v))
+        })
         .transpose()
 }
 
@@ -66,13 +74,21 @@ pub(super) async fn entries(
     let query = query.unwrap_or_default();
     let limit = match query_param(&query, "limit") {
         None => DEFAULT_PAGE,
-        Some(v) => v.parse::<u32>().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or_else(|| {
-            ApiError::Invalid { field: "limit", reason: format!("{v:?} is not a number from 1 to {MAX_PAGE}") }
-        })?,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| ApiError::Invalid {
+                field: "limit",
+                reason: format!("{v:?} is not a number from 1 to {MAX_PAGE}"),
+            })?,
     };
     let range = match (seq_param(&query, "after")?, seq_param(&query, "before")?) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::Invalid { field: "after", reason: "give after or before, not both".into() })
+            return Err(ApiError::Invalid {
+                field: "after",
+                reason: "give after or before, not both".into(),
+            })
         }
         (_, Some(b)) => Range::Before(b),
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
@@ -91,7 +107,11 @@ pub(super) async fn entries(
             }
         }
     }
-    Ok(Json(EntriesPage { entries, head_seq: session.head_seq, has_more }))
+    Ok(Json(EntriesPage {
+        entries,
+        head_seq: session.head_seq,
+        has_more,
+    }))
 }
 
 /// Body of `POST /api/v1/sessions/{id}/bridge/close`.
@@ -112,10 +132,19 @@ pub(super) async fn close_bridge(
 ) -> Result<StatusCode, ApiError> {
     let req: CloseBridge = super::parse_json(body, state.config.max_body_bytes)?;
     if !(1000..=4999).contains(&req.code) || matches!(req.code, 1004..=1006 | 1015) {
-        return Err(ApiError::Invalid { field: "code", reason: format!("{} cannot be sent in a close frame", req.code) });
+        return Err(ApiError::Invalid {
+            field: "code",
+            reason: format!("{} cannot be sent in a close frame", req.code),
+        });
     }
     let session = state.store.find_session(&key).await?;
-    if state.hub.control_bridge(session.id, BridgeControl::Close { code: req.code, reason: req.reason }) {
+    if state.hub.control_bridge(
+        session.id,
+        BridgeControl::Close {
+            code: req.code,
+            reason: req.reason,
+        },
+    ) {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("live bridge"))

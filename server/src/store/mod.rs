@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
-use moor_protocol::{Entry, ProducerId, SessionId, Seq};
+use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
 pub use sqlite::SqliteStore;
@@ -147,8 +147,12 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;
 
     /// Remote inputs with seq > `after`, oldest first, at most `limit`.
-    async fn inputs_after(&self, session: SessionId, after: Seq, limit: u32)
-        -> StoreResult<Vec<Entry>>;
+    async fn inputs_after(
+        &self,
+        session: SessionId,
+        after: Seq,
+        limit: u32,
+    ) -> StoreResult<Vec<Entry>>;
 
     /// Seqs of inputs with seq ≤ `upto` that have no settling receipt yet (applied, failed or
     /// uncertain), oldest first.
@@ -169,7 +173,9 @@ pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
              (or leave --database-url unset for <data-dir>/moor.db)"
         ))
     } else {
-        Err(anyhow!("unsupported database URL scheme in {url:?}: expected sqlite: or postgres:"))
+        Err(anyhow!(
+            "unsupported database URL scheme in {url:?}: expected sqlite: or postgres:"
+        ))
     }
 }
 

@@ -44,15 +44,28 @@ impl Plan {
 
     /// Records the stored mark loaded from the database.
     pub(crate) fn set_mark(&mut self, producer: ProducerId, stored: u64) {
-        self.marks.insert(producer, Mark { stored, current: stored, gapped: false });
+        self.marks.insert(
+            producer,
+            Mark {
+                stored,
+                current: stored,
+                gapped: false,
+            },
+        );
     }
 
     /// Classifies a producer seq against the mark; once a producer gaps, the rest of its
     /// entries in the batch are refused too (they would leave a hole).
     pub(crate) fn check_producer(&mut self, producer: ProducerId, seq: u64, mark: u64) -> Check {
-        let m = self.marks.entry(producer).or_insert(Mark { stored: mark, current: mark, gapped: false });
+        let m = self.marks.entry(producer).or_insert(Mark {
+            stored: mark,
+            current: mark,
+            gapped: false,
+        });
         if m.gapped {
-            return Check::Gap { expected: m.current + 1 };
+            return Check::Gap {
+                expected: m.current + 1,
+            };
         }
         if seq <= m.current {
             Check::Replay
@@ -60,7 +73,9 @@ impl Plan {
             Check::Next
         } else {
             m.gapped = true;
-            Check::Gap { expected: m.current + 1 }
+            Check::Gap {
+                expected: m.current + 1,
+            }
         }
     }
 
@@ -75,7 +90,10 @@ impl Plan {
     /// Notes that an entry with `key` is stored at `seq` in this batch.
     pub(crate) fn record(&mut self, key: &IdemKey, kind: &str, seq: Seq) {
         match key {
-            IdemKey::Producer { producer, seq: pseq } => {
+            IdemKey::Producer {
+                producer,
+                seq: pseq,
+            } => {
                 if let Some(m) = self.marks.get_mut(producer) {
                     m.current = *pseq;
                 }
@@ -92,7 +110,10 @@ impl Plan {
 
     /// Producers whose mark moved in this batch, with their new mark.
     pub(crate) fn advanced_marks(&self) -> impl Iterator<Item = (ProducerId, u64)> + '_ {
-        self.marks.iter().filter(|(_, m)| m.current > m.stored).map(|(p, m)| (*p, m.current))
+        self.marks
+            .iter()
+            .filter(|(_, m)| m.current > m.stored)
+            .map(|(p, m)| (*p, m.current))
     }
 }
 
@@ -107,7 +128,14 @@ mod tests {
         plan.set_mark(p, 5);
         assert_eq!(plan.check_producer(p, 4, 5), Check::Replay);
         assert_eq!(plan.check_producer(p, 6, 5), Check::Next);
-        plan.record(&IdemKey::Producer { producer: p, seq: 6 }, "agent.output", Seq(1));
+        plan.record(
+            &IdemKey::Producer {
+                producer: p,
+                seq: 6,
+            },
+            "agent.output",
+            Seq(1),
+        );
         assert_eq!(plan.check_producer(p, 6, 5), Check::Replay);
         assert_eq!(plan.check_producer(p, 9, 5), Check::Gap { expected: 7 });
         // After a gap nothing else of this producer is taken, not even the expected seq.

@@ -9,12 +9,14 @@ use std::time::Duration;
 use anyhow::Context;
 use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
-use moor_protocol::{kinds, now_ms, Entry, ProducerId, SessionId, Seq};
+use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
-use super::{same_content, Append, Appended, IdemKey, Range, SessionRow, Store, StoreError, StoreResult};
+use super::{
+    same_content, Append, Appended, IdemKey, Range, SessionRow, Store, StoreError, StoreResult,
+};
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
 const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
@@ -101,7 +103,10 @@ struct NewRow<'a> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
-        let agent_json = agent.map(serde_json::to_string).transpose().context("encode agent")?;
+        let agent_json = agent
+            .map(serde_json::to_string)
+            .transpose()
+            .context("encode agent")?;
         let id = Uuid::parse_str(key).unwrap_or_else(|_| Uuid::new_v4());
         // Insert-if-absent then read: safe against a concurrent creator of the same name.
         sqlx::query(
@@ -182,9 +187,10 @@ impl Store for SqliteStore {
                             .map_err(other)?;
                             Some(replay_outcome(stored, append, *seq)?)
                         }
-                        super::plan::Check::Gap { expected } => {
-                            Some(Appended::Gap { expected, got: *seq })
-                        }
+                        super::plan::Check::Gap { expected } => Some(Appended::Gap {
+                            expected,
+                            got: *seq,
+                        }),
                     }
                 }
                 IdemKey::ClientMsg(id) => match plan.seen_client_msg(id) {
@@ -219,7 +225,11 @@ impl Store for SqliteStore {
                 plan.record(&append.key, &append.kind, Seq(head as u64));
                 let payload = serde_json::to_string(&append.payload).context("encode payload")?;
                 last_ts = Some(append.ts);
-                rows.push(NewRow { seq: head, append, payload });
+                rows.push(NewRow {
+                    seq: head,
+                    append,
+                    payload,
+                });
             }
             decided.push(outcome);
         }
@@ -254,7 +264,13 @@ impl Store for SqliteStore {
             .map(|(a, d)| {
                 d.unwrap_or_else(|| {
                     let seq = Seq(stored_seqs.pop().unwrap_or_default() as u64);
-                    Appended::Stored(Arc::new(Entry { seq, ts: a.ts, kind: a.kind, author: a.author, payload: a.payload }))
+                    Appended::Stored(Arc::new(Entry {
+                        seq,
+                        ts: a.ts,
+                        kind: a.kind,
+                        author: a.author,
+                        payload: a.payload,
+                    }))
                 })
             })
             .collect())
@@ -279,7 +295,10 @@ impl Store for SqliteStore {
             .fetch_all(&self.readers)
             .await
             .map_err(other)?;
-        let mut entries = rows.iter().map(entry_row).collect::<StoreResult<Vec<_>>>()?;
+        let mut entries = rows
+            .iter()
+            .map(entry_row)
+            .collect::<StoreResult<Vec<_>>>()?;
         if matches!(range, Range::Before(_)) {
             entries.reverse();
         }
@@ -288,10 +307,16 @@ impl Store for SqliteStore {
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
         let mut conn = self.readers.acquire().await.map_err(other)?;
-        self.producer_mark_in(&mut conn, &session.to_string(), producer).await
+        self.producer_mark_in(&mut conn, &session.to_string(), producer)
+            .await
     }
 
-    async fn inputs_after(&self, session: SessionId, after: Seq, limit: u32) -> StoreResult<Vec<Entry>> {
+    async fn inputs_after(
+        &self,
+        session: SessionId,
+        after: Seq,
+        limit: u32,
+    ) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(
             "SELECT seq, ts, kind, author, payload FROM entries \
              WHERE session_id = ? AND client_msg_id IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?",
@@ -335,13 +360,15 @@ impl Store for SqliteStore {
 
 impl SqliteStore {
     async fn find_session_in(&self, pool: &SqlitePool, key: &str) -> StoreResult<SessionRow> {
-        let row = sqlx::query(&format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ? OR name = ?"))
-            .bind(key)
-            .bind(key)
-            .fetch_optional(pool)
-            .await
-            .map_err(other)?
-            .ok_or(StoreError::NotFound)?;
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLS} FROM sessions WHERE id = ? OR name = ?"
+        ))
+        .bind(key)
+        .bind(key)
+        .fetch_optional(pool)
+        .await
+        .map_err(other)?
+        .ok_or(StoreError::NotFound)?;
         session_row(&row)
     }
 
@@ -370,7 +397,9 @@ fn replay_outcome(
 ) -> StoreResult<Appended> {
     // The mark says this producer seq is stored; a missing row means the store is inconsistent.
     let row = stored.ok_or_else(|| {
-        StoreError::Other(anyhow::anyhow!("producer seq {producer_seq} below the mark but not stored"))
+        StoreError::Other(anyhow::anyhow!(
+            "producer seq {producer_seq} below the mark but not stored"
+        ))
     })?;
     let payload: String = row.get("payload");
     let stored_payload: serde_json::Value =
@@ -390,7 +419,11 @@ async fn insert_rows(
 ) -> StoreResult<()> {
     let mut rest = rows;
     while !rest.is_empty() {
-        let n = INSERT_CHUNKS.iter().copied().find(|&n| n <= rest.len()).unwrap_or(1);
+        let n = INSERT_CHUNKS
+            .iter()
+            .copied()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
         let mut qb = QueryBuilder::<Sqlite>::new(
@@ -399,7 +432,9 @@ async fn insert_rows(
         );
         qb.push_values(chunk, |mut b, row| {
             let (producer, producer_seq, client_msg, ref_seq) = match &row.append.key {
-                IdemKey::Producer { producer, seq } => (Some(producer.to_string()), Some(*seq as i64), None, None),
+                IdemKey::Producer { producer, seq } => {
+                    (Some(producer.to_string()), Some(*seq as i64), None, None)
+                }
                 IdemKey::ClientMsg(id) => (None, None, Some(id.clone()), None),
                 IdemKey::Receipt(input) => (None, None, None, Some(input.0 as i64)),
                 IdemKey::None => (None, None, None, None),
@@ -415,7 +450,11 @@ async fn insert_rows(
                 .push_bind(client_msg)
                 .push_bind(ref_seq);
         });
-        qb.build().persistent(true).execute(&mut **tx).await.map_err(other)?;
+        qb.build()
+            .persistent(true)
+            .execute(&mut **tx)
+            .await
+            .map_err(other)?;
     }
     Ok(())
 }

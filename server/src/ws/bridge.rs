@@ -15,7 +15,7 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
-use moor_protocol::{close, kinds, now_ms, NewEntry, SessionId, Seq, PROTOCOL_VERSION};
+use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{interval, Instant, MissedTickBehavior};
@@ -33,7 +33,11 @@ const MAX_MERGED_ENTRIES: usize = 4096;
 const WELCOME_INPUTS: u32 = 1000;
 
 /// Upgrades an authenticated request to a bridge link.
-pub async fn upgrade(State(state): State<AppState>, _who: AuthUser, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(state): State<AppState>,
+    _who: AuthUser,
+    ws: WebSocketUpgrade,
+) -> Response {
     let conns = state.conns.clone();
     super::tune(ws, &state.config).on_upgrade(move |socket| conns.track_future(run(socket, state)))
 }
@@ -46,10 +50,16 @@ struct Ending {
 
 impl Ending {
     fn close(code: u16, reason: impl Into<String>) -> Self {
-        Self { code: Some(code), reason: reason.into() }
+        Self {
+            code: Some(code),
+            reason: reason.into(),
+        }
     }
     fn lost(reason: impl Into<String>) -> Self {
-        Self { code: None, reason: reason.into() }
+        Self {
+            code: None,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -69,21 +79,36 @@ async fn run(socket: WebSocket, state: AppState) {
         Ok(h) => h,
         Err(end) => {
             if let Some(code) = end.code {
-                super::close(&mut tx, code, &end.reason).await;
+                super::close(&mut tx, &mut rx, code, &end.reason).await;
             }
             return;
         }
     };
-    let session = match state.store.open_session(&hello.session, Some(&hello.agent)).await {
+    let session = match state
+        .store
+        .open_session(&hello.session, Some(&hello.agent))
+        .await
+    {
         Ok(s) if s.ended_at.is_some() => {
             let msg = format!("session {} has ended; start a new one", s.name);
-            let _ = tx.send(text(&ServerToBridge::Error { code: ErrorCode::SessionEnded, message: msg.clone() })).await;
-            return super::close(&mut tx, close::SESSION_ENDED, &msg).await;
+            let _ = tx
+                .send(text(&ServerToBridge::Error {
+                    code: ErrorCode::SessionEnded,
+                    message: msg.clone(),
+                }))
+                .await;
+            return super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
         }
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = ?e, "bridge handshake could not open the session");
-            return super::close(&mut tx, close::SERVER_ERROR, "store unavailable; retry").await;
+            return super::close(
+                &mut tx,
+                &mut rx,
+                close::SERVER_ERROR,
+                "store unavailable; retry",
+            )
+            .await;
         }
     };
     let (control_tx, control_rx) = mpsc::unbounded_channel();
@@ -95,16 +120,24 @@ async fn run(socket: WebSocket, state: AppState) {
         });
     }
     let inputs = state.hub.subscribe(session.id);
-    let mut conn = Conn { state: state.clone(), session: session.id, hello, tx, delivered: Seq::ZERO };
+    let mut conn = Conn {
+        state: state.clone(),
+        session: session.id,
+        hello,
+        tx,
+        delivered: Seq::ZERO,
+    };
     let ending = match conn.welcome(&session.name, conn_id).await {
-        Ok(()) => conn.serve(rx, inputs, control_rx).await,
+        Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
         Err(e) => {
             tracing::error!(error = ?e, "bridge handshake failed");
             Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
         }
     };
     // Record the disconnect before closing, so whoever sees the close can also see it logged.
-    state.hub.detach_bridge(session.id, conn_id, ending.code, &ending.reason);
+    state
+        .hub
+        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
     let entry = server_entry(
         kinds::BRIDGE_DISCONNECTED,
         json!({"connection": conn_id, "reason": ending.reason, "close_code": ending.code}),
@@ -114,7 +147,7 @@ async fn run(socket: WebSocket, state: AppState) {
         Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
     }
     if let Some(code) = ending.code {
-        super::close(&mut conn.tx, code, &ending.reason).await;
+        super::close(&mut conn.tx, &mut rx, code, &ending.reason).await;
     }
 }
 
@@ -126,27 +159,49 @@ async fn handshake(state: &AppState, rx: &mut SplitStream<WebSocket>) -> Result<
     let hello = match first {
         Some(Ok(Message::Text(t))) => match serde_json::from_str::<BridgeToServer>(&t) {
             Ok(BridgeToServer::Hello(h)) => h,
-            Ok(_) => return Err(Ending::close(close::BAD_FRAME, "expected hello as the first frame")),
+            Ok(_) => {
+                return Err(Ending::close(
+                    close::BAD_FRAME,
+                    "expected hello as the first frame",
+                ))
+            }
             Err(e) => return Err(Ending::close(close::BAD_FRAME, format!("bad hello: {e}"))),
         },
-        Some(Ok(_)) => return Err(Ending::close(close::BAD_FRAME, "expected a text hello frame")),
+        Some(Ok(_)) => {
+            return Err(Ending::close(
+                close::BAD_FRAME,
+                "expected a text hello frame",
+            ))
+        }
         Some(Err(_)) => return Err(Ending::close(close::MESSAGE_TOO_BIG, "hello refused")),
         None => return Err(Ending::lost("closed before hello")),
     };
     if hello.version != PROTOCOL_VERSION {
         return Err(Ending::close(
             close::VERSION_MISMATCH,
-            format!("bridge speaks protocol {}, server speaks {PROTOCOL_VERSION}; upgrade moor", hello.version),
+            format!(
+                "bridge speaks protocol {}, server speaks {PROTOCOL_VERSION}; upgrade moor",
+                hello.version
+            ),
         ));
     }
     if hello.session.is_empty() || hello.session.len() > 128 {
-        return Err(Ending::close(close::BAD_FRAME, "session name must be 1 to 128 characters"));
+        return Err(Ending::close(
+            close::BAD_FRAME,
+            "session name must be 1 to 128 characters",
+        ));
     }
     Ok(hello)
 }
 
 fn server_entry(kind: &str, payload: serde_json::Value) -> Append {
-    Append { ts: now_ms(), kind: kind.into(), author: kinds::AUTHOR_SERVER.into(), payload, key: IdemKey::None }
+    Append {
+        ts: now_ms(),
+        kind: kind.into(),
+        author: kinds::AUTHOR_SERVER.into(),
+        payload,
+        key: IdemKey::None,
+    }
 }
 
 fn receipt(kind: &str, input: Seq, extra: serde_json::Value) -> Append {
@@ -173,7 +228,9 @@ impl Conn {
             .iter()
             .map(|s| receipt(kinds::INPUT_UNCERTAIN, *s, json!({})))
             .collect();
-        let unsettled = store.unsettled_inputs(self.session, hello.last_applied_input).await?;
+        let unsettled = store
+            .unsettled_inputs(self.session, hello.last_applied_input)
+            .await?;
         settle.extend(
             unsettled
                 .into_iter()
@@ -185,8 +242,13 @@ impl Conn {
             json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
         ));
         self.state.log.append(self.session, settle).await?;
-        let pending = store.inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS).await?;
-        self.delivered = pending.last().map(|e| e.seq).unwrap_or(hello.last_applied_input);
+        let pending = store
+            .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
+            .await?;
+        self.delivered = pending
+            .last()
+            .map(|e| e.seq)
+            .unwrap_or(hello.last_applied_input);
         let cfg = &self.state.config;
         let welcome = Welcome {
             version: PROTOCOL_VERSION,
@@ -199,7 +261,9 @@ impl Conn {
             max_lifetime_ms: cfg.bridge_max_lifetime.as_millis() as u64,
             web_url: self.state.session_url(self.session),
         };
-        self.tx.send(text(&ServerToBridge::Welcome(welcome))).await?;
+        self.tx
+            .send(text(&ServerToBridge::Welcome(welcome)))
+            .await?;
         // Inputs committed after the Welcome query but before our subscription caught up are
         // picked up by `forward_input`, which compares against `delivered`.
         Ok(())
@@ -207,13 +271,14 @@ impl Conn {
 
     async fn serve(
         &mut self,
-        mut rx: SplitStream<WebSocket>,
+        rx: &mut SplitStream<WebSocket>,
         mut inputs: broadcast::Receiver<Arc<Frame>>,
         mut control: mpsc::UnboundedReceiver<BridgeControl>,
     ) -> Ending {
         let cfg = self.state.config.clone();
         let started = Instant::now();
-        let lifetime = (!cfg.bridge_max_lifetime.is_zero()).then(|| started + cfg.bridge_max_lifetime);
+        let lifetime =
+            (!cfg.bridge_max_lifetime.is_zero()).then(|| started + cfg.bridge_max_lifetime);
         let mut move_at = lifetime.map(|end| end.checked_sub(cfg.move_notice).unwrap_or(started));
         let mut heartbeat = interval(cfg.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -244,10 +309,13 @@ impl Conn {
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
                 input = inputs.recv() => self.forward_input(input).await,
-                msg = next_message(&mut lookahead, &mut rx) => {
+                msg = next_message(&mut lookahead, rx) => {
                     last_rx = Instant::now();
                     match msg {
-                        Some(Ok(Message::Text(t))) => match self.on_frame(&t, &mut lookahead, &mut rx).await {
+                        Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => {
+                            return Ending::close(close::MESSAGE_TOO_BIG, format!("frame of {} bytes is over the {} byte limit", t.len(), cfg.max_frame_bytes));
+                        }
+                        Some(Ok(Message::Text(t))) => match self.on_frame(&t, &mut lookahead, rx).await {
                             Ok(()) => Ok(()),
                             Err(end) => return end,
                         },
@@ -285,10 +353,17 @@ impl Conn {
         input: Result<Arc<Frame>, broadcast::error::RecvError>,
     ) -> Result<(), axum::Error> {
         let entries = match input {
-            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => vec![(*f.entry).clone()],
+            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => {
+                vec![(*f.entry).clone()]
+            }
             Ok(_) => return Ok(()),
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                match self.state.store.inputs_after(self.session, self.delivered, WELCOME_INPUTS).await {
+                match self
+                    .state
+                    .store
+                    .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
+                    .await
+                {
                     Ok(entries) => entries,
                     Err(e) => {
                         tracing::error!(error = ?e, "could not re-read inputs after lag");
@@ -311,18 +386,25 @@ impl Conn {
         lookahead: &mut Lookahead,
         rx: &mut SplitStream<WebSocket>,
     ) -> Result<(), Ending> {
-        let frame: BridgeToServer =
-            serde_json::from_str(raw).map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
+        let frame: BridgeToServer = serde_json::from_str(raw)
+            .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
         match frame {
             BridgeToServer::Entries { mut entries } => {
-                merge_ready(&mut entries, lookahead, rx);
+                merge_ready(
+                    &mut entries,
+                    lookahead,
+                    rx,
+                    self.state.config.max_frame_bytes,
+                );
                 self.append_entries(entries).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
                 let (kind, extra) = match status {
                     ReceiptStatus::Delivered => (kinds::INPUT_DELIVERED, json!({})),
                     ReceiptStatus::Applied => (kinds::INPUT_APPLIED, json!({})),
-                    ReceiptStatus::Failed { reason } => (kinds::INPUT_FAILED, json!({"reason": reason})),
+                    ReceiptStatus::Failed { reason } => {
+                        (kinds::INPUT_FAILED, json!({"reason": reason}))
+                    }
                 };
                 self.state
                     .log
@@ -334,18 +416,35 @@ impl Conn {
             BridgeToServer::Heartbeat => Ok(()),
             BridgeToServer::End => {
                 let ended = server_entry(kinds::SESSION_ENDED, json!({"reason": "agent exited"}));
-                self.state.log.append(self.session, vec![ended]).await.map_err(store_ending)?;
-                self.state.store.end_session(self.session, now_ms()).await.map_err(store_ending)?;
+                self.state
+                    .log
+                    .append(self.session, vec![ended])
+                    .await
+                    .map_err(store_ending)?;
+                self.state
+                    .store
+                    .end_session(self.session, now_ms())
+                    .await
+                    .map_err(store_ending)?;
                 Err(Ending::close(close::SESSION_ENDED, "session ended"))
             }
-            BridgeToServer::Hello(_) => Err(Ending::close(close::BAD_FRAME, "hello may only be the first frame")),
+            BridgeToServer::Hello(_) => Err(Ending::close(
+                close::BAD_FRAME,
+                "hello may only be the first frame",
+            )),
         }
     }
 
     /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
     async fn append_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
-            return Err(self.refuse(ErrorCode::BadRequest, close::BAD_FRAME, format!("kind {:?} may not be written by a bridge", bad.kind)).await);
+            return Err(self
+                .refuse(
+                    ErrorCode::BadRequest,
+                    close::BAD_FRAME,
+                    format!("kind {:?} may not be written by a bridge", bad.kind),
+                )
+                .await);
         }
         let producer = self.hello.producer;
         let producer_seqs: Vec<u64> = entries.iter().map(|e| e.producer_seq).collect();
@@ -356,10 +455,18 @@ impl Conn {
                 kind: e.kind,
                 author: kinds::AUTHOR_BRIDGE.into(),
                 payload: e.payload,
-                key: IdemKey::Producer { producer, seq: e.producer_seq },
+                key: IdemKey::Producer {
+                    producer,
+                    seq: e.producer_seq,
+                },
             })
             .collect();
-        let outcomes = self.state.log.append(self.session, batch).await.map_err(store_ending)?;
+        let outcomes = self
+            .state
+            .log
+            .append(self.session, batch)
+            .await
+            .map_err(store_ending)?;
         let mut acked = None;
         for (o, pseq) in outcomes.iter().zip(producer_seqs) {
             match o {
@@ -368,12 +475,16 @@ impl Conn {
                     self.ack(acked).await;
                     let msg = format!("producer seq {producer_seq} was replayed with content different from the stored entry; refusing it");
                     tracing::error!(session = %self.session, %producer, producer_seq, "content mismatch on replay");
-                    return Err(self.refuse(ErrorCode::ContentMismatch, close::CONTENT_MISMATCH, msg).await);
+                    return Err(self
+                        .refuse(ErrorCode::ContentMismatch, close::CONTENT_MISMATCH, msg)
+                        .await);
                 }
                 Appended::Gap { expected, got } => {
                     self.ack(acked).await;
                     let msg = format!("producer seq {got} skips ahead; expected {expected}. Reconnect and resend from the mark");
-                    return Err(self.refuse(ErrorCode::ProducerGap, close::PRODUCER_GAP, msg).await);
+                    return Err(self
+                        .refuse(ErrorCode::ProducerGap, close::PRODUCER_GAP, msg)
+                        .await);
                 }
             }
         }
@@ -389,18 +500,29 @@ impl Conn {
     }
 
     async fn refuse(&mut self, code: ErrorCode, close_code: u16, message: String) -> Ending {
-        let _ = self.send(&ServerToBridge::Error { code, message: message.clone() }).await;
+        let _ = self
+            .send(&ServerToBridge::Error {
+                code,
+                message: message.clone(),
+            })
+            .await;
         Ending::close(close_code, message)
     }
 }
 
 /// Kinds the server writes itself (`bridge.*`, `input.*`) are not the bridge's to write.
 fn bridge_may_write(kind: &str) -> bool {
-    kinds::is_valid(kind) && !kind.starts_with("bridge.") && !kind.starts_with("input.") && kind != kinds::SESSION_ENDED
+    kinds::is_valid(kind)
+        && !kind.starts_with("bridge.")
+        && !kind.starts_with("input.")
+        && kind != kinds::SESSION_ENDED
 }
 
 /// The next message: one already looked at, else the socket's.
-async fn next_message(lookahead: &mut Lookahead, rx: &mut SplitStream<WebSocket>) -> Option<Result<Message, axum::Error>> {
+async fn next_message(
+    lookahead: &mut Lookahead,
+    rx: &mut SplitStream<WebSocket>,
+) -> Option<Result<Message, axum::Error>> {
     match lookahead.pop_front() {
         Some(m) => m,
         None => rx.next().await,
@@ -412,11 +534,25 @@ type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 
 /// Merges entry batches that are already readable into `entries` (group commit for one
 /// bridge); the first frame of another type is kept for the main loop.
-fn merge_ready(entries: &mut Vec<NewEntry>, lookahead: &mut Lookahead, rx: &mut SplitStream<WebSocket>) {
+fn merge_ready(
+    entries: &mut Vec<NewEntry>,
+    lookahead: &mut Lookahead,
+    rx: &mut SplitStream<WebSocket>,
+    max_frame_bytes: usize,
+) {
     while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
-        let Some(msg) = rx.next().now_or_never() else { break };
+        let Some(msg) = rx.next().now_or_never() else {
+            break;
+        };
         if let Some(Ok(Message::Text(t))) = &msg {
-            if let Ok(BridgeToServer::Entries { entries: more }) = serde_json::from_str::<BridgeToServer>(t) {
+            // An oversized frame is left to the main loop, which refuses it.
+            if t.len() > max_frame_bytes {
+                lookahead.push_back(msg);
+                break;
+            }
+            if let Ok(BridgeToServer::Entries { entries: more }) =
+                serde_json::from_str::<BridgeToServer>(t)
+            {
                 entries.extend(more);
                 continue;
             }
@@ -430,7 +566,10 @@ fn store_ending(e: StoreError) -> Ending {
         StoreError::SessionEnded => Ending::close(close::SESSION_ENDED, "session has ended"),
         e => {
             tracing::error!(error = ?e, "bridge append failed");
-            Ending::close(close::SERVER_ERROR, "server could not store entries; reconnect")
+            Ending::close(
+                close::SERVER_ERROR,
+                "server could not store entries; reconnect",
+            )
         }
     }
 }

@@ -5,29 +5,75 @@ pub mod bridge;
 pub mod viewer;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use futures_util::stream::SplitSink;
-use futures_util::SinkExt;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
 
 use crate::config::ServerConfig;
 
+/// Messages up to this many times the configured limit are read whole and refused with a clean
+/// 1009 close; only larger ones hit the transport's hard limit, which cannot be answered as
+/// cleanly because the rest of the frame is left unread.
+const HARD_LIMIT_FACTOR: usize = 8;
+
 /// Applies the configured limits and small buffers (axum's defaults cost ~130 KiB a socket).
 pub(crate) fn tune(ws: WebSocketUpgrade, cfg: &ServerConfig) -> WebSocketUpgrade {
-    ws.max_message_size(cfg.max_frame_bytes)
-        .max_frame_size(cfg.max_frame_bytes)
+    let hard = cfg.max_frame_bytes.saturating_mul(HARD_LIMIT_FACTOR);
+    ws.max_message_size(hard)
+        .max_frame_size(hard)
         .read_buffer_size(4 * 1024)
         .write_buffer_size(0)
         .max_write_buffer_size(cfg.max_frame_bytes.saturating_mul(2).max(64 * 1024))
 }
 
-/// Sends a close frame; errors are ignored because the peer may already be gone.
-pub(crate) async fn close(tx: &mut SplitSink<WebSocket, Message>, code: u16, reason: &str) {
+/// How long a closing side waits for the peer's answering close frame.
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Sends a close frame, then reads (and discards) until the peer answers or hangs up.
+///
+/// Dropping the socket straight after the close frame would let the kernel answer the peer's
+/// unread bytes with a TCP reset, which can overtake the close frame: the peer would see a reset
+/// instead of the code, and retry where it should have stopped (superseded, content mismatch).
+pub(crate) async fn close(
+    tx: &mut SplitSink<WebSocket, Message>,
+    rx: &mut SplitStream<WebSocket>,
+    code: u16,
+    reason: &str,
+) {
     // Close reasons are limited to 123 bytes by the protocol.
     let mut reason = reason.to_owned();
     while reason.len() > 123 {
         reason.pop();
     }
-    let _ = tx.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+    if tx
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })))
+        .await
+        .is_ok()
+    {
+        let _ = tokio::time::timeout(CLOSE_LINGER, async {
+            loop {
+                match rx.next().await {
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Ok(_)) => {}
+                    // The stream is unusable (e.g. a frame over the hard limit is half read):
+                    // give the peer a moment to read our close before the reset it may cause.
+                    Some(Err(_)) => {
+                        tokio::time::sleep(CLOSE_LINGER / 4).await;
+                        break;
+                    }
+                }
+            }
+        })
+        .await;
+    }
     let _ = tx.close().await;
+}
+
+/// Whether a received text message exceeds the configured limit.
+pub(crate) fn too_big(text: &str, cfg: &ServerConfig) -> bool {
+    text.len() > cfg.max_frame_bytes
 }
 
 /// Serialises a frame for the wire.

@@ -10,7 +10,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
-use moor_protocol::{close, SessionId, Seq};
+use moor_protocol::{close, Seq, SessionId};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 
 use super::{text, tune};
@@ -34,7 +34,11 @@ pub async fn upgrade(
     let session = state.store.find_session(&key).await?;
     let conns = state.conns.clone();
     let ws = tune(ws, &state.config);
-    Ok(ws.on_upgrade(move |socket| conns.track_future(run(socket, state, who, session.id, cursor))))
+    Ok(
+        ws.on_upgrade(move |socket| {
+            conns.track_future(run(socket, state, who, session.id, cursor))
+        }),
+    )
 }
 
 #[tracing::instrument(skip_all, fields(session.id = %session))]
@@ -45,12 +49,12 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
         Ok(s) => s.head_seq,
         Err(e) => {
             tracing::error!(error = ?e, "viewer socket could not read the session");
-            return super::close(&mut tx, close::SERVER_ERROR, "store unavailable").await;
+            return super::close(&mut tx, &mut rx, close::SERVER_ERROR, "store unavailable").await;
         }
     };
     if let Some(reset) = check_cursor(cursor, head) {
         let _ = tx.send(text(&ServerToViewer::Reset(reset))).await;
-        return super::close(&mut tx, close::NORMAL, "cursor reset").await;
+        return super::close(&mut tx, &mut rx, close::NORMAL, "cursor reset").await;
     }
     let cfg = state.config.clone();
     let mut heartbeat = interval(cfg.keepalive.max(Duration::from_millis(10)));
@@ -59,10 +63,10 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
     loop {
         tokio::select! {
             _ = state.shutdown.cancelled() => {
-                return super::close(&mut tx, close::GOING_AWAY, "server shutting down; reconnect").await;
+                return super::close(&mut tx, &mut rx, close::GOING_AWAY, "server shutting down; reconnect").await;
             }
             _ = tokio::time::sleep_until(last_rx + cfg.idle_timeout) => {
-                return super::close(&mut tx, close::HEARTBEAT_TIMEOUT, "no frame within the idle timeout").await;
+                return super::close(&mut tx, &mut rx, close::HEARTBEAT_TIMEOUT, "no frame within the idle timeout").await;
             }
             _ = heartbeat.tick() => {
                 if tx.send(text(&ServerToViewer::Heartbeat)).await.is_err() { return; }
@@ -83,25 +87,26 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
                 }
                 Err(e) => {
                     tracing::error!(error = ?e, "viewer tail failed");
-                    return super::close(&mut tx, close::SERVER_ERROR, "store unavailable; reconnect").await;
+                    return super::close(&mut tx, &mut rx, close::SERVER_ERROR, "store unavailable; reconnect").await;
                 }
             },
             msg = rx.next() => {
                 last_rx = Instant::now();
                 let reply = match msg {
+                    Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => Err((close::MESSAGE_TOO_BIG, "frame over the size limit".to_owned())),
                     Some(Ok(Message::Text(t))) => on_frame(&state, &who, session, &t).await,
                     Some(Ok(Message::Binary(_))) => Err((close::BAD_FRAME, "binary frames are not accepted".to_owned())),
                     Some(Ok(Message::Close(_))) | None => return,
                     Some(Ok(_)) => Ok(None),
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "viewer socket read failed");
-                        return super::close(&mut tx, close::MESSAGE_TOO_BIG, "frame refused").await;
+                        return super::close(&mut tx, &mut rx, close::MESSAGE_TOO_BIG, "frame refused").await;
                     }
                 };
                 match reply {
                     Ok(Some(frame)) => if tx.send(text(&frame)).await.is_err() { return; },
                     Ok(None) => {}
-                    Err((code, reason)) => return super::close(&mut tx, code, &reason).await,
+                    Err((code, reason)) => return super::close(&mut tx, &mut rx, code, &reason).await,
                 }
             }
         }
@@ -122,7 +127,10 @@ async fn on_frame(
         ViewerToServer::Input(req) => {
             let id = req.client_msg_id.clone();
             Ok(Some(match submit(state, session, who, req).await {
-                Ok(accepted) => ServerToViewer::InputAccepted { client_msg_id: id, accepted },
+                Ok(accepted) => ServerToViewer::InputAccepted {
+                    client_msg_id: id,
+                    accepted,
+                },
                 Err(e) => ServerToViewer::Error {
                     code: match e {
                         ApiError::SessionEnded => ErrorCode::SessionEnded,

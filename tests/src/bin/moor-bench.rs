@@ -37,7 +37,10 @@ impl Moord {
         let exe = std::env::current_exe()?;
         let bin = exe.parent().context("exe dir")?.join("moord");
         if !bin.exists() {
-            bail!("{} not found: run `cargo build --release --workspace` first", bin.display());
+            bail!(
+                "{} not found: run `cargo build --release --workspace` first",
+                bin.display()
+            );
         }
         let dir = std::env::temp_dir().join(format!("moor-bench-{}", uuid::Uuid::new_v4()));
         let mut child = tokio::process::Command::new(bin)
@@ -50,26 +53,43 @@ impl Moord {
             .spawn()?;
         let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
         let addr = loop {
-            let line = tokio::time::timeout(GUARD, lines.next_line()).await??.context("moord exited")?;
+            let line = tokio::time::timeout(GUARD, lines.next_line())
+                .await??
+                .context("moord exited")?;
             if let Some(rest) = line.strip_prefix("moord listening on http://") {
                 break rest.trim().to_owned();
             }
         };
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let token = std::fs::read_to_string(dir.join("admin.token"))?.trim().to_owned();
-        Ok(Self { child, addr, token, dir })
+        let token = std::fs::read_to_string(dir.join("admin.token"))?
+            .trim()
+            .to_owned();
+        Ok(Self {
+            child,
+            addr,
+            token,
+            dir,
+        })
     }
 
     fn rss_kib(&self) -> Result<u64> {
         let pid = self.child.id().context("pid")?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("VmRSS")?;
-        Ok(line.split_whitespace().nth(1).context("rss value")?.parse()?)
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .context("VmRSS")?;
+        Ok(line
+            .split_whitespace()
+            .nth(1)
+            .context("rss value")?
+            .parse()?)
     }
 
     async fn bridge(&self, session: &str) -> Result<Ws> {
         let mut req = format!("ws://{}/api/v1/bridge", self.addr).into_client_request()?;
-        req.headers_mut().insert("authorization", format!("Bearer {}", self.token).parse()?);
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {}", self.token).parse()?);
         let (mut ws, _) = tokio_tungstenite::connect_async(req).await?;
         let hello = Hello {
             version: PROTOCOL_VERSION,
@@ -77,7 +97,11 @@ impl Moord {
             producer: ProducerId::new(),
             last_applied_input: Seq(0),
             uncertain_inputs: vec![],
-            agent: AgentInfo { command: vec!["bench".into()], adapter: "bench".into(), ..Default::default() },
+            agent: AgentInfo {
+                command: vec!["bench".into()],
+                adapter: "bench".into(),
+                ..Default::default()
+            },
         };
         send(&mut ws, &BridgeToServer::Hello(hello)).await?;
         match next_frame(&mut ws).await? {
@@ -95,13 +119,17 @@ impl Drop for Moord {
 }
 
 async fn send(ws: &mut Ws, frame: &BridgeToServer) -> Result<()> {
-    ws.send(Message::Text(serde_json::to_string(frame)?.into())).await?;
+    ws.send(Message::Text(serde_json::to_string(frame)?.into()))
+        .await?;
     Ok(())
 }
 
 async fn next_frame(ws: &mut Ws) -> Result<ServerToBridge> {
     loop {
-        match tokio::time::timeout(GUARD, ws.next()).await?.context("socket closed")?? {
+        match tokio::time::timeout(GUARD, ws.next())
+            .await?
+            .context("socket closed")??
+        {
             Message::Text(t) => match serde_json::from_str(&t)? {
                 ServerToBridge::Heartbeat => {}
                 f => return Ok(f),
@@ -115,12 +143,19 @@ async fn next_frame(ws: &mut Ws) -> Result<ServerToBridge> {
 /// A 200-byte entry (payload text padded so the stored JSON entry is about 200 bytes).
 fn entry(pseq: u64, sent_us: u64) -> NewEntry {
     let text = format!("{sent_us:>16} {}", "x".repeat(140));
-    NewEntry { producer_seq: pseq, ts: 0, kind: "agent.output".into(), payload: json!({"stream": "stdout", "text": text}) }
+    NewEntry {
+        producer_seq: pseq,
+        ts: 0,
+        kind: "agent.output".into(),
+        payload: json!({"stream": "stdout", "text": text}),
+    }
 }
 
 /// Entries per second from one bridge connection to durable ack, pipelined `window` entries deep.
 async fn ingest(moord: &Moord, total: u64, batch: u64, window: u64) -> Result<f64> {
-    let mut ws = moord.bridge(&format!("ingest-{}", uuid::Uuid::new_v4())).await?;
+    let mut ws = moord
+        .bridge(&format!("ingest-{}", uuid::Uuid::new_v4()))
+        .await?;
     let start = Instant::now();
     let (mut sent, mut acked) = (0u64, 0u64);
     while acked < total {
@@ -162,7 +197,11 @@ async fn sse_open(moord: &Moord, session: &str, after: u64) -> Result<BufReader<
 }
 
 /// Reads SSE `id:` lines (the body is chunked; chunk-size lines never start with `id:`).
-async fn sse_count_until(r: &mut BufReader<TcpStream>, last: u64, mut on_data: impl FnMut(&str)) -> Result<()> {
+async fn sse_count_until(
+    r: &mut BufReader<TcpStream>,
+    last: u64,
+    mut on_data: impl FnMut(&str),
+) -> Result<()> {
     let mut line = String::new();
     loop {
         line.clear();
@@ -194,7 +233,13 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
     let mut sent = 0;
     while sent < n {
         let k = 1000.min(n - sent);
-        send(&mut ws, &BridgeToServer::Entries { entries: (sent + 1..=sent + k).map(|i| entry(i, 0)).collect() }).await?;
+        send(
+            &mut ws,
+            &BridgeToServer::Entries {
+                entries: (sent + 1..=sent + k).map(|i| entry(i, 0)).collect(),
+            },
+        )
+        .await?;
         sent += k;
         loop {
             if let ServerToBridge::Ack { producer_seq } = next_frame(&mut ws).await? {
@@ -252,7 +297,10 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
             })
             .await;
             delivered.fetch_add(mine.len() as u64, Ordering::Relaxed);
-            latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+            latencies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(mine);
             res
         }));
     }
@@ -281,8 +329,11 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
         tick.tick().await;
         let now_us = epoch.elapsed().as_micros() as u64;
         let n = per_tick.min(total - sent);
-        let frame = BridgeToServer::Entries { entries: (sent + 1..=sent + n).map(|i| entry(i, now_us)).collect() };
-        sink.send(Message::Text(serde_json::to_string(&frame)?.into())).await?;
+        let frame = BridgeToServer::Entries {
+            entries: (sent + 1..=sent + n).map(|i| entry(i, now_us)).collect(),
+        };
+        sink.send(Message::Text(serde_json::to_string(&frame)?.into()))
+            .await?;
         sent += n;
     }
     for t in tasks {
@@ -315,8 +366,10 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
     let with_sse = moord.rss_kib()?;
     let mut wss = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut req = format!("ws://{}/api/v1/sessions/{session}/ws?after=1", moord.addr).into_client_request()?;
-        req.headers_mut().insert("authorization", format!("Bearer {}", moord.token).parse()?);
+        let mut req = format!("ws://{}/api/v1/sessions/{session}/ws?after=1", moord.addr)
+            .into_client_request()?;
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {}", moord.token).parse()?);
         let (ws, _) = tokio_tungstenite::connect_async(req).await?;
         wss.push(ws);
     }
@@ -324,7 +377,10 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
     let probe = sse_open(moord, &session, 1).await?;
     drop(probe);
     let with_ws = moord.rss_kib()?;
-    Ok(((with_sse - base) as f64 / n as f64, (with_ws - with_sse) as f64 / n as f64))
+    Ok((
+        (with_sse - base) as f64 / n as f64,
+        (with_ws - with_sse) as f64 / n as f64,
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -367,7 +423,10 @@ async fn main() -> Result<()> {
         median(fan.iter().map(|f| f.p50_ms).collect()),
         median(fan.iter().map(|f| f.p99_ms).collect())
     );
-    println!("catch-up, viewer at 0 on a 100000-entry log: {:>10.3} s   (target < 1 s)", median(catchups));
+    println!(
+        "catch-up, viewer at 0 on a 100000-entry log: {:>10.3} s   (target < 1 s)",
+        median(catchups)
+    );
     println!(
         "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB   (target <= 16 KiB each)",
         median(mem.iter().map(|m| m.0).collect()),

@@ -1,0 +1,232 @@
+//! Plain configuration for the bridge, and the few pure helpers that turn what a person typed
+//! (a server URL, maybe a session name, maybe a state dir) into what the bridge uses.
+//!
+//! No clap here: `main.rs` maps its flags onto [`BridgeConfig`], and tests build it directly.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::backoff::BackoffConfig;
+use crate::error::BridgeError;
+
+/// Default `moord` address.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
+/// Path of the bridge WebSocket endpoint on a `moord` base URL.
+pub const BRIDGE_PATH: &str = "/api/v1/bridge";
+
+/// The bearer token for `moord`. `Debug` never prints it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wrap a token string.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+
+    /// The secret itself, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether no token was given.
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// Timings and limits of the link to `moord`. Tests shrink the timings to milliseconds.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// Reconnect backoff, including after how long a connection counts as stable.
+    pub backoff: BackoffConfig,
+    /// TCP connect + WebSocket upgrade + `Welcome` must complete within this.
+    pub connect_timeout: Duration,
+    /// Most entries per `Entries` frame.
+    pub batch_max: usize,
+    /// Most bytes of entry JSON per `Entries` frame (a single larger entry is still sent alone).
+    pub batch_max_bytes: usize,
+    /// Most entries sent and not yet acked.
+    pub window: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            backoff: BackoffConfig::default(),
+            connect_timeout: Duration::from_secs(10),
+            batch_max: 1000,
+            batch_max_bytes: 512 * 1024,
+            window: 20_000,
+        }
+    }
+}
+
+/// Everything `moor run` needs, with no CLI parsing attached.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// `moord` base URL: `http(s)://` or `ws(s)://`, optionally already ending in [`BRIDGE_PATH`].
+    pub server: String,
+    /// Bearer token (required).
+    pub token: Token,
+    /// Session name or id; `None` generates `<command basename>-<6 hex>`.
+    pub session: Option<String>,
+    /// Where spools live; `None` means [`default_state_dir`].
+    pub state_dir: Option<PathBuf>,
+    /// The agent command and its arguments.
+    pub command: Vec<String>,
+    /// Link timings and limits.
+    pub link: LinkConfig,
+    /// Print `moor: ...` status lines on stderr.
+    pub print_status: bool,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self {
+            server: DEFAULT_SERVER.to_owned(),
+            token: Token::default(),
+            session: None,
+            state_dir: None,
+            command: Vec::new(),
+            link: LinkConfig::default(),
+            print_status: true,
+        }
+    }
+}
+
+/// Map a `moord` base URL to its bridge WebSocket URL.
+///
+/// `http` becomes `ws` and `https` becomes `wss`; a URL without a scheme is taken as `http`.
+pub fn bridge_ws_url(server: &str) -> Result<String, BridgeError> {
+    let server = server.trim();
+    let (scheme, rest) = match server.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        None => ("http".to_owned(), server),
+    };
+    let ws_scheme = match scheme.as_str() {
+        "http" | "ws" => "ws",
+        "https" | "wss" => "wss",
+        other => {
+            return Err(BridgeError::Config(format!(
+                "server URL {server:?} has scheme {other:?}; use http(s):// or ws(s)://"
+            )))
+        }
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() {
+        return Err(BridgeError::Config(format!(
+            "server URL {server:?} has no host"
+        )));
+    }
+    if rest.ends_with(BRIDGE_PATH) {
+        Ok(format!("{ws_scheme}://{rest}"))
+    } else {
+        Ok(format!("{ws_scheme}://{rest}{BRIDGE_PATH}"))
+    }
+}
+
+/// `$XDG_STATE_HOME/moor`, else `~/.local/state/moor`.
+pub fn default_state_dir() -> Result<PathBuf, BridgeError> {
+    state_dir_from(
+        std::env::var_os("XDG_STATE_HOME").map(PathBuf::from),
+        std::env::var_os("HOME").map(PathBuf::from),
+    )
+}
+
+fn state_dir_from(xdg: Option<PathBuf>, home: Option<PathBuf>) -> Result<PathBuf, BridgeError> {
+    // The XDG spec says relative values are invalid and must be ignored.
+    if let Some(xdg) = xdg.filter(|p| p.is_absolute()) {
+        return Ok(xdg.join("moor"));
+    }
+    match home.filter(|p| !p.as_os_str().is_empty()) {
+        Some(home) => Ok(home.join(".local").join("state").join("moor")),
+        None => Err(BridgeError::Config(
+            "neither XDG_STATE_HOME nor HOME is set; pass --state-dir or set MOOR_STATE_DIR".into(),
+        )),
+    }
+}
+
+/// A fresh session name: `<command basename>-<6 random hex digits>`.
+pub fn generate_session_name(command: &[String]) -> String {
+    let base = command
+        .first()
+        .and_then(|c| Path::new(c).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "agent".to_owned());
+    let suffix: u32 = rand::thread_rng().gen_range(0..0x100_0000);
+    format!("{base}-{suffix:06x}")
+}
+
+/// This machine's host name, for `AgentInfo.host`.
+pub fn host_name() -> String {
+    let uname = rustix::system::uname();
+    let name = uname.nodename().to_string_lossy().into_owned();
+    if name.is_empty() {
+        "unknown".to_owned()
+    } else {
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_and_ws_urls_map_to_the_bridge_endpoint() {
+        let cases = [
+            ("http://127.0.0.1:7070", "ws://127.0.0.1:7070/api/v1/bridge"),
+            ("https://moor.example/", "wss://moor.example/api/v1/bridge"),
+            ("ws://h:1", "ws://h:1/api/v1/bridge"),
+            ("wss://h/prefix", "wss://h/prefix/api/v1/bridge"),
+            ("ws://h:1/api/v1/bridge", "ws://h:1/api/v1/bridge"),
+            ("localhost:7070", "ws://localhost:7070/api/v1/bridge"),
+            ("HTTP://h", "ws://h/api/v1/bridge"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(bridge_ws_url(input).unwrap(), want, "{input}");
+        }
+        assert!(bridge_ws_url("ftp://h").is_err());
+        assert!(bridge_ws_url("http://").is_err());
+    }
+
+    #[test]
+    fn state_dir_prefers_absolute_xdg_then_home() {
+        let home = Some(PathBuf::from("/home/u"));
+        assert_eq!(
+            state_dir_from(Some("/x".into()), home.clone()).unwrap(),
+            PathBuf::from("/x/moor")
+        );
+        assert_eq!(
+            state_dir_from(Some("rel".into()), home.clone()).unwrap(),
+            PathBuf::from("/home/u/.local/state/moor")
+        );
+        assert!(state_dir_from(None, None).is_err());
+    }
+
+    #[test]
+    fn generated_session_names_use_the_command_basename() {
+        let name = generate_session_name(&["/usr/bin/claude".into(), "-p".into()]);
+        let (base, hex) = name.rsplit_once('-').unwrap();
+        assert_eq!(base, "claude");
+        assert_eq!(hex.len(), 6);
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(generate_session_name(&[]).starts_with("agent-"));
+    }
+
+    #[test]
+    fn token_debug_is_redacted() {
+        assert_eq!(format!("{:?}", Token::new("s3cret")), "Token(<redacted>)");
+    }
+}

@@ -1,0 +1,24 @@
+//! `moor`, the Mooring bridge: runs next to a coding agent, turns what it does into log entries
+//! spooled durably on disk, streams them to `moord` over a self-healing WebSocket, and applies
+//! remote input to the agent.
+//!
+//! [`Bridge`] is the whole of `moor run`; its parts are public so tests and benchmarks can drive
+//! them directly: [`spool::Spool`] (append entries, watch the acked mark) and [`link::Link`]
+//! (the reconnecting socket), with no agent process involved.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod adapter;
+pub mod backoff;
+mod bridge;
+pub mod config;
+pub mod error;
+pub mod inputs;
+pub mod link;
+pub mod session_dir;
+pub mod spool;
+pub mod status;
+
+pub use bridge::{run, Bridge, BridgeExit, BridgeHandle};
+pub use config::{BridgeConfig, LinkConfig, Token};
+pub use error::{BridgeError, ConnectError};

@@ -1,0 +1,151 @@
+//! Encoding and decoding of link frames. Pure, so the wire shapes are unit-tested here rather
+//! than through a socket.
+
+use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::error::ConnectError;
+use crate::spool::Batch;
+
+/// What one WebSocket message from the server means to the link.
+#[derive(Debug)]
+pub(super) enum Incoming {
+    /// A protocol frame.
+    Frame(Box<ServerToBridge>),
+    /// The server closed: code (1005 when it gave none) and reason.
+    Close(u16, String),
+    /// Ping, pong, or something we ignore; it still proves the peer is alive.
+    Other,
+}
+
+/// Classify a received message. A frame we cannot decode (a newer server's addition, say) is
+/// logged and skipped rather than acted on: every frame that matters is either repeated (acks
+/// are cumulative) or re-derived at the next `Welcome` (pending inputs).
+pub(super) fn decode(msg: Message) -> Incoming {
+    match msg {
+        Message::Text(text) => match serde_json::from_str::<ServerToBridge>(text.as_str()) {
+            Ok(frame) => Incoming::Frame(Box::new(frame)),
+            Err(e) => {
+                tracing::warn!(error = %e, frame = truncate(text.as_str(), 200), "ignoring an undecodable frame");
+                Incoming::Other
+            }
+        },
+        Message::Close(frame) => match frame {
+            Some(frame) => Incoming::Close(u16::from(frame.code), frame.reason.to_string()),
+            None => Incoming::Close(1005, String::new()),
+        },
+        Message::Binary(_) => {
+            tracing::warn!("ignoring a binary frame");
+            Incoming::Other
+        }
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Incoming::Other,
+    }
+}
+
+/// A control frame as a text message.
+pub(super) fn encode(frame: &BridgeToServer) -> Result<Message, ConnectError> {
+    serde_json::to_string(frame)
+        .map(Message::text)
+        .map_err(|e| ConnectError::BadFrame(format!("could not encode a frame: {e}")))
+}
+
+/// `BridgeToServer::Entries` for a spool batch, spliced from the spooled JSON bytes: no decode
+/// and re-encode per resend, and a replay is byte-for-byte what was first sent.
+pub(super) fn entries_message(batch: &Batch) -> Result<Message, ConnectError> {
+    const HEAD: &[u8] = br#"{"type":"entries","entries":["#;
+    let size = HEAD.len() + 2 + batch.bodies().map(|b| b.len() + 1).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(HEAD);
+    for (i, body) in batch.bodies().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(body);
+    }
+    out.extend_from_slice(b"]}");
+    String::from_utf8(out)
+        .map(Message::text)
+        .map_err(|e| ConnectError::BadFrame(format!("spooled entry is not UTF-8: {e}")))
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::close;
+    use moor_protocol::NewEntry;
+    use serde_json::json;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+
+    use super::*;
+    use crate::spool::{Draft, Spool};
+
+    #[test]
+    fn a_spliced_entries_frame_decodes_as_the_protocol_type() {
+        // arrange
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let drafts = vec![
+            Draft {
+                ts: 1,
+                kind: "agent.output".into(),
+                payload: json!({"stream": "stdout", "text": "a\"b"}),
+            },
+            Draft {
+                ts: 2,
+                kind: "agent.exit".into(),
+                payload: json!({"code": 0, "signal": null}),
+            },
+        ];
+        spool.append_batch(drafts).unwrap();
+        let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
+        // act
+        let Message::Text(text) = entries_message(&batch).unwrap() else {
+            panic!("not text")
+        };
+        // assert
+        let frame: BridgeToServer = serde_json::from_str(text.as_str()).unwrap();
+        let want = BridgeToServer::Entries {
+            entries: vec![
+                NewEntry {
+                    producer_seq: 1,
+                    ts: 1,
+                    kind: "agent.output".into(),
+                    payload: json!({"stream": "stdout", "text": "a\"b"}),
+                },
+                NewEntry {
+                    producer_seq: 2,
+                    ts: 2,
+                    kind: "agent.exit".into(),
+                    payload: json!({"code": 0, "signal": null}),
+                },
+            ],
+        };
+        assert_eq!(frame, want);
+    }
+
+    #[test]
+    fn close_frames_and_bad_text_are_classified() {
+        let close = Message::Close(Some(CloseFrame {
+            code: CloseCode::from(close::SUPERSEDED),
+            reason: "newer".into(),
+        }));
+        assert!(matches!(decode(close), Incoming::Close(4003, r) if r == "newer"));
+        assert!(matches!(
+            decode(Message::Close(None)),
+            Incoming::Close(1005, _)
+        ));
+        assert!(matches!(
+            decode(Message::text("{\"type\":\"nope\"}")),
+            Incoming::Other
+        ));
+        let ack = decode(Message::text(r#"{"type":"ack","producer_seq":9}"#));
+        assert!(matches!(ack, Incoming::Frame(f) if *f == ServerToBridge::Ack { producer_seq: 9 }));
+    }
+}

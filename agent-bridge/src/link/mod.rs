@@ -1,0 +1,194 @@
+//! The self-healing link to `moord` (G4/G5): [`Link::run`] reconnects with backoff after every
+//! failure that is not terminal, and `try_session` (in `session.rs`) drives one connection.
+//!
+//! The link owns no durable state. Entries come from the on-disk [`Spool`] and are dropped from
+//! it only on `Ack`; inputs go to the adapter through a channel and their accounting lives in the
+//! [`InputLedger`]. So dropping a connection at any point loses nothing: the next `Welcome`
+//! says where to resume.
+
+mod frames;
+mod session;
+
+use std::time::Duration;
+
+use moor_protocol::bridge::AgentInfo;
+use moor_protocol::{close, Entry, ProducerId, SessionId};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::{LinkConfig, Token};
+use crate::error::ConnectError;
+use crate::inputs::{InputLedger, Receipt, RECEIPT_QUEUE};
+use crate::spool::Spool;
+use crate::status::Status;
+
+/// The WebSocket type of one connection.
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Everything a link needs.
+#[derive(Debug, Clone)]
+pub struct LinkParams {
+    /// Bridge WebSocket URL (see [`crate::config::bridge_ws_url`]).
+    pub url: String,
+    /// Bearer token.
+    pub token: Token,
+    /// Session name or id for `Hello.session`.
+    pub session: String,
+    /// This bridge's producer id.
+    pub producer: ProducerId,
+    /// What runs, for `Hello.agent`.
+    pub agent: AgentInfo,
+    /// Timings and limits.
+    pub config: LinkConfig,
+    /// Where entries come from.
+    pub spool: Spool,
+    /// Input accounting, for `Hello.last_applied_input` and dedupe.
+    pub ledger: InputLedger,
+    /// Terminal status lines.
+    pub status: Status,
+}
+
+/// The other ends of a link's channels.
+#[derive(Debug)]
+pub struct LinkPorts {
+    /// Remote inputs, in the order the server sent them (wrap in [`crate::inputs::Inputs`]).
+    pub inputs: mpsc::UnboundedReceiver<Entry>,
+    /// Receipts for the link to send.
+    pub receipts: mpsc::Sender<Receipt>,
+    /// Set to `true` once the last entry is spooled: the link then sends `End` as soon as
+    /// everything is acked, and returns [`LinkEnd::Ended`] when the server closes the session.
+    pub finish: watch::Sender<bool>,
+}
+
+/// How [`Link::run`] ended without error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// Everything was acked and the server ended the session.
+    Ended,
+    /// The shutdown token was cancelled; unacked entries stay in the spool.
+    Shutdown,
+}
+
+/// How one connection ended without error.
+#[derive(Debug)]
+enum Closed {
+    Shutdown,
+    /// The server asked us to move; the old socket is dropped once the new one is welcomed.
+    Moved(Box<Ws>),
+}
+
+/// The bridge's side of `GET /api/v1/bridge`.
+#[derive(Debug)]
+pub struct Link {
+    p: LinkParams,
+    inputs_tx: mpsc::UnboundedSender<Entry>,
+    receipts_rx: mpsc::Receiver<Receipt>,
+    finish_rx: watch::Receiver<bool>,
+    /// `End` was sent on some connection: a following close 4004/1000 is the happy ending.
+    end_sent: bool,
+    /// When the current or last connection was welcomed (for the backoff's stability rule).
+    welcomed_at: Option<Instant>,
+    session_id: watch::Sender<Option<SessionId>>,
+}
+
+impl Link {
+    /// A link and the channel ends its user keeps.
+    pub fn new(params: LinkParams) -> (Self, LinkPorts) {
+        let (inputs_tx, inputs) = mpsc::unbounded_channel();
+        let (receipts, receipts_rx) = mpsc::channel(RECEIPT_QUEUE);
+        let (finish, finish_rx) = watch::channel(false);
+        let (session_id, _) = watch::channel(None);
+        let link = Self {
+            p: params,
+            inputs_tx,
+            receipts_rx,
+            finish_rx,
+            end_sent: false,
+            welcomed_at: None,
+            session_id,
+        };
+        (
+            link,
+            LinkPorts {
+                inputs,
+                receipts,
+                finish,
+            },
+        )
+    }
+
+    /// Watch the session id, known after the first `Welcome`.
+    pub fn session_id(&self) -> watch::Receiver<Option<SessionId>> {
+        self.session_id.subscribe()
+    }
+
+    /// Keep a connection up until the session ends, a terminal error happens, or `shutdown`.
+    #[tracing::instrument(skip_all, fields(session = %self.p.session))]
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<LinkEnd, ConnectError> {
+        // Pin rustls to ring; with several providers compiled in, rustls would refuse to choose.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut backoff = Backoff::new(self.p.config.backoff);
+        let mut retiring: Option<Box<Ws>> = None;
+        loop {
+            let result = self.try_session(&shutdown, retiring.take()).await;
+            backoff.connection_ended(self.welcomed_at.map(|at| at.elapsed()));
+            let err = match result {
+                Ok(Closed::Shutdown) => return Ok(LinkEnd::Shutdown),
+                Ok(Closed::Moved(old)) => {
+                    // No backoff: the server asked for this, and the old socket still works.
+                    retiring = Some(old);
+                    continue;
+                }
+                // After `End`, the server closing is the happy ending, whichever way the close
+                // code reached us.
+                Err(err)
+                    if self.end_sent
+                        && matches!(
+                            err.close_code(),
+                            Some(close::SESSION_ENDED | close::NORMAL)
+                        ) =>
+                {
+                    return Ok(LinkEnd::Ended)
+                }
+                Err(err) => err,
+            };
+            if err.is_fatal() {
+                self.p.status.stopped(&err);
+                return Err(err);
+            }
+            // The status line already tells the person; keep the log quiet at the default level.
+            tracing::info!(error = %err, "link to moord lost");
+            let delay = backoff.next_delay();
+            let draining = *self.finish_rx.borrow();
+            self.p.status.retrying(
+                &err,
+                backoff.attempt(),
+                delay,
+                self.p.spool.unacked(),
+                draining,
+            );
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(LinkEnd::Shutdown),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// The heartbeat interval and idle timeout announced by the server, with fallbacks for 0.
+    fn timings(heartbeat_ms: u64, idle_ms: u64) -> (Duration, Duration) {
+        let heartbeat = if heartbeat_ms == 0 {
+            Duration::from_secs(10)
+        } else {
+            Duration::from_millis(heartbeat_ms)
+        };
+        let idle = if idle_ms == 0 {
+            heartbeat * 3
+        } else {
+            Duration::from_millis(idle_ms)
+        };
+        (heartbeat, idle)
+    }
+}

@@ -1,0 +1,163 @@
+//! `moor`: a thin clap shim over [`moor_bridge::Bridge`], plus the signal handling a terminal
+//! user expects (first Ctrl-C goes to the agent, the second one stops `moor`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use moor_bridge::adapter::{AdapterError, AgentSignal};
+use moor_bridge::backoff::BackoffConfig;
+use moor_bridge::{Bridge, BridgeConfig, BridgeError, BridgeHandle, LinkConfig, Token};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "moor",
+    version,
+    about = "Keep a coding agent's session reachable through moord"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an agent and stream its session to moord: `moor run -- claude`.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// moord base URL (http(s):// or ws(s)://).
+    #[arg(long, env = "MOOR_SERVER", default_value = moor_bridge::config::DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token for moord.
+    #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Session name or id (default: <command>-<6 hex>). Reuse it to resume after a crash.
+    #[arg(long, env = "MOOR_SESSION")]
+    session: Option<String>,
+    /// Where spools live (default: $XDG_STATE_HOME/moor or ~/.local/state/moor).
+    #[arg(long, env = "MOOR_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// First reconnect delay ceiling, ms.
+    #[arg(long, env = "MOOR_BACKOFF_INITIAL_MS", default_value_t = 1000)]
+    backoff_initial_ms: u64,
+    /// Largest reconnect delay, ms.
+    #[arg(long, env = "MOOR_BACKOFF_MAX_MS", default_value_t = 30_000)]
+    backoff_max_ms: u64,
+    /// A connection that lived this long resets the backoff, ms.
+    #[arg(long, env = "MOOR_STABLE_AFTER_MS", default_value_t = 10_000)]
+    stable_after_ms: u64,
+    /// TCP connect + WebSocket upgrade + welcome must finish within this, ms.
+    #[arg(long, env = "MOOR_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
+    connect_timeout_ms: u64,
+    /// Most entries per frame.
+    #[arg(long, env = "MOOR_BATCH_MAX", default_value_t = 1000)]
+    batch_max: usize,
+    /// Most entries sent and not yet acknowledged.
+    #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
+    window: u64,
+    /// The agent command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+impl RunArgs {
+    fn into_config(self) -> anyhow::Result<BridgeConfig> {
+        let Some(token) = self.token.filter(|t| !t.trim().is_empty()) else {
+            bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
+        };
+        let link = LinkConfig {
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(self.backoff_initial_ms),
+                max: Duration::from_millis(self.backoff_max_ms),
+                stable_after: Duration::from_millis(self.stable_after_ms),
+            },
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            batch_max: self.batch_max,
+            window: self.window,
+            ..LinkConfig::default()
+        };
+        Ok(BridgeConfig {
+            server: self.server,
+            token: Token::new(token),
+            session: self.session,
+            state_dir: self.state_dir,
+            command: self.command,
+            link,
+            print_status: true,
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Run(args) = Cli::parse().command;
+    match run(args) {
+        Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)),
+        Err(err) => {
+            let bridge_err = err.downcast_ref::<BridgeError>();
+            // A link that stopped for good was already explained in plain words by the status line.
+            if !matches!(bridge_err, Some(BridgeError::Link(_))) {
+                eprintln!("moor: {err:#}");
+            }
+            // Like a shell: 127 for a command that does not exist, 126 for one that cannot run.
+            let code = match bridge_err {
+                Some(BridgeError::Adapter(AdapterError::Spawn { source, .. })) => {
+                    match source.kind() {
+                        std::io::ErrorKind::NotFound => 127,
+                        std::io::ErrorKind::PermissionDenied => 126,
+                        _ => 1,
+                    }
+                }
+                _ => 1,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let config = args.into_config()?;
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async {
+        let bridge = Bridge::new(config);
+        let shutdown = CancellationToken::new();
+        let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
+        let result = bridge.run(shutdown.clone()).await;
+        signals.abort();
+        Ok(result?.exit_code())
+    })
+}
+
+/// First SIGINT/SIGTERM while the agent runs goes to the agent; the bridge then ends the session
+/// normally once the agent exits. Any further signal (or one after the agent is gone) stops
+/// `moor` at once, leaving undelivered entries in the spool.
+async fn handle_signals(bridge: BridgeHandle, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
+    let mut forwarded = false;
+    loop {
+        let (sig, name) = tokio::select! {
+            _ = interrupt.recv() => (AgentSignal::Interrupt, "SIGINT"),
+            _ = terminate.recv() => (AgentSignal::Terminate, "SIGTERM"),
+        };
+        if !forwarded && bridge.forward_signal(sig) {
+            forwarded = true;
+            eprintln!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)");
+        } else {
+            shutdown.cancel();
+            return Ok(());
+        }
+    }
+}

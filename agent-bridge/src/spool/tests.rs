@@ -1,0 +1,247 @@
+use std::fs::OpenOptions;
+use std::io::Write;
+
+use serde_json::json;
+
+use super::segment::{encode, segment_name};
+use super::*;
+
+fn drafts(texts: &[&str]) -> Vec<Draft> {
+    texts
+        .iter()
+        .map(|t| Draft::new("agent.output", json!({"text": t})))
+        .collect()
+}
+
+fn texts(spool: &Spool, from: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while let Some(batch) = spool.read_batch(next, 1000, usize::MAX).unwrap() {
+        for entry in batch.entries().unwrap() {
+            assert_eq!(entry.producer_seq, next);
+            out.push(entry.payload["text"].as_str().unwrap().to_owned());
+            next += 1;
+        }
+    }
+    out
+}
+
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn appended_entries_get_contiguous_seqs_and_read_back_in_order() {
+    // arrange
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    // act
+    let a = spool.append_batch(drafts(&["a", "b"])).unwrap();
+    let b = spool.append_batch(drafts(&["c"])).unwrap();
+    // assert
+    assert_eq!((a, b), (1..3, 3..4));
+    assert_eq!(spool.durable(), 3);
+    assert_eq!(spool.unacked(), 3);
+    assert_eq!(texts(&spool, 1), ["a", "b", "c"]);
+    assert_eq!(texts(&spool, 2), ["b", "c"]);
+    assert!(spool.read_batch(4, 10, usize::MAX).unwrap().is_none());
+}
+
+#[test]
+fn read_batch_respects_entry_and_byte_limits_but_always_returns_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    spool
+        .append_batch(drafts(&["one", "two", "three", "four"]))
+        .unwrap();
+    let batch = spool.read_batch(1, 3, usize::MAX).unwrap().unwrap();
+    assert_eq!((batch.first(), batch.last(), batch.len()), (1, 3, 3));
+    let tiny = spool.read_batch(2, 10, 1).unwrap().unwrap();
+    assert_eq!((tiny.first(), tiny.last()), (2, 2));
+}
+
+#[test]
+fn ack_drops_entries_and_the_mark_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    let mut acked = spool.subscribe_acked();
+    spool.append_batch(drafts(&["a", "b", "c"])).unwrap();
+    spool.ack(2).unwrap();
+    assert!(acked.has_changed().unwrap());
+    assert_eq!(*acked.borrow_and_update(), 2);
+    assert_eq!(spool.unacked(), 1);
+    spool.ack(1).unwrap(); // acks never move backwards
+    assert_eq!(spool.acked(), 2);
+    drop(spool);
+
+    let spool = Spool::open(dir.path()).unwrap();
+    assert_eq!((spool.acked(), spool.durable()), (2, 3));
+}
+
+#[test]
+fn producer_seq_survives_reopen_even_when_everything_was_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open_with(dir.path(), 64).unwrap();
+    spool.append_batch(drafts(&["a", "b"])).unwrap();
+    spool.append_batch(drafts(&["c"])).unwrap();
+    spool.ack(3).unwrap();
+    drop(spool);
+    // Even without the mark file, segment names carry the counter.
+    fs::remove_file(dir.path().join(ACKED_FILE)).unwrap();
+
+    let spool = Spool::open_with(dir.path(), 64).unwrap();
+    assert_eq!(spool.append_batch(drafts(&["d"])).unwrap(), 4..5);
+    assert_eq!(texts(&spool, 4), ["d"]);
+}
+
+#[test]
+fn unacked_entries_are_still_there_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    spool.append_batch(drafts(&["a", "b", "c"])).unwrap();
+    spool.ack(1).unwrap();
+    drop(spool);
+
+    let spool = Spool::open(dir.path()).unwrap();
+    assert_eq!(texts(&spool, 2), ["b", "c"]);
+    assert_eq!(spool.append_batch(drafts(&["d"])).unwrap(), 4..5);
+}
+
+#[test]
+fn a_torn_tail_is_discarded_and_its_seq_reused() {
+    // arrange: two good records, then half of a third, as after a crash mid-write
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    spool.append_batch(drafts(&["a", "b"])).unwrap();
+    drop(spool);
+    let seg = dir.path().join(segment_name(1));
+    let mut torn = Vec::new();
+    encode(3, br#"{"producer_seq":3}"#, &mut torn);
+    let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&torn[..torn.len() - 3]).unwrap();
+    drop(f);
+    // act
+    let spool = Spool::open(dir.path()).unwrap();
+    // assert
+    assert_eq!(spool.durable(), 2);
+    assert_eq!(texts(&spool, 1), ["a", "b"]);
+    assert_eq!(spool.append_batch(drafts(&["c"])).unwrap(), 3..4);
+    assert_eq!(texts(&spool, 1), ["a", "b", "c"]);
+}
+
+#[test]
+fn garbage_after_the_last_record_is_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    spool.append_batch(drafts(&["a"])).unwrap();
+    drop(spool);
+    let seg = dir.path().join(segment_name(1));
+    let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&[0u8; 40]).unwrap();
+    drop(f);
+    let spool = Spool::open(dir.path()).unwrap();
+    assert_eq!(texts(&spool, 1), ["a"]);
+}
+
+#[test]
+fn damage_in_an_older_segment_is_an_error_not_a_silent_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open_with(dir.path(), 1).unwrap();
+    spool.append_batch(drafts(&["a"])).unwrap();
+    spool.append_batch(drafts(&["b"])).unwrap();
+    drop(spool);
+    let first = dir.path().join(segment_name(1));
+    let len = fs::metadata(&first).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    assert!(matches!(
+        Spool::open_with(dir.path(), 1),
+        Err(SpoolError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn fully_acked_segments_are_deleted_but_the_newest_is_kept() {
+    // arrange: a 1-byte target size makes every batch its own segment
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open_with(dir.path(), 1).unwrap();
+    for text in ["a", "b", "c", "d"] {
+        spool.append_batch(drafts(&[text])).unwrap();
+    }
+    assert_eq!(segment_files(dir.path()).len(), 4);
+    // act
+    spool.ack(2).unwrap();
+    // assert
+    assert_eq!(
+        segment_files(dir.path()),
+        [segment_name(3), segment_name(4)]
+    );
+    assert_eq!(spool.dropped_upto(), 2);
+    spool.ack(4).unwrap();
+    assert_eq!(segment_files(dir.path()), [segment_name(4)]);
+    assert!(matches!(
+        spool.read_batch(1, 10, usize::MAX),
+        Err(SpoolError::Missing(1))
+    ));
+    // the next append rotates away from the acked segment, which the next ack removes
+    spool.append_batch(drafts(&["e"])).unwrap();
+    spool.ack(5).unwrap();
+    assert_eq!(segment_files(dir.path()), [segment_name(5)]);
+}
+
+#[test]
+fn resume_after_a_mark_beyond_the_spool_skips_ahead_instead_of_reusing_seqs() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    spool.append_batch(drafts(&["a", "b"])).unwrap();
+    spool.resume_after(10).unwrap();
+    assert_eq!((spool.durable(), spool.acked()), (10, 10));
+    assert_eq!(spool.append_batch(drafts(&["k"])).unwrap(), 11..12);
+    drop(spool);
+    let spool = Spool::open(dir.path()).unwrap();
+    assert_eq!(texts(&spool, 11), ["k"]);
+    assert_eq!(spool.append_batch(drafts(&["l"])).unwrap(), 12..13);
+}
+
+#[test]
+fn spooled_bytes_are_exactly_the_new_entry_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    let draft = Draft {
+        ts: 5,
+        kind: "agent.output".into(),
+        payload: json!({"text": "é\u{1}"}),
+    };
+    spool.append_batch(vec![draft]).unwrap();
+    let batch = spool.read_batch(1, 1, usize::MAX).unwrap().unwrap();
+    let want = NewEntry {
+        producer_seq: 1,
+        ts: 5,
+        kind: "agent.output".into(),
+        payload: json!({"text": "é\u{1}"}),
+    };
+    assert_eq!(
+        batch.bodies().next().unwrap(),
+        serde_json::to_vec(&want).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn async_append_publishes_the_durable_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    let mut durable = spool.subscribe_durable();
+    spool.append(drafts(&["x", "y"])).await.unwrap();
+    durable.changed().await.unwrap();
+    assert_eq!(*durable.borrow(), 2);
+}

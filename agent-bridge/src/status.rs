@@ -1,0 +1,167 @@
+//! `moor: ...` lines on stderr for the person at the terminal: one line per change of link state,
+//! never one per retry of the same failure, so a long outage does not flood the screen.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use moor_protocol::bridge::Welcome;
+
+use crate::error::ConnectError;
+
+/// Prints status lines; cheap to clone. Silent when disabled (tests, embedding).
+#[derive(Debug, Clone)]
+pub struct Status {
+    enabled: bool,
+    state: Arc<Mutex<Printed>>,
+}
+
+#[derive(Debug, Default)]
+struct Printed {
+    session: String,
+    identified: bool,
+    connected: bool,
+    last_failure: Option<String>,
+}
+
+impl Status {
+    /// A printer for `session` (the name or id as given).
+    pub fn new(enabled: bool, session: &str) -> Self {
+        let printed = Printed {
+            session: session.to_owned(),
+            ..Printed::default()
+        };
+        Self {
+            enabled,
+            state: Arc::new(Mutex::new(printed)),
+        }
+    }
+
+    fn line(&self, text: impl AsRef<str>) {
+        if self.enabled {
+            eprintln!("moor: {}", text.as_ref());
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Printed) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Anything left over from an earlier run of this session.
+    pub fn resuming(&self, unacked: u64, uncertain: usize) {
+        if unacked > 0 {
+            self.line(format!(
+                "{unacked} entries from an earlier run are still to be delivered"
+            ));
+        }
+        if uncertain > 0 {
+            self.line(format!(
+                "{uncertain} remote input(s) were being applied when moor stopped; they will be reported as uncertain, not replayed"
+            ));
+        }
+    }
+
+    /// A connection was welcomed.
+    pub fn connected(&self, welcome: &Welcome, resend: u64) {
+        let (first, recovered) = self.with(|p| {
+            let first = !p.identified;
+            let recovered = !p.connected;
+            p.identified = true;
+            p.connected = true;
+            p.last_failure = None;
+            p.session = welcome.session_name.clone();
+            (first, recovered)
+        });
+        if first {
+            // Exactly this shape; the test harness parses it.
+            self.line(format!(
+                "session {} {}",
+                welcome.session_name, welcome.session_id
+            ));
+            if !welcome.web_url.is_empty() {
+                self.line(format!("watch it at {}", welcome.web_url));
+            }
+        }
+        if recovered {
+            let pending = if resend > 0 {
+                format!(", sending {resend} spooled entries")
+            } else {
+                String::new()
+            };
+            self.line(format!("connected{pending}"));
+        }
+    }
+
+    /// The server asked us to move to a new connection.
+    pub fn moving(&self, reason: &str) {
+        tracing::info!(reason, "server asked to move; reconnecting at once");
+    }
+
+    /// A connection ended or could not be made; the next try is in `delay`.
+    pub fn retrying(
+        &self,
+        err: &ConnectError,
+        attempt: u32,
+        delay: Duration,
+        unacked: u64,
+        draining: bool,
+    ) {
+        let reason = err.to_string();
+        let (print, ever_connected) = self.with(|p| {
+            let changed = p.connected || p.last_failure.as_deref() != Some(reason.as_str());
+            p.connected = false;
+            p.last_failure = Some(reason.clone());
+            // Same failure again: only now and then, so a long outage stays visible but quiet.
+            (changed || attempt.is_power_of_two(), p.identified)
+        });
+        if !print {
+            return;
+        }
+        let what = if ever_connected {
+            "link lost"
+        } else {
+            "cannot connect to moord"
+        };
+        let mut text = format!(
+            "{what} ({reason}); reconnecting, attempt {attempt}, next try in {:.1} s",
+            delay.as_secs_f64()
+        );
+        if unacked > 0 {
+            text.push_str(&format!(
+                "; {unacked} entries spooled, not yet acknowledged"
+            ));
+        }
+        self.line(text);
+        if matches!(err, ConnectError::Refused { status: 401 | 403 }) {
+            self.line("the server refused the token; check MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
+        }
+        if draining && unacked > 0 {
+            let session = self.with(|p| p.session.clone());
+            self.line(format!(
+                "the agent has exited; {unacked} entries are still to be delivered. Ctrl-C leaves them in the spool for the next `moor run --session {session}`"
+            ));
+        }
+    }
+
+    /// The link stopped for good.
+    pub fn stopped(&self, err: &ConnectError) {
+        let session = self.with(|p| p.session.clone());
+        let text = match err.close_code() {
+            Some(moor_protocol::close::SUPERSEDED) => {
+                format!("another bridge took over session {session}; stopping")
+            }
+            Some(moor_protocol::close::SESSION_ENDED) => {
+                format!("session {session} has ended; stopping")
+            }
+            Some(moor_protocol::close::UNAUTHORIZED) => {
+                "the server refused or revoked this bridge's token; stopping".to_owned()
+            }
+            _ => format!("{err}; stopping"),
+        };
+        self.line(text);
+    }
+
+    /// Free-form line (agent start/exit, interruption).
+    pub fn note(&self, text: impl AsRef<str>) {
+        self.line(text);
+    }
+}

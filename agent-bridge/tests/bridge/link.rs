@@ -1,0 +1,269 @@
+//! The link and spool driven directly, without an agent process.
+
+use std::time::{Duration, Instant};
+
+use moor_bridge::link::LinkEnd;
+use moor_bridge::session_dir::SessionDir;
+use moor_bridge::spool::Draft;
+use moor_bridge::ConnectError;
+use moor_protocol::{close, Seq};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{FakeServer, Script};
+use crate::{bare_link, fast_link, within, TOKEN};
+
+fn lines(range: std::ops::Range<u64>) -> Vec<Draft> {
+    range
+        .map(|i| {
+            Draft::new(
+                "agent.output",
+                json!({"stream": "stdout", "text": i.to_string()}),
+            )
+        })
+        .collect()
+}
+
+fn assert_exactly_once_in_order(server: &FakeServer, count: u64) {
+    let seen = server.seen.lock().unwrap();
+    let seqs: Vec<u64> = seen.entries.iter().map(|e| e.producer_seq).collect();
+    assert_eq!(seqs, (1..=count).collect::<Vec<_>>());
+    assert_eq!(seen.gaps, 0);
+}
+
+#[tokio::test]
+async fn link_resends_after_abrupt_drops_without_loss_or_duplicates() {
+    // arrange: every connection is cut, unacked, once it has carried 150 entries
+    let server = FakeServer::start(Script {
+        drop_after_entries: Some(150),
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let config = moor_bridge::LinkConfig {
+        batch_max: 64,
+        ..fast_link()
+    };
+    let (link, ports) = bare_link(&server, &dir, config);
+    let running = tokio::spawn(link.run(CancellationToken::new()));
+    // act
+    for chunk in 0..10 {
+        dir.spool
+            .append(lines(chunk * 100..chunk * 100 + 100))
+            .await
+            .unwrap();
+    }
+    ports.finish.send_replace(true);
+    let end = within("link ends", running).await.unwrap().unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    assert_exactly_once_in_order(&server, 1000);
+    assert_eq!(dir.spool.acked(), 1000);
+    let seen = server.seen.lock().unwrap();
+    assert!(
+        seen.accepted >= 7,
+        "expected many reconnects, got {}",
+        seen.accepted
+    );
+    assert!(seen.ended);
+    assert!(seen.auth.iter().all(|a| a == &format!("Bearer {TOKEN}")));
+}
+
+#[tokio::test]
+async fn http_401_on_upgrade_is_retried_until_the_server_accepts() {
+    let server = FakeServer::start(Script {
+        reject_first: 3,
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+    dir.spool.append(lines(0..5)).await.unwrap();
+    ports.finish.send_replace(true);
+
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+
+    assert_eq!(end, LinkEnd::Ended);
+    let seen = server.seen.lock().unwrap();
+    assert_eq!((seen.upgrades, seen.accepted), (4, 1));
+    drop(seen);
+    assert_exactly_once_in_order(&server, 5);
+}
+
+#[tokio::test]
+async fn a_silent_server_is_declared_dead_and_the_link_rebuilt() {
+    // arrange: the first connection is welcomed and then hears nothing, like a half-open socket
+    let script = Script {
+        silent_on: vec![1],
+        heartbeat_ms: 100,
+        idle_ms: 400,
+        ..Script::default()
+    };
+    let server = FakeServer::start(script).await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+    dir.spool.append(lines(0..10)).await.unwrap();
+    ports.finish.send_replace(true);
+    // act
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    assert_eq!(server.seen.lock().unwrap().accepted, 2);
+    assert_exactly_once_in_order(&server, 10);
+}
+
+#[tokio::test]
+async fn move_opens_a_new_connection_at_once_without_backoff() {
+    // arrange: a backoff so long that using it would time the test out
+    let server = FakeServer::start(Script {
+        move_on: vec![1],
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let mut config = fast_link();
+    config.backoff.initial = Duration::from_secs(60);
+    config.backoff.max = Duration::from_secs(60);
+    let (link, ports) = bare_link(&server, &dir, config);
+    dir.spool.append(lines(0..20)).await.unwrap();
+    ports.finish.send_replace(true);
+    // act
+    let started = Instant::now();
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(server.seen.lock().unwrap().accepted, 2);
+    assert_exactly_once_in_order(&server, 20);
+}
+
+#[tokio::test]
+async fn superseded_is_terminal_and_reported_as_such() {
+    let script = Script {
+        close_first_with: Some(close::SUPERSEDED),
+        ..Script::default()
+    };
+    let server = FakeServer::start(script).await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, _ports) = bare_link(&server, &dir, fast_link());
+
+    let err = within("link stops", link.run(CancellationToken::new()))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(
+            err,
+            ConnectError::Terminal {
+                code: close::SUPERSEDED,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.is_fatal());
+    assert_eq!(server.seen.lock().unwrap().accepted, 1);
+}
+
+#[tokio::test]
+async fn a_non_terminal_close_is_retried() {
+    let script = Script {
+        close_first_with: Some(close::LIFETIME),
+        ..Script::default()
+    };
+    let server = FakeServer::start(script).await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+    dir.spool.append(lines(0..3)).await.unwrap();
+    ports.finish.send_replace(true);
+
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+
+    assert_eq!(end, LinkEnd::Ended);
+    assert_eq!(server.seen.lock().unwrap().accepted, 2);
+}
+
+#[tokio::test]
+async fn a_restarted_bridge_delivers_what_the_previous_one_spooled_with_the_same_producer() {
+    // arrange: a first run spooled 50 entries and died before delivering any
+    let server = FakeServer::start(Script::default()).await;
+    let state = tempfile::tempdir().unwrap();
+    let first = SessionDir::open(state.path(), "s1").unwrap();
+    first.spool.append(lines(0..50)).await.unwrap();
+    let producer = first.producer;
+    drop(first);
+    // act: the next run adds 10 more and connects
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    assert_eq!(dir.spool.append(lines(50..60)).await.unwrap(), 51..61);
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+    ports.finish.send_replace(true);
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    assert_exactly_once_in_order(&server, 60);
+    assert_eq!(server.seen.lock().unwrap().hellos[0].producer, producer);
+}
+
+#[tokio::test]
+async fn an_input_in_flight_at_a_crash_is_reported_uncertain_not_replayed() {
+    // arrange: the ledger of a bridge that died while writing input 4
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let ledger_path = dir.path().join("inputs.json");
+    drop(dir);
+    std::fs::write(&ledger_path, r#"{"last_applied":3,"in_flight":4}"#).unwrap();
+    let server = FakeServer::start(Script::default()).await;
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+    ports.finish.send_replace(true);
+    // act
+    within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(seen.hellos[0].uncertain_inputs, vec![Seq(4)]);
+    assert_eq!(seen.hellos[0].last_applied_input, Seq(4));
+    // a welcomed Hello carried it; later Hellos do not repeat it
+    assert!(dir.ledger.uncertain().is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_leaves_unacked_entries_in_the_spool() {
+    let script = Script {
+        no_ack_on: vec![1],
+        ..Script::default()
+    };
+    let server = FakeServer::start(script).await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, _ports) = bare_link(&server, &dir, fast_link());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(link.run(shutdown.clone()));
+    dir.spool.append(lines(0..5)).await.unwrap();
+    server
+        .wait_until("entries received", |s| s.uncommitted.len() == 5)
+        .await;
+
+    shutdown.cancel();
+    let end = within("link stops", running).await.unwrap().unwrap();
+
+    assert_eq!(end, LinkEnd::Shutdown);
+    assert_eq!(dir.spool.unacked(), 5);
+}

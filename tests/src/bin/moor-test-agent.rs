@@ -1,0 +1,121 @@
+//! `moor-test-agent`: a real agent stand-in for the end-to-end tests.
+//!
+//! `count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F]`
+//! prints `P<S>` … `P<N>` on stdout (default prefix `line-`), one line at a time, flushing each;
+//! every M-th line is followed by `err-<i>` on stderr. After each line it records the number of
+//! the last printed line in F (atomically, via rename), so a test can tell how far it got.
+//!
+//! `echo [--exit-after N]` prints `got: <line>` for every stdin line and exits on EOF (or after
+//! N lines).
+//!
+//! The pacing only shapes the workload; tests never rely on it for synchronisation.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("count") => count(&args[1..]),
+        Some("echo") => echo(&args[1..]),
+        _ => usage("expected a mode: count N | echo"),
+    }
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("moor-test-agent: {why}");
+    eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F]");
+    eprintln!("       moor-test-agent echo [--exit-after N]");
+    ExitCode::from(64)
+}
+
+/// Value of `--name V` in `args`, parsed.
+fn flag<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>, String> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(None),
+        Some(i) => {
+            let v = args
+                .get(i + 1)
+                .ok_or_else(|| format!("{name} needs a value"))?;
+            v.parse()
+                .map(Some)
+                .map_err(|_| format!("{name}: bad value {v:?}"))
+        }
+    }
+}
+
+fn count(args: &[String]) -> ExitCode {
+    let parsed = (|| -> Result<_, String> {
+        let n: u64 = args
+            .first()
+            .ok_or("count needs N")?
+            .parse()
+            .map_err(|_| "N must be a number")?;
+        Ok((
+            n,
+            flag::<u64>(args, "--start")?.unwrap_or(1),
+            flag::<u64>(args, "--interval-ms")?.unwrap_or(0),
+            flag::<u64>(args, "--stderr-every")?.unwrap_or(0),
+            flag::<String>(args, "--prefix")?.unwrap_or_else(|| "line-".to_owned()),
+            flag::<PathBuf>(args, "--progress-file")?,
+        ))
+    })();
+    let (n, start, interval_ms, stderr_every, prefix, progress) = match parsed {
+        Ok(p) => p,
+        Err(e) => return usage(&e),
+    };
+    let mut out = std::io::stdout().lock();
+    for i in start..=n {
+        // A closed pipe (the bridge died) ends the agent, as it would a real one.
+        if writeln!(out, "{prefix}{i}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return ExitCode::from(3);
+        }
+        if stderr_every > 0 && i % stderr_every == 0 {
+            let mut err = std::io::stderr().lock();
+            if writeln!(err, "err-{i}").and_then(|()| err.flush()).is_err() {
+                return ExitCode::from(3);
+            }
+        }
+        if let Some(path) = &progress {
+            let tmp = path.with_extension("tmp");
+            if std::fs::write(&tmp, i.to_string())
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .is_err()
+            {
+                return ExitCode::from(4);
+            }
+        }
+        if interval_ms > 0 && i < n {
+            std::thread::sleep(Duration::from_millis(interval_ms));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn echo(args: &[String]) -> ExitCode {
+    let exit_after = match flag::<u64>(args, "--exit-after") {
+        Ok(v) => v,
+        Err(e) => return usage(&e),
+    };
+    let mut out = std::io::stdout().lock();
+    for (seen, line) in (1u64..).zip(std::io::stdin().lock().lines()) {
+        let Ok(line) = line else {
+            return ExitCode::from(3);
+        };
+        if writeln!(out, "got: {line}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return ExitCode::from(3);
+        }
+        if exit_after.is_some_and(|n| seen >= n) {
+            break;
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,37 @@
+//! moor-e2e: the real `moor` against the real `moord`, through a fault proxy.
+//!
+//! The harness treats both programs as black boxes: it starts their binaries, talks HTTP,
+//! SSE and WebSocket to them, and breaks the TCP links between them. It depends on the wire
+//! types of `moor-protocol` only, never on the server's or the bridge's library code, so what is
+//! tested is exactly what ships.
+//!
+//! Every wait is bounded by a timeout that only guards against hangs; synchronisation comes
+//! from real events (a listening line, a stored entry, an accepted connection).
+//!
+//! Run with `cargo build --workspace && cargo test -p moor-e2e`: `moord` and `moor` are taken
+//! from the target dir next to the test executable. `TEST_LOG=1` forwards their output live;
+//! otherwise it is printed, and the temp dirs kept, when a test fails.
+#![warn(missing_docs)]
+
+pub mod assert;
+pub mod bridge;
+pub mod http;
+pub mod proxy;
+pub mod rig;
+pub mod server;
+pub mod sse;
+pub mod util;
+pub mod ws;
+
+pub use assert::{
+    assert_complete_session, assert_contiguous, assert_exact_agent_output, assert_exact_stream,
+    lines,
+};
+pub use bridge::{BridgeOpts, TestBridge};
+pub use http::{Api, LogTail};
+pub use proxy::FaultProxy;
+pub use rig::{Rig, FINISH, WAIT};
+pub use server::{ServerOpts, TestServer};
+pub use sse::{SseClient, SseOpts};
+pub use util::{eventually, eventually_some};
+pub use ws::{RawBridge, WsViewer};

@@ -1,0 +1,79 @@
+//! `Rig`: the usual arrangement of a test — `moord`, a fault proxy in front of it, and a `moor`
+//! streaming one session through the proxy — plus the usual ending: the bridge exits 0, the
+//! session ends, and the log holds exactly what the agent printed.
+
+use std::time::Duration;
+
+use moor_protocol::{Entry, SessionId};
+
+use crate::assert::assert_complete_session;
+use crate::bridge::{BridgeOpts, TestBridge};
+use crate::http::{Api, LogTail};
+use crate::proxy::FaultProxy;
+use crate::server::{ServerOpts, TestServer};
+
+/// Bound for a single expected event (a reconnect, an entry showing up).
+pub const WAIT: Duration = Duration::from_secs(15);
+/// Bound for a whole stream to finish once it is running.
+pub const FINISH: Duration = Duration::from_secs(50);
+
+/// A server, a proxy in front of it and a bridge streaming through the proxy.
+#[derive(Debug)]
+pub struct Rig {
+    /// The server.
+    pub server: TestServer,
+    /// The proxy the bridge goes through.
+    pub proxy: FaultProxy,
+    /// The bridge.
+    pub bridge: TestBridge,
+    /// API client talking to the server directly.
+    pub api: Api,
+    /// The session's name.
+    pub name: String,
+    /// The session's id.
+    pub id: SessionId,
+    /// A poller of the session's log, for waiting on progress.
+    pub tail: LogTail,
+}
+
+impl Rig {
+    /// Starts everything with `moor-test-agent <agent…>` and waits for the session to exist.
+    pub async fn start(server_opts: ServerOpts, agent: &[&str]) -> Self {
+        Self::start_with(server_opts, agent, |b| b).await
+    }
+
+    /// Like [`Rig::start`], letting the caller add bridge flags.
+    pub async fn start_with(
+        server_opts: ServerOpts,
+        agent: &[&str],
+        bridge_opts: impl FnOnce(BridgeOpts) -> BridgeOpts,
+    ) -> Self {
+        let server = TestServer::start(server_opts).await;
+        let proxy = FaultProxy::start(server.addr()).await;
+        let name = format!("s-{}", uuid::Uuid::new_v4().simple());
+        let bridge =
+            bridge_opts(BridgeOpts::new(&proxy.url(), server.token(), &name, agent)).spawn();
+        let api = server.api();
+        let id = api.wait_session(&name, WAIT).await.id;
+        let tail = LogTail::new(api.clone(), id);
+        Self {
+            server,
+            proxy,
+            bridge,
+            api,
+            name,
+            id,
+            tail,
+        }
+    }
+
+    /// The usual ending: the bridge exits 0, the session ends, and the log is contiguous and
+    /// holds exactly `expected_stdout`. Returns the whole log.
+    pub async fn finish(&mut self, expected_stdout: &[String]) -> Vec<Entry> {
+        self.bridge.wait_success(FINISH).await;
+        self.api.wait_ended(&self.name, WAIT).await;
+        let entries = self.api.entries_all(self.id).await;
+        assert_complete_session(&entries, expected_stdout);
+        entries
+    }
+}

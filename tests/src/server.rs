@@ -1,0 +1,285 @@
+//! `TestServer`: a real `moord` process on a temp data dir, with its output captured.
+//!
+//! It owns the process and its directory: SIGKILL (`kill`), SIGTERM (`terminate`), and
+//! `restart` on the same port and data dir. The readiness event is the `moord listening on`
+//! line on stdout; nothing waits by sleeping.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use moor_protocol::api::{InputAccepted, SessionInfo};
+use moor_protocol::{Entry, SessionId};
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use crate::http::Api;
+use crate::util::{bin_path, capture, dump_logs, should_dump_on_drop, signal};
+
+/// How long `moord` may take to print its listening line.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a SIGTERM'd `moord` may take to exit.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Extra `moord` flags.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOpts {
+    flags: Vec<(String, String)>,
+}
+
+impl ServerOpts {
+    /// No extra flags.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `--name value`.
+    pub fn flag(mut self, name: &str, value: impl ToString) -> Self {
+        self.flags.push((name.to_owned(), value.to_string()));
+        self
+    }
+}
+
+/// A running (or stopped, between `kill` and `restart`) `moord`.
+#[derive(Debug)]
+pub struct TestServer {
+    dir: TempDir,
+    opts: ServerOpts,
+    port: u16,
+    token: String,
+    child: Option<Child>,
+    incarnation: u32,
+}
+
+impl TestServer {
+    /// Starts `moord` on `127.0.0.1:0` with a fresh data dir and waits for it to listen.
+    pub async fn start(opts: ServerOpts) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("moor-e2e-server-")
+            .tempdir()
+            .expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
+        let mut server = Self {
+            dir,
+            opts,
+            port: 0,
+            token: String::new(),
+            child: None,
+            incarnation: 0,
+        };
+        server.spawn().await;
+        server
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_files(&self) -> Vec<PathBuf> {
+        vec![
+            self.dir.path().join("moord.stdout.log"),
+            self.dir.path().join("moord.stderr.log"),
+        ]
+    }
+
+    async fn spawn(&mut self) {
+        self.incarnation += 1;
+        let label = format!("moord#{}", self.incarnation);
+        for f in self.log_files() {
+            append_line(&f, &format!("===== {label} starting ====="));
+        }
+        let mut cmd = Command::new(bin_path("moord"));
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(self.data_dir());
+        for (k, v) in &self.opts.flags {
+            cmd.arg(k).arg(v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("moord spawns");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let files = self.log_files();
+        capture(
+            child.stdout.take().expect("piped"),
+            &files[0],
+            format!("{label} out"),
+            Some(tx),
+        );
+        capture(
+            child.stderr.take().expect("piped"),
+            &files[1],
+            format!("{label} err"),
+            None,
+        );
+        self.child = Some(child);
+
+        let addr = tokio::time::timeout(STARTUP_TIMEOUT, async {
+            while let Some(line) = rx.recv().await {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    return rest.trim().trim_end_matches('/').parse::<SocketAddr>().ok();
+                }
+            }
+            None
+        })
+        .await;
+        let addr = match addr {
+            Ok(Some(addr)) => addr,
+            Ok(None) => {
+                dump_logs(&label, &self.log_files(), 200);
+                panic!("{label} exited (or printed a bad address) before listening");
+            }
+            Err(_) => {
+                dump_logs(&label, &self.log_files(), 200);
+                panic!("{label} did not print its listening line within {STARTUP_TIMEOUT:?}");
+            }
+        };
+        assert!(
+            self.port == 0 || addr.port() == self.port,
+            "{label} listened on {addr}, expected port {}",
+            self.port
+        );
+        self.port = addr.port();
+        let token_path = self.data_dir().join("admin.token");
+        let token = std::fs::read_to_string(&token_path)
+            .unwrap_or_else(|e| panic!("{label}: cannot read {}: {e}", token_path.display()))
+            .trim()
+            .to_owned();
+        assert!(!token.is_empty(), "{label}: empty admin token");
+        assert!(
+            self.token.is_empty() || self.token == token,
+            "{label}: admin token changed across a restart"
+        );
+        self.token = token;
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// The admin token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// A typed API client talking to this server directly.
+    pub fn api(&self) -> Api {
+        Api::new(self.url(), self.token.clone())
+    }
+
+    /// The whole log of `session`, paged through `/entries`.
+    pub async fn entries_all(&self, session: SessionId) -> Vec<Entry> {
+        self.api().entries_all(session).await
+    }
+
+    /// The session named (or with id) `id_or_name`, `None` if unknown.
+    pub async fn session(&self, id_or_name: &str) -> Option<SessionInfo> {
+        self.api().session(id_or_name).await
+    }
+
+    /// Posts an `input.text`; panics unless accepted.
+    pub async fn post_input(
+        &self,
+        session: SessionId,
+        client_msg_id: &str,
+        text: &str,
+    ) -> InputAccepted {
+        self.api().post_input(session, client_msg_id, text).await
+    }
+
+    /// Asks the server to close the session's live bridge socket with `code` and `reason`.
+    pub async fn close_bridge(
+        &self,
+        session: SessionId,
+        code: u16,
+        reason: &str,
+    ) -> reqwest::StatusCode {
+        self.api().close_bridge(session, code, reason).await
+    }
+
+    /// The process id of the running incarnation.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// The server's captured stdout and stderr so far.
+    pub fn logs(&self) -> String {
+        self.log_files()
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+            .collect()
+    }
+
+    /// The test's temp dir (data dir and logs live under it).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL: a crash. Waits until the process is gone.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// SIGTERM, then waits for a graceful exit (panics if it takes longer than
+    /// [`SHUTDOWN_TIMEOUT`]). Returns the exit status.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("moord is running");
+        if let Some(pid) = child.id() {
+            signal(pid, rustix::process::Signal::TERM);
+        }
+        match tokio::time::timeout(SHUTDOWN_TIMEOUT, child.wait()).await {
+            Ok(status) => status.expect("wait for moord"),
+            Err(_) => {
+                let _ = child.start_kill();
+                panic!("moord did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM");
+            }
+        }
+    }
+
+    /// Starts the server again on the same port and data dir (killing it first if it runs).
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.start_kill();
+        }
+        if should_dump_on_drop() {
+            dump_logs("moord", &self.log_files(), 300);
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "----- moord data and logs kept in {} -----",
+                self.dir.path().display()
+            );
+        }
+    }
+}
+
+fn append_line(path: &Path, line: &str) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}

@@ -1,0 +1,144 @@
+//! Shared plumbing: locating the built binaries, capturing child output, bounded waiting.
+//!
+//! Nothing here sleeps to synchronise: `eventually` re-checks a condition and its timeout is
+//! only a failure guard.
+
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::mpsc;
+
+/// How often [`eventually`] re-checks its condition.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Whether `TEST_LOG=1` asks for child output to be forwarded live.
+pub fn test_log() -> bool {
+    std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The directory holding the workspace binaries (`target/<profile>/`), found from the running
+/// test executable (`target/<profile>/deps/<test>-<hash>`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe is readable");
+    let mut dir = exe
+        .parent()
+        .expect("test executable has a parent dir")
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Path of a workspace binary, panicking with the fix when it was not built.
+pub fn bin_path(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} not found: run `cargo build --workspace` first",
+        path.display()
+    );
+    path
+}
+
+/// Re-checks `cond` until it holds; panics naming `what` after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Like [`eventually`], for a condition that yields a value once it holds.
+pub async fn eventually_some<T, F, Fut>(timeout: Duration, what: &str, mut cond: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Copies a child's output stream line by line into `file` (appending), forwards it to stderr
+/// when `TEST_LOG=1`, and hands each line to `lines` when given (so a caller can wait for a
+/// readiness line). Ends at EOF.
+pub fn capture<R>(
+    stream: R,
+    file: &Path,
+    label: String,
+    lines: Option<mpsc::UnboundedSender<String>>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    let mut out: File = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .expect("log file can be opened");
+    let forward = test_log();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            let _ = writeln!(out, "{line}");
+            if forward {
+                eprintln!("[{label}] {line}");
+            }
+            if let Some(tx) = &lines {
+                let _ = tx.send(line);
+            }
+        }
+    });
+}
+
+/// Prints the last `max_lines` lines of each log file to stderr, under a header.
+pub fn dump_logs(title: &str, files: &[PathBuf], max_lines: usize) {
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let skip = lines.len().saturating_sub(max_lines);
+        eprintln!(
+            "----- {title}: {} (last {} of {} lines) -----",
+            f.display(),
+            lines.len() - skip,
+            lines.len()
+        );
+        for l in &lines[skip..] {
+            eprintln!("{l}");
+        }
+    }
+}
+
+/// Whether logs should be dumped (and temp dirs kept) when a harness object is dropped: the
+/// test is failing.
+pub fn should_dump_on_drop() -> bool {
+    std::thread::panicking()
+}
+
+/// Sends `signal` to `pid`.
+pub fn signal(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
