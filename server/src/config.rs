@@ -11,6 +11,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Database URL; `None` means `sqlite:<data_dir>/moor.db`.
     pub database_url: Option<String>,
+    /// This node's name among the nodes sharing a Postgres database (in notices and in
+    /// `pg_stat_activity.application_name`); `None` generates one at start.
+    pub node_id: Option<String>,
     /// The admin token; `None` means read `<data_dir>/admin.token`, creating it on first start.
     pub admin_token: Option<String>,
     /// The URL people open, used in links the server prints and hands to bridges.
@@ -40,6 +43,7 @@ impl Default for ServerConfig {
         Self {
             data_dir: PathBuf::from("moor-data"),
             database_url: None,
+            node_id: None,
             admin_token: None,
             public_url: None,
             heartbeat_interval: Duration::from_secs(10),
@@ -61,5 +65,13 @@ impl ServerConfig {
         self.database_url
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", self.data_dir.join("moor.db").display()))
+    }
+
+    /// The node id in effect: the configured one, else `node-<8 random hex digits>`.
+    pub fn node_id(&self) -> String {
+        match &self.node_id {
+            Some(id) => id.clone(),
+            None => format!("node-{:08x}", rand::random::<u32>()),
+        }
     }
 }

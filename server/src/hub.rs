@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use bytes::Bytes;
 use moor_protocol::api::BridgeStatus;
 use moor_protocol::web::ServerToViewer;
-use moor_protocol::{now_ms, Entry, Seq, SessionId};
+use moor_protocol::{close, now_ms, Entry, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
@@ -81,6 +81,11 @@ struct Topic {
 #[derive(Debug)]
 struct Link {
     conn: u64,
+    /// The claim epoch of the connection (0 on a single node).
+    epoch: u64,
+    /// Highest epoch claimed for this session on another node: local connections below it are
+    /// superseded.
+    claimed_elsewhere: u64,
     control: Option<mpsc::UnboundedSender<BridgeControl>>,
     status: BridgeStatus,
 }
@@ -166,20 +171,29 @@ impl Hub {
         }
     }
 
-    /// Registers a new bridge connection for `session`, returning its connection number and
-    /// the control channel of the connection it supersedes, if any.
+    /// Registers a new bridge connection for `session` with its claim `epoch` (0 on a single
+    /// node), returning its connection number and the control channel of the connection it
+    /// supersedes, if any. A connection whose epoch another node has already outbid is told to
+    /// close at once.
     pub fn attach_bridge(
         &self,
         session: SessionId,
         control: mpsc::UnboundedSender<BridgeControl>,
+        epoch: u64,
     ) -> (u64, Option<mpsc::UnboundedSender<BridgeControl>>) {
         let mut inner = self.lock();
         inner.next_conn += 1;
         let conn = inner.next_conn;
+        let claimed_elsewhere = inner.links.get(&session).map_or(0, |l| l.claimed_elsewhere);
+        if epoch < claimed_elsewhere {
+            let _ = control.send(superseded());
+        }
         let old = inner.links.insert(
             session,
             Link {
                 conn,
+                epoch,
+                claimed_elsewhere,
                 control: Some(control),
                 status: BridgeStatus {
                     online: true,
@@ -190,6 +204,56 @@ impl Hub {
             },
         );
         (conn, old.and_then(|l| l.control))
+    }
+
+    /// Another node claimed `session`'s bridge with `epoch`: closes the local connection if it
+    /// is older, and remembers the claim for connections still being set up here.
+    pub fn supersede_bridge(&self, session: SessionId, epoch: u64) {
+        let mut inner = self.lock();
+        let link = inner.links.entry(session).or_insert_with(|| Link {
+            conn: 0,
+            epoch: 0,
+            claimed_elsewhere: 0,
+            control: None,
+            status: offline(),
+        });
+        link.claimed_elsewhere = link.claimed_elsewhere.max(epoch);
+        if link.epoch < epoch {
+            if let Some(control) = link.control.take() {
+                let _ = control.send(superseded());
+            }
+        }
+    }
+
+    /// The claim epoch of every bridge connected to this node.
+    pub fn bridge_epochs(&self) -> Vec<(SessionId, u64)> {
+        let inner = self.lock();
+        inner
+            .links
+            .iter()
+            .filter(|(_, l)| l.control.is_some())
+            .map(|(s, l)| (*s, l.epoch))
+            .collect()
+    }
+
+    /// Whether anyone on this node follows `session`'s entries.
+    pub fn is_watched(&self, session: SessionId) -> bool {
+        let inner = self.lock();
+        inner
+            .topics
+            .get(&session)
+            .is_some_and(|t| t.tx.receiver_count() > 0)
+    }
+
+    /// The sessions someone on this node follows.
+    pub fn watched(&self) -> Vec<SessionId> {
+        let inner = self.lock();
+        inner
+            .topics
+            .iter()
+            .filter(|(_, t)| t.tx.receiver_count() > 0)
+            .map(|(s, _)| *s)
+            .collect()
     }
 
     /// Records that connection `conn` ended, unless a newer one has taken its place.
@@ -231,11 +295,22 @@ impl Hub {
             .links
             .get(&session)
             .map(|l| l.status.clone())
-            .unwrap_or(BridgeStatus {
-                online: false,
-                since: None,
-                last_close_code: None,
-                last_reason: None,
-            })
+            .unwrap_or_else(offline)
+    }
+}
+
+fn offline() -> BridgeStatus {
+    BridgeStatus {
+        online: false,
+        since: None,
+        last_close_code: None,
+        last_reason: None,
+    }
+}
+
+fn superseded() -> BridgeControl {
+    BridgeControl::Close {
+        code: close::SUPERSEDED,
+        reason: "a newer bridge connection for this session took over".into(),
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod hub;
 pub mod log;
+pub mod relay;
 pub mod sse;
 pub mod state;
 pub mod store;
@@ -48,7 +49,8 @@ impl Server {
             Some(t) => (auth::Auth::with_admin_token(t.clone()), false),
             None => auth::Auth::load_or_create(&config.data_dir)?,
         };
-        let store = store::connect(&config.database_url()).await?;
+        let node_id = config.node_id();
+        let store = store::connect(&config.database_url(), &node_id).await?;
         Ok(Self {
             config,
             store,
@@ -86,6 +88,12 @@ impl Server {
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
         let log = log::Log::new(self.store.clone(), hub.clone(), tasks.clone());
+        // Several nodes on one database: follow the others' notices (returns at once otherwise).
+        tasks.spawn(relay::run(
+            self.store.clone(),
+            hub.clone(),
+            shutdown.clone(),
+        ));
         let state = AppState {
             log: log.clone(),
             store: self.store,

@@ -1,10 +1,11 @@
-//! `moord`: parse flags, start tracing, build the server, serve until SIGTERM/SIGINT.
+//! `moord`: parse flags, start tracing, build the server, serve until SIGTERM/SIGINT; or run a
+//! maintenance command (`moord migrate-store`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use moor_server::{Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -12,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Config {
+    /// A maintenance command instead of serving.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Address to listen on.
     #[arg(long, env = "MOOR_LISTEN", default_value = "127.0.0.1:7070")]
     listen: String,
@@ -21,6 +25,9 @@ struct Config {
     /// Database URL (default: sqlite:<data-dir>/moor.db).
     #[arg(long, env = "MOOR_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// This node's name among nodes sharing a Postgres database (default: generated).
+    #[arg(long, env = "MOOR_NODE_ID")]
+    node_id: Option<String>,
     /// Admin token to use instead of <data-dir>/admin.token.
     #[arg(long, env = "MOOR_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -53,12 +60,26 @@ struct Config {
     max_body_bytes: usize,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Copy a SQLite database into an empty Postgres database (stop moord first).
+    MigrateStore {
+        /// Source, e.g. sqlite:moor-data/moor.db
+        #[arg(long)]
+        from: String,
+        /// Destination, e.g. postgres://moor@db/moor
+        #[arg(long, hide_env_values = true)]
+        to: String,
+    },
+}
+
 impl Config {
     fn into_server_config(self) -> ServerConfig {
         let ms = Duration::from_millis;
         let mut c = ServerConfig::default();
         c.data_dir = self.data_dir;
         c.database_url = self.database_url;
+        c.node_id = self.node_id;
         c.admin_token = self.admin_token;
         c.public_url = self.public_url;
         c.heartbeat_interval = ms(self.heartbeat_interval_ms.max(1));
@@ -83,6 +104,17 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(Command::MigrateStore { from, to }) = &config.command {
+        let n = moor_server::store::migrate::copy(from, to).await?;
+        println!(
+            "copied {} sessions, {} entries, {} producer marks into {}",
+            n.sessions,
+            n.entries,
+            n.producers,
+            moor_server::store::redact_url(to)
+        );
+        return Ok(());
+    }
     let listen = config.listen.clone();
     let data_dir = config.data_dir.clone();
     let server = Server::build(config.into_server_config()).await?;

@@ -46,9 +46,10 @@ fn line(i: usize) -> Append {
 async fn scenario(ops: Vec<Op>, capacity: usize) {
     let dir = std::env::temp_dir().join(format!("moor-replay-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> = store::connect(&format!("sqlite:{}", dir.join("t.db").display()))
-        .await
-        .unwrap();
+    let store: Arc<dyn Store> =
+        store::connect(&format!("sqlite:{}", dir.join("t.db").display()), "test")
+            .await
+            .unwrap();
     let session: SessionId = store.open_session("replay", None).await.unwrap().id;
     let hub = Hub::with_capacity(capacity);
     let tasks = TaskTracker::new();

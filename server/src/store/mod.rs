@@ -5,7 +5,11 @@
 //! appending transaction from the session row, so any number of processes may append. It must not
 //! leak `sqlx` types upward, and it does no fan-out (that is the hub's job, after commit).
 
+mod append;
+mod cluster;
+pub mod migrate;
 mod plan;
+mod postgres;
 mod sqlite;
 
 use std::fmt::Debug;
@@ -17,6 +21,8 @@ use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
+pub use cluster::{Cluster, Notice, NoticeFeed};
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// Errors a store reports. Each implementation maps its driver's errors itself.
@@ -160,23 +166,69 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Marks the session ended (idempotent).
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
+
+    /// Coordination with the other nodes sharing this store; `None` for a single-node store.
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        None
+    }
 }
 
-/// Opens the store a database URL names and runs its migrations. `sqlite:` is the default
-/// engine; anything else is refused with a clear message.
-pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::connect(url).await?))
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Err(anyhow!(
-            "the Postgres store is not available in this build yet; use a sqlite: URL \
-             (or leave --database-url unset for <data-dir>/moor.db)"
-        ))
-    } else {
-        Err(anyhow!(
-            "unsupported database URL scheme in {url:?}: expected sqlite: or postgres:"
-        ))
+/// Opens the store a database URL names and runs its migrations: `sqlite:` (the default
+/// engine, one node) or `postgres:`/`postgresql:` (any number of nodes). Anything else is refused
+/// with a clear message. `node_id` names this node to the others (Postgres only).
+pub async fn connect(url: &str, node_id: &str) -> anyhow::Result<Arc<dyn Store>> {
+    match Engine::of(url)? {
+        Engine::Sqlite => Ok(Arc::new(SqliteStore::connect(url).await?)),
+        Engine::Postgres => Ok(Arc::new(PgStore::connect(url, node_id).await?)),
     }
+}
+
+/// The database engines a URL can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// `sqlite:`
+    Sqlite,
+    /// `postgres:` or `postgresql:`
+    Postgres,
+}
+
+impl Engine {
+    /// The engine `url` names, or a message saying which schemes are understood.
+    pub fn of(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Ok(Self::Postgres)
+        } else {
+            Err(anyhow!(
+                "unsupported database URL scheme in {:?}: expected sqlite: or postgres:",
+                redact_url(url)
+            ))
+        }
+    }
+}
+
+/// `url` with any password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A seq as an SQL BIGINT; cursors beyond its range mean "everything".
+pub(crate) fn seq_bind(seq: Seq) -> i64 {
+    seq.0.min(i64::MAX as u64) as i64
 }
 
 /// Compares a replayed entry with the stored one (kind and payload; the timestamp may differ

@@ -3,7 +3,6 @@
 //! never meets `SQLITE_BUSY` from itself) and a small pool of readers.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,9 +13,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
-use super::{
-    same_content, Append, Appended, IdemKey, Range, SessionRow, Store, StoreError, StoreResult,
-};
+use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
+use super::{Append, Appended, Range, SessionRow, Store, StoreError, StoreResult};
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
 const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
@@ -93,13 +91,6 @@ fn entry_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Entry> {
 
 const SESSION_COLS: &str = "id, name, created_at, head_seq, last_ts, ended_at, agent";
 
-/// A row about to be inserted.
-struct NewRow<'a> {
-    seq: i64,
-    append: &'a Append,
-    payload: String,
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
@@ -156,83 +147,18 @@ impl Store for SqliteStore {
         if row.get::<Option<i64>, _>("ended_at").is_some() {
             return Err(StoreError::SessionEnded);
         }
-        let mut head: i64 = row.get("head_seq");
-        let mut plan = super::plan::Plan::default();
-        let mut decided: Vec<Option<Appended>> = Vec::with_capacity(batch.len());
-        let mut rows: Vec<NewRow<'_>> = Vec::with_capacity(batch.len());
-        let mut last_ts = None;
-        for append in &batch {
-            let outcome = match &append.key {
-                IdemKey::Producer { producer, seq } => {
-                    let mark = match plan.mark(*producer) {
-                        Some(m) => m,
-                        None => {
-                            let m = self.producer_mark_in(&mut tx, &sid, *producer).await?;
-                            plan.set_mark(*producer, m);
-                            m
-                        }
-                    };
-                    match plan.check_producer(*producer, *seq, mark) {
-                        super::plan::Check::Next => None,
-                        super::plan::Check::Replay => {
-                            let stored = sqlx::query(
-                                "SELECT seq, kind, payload FROM entries \
-                                 WHERE session_id = ? AND producer_id = ? AND producer_seq = ?",
-                            )
-                            .bind(&sid)
-                            .bind(producer.to_string())
-                            .bind(*seq as i64)
-                            .fetch_optional(&mut *tx)
-                            .await
-                            .map_err(other)?;
-                            Some(replay_outcome(stored, append, *seq)?)
-                        }
-                        super::plan::Check::Gap { expected } => Some(Appended::Gap {
-                            expected,
-                            got: *seq,
-                        }),
-                    }
-                }
-                IdemKey::ClientMsg(id) => match plan.seen_client_msg(id) {
-                    Some(seq) => Some(Appended::Duplicate(seq)),
-                    None => sqlx::query_scalar::<_, i64>(
-                        "SELECT seq FROM entries WHERE session_id = ? AND client_msg_id = ?",
-                    )
-                    .bind(&sid)
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(other)?
-                    .map(|s| Appended::Duplicate(Seq(s as u64))),
-                },
-                IdemKey::Receipt(input) => match plan.seen_receipt(&append.kind, *input) {
-                    Some(seq) => Some(Appended::Duplicate(seq)),
-                    None => sqlx::query_scalar::<_, i64>(
-                        "SELECT seq FROM entries WHERE session_id = ? AND kind = ? AND ref_seq = ?",
-                    )
-                    .bind(&sid)
-                    .bind(&append.kind)
-                    .bind(input.0 as i64)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(other)?
-                    .map(|s| Appended::Duplicate(Seq(s as u64))),
-                },
-                IdemKey::None => None,
-            };
-            if outcome.is_none() {
-                head += 1;
-                plan.record(&append.key, &append.kind, Seq(head as u64));
-                let payload = serde_json::to_string(&append.payload).context("encode payload")?;
-                last_ts = Some(append.ts);
-                rows.push(NewRow {
-                    seq: head,
-                    append,
-                    payload,
-                });
-            }
-            decided.push(outcome);
-        }
+        let head: i64 = row.get("head_seq");
+        let mut lookup = SqliteLookup {
+            conn: &mut tx,
+            sid: &sid,
+        };
+        let Decision {
+            decided,
+            rows,
+            head,
+            last_ts,
+            plan,
+        } = append::decide(&mut lookup, &batch, head).await?;
         if !rows.is_empty() {
             insert_rows(&mut tx, &sid, &rows).await?;
             for (producer, mark) in plan.advanced_marks() {
@@ -256,24 +182,8 @@ impl Store for SqliteStore {
                 .map_err(other)?;
         }
         tx.commit().await.map_err(other)?;
-        let mut stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect::<Vec<_>>();
-        stored_seqs.reverse();
-        Ok(batch
-            .into_iter()
-            .zip(decided)
-            .map(|(a, d)| {
-                d.unwrap_or_else(|| {
-                    let seq = Seq(stored_seqs.pop().unwrap_or_default() as u64);
-                    Appended::Stored(Arc::new(Entry {
-                        seq,
-                        ts: a.ts,
-                        kind: a.kind,
-                        author: a.author,
-                        payload: a.payload,
-                    }))
-                })
-            })
-            .collect())
+        let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
+        Ok(append::outcomes(batch, decided, stored_seqs))
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
@@ -290,7 +200,7 @@ impl Store for SqliteStore {
         let (Range::After(at) | Range::Before(at)) = range;
         let rows = sqlx::query(sql)
             .bind(session.to_string())
-            .bind(at.0 as i64)
+            .bind(super::seq_bind(at))
             .bind(limit as i64)
             .fetch_all(&self.readers)
             .await
@@ -307,8 +217,7 @@ impl Store for SqliteStore {
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
         let mut conn = self.readers.acquire().await.map_err(other)?;
-        self.producer_mark_in(&mut conn, &session.to_string(), producer)
-            .await
+        producer_mark_in(&mut conn, &session.to_string(), producer).await
     }
 
     async fn inputs_after(
@@ -371,45 +280,77 @@ impl SqliteStore {
         .ok_or(StoreError::NotFound)?;
         session_row(&row)
     }
-
-    async fn producer_mark_in(
-        &self,
-        conn: &mut sqlx::SqliteConnection,
-        sid: &str,
-        producer: ProducerId,
-    ) -> StoreResult<u64> {
-        let mark: Option<i64> = sqlx::query_scalar(
-            "SELECT last_seq FROM producers WHERE session_id = ? AND producer_id = ?",
-        )
-        .bind(sid)
-        .bind(producer.to_string())
-        .fetch_optional(conn)
-        .await
-        .map_err(other)?;
-        Ok(mark.unwrap_or(0) as u64)
-    }
 }
 
-fn replay_outcome(
-    stored: Option<sqlx::sqlite::SqliteRow>,
-    append: &Append,
-    producer_seq: u64,
-) -> StoreResult<Appended> {
-    // The mark says this producer seq is stored; a missing row means the store is inconsistent.
-    let row = stored.ok_or_else(|| {
-        StoreError::Other(anyhow::anyhow!(
-            "producer seq {producer_seq} below the mark but not stored"
-        ))
-    })?;
-    let payload: String = row.get("payload");
-    let stored_payload: serde_json::Value =
-        serde_json::from_str(&payload).context("stored payload is not json")?;
-    let kind: String = row.get("kind");
-    Ok(if same_content(&kind, &stored_payload, append) {
-        Appended::Duplicate(Seq(row.get::<i64, _>("seq") as u64))
-    } else {
-        Appended::Mismatch { producer_seq }
-    })
+async fn producer_mark_in(
+    conn: &mut sqlx::SqliteConnection,
+    sid: &str,
+    producer: ProducerId,
+) -> StoreResult<u64> {
+    let mark: Option<i64> = sqlx::query_scalar(
+        "SELECT last_seq FROM producers WHERE session_id = ? AND producer_id = ?",
+    )
+    .bind(sid)
+    .bind(producer.to_string())
+    .fetch_optional(conn)
+    .await
+    .map_err(other)?;
+    Ok(mark.unwrap_or(0) as u64)
+}
+
+/// The idempotency lookups of one append, on the writer's open transaction.
+struct SqliteLookup<'c> {
+    conn: &'c mut sqlx::SqliteConnection,
+    sid: &'c str,
+}
+
+impl Lookup for SqliteLookup<'_> {
+    async fn producer_mark(&mut self, producer: ProducerId) -> StoreResult<u64> {
+        producer_mark_in(self.conn, self.sid, producer).await
+    }
+
+    async fn producer_entry(
+        &mut self,
+        producer: ProducerId,
+        seq: u64,
+    ) -> StoreResult<Option<StoredEntry>> {
+        let row = sqlx::query(
+            "SELECT seq, kind, payload FROM entries \
+             WHERE session_id = ? AND producer_id = ? AND producer_seq = ?",
+        )
+        .bind(self.sid)
+        .bind(producer.to_string())
+        .bind(seq as i64)
+        .fetch_optional(&mut *self.conn)
+        .await
+        .map_err(other)?;
+        Ok(row.map(|r| StoredEntry {
+            seq: r.get("seq"),
+            kind: r.get("kind"),
+            payload: r.get("payload"),
+        }))
+    }
+
+    async fn client_msg_seq(&mut self, id: &str) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT seq FROM entries WHERE session_id = ? AND client_msg_id = ?")
+            .bind(self.sid)
+            .bind(id)
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(other)
+    }
+
+    async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT seq FROM entries WHERE session_id = ? AND kind = ? AND ref_seq = ?",
+        )
+        .bind(self.sid)
+        .bind(kind)
+        .bind(input.0 as i64)
+        .fetch_optional(&mut *self.conn)
+        .await
+        .map_err(other)
+    }
 }
 
 async fn insert_rows(
@@ -431,23 +372,16 @@ async fn insert_rows(
              producer_seq, client_msg_id, ref_seq) ",
         );
         qb.push_values(chunk, |mut b, row| {
-            let (producer, producer_seq, client_msg, ref_seq) = match &row.append.key {
-                IdemKey::Producer { producer, seq } => {
-                    (Some(producer.to_string()), Some(*seq as i64), None, None)
-                }
-                IdemKey::ClientMsg(id) => (None, None, Some(id.clone()), None),
-                IdemKey::Receipt(input) => (None, None, None, Some(input.0 as i64)),
-                IdemKey::None => (None, None, None, None),
-            };
+            let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
             b.push_bind(sid)
                 .push_bind(row.seq)
                 .push_bind(row.append.ts)
                 .push_bind(&row.append.kind)
                 .push_bind(&row.append.author)
                 .push_bind(&row.payload)
-                .push_bind(producer)
+                .push_bind(producer.map(|p| p.to_string()))
                 .push_bind(producer_seq)
-                .push_bind(client_msg)
+                .push_bind(client_msg.map(str::to_owned))
                 .push_bind(ref_seq);
         });
         qb.build()

@@ -70,6 +70,9 @@ struct Conn {
     tx: SplitSink<WebSocket, Message>,
     /// Highest input seq sent to this bridge.
     delivered: Seq,
+    /// Seq up to which every committed entry has been looked at for inputs (`None`: unknown, the
+    /// next live frame re-reads the inputs from the store).
+    seen: Option<Seq>,
 }
 
 #[tracing::instrument(skip_all)]
@@ -111,8 +114,25 @@ async fn run(socket: WebSocket, state: AppState) {
             .await;
         }
     };
+    // With several nodes, the claim tells the others to close their connection for the session.
+    let epoch = match state.store.cluster() {
+        Some(cluster) => match cluster.claim_bridge(session.id).await {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                tracing::error!(error = ?e, "bridge handshake could not claim the session");
+                return super::close(
+                    &mut tx,
+                    &mut rx,
+                    close::SERVER_ERROR,
+                    "store unavailable; retry",
+                )
+                .await;
+            }
+        },
+        None => 0,
+    };
     let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let (conn_id, old) = state.hub.attach_bridge(session.id, control_tx);
+    let (conn_id, old) = state.hub.attach_bridge(session.id, control_tx, epoch);
     if let Some(old) = old {
         let _ = old.send(BridgeControl::Close {
             code: close::SUPERSEDED,
@@ -126,6 +146,7 @@ async fn run(socket: WebSocket, state: AppState) {
         hello,
         tx,
         delivered: Seq::ZERO,
+        seen: None,
     };
     let ending = match conn.welcome(&session.name, conn_id).await {
         Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
@@ -241,10 +262,18 @@ impl Conn {
             kinds::BRIDGE_CONNECTED,
             json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
         ));
-        self.state.log.append(self.session, settle).await?;
+        let settled = self.state.log.append(self.session, settle).await?;
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
             .await?;
+        // Everything committed up to our own `bridge.connected` is covered by that read (unless
+        // the page was full): later frames at or below it are old news.
+        if pending.len() < WELCOME_INPUTS as usize {
+            self.seen = settled.iter().rev().find_map(|o| match o {
+                Appended::Stored(e) => Some(e.seq),
+                _ => None,
+            });
+        }
         self.delivered = pending
             .last()
             .map(|e| e.seq)
@@ -347,29 +376,30 @@ impl Conn {
         self.tx.send(text(frame)).await
     }
 
-    /// Sends live inputs the bridge has not had yet; after a lag, re-reads them from the store.
+    /// Sends live inputs the bridge has not had yet. Live frames come in seq order from this
+    /// node's commits, but entries committed on other nodes are relayed later and may arrive
+    /// after higher seqs: a frame that skips ahead (or a lag) re-reads the inputs from the store,
+    /// which holds everything up to that frame, and anything at or below `seen` is old news.
     async fn forward_input(
         &mut self,
         input: Result<Arc<Frame>, broadcast::error::RecvError>,
     ) -> Result<(), axum::Error> {
         let entries = match input {
-            Ok(f) if kinds::is_input(&f.entry.kind) && f.seq() > self.delivered => {
+            Ok(f) if self.seen.is_some_and(|s| f.seq() <= s) => return Ok(()),
+            Ok(f) if self.seen.is_some_and(|s| f.seq() == s.next()) => {
+                self.seen = Some(f.seq());
+                if !kinds::is_input(&f.entry.kind) || f.seq() <= self.delivered {
+                    return Ok(());
+                }
                 vec![(*f.entry).clone()]
             }
-            Ok(_) => return Ok(()),
+            Ok(f) => {
+                self.seen = Some(f.seq());
+                self.reread_inputs().await
+            }
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                match self
-                    .state
-                    .store
-                    .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
-                    .await
-                {
-                    Ok(entries) => entries,
-                    Err(e) => {
-                        tracing::error!(error = ?e, "could not re-read inputs after lag");
-                        return Ok(());
-                    }
-                }
+                self.seen = None;
+                self.reread_inputs().await
             }
             Err(broadcast::error::RecvError::Closed) => return Ok(()),
         };
@@ -378,6 +408,24 @@ impl Conn {
             self.send(&ServerToBridge::Input { entry }).await?;
         }
         Ok(())
+    }
+
+    /// Inputs after the last one delivered, from the store.
+    async fn reread_inputs(&mut self) -> Vec<moor_protocol::Entry> {
+        match self
+            .state
+            .store
+            .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
+            .await
+        {
+            Ok(entries) => entries,
+            Err(e) => {
+                // The next frame that skips ahead tries again.
+                self.seen = None;
+                tracing::error!(error = ?e, "could not re-read inputs");
+                Vec::new()
+            }
+        }
     }
 
     async fn on_frame(

@@ -1,0 +1,119 @@
+//! The cluster relay: when several nodes share a Postgres store, turns the other nodes' notices
+//! into this node's hub traffic, so any node serves any viewer and reaches any bridge.
+//!
+//! Entries committed elsewhere are read back from the store and published to the local hub;
+//! consumers (`Tail`, the bridge link) already treat a frame that skips ahead as "read the store",
+//! so a relayed range arriving after a local commit with a higher seq costs a query, never an
+//! entry. After the notice feed was interrupted ([`Notice::Resync`]) or a store read failed, the
+//! relay publishes each watched session's newest entry, which makes every consumer behind it
+//! catch up from the store, and re-checks its bridges' claims. It does no I/O under hub locks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moor_protocol::{Seq, SessionId};
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::{Frame, Hub};
+use crate::store::{Notice, Range, Store, StoreResult};
+
+/// Entries read per query when relaying a range.
+const PAGE: u32 = 1000;
+/// Pause before retrying a catch-up that failed (the database may be restarting).
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Runs until `shutdown`; returns at once for a single-node store.
+pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
+    let Some(cluster) = store.cluster() else {
+        return;
+    };
+    let mut feed = cluster.feed();
+    let relay = Relay {
+        store: &*store,
+        hub,
+    };
+    // A catch-up is owed: after a lost feed, or a notice whose entries could not be read.
+    let mut behind = false;
+    loop {
+        let notice = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = feed.next() => Some(n),
+            _ = tokio::time::sleep(RETRY), if behind => None,
+        };
+        let catching_up = matches!(notice, None | Some(Notice::Resync));
+        let result = match notice {
+            Some(Notice::Resync) | None => relay.catch_up().await,
+            Some(Notice::Entries {
+                session,
+                first,
+                last,
+            }) => relay.publish_range(session, first, last).await,
+            Some(Notice::BridgeClaimed { session, epoch }) => {
+                relay.hub.supersede_bridge(session, epoch);
+                Ok(())
+            }
+        };
+        match result {
+            Ok(()) => behind = behind && !catching_up,
+            Err(e) => {
+                if !behind {
+                    tracing::warn!(error = ?e, "relay could not read the store; catching up later");
+                }
+                behind = true;
+            }
+        }
+    }
+}
+
+struct Relay<'a> {
+    store: &'a dyn Store,
+    hub: Hub,
+}
+
+impl Relay<'_> {
+    /// Publishes `first..=last` of `session` if anyone here follows it.
+    async fn publish_range(&self, session: SessionId, first: Seq, last: Seq) -> StoreResult<()> {
+        let mut cursor = Seq(first.0.saturating_sub(1));
+        // Bounded: each page moves the cursor forward by at least one.
+        while cursor < last && self.hub.is_watched(session) {
+            let want = (last.0 - cursor.0).min(u64::from(PAGE)) as u32;
+            let page = self.store.read(session, Range::After(cursor), want).await?;
+            let Some(end) = page.last().map(|e| e.seq) else {
+                break;
+            };
+            cursor = end;
+            self.hub.publish(
+                session,
+                page.into_iter()
+                    .filter(|e| e.seq <= last)
+                    .map(|e| Frame::new(Arc::new(e))),
+            );
+        }
+        Ok(())
+    }
+
+    /// Nudges every watched session with its newest entry and drops local bridge connections
+    /// that another node claimed while notices were lost.
+    async fn catch_up(&self) -> StoreResult<()> {
+        for session in self.hub.watched() {
+            let newest = self
+                .store
+                .read(session, Range::Before(Seq(i64::MAX as u64)), 1)
+                .await?;
+            self.hub
+                .publish(session, newest.into_iter().map(|e| Frame::new(Arc::new(e))));
+        }
+        let local = self.hub.bridge_epochs();
+        if let Some(cluster) = self.store.cluster() {
+            if !local.is_empty() {
+                let sessions: Vec<SessionId> = local.iter().map(|(s, _)| *s).collect();
+                for (session, epoch) in cluster.bridge_epochs(&sessions).await? {
+                    if local.iter().any(|(s, e)| *s == session && *e < epoch) {
+                        self.hub.supersede_bridge(session, epoch);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

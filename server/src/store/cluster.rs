@@ -1,0 +1,63 @@
+//! What nodes sharing one database tell each other, in dialect-independent terms.
+//!
+//! A store shared by several `moord` nodes (Postgres) announces, after commit, every range of
+//! entries appended and every bridge claim; each node's relay (`crate::relay`) turns the notices
+//! into hub traffic. Notices are hints: one may be lost (a dropped listen connection), so after any
+//! interruption the feed says [`Notice::Resync`] and the node catches up by query.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use moor_protocol::{Seq, SessionId};
+
+use super::StoreResult;
+
+/// One announcement from another node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Another node committed entries `first..=last` to `session`.
+    Entries {
+        /// The session.
+        session: SessionId,
+        /// First new seq.
+        first: Seq,
+        /// Last new seq.
+        last: Seq,
+    },
+    /// A bridge connection for `session` was claimed on another node with `epoch`: any local
+    /// connection with a lower epoch is superseded.
+    BridgeClaimed {
+        /// The session.
+        session: SessionId,
+        /// The claim's epoch (higher is newer).
+        epoch: u64,
+    },
+    /// The feed was interrupted and is listening again: notices may have been lost in between,
+    /// so the node must catch up by query. Also the first notice of every feed.
+    Resync,
+}
+
+/// A node's subscription to the other nodes' notices.
+#[async_trait]
+pub trait NoticeFeed: Send + Debug {
+    /// The next notice. Reconnects by itself (with backoff) when its connection is lost, and
+    /// then yields [`Notice::Resync`]; it never ends, so callers stop it by dropping it.
+    async fn next(&mut self) -> Notice;
+}
+
+/// Coordination between nodes that share one store. A single-node store (SQLite) has none.
+#[async_trait]
+pub trait Cluster: Send + Sync + Debug {
+    /// This node's name, as given by `--node-id` (or generated).
+    fn node_id(&self) -> &str;
+
+    /// Claims `session`'s bridge for a new connection on this node: returns an epoch higher than
+    /// every earlier claim, and tells the other nodes ([`Notice::BridgeClaimed`]).
+    async fn claim_bridge(&self, session: SessionId) -> StoreResult<u64>;
+
+    /// The latest claim epoch of each of `sessions` (sessions never claimed: 0).
+    async fn bridge_epochs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, u64)>>;
+
+    /// Starts listening to the other nodes' notices.
+    fn feed(&self) -> Box<dyn NoticeFeed>;
+}

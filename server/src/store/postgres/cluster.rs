@@ -1,0 +1,206 @@
+//! The Postgres side of [`Cluster`]: bridge claims (an epoch column on the session row, bumped
+//! and announced in one statement) and the `LISTEN` feed of the other nodes' notices.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use moor_protocol::{Seq, SessionId};
+use sqlx::postgres::{PgListener, PgPool};
+use sqlx::Row;
+
+use super::{other, PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL};
+use crate::store::{Cluster, Notice, NoticeFeed, StoreResult};
+
+/// First pause before reconnecting the listen connection; doubles up to [`RELISTEN_MAX`].
+const RELISTEN_INITIAL: Duration = Duration::from_millis(50);
+/// Longest pause between reconnect attempts.
+const RELISTEN_MAX: Duration = Duration::from_secs(2);
+/// While the database stays unreachable, one warning per this many failed attempts.
+const WARN_EVERY: u32 = 30;
+
+#[async_trait]
+impl Cluster for PgStore {
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    async fn claim_bridge(&self, session: SessionId) -> StoreResult<u64> {
+        let sid = session.to_string();
+        // One statement, so the bump and its notice commit together.
+        let epoch: i64 = sqlx::query_scalar(
+            "WITH c AS (UPDATE sessions SET bridge_epoch = bridge_epoch + 1 \
+             WHERE id = $1::uuid RETURNING bridge_epoch) \
+             SELECT c.bridge_epoch FROM c, \
+             LATERAL (SELECT pg_notify($2, $1 || ' ' || c.bridge_epoch::text || ' ' || $3)) n",
+        )
+        .bind(&sid)
+        .bind(BRIDGES_CHANNEL)
+        .bind(&*self.node)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(other)?;
+        Ok(epoch as u64)
+    }
+
+    async fn bridge_epochs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, u64)>> {
+        let ids: Vec<String> = sessions.iter().map(ToString::to_string).collect();
+        let rows = sqlx::query(
+            "SELECT id::text AS id, bridge_epoch FROM sessions WHERE id = ANY($1::uuid[])",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("id").map_err(other)?;
+                let epoch: i64 = r.try_get("bridge_epoch").map_err(other)?;
+                let id = id
+                    .parse::<SessionId>()
+                    .map_err(|e| anyhow::anyhow!("stored session id {id:?}: {e}"))?;
+                Ok((id, epoch as u64))
+            })
+            .collect()
+    }
+
+    fn feed(&self) -> Box<dyn NoticeFeed> {
+        Box::new(PgFeed {
+            pool: self.listen.clone(),
+            node: self.node.to_string(),
+            listener: None,
+            failures: 0,
+        })
+    }
+}
+
+/// `LISTEN` on both channels through one connection, rebuilt whenever it fails.
+struct PgFeed {
+    pool: PgPool,
+    node: String,
+    listener: Option<PgListener>,
+    failures: u32,
+}
+
+impl std::fmt::Debug for PgFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgFeed")
+            .field("node", &self.node)
+            .field("listening", &self.listener.is_some())
+            .finish()
+    }
+}
+
+impl PgFeed {
+    async fn listen(&self) -> Result<PgListener, sqlx::Error> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        // A lost connection is rebuilt here, not inside `try_recv`, so that the `Resync` this
+        // feed yields always comes after the new `LISTEN` is in place.
+        listener.eager_reconnect(false);
+        listener
+            .listen_all([ENTRIES_CHANNEL, BRIDGES_CHANNEL])
+            .await?;
+        Ok(listener)
+    }
+
+    fn backoff(&self) -> Duration {
+        let shift = self.failures.saturating_sub(1).min(10);
+        (RELISTEN_INITIAL * 2u32.pow(shift)).min(RELISTEN_MAX)
+    }
+}
+
+#[async_trait]
+impl NoticeFeed for PgFeed {
+    async fn next(&mut self) -> Notice {
+        loop {
+            let Some(listener) = self.listener.as_mut() else {
+                match self.listen().await {
+                    Ok(l) => {
+                        if self.failures > 0 {
+                            tracing::info!(node = %self.node, "listening for other nodes again");
+                        }
+                        self.listener = Some(l);
+                        self.failures = 0;
+                        return Notice::Resync;
+                    }
+                    Err(e) => {
+                        self.failures += 1;
+                        if self.failures % WARN_EVERY == 1 {
+                            tracing::warn!(error = %e, attempts = self.failures, "cannot listen for other nodes; retrying");
+                        }
+                        tokio::time::sleep(self.backoff()).await;
+                        continue;
+                    }
+                }
+            };
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    if let Some(notice) = parse(n.channel(), n.payload(), &self.node) {
+                        return notice;
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!("lost the listen connection; reconnecting and catching up");
+                    self.listener = None;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listen connection failed; reconnecting and catching up");
+                    self.listener = None;
+                }
+            }
+        }
+    }
+}
+
+/// A notice from its channel and payload; `None` for this node's own notices and for anything
+/// malformed (ignored: notices are hints, the store is the truth).
+fn parse(channel: &str, payload: &str, own_node: &str) -> Option<Notice> {
+    match channel {
+        ENTRIES_CHANNEL => {
+            let mut parts = payload.splitn(4, ' ');
+            let (sid, first, last) = (parts.next()?, parts.next()?, parts.next()?);
+            (parts.next()? != own_node).then_some(())?;
+            Some(Notice::Entries {
+                session: sid.parse().ok()?,
+                first: Seq(first.parse().ok()?),
+                last: Seq(last.parse().ok()?),
+            })
+        }
+        BRIDGES_CHANNEL => {
+            let mut parts = payload.splitn(3, ' ');
+            let (sid, epoch) = (parts.next()?, parts.next()?);
+            (parts.next()? != own_node).then_some(())?;
+            Some(Notice::BridgeClaimed {
+                session: sid.parse().ok()?,
+                epoch: epoch.parse().ok()?,
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_from_other_nodes_parse_and_own_ones_are_skipped() {
+        let sid = SessionId::new();
+        assert_eq!(
+            parse(ENTRIES_CHANNEL, &format!("{sid} 3 7 node b"), "a"),
+            Some(Notice::Entries {
+                session: sid,
+                first: Seq(3),
+                last: Seq(7)
+            })
+        );
+        assert_eq!(parse(ENTRIES_CHANNEL, &format!("{sid} 3 7 a"), "a"), None);
+        assert_eq!(
+            parse(BRIDGES_CHANNEL, &format!("{sid} 9 node b"), "a"),
+            Some(Notice::BridgeClaimed {
+                session: sid,
+                epoch: 9
+            })
+        );
+        assert_eq!(parse(BRIDGES_CHANNEL, "garbage", "a"), None);
+    }
+}

@@ -1,0 +1,408 @@
+//! The Postgres store: any number of `moord` nodes on one database.
+//!
+//! Seqs are allocated inside the appending transaction from `sessions.head_seq`, with the session
+//! row locked (`SELECT … FOR UPDATE`), so appends to one session from several nodes serialise in
+//! the database and seq order is commit order. Each append announces its range with `NOTIFY`
+//! (delivered at commit); `cluster.rs` holds the listening side and bridge claims.
+
+mod cluster;
+mod lookup;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use moor_protocol::bridge::AgentInfo;
+use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+use uuid::Uuid;
+
+use self::lookup::PgLookup;
+use super::append::{self, Decision, NewRow};
+use super::{
+    redact_url, seq_bind, Append, Appended, Cluster, Range, SessionRow, Store, StoreError,
+    StoreResult,
+};
+
+/// Connections per node for appends and reads (the listen connection is separate).
+const POOL_SIZE: u32 = 8;
+/// How long a query waits for a free (or new) connection before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Channel announcing appended ranges: `"<session> <first> <last> <node>"`.
+pub(crate) const ENTRIES_CHANNEL: &str = "moor_entries";
+/// Channel announcing bridge claims: `"<session> <epoch> <node>"`.
+pub(crate) const BRIDGES_CHANNEL: &str = "moor_bridges";
+
+const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
+const ENTRY_COLS: &str = "seq, ts, kind, author, payload";
+
+/// Postgres implementation of [`Store`] and [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    /// A pool of one, for the `LISTEN` connection (its own `application_name`).
+    listen: PgPool,
+    node: Arc<str>,
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (creating it if missing) as node `node_id`, and
+    /// migrates it. Several nodes may do this at once: migrations take an advisory lock.
+    pub async fn connect(url: &str, node_id: &str) -> anyhow::Result<Self> {
+        let shown = redact_url(url);
+        let opts = PgConnectOptions::from_str(url)
+            .with_context(|| format!("parse database url {shown:?}"))?;
+        if !Postgres::database_exists(url)
+            .await
+            .with_context(|| format!("reach postgres at {shown}"))?
+        {
+            // Another node may create it at the same moment; only a missing database is an error.
+            if let Err(e) = Postgres::create_database(url).await {
+                if !Postgres::database_exists(url).await.unwrap_or(false) {
+                    return Err(e).with_context(|| format!("create database {shown}"));
+                }
+            }
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(opts.clone().application_name(&app_name("moord", node_id)))
+            .await
+            .with_context(|| format!("connect to postgres at {shown}"))?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&pool)
+            .await
+            .context("run postgres migrations")?;
+        let listen = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(opts.application_name(&app_name("moord-listen", node_id)));
+        Ok(Self {
+            pool,
+            listen,
+            node: node_id.into(),
+        })
+    }
+
+    /// The connection pool, for tools working below the [`Store`] interface (`migrate-store`).
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn find_session_by(&self, key: &str) -> StoreResult<SessionRow> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLS} FROM sessions WHERE name = $1 OR id = $2::uuid"
+        ))
+        .bind(key)
+        .bind(uuid_text(key))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(other)?
+        .ok_or(StoreError::NotFound)?;
+        session_row(&row)
+    }
+}
+
+/// `application_name` of a node's connections: `<role> <node>`, within Postgres' 63 bytes.
+pub(crate) fn app_name(role: &str, node: &str) -> String {
+    let mut name = format!("{role} {node}");
+    while name.len() > 63 {
+        name.pop();
+    }
+    name
+}
+
+/// `key` as canonical UUID text when it is one (for `$n::uuid` binds), else `None`.
+fn uuid_text(key: &str) -> Option<String> {
+    Uuid::parse_str(key).ok().map(|u| u.to_string())
+}
+
+/// Maps driver errors: no row is `NotFound`, a unique violation is `Conflict`.
+pub(crate) fn other(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::RowNotFound => StoreError::NotFound,
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict("unique key already stored")
+        }
+        e => StoreError::Other(e.into()),
+    }
+}
+
+fn session_row(row: &PgRow) -> StoreResult<SessionRow> {
+    let id: String = row.try_get("id").map_err(other)?;
+    let agent: Option<String> = row.try_get("agent").map_err(other)?;
+    Ok(SessionRow {
+        id: SessionId(Uuid::parse_str(&id).context("stored session id")?),
+        name: row.try_get("name").map_err(other)?,
+        created_at: row.try_get("created_at").map_err(other)?,
+        head_seq: Seq(row.try_get::<i64, _>("head_seq").map_err(other)? as u64),
+        last_ts: row.try_get("last_ts").map_err(other)?,
+        ended_at: row.try_get("ended_at").map_err(other)?,
+        agent: agent.and_then(|a| serde_json::from_str(&a).ok()),
+    })
+}
+
+fn entry_row(row: &PgRow) -> StoreResult<Entry> {
+    let payload: String = row.try_get("payload").map_err(other)?;
+    Ok(Entry {
+        seq: Seq(row.try_get::<i64, _>("seq").map_err(other)? as u64),
+        ts: row.try_get("ts").map_err(other)?,
+        kind: row.try_get("kind").map_err(other)?,
+        author: row.try_get("author").map_err(other)?,
+        payload: serde_json::from_str(&payload).context("stored payload is not json")?,
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
+        let agent_json = agent
+            .map(serde_json::to_string)
+            .transpose()
+            .context("encode agent")?;
+        let id = Uuid::parse_str(key).unwrap_or_else(|_| Uuid::new_v4());
+        // Insert-if-absent then read: safe against a concurrent creator on any node.
+        sqlx::query(
+            "INSERT INTO sessions (id, name, created_at) VALUES ($1::uuid, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(id.to_string())
+        .bind(key)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(other)?;
+        if let Some(agent_json) = agent_json {
+            sqlx::query("UPDATE sessions SET agent = $1 WHERE name = $2 OR id = $3::uuid")
+                .bind(agent_json)
+                .bind(key)
+                .bind(uuid_text(key))
+                .execute(&self.pool)
+                .await
+                .map_err(other)?;
+        }
+        self.find_session_by(key).await
+    }
+
+    async fn find_session(&self, key: &str) -> StoreResult<SessionRow> {
+        self.find_session_by(key).await
+    }
+
+    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLS} FROM sessions ORDER BY COALESCE(last_ts, created_at) DESC"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
+        let sid = session.to_string();
+        let mut tx = self.pool.begin().await.map_err(other)?;
+        // The row lock serialises appenders on every node until commit.
+        let row =
+            sqlx::query("SELECT head_seq, ended_at FROM sessions WHERE id = $1::uuid FOR UPDATE")
+                .bind(&sid)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(other)?
+                .ok_or(StoreError::NotFound)?;
+        if row
+            .try_get::<Option<i64>, _>("ended_at")
+            .map_err(other)?
+            .is_some()
+        {
+            return Err(StoreError::SessionEnded);
+        }
+        let head: i64 = row.try_get("head_seq").map_err(other)?;
+        let mut lookup = PgLookup::new(&mut tx, &sid);
+        let Decision {
+            decided,
+            rows,
+            head,
+            last_ts,
+            plan,
+        } = append::decide(&mut lookup, &batch, head).await?;
+        if let Some(first) = rows.first().map(|r| r.seq) {
+            insert_rows(&mut tx, &sid, &rows).await?;
+            let (producers, marks): (Vec<String>, Vec<i64>) = plan
+                .advanced_marks()
+                .map(|(p, m)| (p.to_string(), m as i64))
+                .unzip();
+            if !producers.is_empty() {
+                sqlx::query(
+                    "INSERT INTO producers (session_id, producer_id, last_seq) \
+                     SELECT $1::uuid, p, s FROM UNNEST($2::uuid[], $3::bigint[]) AS t(p, s) \
+                     ON CONFLICT (session_id, producer_id) DO UPDATE SET last_seq = excluded.last_seq",
+                )
+                .bind(&sid)
+                .bind(producers)
+                .bind(marks)
+                .execute(&mut *tx)
+                .await
+                .map_err(other)?;
+            }
+            // The notice is delivered at commit, so whoever reads after it sees the rows.
+            sqlx::query(
+                "WITH u AS (UPDATE sessions SET head_seq = $1, last_ts = $2 WHERE id = $3::uuid) \
+                 SELECT pg_notify($4, $5)",
+            )
+            .bind(head)
+            .bind(last_ts)
+            .bind(&sid)
+            .bind(ENTRIES_CHANNEL)
+            .bind(format!("{sid} {first} {head} {}", self.node))
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?;
+        }
+        tx.commit().await.map_err(other)?;
+        let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
+        Ok(append::outcomes(batch, decided, stored_seqs))
+    }
+
+    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
+        let sql = match range {
+            Range::After(_) => format!(
+                "SELECT {ENTRY_COLS} FROM entries \
+                 WHERE session_id = $1::uuid AND seq > $2 ORDER BY seq ASC LIMIT $3"
+            ),
+            Range::Before(_) => format!(
+                "SELECT {ENTRY_COLS} FROM entries \
+                 WHERE session_id = $1::uuid AND seq < $2 ORDER BY seq DESC LIMIT $3"
+            ),
+        };
+        let (Range::After(at) | Range::Before(at)) = range;
+        let rows = sqlx::query(&sql)
+            .bind(session.to_string())
+            .bind(seq_bind(at))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(other)?;
+        let mut entries = rows
+            .iter()
+            .map(entry_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if matches!(range, Range::Before(_)) {
+            entries.reverse();
+        }
+        Ok(entries)
+    }
+
+    async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
+        let mut conn = self.pool.acquire().await.map_err(other)?;
+        lookup::producer_mark(&mut conn, &session.to_string(), producer).await
+    }
+
+    async fn inputs_after(
+        &self,
+        session: SessionId,
+        after: Seq,
+        limit: u32,
+    ) -> StoreResult<Vec<Entry>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ENTRY_COLS} FROM entries WHERE session_id = $1::uuid \
+             AND client_msg_id IS NOT NULL AND seq > $2 ORDER BY seq LIMIT $3"
+        ))
+        .bind(session.to_string())
+        .bind(seq_bind(after))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter().map(entry_row).collect()
+    }
+
+    async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>> {
+        let seqs: Vec<i64> = sqlx::query_scalar(
+            "SELECT e.seq FROM entries e WHERE e.session_id = $1::uuid \
+             AND e.client_msg_id IS NOT NULL AND e.seq <= $2 AND NOT EXISTS \
+             (SELECT 1 FROM entries r WHERE r.session_id = e.session_id \
+             AND r.kind IN ($3, $4, $5) AND r.ref_seq = e.seq) ORDER BY e.seq",
+        )
+        .bind(session.to_string())
+        .bind(seq_bind(upto))
+        .bind(kinds::INPUT_APPLIED)
+        .bind(kinds::INPUT_FAILED)
+        .bind(kinds::INPUT_UNCERTAIN)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
+    }
+
+    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET ended_at = COALESCE(ended_at, $1) WHERE id = $2::uuid")
+            .bind(at)
+            .bind(session.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(other)?;
+        Ok(())
+    }
+
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        Some(self)
+    }
+}
+
+/// Inserts the new rows with one statement whatever their number (arrays, not a VALUES list,
+/// so there is a single prepared statement).
+async fn insert_rows(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    sid: &str,
+    rows: &[NewRow<'_>],
+) -> StoreResult<()> {
+    let n = rows.len();
+    let mut seqs = Vec::with_capacity(n);
+    let mut tss = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut authors = Vec::with_capacity(n);
+    let mut payloads = Vec::with_capacity(n);
+    let mut producers = Vec::with_capacity(n);
+    let mut producer_seqs = Vec::with_capacity(n);
+    let mut client_msgs = Vec::with_capacity(n);
+    let mut ref_seqs = Vec::with_capacity(n);
+    for row in rows {
+        let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
+        seqs.push(row.seq);
+        tss.push(row.append.ts);
+        kinds.push(row.append.kind.as_str());
+        authors.push(row.append.author.as_str());
+        payloads.push(row.payload.as_str());
+        producers.push(producer.map(|p| p.to_string()));
+        producer_seqs.push(producer_seq);
+        client_msgs.push(client_msg);
+        ref_seqs.push(ref_seq);
+    }
+    sqlx::query(
+        "INSERT INTO entries (session_id, seq, ts, kind, author, payload, producer_id, \
+         producer_seq, client_msg_id, ref_seq) \
+         SELECT $1::uuid, * FROM UNNEST($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
+         $6::text[], $7::uuid[], $8::bigint[], $9::text[], $10::bigint[])",
+    )
+    .bind(sid)
+    .bind(seqs)
+    .bind(tss)
+    .bind(kinds)
+    .bind(authors)
+    .bind(payloads)
+    .bind(producers)
+    .bind(producer_seqs)
+    .bind(client_msgs)
+    .bind(ref_seqs)
+    .execute(&mut **tx)
+    .await
+    .map_err(other)?;
+    Ok(())
+}

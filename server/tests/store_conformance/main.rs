@@ -1,0 +1,111 @@
+//! Store conformance: the same stories, the same assertions, on SQLite (always) and on Postgres.
+//!
+//! Postgres comes from `MOOR_TEST_PG_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`
+//! (the CI machine's server, trust auth). Each test creates its own database there and drops it
+//! afterwards, even when the story fails. When no server answers and `MOOR_TEST_PG_URL` is unset
+//! the Postgres variants are skipped with a loud message; when it is set, they fail instead.
+
+mod pg;
+mod stories;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use moor_server::store::{self, Store};
+
+/// A database the stories can open store handles ("nodes") on.
+#[derive(Debug)]
+pub struct Db {
+    /// Its URL.
+    pub url: String,
+    /// SQLite is one node: one process owns the file, so every "node" shares its handle.
+    single: tokio::sync::OnceCell<Arc<dyn Store>>,
+}
+
+impl Db {
+    fn new(url: String) -> Self {
+        Self {
+            url,
+            single: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// A store handle on this database, as node `node`.
+    pub async fn open(&self, node: &str) -> Arc<dyn Store> {
+        let connect = || async {
+            store::connect(&self.url, node)
+                .await
+                .unwrap_or_else(|e| panic!("open {} as {node}: {e:#}", self.url))
+        };
+        if self.url.starts_with("sqlite:") {
+            self.single.get_or_init(connect).await.clone()
+        } else {
+            connect().await
+        }
+    }
+}
+
+async fn on_sqlite<F, Fut>(story: F)
+where
+    F: FnOnce(Db) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("conformance.db").display());
+    story(Db::new(url)).await;
+}
+
+async fn on_postgres<F, Fut>(story: F)
+where
+    F: FnOnce(Db) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    db.run(|url| story(Db::new(url))).await;
+}
+
+/// One test per story and engine: `sqlite::<story>` and `postgres::<story>`.
+macro_rules! conformance {
+    ($($story:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $story() {
+                    super::on_sqlite(super::stories::$story).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $story() {
+                    super::on_postgres(super::stories::$story).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    sessions_are_created_once_and_found_by_id_or_name,
+    appends_get_contiguous_seqs_and_read_back_in_both_directions,
+    producer_replays_are_duplicates_mismatches_or_gaps,
+    client_msg_ids_and_receipts_are_stored_once,
+    inputs_and_their_settling_receipts_are_tracked,
+    ended_and_unknown_sessions_refuse_appends,
+    appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
+    other_nodes_hear_of_appends_and_bridge_claims,
+);
+
+/// Postgres only: the feed survives losing its connection and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_feed_resyncs_after_its_connection_is_terminated() {
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    let admin = db.admin_url().to_owned();
+    db.run(|url| stories::feed_resyncs_after_termination(Db::new(url), admin))
+        .await;
+}
