@@ -75,6 +75,8 @@ impl Default for LinkConfig {
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {
     /// `moord` base URL: `http(s)://` or `ws(s)://`, optionally already ending in [`BRIDGE_PATH`].
+    /// Several URLs separated by commas name nodes of one deployment (sharing a Postgres
+    /// database): the link moves to the next one whenever a connection fails.
     pub server: String,
     /// Bearer token (required).
     pub token: Token,
@@ -104,10 +106,32 @@ impl Default for BridgeConfig {
     }
 }
 
-/// Map a `moord` base URL to its bridge WebSocket URL.
+/// Map a `moord` base URL to its bridge WebSocket URL; a comma-separated list of base URLs maps
+/// to the list of their bridge URLs, still comma-separated (see [`split_urls`]).
 ///
 /// `http` becomes `ws` and `https` becomes `wss`; a URL without a scheme is taken as `http`.
 pub fn bridge_ws_url(server: &str) -> Result<String, BridgeError> {
+    match split_urls(server).as_slice() {
+        [] => one_bridge_ws_url(server),
+        [one] => one_bridge_ws_url(one),
+        several => Ok(several
+            .iter()
+            .map(|u| one_bridge_ws_url(u))
+            .collect::<Result<Vec<_>, _>>()?
+            .join(",")),
+    }
+}
+
+/// The URLs of a comma-separated list, trimmed, empty items dropped.
+pub fn split_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn one_bridge_ws_url(server: &str) -> Result<String, BridgeError> {
     let server = server.trim();
     let (scheme, rest) = match server.split_once("://") {
         Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
@@ -199,6 +223,20 @@ mod tests {
         }
         assert!(bridge_ws_url("ftp://h").is_err());
         assert!(bridge_ws_url("http://").is_err());
+    }
+
+    #[test]
+    fn several_servers_map_to_several_bridge_urls() {
+        assert_eq!(
+            bridge_ws_url("http://a:1, https://b/ ,").unwrap(),
+            "ws://a:1/api/v1/bridge,wss://b/api/v1/bridge"
+        );
+        assert_eq!(
+            split_urls("ws://a/api/v1/bridge,ws://b/api/v1/bridge"),
+            ["ws://a/api/v1/bridge", "ws://b/api/v1/bridge"]
+        );
+        assert_eq!(bridge_ws_url("http://a,").unwrap(), "ws://a/api/v1/bridge");
+        assert!(bridge_ws_url("http://a,ftp://b").is_err());
     }
 
     #[test]

@@ -31,7 +31,8 @@ type Ws =
 /// Everything a link needs.
 #[derive(Debug, Clone)]
 pub struct LinkParams {
-    /// Bridge WebSocket URL (see [`crate::config::bridge_ws_url`]).
+    /// Bridge WebSocket URL, or several separated by commas: nodes of one deployment to fail
+    /// over between (see [`crate::config::bridge_ws_url`]).
     pub url: String,
     /// Bearer token.
     pub token: Token,
@@ -84,6 +85,9 @@ enum Closed {
 #[derive(Debug)]
 pub struct Link {
     p: LinkParams,
+    /// The servers to try, in order; `current` is the one in use or tried next.
+    urls: Vec<String>,
+    current: usize,
     inputs_tx: mpsc::UnboundedSender<Entry>,
     receipts_rx: mpsc::Receiver<Receipt>,
     finish_rx: watch::Receiver<bool>,
@@ -101,8 +105,11 @@ impl Link {
         let (receipts, receipts_rx) = mpsc::channel(RECEIPT_QUEUE);
         let (finish, finish_rx) = watch::channel(false);
         let (session_id, _) = watch::channel(None);
+        let urls = crate::config::split_urls(&params.url);
         let link = Self {
             p: params,
+            urls,
+            current: 0,
             inputs_tx,
             receipts_rx,
             finish_rx,
@@ -159,6 +166,9 @@ impl Link {
                 self.p.status.stopped(&err);
                 return Err(err);
             }
+            // With several servers, the next attempt goes to the next one: a dead node is left
+            // behind, and wherever the bridge lands, the `Welcome` mark says where to resume.
+            self.current = (self.current + 1) % self.urls.len().max(1);
             // The status line already tells the person; keep the log quiet at the default level.
             tracing::info!(error = %err, "link to moord lost");
             let delay = backoff.next_delay();
@@ -175,6 +185,13 @@ impl Link {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+    }
+
+    /// The bridge URL to connect to now.
+    fn url(&self) -> &str {
+        self.urls
+            .get(self.current)
+            .map_or(self.p.url.as_str(), String::as_str)
     }
 
     /// The heartbeat interval and idle timeout announced by the server, with fallbacks for 0.

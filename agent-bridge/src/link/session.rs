@@ -53,7 +53,7 @@ impl Link {
 
     /// Connect, say `Hello`, and wait for `Welcome`.
     async fn handshake(&mut self) -> Result<(Ws, Welcome), ConnectError> {
-        let mut request = self.p.url.as_str().into_client_request()?;
+        let mut request = self.url().into_client_request()?;
         let bearer = HeaderValue::from_str(&format!("Bearer {}", self.p.token.expose()))
             .map_err(|_| ConnectError::InvalidToken)?;
         request.headers_mut().insert(AUTHORIZATION, bearer);

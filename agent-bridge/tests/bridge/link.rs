@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{FakeServer, Script};
-use crate::{bare_link, fast_link, within, TOKEN};
+use crate::{bare_link, bare_link_to, fast_link, within, TOKEN};
 
 fn lines(range: std::ops::Range<u64>) -> Vec<Draft> {
     range
@@ -68,6 +68,27 @@ async fn link_resends_after_abrupt_drops_without_loss_or_duplicates() {
     );
     assert!(seen.ended);
     assert!(seen.auth.iter().all(|a| a == &format!("Bearer {TOKEN}")));
+}
+
+#[tokio::test]
+async fn with_several_servers_the_link_moves_past_one_that_is_down() {
+    // arrange: the first server's port has nobody listening
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let server = FakeServer::start(Script::default()).await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let servers = format!("{dead_url}, {}", server.url());
+    let (link, ports) = bare_link_to(&servers, &dir, fast_link());
+    let running = tokio::spawn(link.run(CancellationToken::new()));
+    // act
+    dir.spool.append(lines(0..50)).await.unwrap();
+    ports.finish.send_replace(true);
+    let end = within("link ends", running).await.unwrap().unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    assert_exactly_once_in_order(&server, 50);
 }
 
 #[tokio::test]

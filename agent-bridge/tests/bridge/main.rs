@@ -52,8 +52,13 @@ pub fn bridge_config(server: &FakeServer, state: &Path, command: &[&str]) -> Bri
 
 /// A link with no agent behind it, as a benchmark would use it.
 pub fn bare_link(server: &FakeServer, dir: &SessionDir, config: LinkConfig) -> (Link, LinkPorts) {
+    bare_link_to(&server.url(), dir, config)
+}
+
+/// A link to `servers` (one base URL, or several separated by commas).
+pub fn bare_link_to(servers: &str, dir: &SessionDir, config: LinkConfig) -> (Link, LinkPorts) {
     Link::new(LinkParams {
-        url: moor_bridge::config::bridge_ws_url(&server.url()).unwrap(),
+        url: moor_bridge::config::bridge_ws_url(servers).unwrap(),
         token: Token::new(TOKEN),
         session: "s1".into(),
         producer: dir.producer,
