@@ -16,6 +16,7 @@
 pub mod assert;
 pub mod bridge;
 pub mod http;
+pub mod pg;
 pub mod proxy;
 pub mod rig;
 pub mod server;

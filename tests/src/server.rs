@@ -146,10 +146,14 @@ impl TestServer {
         );
         self.port = addr.port();
         let token_path = self.data_dir().join("admin.token");
-        let token = std::fs::read_to_string(&token_path)
-            .unwrap_or_else(|e| panic!("{label}: cannot read {}: {e}", token_path.display()))
-            .trim()
-            .to_owned();
+        let given = self.opts.flags.iter().find(|(k, _)| k == "--admin-token");
+        let token = match given {
+            Some((_, t)) => t.clone(),
+            None => std::fs::read_to_string(&token_path)
+                .unwrap_or_else(|e| panic!("{label}: cannot read {}: {e}", token_path.display()))
+                .trim()
+                .to_owned(),
+        };
         assert!(!token.is_empty(), "{label}: empty admin token");
         assert!(
             self.token.is_empty() || self.token == token,

@@ -5,6 +5,9 @@
 //! every M-th line is followed by `err-<i>` on stderr. After each line it records the number of
 //! the last printed line in F (atomically, via rename), so a test can tell how far it got.
 //!
+//! With `--echo-inputs K` it also prints `got: <line>` for each stdin line while counting, and
+//! exits only once it has echoed K lines.
+//!
 //! `echo [--exit-after N]` prints `got: <line>` for every stdin line and exits on EOF (or after
 //! N lines).
 //!
@@ -26,7 +29,7 @@ fn main() -> ExitCode {
 
 fn usage(why: &str) -> ExitCode {
     eprintln!("moor-test-agent: {why}");
-    eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F]");
+    eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F] [--echo-inputs K]");
     eprintln!("       moor-test-agent echo [--exit-after N]");
     ExitCode::from(64)
 }
@@ -60,14 +63,18 @@ fn count(args: &[String]) -> ExitCode {
             flag::<u64>(args, "--stderr-every")?.unwrap_or(0),
             flag::<String>(args, "--prefix")?.unwrap_or_else(|| "line-".to_owned()),
             flag::<PathBuf>(args, "--progress-file")?,
+            flag::<u64>(args, "--echo-inputs")?,
         ))
     })();
-    let (n, start, interval_ms, stderr_every, prefix, progress) = match parsed {
+    let (n, start, interval_ms, stderr_every, prefix, progress, echo_inputs) = match parsed {
         Ok(p) => p,
         Err(e) => return usage(&e),
     };
-    let mut out = std::io::stdout().lock();
+    // Echoing runs beside the count, so stdout is locked per line, not for the whole loop.
+    let echoer = echo_inputs.map(|k| std::thread::spawn(move || echo_lines(Some(k))));
+    let stdout = std::io::stdout();
     for i in start..=n {
+        let mut out = stdout.lock();
         // A closed pipe (the bridge died) ends the agent, as it would a real one.
         if writeln!(out, "{prefix}{i}")
             .and_then(|()| out.flush())
@@ -91,31 +98,41 @@ fn count(args: &[String]) -> ExitCode {
             }
         }
         if interval_ms > 0 && i < n {
+            drop(out);
             std::thread::sleep(Duration::from_millis(interval_ms));
         }
     }
-    ExitCode::SUCCESS
+    match echoer.map(std::thread::JoinHandle::join) {
+        None => ExitCode::SUCCESS,
+        Some(Ok(code)) => ExitCode::from(code),
+        Some(Err(_)) => ExitCode::from(5),
+    }
 }
 
 fn echo(args: &[String]) -> ExitCode {
-    let exit_after = match flag::<u64>(args, "--exit-after") {
-        Ok(v) => v,
-        Err(e) => return usage(&e),
-    };
-    let mut out = std::io::stdout().lock();
+    match flag::<u64>(args, "--exit-after") {
+        Ok(exit_after) => ExitCode::from(echo_lines(exit_after)),
+        Err(e) => usage(&e),
+    }
+}
+
+/// Prints `got: <line>` for each stdin line until EOF or `exit_after` lines; the exit code.
+fn echo_lines(exit_after: Option<u64>) -> u8 {
+    let stdout = std::io::stdout();
     for (seen, line) in (1u64..).zip(std::io::stdin().lock().lines()) {
         let Ok(line) = line else {
-            return ExitCode::from(3);
+            return 3;
         };
+        let mut out = stdout.lock();
         if writeln!(out, "got: {line}")
             .and_then(|()| out.flush())
             .is_err()
         {
-            return ExitCode::from(3);
+            return 3;
         }
         if exit_after.is_some_and(|n| seen >= n) {
             break;
         }
     }
-    ExitCode::SUCCESS
+    0
 }

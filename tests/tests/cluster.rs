@@ -1,0 +1,313 @@
+//! Several `moord` nodes on one Postgres database: any viewer on any node, inputs from any node,
+//! the bridge failing over when its node dies, seqs contiguous with writers on every node, and
+//! a node that lost its `LISTEN` connection catching up from the store.
+//!
+//! Each test gets a fresh database (dropped afterwards); without a Postgres server the tests
+//! skip loudly (see `moor_e2e::pg`).
+
+use std::collections::HashMap;
+
+use moor_e2e::assert::{agent_texts, assert_counted_prefix, input_seq, of_kind, summary};
+use moor_e2e::pg::TestDb;
+use moor_e2e::{
+    assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, SseClient, SseOpts,
+    TestServer, FINISH, WAIT,
+};
+use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
+
+fn token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn session_name() -> String {
+    format!("s-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Every input was stored once, echoed by the agent once, and settled as applied once.
+#[track_caller]
+fn assert_inputs_applied_once(log: &[Entry], texts: &[String]) {
+    let inputs = of_kind(log, kinds::INPUT_TEXT);
+    assert_eq!(
+        inputs.len(),
+        texts.len(),
+        "inputs stored once; {}",
+        summary(log)
+    );
+    for input in &inputs {
+        let applied = of_kind(log, kinds::INPUT_APPLIED)
+            .into_iter()
+            .filter(|r| input_seq(r) == Some(input.seq.0))
+            .count();
+        assert_eq!(
+            applied,
+            1,
+            "input {} applied once; {}",
+            input.seq,
+            summary(log)
+        );
+    }
+    assert!(
+        of_kind(log, kinds::INPUT_UNCERTAIN).is_empty(),
+        "no uncertain input"
+    );
+    let mut echoed: Vec<String> = agent_texts(log, "stdout")
+        .into_iter()
+        .filter_map(|t| t.strip_prefix("got: ").map(str::to_owned))
+        .collect();
+    echoed.sort();
+    let mut want = texts.to_vec();
+    want.sort();
+    assert_eq!(echoed, want, "the agent got every input exactly once");
+}
+
+/// The session's head seq as `server` reports it.
+async fn head(server: &TestServer, name: &str) -> u64 {
+    server
+        .session(name)
+        .await
+        .expect("session exists")
+        .head_seq
+        .0
+}
+
+/// The viewer ends with exactly `log`: every entry once, in order.
+async fn assert_viewer_has(viewer: &SseClient, log: &[Entry], who: &str) {
+    let head = log.last().map_or(0, |e| e.seq.0);
+    viewer.wait_seq(head, WAIT).await;
+    let got = viewer.snapshot().entries;
+    assert_eq!(
+        got.len(),
+        log.len(),
+        "{who}: one event per entry, no duplicates"
+    );
+    for (g, e) in got.iter().zip(log) {
+        assert_eq!(g, e, "{who}: the same entries in the same order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_stream_leaves_every_viewer_with_the_whole_log_once() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: nodes A and B; the bridge knows both and starts on A; viewers on both
+    const LINES: u64 = 1500;
+    const INPUTS: u64 = 10;
+    let token = token();
+    let mut a = TestServer::start(db.node_opts("a", &token)).await;
+    let b = TestServer::start(db.node_opts("b", &token)).await;
+    // What A's viewers connect through, as a load balancer would: it moves them when A dies.
+    let balancer = FaultProxy::start(a.addr()).await;
+    let name = session_name();
+    let agent = [
+        "count",
+        &LINES.to_string(),
+        "--interval-ms",
+        "4",
+        "--echo-inputs",
+        &INPUTS.to_string(),
+    ];
+    let servers = format!("{},{}", a.url(), b.url());
+    let mut bridge = BridgeOpts::new(&servers, &token, &name, &agent).spawn();
+    let id = b.api().wait_session(&name, WAIT).await.id;
+    a.api().wait_bridge_online(&name, true, WAIT).await;
+    let on_a = SseClient::connect(&balancer.url(), &token, id, SseOpts::default());
+    let on_b = SseClient::connect(&b.url(), &token, id, SseOpts::default());
+    let texts: Vec<String> = (1..=INPUTS).map(|i| format!("input {i}")).collect();
+
+    // act: inputs posted on B reach the bridge on A; then A dies mid-stream
+    for (i, text) in texts.iter().enumerate().take(INPUTS as usize / 2) {
+        b.post_input(id, &format!("in-{i}"), text).await;
+    }
+    on_b.wait_for(WAIT, "output and the first echoes, relayed to B", |s| {
+        let t = agent_texts(&s.entries, "stdout");
+        t.len() >= 300 && t.iter().filter(|t| t.starts_with("got: ")).count() >= INPUTS as usize / 2
+    })
+    .await;
+    a.kill().await;
+    balancer.set_upstream(b.addr());
+    for (i, text) in texts.iter().enumerate().skip(INPUTS as usize / 2) {
+        b.post_input(id, &format!("in-{i}"), text).await;
+    }
+    bridge.wait_success(FINISH).await;
+    b.api().wait_ended(&name, WAIT).await;
+
+    // assert
+    let log = b.entries_all(id).await;
+    assert_contiguous(&log);
+    let out = agent_texts(&log, "stdout");
+    assert_eq!(
+        assert_counted_prefix(&out, "line-"),
+        LINES,
+        "the whole output, once, in order"
+    );
+    assert_inputs_applied_once(&log, &texts);
+    assert!(
+        of_kind(&log, kinds::BRIDGE_CONNECTED).len() >= 2,
+        "the bridge connected again (to B); {}",
+        summary(&log)
+    );
+    assert_viewer_has(&on_b, &log, "viewer on B").await;
+    assert_viewer_has(&on_a, &log, "viewer on A, moved to B").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_nodes_appending_at_once_keep_one_contiguous_log() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: the bridge streams through A while inputs are posted on A and on B
+    const LINES: u64 = 3000;
+    const PER_NODE: usize = 60;
+    let token = token();
+    let a = TestServer::start(db.node_opts("a", &token)).await;
+    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let name = session_name();
+    let agent = [
+        "count",
+        &LINES.to_string(),
+        "--interval-ms",
+        "1",
+        "--echo-inputs",
+        &(2 * PER_NODE).to_string(),
+    ];
+    let mut bridge = BridgeOpts::new(&a.url(), &token, &name, &agent).spawn();
+    let id = a.api().wait_session(&name, WAIT).await.id;
+
+    // act: each input goes to one node and is retried on the other, paced over the stream
+    let post = |first: &TestServer, second: &TestServer, node: &'static str| {
+        let (first, second) = (first.api(), second.api());
+        async move {
+            let mut pace = tokio::time::interval(std::time::Duration::from_millis(40));
+            let mut seqs = Vec::new();
+            for i in 0..PER_NODE {
+                pace.tick().await;
+                let (cid, text) = (format!("{node}-{i}"), format!("from {node} {i}"));
+                let stored = first.post_input(id, &cid, &text).await;
+                let retried = second.post_input(id, &cid, &text).await;
+                assert!(
+                    !stored.duplicate && retried.duplicate,
+                    "{cid}: stored once, retry is a duplicate"
+                );
+                assert_eq!(
+                    stored.seq, retried.seq,
+                    "{cid}: the retry on the other node finds it"
+                );
+                seqs.push(stored.seq);
+            }
+            seqs
+        }
+    };
+    let (from_a, from_b) = tokio::join!(post(&a, &b, "a"), post(&b, &a, "b"));
+    bridge.wait_success(FINISH).await;
+    b.api().wait_ended(&name, WAIT).await;
+
+    // assert
+    let log = b.entries_all(id).await;
+    assert_contiguous(&log);
+    assert_eq!(
+        log,
+        a.entries_all(id).await,
+        "both nodes serve the same log"
+    );
+    let out = agent_texts(&log, "stdout");
+    assert_eq!(assert_counted_prefix(&out, "line-"), LINES);
+    let texts: Vec<String> = (0..PER_NODE)
+        .flat_map(|i| [format!("from a {i}"), format!("from b {i}")])
+        .collect();
+    assert_inputs_applied_once(&log, &texts);
+    let by_seq: HashMap<u64, &Entry> = log.iter().map(|e| (e.seq.0, e)).collect();
+    for seq in from_a.iter().chain(&from_b) {
+        assert_eq!(
+            by_seq[&seq.0].kind,
+            kinds::INPUT_TEXT,
+            "the seq an input got holds it"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_listen_connection_catches_its_viewers_up_from_the_store() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: a hand-driven bridge on A, a viewer on B
+    let token = token();
+    let a = TestServer::start(db.node_opts("a", &token)).await;
+    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let admin = db.admin().await;
+    let name = session_name();
+    let mut bridge = RawBridge::connect(a.addr(), Some(&token))
+        .await
+        .expect("bridge connects");
+    let id: SessionId = bridge.hello(&name, ProducerId::new()).await.session_id;
+    let viewer = SseClient::connect(&b.url(), &token, id, SseOpts::default());
+    let lines: Vec<String> = (1..=30).map(|i| format!("line-{i}")).collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    bridge.send_lines(1, &refs[..10]).await;
+    bridge.wait_ack(10, WAIT).await;
+    viewer.wait_seq(head(&a, &name).await, WAIT).await;
+
+    // act 1: the listen connection is killed; it comes back and notices flow again
+    let old = db.listen_pids(&admin, "b").await;
+    assert_eq!(
+        db.kill_listen(&admin, "b").await,
+        1,
+        "B has one listen connection"
+    );
+    eventually(WAIT, "B listening again", || async {
+        let now = db.listen_pids(&admin, "b").await;
+        now.len() == 1 && now != old
+    })
+    .await;
+    bridge.send_lines(11, &refs[10..20]).await;
+    bridge.wait_ack(20, WAIT).await;
+    viewer.wait_seq(head(&a, &name).await, WAIT).await;
+
+    // act 2: killed again, and kept from reconnecting while A commits; then let back in. No
+    // notice will ever announce lines 21..30 to B: only B's catch-up by query can deliver them.
+    db.allow_connections(&admin, false).await;
+    assert_eq!(db.kill_listen(&admin, "b").await, 1);
+    bridge.send_lines(21, &refs[20..30]).await;
+    bridge.wait_ack(30, WAIT).await;
+    let final_head = head(&a, &name).await;
+    db.allow_connections(&admin, true).await;
+
+    // assert
+    viewer.wait_seq(final_head, WAIT).await;
+    let log = a.entries_all(id).await;
+    assert_eq!(log.last().map(|e| e.seq.0), Some(final_head));
+    assert_viewer_has(&viewer, &log, "viewer on B").await;
+    assert_eq!(agent_texts(&viewer.snapshot().entries, "stdout"), lines);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_connecting_to_another_node_supersedes_the_one_on_the_first() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange
+    let token = token();
+    let a = TestServer::start(db.node_opts("a", &token)).await;
+    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let name = session_name();
+    let producer = ProducerId::new();
+    let mut first = RawBridge::connect(a.addr(), Some(&token))
+        .await
+        .expect("connects to A");
+    first.hello(&name, producer).await;
+
+    // act
+    let mut second = RawBridge::connect(b.addr(), Some(&token))
+        .await
+        .expect("connects to B");
+    let welcome = second.hello(&name, producer).await;
+
+    // assert
+    let closed = first.expect_close(WAIT).await;
+    assert_eq!(closed.code, close::SUPERSEDED, "{closed:?}");
+    second
+        .send_lines(welcome.producer_mark + 1, &["still here"])
+        .await;
+    second.wait_ack(welcome.producer_mark + 1, WAIT).await;
+}
