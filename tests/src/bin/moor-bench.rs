@@ -46,7 +46,7 @@ impl Moord {
         let mut child = tokio::process::Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("MOOR_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -388,49 +388,64 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+fn arg(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs: usize = std::env::args()
-        .skip_while(|a| a != "--runs")
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(5);
+    let runs: usize = arg("--runs").map(|s| s.parse()).transpose()?.unwrap_or(5);
+    // `--only ingest|fanout|catchup|memory` runs one measurement (e.g. under a profiler).
+    let only = arg("--only");
+    let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
     println!("moor-bench: real moord (SQLite, WAL, synchronous=FULL) on loopback; medians of {runs} runs");
 
-    let mut ingest_rates = Vec::new();
-    let mut catchups = Vec::new();
-    let mut fan = Vec::new();
-    let mut mem = Vec::new();
+    let (mut ingest_rates, mut catchups, mut fan, mut mem) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 1..=runs {
         let moord = Moord::start().await?;
-        ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
-        catchups.push(catch_up(&moord, 100_000).await?);
-        fan.push(fan_out(&moord, 1000, 1000, 5).await?);
+        let mut line = format!("run {run}:");
+        if want("ingest") {
+            ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
+            line += &format!(" ingest {:.0}/s", ingest_rates[run - 1]);
+        }
+        if want("catchup") {
+            catchups.push(catch_up(&moord, 100_000).await?);
+            line += &format!(" catch-up {:.3}s", catchups[run - 1]);
+        }
+        if want("fanout") {
+            let f = fan_out(&moord, 1000, 1000, 5).await?;
+            line += &format!(" fan-out {:.0}/s p50 {:.1}ms p99 {:.1}ms", f.deliveries_per_s, f.p50_ms, f.p99_ms);
+            fan.push(f);
+        }
         drop(moord);
-        let moord = Moord::start().await?;
-        mem.push(idle_memory(&moord, 1000).await?);
-        eprintln!(
-            "run {run}: ingest {:.0}/s, catch-up {:.3}s, fan-out {:.0}/s p50 {:.1}ms p99 {:.1}ms, idle sse {:.1}KiB ws {:.1}KiB",
-            ingest_rates[run - 1], catchups[run - 1], fan[run - 1].deliveries_per_s, fan[run - 1].p50_ms, fan[run - 1].p99_ms,
-            mem[run - 1].0, mem[run - 1].1
+        if want("memory") {
+            let moord = Moord::start().await?;
+            let m = idle_memory(&moord, 1000).await?;
+            line += &format!(" idle sse {:.1}KiB ws {:.1}KiB", m.0, m.1);
+            mem.push(m);
+        }
+        eprintln!("{line}");
+    }
+    if !ingest_rates.is_empty() {
+        println!("ingest, one bridge, 200-byte entries, to durable ack: {:.0} entries/s (target >= 100000)", median(ingest_rates));
+    }
+    if !fan.is_empty() {
+        println!(
+            "fan-out, 1 session -> 1000 SSE viewers at 1000 entries/s: {:.0} deliveries/s, latency p50 {:.1} ms, p99 {:.1} ms (target p99 < 25 ms)",
+            median(fan.iter().map(|f| f.deliveries_per_s).collect()),
+            median(fan.iter().map(|f| f.p50_ms).collect()),
+            median(fan.iter().map(|f| f.p99_ms).collect())
         );
     }
-    println!("ingest, one bridge, 200-byte entries, to durable ack: {:>10.0} entries/s   (target >= 100000)", median(ingest_rates));
-    println!(
-        "fan-out, 1 session -> 1000 SSE viewers at 1000 entries/s: {:>10.0} deliveries/s, p50 {:.1} ms, p99 {:.1} ms   (target p99 < 25 ms)",
-        median(fan.iter().map(|f| f.deliveries_per_s).collect()),
-        median(fan.iter().map(|f| f.p50_ms).collect()),
-        median(fan.iter().map(|f| f.p99_ms).collect())
-    );
-    println!(
-        "catch-up, viewer at 0 on a 100000-entry log: {:>10.3} s   (target < 1 s)",
-        median(catchups)
-    );
-    println!(
-        "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB   (target <= 16 KiB each)",
-        median(mem.iter().map(|m| m.0).collect()),
-        median(mem.iter().map(|m| m.1).collect())
-    );
+    if !catchups.is_empty() {
+        println!("catch-up, viewer at 0 on a 100000-entry log: {:.3} s (target < 1 s)", median(catchups));
+    }
+    if !mem.is_empty() {
+        println!(
+            "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB (target <= 16 KiB each)",
+            median(mem.iter().map(|m| m.0).collect()),
+            median(mem.iter().map(|m| m.1).collect())
+        );
+    }
     Ok(())
 }
