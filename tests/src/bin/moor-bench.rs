@@ -196,33 +196,40 @@ async fn sse_open(moord: &Moord, session: &str, after: u64) -> Result<BufReader<
     Ok(r)
 }
 
-/// Reads SSE `id:` lines (the body is chunked; chunk-size lines never start with `id:`).
+/// Reads an SSE stream until the event with id `last` (the chunked body's size lines never
+/// start with `id:` or `data:`). `on_data` gets each data line and the time it was read, in µs
+/// since `epoch`: one clock read per socket read keeps the client cheap next to the server.
 async fn sse_count_until(
     r: &mut BufReader<TcpStream>,
     last: u64,
-    mut on_data: impl FnMut(&str),
+    epoch: Instant,
+    mut on_data: impl FnMut(&[u8], u64),
 ) -> Result<()> {
-    let mut line = String::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut carry: Vec<u8> = Vec::new();
+    let mut finishing = false;
     loop {
-        line.clear();
-        if r.read_line(&mut line).await? == 0 {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
             bail!("sse stream ended early");
         }
-        if let Some(data) = line.strip_prefix("data: ") {
-            on_data(data);
-        } else if let Some(id) = line.strip_prefix("id: ") {
-            if id.trim().parse::<u64>().ok() == Some(last) {
-                // Finish reading this event's data line.
-                line.clear();
-                r.read_line(&mut line).await?;
-                line.clear();
-                r.read_line(&mut line).await?;
-                if let Some(data) = line.strip_prefix("data: ") {
-                    on_data(data);
+        let now = epoch.elapsed().as_micros() as u64;
+        carry.extend_from_slice(&buf[..n]);
+        let mut start = 0;
+        while let Some(pos) = carry[start..].iter().position(|&b| b == b'\n') {
+            let line = &carry[start..start + pos];
+            start += pos + 1;
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                on_data(data, now);
+                if finishing {
+                    return Ok(());
                 }
-                return Ok(());
+            } else if let Some(id) = line.strip_prefix(b"id: ") {
+                let id = std::str::from_utf8(id).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                finishing = id == Some(last);
             }
         }
+        carry.drain(..start);
     }
 }
 
@@ -252,7 +259,7 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
     let head = n + 1; // + bridge.connected
     let start = Instant::now();
     let mut r = sse_open(moord, &session, 0).await?;
-    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, |_| {})).await??;
+    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, Instant::now(), |_, _| {})).await??;
     Ok(start.elapsed().as_secs_f64())
 }
 
@@ -285,14 +292,12 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
         let delivered = delivered.clone();
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::with_capacity(total as usize);
-            let res = sse_count_until(&mut r, head, |data| {
+            let res = sse_count_until(&mut r, head, epoch, |data, now| {
                 // The first 16 characters of the text are the send time in µs since `epoch`.
-                if let Some(i) = data.find("\"text\":\"") {
-                    if let Ok(sent) = data[i + 8..i + 24].trim().parse::<u64>() {
-                        if sent > 0 {
-                            mine.push((epoch.elapsed().as_micros() as u64).saturating_sub(sent));
-                        }
-                    }
+                let Some(i) = data.windows(8).position(|w| w == b"\"text\":\"") else { return };
+                let sent = data.get(i + 8..i + 24).and_then(|t| std::str::from_utf8(t).ok());
+                if let Some(sent) = sent.and_then(|t| t.trim().parse::<u64>().ok()).filter(|&t| t > 0) {
+                    mine.push(now.saturating_sub(sent));
                 }
             })
             .await;
