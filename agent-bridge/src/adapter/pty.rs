@@ -124,7 +124,15 @@ impl PtyAgent {
         };
         status.set_raw(raw.is_some());
         let (reader, writer) = pty.into_split();
-        let (stdout_tx, stdout_thread) = terminal::spawn_stdout_writer(CHUNK_QUEUE);
+        // Only a person at the terminal gets the mirror: a pipe nobody reads must not stall the
+        // program or the log.
+        let (stdout_tx, stdout_thread) = match spec.options.interactive {
+            true => {
+                let (tx, thread) = terminal::spawn_stdout_writer(CHUNK_QUEUE);
+                (Some(tx), thread)
+            }
+            false => (None, None),
+        };
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
         let mut spooler = tokio::spawn(spool_chunks(chunk_rx, spool.clone()));
         let mut pump = tokio::spawn(pump_output(reader, chunk_tx, stdout_tx));
@@ -198,7 +206,7 @@ impl PtyAgent {
 async fn pump_output(
     mut reader: OwnedReadPty,
     spool_tx: mpsc::Sender<Vec<u8>>,
-    stdout_tx: mpsc::Sender<Vec<u8>>,
+    stdout_tx: Option<mpsc::Sender<Vec<u8>>>,
 ) {
     let mut buf = vec![0u8; READ_BYTES];
     loop {
@@ -214,7 +222,9 @@ async fn pump_output(
         };
         let chunk = buf[..n].to_vec();
         // The screen waits for a slow terminal like a bare terminal would; a closed one is ignored.
-        let _ = stdout_tx.send(chunk.clone()).await;
+        if let Some(tx) = &stdout_tx {
+            let _ = tx.send(chunk.clone()).await;
+        }
         if spool_tx.send(chunk).await.is_err() {
             break;
         }

@@ -36,6 +36,8 @@ use crate::status::Status;
 
 /// How long a stopped agent gets between SIGTERM and SIGKILL, and its pipes after it exited.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Most entries spooled with one fsync.
+const BURST_ENTRIES: usize = 1024;
 
 /// Claude Code, started and ready to run.
 #[derive(Debug)]
@@ -106,7 +108,7 @@ impl ClaudeAgent {
             let deadline = run.watchdog.deadline().map(Instant::from_std);
             tokio::select! {
                 out = process.out.recv(), if !process.out_closed => match out {
-                    Some(out) => run.output(&mut process, out).await?,
+                    Some(out) => run.output_burst(&mut process, out).await?,
                     // Both pipes closed: the process is exiting; the wait arm takes it from here.
                     None => process.out_closed = true,
                 },
@@ -177,7 +179,8 @@ impl Run {
             text.extend(self.renderer.render(d));
         }
         if !text.is_empty() {
-            let _ = self.screen.send(text.into_bytes()).await;
+            // Informational: a terminal nobody reads must not hold up the log.
+            let _ = self.screen.try_send(text.into_bytes());
         }
         self.spool.append(drafts).await?;
         Ok(())
@@ -197,14 +200,26 @@ impl Run {
         Ok(())
     }
 
-    async fn output(&mut self, process: &mut Process, out: Out) -> Result<(), AdapterError> {
+    /// Map `first` and every line already queued behind it, then spool them with one fsync.
+    async fn output_burst(&mut self, process: &mut Process, first: Out) -> Result<(), AdapterError> {
+        let mut drafts = Vec::new();
+        self.output(process, first, &mut drafts).await;
+        while drafts.len() < BURST_ENTRIES {
+            match process.out.try_recv() {
+                Ok(out) => self.output(process, out, &mut drafts).await,
+                Err(_) => break,
+            }
+        }
+        self.record(drafts).await
+    }
+
+    /// Map one line into `drafts`, acting on what it asks for.
+    async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
         let line = match out {
             Out::Stdout(line) => line,
             Out::Stderr(text) => {
                 let entry = json!({"stream": "stderr", "text": text});
-                return self
-                    .record(vec![Draft::new(kinds::AGENT_OUTPUT, entry)])
-                    .await;
+                return drafts.push(Draft::new(kinds::AGENT_OUTPUT, entry));
             }
         };
         let mapped = self.mapper.map_line(&line);
@@ -212,14 +227,12 @@ impl Run {
             self.agent_session_id = Some(id);
         }
         let revived = self.watchdog.observe(&mapped.signals, Self::now());
-        let mut drafts = mapped.drafts;
         if revived {
-            drafts.insert(
-                0,
-                Draft::new(kinds::AGENT_ACTIVE, json!({"after": "stall"})),
-            );
+            let silent = json!({"after": "stall"});
+            drafts.push(Draft::new(kinds::AGENT_ACTIVE, silent));
             self.status.note("Claude Code is producing output again");
         }
+        drafts.extend(mapped.drafts);
         for signal in &mapped.signals {
             match signal {
                 Signal::Permission(request) => {
@@ -253,7 +266,6 @@ impl Run {
                 _ => {}
             }
         }
-        self.record(drafts).await
     }
 
     /// Apply a remote input and report it.
@@ -442,7 +454,7 @@ impl Run {
         let deadline = Instant::now() + STOP_GRACE;
         while !process.out_closed {
             match tokio::time::timeout_at(deadline, process.out.recv()).await {
-                Ok(Some(out)) => self.output(process, out).await?,
+                Ok(Some(out)) => self.output_burst(process, out).await?,
                 Ok(None) => process.out_closed = true,
                 // A grandchild keeps the pipes open; what it writes later is not this agent's.
                 Err(_) => break,
