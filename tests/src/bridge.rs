@@ -102,8 +102,10 @@ impl BridgeOpts {
             .collect();
         args.extend(["--session".into(), self.session.clone()]);
         args.extend(["--state-dir".into(), state_dir.display().to_string()]);
+        // An empty value is a switch (`--auto-resume`).
         for (k, v) in &self.flags {
-            args.extend([k.clone(), v.clone()]);
+            args.push(k.clone());
+            args.extend((!v.is_empty()).then(|| v.clone()));
         }
         args.push("--".into());
         match &self.command {
