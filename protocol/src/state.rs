@@ -529,8 +529,9 @@ impl SessionState {
             summary: str_field(p, "summary").unwrap_or_default(),
         };
         push_bounded(&mut self.completed_tools, done, COMPLETED_KEPT);
-        if matches!(self.phase, Phase::ToolRunning) && self.open_tools.is_empty() {
-            self.phase = Phase::ModelStreaming;
+        // A result after an interruption means the agent is alive and working again.
+        if matches!(self.phase, Phase::ToolRunning | Phase::Interrupted) {
+            self.phase = self.working_phase();
         }
         true
     }

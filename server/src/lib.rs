@@ -14,6 +14,7 @@ pub mod hub;
 pub mod log;
 pub mod sse;
 pub mod state;
+pub mod states;
 pub mod store;
 pub mod tail;
 mod web;
@@ -86,7 +87,15 @@ impl Server {
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
         let log = log::Log::new(self.store.clone(), hub.clone(), tasks.clone());
+        let states = states::States::new(
+            self.store.clone(),
+            hub.clone(),
+            log.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        );
         let state = AppState {
+            states,
             log: log.clone(),
             store: self.store,
             hub,

@@ -369,6 +369,34 @@ impl Store for SqliteStore {
         Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
     }
 
+    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO state_snapshots (session_pk, head_seq, state) \
+             SELECT pk, ?, ? FROM sessions WHERE id = ? \
+             ON CONFLICT (session_pk) DO UPDATE SET head_seq = excluded.head_seq, state = excluded.state \
+             WHERE excluded.head_seq > state_snapshots.head_seq",
+        )
+        .bind(head.0 as i64)
+        .bind(state)
+        .bind(session.to_string())
+        .execute(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
+        let row = sqlx::query(
+            "SELECT s.head_seq, s.state FROM state_snapshots s JOIN sessions x ON x.pk = s.session_pk \
+             WHERE x.id = ?",
+        )
+        .bind(session.to_string())
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(row.map(|r| (Seq(r.get::<i64, _>("head_seq") as u64), r.get("state"))))
+    }
+
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
         sqlx::query("UPDATE sessions SET ended_at = COALESCE(ended_at, ?) WHERE id = ?")
             .bind(at)

@@ -132,6 +132,8 @@ async fn run(socket: WebSocket, state: AppState) {
         });
     }
     let inputs = state.hub.subscribe(session.id);
+    // Keep the session's state current while a bridge feeds it (interruption records need it).
+    state.states.watch(session.id);
     let mut conn = Conn {
         inflight: VecDeque::new(),
         state: state.clone(),
