@@ -243,6 +243,7 @@ impl Feeder {
     async fn run(mut self, mut inputs: Inputs, exited: CancellationToken) -> Inputs {
         let mut local = terminal::spawn_stdin_reader(CHUNK_QUEUE);
         let mut local_open = true;
+        let mut remote_open = true;
         let mut winch = match self.interactive {
             true => signal(SignalKind::window_change()).ok(),
             false => None,
@@ -250,12 +251,13 @@ impl Feeder {
         loop {
             tokio::select! {
                 _ = exited.cancelled() => break,
-                next = inputs.next() => match next {
+                next = inputs.next(), if remote_open => match next {
                     Ok(Some(pending)) => self.apply(pending).await,
-                    Ok(None) => break,
+                    // The person at the desk keeps typing whatever happens to remote input.
+                    Ok(None) => remote_open = false,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot record remote inputs; no longer applying them");
-                        break;
+                        remote_open = false;
                     }
                 },
                 chunk = local.recv(), if local_open => match chunk {

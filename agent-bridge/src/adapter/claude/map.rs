@@ -18,6 +18,8 @@ pub const RAW_CHARS: usize = 16 * 1024;
 pub enum Signal {
     /// The model is producing (a stream event, an assistant message, a request being made).
     Model,
+    /// The agent is alive, but this says nothing about a turn (init, other system notices).
+    Alive,
     /// The agent started a tool call.
     ToolStarted {
         /// `tool_use` id.
@@ -146,11 +148,14 @@ impl Mapper {
                         .push(Draft::new(kinds::AGENT_SESSION, session.clone()));
                     self.last_init = Some(session);
                 }
-                out.signals.push(Signal::Model);
+                out.signals.push(Signal::Alive);
             }
-            Some("status") => out.signals.push(Signal::Model),
+            Some("status") if str_of(event, "status") == Some("requesting") => {
+                out.signals.push(Signal::Model)
+            }
+            Some("status") => out.signals.push(Signal::Alive),
             _ => {
-                out.signals.push(Signal::Model);
+                out.signals.push(Signal::Alive);
                 out.drafts.push(unknown(event));
             }
         }

@@ -144,7 +144,9 @@ impl Watchdog {
                     self.permissions = 0;
                 }
                 Signal::Model => self.in_turn = true,
-                Signal::ControlResponse { .. } | Signal::UnsupportedControl { .. } => {}
+                Signal::Alive
+                | Signal::ControlResponse { .. }
+                | Signal::UnsupportedControl { .. } => {}
             }
         }
         self.active(now)
