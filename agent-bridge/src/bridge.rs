@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::adapter::{
-    AdapterDone, AdapterError, AdapterIo, AdapterKind, Agent, AgentExit, AgentSignal, AgentSpec,
+    AdapterDone, AdapterError, AdapterIo, Agent, AgentExit, AgentSignal, AgentSpec,
 };
 use crate::config::{self, BridgeConfig};
 use crate::error::BridgeError;
@@ -136,8 +136,11 @@ impl Bridge {
         let spec = AgentSpec {
             command: config.command.clone(),
             cwd: cwd.clone(),
+            options: config.agent.clone(),
         };
-        let kind = AdapterKind::Lines;
+        let kind = config
+            .mode
+            .resolve(&config.command, config.agent.interactive);
         let agent = Agent::start(kind, &spec)?;
         let pid = agent.pid();
         running.send_replace(true);
@@ -162,6 +165,7 @@ impl Bridge {
             spool: dir.spool.clone(),
             inputs: Inputs::new(ports.inputs, dir.ledger.clone(), ports.receipts),
             signals: signals_rx,
+            status: status.clone(),
         };
         let link_stop = shutdown.child_token();
         let link_fut = link.run(link_stop.clone());

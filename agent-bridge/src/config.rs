@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::adapter::{AdapterMode, AgentOptions};
 use crate::backoff::BackoffConfig;
 use crate::error::BridgeError;
 
@@ -90,6 +91,10 @@ pub struct BridgeConfig {
     pub link: LinkConfig,
     /// Print `moor: ...` status lines on stderr.
     pub print_status: bool,
+    /// Which adapter runs the agent.
+    pub mode: AdapterMode,
+    /// Adapter knobs (stall watchdog, auto-resume, whether a person is at the terminal).
+    pub agent: AgentOptions,
 }
 
 impl Default for BridgeConfig {
@@ -102,6 +107,8 @@ impl Default for BridgeConfig {
             command: Vec::new(),
             link: LinkConfig::default(),
             print_status: true,
+            mode: AdapterMode::Auto,
+            agent: AgentOptions::default(),
         }
     }
 }
@@ -157,6 +164,26 @@ fn one_bridge_ws_url(server: &str) -> Result<String, BridgeError> {
     } else {
         Ok(format!("{ws_scheme}://{rest}{BRIDGE_PATH}"))
     }
+}
+
+/// A duration as people type it: `1500ms`, `60s`, `10m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 60s, 1500ms, 10m)"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// `$XDG_STATE_HOME/moor`, else `~/.local/state/moor`.
@@ -261,6 +288,16 @@ mod tests {
         assert_eq!(hex.len(), 6);
         assert!(hex.chars().all(|c| c.is_ascii_hexdigit()));
         assert!(generate_session_name(&[]).starts_with("agent-"));
+    }
+
+    #[test]
+    fn durations_take_units_and_default_to_seconds() {
+        assert_eq!(parse_duration("60").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("1500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("0.5s").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5 days").is_err());
     }
 
     #[test]

@@ -214,6 +214,7 @@ impl Inputs {
             return Ok(Some(PendingInput {
                 seq: entry.seq,
                 kind: entry.kind,
+                author: entry.author,
                 payload: entry.payload,
                 ledger: self.ledger.clone(),
                 receipts: self.receipts.clone(),
@@ -231,6 +232,8 @@ pub struct PendingInput {
     pub seq: Seq,
     /// Input kind, e.g. `input.text`.
     pub kind: String,
+    /// Who sent it (`user:<name>`).
+    pub author: String,
     /// Kind-specific body.
     pub payload: Value,
     ledger: InputLedger,

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use moor_bridge::adapter::{AdapterError, AgentSignal};
+use moor_bridge::adapter::{
+    terminal, AdapterError, AdapterKind, AdapterMode, AgentOptions, AgentSignal,
+};
+use moor_bridge::config::parse_duration;
 use moor_bridge::backoff::BackoffConfig;
 use moor_bridge::{Bridge, BridgeConfig, BridgeError, BridgeHandle, LinkConfig, Token};
 use tokio::signal::unix::{signal, SignalKind};
@@ -63,6 +66,20 @@ struct RunArgs {
     /// Most entries sent and not yet acknowledged.
     #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
     window: u64,
+    /// How the agent runs: auto (claude for `claude`, pty when stdin is a terminal, else lines),
+    /// pty, claude or lines.
+    #[arg(long, env = "MOOR_MODE", default_value = "auto", value_parser = parse_mode)]
+    mode: AdapterMode,
+    /// Silence while a model response streams that is reported as a stall (e.g. 60s, 1500ms).
+    #[arg(long, env = "MOOR_STALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    stall_timeout: Duration,
+    /// Silence while a tool runs that is reported as a stall.
+    #[arg(long, env = "MOOR_TOOL_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    tool_timeout: Duration,
+    /// Restart a stalled or crashed Claude Code on the same session (`claude --resume <id>`)
+    /// with a short recovery prompt.
+    #[arg(long, env = "MOOR_AUTO_RESUME")]
+    auto_resume: bool,
     /// The agent command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -92,7 +109,25 @@ impl RunArgs {
             command: self.command,
             link,
             print_status: true,
+            mode: self.mode,
+            agent: AgentOptions {
+                interactive: terminal::stdin_is_terminal(),
+                stall_timeout: self.stall_timeout,
+                tool_timeout: self.tool_timeout,
+                auto_resume: self.auto_resume,
+                ..AgentOptions::default()
+            },
         })
+    }
+}
+
+fn parse_mode(s: &str) -> Result<AdapterMode, String> {
+    match s {
+        "auto" => Ok(AdapterMode::Auto),
+        "pty" => Ok(AdapterMode::Fixed(AdapterKind::Pty)),
+        "claude" => Ok(AdapterMode::Fixed(AdapterKind::Claude)),
+        "lines" => Ok(AdapterMode::Fixed(AdapterKind::Lines)),
+        other => Err(format!("{other:?}: use auto, pty, claude or lines")),
     }
 }
 

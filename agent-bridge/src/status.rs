@@ -2,7 +2,7 @@
 //! never one per retry of the same failure, so a long outage does not flood the screen.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moor_protocol::bridge::Welcome;
 
@@ -21,7 +21,14 @@ struct Printed {
     identified: bool,
     connected: bool,
     last_failure: Option<String>,
+    /// The local terminal is in raw mode: lines need `\r\n`.
+    raw: bool,
+    /// Last receipt line printed for keystrokes, to print one per burst of typing.
+    last_keys: Option<(String, Instant)>,
 }
+
+/// Keystroke receipts from the same person closer together than this print once.
+const KEYS_RECEIPT_QUIET: Duration = Duration::from_secs(10);
 
 impl Status {
     /// A printer for `session` (the name or id as given).
@@ -38,7 +45,47 @@ impl Status {
 
     fn line(&self, text: impl AsRef<str>) {
         if self.enabled {
-            eprintln!("moor: {}", text.as_ref());
+            if self.with(|p| p.raw) {
+                eprint!("\r\nmoor: {}\r\n", text.as_ref());
+            } else {
+                eprintln!("moor: {}", text.as_ref());
+            }
+        }
+    }
+
+    /// The local terminal entered (or left) raw mode, where a line ends in `\r\n`.
+    pub fn set_raw(&self, raw: bool) {
+        self.with(|p| p.raw = raw);
+    }
+
+    /// A remote input was applied to the agent (or could not be): "prompt from alice applied".
+    /// Keystrokes print once per burst, not once per key.
+    pub fn input_outcome(&self, input: &crate::inputs::PendingInput, failure: Option<&String>) {
+        let who = input.author.strip_prefix("user:").unwrap_or(&input.author);
+        let what = match input.kind.as_str() {
+            moor_protocol::kinds::INPUT_TEXT => "prompt",
+            moor_protocol::kinds::INPUT_KEYS => "keys",
+            moor_protocol::kinds::INPUT_RESIZE => "resize",
+            moor_protocol::kinds::INPUT_INTERRUPT => "interrupt",
+            moor_protocol::kinds::INPUT_PERMISSION => "permission decision",
+            other => other,
+        };
+        if failure.is_none() && input.kind == moor_protocol::kinds::INPUT_KEYS {
+            let quiet = self.with(|p| {
+                let now = Instant::now();
+                let quiet = p.last_keys.as_ref().is_some_and(|(w, at)| {
+                    w == who && now.duration_since(*at) < KEYS_RECEIPT_QUIET
+                });
+                p.last_keys = Some((who.to_owned(), now));
+                quiet
+            });
+            if quiet {
+                return;
+            }
+        }
+        match failure {
+            None => self.line(format!("{what} from {who} applied")),
+            Some(reason) => self.line(format!("{what} from {who} not applied: {reason}")),
         }
     }
 

@@ -26,6 +26,9 @@ pub struct SessionInfo {
     pub bridge: BridgeStatus,
     /// What the bridge runs, as it said in its last `Hello`.
     pub agent: Option<AgentInfo>,
+    /// The session's derived state as of `head_seq` (only when fetched one by one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::SessionState>,
 }
 
 /// Life of a session.

@@ -8,8 +8,81 @@ pub const AGENT_EXIT: &str = "agent.exit";
 /// The agent process started. Payload: `{"command": [...], "cwd": ..., "pid": ...}`.
 pub const AGENT_START: &str = "agent.start";
 
-/// Remote text for the agent's input. Payload: `{"text": ...}`; a newline is added if missing.
+/// Bytes the agent wrote to its pseudo-terminal (`pty` adapter), batched: one entry holds
+/// whatever was read since the last one (at most [`PTY_OUTPUT_MAX_BYTES`]). Payload:
+/// `{"data": <base64 of the raw bytes>}`; invalid UTF-8 and escape sequences are kept as they are.
+pub const AGENT_PTY_OUTPUT: &str = "agent.pty.output";
+/// Most raw bytes in one [`AGENT_PTY_OUTPUT`] entry.
+pub const PTY_OUTPUT_MAX_BYTES: usize = 128 * 1024;
+/// The agent's terminal changed size. Payload: `{"cols": u16, "rows": u16, "source":
+/// "local"|"remote"|"start"}`.
+pub const AGENT_PTY_RESIZE: &str = "agent.pty.resize";
+
+/// The structured agent (Claude Code) announced its session. Payload: `{"agent_session_id": ...,
+/// "model": ..., "cwd": ..., "tools": [...], "permission_mode": ..., "version": ...}`.
+pub const AGENT_SESSION: &str = "agent.session";
+/// A piece of assistant text as it streams. Payload: `{"message_id": ..., "index": n, "text": ...}`.
+pub const AGENT_TEXT_DELTA: &str = "agent.text.delta";
+/// A complete assistant text block. Payload: `{"message_id": ..., "text": ...}`.
+pub const AGENT_TEXT: &str = "agent.text";
+/// A complete assistant thinking block. Payload: `{"message_id": ..., "text": ...}`.
+pub const AGENT_THINKING: &str = "agent.thinking";
+/// Text of a user turn as the agent reports it (e.g. "[Request interrupted by user]").
+/// Payload: `{"text": ...}`.
+pub const AGENT_USER: &str = "agent.user";
+/// The agent called a tool. Payload: `{"id": ..., "name": ..., "input": {...}, "path": ...|null}`
+/// (`path` for file tools: Write, Edit, MultiEdit, Read, NotebookEdit).
+pub const AGENT_TOOL_USE: &str = "agent.tool_use";
+/// A tool finished. Payload: `{"tool_use_id": ..., "is_error": bool, "summary": <at most
+/// [`TOOL_RESULT_SUMMARY_CHARS`] characters>, "bytes": <size of the full content>, "truncated":
+/// bool}`.
+pub const AGENT_TOOL_RESULT: &str = "agent.tool_result";
+/// Most characters of a tool result kept in [`AGENT_TOOL_RESULT`].
+pub const TOOL_RESULT_SUMMARY_CHARS: usize = 2000;
+/// The agent's todo list changed. Payload: `{"todos": [{"content": ..., "status": ...,
+/// "activeForm": ...}, ...]}`.
+pub const AGENT_TODOS: &str = "agent.todos";
+/// A turn ended. Payload: `{"subtype": "success"|"error_…", "is_error": bool, "duration_ms": n,
+/// "duration_api_ms": n, "num_turns": n, "cost_usd": f64, "result": <bounded text>,
+/// "errors": [...], "terminal_reason": ..., "agent_session_id": ..., "permission_denials": n}`.
+pub const AGENT_RESULT: &str = "agent.result";
+/// Something went wrong on the agent side that is not a turn result: an unparseable output
+/// line, a failed control request, a crash. Payload: `{"message": ..., "line": <bounded raw
+/// text>|null}`.
+pub const AGENT_ERROR: &str = "agent.error";
+/// An agent event of a type the adapter does not model, kept as it came. Payload: `{"type":
+/// ..., "subtype": ...|null, "raw": <the event, bounded>}`.
+pub const AGENT_EVENT: &str = "agent.event";
+/// The agent asks whether it may run a tool; pending until an [`AGENT_PERMISSION_RESOLVED`] with
+/// the same `request_id`. Payload: `{"request_id": ..., "tool_name": ..., "tool_use_id": ...,
+/// "input": {...}, "path": ...|null, "description": ...|null}`. Nothing resolves it by default.
+pub const AGENT_PERMISSION_REQUEST: &str = "agent.permission.request";
+/// A permission request was decided or withdrawn. Payload: `{"request_id": ..., "decision":
+/// "allow"|"deny"|"cancelled", "by": <author>|null, "input_seq": n|null, "reason": ...|null}`.
+pub const AGENT_PERMISSION_RESOLVED: &str = "agent.permission.resolved";
+/// The agent has been silent too long while it should be working. Payload: `{"phase":
+/// "streaming"|"tool", "silent_ms": n, "timeout_ms": n, "tool": {"id": ..., "name": ...}|null}`.
+pub const AGENT_STALLED: &str = "agent.stalled";
+/// A stalled agent produced output again. Payload: `{"silent_ms": n}`.
+pub const AGENT_ACTIVE: &str = "agent.active";
+/// The bridge stopped and restarted the agent on the same agent session. Payload:
+/// `{"reason": "stalled"|"crashed", "agent_session_id": ..., "attempt": n, "prompt": ...}`.
+pub const AGENT_RESTART: &str = "agent.restart";
+
+/// Remote text for the agent's input. Payload: `{"text": ...}`; a newline is added if missing
+/// (`lines`), Enter is pressed after it (`pty`), it is the next user prompt (`claude`).
 pub const INPUT_TEXT: &str = "input.text";
+/// Remote keystrokes for a terminal agent. Payload: `{"text": ...}` (UTF-8, sent as is, so
+/// Enter is `"\r"`) or `{"data": <base64 bytes>}`.
+pub const INPUT_KEYS: &str = "input.keys";
+/// Resize the agent's terminal. Payload: `{"cols": u16, "rows": u16}`.
+pub const INPUT_RESIZE: &str = "input.resize";
+/// Stop the agent's current turn (Claude Code: an `interrupt` control request; a terminal
+/// agent: Ctrl-C). Payload: `{}`.
+pub const INPUT_INTERRUPT: &str = "input.interrupt";
+/// Decide a pending [`AGENT_PERMISSION_REQUEST`]. Payload: `{"request_id": ..., "decision":
+/// "allow"|"deny", "message": ...}` (`message` optional, told to the agent on deny).
+pub const INPUT_PERMISSION: &str = "input.permission";
 /// The bridge received an input. Payload: `{"input_seq": N}`. Written by the server.
 pub const INPUT_DELIVERED: &str = "input.delivered";
 /// The bridge applied an input to the agent. Payload: `{"input_seq": N}`. Written by the server.
@@ -55,7 +128,9 @@ mod tests {
     #[test]
     fn receipts_are_not_inputs() {
         assert!(is_input(INPUT_TEXT));
-        assert!(is_input("input.keys"));
+        for kind in [INPUT_KEYS, INPUT_RESIZE, INPUT_INTERRUPT, INPUT_PERMISSION] {
+            assert!(is_input(kind) && is_valid(kind), "{kind}");
+        }
         for r in RECEIPTS {
             assert!(!is_input(r));
         }

@@ -11,6 +11,9 @@ pub mod entry;
 pub mod error;
 pub mod ids;
 pub mod kinds;
+pub mod recovery;
+pub mod state;
+pub mod transcript;
 pub mod web;
 
 pub use entry::{Entry, NewEntry};

@@ -15,6 +15,7 @@ pub mod log;
 pub mod relay;
 pub mod sse;
 pub mod state;
+pub mod states;
 pub mod store;
 pub mod tail;
 mod web;
@@ -94,7 +95,15 @@ impl Server {
             hub.clone(),
             shutdown.clone(),
         ));
+        let states = states::States::new(
+            self.store.clone(),
+            hub.clone(),
+            log.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        );
         let state = AppState {
+            states,
             log: log.clone(),
             store: self.store,
             hub,

@@ -17,6 +17,19 @@ use crate::store::{Append, Appended, Store, StoreError, StoreResult};
 /// Most entries committed in one transaction; more waits for the next one.
 const MAX_GROUP_ENTRIES: usize = 8192;
 
+/// A submitted append: resolves to the outcomes once committed and published.
+#[derive(Debug)]
+pub struct Pending(oneshot::Receiver<StoreResult<Vec<Appended>>>);
+
+impl Pending {
+    /// Waits for the commit. Cancel-safe: dropping the future keeps the result for a later call.
+    pub async fn wait(&mut self) -> StoreResult<Vec<Appended>> {
+        (&mut self.0)
+            .await
+            .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
+    }
+}
+
 type Queues = HashMap<SessionId, mpsc::UnboundedSender<Request>>;
 
 struct Request {
@@ -63,15 +76,21 @@ impl Log {
         session: SessionId,
         batch: Vec<Append>,
     ) -> StoreResult<Vec<Appended>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
+        self.submit(session, batch)?.wait().await
+    }
+
+    /// Queues `batch` for `session` and returns at once. Batches submitted one after another
+    /// commit in that order, so a connection can keep reading while earlier batches commit.
+    pub fn submit(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Pending> {
         let (reply, rx) = oneshot::channel();
-        self.queue(session)?
-            .send(Request { batch, reply })
-            .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?;
-        rx.await
-            .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
+        if batch.is_empty() {
+            let _ = reply.send(Ok(Vec::new()));
+        } else {
+            self.queue(session)?
+                .send(Request { batch, reply })
+                .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?;
+        }
+        Ok(Pending(rx))
     }
 
     /// Stops accepting appends; committers finish what is queued and exit.
@@ -125,7 +144,10 @@ async fn commit_loop(
                 r.batch
             })
             .collect();
-        match store.append(session, all).await {
+        let (n, started) = (all.len(), std::time::Instant::now());
+        let result = store.append(session, all).await;
+        tracing::debug!(%session, entries = n, elapsed_us = started.elapsed().as_micros() as u64, "group commit");
+        match result {
             Ok(outcomes) => {
                 hub.publish(
                     session,

@@ -16,6 +16,10 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use moor_protocol::web::{Reset, RESET_EVENT};
 use moor_protocol::Seq;
+use std::sync::Arc;
+
+use moor_protocol::state::SessionState;
+use tokio::sync::watch;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +74,21 @@ pub async fn events(
             "event: {RESET_EVENT}\ndata: {}\n\n",
             serde_json::to_string(&reset).unwrap_or_default()
         )),
-        None => Body::from_stream(stream(tail, &state)),
+        None => {
+            let feed = (query_param(query.as_deref().unwrap_or(""), "state").as_deref()
+                == Some("true"))
+            .then(|| {
+                let mut rx = state.states.watch(session.id);
+                // The first event carries the state as it is now.
+                rx.mark_changed();
+                StateFeed {
+                    rx,
+                    sent_at: None,
+                    due: None,
+                }
+            });
+            Body::from_stream(stream(tail, feed, &state))
+        }
     };
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
@@ -83,7 +101,38 @@ pub async fn events(
     Ok(resp)
 }
 
+/// Minimum time between two `state` events on one stream: state changes are coalesced.
+const STATE_EVERY: Duration = Duration::from_millis(250);
+/// SSE event name of a coalesced [`moor_protocol::state::SessionState`] update (no `id:`, so
+/// it never moves the client's cursor).
+pub const STATE_EVENT: &str = "state";
+
+/// Coalesced state updates for streams opened with `?state=true`.
+struct StateFeed {
+    rx: watch::Receiver<Arc<SessionState>>,
+    sent_at: Option<Instant>,
+    due: Option<Instant>,
+}
+
+impl StateFeed {
+    fn event(&mut self) -> Bytes {
+        self.sent_at = Some(Instant::now());
+        self.due = None;
+        let state = self.rx.borrow_and_update().clone();
+        let data = serde_json::to_string(&*state).unwrap_or_default();
+        Bytes::from(format!("event: {STATE_EVENT}\ndata: {data}\n\n"))
+    }
+}
+
+async fn state_changed(feed: &mut Option<StateFeed>) -> bool {
+    match feed {
+        Some(f) => f.rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
 struct StreamState {
+    state: Option<StateFeed>,
     tail: Tail,
     keepalive: Interval,
     deadline: Option<Instant>,
@@ -93,6 +142,7 @@ struct StreamState {
 
 fn stream(
     tail: Tail,
+    feed: Option<StateFeed>,
     state: &AppState,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let cfg = &state.config;
@@ -100,6 +150,7 @@ fn stream(
     let mut keepalive = interval_at(Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let st = StreamState {
+        state: feed,
         tail,
         keepalive,
         deadline: (!cfg.sse_lifetime.is_zero()).then(|| Instant::now() + cfg.sse_lifetime),
@@ -116,20 +167,42 @@ fn stream(
         fill(&mut st.tail, &mut buf);
         if buf.is_empty() {
             let deadline = st.deadline;
-            tokio::select! {
-                _ = st.shutdown.cancelled() => return None,
-                _ = sleep_until_opt(deadline) => return None,
-                _ = st.keepalive.tick() => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st)),
-                next = st.tail.next() => match next {
-                    Ok(f) => {
-                        buf.extend_from_slice(f.sse());
-                        fill(&mut st.tail, &mut buf);
+            loop {
+                let state_due = st.state.as_ref().and_then(|f| f.due);
+                tokio::select! {
+                    _ = st.shutdown.cancelled() => return None,
+                    alive = state_changed(&mut st.state) => {
+                        let Some(feed) = st.state.as_mut() else { return None };
+                        if !alive {
+                            st.state = None;
+                            return Some((Ok(Bytes::from_static(b": state feed ended\n\n")), st));
+                        }
+                        match feed.sent_at {
+                            Some(at) if at.elapsed() < STATE_EVERY => {
+                                feed.due = Some(at + STATE_EVERY);
+                                continue;
+                            }
+                            _ => return Some((Ok(feed.event()), st)),
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = ?e, "sse stream ended by a store error");
-                        return None;
+                    _ = sleep_until_opt(state_due) => {
+                        let Some(feed) = st.state.as_mut() else { return None };
+                        return Some((Ok(feed.event()), st));
                     }
-                },
+                    _ = sleep_until_opt(deadline) => return None,
+                    _ = st.keepalive.tick() => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st)),
+                    next = st.tail.next() => match next {
+                        Ok(f) => {
+                            buf.extend_from_slice(f.sse());
+                            fill(&mut st.tail, &mut buf);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = ?e, "sse stream ended by a store error");
+                            return None;
+                        }
+                    },
+                }
+                break;
             }
         }
         st.keepalive.reset();

@@ -9,6 +9,7 @@ use crate::auth::Auth;
 use crate::config::ServerConfig;
 use crate::hub::Hub;
 use crate::log::Log;
+use crate::states::States;
 use crate::store::Store;
 
 /// State shared by all handlers and connection loops.
@@ -30,6 +31,8 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Connection loops (bridge and viewer sockets), awaited first at shutdown.
     pub conns: TaskTracker,
+    /// Live session state followers.
+    pub states: States,
     /// Base URL people open (no trailing slash).
     pub public_url: Arc<str>,
 }

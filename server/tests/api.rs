@@ -23,6 +23,7 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 
 struct TestServer {
+    store: std::sync::Arc<dyn moor_server::store::Store>,
     addr: std::net::SocketAddr,
     token: String,
     http: reqwest::Client,
@@ -53,11 +54,13 @@ impl TestServer {
         config.idle_timeout = Duration::from_secs(5);
         tweak(&mut config);
         let server = Server::build(config).await.unwrap();
+        let store = server.store();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.serve(listener, shutdown.clone()));
         Self {
+            store,
             addr,
             token: "test-token".into(),
             http: reqwest::Client::new(),
@@ -501,4 +504,164 @@ async fn paging_walks_the_log_both_ways() {
         (head.head_seq.0 - 5..head.head_seq.0).collect::<Vec<_>>()
     );
     assert!(page.has_more);
+}
+
+fn agent_entries(from: u64, items: Vec<(&str, serde_json::Value)>) -> Vec<NewEntry> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, (kind, payload))| NewEntry {
+            producer_seq: from + i as u64,
+            ts: 1,
+            kind: kind.into(),
+            payload,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_link_lost_mid_write_is_recorded_and_the_brief_and_transcript_say_what_was_in_flight() {
+    // arrange: a prompt, some streamed text, a Write that never returns
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("claude", ProducerId::new(), 0).await;
+    server.input("claude", "p1", "add a README").await;
+    let entries = agent_entries(
+        1,
+        vec![
+            (
+                kinds::AGENT_SESSION,
+                json!({"agent_session_id": "abc", "model": "m", "cwd": "/w"}),
+            ),
+            (
+                kinds::AGENT_TEXT_DELTA,
+                json!({"message_id": "m1", "index": 0, "text": "I will write "}),
+            ),
+            (
+                kinds::AGENT_TOOL_USE,
+                json!({"id": "t1", "name": "Write", "input": {"file_path": "/w/README.md", "content": "x"}, "path": "/w/README.md"}),
+            ),
+        ],
+    );
+    send(&mut ws, &BridgeToServer::Entries { entries }).await;
+    loop {
+        match recv(&mut ws).await {
+            ServerToBridge::Ack { producer_seq: 3 } => break,
+            ServerToBridge::Input { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // act: the link dies without a close frame
+    drop(ws);
+    // assert: the interruption is in the log, for everyone
+    let mut interrupted = None;
+    for _ in 0..200 {
+        let all = server.entries("claude").await;
+        if let Some(e) = all.iter().find(|e| e.kind == "session.interrupted") {
+            interrupted = Some(e.clone());
+            break;
+        }
+        let page: SessionInfo = server.get("/api/v1/sessions/claude").await;
+        let _ = page; // each GET waits for the state follower to catch up, pacing this loop
+    }
+    let interrupted = interrupted.expect("session.interrupted recorded");
+    assert_eq!(interrupted.payload["cause"], "link");
+    assert_eq!(
+        interrupted.payload["open_tools"][0]["target"],
+        "/w/README.md"
+    );
+
+    let info: SessionInfo = server.get("/api/v1/sessions/claude").await;
+    let state = info.state.expect("state in the session");
+    assert_eq!(state.phase, moor_protocol::state::Phase::Interrupted);
+    assert_eq!(state.head, info.head_seq);
+
+    let brief: moor_protocol::recovery::RecoveryBrief =
+        server.get("/api/v1/sessions/claude/recovery").await;
+    assert_eq!(brief.goal, vec!["add a README"]);
+    assert_eq!(brief.uncertain[0].target.as_deref(), Some("/w/README.md"));
+    assert_eq!(brief.partial_answer.as_deref(), Some("I will write "));
+    assert_eq!(brief.agent_session_id.as_deref(), Some("abc"));
+    let md = server
+        .http
+        .get(server.url("/api/v1/sessions/claude/recovery?format=markdown"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        md.contains("README.md") && md.contains("Resume prompt"),
+        "{md}"
+    );
+
+    let t: serde_json::Value = server
+        .get("/api/v1/sessions/claude/transcript?format=messages")
+        .await;
+    let messages: Vec<moor_protocol::transcript::Message> =
+        serde_json::from_value(t["messages"].clone()).unwrap();
+    moor_protocol::transcript::validate(&messages).unwrap();
+    assert!(serde_json::to_string(&messages)
+        .unwrap()
+        .contains("interrupted:"));
+}
+
+#[tokio::test]
+async fn long_sessions_are_snapshotted_and_state_matches_a_fold_of_the_whole_log() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("long", ProducerId::new(), 0).await;
+    let _ = server.get::<SessionInfo>("/api/v1/sessions/long").await; // start the follower
+    for chunk in 0..5u64 {
+        send(
+            &mut ws,
+            &BridgeToServer::Entries {
+                entries: lines(chunk * 500 + 1, chunk * 500 + 500),
+            },
+        )
+        .await;
+        assert_eq!(
+            recv(&mut ws).await,
+            ServerToBridge::Ack {
+                producer_seq: chunk * 500 + 500
+            }
+        );
+    }
+    let info: SessionInfo = server.get("/api/v1/sessions/long").await;
+    let state = info.state.unwrap();
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page: EntriesPage = server
+            .get(&format!(
+                "/api/v1/sessions/long/entries?after={after}&limit=1000"
+            ))
+            .await;
+        after = page.entries.last().map(|e| e.seq.0).unwrap_or(after);
+        all.extend(page.entries);
+        if !page.has_more {
+            break;
+        }
+    }
+    assert_eq!(
+        state,
+        moor_protocol::state::SessionState::from_entries(&all)
+    );
+    assert_eq!(state.counts.entries, all.len() as u64);
+    // A snapshot exists, so a new follower starts from it instead of entry 1.
+    let (at, json) = server
+        .store
+        .latest_snapshot(info.id)
+        .await
+        .unwrap()
+        .expect("a snapshot");
+    assert!(
+        at.0 >= moor_server::states::SNAPSHOT_EVERY,
+        "snapshot at {at}"
+    );
+    let snapshot: moor_protocol::state::SessionState = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        snapshot,
+        moor_protocol::state::SessionState::from_entries(&all[..at.0 as usize])
+    );
 }

@@ -50,6 +50,10 @@ pub struct BridgeOpts {
     flags: Vec<(String, String)>,
     agent: Vec<String>,
     state_dir: Option<PathBuf>,
+    /// A command to run instead of `moor-test-agent <agent…>`.
+    command: Option<Vec<String>>,
+    envs: Vec<(String, String)>,
+    cwd: Option<PathBuf>,
 }
 
 impl BridgeOpts {
@@ -66,7 +70,57 @@ impl BridgeOpts {
                 .collect(),
             agent: agent.iter().map(|s| (*s).to_owned()).collect(),
             state_dir: None,
+            command: None,
+            envs: Vec::new(),
+            cwd: None,
         }
+    }
+
+    /// Runs `command` (program and arguments) as the agent instead of `moor-test-agent`.
+    pub fn command(mut self, command: &[String]) -> Self {
+        self.command = Some(command.to_vec());
+        self
+    }
+
+    /// Sets an environment variable for `moor` (and so for the agent).
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.envs.push((key.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Starts `moor` (and so the agent) in `dir` instead of the bridge's temp dir.
+    pub fn cwd(mut self, dir: &Path) -> Self {
+        self.cwd = Some(dir.to_owned());
+        self
+    }
+
+    /// The `moor run …` arguments (without the program) for `state_dir`.
+    pub fn run_args(&self, state_dir: &Path) -> Vec<String> {
+        let mut args: Vec<String> = ["run", "--server", &self.server_url, "--token", &self.token]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.extend(["--session".into(), self.session.clone()]);
+        args.extend(["--state-dir".into(), state_dir.display().to_string()]);
+        // An empty value is a switch (`--auto-resume`).
+        for (k, v) in &self.flags {
+            args.push(k.clone());
+            args.extend((!v.is_empty()).then(|| v.clone()));
+        }
+        args.push("--".into());
+        match &self.command {
+            Some(command) => args.extend(command.iter().cloned()),
+            None => {
+                args.push(bin_path("moor-test-agent").display().to_string());
+                args.extend(self.agent.iter().cloned());
+            }
+        }
+        args
+    }
+
+    /// The environment and working directory given with [`BridgeOpts::env`] / [`BridgeOpts::cwd`].
+    pub fn environment(&self) -> (&[(String, String)], Option<&Path>) {
+        (&self.envs, self.cwd.as_deref())
     }
 
     /// Sets (or replaces) `--name value`.
@@ -127,22 +181,11 @@ impl TestBridge {
         std::fs::create_dir_all(&state_dir).expect("state dir");
         opts.state_dir = Some(state_dir.clone());
         let mut cmd = Command::new(bin_path("moor"));
-        cmd.arg("run")
-            .arg("--server")
-            .arg(&opts.server_url)
-            .arg("--token")
-            .arg(&opts.token)
-            .arg("--session")
-            .arg(&opts.session)
-            .arg("--state-dir")
-            .arg(&state_dir);
-        for (k, v) in &opts.flags {
-            cmd.arg(k).arg(v);
+        cmd.args(opts.run_args(&state_dir));
+        for (k, v) in &opts.envs {
+            cmd.env(k, v);
         }
-        cmd.arg("--")
-            .arg(bin_path("moor-test-agent"))
-            .args(&opts.agent);
-        cmd.current_dir(family.dir.path())
+        cmd.current_dir(opts.cwd.as_deref().unwrap_or(family.dir.path()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

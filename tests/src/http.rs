@@ -227,6 +227,32 @@ impl Api {
             .unwrap_or_else(|e| panic!("POST inputs: {:?}: {e}", r.body))
     }
 
+    /// `POST /inputs` with any input kind; panics unless 200.
+    pub async fn post_input_kind(
+        &self,
+        session: SessionId,
+        client_msg_id: &str,
+        kind: &str,
+        payload: Value,
+    ) -> InputAccepted {
+        let req = InputRequest {
+            client_msg_id: client_msg_id.to_owned(),
+            kind: kind.to_owned(),
+            payload,
+        };
+        let body = serde_json::to_value(req).expect("input request serialises");
+        let r = self
+            .authed(
+                Method::POST,
+                &format!("/api/v1/sessions/{session}/inputs"),
+                Some(RawBody::Json(body)),
+            )
+            .await;
+        assert!(r.status.is_success(), "POST {kind}: {} {:?}", r.status, r.body);
+        serde_json::from_value(r.body.clone())
+            .unwrap_or_else(|e| panic!("POST inputs: {:?}: {e}", r.body))
+    }
+
     /// `POST /inputs` with an `input.text`, raw answer.
     pub async fn post_input_raw(
         &self,

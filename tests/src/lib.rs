@@ -15,12 +15,15 @@
 
 pub mod assert;
 pub mod bridge;
+pub mod claude;
+pub mod fake_api;
 pub mod http;
 pub mod pg;
 pub mod proxy;
 pub mod rig;
 pub mod server;
 pub mod sse;
+pub mod term;
 pub mod util;
 pub mod ws;
 
@@ -29,6 +32,9 @@ pub use assert::{
     lines,
 };
 pub use bridge::{BridgeOpts, TestBridge};
+pub use claude::ClaudeEnv;
+pub use fake_api::FakeAnthropic;
+pub use term::TermSession;
 pub use http::{Api, LogTail};
 pub use proxy::FaultProxy;
 pub use rig::{Rig, FINISH, WAIT};

@@ -142,3 +142,17 @@ pub fn signal(pid: u32, signal: rustix::process::Signal) {
         let _ = rustix::process::kill_process(pid, signal);
     }
 }
+
+/// `len` pseudo-random bytes from `seed` (xorshift: fast, reproducible, every byte value).
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::inputs::Inputs;
 use crate::spool::{Draft, Spool, SpoolError};
+use crate::status::Status;
 
 /// Longest line kept whole; longer ones are split into several entries.
 pub const MAX_LINE_BYTES: usize = 32 * 1024;
@@ -88,6 +89,7 @@ impl LinesAgent {
             spool,
             inputs,
             mut signals,
+            status,
         } = io;
         let missing = || AdapterError::Io(std::io::Error::other("agent pipes missing"));
         let (stdin, stdout, stderr) =
@@ -108,7 +110,7 @@ impl LinesAgent {
         readers.spawn(read_lines(stderr, "stderr", line_tx));
         let mut writer = tokio::spawn(spool_lines(line_rx, spool.clone()));
         let exited = CancellationToken::new();
-        let feeder = tokio::spawn(feed_inputs(stdin, inputs, exited.clone()));
+        let feeder = tokio::spawn(feed_inputs(stdin, inputs, status, exited.clone()));
 
         let mut spool_failure = None;
         let mut writer_done = false;
@@ -273,6 +275,7 @@ async fn spool_lines(mut rx: mpsc::Receiver<Draft>, spool: Spool) -> Result<(), 
 async fn feed_inputs(
     mut stdin: ChildStdin,
     mut inputs: Inputs,
+    status: Status,
     exited: CancellationToken,
 ) -> Inputs {
     loop {
@@ -315,7 +318,10 @@ async fn feed_inputs(
             r = async { stdin.write_all(&bytes).await?; stdin.flush().await } => r,
         };
         match written {
-            Ok(()) => report(pending.applied().await),
+            Ok(()) => {
+                status.input_outcome(&pending, None);
+                report(pending.applied().await)
+            }
             Err(e) => report(
                 pending
                     .failed(format!("could not write to the agent's stdin: {e}"))

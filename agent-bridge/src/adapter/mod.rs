@@ -1,16 +1,21 @@
 //! The local agent side: an adapter starts the agent, turns what it does into spooled entries,
 //! and applies remote inputs to it.
 //!
-//! The boundary is deliberately small so other adapters (`pty`, `claude`) can sit next to
-//! `lines`: an adapter gets an [`AdapterIo`] (the spool to append to, the queue of inputs, the
-//! signals to forward) and returns an [`AdapterDone`] once the agent is gone and its last entry
+//! The boundary is deliberately small: an adapter (`lines`, `pty`, `claude`) gets an
+//! [`AdapterIo`] (the spool to append to, the queue of inputs, the signals to forward, the
+//! status line printer) and returns an [`AdapterDone`] once the agent is gone and its last entry
 //! is spooled. It never touches the network, and input accounting is done for it by
 //! [`crate::inputs`]: it only says applied or failed.
 
+pub mod chunks;
+pub mod claude;
 pub mod lines;
+pub mod pty;
+pub mod terminal;
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde_json::{json, Value};
@@ -18,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::inputs::{Inputs, LedgerError};
 use crate::spool::{Spool, SpoolError};
+use crate::status::Status;
 
 /// Which adapter runs the agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,6 +31,10 @@ pub enum AdapterKind {
     /// Piped stdin/stdout/stderr, one entry per output line.
     #[default]
     Lines,
+    /// A pseudo-terminal, mirrored byte for byte.
+    Pty,
+    /// Claude Code's stream-json mode, as typed entries.
+    Claude,
 }
 
 impl AdapterKind {
@@ -32,6 +42,62 @@ impl AdapterKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Lines => "lines",
+            Self::Pty => "pty",
+            Self::Claude => "claude",
+        }
+    }
+}
+
+/// What `--mode` asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AdapterMode {
+    /// `claude` when the command is `claude`, else `pty` when stdin is a terminal, else `lines`.
+    #[default]
+    Auto,
+    /// This adapter, whatever the command.
+    Fixed(AdapterKind),
+}
+
+impl AdapterMode {
+    /// The adapter for `command`, given whether a person is at `moor`'s terminal.
+    pub fn resolve(self, command: &[String], stdin_is_terminal: bool) -> AdapterKind {
+        match self {
+            Self::Fixed(kind) => kind,
+            Self::Auto if command.first().is_some_and(|c| is_claude(c)) => AdapterKind::Claude,
+            Self::Auto if stdin_is_terminal => AdapterKind::Pty,
+            Self::Auto => AdapterKind::Lines,
+        }
+    }
+}
+
+/// Whether `program` is Claude Code's CLI (`claude`, by any path).
+pub fn is_claude(program: &str) -> bool {
+    Path::new(program).file_name().is_some_and(|n| n == "claude")
+}
+
+/// Knobs of the adapters beyond the command line. `Default` is what `moor run` uses.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// A person is at `moor`'s terminal: mirror output there and take its keystrokes.
+    pub interactive: bool,
+    /// Silence while a model response streams that counts as a stall.
+    pub stall_timeout: Duration,
+    /// Silence while a tool runs that counts as a stall.
+    pub tool_timeout: Duration,
+    /// Restart a stalled or crashed Claude Code on the same agent session.
+    pub auto_resume: bool,
+    /// Most restarts in a row without a finished turn in between.
+    pub max_restarts: u32,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            interactive: false,
+            stall_timeout: Duration::from_secs(60),
+            tool_timeout: Duration::from_secs(600),
+            auto_resume: false,
+            max_restarts: 3,
         }
     }
 }
@@ -43,6 +109,8 @@ pub struct AgentSpec {
     pub command: Vec<String>,
     /// Working directory.
     pub cwd: PathBuf,
+    /// Adapter knobs.
+    pub options: AgentOptions,
 }
 
 /// A signal to pass on to the agent.
@@ -119,6 +187,8 @@ pub struct AdapterIo {
     pub inputs: Inputs,
     /// Signals to forward to the agent.
     pub signals: mpsc::UnboundedReceiver<AgentSignal>,
+    /// Lines for the person at the terminal (receipts, stalls).
+    pub status: Status,
 }
 
 /// An adapter's result once the agent is gone.
@@ -157,6 +227,10 @@ pub enum AdapterError {
 pub enum Agent {
     /// The `lines` adapter.
     Lines(lines::LinesAgent),
+    /// The `pty` adapter.
+    Pty(pty::PtyAgent),
+    /// The `claude` adapter.
+    Claude(claude::ClaudeAgent),
 }
 
 impl Agent {
@@ -164,6 +238,8 @@ impl Agent {
     pub fn start(kind: AdapterKind, spec: &AgentSpec) -> Result<Self, AdapterError> {
         match kind {
             AdapterKind::Lines => lines::LinesAgent::start(spec).map(Self::Lines),
+            AdapterKind::Pty => pty::PtyAgent::start(spec).map(Self::Pty),
+            AdapterKind::Claude => claude::ClaudeAgent::start(spec).map(Self::Claude),
         }
     }
 
@@ -171,6 +247,8 @@ impl Agent {
     pub fn pid(&self) -> u32 {
         match self {
             Self::Lines(agent) => agent.pid(),
+            Self::Pty(agent) => agent.pid(),
+            Self::Claude(agent) => agent.pid(),
         }
     }
 
@@ -178,6 +256,8 @@ impl Agent {
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
         match self {
             Self::Lines(agent) => agent.run(io).await,
+            Self::Pty(agent) => agent.run(io).await,
+            Self::Claude(agent) => agent.run(io).await,
         }
     }
 }
@@ -185,6 +265,18 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_mode_picks_claude_by_name_then_pty_for_a_terminal() {
+        let cmd = |c: &str| vec![c.to_owned(), "-x".to_owned()];
+        let auto = AdapterMode::Auto;
+        assert_eq!(auto.resolve(&cmd("claude"), false), AdapterKind::Claude);
+        assert_eq!(auto.resolve(&cmd("/opt/bin/claude"), true), AdapterKind::Claude);
+        assert_eq!(auto.resolve(&cmd("bash"), true), AdapterKind::Pty);
+        assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);
+        let pty = AdapterMode::Fixed(AdapterKind::Pty);
+        assert_eq!(pty.resolve(&cmd("claude"), false), AdapterKind::Pty);
+    }
 
     #[test]
     fn exit_codes_follow_shell_conventions() {

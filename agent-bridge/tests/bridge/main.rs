@@ -47,6 +47,7 @@ pub fn bridge_config(server: &FakeServer, state: &Path, command: &[&str]) -> Bri
         command: command.iter().map(|s| s.to_string()).collect(),
         link: fast_link(),
         print_status: show_status(),
+        ..BridgeConfig::default()
     }
 }
 

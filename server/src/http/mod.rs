@@ -2,6 +2,7 @@
 
 mod health;
 pub(crate) mod inputs;
+mod recovery;
 mod sessions;
 
 use axum::extract::DefaultBodyLimit;
@@ -21,6 +22,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/events", get(crate::sse::events))
         .route("/sessions/{id}/ws", get(crate::ws::viewer::upgrade))
         .route("/sessions/{id}/inputs", post(inputs::create))
+        .route("/sessions/{id}/recovery", get(recovery::brief))
+        .route("/sessions/{id}/transcript", get(recovery::transcript))
         .route("/sessions/{id}/bridge/close", post(sessions::close_bridge))
         .route("/bridge", get(crate::ws::bridge::upgrade))
         .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });

@@ -32,6 +32,7 @@ fn info(state: &AppState, row: SessionRow) -> SessionInfo {
             SessionStatus::Live
         },
         agent: row.agent,
+        state: None,
     }
 }
 
@@ -51,7 +52,10 @@ pub(super) async fn get(
     Path(key): Path<String>,
 ) -> Result<Json<SessionInfo>, ApiError> {
     let row = state.store.find_session(&key).await?;
-    Ok(Json(info(&state, row)))
+    let derived = state.states.current(row.id, row.head_seq).await?;
+    let mut info = info(&state, row);
+    info.state = Some((*derived).clone());
+    Ok(Json(info))
 }
 
 fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {

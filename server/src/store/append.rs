@@ -121,7 +121,12 @@ pub(crate) async fn decide<'a, L: Lookup>(
                     Check::Next => None,
                     Check::Replay => {
                         let stored = lookup.producer_entry(*producer, *seq).await?;
-                        Some(replay_outcome(stored, append, *seq)?)
+                        let outcome = replay_outcome(stored, append, *seq)?;
+                        // What follows a diverging entry must not be stored either.
+                        if matches!(outcome, Appended::Mismatch { .. }) {
+                            d.plan.poison(*producer);
+                        }
+                        Some(outcome)
                     }
                     Check::Gap { expected } => Some(Appended::Gap {
                         expected,

@@ -164,6 +164,19 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// uncertain), oldest first.
     async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>>;
 
+    /// Stores `state` (JSON) as the session's latest state snapshot, taken at `head`; an older
+    /// snapshot than the stored one is ignored.
+    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
+        let _ = (session, head, state);
+        Ok(())
+    }
+
+    /// The session's latest state snapshot: the seq it was taken at and the state JSON.
+    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
+        let _ = session;
+        Ok(None)
+    }
+
     /// Marks the session ended (idempotent).
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
 

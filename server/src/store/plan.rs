@@ -79,6 +79,14 @@ impl Plan {
         }
     }
 
+    /// Refuses the rest of `producer`'s entries in this batch (after a content mismatch: what
+    /// follows a diverging entry must not be stored either).
+    pub(crate) fn poison(&mut self, producer: ProducerId) {
+        if let Some(m) = self.marks.get_mut(&producer) {
+            m.gapped = true;
+        }
+    }
+
     pub(crate) fn seen_client_msg(&self, id: &str) -> Option<Seq> {
         self.client_msgs.get(id).copied()
     }

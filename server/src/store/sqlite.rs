@@ -2,6 +2,7 @@
 //! acknowledged. One writer connection (SQLite has one writer anyway, and a single connection
 //! never meets `SQLITE_BUSY` from itself) and a small pool of readers.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
-use super::{Append, Appended, Range, SessionRow, Store, StoreError, StoreResult};
+use super::{Append, Appended, IdemKey, Range, SessionRow, Store, StoreError, StoreResult};
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
 const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
@@ -35,7 +36,11 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // A larger page cache and memory-mapped reads keep the writer's B-tree pages in
+            // memory instead of copying them in from the page cache on every insert.
+            .pragma("cache_size", "-65536")
+            .pragma("mmap_size", "268435456");
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(opts.clone())
@@ -136,10 +141,9 @@ impl Store for SqliteStore {
     }
 
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
-        let sid = session.to_string();
         let mut tx = self.writer.begin().await.map_err(other)?;
-        let row = sqlx::query("SELECT head_seq, ended_at FROM sessions WHERE id = ?")
-            .bind(&sid)
+        let row = sqlx::query("SELECT pk, head_seq, ended_at FROM sessions WHERE id = ?")
+            .bind(session.to_string())
             .fetch_optional(&mut *tx)
             .await
             .map_err(other)?
@@ -147,10 +151,12 @@ impl Store for SqliteStore {
         if row.get::<Option<i64>, _>("ended_at").is_some() {
             return Err(StoreError::SessionEnded);
         }
+        let spk: i64 = row.get("pk");
         let head: i64 = row.get("head_seq");
         let mut lookup = SqliteLookup {
-            conn: &mut tx,
-            sid: &sid,
+            tx: &mut tx,
+            spk,
+            producer_pks: HashMap::new(),
         };
         let Decision {
             decided,
@@ -159,24 +165,21 @@ impl Store for SqliteStore {
             last_ts,
             plan,
         } = append::decide(&mut lookup, &batch, head).await?;
+        let producer_pks = lookup.producer_pks;
         if !rows.is_empty() {
-            insert_rows(&mut tx, &sid, &rows).await?;
+            insert_rows(&mut tx, spk, &rows, &producer_pks).await?;
             for (producer, mark) in plan.advanced_marks() {
-                sqlx::query(
-                    "INSERT INTO producers (session_id, producer_id, last_seq) VALUES (?, ?, ?) \
-                     ON CONFLICT (session_id, producer_id) DO UPDATE SET last_seq = excluded.last_seq",
-                )
-                .bind(&sid)
-                .bind(producer.to_string())
-                .bind(mark as i64)
-                .execute(&mut *tx)
-                .await
-                .map_err(other)?;
+                sqlx::query("UPDATE producers SET last_seq = ? WHERE pk = ?")
+                    .bind(mark as i64)
+                    .bind(producer_pks.get(&producer).copied().unwrap_or_default())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(other)?;
             }
-            sqlx::query("UPDATE sessions SET head_seq = ?, last_ts = ? WHERE id = ?")
+            sqlx::query("UPDATE sessions SET head_seq = ?, last_ts = ? WHERE pk = ?")
                 .bind(head)
                 .bind(last_ts)
-                .bind(&sid)
+                .bind(spk)
                 .execute(&mut *tx)
                 .await
                 .map_err(other)?;
@@ -190,11 +193,11 @@ impl Store for SqliteStore {
         let sql = match range {
             Range::After(_) => {
                 "SELECT seq, ts, kind, author, payload FROM entries \
-                 WHERE session_id = ? AND seq > ? ORDER BY seq ASC LIMIT ?"
+                 WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq > ? ORDER BY seq ASC LIMIT ?"
             }
             Range::Before(_) => {
                 "SELECT seq, ts, kind, author, payload FROM entries \
-                 WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+                 WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq < ? ORDER BY seq DESC LIMIT ?"
             }
         };
         let (Range::After(at) | Range::Before(at)) = range;
@@ -216,8 +219,16 @@ impl Store for SqliteStore {
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
-        let mut conn = self.readers.acquire().await.map_err(other)?;
-        producer_mark_in(&mut conn, &session.to_string(), producer).await
+        let mark: Option<i64> = sqlx::query_scalar(
+            "SELECT p.last_seq FROM producers p JOIN sessions s ON s.pk = p.session_pk \
+             WHERE s.id = ? AND p.producer_id = ?",
+        )
+        .bind(session.to_string())
+        .bind(producer.to_string())
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(mark.unwrap_or(0) as u64)
     }
 
     async fn inputs_after(
@@ -228,7 +239,7 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(
             "SELECT seq, ts, kind, author, payload FROM entries \
-             WHERE session_id = ? AND client_msg_id IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?",
+             WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND client_msg_id IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?",
         )
         .bind(session.to_string())
         .bind(after.0 as i64)
@@ -241,8 +252,9 @@ impl Store for SqliteStore {
 
     async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>> {
         let seqs: Vec<i64> = sqlx::query_scalar(
-            "SELECT e.seq FROM entries e WHERE e.session_id = ? AND e.client_msg_id IS NOT NULL \
-             AND e.seq <= ? AND NOT EXISTS (SELECT 1 FROM entries r WHERE r.session_id = e.session_id \
+            "SELECT e.seq FROM entries e WHERE e.session_pk = (SELECT pk FROM sessions WHERE id = ?) \
+             AND e.client_msg_id IS NOT NULL AND e.seq <= ? AND NOT EXISTS (SELECT 1 FROM entries r \
+             WHERE r.session_pk = e.session_pk \
              AND r.kind IN (?, ?, ?) AND r.ref_seq = e.seq) ORDER BY e.seq",
         )
         .bind(session.to_string())
@@ -254,6 +266,34 @@ impl Store for SqliteStore {
         .await
         .map_err(other)?;
         Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
+    }
+
+    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO state_snapshots (session_pk, head_seq, state) \
+             SELECT pk, ?, ? FROM sessions WHERE id = ? \
+             ON CONFLICT (session_pk) DO UPDATE SET head_seq = excluded.head_seq, state = excluded.state \
+             WHERE excluded.head_seq > state_snapshots.head_seq",
+        )
+        .bind(head.0 as i64)
+        .bind(state)
+        .bind(session.to_string())
+        .execute(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
+        let row = sqlx::query(
+            "SELECT s.head_seq, s.state FROM state_snapshots s JOIN sessions x ON x.pk = s.session_pk \
+             WHERE x.id = ?",
+        )
+        .bind(session.to_string())
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(row.map(|r| (Seq(r.get::<i64, _>("head_seq") as u64), r.get("state"))))
     }
 
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
@@ -282,31 +322,45 @@ impl SqliteStore {
     }
 }
 
-async fn producer_mark_in(
-    conn: &mut sqlx::SqliteConnection,
-    sid: &str,
+/// The producer's row in this session, created with mark 0 if new: its pk and its mark.
+async fn ensure_producer(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    spk: i64,
     producer: ProducerId,
-) -> StoreResult<u64> {
-    let mark: Option<i64> = sqlx::query_scalar(
-        "SELECT last_seq FROM producers WHERE session_id = ? AND producer_id = ?",
+) -> StoreResult<(i64, u64)> {
+    let id = producer.to_string();
+    sqlx::query(
+        "INSERT INTO producers (session_pk, producer_id, last_seq) VALUES (?, ?, 0) \
+         ON CONFLICT (session_pk, producer_id) DO NOTHING",
     )
-    .bind(sid)
-    .bind(producer.to_string())
-    .fetch_optional(conn)
+    .bind(spk)
+    .bind(&id)
+    .execute(&mut **tx)
     .await
     .map_err(other)?;
-    Ok(mark.unwrap_or(0) as u64)
+    let row =
+        sqlx::query("SELECT pk, last_seq FROM producers WHERE session_pk = ? AND producer_id = ?")
+            .bind(spk)
+            .bind(&id)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(other)?;
+    Ok((row.get("pk"), row.get::<i64, _>("last_seq") as u64))
 }
 
-/// The idempotency lookups of one append, on the writer's open transaction.
-struct SqliteLookup<'c> {
-    conn: &'c mut sqlx::SqliteConnection,
-    sid: &'c str,
+/// The idempotency lookups of one append, on the writer's open transaction; remembers the
+/// producers' row keys for the insert.
+struct SqliteLookup<'c, 't> {
+    tx: &'c mut sqlx::Transaction<'t, Sqlite>,
+    spk: i64,
+    producer_pks: HashMap<ProducerId, i64>,
 }
 
-impl Lookup for SqliteLookup<'_> {
+impl Lookup for SqliteLookup<'_, '_> {
     async fn producer_mark(&mut self, producer: ProducerId) -> StoreResult<u64> {
-        producer_mark_in(self.conn, self.sid, producer).await
+        let (pk, mark) = ensure_producer(self.tx, self.spk, producer).await?;
+        self.producer_pks.insert(producer, pk);
+        Ok(mark)
     }
 
     async fn producer_entry(
@@ -314,14 +368,19 @@ impl Lookup for SqliteLookup<'_> {
         producer: ProducerId,
         seq: u64,
     ) -> StoreResult<Option<StoredEntry>> {
+        let ppk = self
+            .producer_pks
+            .get(&producer)
+            .copied()
+            .unwrap_or_default();
         let row = sqlx::query(
             "SELECT seq, kind, payload FROM entries \
-             WHERE session_id = ? AND producer_id = ? AND producer_seq = ?",
+             WHERE session_pk = ? AND producer_pk = ? AND producer_seq = ?",
         )
-        .bind(self.sid)
-        .bind(producer.to_string())
+        .bind(self.spk)
+        .bind(ppk)
         .bind(seq as i64)
-        .fetch_optional(&mut *self.conn)
+        .fetch_optional(&mut **self.tx)
         .await
         .map_err(other)?;
         Ok(row.map(|r| StoredEntry {
@@ -332,22 +391,22 @@ impl Lookup for SqliteLookup<'_> {
     }
 
     async fn client_msg_seq(&mut self, id: &str) -> StoreResult<Option<i64>> {
-        sqlx::query_scalar("SELECT seq FROM entries WHERE session_id = ? AND client_msg_id = ?")
-            .bind(self.sid)
+        sqlx::query_scalar("SELECT seq FROM entries WHERE session_pk = ? AND client_msg_id = ?")
+            .bind(self.spk)
             .bind(id)
-            .fetch_optional(&mut *self.conn)
+            .fetch_optional(&mut **self.tx)
             .await
             .map_err(other)
     }
 
     async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
         sqlx::query_scalar(
-            "SELECT seq FROM entries WHERE session_id = ? AND kind = ? AND ref_seq = ?",
+            "SELECT seq FROM entries WHERE session_pk = ? AND kind = ? AND ref_seq = ?",
         )
-        .bind(self.sid)
+        .bind(self.spk)
         .bind(kind)
         .bind(input.0 as i64)
-        .fetch_optional(&mut *self.conn)
+        .fetch_optional(&mut **self.tx)
         .await
         .map_err(other)
     }
@@ -355,8 +414,9 @@ impl Lookup for SqliteLookup<'_> {
 
 async fn insert_rows(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
-    sid: &str,
+    spk: i64,
     rows: &[NewRow<'_>],
+    producer_pks: &HashMap<ProducerId, i64>,
 ) -> StoreResult<()> {
     let mut rest = rows;
     while !rest.is_empty() {
@@ -368,20 +428,30 @@ async fn insert_rows(
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
         let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO entries (session_id, seq, ts, kind, author, payload, producer_id, \
+            "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
              producer_seq, client_msg_id, ref_seq) ",
         );
         qb.push_values(chunk, |mut b, row| {
-            let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
-            b.push_bind(sid)
+            let (producer, producer_seq, client_msg, ref_seq) = match &row.append.key {
+                IdemKey::Producer { producer, seq } => (
+                    producer_pks.get(producer).copied(),
+                    Some(*seq as i64),
+                    None,
+                    None,
+                ),
+                IdemKey::ClientMsg(id) => (None, None, Some(id.clone()), None),
+                IdemKey::Receipt(input) => (None, None, None, Some(input.0 as i64)),
+                IdemKey::None => (None, None, None, None),
+            };
+            b.push_bind(spk)
                 .push_bind(row.seq)
                 .push_bind(row.append.ts)
                 .push_bind(&row.append.kind)
                 .push_bind(&row.append.author)
                 .push_bind(&row.payload)
-                .push_bind(producer.map(|p| p.to_string()))
+                .push_bind(producer)
                 .push_bind(producer_seq)
-                .push_bind(client_msg.map(str::to_owned))
+                .push_bind(client_msg)
                 .push_bind(ref_seq);
         });
         qb.build()

@@ -23,12 +23,16 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use super::text;
 use crate::auth::AuthUser;
 use crate::hub::{BridgeControl, Frame};
+use crate::log::Pending;
 use crate::sse::sleep_until_opt;
 use crate::state::AppState;
-use crate::store::{Append, Appended, IdemKey, StoreError};
+use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
 
 /// Most entries merged from consecutive ready frames into one append.
 const MAX_MERGED_ENTRIES: usize = 4096;
+/// Batches committing at once for one connection; beyond this the socket is not read, which
+/// pushes back on the bridge through TCP.
+const MAX_INFLIGHT_BATCHES: usize = 8;
 /// Most pending inputs sent in a `Welcome`; later ones follow as `Input` frames.
 const WELCOME_INPUTS: u32 = 1000;
 
@@ -63,7 +67,15 @@ impl Ending {
     }
 }
 
+/// A batch handed to the committer whose outcome is not known yet.
+struct InFlight {
+    commit: Pending,
+    producer_seqs: Vec<u64>,
+}
+
 struct Conn {
+    /// Batches submitted in order and not yet acked; acks go out in the same order.
+    inflight: VecDeque<InFlight>,
     state: AppState,
     session: SessionId,
     hello: Hello,
@@ -140,7 +152,10 @@ async fn run(socket: WebSocket, state: AppState) {
         });
     }
     let inputs = state.hub.subscribe(session.id);
+    // Keep the session's state current while a bridge feeds it (interruption records need it).
+    state.states.watch(session.id);
     let mut conn = Conn {
+        inflight: VecDeque::new(),
         state: state.clone(),
         session: session.id,
         hello,
@@ -318,6 +333,8 @@ impl Conn {
             let result = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
+                    // Ack what is committing now, so the bridge need not resend it.
+                    let _ = self.settle_all().await;
                     let _ = self.send(&ServerToBridge::Move { reason: "server shutting down".into(), close_in_ms: 0 }).await;
                     return Ending::close(close::GOING_AWAY, "server shutting down; reconnect");
                 }
@@ -329,6 +346,7 @@ impl Conn {
                     return Ending::close(close::HEARTBEAT_TIMEOUT, "no frame from the bridge within the idle timeout");
                 }
                 _ = sleep_until_opt(lifetime) => {
+                    let _ = self.settle_all().await;
                     return Ending::close(close::LIFETIME, "connection lifetime reached; reconnect");
                 }
                 _ = sleep_until_opt(move_at) => {
@@ -338,7 +356,16 @@ impl Conn {
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
                 input = inputs.recv() => self.forward_input(input).await,
-                msg = next_message(&mut lookahead, rx) => {
+                committed = next_commit(&mut self.inflight), if !self.inflight.is_empty() => {
+                    // A slow commit is not silence from the bridge.
+                    last_rx = Instant::now();
+                    let (outcomes, producer_seqs) = committed;
+                    match self.settle(outcomes, producer_seqs).await {
+                        Ok(()) => Ok(()),
+                        Err(end) => return end,
+                    }
+                }
+                msg = next_message(&mut lookahead, rx), if self.inflight.len() < MAX_INFLIGHT_BATCHES => {
                     last_rx = Instant::now();
                     match msg {
                         Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => {
@@ -444,7 +471,7 @@ impl Conn {
                     rx,
                     self.state.config.max_frame_bytes,
                 );
-                self.append_entries(entries).await
+                self.submit_entries(entries).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
                 let (kind, extra) = match status {
@@ -463,6 +490,8 @@ impl Conn {
             }
             BridgeToServer::Heartbeat => Ok(()),
             BridgeToServer::End => {
+                // Everything sent before `End` must be stored (and acked) first.
+                self.settle_all().await?;
                 let ended = server_entry(kinds::SESSION_ENDED, json!({"reason": "agent exited"}));
                 self.state
                     .log
@@ -484,7 +513,8 @@ impl Conn {
     }
 
     /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
-    async fn append_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
+    /// Validates a batch and hands it to the committer; its ack follows from [`Conn::settle`].
+    async fn submit_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
             return Err(self
                 .refuse(
@@ -509,12 +539,35 @@ impl Conn {
                 },
             })
             .collect();
-        let outcomes = self
+        let commit = self
             .state
             .log
-            .append(self.session, batch)
-            .await
+            .submit(self.session, batch)
             .map_err(store_ending)?;
+        self.inflight.push_back(InFlight {
+            commit,
+            producer_seqs,
+        });
+        Ok(())
+    }
+
+    /// Waits for every batch in flight and settles it in order.
+    async fn settle_all(&mut self) -> Result<(), Ending> {
+        while let Some(mut f) = self.inflight.pop_front() {
+            let outcomes = f.commit.wait().await;
+            self.settle(outcomes, f.producer_seqs).await?;
+        }
+        Ok(())
+    }
+
+    /// Acks a committed batch, or refuses the connection for a gap or a content mismatch.
+    async fn settle(
+        &mut self,
+        outcomes: StoreResult<Vec<Appended>>,
+        producer_seqs: Vec<u64>,
+    ) -> Result<(), Ending> {
+        let producer = self.hello.producer;
+        let outcomes = outcomes.map_err(store_ending)?;
         let mut acked = None;
         for (o, pseq) in outcomes.iter().zip(producer_seqs) {
             match o {
@@ -564,6 +617,19 @@ fn bridge_may_write(kind: &str) -> bool {
         && !kind.starts_with("bridge.")
         && !kind.starts_with("input.")
         && kind != kinds::SESSION_ENDED
+}
+
+/// The outcome of the oldest batch in flight (cancel-safe: it stays queued until it resolves).
+async fn next_commit(inflight: &mut VecDeque<InFlight>) -> (StoreResult<Vec<Appended>>, Vec<u64>) {
+    let Some(front) = inflight.front_mut() else {
+        return std::future::pending().await;
+    };
+    let outcomes = front.commit.wait().await;
+    let producer_seqs = inflight
+        .pop_front()
+        .map(|f| f.producer_seqs)
+        .unwrap_or_default();
+    (outcomes, producer_seqs)
 }
 
 /// The next message: one already looked at, else the socket's.

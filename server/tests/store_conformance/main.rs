@@ -95,6 +95,7 @@ conformance!(
     client_msg_ids_and_receipts_are_stored_once,
     inputs_and_their_settling_receipts_are_tracked,
     ended_and_unknown_sessions_refuse_appends,
+    state_snapshots_keep_the_newest,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
 );

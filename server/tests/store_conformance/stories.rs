@@ -202,13 +202,17 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         )
         .await
         .unwrap();
+    let resent = store
+        .append(s, vec![produced(p, 4, "l4"), produced(p, 5, "l5")])
+        .await
+        .unwrap();
     let gapped = store
         .append(
             s,
             vec![
-                produced(p, 5, "l5"),
-                produced(p, 7, "l7"),
                 produced(p, 6, "l6"),
+                produced(p, 8, "l8"),
+                produced(p, 7, "l7"),
             ],
         )
         .await
@@ -230,34 +234,71 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         "different content is refused"
     );
     assert_eq!(
-        stored_seq(&replay[2]),
-        Seq(4),
-        "the next producer seq is stored"
+        replay[2],
+        Appended::Gap {
+            expected: 4,
+            got: 4
+        },
+        "nothing of the producer after a mismatch in the same batch"
     );
-    assert_eq!(stored_seq(&gapped[0]), Seq(5));
+    assert_eq!(
+        resent.iter().map(stored_seq).collect::<Vec<_>>(),
+        [Seq(4), Seq(5)]
+    );
+    assert_eq!(stored_seq(&gapped[0]), Seq(6));
     assert_eq!(
         gapped[1],
         Appended::Gap {
-            expected: 6,
-            got: 7
+            expected: 7,
+            got: 8
         }
     );
     assert_eq!(
         gapped[2],
         Appended::Gap {
-            expected: 6,
-            got: 6
+            expected: 7,
+            got: 7
         },
         "nothing after a gap"
     );
-    assert_eq!(store.producer_mark(s, p).await.unwrap(), 5);
+    assert_eq!(store.producer_mark(s, p).await.unwrap(), 6);
     assert_eq!(store.producer_mark(s, ProducerId::new()).await.unwrap(), 0);
     let texts: Vec<String> = all(&*store, s)
         .await
         .iter()
         .map(|e| e.payload["text"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(texts, ["l1", "l2", "l3", "l4", "l5"]);
+    assert_eq!(texts, ["l1", "l2", "l3", "l4", "l5", "l6"]);
+}
+
+pub async fn state_snapshots_keep_the_newest(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let s = store.open_session("snap", None).await.unwrap().id;
+    let none = store.latest_snapshot(s).await.unwrap();
+
+    // act
+    store
+        .save_snapshot(s, Seq(10), r#"{"at":10}"#)
+        .await
+        .unwrap();
+    store
+        .save_snapshot(s, Seq(30), r#"{"at":30}"#)
+        .await
+        .unwrap();
+    store
+        .save_snapshot(s, Seq(20), r#"{"at":20}"#)
+        .await
+        .unwrap();
+
+    // assert
+    assert_eq!(none, None);
+    assert_eq!(
+        store.latest_snapshot(s).await.unwrap(),
+        Some((Seq(30), r#"{"at":30}"#.to_owned())),
+        "an older snapshot never replaces a newer one"
+    );
+    assert_eq!(store.latest_snapshot(SessionId::new()).await.unwrap(), None);
 }
 
 pub async fn client_msg_ids_and_receipts_are_stored_once(db: Db) {

@@ -46,7 +46,7 @@ impl Moord {
         let mut child = tokio::process::Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("MOOR_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -196,33 +196,40 @@ async fn sse_open(moord: &Moord, session: &str, after: u64) -> Result<BufReader<
     Ok(r)
 }
 
-/// Reads SSE `id:` lines (the body is chunked; chunk-size lines never start with `id:`).
+/// Reads an SSE stream until the event with id `last` (the chunked body's size lines never
+/// start with `id:` or `data:`). `on_data` gets each data line and the time it was read, in µs
+/// since `epoch`: one clock read per socket read keeps the client cheap next to the server.
 async fn sse_count_until(
     r: &mut BufReader<TcpStream>,
     last: u64,
-    mut on_data: impl FnMut(&str),
+    epoch: Instant,
+    mut on_data: impl FnMut(&[u8], u64),
 ) -> Result<()> {
-    let mut line = String::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut carry: Vec<u8> = Vec::new();
+    let mut finishing = false;
     loop {
-        line.clear();
-        if r.read_line(&mut line).await? == 0 {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
             bail!("sse stream ended early");
         }
-        if let Some(data) = line.strip_prefix("data: ") {
-            on_data(data);
-        } else if let Some(id) = line.strip_prefix("id: ") {
-            if id.trim().parse::<u64>().ok() == Some(last) {
-                // Finish reading this event's data line.
-                line.clear();
-                r.read_line(&mut line).await?;
-                line.clear();
-                r.read_line(&mut line).await?;
-                if let Some(data) = line.strip_prefix("data: ") {
-                    on_data(data);
+        let now = epoch.elapsed().as_micros() as u64;
+        carry.extend_from_slice(&buf[..n]);
+        let mut start = 0;
+        while let Some(pos) = carry[start..].iter().position(|&b| b == b'\n') {
+            let line = &carry[start..start + pos];
+            start += pos + 1;
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                on_data(data, now);
+                if finishing {
+                    return Ok(());
                 }
-                return Ok(());
+            } else if let Some(id) = line.strip_prefix(b"id: ") {
+                let id = std::str::from_utf8(id).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                finishing = id == Some(last);
             }
         }
+        carry.drain(..start);
     }
 }
 
@@ -252,7 +259,7 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
     let head = n + 1; // + bridge.connected
     let start = Instant::now();
     let mut r = sse_open(moord, &session, 0).await?;
-    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, |_| {})).await??;
+    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, Instant::now(), |_, _| {})).await??;
     Ok(start.elapsed().as_secs_f64())
 }
 
@@ -285,14 +292,12 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
         let delivered = delivered.clone();
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::with_capacity(total as usize);
-            let res = sse_count_until(&mut r, head, |data| {
+            let res = sse_count_until(&mut r, head, epoch, |data, now| {
                 // The first 16 characters of the text are the send time in µs since `epoch`.
-                if let Some(i) = data.find("\"text\":\"") {
-                    if let Ok(sent) = data[i + 8..i + 24].trim().parse::<u64>() {
-                        if sent > 0 {
-                            mine.push((epoch.elapsed().as_micros() as u64).saturating_sub(sent));
-                        }
-                    }
+                let Some(i) = data.windows(8).position(|w| w == b"\"text\":\"") else { return };
+                let sent = data.get(i + 8..i + 24).and_then(|t| std::str::from_utf8(t).ok());
+                if let Some(sent) = sent.and_then(|t| t.trim().parse::<u64>().ok()).filter(|&t| t > 0) {
+                    mine.push(now.saturating_sub(sent));
                 }
             })
             .await;
@@ -388,49 +393,64 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+fn arg(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs: usize = std::env::args()
-        .skip_while(|a| a != "--runs")
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(5);
+    let runs: usize = arg("--runs").map(|s| s.parse()).transpose()?.unwrap_or(5);
+    // `--only ingest|fanout|catchup|memory` runs one measurement (e.g. under a profiler).
+    let only = arg("--only");
+    let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
     println!("moor-bench: real moord (SQLite, WAL, synchronous=FULL) on loopback; medians of {runs} runs");
 
-    let mut ingest_rates = Vec::new();
-    let mut catchups = Vec::new();
-    let mut fan = Vec::new();
-    let mut mem = Vec::new();
+    let (mut ingest_rates, mut catchups, mut fan, mut mem) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 1..=runs {
         let moord = Moord::start().await?;
-        ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
-        catchups.push(catch_up(&moord, 100_000).await?);
-        fan.push(fan_out(&moord, 1000, 1000, 5).await?);
+        let mut line = format!("run {run}:");
+        if want("ingest") {
+            ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
+            line += &format!(" ingest {:.0}/s", ingest_rates[run - 1]);
+        }
+        if want("catchup") {
+            catchups.push(catch_up(&moord, 100_000).await?);
+            line += &format!(" catch-up {:.3}s", catchups[run - 1]);
+        }
+        if want("fanout") {
+            let f = fan_out(&moord, 1000, 1000, 5).await?;
+            line += &format!(" fan-out {:.0}/s p50 {:.1}ms p99 {:.1}ms", f.deliveries_per_s, f.p50_ms, f.p99_ms);
+            fan.push(f);
+        }
         drop(moord);
-        let moord = Moord::start().await?;
-        mem.push(idle_memory(&moord, 1000).await?);
-        eprintln!(
-            "run {run}: ingest {:.0}/s, catch-up {:.3}s, fan-out {:.0}/s p50 {:.1}ms p99 {:.1}ms, idle sse {:.1}KiB ws {:.1}KiB",
-            ingest_rates[run - 1], catchups[run - 1], fan[run - 1].deliveries_per_s, fan[run - 1].p50_ms, fan[run - 1].p99_ms,
-            mem[run - 1].0, mem[run - 1].1
+        if want("memory") {
+            let moord = Moord::start().await?;
+            let m = idle_memory(&moord, 1000).await?;
+            line += &format!(" idle sse {:.1}KiB ws {:.1}KiB", m.0, m.1);
+            mem.push(m);
+        }
+        eprintln!("{line}");
+    }
+    if !ingest_rates.is_empty() {
+        println!("ingest, one bridge, 200-byte entries, to durable ack: {:.0} entries/s (target >= 100000)", median(ingest_rates));
+    }
+    if !fan.is_empty() {
+        println!(
+            "fan-out, 1 session -> 1000 SSE viewers at 1000 entries/s: {:.0} deliveries/s, latency p50 {:.1} ms, p99 {:.1} ms (target p99 < 25 ms)",
+            median(fan.iter().map(|f| f.deliveries_per_s).collect()),
+            median(fan.iter().map(|f| f.p50_ms).collect()),
+            median(fan.iter().map(|f| f.p99_ms).collect())
         );
     }
-    println!("ingest, one bridge, 200-byte entries, to durable ack: {:>10.0} entries/s   (target >= 100000)", median(ingest_rates));
-    println!(
-        "fan-out, 1 session -> 1000 SSE viewers at 1000 entries/s: {:>10.0} deliveries/s, p50 {:.1} ms, p99 {:.1} ms   (target p99 < 25 ms)",
-        median(fan.iter().map(|f| f.deliveries_per_s).collect()),
-        median(fan.iter().map(|f| f.p50_ms).collect()),
-        median(fan.iter().map(|f| f.p99_ms).collect())
-    );
-    println!(
-        "catch-up, viewer at 0 on a 100000-entry log: {:>10.3} s   (target < 1 s)",
-        median(catchups)
-    );
-    println!(
-        "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB   (target <= 16 KiB each)",
-        median(mem.iter().map(|m| m.0).collect()),
-        median(mem.iter().map(|m| m.1).collect())
-    );
+    if !catchups.is_empty() {
+        println!("catch-up, viewer at 0 on a 100000-entry log: {:.3} s (target < 1 s)", median(catchups));
+    }
+    if !mem.is_empty() {
+        println!(
+            "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB (target <= 16 KiB each)",
+            median(mem.iter().map(|m| m.0).collect()),
+            median(mem.iter().map(|m| m.1).collect())
+        );
+    }
     Ok(())
 }

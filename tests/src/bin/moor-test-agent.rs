@@ -11,6 +11,10 @@
 //! `echo [--exit-after N]` prints `got: <line>` for every stdin line and exits on EOF (or after
 //! N lines).
 //!
+//! `replay FILE [--times N] [--then-crash CODE]` prints FILE's lines N times (a recorded Claude
+//! Code stream-json capture, say), then reads stdin; with `--then-crash`, the first user message
+//! it gets makes it print half a line and exit with CODE, like a crashing agent.
+//!
 //! The pacing only shapes the workload; tests never rely on it for synchronisation.
 
 use std::io::{BufRead, Write};
@@ -23,6 +27,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("count") => count(&args[1..]),
         Some("echo") => echo(&args[1..]),
+        Some("replay") => replay(&args[1..]),
         _ => usage("expected a mode: count N | echo"),
     }
 }
@@ -31,6 +36,7 @@ fn usage(why: &str) -> ExitCode {
     eprintln!("moor-test-agent: {why}");
     eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F] [--echo-inputs K]");
     eprintln!("       moor-test-agent echo [--exit-after N]");
+    eprintln!("       moor-test-agent replay FILE [--times N] [--then-crash CODE]");
     ExitCode::from(64)
 }
 
@@ -135,4 +141,40 @@ fn echo_lines(exit_after: Option<u64>) -> u8 {
         }
     }
     0
+}
+
+fn replay(args: &[String]) -> ExitCode {
+    let parsed = (|| -> Result<_, String> {
+        let file = args.first().ok_or("replay needs FILE")?;
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+        Ok((
+            text,
+            flag::<u64>(args, "--times")?.unwrap_or(1),
+            flag::<u8>(args, "--then-crash")?,
+        ))
+    })();
+    let (text, times, crash) = match parsed {
+        Ok(p) => p,
+        Err(e) => return usage(&e),
+    };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    for _ in 0..times {
+        if out.write_all(text.as_bytes()).is_err() {
+            return ExitCode::from(3);
+        }
+    }
+    if out.flush().is_err() {
+        return ExitCode::from(3);
+    }
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else {
+            return ExitCode::from(3);
+        };
+        if let (Some(code), true) = (crash, line.contains(r#""type":"user""#)) {
+            let _ = out.write_all(br#"{"type":"assistant","message":{"#);
+            let _ = out.flush();
+            return ExitCode::from(code);
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -341,6 +341,36 @@ impl Store for PgStore {
         Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
     }
 
+    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
+        // Followers on several nodes may save at once: the newest snapshot wins.
+        sqlx::query(
+            "INSERT INTO state_snapshots (session_id, head_seq, state) VALUES ($1::uuid, $2, $3) \
+             ON CONFLICT (session_id) DO UPDATE SET head_seq = excluded.head_seq, \
+             state = excluded.state WHERE excluded.head_seq > state_snapshots.head_seq",
+        )
+        .bind(session.to_string())
+        .bind(seq_bind(head))
+        .bind(state)
+        .execute(&self.pool)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
+        let row =
+            sqlx::query("SELECT head_seq, state FROM state_snapshots WHERE session_id = $1::uuid")
+                .bind(session.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(other)?;
+        row.map(|r| {
+            let head: i64 = r.try_get("head_seq").map_err(other)?;
+            Ok((Seq(head as u64), r.try_get("state").map_err(other)?))
+        })
+        .transpose()
+    }
+
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
         sqlx::query("UPDATE sessions SET ended_at = COALESCE(ended_at, $1) WHERE id = $2::uuid")
             .bind(at)

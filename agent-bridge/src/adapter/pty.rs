@@ -1,0 +1,343 @@
+//! The `pty` adapter: any terminal program in a pseudo-terminal, mirrored byte for byte.
+//!
+//! The program is a session leader with the PTY as its controlling terminal, so job control,
+//! Ctrl-C and full-screen programs behave as in a plain terminal. Output goes both to `moor`'s
+//! own stdout (the person at the desk, whose terminal is put in raw mode) and, batched and
+//! base64-encoded, into the spool. Local keystrokes and remote `input.keys` / `input.text` /
+//! `input.resize` / `input.interrupt` share one writer, so both work at the same time.
+
+use std::time::Duration;
+
+use moor_protocol::kinds;
+use pty_process::{OwnedReadPty, OwnedWritePty, Pty, Size};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::chunks::{payload_bytes, spool_chunks};
+use super::terminal::{self, RawMode, TermSize};
+use super::{signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec};
+use crate::inputs::{Inputs, PendingInput};
+use crate::spool::{Draft, Spool, SpoolError};
+use crate::status::Status;
+
+/// Size of one read from the PTY.
+const READ_BYTES: usize = 64 * 1024;
+/// Chunks waiting for the spool writer; when full, reading the PTY pauses (backpressure).
+const CHUNK_QUEUE: usize = 64;
+/// After the program exits, how long a grandchild may keep the PTY open before we stop reading.
+const PTY_DRAIN: Duration = Duration::from_secs(2);
+/// Ctrl-C, what `input.interrupt` types.
+const ETX: u8 = 0x03;
+
+/// A program started on a new pseudo-terminal.
+pub struct PtyAgent {
+    child: Child,
+    pid: u32,
+    pty: Pty,
+    size: TermSize,
+    spec: AgentSpec,
+}
+
+impl std::fmt::Debug for PtyAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyAgent")
+            .field("pid", &self.pid)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PtyAgent {
+    /// Open a PTY the size of the local terminal (80×24 without one) and start the program on it.
+    pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
+        let spawn_err = |source| AdapterError::Spawn {
+            command: spec.command.join(" "),
+            source,
+        };
+        let (program, args) = spec
+            .command
+            .split_first()
+            .ok_or_else(|| spawn_err(std::io::Error::other("no command given")))?;
+        let pty_err = |e: pty_process::Error| spawn_err(std::io::Error::other(e.to_string()));
+        let (pty, pts) = pty_process::open().map_err(pty_err)?;
+        let size = terminal::local_size().unwrap_or(TermSize::DEFAULT);
+        pty.resize(Size::new(size.rows, size.cols)).map_err(pty_err)?;
+        let mut cmd = pty_process::Command::new(program)
+            .args(args)
+            .current_dir(&spec.cwd)
+            .env_remove("MOOR_TOKEN");
+        if std::env::var_os("TERM").is_none() {
+            cmd = cmd.env("TERM", "xterm-256color");
+        }
+        let child = cmd.spawn(pts).map_err(|e| match e {
+            pty_process::Error::Io(io) => spawn_err(io),
+            other => pty_err(other),
+        })?;
+        let pid = child
+            .id()
+            .ok_or_else(|| spawn_err(std::io::Error::other("exited at once")))?;
+        Ok(Self {
+            child,
+            pid,
+            pty,
+            size,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The program's process id (also its session and process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Run until the program exits and everything it wrote, then `agent.exit`, is spooled.
+    pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
+        let Self {
+            mut child,
+            pid,
+            pty,
+            size,
+            spec,
+        } = self;
+        let AdapterIo {
+            spool,
+            inputs,
+            mut signals,
+            status,
+        } = io;
+        let start = json!({
+            "command": spec.command, "cwd": spec.cwd.display().to_string(), "pid": pid,
+            "adapter": "pty", "cols": size.cols, "rows": size.rows,
+        });
+        spool
+            .append(vec![Draft::new(kinds::AGENT_START, start)])
+            .await?;
+
+        let raw = if spec.options.interactive {
+            RawMode::enter()?
+        } else {
+            None
+        };
+        status.set_raw(raw.is_some());
+        let (reader, writer) = pty.into_split();
+        // Only a person at the terminal gets the mirror: a pipe nobody reads must not stall the
+        // program or the log.
+        let (stdout_tx, stdout_thread) = match spec.options.interactive {
+            true => {
+                let (tx, thread) = terminal::spawn_stdout_writer(CHUNK_QUEUE);
+                (Some(tx), thread)
+            }
+            false => (None, None),
+        };
+        let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
+        let mut spooler = tokio::spawn(spool_chunks(chunk_rx, spool.clone()));
+        let mut pump = tokio::spawn(pump_output(reader, chunk_tx, stdout_tx));
+        let exited = CancellationToken::new();
+        let feeder = tokio::spawn(
+            Feeder {
+                writer,
+                spool: spool.clone(),
+                status: status.clone(),
+                interactive: spec.options.interactive,
+            }
+            .run(inputs, exited.clone()),
+        );
+
+        let mut spool_failure = None;
+        let status_code = loop {
+            tokio::select! {
+                s = child.wait() => break s?,
+                Some(signal) = signals.recv() => {
+                    if let Err(e) = signal_agent(pid, signal) {
+                        tracing::warn!(error = %e, ?signal, "could not signal the agent");
+                    }
+                }
+                result = &mut spooler, if spool_failure.is_none() => {
+                    let err = match result {
+                        Ok(Err(e)) => e,
+                        Ok(Ok(_)) => SpoolError::Encode("output writer stopped early".into()),
+                        Err(e) => SpoolError::Encode(format!("output writer failed: {e}")),
+                    };
+                    tracing::error!(error = %err, "cannot spool terminal output; stopping the agent");
+                    let _ = signal_agent(pid, AgentSignal::Terminate);
+                    spool_failure = Some(err);
+                }
+            }
+        };
+        exited.cancel();
+        if let Some(err) = spool_failure {
+            drop(raw);
+            status.set_raw(false);
+            return Err(err.into());
+        }
+        // What the program wrote just before exiting may still be in the PTY; a grandchild that
+        // keeps it open must not keep the session alive forever.
+        if tokio::time::timeout(PTY_DRAIN, &mut pump).await.is_err() {
+            tracing::warn!("the terminal is still open after the program exited; no longer reading it");
+            pump.abort();
+            let _ = (&mut pump).await;
+        }
+        spooler
+            .await
+            .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
+        let exit = AgentExit::from_status(status_code);
+        spool
+            .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
+            .await?;
+        let inputs = feeder
+            .await
+            .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;
+        // Everything the program printed is on the screen before the terminal is handed back.
+        if let Some(thread) = stdout_thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        drop(raw);
+        status.set_raw(false);
+        Ok(AdapterDone { exit, inputs })
+    }
+}
+
+/// Read the PTY until EOF (EIO once the last slave fd is closed), mirroring locally and queueing
+/// for the spool.
+async fn pump_output(
+    mut reader: OwnedReadPty,
+    spool_tx: mpsc::Sender<Vec<u8>>,
+    stdout_tx: Option<mpsc::Sender<Vec<u8>>>,
+) {
+    let mut buf = vec![0u8; READ_BYTES];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the terminal failed");
+                break;
+            }
+        };
+        let chunk = buf[..n].to_vec();
+        // The screen waits for a slow terminal like a bare terminal would; a closed one is ignored.
+        if let Some(tx) = &stdout_tx {
+            let _ = tx.send(chunk.clone()).await;
+        }
+        if spool_tx.send(chunk).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// The single writer to the PTY: local keystrokes, remote inputs, window changes.
+struct Feeder {
+    writer: OwnedWritePty,
+    spool: Spool,
+    status: Status,
+    interactive: bool,
+}
+
+impl Feeder {
+    async fn run(mut self, mut inputs: Inputs, exited: CancellationToken) -> Inputs {
+        let mut local = terminal::spawn_stdin_reader(CHUNK_QUEUE);
+        let mut local_open = true;
+        let mut remote_open = true;
+        let mut winch = match self.interactive {
+            true => signal(SignalKind::window_change()).ok(),
+            false => None,
+        };
+        loop {
+            tokio::select! {
+                _ = exited.cancelled() => break,
+                next = inputs.next(), if remote_open => match next {
+                    Ok(Some(pending)) => self.apply(pending).await,
+                    // The person at the desk keeps typing whatever happens to remote input.
+                    Ok(None) => remote_open = false,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot record remote inputs; no longer applying them");
+                        remote_open = false;
+                    }
+                },
+                chunk = local.recv(), if local_open => match chunk {
+                    Some(bytes) => {
+                        if let Err(e) = self.write(&bytes).await {
+                            tracing::warn!(error = %e, "could not pass local input to the program");
+                        }
+                    }
+                    None => local_open = false,
+                },
+                Some(()) = recv_winch(&mut winch) => {
+                    if let Some(size) = terminal::local_size() {
+                        let _ = self.resize(size, "local").await;
+                    }
+                }
+            }
+        }
+        inputs
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes).await?;
+        self.writer.flush().await
+    }
+
+    async fn resize(&mut self, size: TermSize, source: &str) -> Result<(), String> {
+        self.writer
+            .resize(Size::new(size.rows, size.cols))
+            .map_err(|e| format!("could not resize the terminal: {e}"))?;
+        let entry = json!({ "cols": size.cols, "rows": size.rows, "source": source });
+        self.spool
+            .append(vec![Draft::new(kinds::AGENT_PTY_RESIZE, entry)])
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("could not record the resize: {e}"))
+    }
+
+    async fn apply(&mut self, pending: PendingInput) {
+        let result = match pending.kind.as_str() {
+            kinds::INPUT_KEYS => match payload_bytes(&pending.payload) {
+                Ok(bytes) => self.write(&bytes).await.map_err(write_failed),
+                Err(e) => Err(e),
+            },
+            kinds::INPUT_TEXT => match pending.payload.get("text").and_then(|t| t.as_str()) {
+                Some(text) => {
+                    let line = format!("{}\r", text.trim_end_matches(['\r', '\n']));
+                    self.write(line.as_bytes()).await.map_err(write_failed)
+                }
+                None => Err("input.text payload has no \"text\" string".into()),
+            },
+            kinds::INPUT_INTERRUPT => self.write(&[ETX]).await.map_err(write_failed),
+            kinds::INPUT_RESIZE => match remote_size(&pending.payload) {
+                Some(size) => self.resize(size, "remote").await,
+                None => Err("input.resize needs \"cols\" and \"rows\" between 1 and 10000".into()),
+            },
+            kind => Err(format!("the pty adapter does not take {kind} inputs")),
+        };
+        self.status.input_outcome(&pending, result.as_ref().err());
+        let recorded = match result {
+            Ok(()) => pending.applied().await,
+            Err(reason) => pending.failed(reason).await,
+        };
+        if let Err(e) = recorded {
+            tracing::error!(error = %e, "could not record an input's outcome");
+        }
+    }
+}
+
+fn write_failed(e: std::io::Error) -> String {
+    format!("could not write to the terminal: {e}")
+}
+
+fn remote_size(payload: &serde_json::Value) -> Option<TermSize> {
+    let field = |name| payload.get(name).and_then(|v| v.as_u64());
+    TermSize::new(field("cols")?, field("rows")?)
+}
+
+async fn recv_winch(winch: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match winch {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,7 @@
+-- The latest snapshot of each session's derived state (moor_protocol::state::SessionState as
+-- JSON), so that attaching to a long session never replays it from entry 1.
+CREATE TABLE state_snapshots (
+    session_id  UUID    PRIMARY KEY REFERENCES sessions(id),
+    head_seq    BIGINT  NOT NULL,
+    state       TEXT    NOT NULL
+);

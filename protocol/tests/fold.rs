@@ -1,0 +1,167 @@
+//! Properties of the state fold and the repaired transcript over random logs: the fold is
+//! deterministic and `fold(snapshot, rest) == fold(all)` at every split point; every prefix of a
+//! log yields a transcript that satisfies the Messages API's pairing and alternation rules; odd
+//! and malformed entries are counted, never fatal.
+
+use moor_protocol::kinds as k;
+use moor_protocol::recovery::{brief, RetryPolicy};
+use moor_protocol::state::{Phase, SessionState, ToolClass, SESSION_INTERRUPTED};
+use moor_protocol::transcript::{repaired, validate};
+use moor_protocol::{Entry, Seq};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+enum Ev {
+    Prompt(u8),
+    Delta(u8, u8),
+    Text(u8),
+    ToolUse(u8, u8),
+    ToolResult(u8, bool),
+    Interrupted,
+    Result,
+    Restart,
+    Exit,
+    Permission(u8),
+    Resolved(u8),
+    Receipt(u8, u8),
+    Unknown,
+    Malformed(u8),
+}
+
+fn ev() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        3 => any::<u8>().prop_map(Ev::Prompt),
+        3 => (0u8..4, any::<u8>()).prop_map(|(m, t)| Ev::Delta(m, t)),
+        2 => (0u8..4).prop_map(Ev::Text),
+        3 => (0u8..8, 0u8..4).prop_map(|(id, t)| Ev::ToolUse(id, t)),
+        3 => (0u8..8, any::<bool>()).prop_map(|(id, e)| Ev::ToolResult(id, e)),
+        1 => Just(Ev::Interrupted),
+        1 => Just(Ev::Result),
+        1 => Just(Ev::Restart),
+        1 => Just(Ev::Exit),
+        1 => (0u8..3).prop_map(Ev::Permission),
+        1 => (0u8..3).prop_map(Ev::Resolved),
+        1 => (0u8..40, 0u8..4).prop_map(|(s, r)| Ev::Receipt(s, r)),
+        1 => Just(Ev::Unknown),
+        1 => (0u8..6).prop_map(Ev::Malformed),
+    ]
+}
+
+const TOOLS: [&str; 4] = ["Read", "Write", "Bash", "Edit"];
+
+fn entries(evs: &[Ev]) -> Vec<Entry> {
+    evs.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let (kind, payload): (&str, Value) = match e {
+                Ev::Prompt(n) => (k::INPUT_TEXT, json!({"text": format!("do thing {n}")})),
+                Ev::Delta(m, t) => (k::AGENT_TEXT_DELTA, json!({"message_id": format!("m{m}"), "index": 0, "text": format!("d{t} ")})),
+                Ev::Text(m) => (k::AGENT_TEXT, json!({"message_id": format!("m{m}"), "text": format!("final {m}")})),
+                Ev::ToolUse(id, t) => (
+                    k::AGENT_TOOL_USE,
+                    json!({"id": format!("t{id}"), "name": TOOLS[*t as usize], "input": {"file_path": format!("/f{id}"), "command": "echo"}, "path": format!("/f{id}")}),
+                ),
+                Ev::ToolResult(id, err) => (k::AGENT_TOOL_RESULT, json!({"tool_use_id": format!("t{id}"), "is_error": err, "summary": "ok"})),
+                Ev::Interrupted => (SESSION_INTERRUPTED, json!({"cause": "link"})),
+                Ev::Result => (k::AGENT_RESULT, json!({"subtype": "success", "is_error": false})),
+                Ev::Restart => (k::AGENT_RESTART, json!({"reason": "stalled"})),
+                Ev::Exit => (k::AGENT_EXIT, json!({"code": 1, "signal": null})),
+                Ev::Permission(r) => (k::AGENT_PERMISSION_REQUEST, json!({"request_id": format!("r{r}"), "tool_name": "Write"})),
+                Ev::Resolved(r) => (k::AGENT_PERMISSION_RESOLVED, json!({"request_id": format!("r{r}"), "decision": "deny"})),
+                Ev::Receipt(s, r) => (k::RECEIPTS[*r as usize], json!({"input_seq": s})),
+                Ev::Unknown => ("agent.something_new", json!({"x": 1})),
+                Ev::Malformed(which) => (
+                    [k::AGENT_TOOL_USE, k::AGENT_TOOL_RESULT, k::INPUT_TEXT, k::AGENT_TEXT, k::AGENT_PERMISSION_REQUEST, k::INPUT_APPLIED][*which as usize],
+                    json!("not an object"),
+                ),
+            };
+            Entry { seq: Seq(i as u64 + 1), ts: i as i64, kind: kind.into(), author: "bridge".into(), payload }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn folding_a_snapshot_then_the_rest_equals_folding_everything(evs in proptest::collection::vec(ev(), 0..60)) {
+        let log = entries(&evs);
+        let all = SessionState::from_entries(&log);
+        prop_assert_eq!(&all, &SessionState::from_entries(&log), "fold is deterministic");
+        for split in 0..=log.len() {
+            let snapshot = SessionState::from_entries(&log[..split]);
+            // Snapshots go through JSON in the store.
+            let mut resumed: SessionState = serde_json::from_value(serde_json::to_value(&snapshot).unwrap()).unwrap();
+            for e in &log[split..] {
+                resumed.apply(e);
+            }
+            prop_assert_eq!(&resumed, &all, "split at {}", split);
+        }
+    }
+
+    #[test]
+    fn every_prefix_yields_a_valid_transcript(evs in proptest::collection::vec(ev(), 0..60)) {
+        let log = entries(&evs);
+        for end in 0..=log.len() {
+            let messages = repaired(&log[..end]);
+            if let Err(why) = validate(&messages) {
+                prop_assert!(false, "prefix {end}: {why}\n{}", serde_json::to_string_pretty(&messages).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn the_brief_never_advises_rerunning_a_command(evs in proptest::collection::vec(ev(), 0..60)) {
+        let state = SessionState::from_entries(&entries(&evs));
+        let b = brief(&state, RetryPolicy::default());
+        for t in &b.uncertain {
+            if t.class == ToolClass::Command {
+                prop_assert!(!t.auto_retry);
+                prop_assert!(t.advice.contains("do not re-run without asking"));
+            }
+        }
+        prop_assert!(b.resume_prompt.contains("inspect"));
+        let _ = b.to_markdown();
+    }
+}
+
+#[test]
+fn an_interrupted_write_and_command_show_up_in_the_state_and_the_brief() {
+    let log = entries(&[
+        Ev::Prompt(1),
+        Ev::Delta(0, 7),
+        Ev::ToolUse(1, 1), // Write /f1
+        Ev::ToolUse(2, 2), // Bash
+        Ev::Interrupted,
+    ]);
+    let state = SessionState::from_entries(&log);
+    assert_eq!(state.phase, Phase::Interrupted);
+    assert_eq!(state.open_tools.len(), 2);
+    assert!(state.files_touched.contains("/f1"));
+    let b = brief(&state, RetryPolicy::default());
+    assert_eq!(b.goal, vec!["do thing 1"]);
+    assert_eq!(b.partial_answer.as_deref(), Some("d7 "));
+    let write = b.uncertain.iter().find(|t| t.tool == "Write").unwrap();
+    assert!(write.advice.contains("read the file"), "{write:?}");
+    let bash = b.uncertain.iter().find(|t| t.tool == "Bash").unwrap();
+    assert!(bash.advice.contains("do not re-run without asking"));
+    let transcript = repaired(&log);
+    validate(&transcript).unwrap();
+    let last = serde_json::to_string(transcript.last().unwrap()).unwrap();
+    assert!(last.contains("interrupted:"), "{last}");
+}
+
+#[test]
+fn unknown_and_malformed_entries_are_counted_not_fatal() {
+    let log = entries(&[
+        Ev::Unknown,
+        Ev::Malformed(0),
+        Ev::Malformed(2),
+        Ev::Prompt(3),
+    ]);
+    let state = SessionState::from_entries(&log);
+    assert_eq!(state.counts.unknown_kinds, 1);
+    assert_eq!(state.counts.malformed, 2);
+    assert_eq!(state.prompts, vec!["do thing 3"]);
+}

@@ -1,0 +1,186 @@
+//! Live session state: one follower task per session folds the log, in seq order, into a
+//! [`SessionState`] and publishes it on a `watch` channel.
+//!
+//! The follower reads through a [`Tail`] (store backlog, then the hub), so it sees every entry
+//! whichever process appended it, starting from the latest snapshot rather than entry 1. It
+//! stores a new snapshot every [`SNAPSHOT_EVERY`] entries, and writes the server's
+//! `session.interrupted` record when the link is lost or the agent dies while work was in
+//! flight (keyed by the seq of the entry that caused it, so several followers write it once).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use moor_protocol::state::{SessionState, SESSION_INTERRUPTED};
+use moor_protocol::{close, kinds, now_ms, Entry, Seq, SessionId};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::hub::Hub;
+use crate::log::Log;
+use crate::store::{Append, IdemKey, Store, StoreError, StoreResult};
+use crate::tail::Tail;
+
+/// Entries folded between two stored snapshots.
+pub const SNAPSHOT_EVERY: u64 = 1000;
+
+/// Per-session state followers. Cheap to clone.
+#[derive(Clone)]
+pub struct States {
+    store: Arc<dyn Store>,
+    hub: Hub,
+    log: Log,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+    followers: Arc<Mutex<HashMap<SessionId, watch::Receiver<Arc<SessionState>>>>>,
+}
+
+impl std::fmt::Debug for States {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("States").finish_non_exhaustive()
+    }
+}
+
+impl States {
+    /// Followers read from `store` and `hub` and append through `log`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        hub: Hub,
+        log: Log,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            store,
+            hub,
+            log,
+            tasks,
+            shutdown,
+            followers: Arc::default(),
+        }
+    }
+
+    /// The live state of `session`, starting its follower if none runs.
+    pub fn watch(&self, session: SessionId) -> watch::Receiver<Arc<SessionState>> {
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rx) = followers.get(&session) {
+            return rx.clone();
+        }
+        let (tx, rx) = watch::channel(Arc::new(SessionState::default()));
+        followers.insert(session, rx.clone());
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = this.follow(session, tx).await {
+                tracing::error!(error = ?e, %session, "state follower stopped");
+            }
+            this.followers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&session);
+        });
+        rx
+    }
+
+    /// The state of `session` once it has folded at least up to `head`.
+    pub async fn current(&self, session: SessionId, head: Seq) -> StoreResult<Arc<SessionState>> {
+        let mut rx = self.watch(session);
+        let caught_up = tokio::time::timeout(Duration::from_secs(10), async {
+            rx.wait_for(|s| s.head >= head).await.map(|s| s.clone())
+        })
+        .await;
+        match caught_up {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(_)) => Err(StoreError::Other(anyhow::anyhow!("state follower stopped"))),
+            Err(_) => Err(StoreError::Other(anyhow::anyhow!(
+                "state follower did not catch up with seq {head}"
+            ))),
+        }
+    }
+
+    async fn follow(
+        &self,
+        session: SessionId,
+        tx: watch::Sender<Arc<SessionState>>,
+    ) -> StoreResult<()> {
+        let mut state = match self.store.latest_snapshot(session).await? {
+            Some((_, json)) => serde_json::from_str(&json).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, %session, "unreadable state snapshot; folding from the start");
+                SessionState::default()
+            }),
+            None => SessionState::default(),
+        };
+        let mut tail = Tail::new(self.store.clone(), &self.hub, session, state.head);
+        let mut since_snapshot = 0u64;
+        tx.send_replace(Arc::new(state.clone()));
+        loop {
+            let frame = tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok(()),
+                f = tail.next() => f?,
+            };
+            // Fold everything at hand before publishing: one update per burst.
+            let mut batch = vec![frame];
+            while let Some(f) = tail.ready() {
+                batch.push(f);
+            }
+            for f in &batch {
+                let before = state.clone();
+                state.apply(&f.entry);
+                if let Some(cause) = interruption_cause(&before, &f.entry) {
+                    self.record_interruption(session, &before, cause, f.entry.seq);
+                }
+            }
+            since_snapshot += batch.len() as u64;
+            if since_snapshot >= SNAPSHOT_EVERY {
+                since_snapshot = 0;
+                match serde_json::to_string(&state) {
+                    Ok(json) => self.store.save_snapshot(session, state.head, &json).await?,
+                    Err(e) => tracing::warn!(error = %e, "could not encode a state snapshot"),
+                }
+            }
+            tx.send_replace(Arc::new(state.clone()));
+        }
+    }
+
+    fn record_interruption(&self, session: SessionId, before: &SessionState, cause: &str, at: Seq) {
+        let append = Append {
+            ts: now_ms(),
+            kind: SESSION_INTERRUPTED.into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: before.interruption(cause),
+            key: IdemKey::Receipt(at),
+        };
+        // Not awaited: the follower must not wait on the committer that feeds it.
+        if let Err(e) = self.log.submit(session, vec![append]) {
+            tracing::warn!(error = ?e, "could not record an interruption");
+        }
+    }
+}
+
+/// Whether `entry` interrupts work that `before` had in flight, and how.
+fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static str> {
+    if !before.is_busy() {
+        return None;
+    }
+    match entry.kind.as_str() {
+        kinds::BRIDGE_DISCONNECTED => {
+            // Planned moves are not interruptions: the bridge reconnects at once.
+            let code = entry
+                .payload
+                .get("close_code")
+                .and_then(Value::as_u64)
+                .map(|c| c as u16);
+            let planned = matches!(
+                code,
+                Some(
+                    close::SUPERSEDED | close::LIFETIME | close::GOING_AWAY | close::SESSION_ENDED
+                )
+            );
+            (!planned).then_some("link")
+        }
+        kinds::AGENT_EXIT => Some("agent"),
+        kinds::AGENT_RESTART => Some("agent"),
+        _ => None,
+    }
+}

@@ -1,0 +1,217 @@
+//! `moor-adapter-bench`: what the agent adapters cost, measured on the real `moor` and `moord`.
+//!
+//! - PTY throughput: a program printing 100 MB (random bytes, terminal in raw mode) into a bare
+//!   PTY that is simply drained, side by side with the same program under `moor run --mode pty`
+//!   with a live SSE viewer decoding every byte; MB/s of each and the ratio.
+//! - Claude adapter per event: a recorded Claude Code capture (stream-json, partial messages)
+//!   replayed many times as the agent's output under `--mode claude`, and the same lines under
+//!   `--mode lines` as a baseline; moor's CPU time and the wall time until a live viewer has the
+//!   last entry, per input line (event).
+//!
+//! `cargo build --release --workspace && target/release/moor-adapter-bench [--runs N] [--mb M]
+//! [--replays R]`. Medians of N runs (default 3). Every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use futures_util::StreamExt;
+use moor_e2e::{BridgeOpts, ServerOpts, TestServer};
+use moor_protocol::SessionId;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+
+/// Hard limit on any single measurement.
+const GUARD: Duration = Duration::from_secs(300);
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let runs = arg("--runs", 3).max(1);
+    let mb = arg("--mb", 100).max(1);
+    let replays = arg("--replays", 1000).max(1);
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("random.bin");
+    std::fs::write(&file, moor_e2e::util::random_bytes((mb << 20) as usize, 42))?;
+    let script = format!("stty raw -echo && cat {}", file.display());
+    let total = mb << 20;
+
+    let (mut bare, mut moor) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        bare.push(bare_pty(&script, total).await?);
+        moor.push(moor_pty(&script, total).await?);
+    }
+    let (bare, moor) = (median(bare), median(moor));
+    println!("PTY throughput, {mb} MB of random bytes, median of {runs}:");
+    println!("  bare PTY (drained)                 {bare:8.1} MB/s");
+    println!("  moor --mode pty -> moord -> viewer {moor:8.1} MB/s  ({:.0}% of bare)", 100.0 * moor / bare);
+
+    let capture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent-bridge/tests/fixtures/claude-code/06_bash_include_partial_messages.stream.jsonl");
+    let lines = std::fs::read_to_string(&capture)
+        .with_context(|| format!("read {}", capture.display()))?
+        .lines()
+        .count() as u64;
+    let events = lines * replays;
+    println!("Claude adapter, capture of {lines} stream-json lines replayed {replays}x ({events} events), median of {runs}:");
+    for mode in ["claude", "lines"] {
+        let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (c, w) = replay(mode, &capture, replays, events).await?;
+            cpu.push(c / events as f64 * 1e6);
+            wall.push(w / events as f64 * 1e6);
+        }
+        println!(
+            "  --mode {mode:<6}  moor CPU {:6.1} µs/event   wall to viewer {:6.1} µs/event",
+            median(cpu),
+            median(wall)
+        );
+    }
+    Ok(())
+}
+
+/// MB/s of the program printing into a PTY that is only drained.
+async fn bare_pty(script: &str, total: u64) -> Result<f64> {
+    let (pty, pts) = pty_process::open()?;
+    pty.resize(pty_process::Size::new(24, 80))?;
+    let started = Instant::now();
+    let mut child = pty_process::Command::new("sh")
+        .args(["-c", script])
+        .spawn(pts)?;
+    let (mut reader, _writer) = pty.into_split();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    tokio::time::timeout(GUARD, async {
+        while let Ok(n @ 1..) = reader.read(&mut buf).await {
+            got += n as u64;
+        }
+    })
+    .await
+    .context("bare PTY timed out")?;
+    let secs = started.elapsed().as_secs_f64();
+    child.wait().await?;
+    if got != total {
+        bail!("bare PTY delivered {got} of {total} bytes");
+    }
+    Ok(total as f64 / secs / 1e6)
+}
+
+/// MB/s from starting `moor` until a live viewer has decoded every byte.
+async fn moor_pty(script: &str, total: u64) -> Result<f64> {
+    let server = TestServer::start(ServerOpts::new()).await;
+    let name = format!("bench-pty-{}", uuid::Uuid::new_v4().simple());
+    let started = Instant::now();
+    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &[])
+        .flag("--mode", "pty")
+        .command(&["sh".into(), "-c".into(), script.to_owned()])
+        .spawn();
+    let id = server.api().wait_session(&name, GUARD).await.id;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut got = 0u64;
+    view(&server, id, |e| {
+        if e["kind"] == "agent.pty.output" {
+            let data = e["payload"]["data"].as_str().unwrap_or_default();
+            got += b64.decode(data).map_or(0, |d| d.len() as u64);
+        }
+        got >= total
+    })
+    .await?;
+    let secs = started.elapsed().as_secs_f64();
+    bridge.wait_exit(GUARD).await;
+    Ok(total as f64 / secs / 1e6)
+}
+
+/// (moor CPU seconds, wall seconds) to replay `capture` `replays` times under `mode` until a
+/// viewer has the entry of the last line.
+async fn replay(mode: &str, capture: &Path, replays: u64, events: u64) -> Result<(f64, f64)> {
+    let server = TestServer::start(ServerOpts::new()).await;
+    let name = format!("bench-{mode}-{}", uuid::Uuid::new_v4().simple());
+    let started = Instant::now();
+    let times = replays.to_string();
+    let capture = capture.display().to_string();
+    let mut bridge = BridgeOpts::new(
+        &server.url(),
+        server.token(),
+        &name,
+        &["replay", &capture, "--times", &times],
+    )
+    .flag("--mode", mode)
+    .spawn();
+    let id = server.api().wait_session(&name, GUARD).await.id;
+    let (mut results, mut outputs) = (0u64, 0u64);
+    view(&server, id, |e| match e["kind"].as_str() {
+        // One result per replay of the capture; one output entry per line in lines mode.
+        Some("agent.result") => {
+            results += 1;
+            results >= replays
+        }
+        Some("agent.output") => {
+            outputs += 1;
+            outputs >= events
+        }
+        _ => false,
+    })
+    .await?;
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(bridge.pid().context("moor pid")?)?;
+    bridge.terminate();
+    bridge.wait_exit(GUARD).await;
+    Ok((cpu, wall))
+}
+
+/// User + system CPU time of a process so far.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_comm = stat.rsplit_once(')').context("stat format")?.1;
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / rustix::param::clock_ticks_per_second() as f64)
+}
+
+/// Follows the session's SSE stream from the start, handing each entry to `done` until it says
+/// so.
+async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -> bool) -> Result<()> {
+    let url = format!("{}/api/v1/sessions/{id}/events?after=0", server.url());
+    let resp = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(server.token())
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    tokio::time::timeout(GUARD, async {
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk?);
+            let mut start = 0;
+            while let Some(end) = buf[start..].iter().position(|&b| b == b'\n') {
+                let line = &buf[start..start + end];
+                start += end + 1;
+                if let Some(data) = line.strip_prefix(b"data:") {
+                    let entry: Value = serde_json::from_slice(data)?;
+                    if done(&entry) {
+                        return Ok(());
+                    }
+                }
+            }
+            buf.drain(..start);
+        }
+        bail!("the event stream ended early")
+    })
+    .await
+    .context("viewer timed out")?
+}

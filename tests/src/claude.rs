@@ -1,0 +1,77 @@
+//! `ClaudeEnv`: what the real Claude Code CLI needs to run offline in a test — a fake Messages
+//! API, its own `HOME` and `TMPDIR`, a project directory — and the `moor run` options that
+//! start it through the bridge.
+//!
+//! The CLI is the pinned npm package that `scripts/install-claude-code` puts in
+//! `.tools/claude-code` (`scripts/test` runs it first); `MOOR_CLAUDE_BIN` overrides the path.
+
+use std::path::PathBuf;
+
+use tempfile::TempDir;
+
+use crate::bridge::BridgeOpts;
+use crate::fake_api::FakeAnthropic;
+
+/// A fake API plus a private home and project for one Claude Code session.
+#[derive(Debug)]
+pub struct ClaudeEnv {
+    /// The fake Messages API the CLI talks to.
+    pub api: FakeAnthropic,
+    /// Where the CLI runs (its working directory, where its tools write).
+    pub project: PathBuf,
+    dir: TempDir,
+}
+
+/// Path of the installed `claude` binary; panics with the fix when it is missing.
+pub fn claude_bin() -> PathBuf {
+    let path = std::env::var_os("MOOR_CLAUDE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/claude-code/node_modules/.bin/claude")
+        });
+    assert!(
+        path.is_file(),
+        "the Claude Code CLI is not installed at {}: run scripts/install-claude-code (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+impl ClaudeEnv {
+    /// Starts the fake API and lays out the directories.
+    pub async fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("moor-e2e-claude-")
+            .tempdir()
+            .expect("temp dir");
+        for sub in ["home", "tmp", "project"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("claude dirs");
+        }
+        Self {
+            api: FakeAnthropic::start().await,
+            project: dir.path().join("project"),
+            dir,
+        }
+    }
+
+    /// A path in the project directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.project.join(name)
+    }
+
+    /// `moor run … -- claude <args…>` for `session` on `server_url`, with the CLI's environment.
+    pub fn bridge(&self, server_url: &str, token: &str, session: &str, args: &[&str]) -> BridgeOpts {
+        let mut command = vec![claude_bin().display().to_string()];
+        command.extend(args.iter().map(|a| (*a).to_owned()));
+        BridgeOpts::new(server_url, token, session, &[])
+            .command(&command)
+            .cwd(&self.project)
+            .env("HOME", self.dir.path().join("home").display())
+            .env("TMPDIR", self.dir.path().join("tmp").display())
+            .env("ANTHROPIC_BASE_URL", self.api.base_url())
+            .env("ANTHROPIC_API_KEY", "sk-ant-fake-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+    }
+}

@@ -1,0 +1,315 @@
+//! The `claude` adapter against the real Claude Code CLI (the pinned npm package), run offline
+//! against `FakeAnthropic`, through the real `moor` and `moord`.
+
+use std::time::{Duration, Instant};
+
+use moor_e2e::{ClaudeEnv, LogTail, ServerOpts, SseClient, SseOpts, TestBridge, TestServer, WAIT};
+use moor_protocol::{kinds, Entry, SessionId};
+use serde_json::{json, Value};
+
+const FINISH: Duration = Duration::from_secs(60);
+
+struct Claude {
+    env: ClaudeEnv,
+    server: TestServer,
+    bridge: TestBridge,
+    id: SessionId,
+    tail: LogTail,
+    inputs: u32,
+}
+
+impl Claude {
+    /// `moor run [flags] -- claude [args]`, waiting for the agent to start.
+    async fn start(flags: &[(&str, &str)], args: &[&str]) -> Self {
+        let env = ClaudeEnv::start().await;
+        let server = TestServer::start(ServerOpts::new()).await;
+        let name = format!("claude-{}", uuid::Uuid::new_v4().simple());
+        let mut opts = env.bridge(&server.url(), server.token(), &name, args);
+        for (k, v) in flags {
+            opts = opts.flag(k, v);
+        }
+        let bridge = opts.spawn();
+        let id = server.api().wait_session(&name, WAIT).await.id;
+        let mut tail = LogTail::new(server.api(), id);
+        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| e.payload["adapter"] == "claude")
+            .await;
+        Self {
+            env,
+            server,
+            bridge,
+            id,
+            tail,
+            inputs: 0,
+        }
+    }
+
+    async fn input(&mut self, kind: &str, payload: Value) -> u64 {
+        self.inputs += 1;
+        let msg = format!("in-{}", self.inputs);
+        let accepted = self
+            .server
+            .api()
+            .post_input_kind(self.id, &msg, kind, payload)
+            .await;
+        accepted.seq.0
+    }
+
+    async fn prompt(&mut self, text: &str) -> u64 {
+        self.input(kinds::INPUT_TEXT, json!({ "text": text })).await
+    }
+
+    /// Waits for the turn started by the input at `seq` to end; returns its result entry.
+    async fn turn_result(&mut self, after: u64) -> Entry {
+        self.tail
+            .wait_kind(kinds::AGENT_RESULT, after, FINISH, |_| true)
+            .await
+    }
+
+    fn after(&self, seq: u64) -> Vec<Entry> {
+        self.tail
+            .entries
+            .iter()
+            .filter(|e| e.seq.0 > seq)
+            .cloned()
+            .collect()
+    }
+
+    /// SIGTERM to moor: passed to Claude Code, which exits; the session ends complete.
+    async fn stop(mut self) -> Vec<Entry> {
+        self.bridge.terminate();
+        self.bridge.wait_exit(FINISH).await;
+        let name = self.server.session(&self.id.to_string()).await.unwrap().name;
+        self.server.api().wait_ended(&name, WAIT).await;
+        self.server.api().entries_all(self.id).await
+    }
+}
+
+fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
+    entries
+        .iter()
+        .map(|e| e.kind.as_str())
+        .filter(|k| k.starts_with("agent.") && *k != kinds::AGENT_TEXT_DELTA)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_entries_in_order() {
+    // arrange: auto mode picks the claude adapter for a command named claude
+    let mut c = Claude::start(&[], &["--permission-mode", "acceptEdits"]).await;
+    let file = c.env.file("hello.txt");
+
+    // act
+    let seq = c
+        .prompt(&format!("[[write:{}:hi from the fake model]]", file.display()))
+        .await;
+    let result = c.turn_result(seq).await;
+
+    // assert
+    let turn = c.after(seq);
+    assert_eq!(
+        agent_kinds(&turn),
+        [
+            "agent.session",
+            "agent.text",
+            "agent.tool_use",
+            "agent.tool_result",
+            "agent.text",
+            "agent.result"
+        ],
+        "{turn:#?}"
+    );
+    let session = turn.iter().find(|e| e.kind == kinds::AGENT_SESSION).unwrap();
+    assert!(session.payload["agent_session_id"].as_str().unwrap().len() > 10);
+    assert!(session.payload["model"].is_string());
+    let tool = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_USE).unwrap();
+    assert_eq!(tool.payload["name"], "Write");
+    assert_eq!(tool.payload["path"], file.display().to_string());
+    let tool_result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
+    assert_eq!(tool_result.payload["is_error"], false);
+    assert!(turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA), "deltas stream");
+    assert_eq!(result.payload["is_error"], false);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi from the fake model");
+    assert!(
+        turn.iter().any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == seq),
+        "the prompt is accounted as applied"
+    );
+
+    // a second prompt, a Bash call: the result summary is the command's output
+    let seq = c.prompt("[[bash:echo hi-from-bash]]").await;
+    c.turn_result(seq).await;
+    let turn = c.after(seq);
+    let tool_result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    assert_eq!(tool_result.payload["summary"], "hi-from-bash");
+    let log = c.stop().await;
+    moor_e2e::assert_contiguous(&log);
+}
+
+#[tokio::test]
+async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_sees_the_pending_request()
+{
+    let mut c = Claude::start(&[], &[]).await;
+    let denied = c.env.file("denied.txt");
+    let approved = c.env.file("approved.txt");
+
+    // a tool call that needs permission: the request is a log entry, pending
+    let seq = c.prompt(&format!("[[bash:touch {}]]", denied.display())).await;
+    let request = c
+        .tail
+        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+        .await;
+    assert_eq!(request.payload["tool_name"], "Bash");
+    let request_id = request.payload["request_id"].as_str().unwrap().to_owned();
+
+    // a viewer who joins later sees it pending: the request and no resolution
+    let late = SseClient::connect(c.server.api().base(), c.server.token(), c.id, SseOpts::default());
+    late.wait_seq(request.seq.0, WAIT).await;
+    let seen = late.snapshot().entries;
+    assert!(seen.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST
+        && e.payload["request_id"] == request_id.as_str()));
+    assert!(!seen.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED));
+    assert!(!denied.exists(), "nothing runs while the request is pending");
+
+    // a decision for a request that does not exist is refused, the real one stays pending
+    let bogus = c
+        .input(kinds::INPUT_PERMISSION, json!({"request_id": "nope", "decision": "allow"}))
+        .await;
+    let failed = c
+        .tail
+        .wait_kind(kinds::INPUT_FAILED, bogus, WAIT, |e| e.payload["input_seq"] == bogus)
+        .await;
+    assert!(failed.payload["reason"].as_str().unwrap().contains("no pending permission request"));
+
+    // deny: the tool does not run, the model gets an error result
+    let deny = c
+        .input(
+            kinds::INPUT_PERMISSION,
+            json!({"request_id": request_id, "decision": "deny", "message": "not today"}),
+        )
+        .await;
+    c.turn_result(deny).await;
+    let turn = c.after(request.seq.0);
+    let resolved = turn.iter().find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED).unwrap();
+    assert_eq!(resolved.payload["decision"], "deny");
+    assert_eq!(resolved.payload["by"], "user:admin");
+    assert_eq!(resolved.payload["input_seq"], deny);
+    let result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    assert_eq!(result.payload["is_error"], true);
+    assert!(!denied.exists(), "a denied tool never ran");
+    late.wait_for(WAIT, "the late viewer sees the decision", |s| {
+        s.entries.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
+    })
+    .await;
+
+    // approve: the tool runs
+    let seq = c.prompt(&format!("[[bash:touch {}]]", approved.display())).await;
+    let request = c
+        .tail
+        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+        .await;
+    let allow = c
+        .input(
+            kinds::INPUT_PERMISSION,
+            json!({"request_id": request.payload["request_id"], "decision": "allow"}),
+        )
+        .await;
+    c.turn_result(allow).await;
+    let result = c
+        .after(request.seq.0)
+        .into_iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
+    assert_eq!(result.payload["is_error"], false);
+    assert!(approved.exists(), "an approved tool ran");
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_ends_the_turn() {
+    let stall = Duration::from_secs(2);
+    let mut c = Claude::start(&[("--stall-timeout", "2s")], &[]).await;
+
+    let seq = c.prompt("[[stall]] take your time").await;
+    let started = Instant::now();
+    let stalled = c
+        .tail
+        .wait_kind(kinds::AGENT_STALLED, seq, stall + WAIT, |_| true)
+        .await;
+    let waited = started.elapsed();
+    assert_eq!(stalled.payload["phase"], "streaming");
+    let silent = stalled.payload["silent_ms"].as_u64().unwrap();
+    assert!((2000..3500).contains(&silent), "reported after {silent} ms of silence");
+    assert!(waited < stall + Duration::from_secs(3), "seen by a viewer {waited:?} after the prompt");
+    // the last word before the silence was logged
+    assert!(c.after(seq).iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA));
+
+    // an interrupt stops the stalled turn
+    let int = c.input(kinds::INPUT_INTERRUPT, json!({})).await;
+    let result = c.turn_result(int).await;
+    assert_eq!(result.payload["is_error"], true);
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_running_tool_is_not_reported_as_a_stall() {
+    let mut c = Claude::start(&[("--stall-timeout", "1s")], &["--permission-mode", "acceptEdits"]).await;
+    let seq = c.prompt("[[bash:sleep 3 && echo slept]]").await;
+    // sleep may need a decision in this permission mode; time spent waiting for a person is no
+    // stall either
+    c.tail
+        .wait_for(FINISH, "a permission request or the tool result", |es| {
+            es.iter().any(|e| {
+                e.seq.0 > seq
+                    && (e.kind == kinds::AGENT_PERMISSION_REQUEST || e.kind == kinds::AGENT_TOOL_RESULT)
+            })
+        })
+        .await;
+    if let Some(req) = c.after(seq).into_iter().find(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST) {
+        c.input(
+            kinds::INPUT_PERMISSION,
+            json!({"request_id": req.payload["request_id"], "decision": "allow"}),
+        )
+        .await;
+    }
+    c.turn_result(seq).await;
+    let turn = c.after(seq);
+    let result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    assert_eq!(result.payload["summary"], "slept");
+    assert!(
+        !turn.iter().any(|e| e.kind == kinds::AGENT_STALLED),
+        "a 3 s tool with a 1 s stall limit is not a stall: {turn:#?}"
+    );
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finishes_the_turn() {
+    let mut c = Claude::start(&[("--stall-timeout", "2s"), ("--auto-resume", "")], &[]).await;
+    let seq = c.prompt("[[stall]] then recover").await;
+    let stalled = c.tail.wait_kind(kinds::AGENT_STALLED, seq, FINISH, |_| true).await;
+    let restart = c
+        .tail
+        .wait_kind(kinds::AGENT_RESTART, stalled.seq.0, FINISH, |_| true)
+        .await;
+    assert_eq!(restart.payload["reason"], "stalled");
+    assert_eq!(restart.payload["attempt"], 1);
+    let session = c
+        .after(seq)
+        .into_iter()
+        .find(|e| e.kind == kinds::AGENT_SESSION)
+        .unwrap();
+    assert_eq!(
+        restart.payload["agent_session_id"],
+        session.payload["agent_session_id"]
+    );
+    let result = c.turn_result(restart.seq.0).await;
+    assert_eq!(result.payload["is_error"], false, "{:#?}", c.after(seq));
+    assert_eq!(
+        result.payload["agent_session_id"], session.payload["agent_session_id"],
+        "resumed the same agent session"
+    );
+    let prompts = c.env.api.prompts();
+    let recovery = prompts.last().unwrap();
+    assert!(recovery.contains("stalled") && recovery.contains("inspect"), "{recovery}");
+    c.stop().await;
+}

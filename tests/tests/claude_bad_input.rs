@@ -1,0 +1,76 @@
+//! The `claude` adapter fed bad stream-json and a crashing agent (a stand-in that replays lines,
+//! not the real CLI): everything becomes a clear entry, inputs are accounted for, nothing is lost.
+
+use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TestServer, WAIT};
+use moor_protocol::kinds;
+use serde_json::json;
+
+const LINES: &str = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m","cwd":"/x","tools":[]}
+{"type":"hologram","depth":3}
+this is not json
+{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"still here"}]}}
+"#;
+
+#[tokio::test]
+async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_for() {
+    // arrange: a "claude" that prints good, unknown and malformed lines, then crashes on a prompt
+    let server = TestServer::start(ServerOpts::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("capture.jsonl");
+    std::fs::write(&file, LINES).unwrap();
+    let name = format!("bad-{}", uuid::Uuid::new_v4().simple());
+    let mut bridge = BridgeOpts::new(
+        &server.url(),
+        server.token(),
+        &name,
+        &["replay", &file.display().to_string(), "--then-crash", "3"],
+    )
+    .flag("--mode", "claude")
+    .spawn();
+    let api = server.api();
+    let id = api.wait_session(&name, WAIT).await.id;
+    let mut tail = LogTail::new(api.clone(), id);
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| e.payload["text"] == "still here")
+        .await;
+
+    // act: keystrokes the claude adapter does not take, then a prompt that crashes the agent,
+    // then one more prompt racing the crash
+    let keys = api
+        .post_input_kind(id, "k", kinds::INPUT_KEYS, json!({"text": "x"}))
+        .await;
+    let crash = api.post_input(id, "p1", "crash now").await;
+    let late = api.post_input(id, "p2", "anyone there?").await;
+    let status = bridge.wait_exit(moor_e2e::FINISH).await;
+    api.wait_ended(&name, WAIT).await;
+
+    // assert
+    assert_eq!(status.code(), Some(3), "the agent's exit code is passed on");
+    let log = api.entries_all(id).await;
+    moor_e2e::assert_contiguous(&log);
+    let of = |k: &str| log.iter().filter(|e| e.kind == k).collect::<Vec<_>>();
+    assert_eq!(of(kinds::AGENT_SESSION).len(), 1);
+    let event = of(kinds::AGENT_EVENT);
+    assert!(event.iter().any(|e| e.payload["type"] == "hologram"), "unknown type kept");
+    let errors = of(kinds::AGENT_ERROR);
+    assert!(
+        errors.iter().any(|e| e.payload["line"] == "this is not json"),
+        "malformed line kept: {errors:?}"
+    );
+    assert_eq!(of(kinds::AGENT_EXIT)[0].payload["code"], 3);
+    let terminal = |seq: u64| {
+        log.iter()
+            .filter(|e| {
+                (e.kind == kinds::INPUT_APPLIED || e.kind == kinds::INPUT_FAILED)
+                    && e.payload["input_seq"] == seq
+            })
+            .count()
+    };
+    let failed_keys = of(kinds::INPUT_FAILED)
+        .into_iter()
+        .find(|e| e.payload["input_seq"] == keys.seq.0)
+        .expect("keystrokes to claude fail with a reason");
+    assert!(failed_keys.payload["reason"].as_str().unwrap().contains("input.text"));
+    for seq in [keys.seq.0, crash.seq.0, late.seq.0] {
+        assert_eq!(terminal(seq), 1, "input {seq} applied or failed exactly once");
+    }
+}

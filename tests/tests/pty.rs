@@ -1,0 +1,219 @@
+//! The `pty` adapter end to end: `moor` in a real terminal (the test holds the other end of a
+//! pseudo-terminal), the program on moor's own PTY, viewers driving it through `moord`.
+
+use std::time::Duration;
+
+use base64::Engine;
+use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TermSession, TestServer, WAIT};
+use moor_protocol::{kinds, Entry};
+use serde_json::json;
+
+const FINISH: Duration = Duration::from_secs(60);
+
+/// Every byte of `agent.pty.output` in the log, in order.
+fn pty_bytes(entries: &[Entry]) -> Vec<u8> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    entries
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT)
+        .flat_map(|e| {
+            b64.decode(e.payload["data"].as_str().expect("data is a string"))
+                .expect("data is base64")
+        })
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn wait_output(tail: &mut LogTail, needle: &str, timeout: Duration) {
+    tail.wait_for(timeout, &format!("{needle:?} in the terminal output"), |es| {
+        contains(&pty_bytes(es), needle.as_bytes())
+    })
+    .await;
+}
+
+struct Setup {
+    server: TestServer,
+    tail: LogTail,
+    name: String,
+}
+
+async fn setup() -> (Setup, BridgeOpts) {
+    let server = TestServer::start(ServerOpts::new()).await;
+    let name = format!("pty-{}", uuid::Uuid::new_v4().simple());
+    let opts = BridgeOpts::new(&server.url(), server.token(), &name, &[]);
+    (
+        Setup {
+            tail: LogTail::new(server.api(), moor_protocol::SessionId(uuid::Uuid::nil())),
+            server,
+            name,
+        },
+        opts,
+    )
+}
+
+impl Setup {
+    async fn attach(&mut self) -> moor_protocol::SessionId {
+        let id = self.server.api().wait_session(&self.name, WAIT).await.id;
+        self.tail = LogTail::new(self.server.api(), id);
+        id
+    }
+
+    async fn keys(&self, id: moor_protocol::SessionId, n: u32, text: &str) {
+        self.server
+            .api()
+            .post_input_kind(id, &format!("k{n}"), kinds::INPUT_KEYS, json!({"text": text}))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_viewer_and_the_local_terminal_both_drive_bash_and_the_terminal_is_restored() {
+    // arrange: moor in a real terminal, auto mode (stdin is a terminal, so pty)
+    let (mut s, opts) = setup().await;
+    let opts = opts.command(&["bash".into(), "--norc".into(), "--noprofile".into()]);
+    let mut term = TermSession::spawn(&opts, 100, 30);
+    let before = term.termios();
+    let id = s.attach().await;
+    s.tail
+        .wait_kind(kinds::AGENT_START, 0, WAIT, |e| e.payload["adapter"] == "pty")
+        .await;
+    assert!(term.is_raw(), "moor puts its terminal in raw mode");
+
+    // act: remote keystrokes, local keystrokes, both reach bash
+    s.keys(id, 1, "echo remote-$((6*7))\r").await;
+    wait_output(&mut s.tail, "remote-42", WAIT).await;
+    term.type_bytes(b"echo local-$((40+2))\r").await;
+    wait_output(&mut s.tail, "local-42", WAIT).await;
+    term.wait_screen(b"remote-42", WAIT).await;
+    term.wait_screen(b"moor: keys from admin applied", WAIT).await;
+    s.keys(id, 2, "exit 7\r").await;
+
+    // assert: exit status passed through, session complete, terminal settings back
+    let status = term.wait_exit(FINISH).await;
+    assert_eq!(status.code(), Some(7));
+    s.server.api().wait_ended(&s.name, WAIT).await;
+    let after = term.termios();
+    assert_eq!(after.local_modes, before.local_modes, "lflags restored");
+    assert_eq!(after.input_modes, before.input_modes, "iflags restored");
+    assert_eq!(after.output_modes, before.output_modes, "oflags restored");
+    let log = s.server.api().entries_all(id).await;
+    let exit = log.iter().find(|e| e.kind == kinds::AGENT_EXIT).unwrap();
+    assert_eq!(exit.payload["code"], 7);
+}
+
+#[tokio::test]
+async fn remote_and_local_resizes_reach_the_program() {
+    let (mut s, opts) = setup().await;
+    let opts = opts.command(&["bash".into(), "--norc".into(), "--noprofile".into()]);
+    let mut term = TermSession::spawn(&opts, 90, 20);
+    let id = s.attach().await;
+    s.tail
+        .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+            e.payload["cols"] == 90 && e.payload["rows"] == 20
+        })
+        .await;
+
+    // remote resize
+    s.server
+        .api()
+        .post_input_kind(id, "r1", kinds::INPUT_RESIZE, json!({"cols": 132, "rows": 43}))
+        .await;
+    s.tail
+        .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
+            e.payload["source"] == "remote" && e.payload["cols"] == 132
+        })
+        .await;
+    s.keys(id, 1, "echo size=$(stty size)\r").await;
+    wait_output(&mut s.tail, "size=43 132", WAIT).await;
+
+    // local resize of moor's own window
+    term.resize(61, 17);
+    s.tail
+        .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
+            e.payload["source"] == "local" && e.payload["cols"] == 61
+        })
+        .await;
+    s.keys(id, 2, "echo size=$(stty size)\r").await;
+    wait_output(&mut s.tail, "size=17 61", WAIT).await;
+
+    // a bad resize is refused with a reason, the session goes on
+    let bad = s
+        .server
+        .api()
+        .post_input_kind(id, "r2", kinds::INPUT_RESIZE, json!({"cols": 0}))
+        .await;
+    s.tail
+        .wait_kind(kinds::INPUT_FAILED, 0, WAIT, |e| {
+            e.payload["input_seq"] == bad.seq.0
+        })
+        .await;
+    s.keys(id, 3, "exit\r").await;
+    assert!(term.wait_exit(FINISH).await.success());
+}
+
+#[tokio::test]
+async fn ten_megabytes_of_random_bytes_arrive_in_the_log_byte_for_byte() {
+    // arrange: 10 MB of random bytes (every value, invalid UTF-8, escape bytes) in a file
+    let (mut s, opts) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("random.bin");
+    let data = moor_e2e::util::random_bytes(10 * 1024 * 1024, 7);
+    std::fs::write(&file, &data).unwrap();
+    // The program turns output processing off (raw), as any binary-printing program must, so
+    // the terminal passes its bytes through unchanged.
+    let script = format!("stty raw -echo && cat {}", file.display());
+    let mut bridge = opts
+        .flag("--mode", "pty")
+        .command(&["sh".into(), "-c".into(), script])
+        .spawn();
+    let id = s.attach().await;
+
+    // act
+    bridge.wait_success(FINISH).await;
+    s.server.api().wait_ended(&s.name, WAIT).await;
+
+    // assert
+    let log = s.server.api().entries_all(id).await;
+    let got = pty_bytes(&log);
+    assert_eq!(got.len(), data.len(), "byte count");
+    assert!(got == data, "bytes differ");
+    let chunks = log.iter().filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT).count();
+    assert!(
+        chunks <= 10 * 1024 * 1024 / 4096,
+        "output is batched, not one entry per read: {chunks} entries"
+    );
+}
+
+#[tokio::test]
+async fn a_full_screen_editor_runs_and_a_viewer_can_edit_and_save_with_it() {
+    let (mut s, opts) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("note.txt");
+    let opts = opts.command(&[
+        "vi".into(),
+        "-u".into(),
+        "NONE".into(),
+        file.display().to_string(),
+    ]);
+    let mut term = TermSession::spawn(&opts, 80, 24);
+    let id = s.attach().await;
+    // vi switches to the alternate screen or at least positions the cursor: escape sequences
+    s.tail
+        .wait_for(WAIT, "vi drew its screen", |es| {
+            contains(&pty_bytes(es), b"\x1b[")
+        })
+        .await;
+    s.keys(id, 1, "ihello from the phone\x1b").await;
+    wait_output(&mut s.tail, "hello from the phone", WAIT).await;
+    s.keys(id, 2, ":wq\r").await;
+    assert!(term.wait_exit(FINISH).await.success());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().trim_end(),
+        "hello from the phone"
+    );
+    term.wait_screen(b"hello from the phone", WAIT).await;
+    assert!(!term.is_raw(), "terminal restored after vi and moor exit");
+}
