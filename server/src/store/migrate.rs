@@ -72,48 +72,66 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
         copied.sessions += chunk.len() as u64;
     }
 
-    let mut after: (String, i64) = (String::new(), 0);
+    let mut after: (i64, i64) = (0, 0);
     loop {
         let rows = sqlx::query(
-            "SELECT session_id, seq, ts, kind, author, payload, producer_id, producer_seq, \
-             client_msg_id, ref_seq FROM entries WHERE (session_id, seq) > (?, ?) \
-             ORDER BY session_id, seq LIMIT ?",
+            "SELECT e.session_pk, s.id AS session_id, e.seq, e.ts, e.kind, e.author, e.payload, \
+             p.producer_id, e.producer_seq, e.client_msg_id, e.ref_seq \
+             FROM entries e JOIN sessions s ON s.pk = e.session_pk \
+             LEFT JOIN producers p ON p.pk = e.producer_pk \
+             WHERE (e.session_pk, e.seq) > (?, ?) ORDER BY e.session_pk, e.seq LIMIT ?",
         )
-        .bind(&after.0)
+        .bind(after.0)
         .bind(after.1)
         .bind(CHUNK)
         .fetch_all(&src)
         .await
         .context("read entries")?;
         let Some(last) = rows.last() else { break };
-        after = (last.try_get("session_id")?, last.try_get("seq")?);
+        after = (last.try_get("session_pk")?, last.try_get("seq")?);
         copy_entries(&mut tx, &rows).await?;
         copied.entries += rows.len() as u64;
     }
 
-    let rows = sqlx::query("SELECT session_id, producer_id, last_seq FROM producers")
-        .fetch_all(&src)
-        .await
-        .context("read producer marks")?;
+    let rows = sqlx::query(
+        "SELECT s.id AS session_id, p.producer_id, p.last_seq \
+         FROM producers p JOIN sessions s ON s.pk = p.session_pk",
+    )
+    .fetch_all(&src)
+    .await
+    .context("read producer marks")?;
     for chunk in rows.chunks(CHUNK as usize) {
-        let col = |name: &str| -> anyhow::Result<Vec<String>> {
-            chunk.iter().map(|r| Ok(r.try_get(name)?)).collect()
-        };
-        let marks: Vec<i64> = chunk
-            .iter()
-            .map(|r| r.try_get("last_seq"))
-            .collect::<Result<_, _>>()?;
         sqlx::query(
             "INSERT INTO producers (session_id, producer_id, last_seq) \
              SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[])",
         )
-        .bind(col("session_id")?)
-        .bind(col("producer_id")?)
-        .bind(marks)
+        .bind(column::<String>(chunk, "session_id")?)
+        .bind(column::<String>(chunk, "producer_id")?)
+        .bind(column::<i64>(chunk, "last_seq")?)
         .execute(&mut *tx)
         .await
         .context("write producer marks")?;
         copied.producers += chunk.len() as u64;
+    }
+
+    let rows = sqlx::query(
+        "SELECT s.id AS session_id, x.head_seq, x.state \
+         FROM state_snapshots x JOIN sessions s ON s.pk = x.session_pk",
+    )
+    .fetch_all(&src)
+    .await
+    .context("read state snapshots")?;
+    for chunk in rows.chunks(CHUNK as usize) {
+        sqlx::query(
+            "INSERT INTO state_snapshots (session_id, head_seq, state) \
+             SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[])",
+        )
+        .bind(column::<String>(chunk, "session_id")?)
+        .bind(column::<i64>(chunk, "head_seq")?)
+        .bind(column::<String>(chunk, "state")?)
+        .execute(&mut *tx)
+        .await
+        .context("write state snapshots")?;
     }
 
     // Every session's head must match what was copied: a torn source would show here.
@@ -131,28 +149,35 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
     Ok(copied)
 }
 
+/// One column of `rows`, decoded as `T`.
+fn column<T>(rows: &[SqliteRow], name: &str) -> anyhow::Result<Vec<T>>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    rows.iter()
+        .map(|r| {
+            r.try_get(name)
+                .with_context(|| format!("read column {name}"))
+        })
+        .collect()
+}
+
 async fn copy_sessions(
     tx: &mut Transaction<'_, Postgres>,
     rows: &[SqliteRow],
 ) -> anyhow::Result<()> {
-    let text = |name: &str| -> anyhow::Result<Vec<Option<String>>> {
-        rows.iter().map(|r| Ok(r.try_get(name)?)).collect()
-    };
-    let int = |name: &str| -> anyhow::Result<Vec<Option<i64>>> {
-        rows.iter().map(|r| Ok(r.try_get(name)?)).collect()
-    };
     sqlx::query(
         "INSERT INTO sessions (id, name, created_at, head_seq, last_ts, ended_at, agent) \
          SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
          $6::bigint[], $7::text[])",
     )
-    .bind(text("id")?)
-    .bind(text("name")?)
-    .bind(int("created_at")?)
-    .bind(int("head_seq")?)
-    .bind(int("last_ts")?)
-    .bind(int("ended_at")?)
-    .bind(text("agent")?)
+    .bind(column::<String>(rows, "id")?)
+    .bind(column::<String>(rows, "name")?)
+    .bind(column::<i64>(rows, "created_at")?)
+    .bind(column::<i64>(rows, "head_seq")?)
+    .bind(column::<Option<i64>>(rows, "last_ts")?)
+    .bind(column::<Option<i64>>(rows, "ended_at")?)
+    .bind(column::<Option<String>>(rows, "agent")?)
     .execute(&mut **tx)
     .await
     .context("write sessions")?;
@@ -163,28 +188,22 @@ async fn copy_entries(
     tx: &mut Transaction<'_, Postgres>,
     rows: &[SqliteRow],
 ) -> anyhow::Result<()> {
-    let text = |name: &str| -> anyhow::Result<Vec<Option<String>>> {
-        rows.iter().map(|r| Ok(r.try_get(name)?)).collect()
-    };
-    let int = |name: &str| -> anyhow::Result<Vec<Option<i64>>> {
-        rows.iter().map(|r| Ok(r.try_get(name)?)).collect()
-    };
     sqlx::query(
         "INSERT INTO entries (session_id, seq, ts, kind, author, payload, producer_id, \
          producer_seq, client_msg_id, ref_seq) \
          SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], \
          $6::text[], $7::uuid[], $8::bigint[], $9::text[], $10::bigint[])",
     )
-    .bind(text("session_id")?)
-    .bind(int("seq")?)
-    .bind(int("ts")?)
-    .bind(text("kind")?)
-    .bind(text("author")?)
-    .bind(text("payload")?)
-    .bind(text("producer_id")?)
-    .bind(int("producer_seq")?)
-    .bind(text("client_msg_id")?)
-    .bind(int("ref_seq")?)
+    .bind(column::<String>(rows, "session_id")?)
+    .bind(column::<i64>(rows, "seq")?)
+    .bind(column::<i64>(rows, "ts")?)
+    .bind(column::<String>(rows, "kind")?)
+    .bind(column::<String>(rows, "author")?)
+    .bind(column::<String>(rows, "payload")?)
+    .bind(column::<Option<String>>(rows, "producer_id")?)
+    .bind(column::<Option<i64>>(rows, "producer_seq")?)
+    .bind(column::<Option<String>>(rows, "client_msg_id")?)
+    .bind(column::<Option<i64>>(rows, "ref_seq")?)
     .execute(&mut **tx)
     .await
     .context("write entries")?;

@@ -23,7 +23,8 @@ pub struct Db {
 }
 
 impl Db {
-    fn new(url: String) -> Self {
+    /// A database at `url`.
+    pub fn new(url: String) -> Self {
         Self {
             url,
             single: tokio::sync::OnceCell::new(),
@@ -99,6 +100,16 @@ conformance!(
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
 );
+
+/// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrate_store_copies_a_sqlite_log_exactly() {
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    db.run(|url| stories::migrate_store_copies_everything(Db::new(url)))
+        .await;
+}
 
 /// Postgres only: the feed survives losing its connection and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

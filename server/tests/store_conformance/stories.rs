@@ -636,3 +636,92 @@ pub async fn feed_resyncs_after_termination(db: Db, admin_url: String) {
     );
     admin.close().await;
 }
+
+/// Postgres only: `moord migrate-store` copies a SQLite log so that the Postgres store tells the
+/// same story: the same sessions and entries, marks, idempotency keys and snapshot.
+pub async fn migrate_store_copies_everything(pg: Db) {
+    // arrange: a SQLite log with every kind of key
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = Db::new(format!("sqlite:{}", dir.path().join("old.db").display()));
+    let src = sqlite.open("old").await;
+    let p = ProducerId::new();
+    let a = src.open_session("first", None).await.unwrap().id;
+    let b = src.open_session("second", None).await.unwrap().id;
+    src.append(
+        a,
+        (1..=7000)
+            .map(|i| produced(p, i, &format!("l{i}")))
+            .collect(),
+    )
+    .await
+    .unwrap();
+    src.append(
+        a,
+        vec![input("m1", "hi"), receipt(kinds::INPUT_APPLIED, Seq(7001))],
+    )
+    .await
+    .unwrap();
+    src.append(b, vec![output("b", IdemKey::None)])
+        .await
+        .unwrap();
+    src.end_session(b, 42).await.unwrap();
+    src.save_snapshot(a, Seq(5000), r#"{"head":5000}"#)
+        .await
+        .unwrap();
+
+    // act
+    let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
+        .await
+        .unwrap();
+    let again = moor_server::store::migrate::copy(&sqlite.url, &pg.url).await;
+
+    // assert
+    assert_eq!((copied.sessions, copied.entries), (2, 7003));
+    assert!(
+        again.is_err(),
+        "a second copy into a non-empty database is refused"
+    );
+    let dst = pg.open("new").await;
+    assert_eq!(
+        dst.list_sessions().await.unwrap(),
+        src.list_sessions().await.unwrap()
+    );
+    for s in [a, b] {
+        assert_eq!(all(&*dst, s).await, all(&*src, s).await, "the same entries");
+    }
+    assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
+    assert_eq!(
+        dst.latest_snapshot(a).await.unwrap(),
+        src.latest_snapshot(a).await.unwrap()
+    );
+    let replay = dst
+        .append(
+            a,
+            vec![
+                produced(p, 7000, "l7000"),
+                input("m1", "hi"),
+                produced(p, 7001, "new"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        replay[0],
+        Appended::Duplicate(Seq(7000)),
+        "producer keys came along"
+    );
+    assert_eq!(
+        replay[1],
+        Appended::Duplicate(Seq(7001)),
+        "client_msg_ids came along"
+    );
+    assert_eq!(
+        stored_seq(&replay[2]),
+        Seq(7003),
+        "seqs continue after the copied head"
+    );
+    assert!(matches!(
+        dst.append(b, vec![output("x", IdemKey::None)]).await,
+        Err(StoreError::SessionEnded)
+    ));
+}
