@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod hub;
 pub mod log;
+pub mod serve;
 pub mod sse;
 pub mod state;
 pub mod states;
@@ -106,8 +107,7 @@ impl Server {
             conns: conns.clone(),
             public_url: public_url.into(),
         };
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
+        serve::serve(listener, http::router(state), shutdown.clone(), grace)
             .await
             .context("serve http")?;
         // Sockets first (they may still append a disconnect entry), then the committers.
