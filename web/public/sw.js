@@ -5,7 +5,18 @@ const CACHE = "moor-shell-v1";
 const SHELL = ["/", "/manifest.webmanifest", "/icons/icon-192.png", "/icons/icon.svg"];
 
 self.addEventListener("install", (event) => {
-  event.waitUntil(caches.open(CACHE).then((c) => c.addAll(SHELL)).then(() => self.skipWaiting()));
+  // The shell and the hashed assets the page names (so the next load works offline).
+  event.waitUntil(
+    caches
+      .open(CACHE)
+      .then(async (c) => {
+        await c.addAll(SHELL);
+        const page = await (await c.match("/")).text();
+        const assets = [...page.matchAll(/\/assets\/[^"')\s]+/g)].map((m) => m[0]);
+        await c.addAll([...new Set(assets)]);
+      })
+      .then(() => self.skipWaiting()),
+  );
 });
 
 self.addEventListener("activate", (event) => {

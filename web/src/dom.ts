@@ -67,3 +67,31 @@ export function randomId(bytes = 16): string {
   crypto.getRandomValues(b);
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
+
+const THEME_KEY = "moor.theme";
+
+/** Applies the stored theme: auto (the system's), light or dark. */
+export function applyTheme(): void {
+  const t = localStorage.getItem(THEME_KEY) ?? "auto";
+  if (t === "auto") delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = t;
+}
+
+/** A header button cycling auto → light → dark. */
+export function themeButton(): HTMLElement {
+  return h(
+    "button.icon",
+    {
+      type: "button",
+      title: "Theme: auto, light, dark",
+      "aria-label": "Theme",
+      onclick: () => {
+        const order = ["auto", "light", "dark"];
+        const cur = localStorage.getItem(THEME_KEY) ?? "auto";
+        localStorage.setItem(THEME_KEY, order[(order.indexOf(cur) + 1) % order.length]);
+        applyTheme();
+      },
+    },
+    "◐",
+  );
+}

@@ -3,24 +3,10 @@
 
 import "./style.css";
 import { api, appConfig, captureToken, type Role } from "./api";
+import { applyTheme } from "./dom";
 import { Outbox } from "./outbox";
 import { listView } from "./views/list";
 import { sessionView } from "./views/session";
-
-const THEME_KEY = "moor.theme";
-
-function applyTheme(): void {
-  const t = localStorage.getItem(THEME_KEY) ?? "auto";
-  if (t === "auto") delete document.documentElement.dataset.theme;
-  else document.documentElement.dataset.theme = t;
-}
-
-function cycleTheme(): void {
-  const order = ["auto", "light", "dark"];
-  const cur = localStorage.getItem(THEME_KEY) ?? "auto";
-  localStorage.setItem(THEME_KEY, order[(order.indexOf(cur) + 1) % order.length]);
-  applyTheme();
-}
 
 async function main(): Promise<void> {
   captureToken();
@@ -39,7 +25,6 @@ async function main(): Promise<void> {
   document.documentElement.dataset.role = role;
   window.addEventListener("online", () => outbox.pump());
   outbox.pump();
-  document.getElementById("theme-btn")?.addEventListener("click", cycleTheme);
 
   let close: (() => void) | null = null;
   const route = () => {

@@ -1,7 +1,7 @@
 // The session list: what runs, where, whether its bridge is there, when it last did something.
 
 import { api, ApiError, setToken } from "../api";
-import { ago, clock, h } from "../dom";
+import { ago, clock, h, themeButton } from "../dom";
 import type { SessionInfo } from "../protocol/SessionInfo";
 
 const REFRESH_MS = 5000;
@@ -35,7 +35,7 @@ function card(s: SessionInfo): HTMLElement {
 export function listView(root: HTMLElement): () => void {
   const body = h("div.list", { id: "sessions" });
   const note = h("div.banner", { id: "list-banner" });
-  root.replaceChildren(h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"))), note, h("main.list-main", null, body));
+  root.replaceChildren(h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), themeButton())), note, h("main.list-main", null, body));
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
   const refresh = async () => {

@@ -2,7 +2,7 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, canControl, type Role } from "../api";
-import { clock, h } from "../dom";
+import { clock, h, themeButton } from "../dom";
 import { ItemModel } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
@@ -34,6 +34,8 @@ export interface SessionDeps {
 /** Test and benchmark hooks (window.__moor). */
 export interface SessionProbe {
   seqs(): number[];
+  /** Texts of the `agent.output` entries held, in order. */
+  lines(): string[];
   hi(): number;
   lo(): number;
   hasOlder(): boolean;
@@ -76,9 +78,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     "header.top",
     null,
     h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), title, h("div.spacer"),
-      h("button.icon", { type: "button", title: "State", onclick: () => openState() }, "ⓘ"),
-      h("button.icon", { type: "button", title: "Checkpoints", onclick: () => openCheckpoints() }, "⎌"),
-      h("button.icon", { type: "button", title: "Share", id: "share-btn", onclick: () => openShare() }, "⇪")),
+      h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
+      h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
+      h("button.tb", { type: "button", id: "share-btn", onclick: () => openShare() }, "Share"),
+      themeButton()),
     streamBanner,
     bridgeBanner,
     recoveryBar,
@@ -365,6 +368,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   const probe: SessionProbe = {
     seqs: () => win.entries.map((e) => e.seq),
+    lines: () => win.entries.filter((e) => e.kind === "agent.output").map((e) => String((e.payload as { text?: string }).text)),
     hi: () => win.hi,
     lo: () => win.lo,
     hasOlder: () => win.hasOlder,
