@@ -9,6 +9,7 @@ use crate::ids::{Seq, SessionId};
 
 /// A session as listed and fetched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct SessionInfo {
     /// Stable id.
     pub id: SessionId,
@@ -33,6 +34,7 @@ pub struct SessionInfo {
 
 /// Life of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     /// The agent may still produce entries.
@@ -43,6 +45,7 @@ pub enum SessionStatus {
 
 /// The state of a session's bridge link.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct BridgeStatus {
     /// A bridge is connected now.
     pub online: bool,
@@ -56,6 +59,7 @@ pub struct BridgeStatus {
 
 /// `POST /api/v1/sessions/{id}/inputs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct InputRequest {
     /// Client-chosen id, unique per session; retrying with the same id is safe.
     pub client_msg_id: String,
@@ -67,6 +71,7 @@ pub struct InputRequest {
 
 /// Answer to an input post.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct InputAccepted {
     /// The input's seq in the log.
     pub seq: Seq,
@@ -76,6 +81,7 @@ pub struct InputAccepted {
 
 /// `GET /api/v1/sessions/{id}/entries`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct EntriesPage {
     /// Entries in ascending seq order.
     pub entries: Vec<Entry>,
@@ -87,6 +93,7 @@ pub struct EntriesPage {
 
 /// `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct Health {
     /// `ok` when the store answers.
     pub status: String,

@@ -58,6 +58,7 @@ pub struct Hello {
 
 /// What a bridge runs and where.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct AgentInfo {
     /// The command and its arguments.
     pub command: Vec<String>,

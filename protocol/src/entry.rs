@@ -7,6 +7,7 @@ use crate::ids::Seq;
 
 /// One stored entry of a session's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct Entry {
     /// Position in the log, contiguous from 1.
     pub seq: Seq,

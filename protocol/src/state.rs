@@ -39,6 +39,7 @@ pub const SETTLED_INPUTS_KEPT: usize = 20;
 
 /// What the session is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Waiting for a prompt.
@@ -58,6 +59,7 @@ pub enum Phase {
 
 /// What a tool call may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolClass {
     /// Reads only; safe to repeat.
@@ -92,6 +94,7 @@ impl ToolClass {
 
 /// A tool call that started and has no result yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct OpenTool {
     /// The agent's tool_use id.
     pub id: String,
@@ -115,6 +118,7 @@ pub struct OpenTool {
 
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct CompletedTool {
     /// The call.
     #[serde(flatten)]
@@ -127,6 +131,7 @@ pub struct CompletedTool {
 
 /// A permission request nobody has decided yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct PendingPermission {
     /// The agent's request id.
     pub request_id: String,
@@ -142,6 +147,7 @@ pub struct PendingPermission {
 
 /// Where a remote input is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "snake_case")]
 pub enum InputStatus {
     /// Stored; the bridge has not confirmed it.
@@ -158,6 +164,7 @@ pub enum InputStatus {
 
 /// A remote input and its receipt state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct InputState {
     /// Its seq.
     pub seq: Seq,
@@ -171,6 +178,7 @@ pub struct InputState {
 
 /// The bridge link as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct LinkState {
     /// A bridge connection is up.
     pub up: bool,
@@ -184,6 +192,7 @@ pub struct LinkState {
 
 /// The agent process as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct AgentState {
     /// Started and not exited.
     pub running: bool,
@@ -205,6 +214,7 @@ pub struct AgentState {
 
 /// The current turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct TurnState {
     /// The prompt that started it.
     pub prompt: Option<String>,
@@ -216,6 +226,7 @@ pub struct TurnState {
 
 /// Counters, including what the fold could not understand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct Counts {
     /// Entries folded.
     pub entries: u64,
@@ -235,6 +246,7 @@ pub struct Counts {
 
 /// Everything the server knows about a session from its log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct SessionState {
     /// Seq of the last entry folded.
     pub head: Seq,

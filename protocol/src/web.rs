@@ -16,6 +16,7 @@ pub const RESET_EVENT: &str = "reset";
 
 /// The cursor cannot be honoured: start again from `head_seq` or from 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct Reset {
     /// Why, in plain words.
     pub reason: String,
@@ -25,6 +26,7 @@ pub struct Reset {
 
 /// Frames a WebSocket viewer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ViewerToServer {
     /// Post an input, as `POST /inputs` would.
@@ -35,6 +37,7 @@ pub enum ViewerToServer {
 
 /// Frames the server sends to a WebSocket viewer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerToViewer {
     /// A log entry.

@@ -13,6 +13,7 @@ pub mod http;
 pub mod hub;
 pub mod log;
 pub mod relay;
+pub mod serve;
 pub mod sse;
 pub mod state;
 pub mod states;
@@ -114,8 +115,7 @@ impl Server {
             conns: conns.clone(),
             public_url: public_url.into(),
         };
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
+        serve::serve(listener, http::router(state), shutdown.clone(), grace)
             .await
             .context("serve http")?;
         // Sockets first (they may still append a disconnect entry), then the committers.

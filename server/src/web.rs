@@ -1,32 +1,106 @@
-//! The web client's static shell, embedded in the binary. The shell holds no data and needs no
-//! token; everything it shows comes from the authenticated API.
+//! The web client, embedded in the binary: the files of `web/dist` as `build.rs` found them,
+//! served with their content types, long-lived caching for hashed assets and a strict CSP. The
+//! client holds no data and needs no token to load; everything it shows comes from the
+//! authenticated API. `/app-config.json` tells it the keep-alive interval its watchdog uses.
 
-use axum::http::{header, HeaderValue};
-use axum::response::IntoResponse;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Json, Router};
+use serde_json::json;
 
 use crate::state::AppState;
 
-const INDEX_HTML: &str = include_str!("../web/index.html");
+include!(concat!(env!("OUT_DIR"), "/web_assets.rs"));
 
-/// Routes of the web shell.
+/// Shown when `moord` was built before the web client.
+const NOT_BUILT: &str = "<!doctype html><meta charset=utf-8><meta name=viewport content=\"width=device-width\">\
+<title>Mooring</title><body style=\"font:16px system-ui;margin:2em\"><h1>Web client not built</h1>\
+<p>This <code>moord</code> was compiled without <code>web/dist</code>. Run <code>scripts/build-web</code>, \
+then build <code>moord</code> again. The API under <code>/api/v1</code> works regardless.</p>";
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+img-src 'self' data:; connect-src 'self'; worker-src 'self'; manifest-src 'self'; \
+frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// Routes of the web client.
 pub(crate) fn router() -> Router<AppState> {
-    Router::new().route("/", get(index))
+    Router::new()
+        .route("/app-config.json", get(app_config))
+        .fallback(asset)
 }
 
-async fn index() -> impl IntoResponse {
+/// Client hints: nothing secret, nothing about sessions.
+async fn app_config(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(
-                    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
-                ),
-            ),
-            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-        ],
-        INDEX_HTML,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        Json(json!({
+            "keepalive_ms": state.config.keepalive.as_millis() as u64,
+            "version": env!("CARGO_PKG_VERSION"),
+        })),
     )
+}
+
+fn find(path: &str) -> Option<(&'static str, &'static [u8])> {
+    ASSETS
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, ct, body)| (*ct, *body))
+}
+
+async fn asset(method: Method, uri: Uri) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let path = match uri.path() {
+        "/" => "/index.html",
+        p => p,
+    };
+    let Some((content_type, body)) = find(path) else {
+        if path == "/index.html" {
+            return page(StatusCode::SERVICE_UNAVAILABLE, "text/html; charset=utf-8", "no-store", NOT_BUILT.as_bytes());
+        }
+        return (StatusCode::NOT_FOUND, "not found").into_response();
+    };
+    // Vite names assets by content hash: they never change. Everything else may.
+    let cache = if path.starts_with("/assets/") {
+        "public, max-age=31536000, immutable"
+    } else {
+        "no-cache"
+    };
+    page(StatusCode::OK, content_type, cache, body)
+}
+
+fn page(status: StatusCode, content_type: &'static str, cache: &'static str, body: &'static [u8]) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
+            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
+            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_is_embedded_when_the_client_was_built() {
+        // With web/dist built, the page and its assets are in the table; without, the table is
+        // empty and `/` explains how to build it. Either way no path appears twice.
+        let mut paths: Vec<_> = ASSETS.iter().map(|(p, _, _)| *p).collect();
+        let n = paths.len();
+        paths.dedup();
+        assert_eq!(paths.len(), n);
+        if n > 0 {
+            assert!(find("/index.html").is_some_and(|(ct, _)| ct.starts_with("text/html")));
+        }
+    }
 }

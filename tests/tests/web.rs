@@ -1,0 +1,176 @@
+//! The web client in a real Chromium (Debian's, driven by playwright-core) against the real
+//! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios; this test owns
+//! the processes. It starts `moord` (with a short keep-alive, so the page's watchdog interval is
+//! short) and serves the script's requests to start, kill and restart bridges — plain line
+//! agents, an echo agent, a PTY shell, the real Claude Code CLI against the fake Messages API —
+//! over a line protocol on the script's stdout (`@rpc {json}`) and stdin (one JSON answer per
+//! line). Rust owns the processes so the browser tests reuse the harness the other end-to-end
+//! tests trust (`TestServer`, `TestBridge`, `ClaudeEnv`); Node owns the browser.
+//!
+//! Needs `scripts/build-web` (web/dist embedded in moord, web/node_modules) and
+//! `/usr/bin/chromium` (`scripts/install-chromium`); `scripts/test` does both. Screenshots go to
+//! `web/artifacts/` (gitignored).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use moor_e2e::{BridgeOpts, ClaudeEnv, ServerOpts, TestBridge, TestServer};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+/// The whole browser suite must finish within this (a guard against hangs, not a pace).
+const SUITE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Keep-alive of the test server: the page's watchdog declares a silent stream dead after
+/// two of these plus a second.
+const KEEPALIVE_MS: u64 = 500;
+
+fn web_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web")
+}
+
+struct Bridges {
+    url: String,
+    token: String,
+    running: HashMap<String, TestBridge>,
+    agents: HashMap<String, Vec<String>>,
+    claude: HashMap<String, ClaudeEnv>,
+}
+
+impl Bridges {
+    async fn handle(&mut self, op: &str, args: &Value) -> Result<Value, String> {
+        let session = args["session"].as_str().unwrap_or_default().to_owned();
+        match op {
+            "lines" | "echo" => {
+                let agent: Vec<String> = if op == "echo" {
+                    vec!["echo".into()]
+                } else {
+                    vec![
+                        "count".into(),
+                        args["count"].as_u64().unwrap_or(100).to_string(),
+                        "--interval-ms".into(),
+                        args["interval_ms"].as_u64().unwrap_or(0).to_string(),
+                    ]
+                };
+                let argv: Vec<&str> = agent.iter().map(String::as_str).collect();
+                let bridge = TestBridge::start(&self.url, &self.token, &session, &argv);
+                self.agents.insert(session.clone(), agent);
+                self.running.insert(session, bridge);
+                Ok(json!({}))
+            }
+            "pty" => {
+                let script = args["script"].as_str().unwrap_or("bash").to_owned();
+                let command = vec!["bash".to_owned(), "-c".to_owned(), script];
+                let bridge = BridgeOpts::new(&self.url, &self.token, &session, &[])
+                    .command(&command)
+                    .flag("--mode", "pty")
+                    .spawn();
+                self.running.insert(session, bridge);
+                Ok(json!({}))
+            }
+            "claude" => {
+                let env = ClaudeEnv::start().await;
+                let bridge = env.bridge(&self.url, &self.token, &session, &[]).spawn();
+                let project = env.project.display().to_string();
+                self.running.insert(session.clone(), bridge);
+                self.claude.insert(session, env);
+                Ok(json!({ "project": project }))
+            }
+            "kill" => {
+                let bridge = self.running.get_mut(&session).ok_or("no such bridge")?;
+                bridge.kill().await;
+                Ok(json!({}))
+            }
+            "restart" => {
+                let old = self.running.get(&session).ok_or("no such bridge")?;
+                // Same session, same state dir and spool, same agent.
+                let agent = self.agents.get(&session).cloned().unwrap_or_default();
+                let agent: Vec<&str> = agent.iter().map(String::as_str).collect();
+                let new = old.respawn(&agent);
+                self.running.insert(session, new);
+                Ok(json!({}))
+            }
+            other => Err(format!("unknown op {other:?}")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_client_in_a_real_browser() {
+    // arrange
+    let chromium = std::env::var("MOOR_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).is_file(),
+        "{chromium} is missing: run scripts/install-chromium (scripts/test does)"
+    );
+    let web = web_dir();
+    assert!(
+        web.join("node_modules/playwright-core").is_dir(),
+        "web/node_modules is missing: run scripts/build-web (scripts/test does)"
+    );
+    let server = TestServer::start(ServerOpts::new().flag("--keepalive-ms", KEEPALIVE_MS)).await;
+    let shell = reqwest::get(server.url()).await.expect("GET /");
+    assert_eq!(
+        shell.status(),
+        200,
+        "moord serves no web client: run scripts/build-web, then cargo build"
+    );
+    let artifacts = web.join("artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let mut bridges = Bridges {
+        url: server.url(),
+        token: server.token().to_owned(),
+        running: HashMap::new(),
+        agents: HashMap::new(),
+        claude: HashMap::new(),
+    };
+
+    // act: run the browser scenarios, serving their requests
+    let mut node = Command::new("node")
+        .arg("tests/browser.mjs")
+        .current_dir(&web)
+        .env("MOOR_URL", server.url())
+        .env("MOOR_TOKEN", server.token())
+        .env("MOOR_KEEPALIVE_MS", KEEPALIVE_MS.to_string())
+        .env("MOOR_CHROMIUM", &chromium)
+        .env("MOOR_ARTIFACTS", &artifacts)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (Node 20+ is needed)");
+    let mut stdin = node.stdin.take().expect("piped");
+    let mut lines = BufReader::new(node.stdout.take().expect("piped")).lines();
+    let mut output = String::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await.expect("read node output") {
+            let Some(req) = line.strip_prefix("@rpc ") else {
+                println!("{line}");
+                output.push_str(&line);
+                output.push('\n');
+                continue;
+            };
+            let req: Value = serde_json::from_str(req).expect("rpc request is JSON");
+            let op = req["op"].as_str().unwrap_or_default().to_owned();
+            let answer = match bridges.handle(&op, &req["args"]).await {
+                Ok(result) => json!({ "id": req["id"], "ok": true, "result": result }),
+                Err(error) => json!({ "id": req["id"], "ok": false, "error": error }),
+            };
+            stdin
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .expect("answer node");
+        }
+        node.wait().await.expect("wait for node")
+    };
+    let status = tokio::time::timeout(SUITE_TIMEOUT, run)
+        .await
+        .unwrap_or_else(|_| panic!("the browser suite did not finish within {SUITE_TIMEOUT:?}"));
+
+    // assert
+    assert!(status.success(), "browser scenarios failed (see above); screenshots in {}", artifacts.display());
+    drop(bridges);
+}

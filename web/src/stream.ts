@@ -1,0 +1,262 @@
+// The page's own live stream of a session: SSE read through fetch, resumed from the window's last
+// seq after every failure, with a watchdog that treats silence as death. Its status is the truth
+// the stream banner shows: it never says "live" while nothing proves it.
+
+import { api, ApiError, token } from "./api";
+import type { Entry } from "./protocol/Entry";
+import type { Reset } from "./protocol/Reset";
+import type { SessionInfo } from "./protocol/SessionInfo";
+import type { SessionState } from "./protocol/SessionState";
+import { SseParser } from "./sse";
+import { GapError } from "./window";
+
+export type StreamStatus =
+  | { kind: "connecting" }
+  | { kind: "catching-up"; missed: number; got: number; resumed: boolean }
+  | { kind: "live"; replayed: number; resumed: boolean; since: number }
+  | { kind: "reconnecting"; attempt: number; reason: string; since: number }
+  | { kind: "stopped" };
+
+export interface StreamHooks {
+  /** The seq the stream must resume after (the window's hi). */
+  cursor(): number;
+  /** Entries above the cursor, in order (the hook appends them; a gap throws). */
+  onEntries(entries: Entry[]): void;
+  onState(state: SessionState): void;
+  /** Fetched before every (re)connect: head, bridge, name. */
+  onInfo(info: SessionInfo): void;
+  /** The cursor cannot be honoured; the hook re-anchors before the next connect. */
+  onReset(reset: Reset): void;
+  onStatus(status: StreamStatus): void;
+}
+
+export interface StreamOptions {
+  /** Silence (no byte, not even a keep-alive) longer than this means the stream is dead. */
+  watchdogMs: number;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+}
+
+/** Watchdog interval for a server keep-alive interval: two missed keep-alives and a margin. */
+export function watchdogFor(keepaliveMs: number): number {
+  return keepaliveMs * 2 + 1000;
+}
+
+class Stop extends Error {}
+
+export class LiveStream {
+  private ctrl: AbortController | null = null;
+  private lastByte = 0;
+  private failures = 0;
+  private stopped = false;
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private wake: (() => void) | null = null;
+  private status: StreamStatus = { kind: "connecting" };
+  private downSince = 0;
+  private readonly onOnline = () => this.wakeUp();
+  private readonly onOffline = () => this.kill("the browser went offline");
+  private readonly onVisible = () => {
+    if (document.visibilityState === "visible") this.check();
+  };
+
+  constructor(
+    private readonly sessionId: string,
+    private readonly hooks: StreamHooks,
+    private readonly opts: StreamOptions,
+  ) {}
+
+  start(): void {
+    window.addEventListener("online", this.onOnline);
+    window.addEventListener("offline", this.onOffline);
+    document.addEventListener("visibilitychange", this.onVisible);
+    window.addEventListener("pageshow", this.onVisible);
+    this.timer = setInterval(() => this.check(), Math.min(500, this.opts.watchdogMs / 4));
+    void this.loop();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    window.removeEventListener("online", this.onOnline);
+    window.removeEventListener("offline", this.onOffline);
+    document.removeEventListener("visibilitychange", this.onVisible);
+    window.removeEventListener("pageshow", this.onVisible);
+    this.ctrl?.abort(new Stop("stopped"));
+    this.wakeUp();
+    this.setStatus({ kind: "stopped" });
+  }
+
+  /** Drops the current connection now (and reconnects), e.g. when the window was re-anchored. */
+  restart(reason: string): void {
+    this.kill(reason);
+  }
+
+  private check(): void {
+    if (this.ctrl && Date.now() - this.lastByte > this.opts.watchdogMs) {
+      this.kill(`no data for ${Math.round((Date.now() - this.lastByte) / 1000)} s`);
+    }
+  }
+
+  private kill(reason: string): void {
+    if (this.stopped) return;
+    if (this.ctrl) {
+      this.ctrl.abort(new Error(reason));
+      this.ctrl = null;
+    }
+    // Say so at once; the loop's backoff then takes over.
+    this.down(reason);
+    this.wakeUp();
+  }
+
+  private wakeUp(): void {
+    const w = this.wake;
+    this.wake = null;
+    w?.();
+  }
+
+  private setStatus(s: StreamStatus): void {
+    this.status = s;
+    this.hooks.onStatus(s);
+  }
+
+  private down(reason: string): void {
+    if (this.status.kind !== "reconnecting") this.downSince = Date.now();
+    this.setStatus({
+      kind: "reconnecting",
+      attempt: this.failures + 1,
+      reason,
+      since: this.downSince,
+    });
+  }
+
+  private async loop(): Promise<void> {
+    let resumed = false;
+    while (!this.stopped) {
+      try {
+        await this.once(resumed);
+      } catch (e) {
+        if (this.stopped || e instanceof Stop) break;
+        this.failures += 1;
+        this.down(reason(e));
+      }
+      if (this.stopped) break;
+      resumed = true;
+      await this.backoff();
+    }
+  }
+
+  private backoff(): Promise<void> {
+    const initial = this.opts.backoffInitialMs ?? 250;
+    const max = this.opts.backoffMaxMs ?? 5000;
+    const base = Math.min(max, initial * 2 ** Math.max(0, this.failures - 1));
+    const ms = this.failures === 0 ? 50 : base * (0.8 + Math.random() * 0.4);
+    return new Promise((resolve) => {
+      const t = setTimeout(() => {
+        this.wake = null;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
+  }
+
+  private async once(resumed: boolean): Promise<void> {
+    const ctrl = new AbortController();
+    this.ctrl = ctrl;
+    this.lastByte = Date.now();
+    // The head now, to tell how many entries the resume replays (and the bridge's status).
+    const info = await withSignal(api.session(this.sessionId), ctrl.signal);
+    this.hooks.onInfo(info);
+    const after = this.hooks.cursor();
+    const head = info.head_seq;
+    const url = `/api/v1/sessions/${encodeURIComponent(this.sessionId)}/events?after=${after}&state=true`;
+    const res = await fetch(url, {
+      headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
+      signal: ctrl.signal,
+      cache: "no-store",
+    });
+    if (!res.ok || !res.body) {
+      let body = null;
+      try {
+        body = await res.json();
+      } catch {
+        body = null;
+      }
+      throw new ApiError(res.status, body);
+    }
+    const missed = Math.max(0, head - after);
+    const caughtUp = () => {
+      this.failures = 0;
+      this.setStatus({ kind: "live", replayed: missed, resumed, since: Date.now() });
+    };
+    if (missed === 0) caughtUp();
+    else this.setStatus({ kind: "catching-up", missed, got: 0, resumed });
+    const reader = res.body.getReader();
+    const parser = new SseParser();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) throw new Error("the server ended the stream");
+        this.lastByte = Date.now();
+        const out = parser.push(value);
+        const batch: Entry[] = [];
+        for (const ev of out.events) {
+          if (ev.event === "state") {
+            this.hooks.onState(JSON.parse(ev.data) as SessionState);
+          } else if (ev.event === "reset") {
+            if (batch.length) this.hooks.onEntries(batch.splice(0));
+            this.hooks.onReset(JSON.parse(ev.data) as Reset);
+            throw new Error("the server reset the cursor");
+          } else {
+            batch.push(JSON.parse(ev.data) as Entry);
+          }
+        }
+        if (batch.length) {
+          this.hooks.onEntries(batch);
+          if (this.status.kind === "catching-up") {
+            const got = this.hooks.cursor() - after;
+            if (this.hooks.cursor() >= head) caughtUp();
+            else this.setStatus({ kind: "catching-up", missed, got, resumed });
+          }
+        }
+      }
+    } finally {
+      if (this.ctrl === ctrl) this.ctrl = null;
+      ctrl.abort();
+    }
+  }
+}
+
+function reason(e: unknown): string {
+  if (e instanceof GapError) return `gap in the stream (${e.message})`;
+  if (e instanceof ApiError) {
+    if (e.status === 401) return "the server refused the token";
+    return e.message;
+  }
+  if (e instanceof Error) {
+    if (e.name === "AbortError") return "connection dropped";
+    if (e.message === "Failed to fetch" || e.name === "TypeError") return "the server is unreachable";
+    return e.message;
+  }
+  return String(e);
+}
+
+function withSignal<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}

@@ -1,0 +1,157 @@
+// Drawing one transcript item. Pure: item in, element out (the virtual list places it).
+
+import { clock, h } from "../dom";
+import type { Item } from "../items";
+import type { JsonValue } from "../protocol/serde_json/JsonValue";
+
+export interface RenderCtx {
+  canControl: boolean;
+  decide(requestId: string, decision: "allow" | "deny"): void;
+  /** Decisions sent from this page that the log has not resolved yet. */
+  deciding: Map<string, string>;
+}
+
+const RECEIPT_TEXT: Record<string, string> = {
+  queued: "queued",
+  delivered: "delivered to the bridge",
+  applied: "applied",
+  failed: "failed",
+  uncertain: "uncertain: the bridge crashed while applying it",
+};
+
+export function receiptBadge(receipt: string, extra?: string | null): HTMLElement {
+  return h(`span.receipt.r-${receipt}`, { "data-receipt": receipt }, RECEIPT_TEXT[receipt] ?? receipt, extra ? `: ${extra}` : null);
+}
+
+/** A unified-diff-like view of an Edit/MultiEdit/Write tool input. */
+export function diffOf(name: string, input: Record<string, JsonValue>): HTMLElement | null {
+  const lines: [string, string][] = [];
+  const add = (prefix: string, text: unknown, max = 60) => {
+    const all = String(text ?? "").split("\n");
+    for (const l of all.slice(0, max)) lines.push([prefix, l]);
+    if (all.length > max) lines.push([" ", `… ${all.length - max} more lines`]);
+  };
+  if (name === "Edit") {
+    add("-", input.old_string);
+    add("+", input.new_string);
+  } else if (name === "MultiEdit" && Array.isArray(input.edits)) {
+    for (const ed of input.edits as Record<string, JsonValue>[]) {
+      add("-", ed.old_string, 20);
+      add("+", ed.new_string, 20);
+    }
+  } else if (name === "Write") {
+    add("+", input.content);
+  } else {
+    return null;
+  }
+  return h(
+    "pre.diff",
+    null,
+    lines.map(([p, l]) => h(`span.${p === "+" ? "add" : p === "-" ? "del" : "ctx"}`, null, `${p} ${l}\n`)),
+  );
+}
+
+function toolSummary(name: string, input: Record<string, JsonValue>, path: string | null): string {
+  const s = (v: JsonValue | undefined) => (typeof v === "string" ? v : "");
+  return path ?? (s(input.command) || s(input.file_path) || s(input.pattern) || s(input.url) || s(input.description) || name);
+}
+
+export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
+  const row = h(`div.item.i-${it.t}`, { "data-seq": it.seq, title: `#${it.seq} · ${clock(it.ts)}` });
+  switch (it.t) {
+    case "line":
+      row.append(h(`pre.line${it.stream === "stderr" ? ".stderr" : ""}`, null, it.text));
+      break;
+    case "text":
+      row.append(
+        h(`div.bubble.agent${it.thinking ? ".thinking" : ""}${it.final ? "" : ".streaming"}`, null, it.thinking ? h("em", null, "thinking: ") : null, it.text),
+      );
+      break;
+    case "tool": {
+      const status = it.status === "running" ? "running…" : it.status === "ok" ? "done" : "error";
+      row.append(
+        h(
+          `div.card.tool.st-${it.status}`,
+          null,
+          h("div.card-head", null, h("b", null, it.name), h("span.muted.ell", null, toolSummary(it.name, it.input, it.path)), h(`span.pill.st-${it.status}`, null, status)),
+          diffOf(it.name, it.input),
+          it.result !== null ? h("pre.result", null, it.result) : null,
+        ),
+      );
+      break;
+    }
+    case "perm": {
+      const pending = it.decision === null;
+      const sent = ctx.deciding.get(it.requestId);
+      const buttons =
+        pending && ctx.canControl
+          ? h(
+              "div.actions",
+              null,
+              h("button.approve", { type: "button", disabled: !!sent, onclick: () => ctx.decide(it.requestId, "allow") }, "Approve"),
+              h("button.deny", { type: "button", disabled: !!sent, onclick: () => ctx.decide(it.requestId, "deny") }, "Deny"),
+              sent ? h("span.muted", null, `sending ${sent}…`) : null,
+            )
+          : null;
+      row.append(
+        h(
+          `div.card.perm${pending ? ".pending" : ""}`,
+          { "data-request": it.requestId },
+          h("div.card-head", null, h("b", null, `${it.toolName} wants permission`), h(`span.pill${pending ? ".st-awaiting" : ""}`, null, pending ? "waiting for a decision" : `${it.decision}${it.by ? ` by ${it.by}` : ""}`)),
+          it.description ? h("div.muted", null, it.description) : null,
+          h("pre.result", null, toolSummary(it.toolName, it.input, it.path)),
+          diffOf(it.toolName, it.input),
+          buttons,
+        ),
+      );
+      break;
+    }
+    case "todos":
+      row.append(
+        h(
+          "div.card.todos",
+          null,
+          h("div.card-head", null, h("b", null, "Todo list")),
+          h(
+            "ul",
+            null,
+            it.todos.map((t) => h(`li.todo-${t.status}`, null, t.status === "completed" ? "✓ " : t.status === "in_progress" ? "▸ " : "○ ", t.content)),
+          ),
+        ),
+      );
+      break;
+    case "input":
+      row.append(
+        h(
+          "div.bubble.user",
+          { "data-input-seq": it.seq },
+          h("div", null, it.text),
+          h("div.meta", null, it.author.replace(/^user:/, ""), " · ", receiptBadge(it.receipt, it.reason)),
+        ),
+      );
+      break;
+    case "sys":
+      row.append(h(`div.sys.${it.level}`, null, it.text, h("span.muted", null, ` · ${clock(it.ts)}`)));
+      break;
+    case "checkpoint":
+      row.append(h("div.card.checkpoint", null, h("div.card-head", null, h("b", null, "Checkpoint"), h("span.muted", null, String(it.payload.label ?? it.payload.id ?? ""))), checkpointDiff(it.payload)));
+      break;
+    case "raw":
+      row.append(h("div.sys.info", null, h("code", null, it.kind), " ", h("span.muted", null, JSON.stringify(it.payload).slice(0, 300))));
+      break;
+  }
+  return row;
+}
+
+/** A checkpoint's diff, when its payload carries one (`diff` as unified text, or `files`). */
+export function checkpointDiff(p: Record<string, JsonValue>): HTMLElement | null {
+  if (typeof p.diff === "string") {
+    return h(
+      "pre.diff",
+      null,
+      p.diff.split("\n").slice(0, 400).map((l) => h(`span.${l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : "ctx"}`, null, `${l}\n`)),
+    );
+  }
+  if (Array.isArray(p.files)) return h("ul", null, (p.files as JsonValue[]).map((f) => h("li", null, typeof f === "string" ? f : JSON.stringify(f))));
+  return null;
+}

@@ -1,0 +1,152 @@
+// Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR).
+
+import qrcode from "qrcode-generator";
+import { api, token } from "../api";
+import { ago, clock, h } from "../dom";
+import type { Entry } from "../protocol/Entry";
+import type { RecoveryBrief } from "../protocol/RecoveryBrief";
+import type { SessionState } from "../protocol/SessionState";
+import type { JsonValue } from "../protocol/serde_json/JsonValue";
+import { checkpointDiff, receiptBadge } from "./render";
+
+/** Opens a modal sheet; returns the body element to fill and a close function. */
+export function sheet(title: string): { body: HTMLElement; close: () => void } {
+  const body = h("div.sheet-body");
+  const close = () => back.remove();
+  const back = h(
+    "div.sheet-back",
+    { onclick: (e: Event) => e.target === back && close() },
+    h("section.sheet", { role: "dialog", "aria-label": title }, h("header.sheet-head", null, h("h2", null, title), h("button.icon", { type: "button", onclick: close, "aria-label": "Close" }, "✕")), body),
+  );
+  document.body.append(back);
+  return { body, close };
+}
+
+export const PHASE_TEXT: Record<string, string> = {
+  idle: "idle, waiting for a prompt",
+  model_streaming: "the model is answering",
+  tool_running: "a tool is running",
+  awaiting_permission: "waiting for a permission decision",
+  interrupted: "interrupted",
+  ended: "ended",
+};
+
+function section(title: string, ...content: (Node | string | null)[]): HTMLElement {
+  return h("div.panel-sec", null, h("h3", null, title), ...content);
+}
+
+export function statePanel(s: SessionState | null): HTMLElement {
+  if (!s) return h("p.muted", null, "No state received yet.");
+  const todos = Array.isArray(s.todos) ? (s.todos as { content: string; status: string }[]) : [];
+  return h(
+    "div.panel",
+    { "data-phase": s.phase },
+    section("Phase", h("p", null, h("b", null, PHASE_TEXT[s.phase] ?? s.phase), s.agent.stalled ? h("span.pill.st-error", null, " stalled") : null)),
+    section(
+      "Agent",
+      h(
+        "p.muted",
+        null,
+        s.agent.running ? "running" : "not running",
+        s.agent.model ? ` · ${s.agent.model}` : "",
+        s.agent.cwd ? ` · ${s.agent.cwd}` : "",
+        s.agent.restarts ? ` · restarted ${s.agent.restarts}×` : "",
+      ),
+    ),
+    section(
+      `Open tool calls (${s.open_tools.length})`,
+      s.open_tools.length
+        ? h("ul", null, s.open_tools.map((t) => h("li", null, h("b", null, t.tool), " ", t.target ?? "", h("span.muted", null, ` · since ${clock(t.started_at)}`))))
+        : h("p.muted", null, "none"),
+    ),
+    section(
+      `Pending permission requests (${s.pending_permissions.length})`,
+      s.pending_permissions.length ? h("ul", null, s.pending_permissions.map((p) => h("li", null, p.tool_name, p.path ? ` · ${p.path}` : ""))) : h("p.muted", null, "none"),
+    ),
+    section(
+      "Inputs",
+      s.inputs.length ? h("ul", null, s.inputs.map((i) => h("li", null, `#${i.seq} ${i.kind} `, receiptBadge(i.status)))) : h("p.muted", null, "none"),
+    ),
+    todos.length ? section("Todos", h("ul", null, todos.map((t) => h(`li.todo-${t.status}`, null, t.content)))) : null,
+    s.files_touched.length ? section("Files touched", h("ul", null, s.files_touched.map((f) => h("li", null, h("code", null, f))))) : null,
+    section("Counts", h("p.muted", null, `${s.counts.entries} entries · ${s.counts.tool_calls} tool calls · ${s.counts.turns} turns · ${s.counts.errors} errors · ${s.counts.interruptions} interruptions`)),
+  );
+}
+
+export async function recoveryPanel(sessionId: string, onResume: ((prompt: string) => void) | null): Promise<HTMLElement> {
+  let b: RecoveryBrief;
+  try {
+    b = await api.recovery(sessionId);
+  } catch (e) {
+    return h("p.bad", null, `Could not load the recovery brief: ${(e as Error).message}`);
+  }
+  const tools = (list: RecoveryBrief["completed"]) =>
+    list.length
+      ? h(
+          "ul",
+          null,
+          list.map((t) => h("li", null, h("b", null, t.tool), " ", t.target ?? "", h("div.muted", null, t.note), h("div", null, t.advice))),
+        )
+      : h("p.muted", null, "none");
+  return h(
+    "div.panel.recovery",
+    null,
+    section("Goal", b.goal.length ? h("ul", null, b.goal.map((g) => h("li", null, g))) : h("p.muted", null, "no prompt recorded")),
+    section("Uncertain (no result came back)", tools(b.uncertain)),
+    section("Completed", tools(b.completed)),
+    b.partial_answer ? section("Partial answer", h("pre.result", null, b.partial_answer)) : null,
+    b.files_changed.length ? section("Files changed since the last checkpoint", h("ul", null, b.files_changed.map((f) => h("li", null, h("code", null, f))))) : null,
+    section("Resume prompt", h("pre.result", null, b.resume_prompt)),
+    onResume ? h("div.actions", null, h("button.approve", { type: "button", onclick: () => onResume(b.resume_prompt) }, "Resume with this prompt")) : null,
+  );
+}
+
+export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTMLElement {
+  const cps = entries.filter((e) => e.kind.startsWith("checkpoint."));
+  if (!cps.length && !last) return h("p.muted", null, "No checkpoints in this session yet.");
+  return h(
+    "div.panel",
+    null,
+    cps.length
+      ? cps.map((e) =>
+          section(
+            `${e.kind} · ${clock(e.ts)}`,
+            checkpointDiff((e.payload ?? {}) as Record<string, JsonValue>),
+            h("pre.result", null, JSON.stringify(e.payload, null, 2).slice(0, 2000)),
+          ),
+        )
+      : section("Last checkpoint", h("pre.result", null, JSON.stringify(last, null, 2))),
+  );
+}
+
+export function sharePanel(sessionId: string, name: string): HTMLElement {
+  const base = `${location.origin}/#/s/${encodeURIComponent(sessionId)}`;
+  const qrBox = h("div.qr");
+  const link = h("input.share-url", { readonly: true, value: base }) as HTMLInputElement;
+  const withToken = h("input", { type: "checkbox" }) as HTMLInputElement;
+  const draw = () => {
+    const url = withToken.checked ? `${base}&token=${encodeURIComponent(token())}` : base;
+    link.value = url;
+    const qr = qrcode(0, "M");
+    qr.addData(url);
+    qr.make();
+    qrBox.innerHTML = qr.createSvgTag({ cellSize: 4, margin: 2, scalable: true });
+  };
+  withToken.addEventListener("change", draw);
+  draw();
+  return h(
+    "div.panel.share",
+    null,
+    h("p", null, "Open ", h("b", null, name), " on another device:"),
+    qrBox,
+    link,
+    h(
+      "div.actions",
+      null,
+      h("button", { type: "button", onclick: () => void navigator.clipboard?.writeText(link.value) }, "Copy link"),
+    ),
+    h("label.check", null, withToken, " include my access token (full access: share only with yourself)"),
+    h("p.muted", null, "Read-only share links come with accounts and roles; until then a link without a token asks for one."),
+    h("p.muted", null, `Generated ${ago(Date.now())}.`),
+  );
+}

@@ -1,0 +1,41 @@
+import { describe, expect, it } from "vitest";
+import { ItemModel } from "../src/items";
+import type { Entry } from "../src/protocol/Entry";
+
+let seq = 0;
+const e = (kind: string, payload: unknown): Entry => ({ seq: ++seq, ts: 0, kind, author: "bridge", payload: payload as Entry["payload"] });
+
+describe("ItemModel", () => {
+  it("folds a Claude Code turn into bubbles and cards", () => {
+    const m = new ItemModel();
+    const input = e("input.text", { text: "fix it" });
+    m.apply([
+      input,
+      e("input.delivered", { input_seq: input.seq }),
+      e("input.applied", { input_seq: input.seq }),
+      e("agent.text.delta", { message_id: "m1", index: 0, text: "Let me " }),
+      e("agent.text.delta", { message_id: "m1", index: 0, text: "look." }),
+      e("agent.text", { message_id: "m1", text: "Let me look." }),
+      e("agent.tool_use", { id: "t1", name: "Edit", input: { file_path: "/a", old_string: "x", new_string: "y" }, path: "/a" }),
+      e("agent.permission.request", { request_id: "r1", tool_name: "Edit", input: {}, path: "/a" }),
+      e("agent.permission.resolved", { request_id: "r1", decision: "allow", by: "user:admin" }),
+      e("agent.tool_result", { tool_use_id: "t1", is_error: false, summary: "ok" }),
+      e("input.delivered", { input_seq: input.seq }), // late: never downgrades
+      e("something.new", { x: 1 }),
+    ]);
+    const kinds = m.items.map((i) => i.t);
+    expect(kinds).toEqual(["input", "text", "tool", "perm", "raw"]);
+    const [inp, text, tool, perm] = m.items;
+    expect(inp.t === "input" && inp.receipt).toBe("applied");
+    expect(text.t === "text" && [text.text, text.final]).toEqual(["Let me look.", true]);
+    expect(tool.t === "tool" && [tool.status, tool.result]).toEqual(["ok", "ok"]);
+    expect(perm.t === "perm" && perm.decision).toBe("allow");
+  });
+
+  it("gives every agent line its own row", () => {
+    const m = new ItemModel();
+    m.apply(Array.from({ length: 50 }, (_, i) => e("agent.output", { stream: "stdout", text: `line-${i}` })));
+    expect(m.items.length).toBe(50);
+    expect(new Set(m.items.map((i) => i.key)).size).toBe(50);
+  });
+});

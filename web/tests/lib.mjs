@@ -1,0 +1,125 @@
+// Shared plumbing of the browser scenarios and the benchmark: Chromium, the moord API, bounded
+// waits, and the line protocol to the Rust test that owns the processes (tests/tests/web.rs).
+
+import { createInterface } from "node:readline";
+import { chromium } from "playwright-core";
+
+export const URL_BASE = process.env.MOOR_URL ?? "http://127.0.0.1:7070";
+export const TOKEN = process.env.MOOR_TOKEN ?? "";
+export const KEEPALIVE_MS = Number(process.env.MOOR_KEEPALIVE_MS ?? 15000);
+/** The page's watchdog interval for this server (see src/stream.ts watchdogFor). */
+export const WATCHDOG_MS = KEEPALIVE_MS * 2 + 1000;
+export const ARTIFACTS = process.env.MOOR_ARTIFACTS ?? new URL("../artifacts", import.meta.url).pathname;
+export const PHONE = { width: 390, height: 844 };
+
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.MOOR_CHROMIUM ?? "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+  });
+}
+
+/** A phone-sized browser context. */
+export async function phone(browser, opts = {}) {
+  return browser.newContext({ viewport: PHONE, deviceScaleFactor: 2, isMobile: true, hasTouch: true, ...opts });
+}
+
+// ---- requests to the Rust side (tests/tests/web.rs)
+const pending = new Map();
+let nextId = 1;
+let rl = null;
+export function rpc(op, args = {}) {
+  if (!rl) {
+    rl = createInterface({ input: process.stdin });
+    rl.on("line", (line) => {
+      const msg = JSON.parse(line);
+      const p = pending.get(msg.id);
+      pending.delete(msg.id);
+      if (!p) return;
+      if (msg.ok) p.resolve(msg.result);
+      else p.reject(new Error(`${op}: ${msg.error}`));
+    });
+  }
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    pending.set(id, { resolve, reject });
+    process.stdout.write(`@rpc ${JSON.stringify({ id, op, args })}\n`);
+  });
+}
+export function closeRpc() {
+  rl?.close();
+}
+
+// ---- the API, as a second opinion on what the page shows
+export async function api(path, init = {}) {
+  const res = await fetch(`${URL_BASE}/api/v1${path}`, {
+    ...init,
+    headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json", ...(init.headers ?? {}) },
+  });
+  if (!res.ok) throw Object.assign(new Error(`${path}: HTTP ${res.status}`), { status: res.status });
+  return res.json();
+}
+
+export async function allEntries(id) {
+  const out = [];
+  let after = 0;
+  for (let page = 0; page < 10000; page++) {
+    const p = await api(`/sessions/${id}/entries?after=${after}&limit=1000`);
+    out.push(...p.entries);
+    if (!p.has_more || !p.entries.length) break;
+    after = p.entries[p.entries.length - 1].seq;
+  }
+  return out;
+}
+
+/** Re-checks `cond` every 50 ms until it returns a truthy value; fails naming `what` after `ms`. */
+export async function waitFor(what, ms, cond) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await cond();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ""}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function sessionByName(name, ms = 20000) {
+  return waitFor(`session ${name}`, ms, async () => {
+    try {
+      return await api(`/sessions/${encodeURIComponent(name)}`);
+    } catch (e) {
+      if (e.status === 404) return null;
+      throw e;
+    }
+  });
+}
+
+export function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+/** Opens the page with the token, then the session's view. */
+export async function openSession(page, id) {
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await page.waitForFunction(() => window.__moor !== undefined);
+}
+
+export const banner = (page, which) => page.evaluate((w) => {
+  const el = document.getElementById(`${w}-banner`);
+  return el ? { state: el.dataset.state ?? "", text: el.textContent ?? "" } : { state: "", text: "" };
+}, which);
+
+/** Loads every older page into the view; returns the seqs and agent lines it then holds. */
+export async function everything(page) {
+  for (let i = 0; i < 10000; i++) {
+    const more = await page.evaluate(() => window.__moor.hasOlder());
+    if (!more) break;
+    await page.evaluate(() => window.__moor.loadOlder());
+  }
+  return page.evaluate(() => ({ seqs: window.__moor.seqs(), lines: window.__moor.lines(), rendered: window.__moor.renderedSeqs() }));
+}
