@@ -48,6 +48,11 @@ impl Server {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let (auth, token_created) = match &config.admin_token {
+            // An empty token would let an empty bearer in (e.g. an unset variable in compose).
+            Some(t) if t.trim().is_empty() => anyhow::bail!(
+                "the admin token (--admin-token / MOOR_ADMIN_TOKEN) is set but empty; \
+                 give a long random one, or unset it to use <data-dir>/admin.token"
+            ),
             Some(t) => (auth::Auth::with_admin_token(t.clone()), false),
             None => auth::Auth::load_or_create(&config.data_dir)?,
         };

@@ -4,6 +4,8 @@
 //! (the CI machine's server, trust auth). Each test creates its own database there and drops it
 //! afterwards, even when the story fails. When no server answers and `MOOR_TEST_PG_URL` is unset
 //! the Postgres variants are skipped with a loud message; when it is set, they fail instead.
+// A test binary: an unwrap that fails is the test failing, with the error in the message.
+#![allow(clippy::unwrap_used)]
 
 mod pg;
 mod stories;
