@@ -424,9 +424,10 @@ impl Conn {
                 self.seen = Some(f.seq());
                 self.reread_inputs().await
             }
+            // Frames were dropped, and newer ones are queued: the next one re-reads the store.
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 self.seen = None;
-                self.reread_inputs().await
+                return Ok(());
             }
             Err(broadcast::error::RecvError::Closed) => return Ok(()),
         };
