@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod inputs;
 pub mod link;
+pub mod recover;
 pub mod session_dir;
 pub mod spool;
 pub mod status;

@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand};
 use moor_bridge::adapter::{
     terminal, AdapterError, AdapterKind, AdapterMode, AgentOptions, AgentSignal,
 };
-use moor_bridge::config::parse_duration;
 use moor_bridge::backoff::BackoffConfig;
+use moor_bridge::config::parse_duration;
 use moor_bridge::{Bridge, BridgeConfig, BridgeError, BridgeHandle, LinkConfig, Token};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +32,38 @@ struct Cli {
 enum Command {
     /// Run an agent and stream its session to moord: `moor run -- claude`.
     Run(RunArgs),
+    /// Print what was in flight when a session was interrupted, checked against the files here.
+    Recover(RecoverArgs),
+    /// Restart Claude Code on an interrupted session's own agent session, in its directory, with
+    /// the recovery brief as its first prompt.
+    Resume(RecoverArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RecoverArgs {
+    /// Session name or id.
+    session: String,
+    /// moord base URL.
+    #[arg(long, env = "MOOR_SERVER", default_value = moor_bridge::config::DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token for moord.
+    #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON instead of Markdown (recover only).
+    #[arg(long)]
+    json: bool,
+    /// Where spools live (resume only).
+    #[arg(long, env = "MOOR_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+impl RecoverArgs {
+    fn api(&self) -> anyhow::Result<moor_bridge::recover::Api> {
+        let Some(token) = self.token.as_deref().filter(|t| !t.trim().is_empty()) else {
+            bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN");
+        };
+        Ok(moor_bridge::recover::Api::new(&self.server, token)?)
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -137,8 +169,12 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let Command::Run(args) = Cli::parse().command;
-    match run(args) {
+    let result = match Cli::parse().command {
+        Command::Run(args) => run(args),
+        Command::Recover(args) => recover(args),
+        Command::Resume(args) => resume(args),
+    };
+    match result {
         Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)),
         Err(err) => {
             let bridge_err = err.downcast_ref::<BridgeError>();
@@ -162,9 +198,74 @@ fn main() -> ExitCode {
     }
 }
 
+fn recover(args: RecoverArgs) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async {
+        let api = args.api()?;
+        let mut brief = api.brief(&args.session).await?;
+        let cwd = std::env::current_dir().context("read the current directory")?;
+        moor_bridge::recover::check_locally(&mut brief, &cwd, Default::default());
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&brief)?);
+        } else {
+            println!("{}", brief.to_markdown());
+        }
+        Ok(0)
+    })
+}
+
+fn resume(args: RecoverArgs) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    let api = args.api()?;
+    let (plan, _) = runtime.block_on(moor_bridge::recover::plan_resume(
+        &api,
+        &args.session,
+        Default::default(),
+    ))?;
+    std::env::set_current_dir(&plan.cwd).with_context(|| {
+        format!(
+            "enter the session's directory {} (run moor resume on the machine that ran it)",
+            plan.cwd
+        )
+    })?;
+    eprintln!(
+        "moor: resuming {} in {} as session {}",
+        plan.command.join(" "),
+        plan.cwd,
+        plan.session
+    );
+    let mut config = BridgeConfig {
+        server: args.server.clone(),
+        token: Token::new(args.token.clone().unwrap_or_default()),
+        session: Some(plan.session.clone()),
+        state_dir: args.state_dir.clone(),
+        command: plan.command.clone(),
+        print_status: true,
+        mode: AdapterMode::Fixed(AdapterKind::Claude),
+        ..BridgeConfig::default()
+    };
+    config.agent.interactive = terminal::stdin_is_terminal();
+    let prompt = runtime.spawn({
+        let api = api.clone();
+        let plan = plan.clone();
+        async move {
+            moor_bridge::recover::post_prompt_when_ready(&api, &plan, Duration::from_secs(60)).await
+        }
+    });
+    let code = run_bridge(&runtime, config)?;
+    if let Ok(Err(e)) = runtime.block_on(prompt) {
+        eprintln!("moor: the resume prompt could not be sent: {e:#}");
+    }
+    Ok(code)
+}
+
 fn run(args: RunArgs) -> anyhow::Result<i32> {
     let config = args.into_config()?;
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    run_bridge(&runtime, config)
+}
+
+fn run_bridge(runtime: &tokio::runtime::Runtime, config: BridgeConfig) -> anyhow::Result<i32> {
     runtime.block_on(async {
         let bridge = Bridge::new(config);
         let shutdown = CancellationToken::new();

@@ -8,6 +8,7 @@
 //! Permission requests are never answered by default: a request nobody decides stays pending.
 
 pub mod control;
+pub mod intent;
 pub mod map;
 mod process;
 pub mod recovery;
@@ -29,7 +30,9 @@ use self::recovery::{Interruption, RecoveryBrief, RestartReason, ShortBrief};
 use self::render::Renderer;
 use self::watchdog::Watchdog;
 use super::terminal;
-use super::{signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec};
+use super::{
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
+};
 use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
@@ -91,6 +94,7 @@ impl ClaudeAgent {
             status,
             screen,
             mapper: Mapper::new(),
+            intents: intent::Intents::default(),
             renderer: Renderer::default(),
             pending: BTreeMap::new(),
             agent_session_id: None,
@@ -149,6 +153,8 @@ struct Run {
     status: Status,
     screen: mpsc::Sender<Vec<u8>>,
     mapper: Mapper,
+    /// Hashes of files that running mutation calls target.
+    intents: intent::Intents,
     renderer: Renderer,
     watchdog: Watchdog,
     pending: BTreeMap<String, PermissionRequest>,
@@ -201,7 +207,11 @@ impl Run {
     }
 
     /// Map `first` and every line already queued behind it, then spool them with one fsync.
-    async fn output_burst(&mut self, process: &mut Process, first: Out) -> Result<(), AdapterError> {
+    async fn output_burst(
+        &mut self,
+        process: &mut Process,
+        first: Out,
+    ) -> Result<(), AdapterError> {
         let mut drafts = Vec::new();
         self.output(process, first, &mut drafts).await;
         while drafts.len() < BURST_ENTRIES {
@@ -232,7 +242,9 @@ impl Run {
             drafts.push(Draft::new(kinds::AGENT_ACTIVE, silent));
             self.status.note("Claude Code is producing output again");
         }
-        drafts.extend(mapped.drafts);
+        let mut mapped_drafts = mapped.drafts;
+        self.intents.observe(&mut mapped_drafts, &self.spec.cwd);
+        drafts.extend(mapped_drafts);
         for signal in &mapped.signals {
             match signal {
                 Signal::Permission(request) => {
@@ -314,7 +326,9 @@ impl Run {
     ) -> Result<(), String> {
         let request_id = match payload.get("request_id").and_then(|r| r.as_str()) {
             Some(id) => id.to_owned(),
-            None if self.pending.len() == 1 => self.pending.keys().next().cloned().unwrap_or_default(),
+            None if self.pending.len() == 1 => {
+                self.pending.keys().next().cloned().unwrap_or_default()
+            }
             None => return Err("input.permission needs \"request_id\"".into()),
         };
         let allow = match payload.get("decision").and_then(|d| d.as_str()) {
@@ -362,7 +376,11 @@ impl Run {
 
     /// A line typed at `moor`'s terminal: y/n for a pending request, else a prompt. `None`
     /// means EOF: the person is done, let the agent finish and exit.
-    async fn local(&mut self, process: &mut Process, line: Option<String>) -> Result<(), AdapterError> {
+    async fn local(
+        &mut self,
+        process: &mut Process,
+        line: Option<String>,
+    ) -> Result<(), AdapterError> {
         let Some(line) = line else {
             self.stopping = true;
             process.close_stdin();
@@ -416,14 +434,24 @@ impl Run {
         self.status.note(format!(
             "Claude Code has been silent for {} s while {}; reported as stalled",
             stall.silent.as_secs(),
-            if stall.phase == watchdog::Phase::Tool { "a tool runs" } else { "the model responds" }
+            if stall.phase == watchdog::Phase::Tool {
+                "a tool runs"
+            } else {
+                "the model responds"
+            }
         ));
         self.record(vec![Draft::new(kinds::AGENT_STALLED, stall.payload())])
             .await?;
         if self.spec.options.auto_resume {
             let open_tool = stall.tool.clone();
-            self.restart(process, RestartReason::Stalled, open_tool, stall.silent, None)
-                .await?;
+            self.restart(
+                process,
+                RestartReason::Stalled,
+                open_tool,
+                stall.silent,
+                None,
+            )
+            .await?;
         }
         Ok(())
     }
