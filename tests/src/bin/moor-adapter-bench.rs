@@ -194,7 +194,9 @@ async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -
         .error_for_status()?;
     let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
-    tokio::time::timeout(GUARD, async {
+    let mut seen = 0u64;
+    let mut last_seq = 0u64;
+    let waited = tokio::time::timeout(GUARD, async {
         while let Some(chunk) = body.next().await {
             buf.extend_from_slice(&chunk?);
             let mut start = 0;
@@ -203,8 +205,17 @@ async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -
                 start += end + 1;
                 if let Some(data) = line.strip_prefix(b"data:") {
                     let entry: Value = serde_json::from_slice(data)?;
+                    seen += 1;
+                    let seq = entry["seq"].as_u64().unwrap_or(0);
+                    if seq != last_seq + 1 {
+                        bail!("the viewer got seq {seq} after {last_seq}: a gap or a duplicate");
+                    }
+                    last_seq = seq;
                     if done(&entry) {
                         return Ok(());
+                    }
+                    if entry["kind"] == "session.ended" {
+                        bail!("the session ended before the viewer saw everything ({seen} entries)");
                     }
                 }
             }
@@ -212,6 +223,9 @@ async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -
         }
         bail!("the event stream ended early")
     })
-    .await
-    .context("viewer timed out")?
+    .await;
+    match waited {
+        Ok(result) => result,
+        Err(_) => bail!("viewer timed out after {seen} entries"),
+    }
 }
