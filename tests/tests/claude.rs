@@ -31,8 +31,10 @@ impl Claude {
         let bridge = opts.spawn();
         let id = server.api().wait_session(&name, WAIT).await.id;
         let mut tail = LogTail::new(server.api(), id);
-        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| e.payload["adapter"] == "claude")
-            .await;
+        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+            e.payload["adapter"] == "claude"
+        })
+        .await;
         Self {
             env,
             server,
@@ -78,7 +80,12 @@ impl Claude {
     async fn stop(mut self) -> Vec<Entry> {
         self.bridge.terminate();
         self.bridge.wait_exit(FINISH).await;
-        let name = self.server.session(&self.id.to_string()).await.unwrap().name;
+        let name = self
+            .server
+            .session(&self.id.to_string())
+            .await
+            .expect("the session exists")
+            .name;
         self.server.api().wait_ended(&name, WAIT).await;
         self.server.api().entries_all(self.id).await
     }
@@ -100,7 +107,10 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
 
     // act
     let seq = c
-        .prompt(&format!("[[write:{}:hi from the fake model]]", file.display()))
+        .prompt(&format!(
+            "[[write:{}:hi from the fake model]]",
+            file.display()
+        ))
         .await;
     let result = c.turn_result(seq).await;
 
@@ -118,20 +128,36 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
         ],
         "{turn:#?}"
     );
-    let session = turn.iter().find(|e| e.kind == kinds::AGENT_SESSION).unwrap();
+    let session = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_SESSION)
+        .unwrap();
     assert!(session.payload["agent_session_id"].as_str().unwrap().len() > 10);
     assert!(session.payload["model"].is_string());
-    let tool = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_USE).unwrap();
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
     assert_eq!(tool.payload["name"], "Write");
     assert_eq!(tool.payload["path"], file.display().to_string());
-    let tool_result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    let tool_result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
     assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(tool_result.payload["is_error"], false);
-    assert!(turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA), "deltas stream");
-    assert_eq!(result.payload["is_error"], false);
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi from the fake model");
     assert!(
-        turn.iter().any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == seq),
+        turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA),
+        "deltas stream"
+    );
+    assert_eq!(result.payload["is_error"], false);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "hi from the fake model"
+    );
+    assert!(
+        turn.iter()
+            .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == seq),
         "the prompt is accounted as applied"
     );
 
@@ -139,21 +165,26 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
     let seq = c.prompt("[[bash:echo hi-from-bash]]").await;
     c.turn_result(seq).await;
     let turn = c.after(seq);
-    let tool_result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    let tool_result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
     assert_eq!(tool_result.payload["summary"], "hi-from-bash");
     let log = c.stop().await;
     moor_e2e::assert_contiguous(&log);
 }
 
 #[tokio::test]
-async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_sees_the_pending_request()
-{
+async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_sees_the_pending_request(
+) {
     let mut c = Claude::start(&[], &[]).await;
     let denied = c.env.file("denied.txt");
     let approved = c.env.file("approved.txt");
 
     // a tool call that needs permission: the request is a log entry, pending
-    let seq = c.prompt(&format!("[[bash:touch {}]]", denied.display())).await;
+    let seq = c
+        .prompt(&format!("[[bash:touch {}]]", denied.display()))
+        .await;
     let request = c
         .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
@@ -162,23 +193,43 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
     let request_id = request.payload["request_id"].as_str().unwrap().to_owned();
 
     // a viewer who joins later sees it pending: the request and no resolution
-    let late = SseClient::connect(c.server.api().base(), c.server.token(), c.id, SseOpts::default());
+    let late = SseClient::connect(
+        c.server.api().base(),
+        c.server.token(),
+        c.id,
+        SseOpts::default(),
+    );
     late.wait_seq(request.seq.0, WAIT).await;
     let seen = late.snapshot().entries;
-    assert!(seen.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST
-        && e.payload["request_id"] == request_id.as_str()));
-    assert!(!seen.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED));
-    assert!(!denied.exists(), "nothing runs while the request is pending");
+    assert!(seen
+        .iter()
+        .any(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST
+            && e.payload["request_id"] == request_id.as_str()));
+    assert!(!seen
+        .iter()
+        .any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED));
+    assert!(
+        !denied.exists(),
+        "nothing runs while the request is pending"
+    );
 
     // a decision for a request that does not exist is refused, the real one stays pending
     let bogus = c
-        .input(kinds::INPUT_PERMISSION, json!({"request_id": "nope", "decision": "allow"}))
+        .input(
+            kinds::INPUT_PERMISSION,
+            json!({"request_id": "nope", "decision": "allow"}),
+        )
         .await;
     let failed = c
         .tail
-        .wait_kind(kinds::INPUT_FAILED, bogus, WAIT, |e| e.payload["input_seq"] == bogus)
+        .wait_kind(kinds::INPUT_FAILED, bogus, WAIT, |e| {
+            e.payload["input_seq"] == bogus
+        })
         .await;
-    assert!(failed.payload["reason"].as_str().unwrap().contains("no pending permission request"));
+    assert!(failed.payload["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no pending permission request"));
 
     // deny: the tool does not run, the model gets an error result
     let deny = c
@@ -189,20 +240,30 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
         .await;
     c.turn_result(deny).await;
     let turn = c.after(request.seq.0);
-    let resolved = turn.iter().find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED).unwrap();
+    let resolved = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
+        .unwrap();
     assert_eq!(resolved.payload["decision"], "deny");
     assert_eq!(resolved.payload["by"], "user:admin");
     assert_eq!(resolved.payload["input_seq"], deny);
-    let result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    let result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
     assert_eq!(result.payload["is_error"], true);
     assert!(!denied.exists(), "a denied tool never ran");
     late.wait_for(WAIT, "the late viewer sees the decision", |s| {
-        s.entries.iter().any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
+        s.entries
+            .iter()
+            .any(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
     })
     .await;
 
     // approve: the tool runs
-    let seq = c.prompt(&format!("[[bash:touch {}]]", approved.display())).await;
+    let seq = c
+        .prompt(&format!("[[bash:touch {}]]", approved.display()))
+        .await;
     let request = c
         .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
@@ -238,10 +299,19 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
     let waited = started.elapsed();
     assert_eq!(stalled.payload["phase"], "streaming");
     let silent = stalled.payload["silent_ms"].as_u64().unwrap();
-    assert!((2000..3500).contains(&silent), "reported after {silent} ms of silence");
-    assert!(waited < stall + Duration::from_secs(3), "seen by a viewer {waited:?} after the prompt");
+    assert!(
+        (2000..3500).contains(&silent),
+        "reported after {silent} ms of silence"
+    );
+    assert!(
+        waited < stall + Duration::from_secs(3),
+        "seen by a viewer {waited:?} after the prompt"
+    );
     // the last word before the silence was logged
-    assert!(c.after(seq).iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA));
+    assert!(c
+        .after(seq)
+        .iter()
+        .any(|e| e.kind == kinds::AGENT_TEXT_DELTA));
 
     // an interrupt stops the stalled turn
     let int = c.input(kinds::INPUT_INTERRUPT, json!({})).await;
@@ -252,7 +322,11 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
 
 #[tokio::test]
 async fn a_long_running_tool_is_not_reported_as_a_stall() {
-    let mut c = Claude::start(&[("--stall-timeout", "1s")], &["--permission-mode", "acceptEdits"]).await;
+    let mut c = Claude::start(
+        &[("--stall-timeout", "1s")],
+        &["--permission-mode", "acceptEdits"],
+    )
+    .await;
     let seq = c.prompt("[[bash:sleep 3 && echo slept]]").await;
     // sleep may need a decision in this permission mode; time spent waiting for a person is no
     // stall either
@@ -260,11 +334,16 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
         .wait_for(FINISH, "a permission request or the tool result", |es| {
             es.iter().any(|e| {
                 e.seq.0 > seq
-                    && (e.kind == kinds::AGENT_PERMISSION_REQUEST || e.kind == kinds::AGENT_TOOL_RESULT)
+                    && (e.kind == kinds::AGENT_PERMISSION_REQUEST
+                        || e.kind == kinds::AGENT_TOOL_RESULT)
             })
         })
         .await;
-    if let Some(req) = c.after(seq).into_iter().find(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST) {
+    if let Some(req) = c
+        .after(seq)
+        .into_iter()
+        .find(|e| e.kind == kinds::AGENT_PERMISSION_REQUEST)
+    {
         c.input(
             kinds::INPUT_PERMISSION,
             json!({"request_id": req.payload["request_id"], "decision": "allow"}),
@@ -273,7 +352,10 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
     }
     c.turn_result(seq).await;
     let turn = c.after(seq);
-    let result = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_RESULT).unwrap();
+    let result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
     assert_eq!(result.payload["summary"], "slept");
     assert!(
         !turn.iter().any(|e| e.kind == kinds::AGENT_STALLED),
@@ -286,7 +368,10 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
 async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finishes_the_turn() {
     let mut c = Claude::start(&[("--stall-timeout", "2s"), ("--auto-resume", "")], &[]).await;
     let seq = c.prompt("[[stall]] then recover").await;
-    let stalled = c.tail.wait_kind(kinds::AGENT_STALLED, seq, FINISH, |_| true).await;
+    let stalled = c
+        .tail
+        .wait_kind(kinds::AGENT_STALLED, seq, FINISH, |_| true)
+        .await;
     let restart = c
         .tail
         .wait_kind(kinds::AGENT_RESTART, stalled.seq.0, FINISH, |_| true)
@@ -310,6 +395,9 @@ async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finish
     );
     let prompts = c.env.api.prompts();
     let recovery = prompts.last().unwrap();
-    assert!(recovery.contains("stalled") && recovery.contains("inspect"), "{recovery}");
+    assert!(
+        recovery.contains("stalled") && recovery.contains("inspect"),
+        "{recovery}"
+    );
     c.stop().await;
 }

@@ -30,8 +30,10 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     let api = server.api();
     let id = api.wait_session(&name, WAIT).await.id;
     let mut tail = LogTail::new(api.clone(), id);
-    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| e.payload["text"] == "still here")
-        .await;
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
+        e.payload["text"] == "still here"
+    })
+    .await;
 
     // act: keystrokes the claude adapter does not take, then a prompt that crashes the agent,
     // then one more prompt racing the crash
@@ -50,10 +52,15 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     let of = |k: &str| log.iter().filter(|e| e.kind == k).collect::<Vec<_>>();
     assert_eq!(of(kinds::AGENT_SESSION).len(), 1);
     let event = of(kinds::AGENT_EVENT);
-    assert!(event.iter().any(|e| e.payload["type"] == "hologram"), "unknown type kept");
+    assert!(
+        event.iter().any(|e| e.payload["type"] == "hologram"),
+        "unknown type kept"
+    );
     let errors = of(kinds::AGENT_ERROR);
     assert!(
-        errors.iter().any(|e| e.payload["line"] == "this is not json"),
+        errors
+            .iter()
+            .any(|e| e.payload["line"] == "this is not json"),
         "malformed line kept: {errors:?}"
     );
     assert_eq!(of(kinds::AGENT_EXIT)[0].payload["code"], 3);
@@ -69,8 +76,15 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
         .into_iter()
         .find(|e| e.payload["input_seq"] == keys.seq.0)
         .expect("keystrokes to claude fail with a reason");
-    assert!(failed_keys.payload["reason"].as_str().unwrap().contains("input.text"));
+    assert!(failed_keys.payload["reason"]
+        .as_str()
+        .unwrap()
+        .contains("input.text"));
     for seq in [keys.seq.0, crash.seq.0, late.seq.0] {
-        assert_eq!(terminal(seq), 1, "input {seq} applied or failed exactly once");
+        assert_eq!(
+            terminal(seq),
+            1,
+            "input {seq} applied or failed exactly once"
+        );
     }
 }

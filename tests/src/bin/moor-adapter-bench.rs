@@ -58,10 +58,14 @@ async fn main() -> Result<()> {
     let (bare, moor) = (median(bare), median(moor));
     println!("PTY throughput, {mb} MB of random bytes, median of {runs}:");
     println!("  bare PTY (drained)                 {bare:8.1} MB/s");
-    println!("  moor --mode pty -> moord -> viewer {moor:8.1} MB/s  ({:.0}% of bare)", 100.0 * moor / bare);
+    println!(
+        "  moor --mode pty -> moord -> viewer {moor:8.1} MB/s  ({:.0}% of bare)",
+        100.0 * moor / bare
+    );
 
-    let capture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../agent-bridge/tests/fixtures/claude-code/06_bash_include_partial_messages.stream.jsonl");
+    let capture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../agent-bridge/tests/fixtures/claude-code/06_bash_include_partial_messages.stream.jsonl",
+    );
     let lines = std::fs::read_to_string(&capture)
         .with_context(|| format!("read {}", capture.display()))?
         .lines()
@@ -184,7 +188,11 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
 
 /// Follows the session's SSE stream from the start, handing each entry to `done` until it says
 /// so.
-async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -> bool) -> Result<()> {
+async fn view(
+    server: &TestServer,
+    id: SessionId,
+    mut done: impl FnMut(&Value) -> bool,
+) -> Result<()> {
     let url = format!("{}/api/v1/sessions/{id}/events?after=0", server.url());
     let resp = reqwest::Client::new()
         .get(url)
@@ -215,7 +223,9 @@ async fn view(server: &TestServer, id: SessionId, mut done: impl FnMut(&Value) -
                         return Ok(());
                     }
                     if entry["kind"] == "session.ended" {
-                        bail!("the session ended before the viewer saw everything ({seen} entries)");
+                        bail!(
+                            "the session ended before the viewer saw everything ({seen} entries)"
+                        );
                     }
                 }
             }
