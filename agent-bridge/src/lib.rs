@@ -11,6 +11,7 @@
 pub mod adapter;
 pub mod backoff;
 mod bridge;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod inputs;
