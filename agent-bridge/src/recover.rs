@@ -166,6 +166,13 @@ pub async fn plan_resume(
         .and_then(|s| s.agent.cwd.clone())
         .filter(|c| !c.is_empty())
         .unwrap_or(agent.cwd);
+    // The same Claude Code binary the session ran, if it was one.
+    let program = agent
+        .command
+        .first()
+        .filter(|c| Path::new(c).file_name().is_some_and(|n| n == "claude"))
+        .cloned()
+        .unwrap_or_else(|| "claude".to_owned());
     let mut brief = api.brief(key).await?;
     check_locally(&mut brief, Path::new(&cwd), policy);
     let session = match info.status {
@@ -177,7 +184,7 @@ pub async fn plan_resume(
         prompt_id: format!("resume-{}-{}", info.id, info.head_seq),
         session,
         cwd,
-        command: vec!["claude".into(), "--resume".into(), agent_session],
+        command: vec![program, "--resume".into(), agent_session],
         prompt: brief.resume_prompt.clone(),
     };
     Ok((plan, brief))
