@@ -29,6 +29,8 @@ export interface SessionDeps {
   outbox: Outbox;
   role: Role;
   keepaliveMs: number;
+  /** The session's info, if the page already asked for it. */
+  early?: Promise<SessionInfo | null>;
 }
 
 /** Test and benchmark hooks (window.__moor). */
@@ -319,15 +321,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     { watchdogMs: watchdogFor(deps.keepaliveMs) },
   );
 
-  async function reanchor(head: number): Promise<void> {
+  /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
+  function reanchor(head: number): Promise<boolean> {
     win.reset(head);
-    if (head > 0) {
-      const page = await api.entriesBefore(id, head + 1, PAGE);
-      win.prepend(page.entries, page.has_more);
-    }
     model.rebuild(win.entries);
     vl.reset();
     term?.reload(win.entries);
+    return loadOlder();
   }
 
   // ---- open
@@ -338,7 +338,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawPending();
     let first: SessionInfo;
     try {
-      first = await api.session(id);
+      first = (await deps.early) ?? (await api.session(id));
+      performance.mark("moor:info");
     } catch (e) {
       setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
       // The stream loop retries (and says so) until the server answers.
@@ -358,10 +359,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       } else if (control) {
         interrupt.hidden = first.agent?.adapter !== "claude";
       }
-      await reanchor(anchor);
-      if (stopped) return;
+      // Live entries and the history below them load at the same time.
+      void reanchor(anchor).then(() => performance.mark("moor:history"));
     }
-    stream.start();
+    stream.start(first ?? undefined);
   })().catch((e) => {
     if (e instanceof GapError) stream.restart(e.message);
   });
