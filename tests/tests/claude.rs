@@ -95,7 +95,8 @@ fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
     entries
         .iter()
         .map(|e| e.kind.as_str())
-        .filter(|k| k.starts_with("agent.") && *k != kinds::AGENT_TEXT_DELTA)
+        // Deltas stream in between; intent records are checked on their own below.
+        .filter(|k| k.starts_with("agent.") && *k != kinds::AGENT_TEXT_DELTA && !k.starts_with("agent.tool.intent"))
         .collect()
 }
 
@@ -146,6 +147,12 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
         .unwrap();
     assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(tool_result.payload["is_error"], false);
+    // The bridge hashed the target before the Write and found it applied after.
+    let intent = turn.iter().find(|e| e.kind == moor_protocol::state::TOOL_INTENT).unwrap();
+    assert_eq!(intent.payload["tool_use_id"], tool.payload["id"]);
+    assert_eq!(intent.payload["before"], Value::Null, "the file did not exist before");
+    let checked = turn.iter().find(|e| e.kind == moor_protocol::state::TOOL_INTENT_CHECKED).unwrap();
+    assert_eq!(checked.payload["verdict"], "applied");
     assert!(
         turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA),
         "deltas stream"
