@@ -75,15 +75,18 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     text,
     h("button.send", { type: "submit", "aria-label": "Send" }, "Send"),
   );
-  const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", onclick: () => void send("input.interrupt", {}) }, "■");
+  const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", hidden: true, onclick: () => void send("input.interrupt", {}) }, "■");
   const header = h(
     "header.top",
     null,
-    h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), title, h("div.spacer"),
+    h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), title, h("div.spacer"), themeButton()),
+    h(
+      "div.row.tools",
+      null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", onclick: () => openShare() }, "Share"),
-      themeButton()),
+    ),
     streamBanner,
     bridgeBanner,
     recoveryBar,
@@ -356,9 +359,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
         termBox.hidden = false;
         scroller.classList.add("under-term");
-      } else if (control) {
-        interrupt.hidden = first.agent?.adapter !== "claude";
       }
+      interrupt.hidden = first.agent?.adapter !== "claude";
       // Live entries and the history below them load at the same time.
       void reanchor(anchor).then(() => performance.mark("moor:history"));
     }
