@@ -65,7 +65,7 @@ try {
   const t0 = Date.now();
   start(join(BIN, "moor"), [
     "run", "--server", url, "--token", token, "--session", "bench-big", "--state-dir", join(dir, "state-big"), "--",
-    "bash", "-c", `seq 1 ${N}; while :; do echo live; sleep 0.05; done`,
+    "bash", "-c", `seq 1 ${N}; while :; do echo live || exit; sleep 0.05; done`,
   ]);
   const big = await waitFor("the session", 30000, () => api("/sessions/bench-big"));
   await waitFor(`${N} entries`, 600000, async () => (await api(`/sessions/${big.id}`)).head_seq >= N + 5);
@@ -123,7 +123,7 @@ try {
   // Paced by the clock: line n is written at n × 2 ms, whatever the scheduling (500/s).
   start(join(BIN, "moor"), [
     "run", "--server", url, "--token", token, "--session", "bench-rate", "--state-dir", join(dir, "state-rate"), "--",
-    "bash", "-c", "s=$(date +%s%N); n=0; while :; do t=$(( ($(date +%s%N) - s) / 2000000 )); if [ $t -gt $n ]; then seq $((n+1)) $t; n=$t; fi; sleep 0.01; done",
+    "bash", "-c", "s=$(date +%s%N); n=0; while :; do t=$(( ($(date +%s%N) - s) / 2000000 )); if [ $t -gt $n ]; then seq $((n+1)) $t || exit; n=$t; fi; sleep 0.01; done",
   ]);
   const rate = await waitFor("the session", 30000, () => api("/sessions/bench-rate"));
   await rp.goto(`${url}/#/s/${rate.id}`);
@@ -156,5 +156,6 @@ try {
   );
   await browser.close();
 } finally {
+  // SIGKILL leaves nothing to flush; the agents exit when their output pipe closes.
   for (const c of children) c.kill("SIGKILL");
 }
