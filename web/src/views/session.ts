@@ -1,7 +1,7 @@
 // The session view: banners that tell the truth about the page's stream and the agent's bridge,
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
-import { api, canControl, type Role } from "../api";
+import { api, ApiError, canControl, type Role } from "../api";
 import { clock, h, themeButton } from "../dom";
 import { ItemModel } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
@@ -12,6 +12,7 @@ import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
+import { tokenForm } from "./list";
 import { renderItem, type RenderCtx } from "./render";
 import { checkpointsPanel, PHASE_TEXT, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
@@ -345,6 +346,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       performance.mark("moor:info");
     } catch (e) {
       setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
+      if (e instanceof ApiError && e.status === 401) {
+        // No stream without a token: ask for one (the form reloads the page).
+        streamBanner.replaceChildren(tokenForm());
+        return;
+      }
       // The stream loop retries (and says so) until the server answers.
       first = null as unknown as SessionInfo;
     }

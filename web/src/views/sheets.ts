@@ -2,7 +2,7 @@
 
 import qrcode from "qrcode-generator";
 import { api, ApiError, token } from "../api";
-import { ago, clock, h } from "../dom";
+import { clock, h } from "../dom";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
 import type { SessionState } from "../protocol/SessionState";
@@ -164,6 +164,5 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     ),
     h("label.check", null, withToken, " include my access token (full access: share only with yourself)"),
     h("p.muted", null, "Read-only share links come with accounts and roles; until then a link without a token asks for one."),
-    h("p.muted", null, `Generated ${ago(Date.now())}.`),
   );
 }
