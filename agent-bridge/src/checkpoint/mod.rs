@@ -9,6 +9,7 @@
 //! [`snapshot`], [`describe`], [`restore`], [`upload`] — is blocking and also serves
 //! `moor checkpoints`.
 
+pub mod cli;
 pub mod client;
 pub mod describe;
 pub mod git;
