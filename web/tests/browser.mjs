@@ -289,6 +289,19 @@ scenario("session list and dark mode at phone size", async ({ browser }) => {
   }
 });
 
+scenario("a share link without a token asks for one, then shows the session", async ({ browser }) => {
+  const id = (await api("/sessions/web-reload")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}`);
+  await page.waitForSelector(".token-form input", { timeout: 10000 });
+  await shot(page, "token-prompt");
+  await page.fill(".token-form input", TOKEN);
+  await page.click(".token-form button");
+  await page.waitForFunction(() => window.__moor && window.__moor.renderedSeqs().length > 0, null, { timeout: 10000 });
+  await ctx.close();
+});
+
 scenario("installable: manifest, icons and a service worker that never caches session data", async ({ browser }) => {
   const manifest = await (await fetch(`${URL_BASE}/manifest.webmanifest`)).json();
   assert(manifest.display === "standalone" && manifest.icons.some((i) => i.sizes === "512x512"), "manifest with a 512 icon");
