@@ -227,7 +227,12 @@ async fn a_full_screen_editor_runs_and_a_viewer_can_edit_and_save_with_it() {
     s.keys(id, 1, "ihello from the phone\x1b").await;
     wait_output(&mut s.tail, "hello from the phone", WAIT).await;
     s.keys(id, 2, ":wq\r").await;
-    assert!(term.wait_exit(FINISH).await.success());
+    let status = term.wait_exit(FINISH).await;
+    assert!(
+        status.success(),
+        "moor exited with {status}; screen:\n{}",
+        String::from_utf8_lossy(&term.screen())
+    );
     assert_eq!(
         std::fs::read_to_string(&file).unwrap().trim_end(),
         "hello from the phone"

@@ -153,6 +153,7 @@ impl PtyAgent {
         );
 
         let mut spool_failure = None;
+        let mut spooler_done = false;
         let status_code = loop {
             tokio::select! {
                 s = child.wait() => break s?,
@@ -161,10 +162,12 @@ impl PtyAgent {
                         tracing::warn!(error = %e, ?signal, "could not signal the agent");
                     }
                 }
-                result = &mut spooler, if spool_failure.is_none() => {
+                result = &mut spooler, if !spooler_done => {
+                    spooler_done = true;
                     let err = match result {
+                        // The terminal closed before the exit status came in: all is spooled.
+                        Ok(Ok(_)) => continue,
                         Ok(Err(e)) => e,
-                        Ok(Ok(_)) => SpoolError::Encode("output writer stopped early".into()),
                         Err(e) => SpoolError::Encode(format!("output writer failed: {e}")),
                     };
                     tracing::error!(error = %err, "cannot spool terminal output; stopping the agent");
@@ -188,9 +191,11 @@ impl PtyAgent {
             pump.abort();
             let _ = (&mut pump).await;
         }
-        spooler
-            .await
-            .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
+        if !spooler_done {
+            spooler
+                .await
+                .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
+        }
         let exit = AgentExit::from_status(status_code);
         spool
             .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
