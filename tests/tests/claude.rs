@@ -96,7 +96,11 @@ fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
         .iter()
         .map(|e| e.kind.as_str())
         // Deltas stream in between; intent records are checked on their own below.
-        .filter(|k| k.starts_with("agent.") && *k != kinds::AGENT_TEXT_DELTA && !k.starts_with("agent.tool.intent"))
+        .filter(|k| {
+            k.starts_with("agent.")
+                && *k != kinds::AGENT_TEXT_DELTA
+                && !k.starts_with("agent.tool.intent")
+        })
         .collect()
 }
 
@@ -148,10 +152,20 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
     assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(tool_result.payload["is_error"], false);
     // The bridge hashed the target before the Write and found it applied after.
-    let intent = turn.iter().find(|e| e.kind == moor_protocol::state::TOOL_INTENT).unwrap();
+    let intent = turn
+        .iter()
+        .find(|e| e.kind == moor_protocol::state::TOOL_INTENT)
+        .unwrap();
     assert_eq!(intent.payload["tool_use_id"], tool.payload["id"]);
-    assert_eq!(intent.payload["before"], Value::Null, "the file did not exist before");
-    let checked = turn.iter().find(|e| e.kind == moor_protocol::state::TOOL_INTENT_CHECKED).unwrap();
+    assert_eq!(
+        intent.payload["before"],
+        Value::Null,
+        "the file did not exist before"
+    );
+    let checked = turn
+        .iter()
+        .find(|e| e.kind == moor_protocol::state::TOOL_INTENT_CHECKED)
+        .unwrap();
     assert_eq!(checked.payload["verdict"], "applied");
     assert!(
         turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA),
@@ -331,11 +345,11 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
 #[tokio::test]
 async fn a_long_running_tool_is_not_reported_as_a_stall() {
     let mut c = Claude::start(
-        &[("--stall-timeout", "1s")],
+        &[("--stall-timeout", "2s")],
         &["--permission-mode", "acceptEdits"],
     )
     .await;
-    let seq = c.prompt("[[bash:sleep 3 && echo slept]]").await;
+    let seq = c.prompt("[[bash:sleep 5 && echo slept]]").await;
     // sleep may need a decision in this permission mode; time spent waiting for a person is no
     // stall either
     c.tail
@@ -360,14 +374,27 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
     }
     c.turn_result(seq).await;
     let turn = c.after(seq);
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
     let result = turn
         .iter()
         .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
         .unwrap();
     assert_eq!(result.payload["summary"], "slept");
     assert!(
-        !turn.iter().any(|e| e.kind == kinds::AGENT_STALLED),
-        "a 3 s tool with a 1 s stall limit is not a stall: {turn:#?}"
+        result.ts - tool.ts > 2000,
+        "the tool ran longer than the stall limit"
+    );
+    // A slow machine may make the model side exceed 2 s; the running tool must never count.
+    let tool_stalls: Vec<_> = turn
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_STALLED && e.payload["phase"] != "streaming")
+        .collect();
+    assert!(
+        tool_stalls.is_empty(),
+        "a 5 s tool with a 2 s stall limit is not a stall: {tool_stalls:#?}"
     );
     c.stop().await;
 }
