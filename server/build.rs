@@ -17,11 +17,10 @@ fn main() {
         collect(&dist, &dist, &mut files);
         files.sort();
     } else {
-        // Watch for the client being built (web/dist appearing): the web dir without its
-        // dependencies would be ideal, but cargo watches directories recursively; `package.json`
-        // changes whenever `scripts/build-web` installs, and the dist stamp below when it builds.
-        println!("cargo:rerun-if-changed=../web/package.json");
-        println!("cargo:rerun-if-changed=../web/dist/index.html");
+        // Watch for the client being built: web/dist appearing changes what is under web/. (A
+        // path that does not exist would make cargo rerun this script, and so rebuild moord, on
+        // every build.)
+        println!("cargo:rerun-if-changed=../web");
     }
     let mut src = String::from(
         "/// Every file of the built web client: (URL path, content type, bytes).\npub(crate) static ASSETS: &[(&str, &str, &[u8])] = &[\n",

@@ -12,9 +12,12 @@ use moor_protocol::bridge::AgentInfo;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use moor_protocol::checkpoint::CheckpointReason;
+
 use crate::adapter::{
-    AdapterDone, AdapterError, AdapterIo, Agent, AgentExit, AgentSignal, AgentSpec,
+    AdapterDone, AdapterError, AdapterIo, AdapterKind, Agent, AgentExit, AgentSignal, AgentSpec,
 };
+use crate::checkpoint::{CheckpointConfig, CheckpointContext, Checkpoints};
 use crate::config::{self, BridgeConfig};
 use crate::error::BridgeError;
 use crate::inputs::Inputs;
@@ -24,6 +27,8 @@ use crate::status::Status;
 
 /// After a terminal link error, how long the agent gets to exit after SIGTERM before SIGKILL.
 const TERMINATE_GRACE: Duration = Duration::from_secs(5);
+/// How long the agent's exit waits for its checkpoint before the session is ended.
+const EXIT_CHECKPOINT_PATIENCE: Duration = Duration::from_secs(20);
 /// Why inputs that arrive after the agent exited fail.
 const AGENT_GONE: &str = "the agent has exited";
 
@@ -76,6 +81,7 @@ pub struct Bridge {
     signals_tx: mpsc::UnboundedSender<AgentSignal>,
     signals_rx: mpsc::UnboundedReceiver<AgentSignal>,
     running: watch::Sender<bool>,
+    checkpoints: Option<CheckpointConfig>,
 }
 
 impl Bridge {
@@ -88,7 +94,15 @@ impl Bridge {
             signals_tx,
             signals_rx,
             running,
+            checkpoints: None,
         }
+    }
+
+    /// Checkpoints the agent's git work tree while it runs (off unless asked for, so embedding
+    /// the bridge never writes refs into whatever repository the process happens to be in).
+    pub fn with_checkpoints(mut self, config: CheckpointConfig) -> Self {
+        self.checkpoints = Some(config);
+        self
     }
 
     /// A handle for forwarding signals to the agent.
@@ -107,6 +121,7 @@ impl Bridge {
             signals_tx,
             signals_rx,
             running,
+            checkpoints: checkpoint_config,
         } = self;
         if config.token.is_empty() {
             return Err(BridgeError::Config(
@@ -141,7 +156,28 @@ impl Bridge {
         let kind = config
             .mode
             .resolve(&config.command, config.agent.interactive);
-        let agent = Agent::start(kind, &spec)?;
+        let checkpoints = match checkpoint_config.clone() {
+            Some(c) => Checkpoints::start(
+                c,
+                CheckpointContext {
+                    cwd: cwd.clone(),
+                    session: session.clone(),
+                    server: config.server.clone(),
+                    token: config.token.expose().to_owned(),
+                    spool: dir.spool.clone(),
+                    status: status.clone(),
+                    after_tools: kind == AdapterKind::Claude,
+                },
+            ),
+            None => Checkpoints::disabled(),
+        };
+        let agent = match Agent::start(kind, &spec) {
+            Ok(agent) => agent,
+            Err(e) => {
+                checkpoints.abort();
+                return Err(e.into());
+            }
+        };
         let pid = agent.pid();
         running.send_replace(true);
 
@@ -184,12 +220,17 @@ impl Bridge {
                             // Receipts for inputs already here must be queued before the link may
                             // end the session, or they would never reach the server.
                             while !inputs_exhausted(&mut inputs).await {}
+                            // Its `checkpoint.created` must be spooled before the link may end
+                            // the session.
+                            checkpoints.take_now(CheckpointReason::Exit, EXIT_CHECKPOINT_PATIENCE).await;
                             agent_exit = Some(exit);
                             leftover_inputs = Some(inputs);
                             ports.finish.send_replace(true);
                         }
                         Err(e) => {
                             // Without an adapter nothing new can be recorded; keep what is spooled.
+                            checkpoints.take_now(CheckpointReason::Exit, EXIT_CHECKPOINT_PATIENCE).await;
+                            checkpoints.abort();
                             link_stop.cancel();
                             let _ = (&mut link_fut).await;
                             return Err(e.into());
@@ -202,8 +243,16 @@ impl Bridge {
         };
         running.send_replace(false);
 
+        let grace = checkpoint_config.map(|c| c.upload_grace).unwrap_or_default();
         match link_result {
             Ok(LinkEnd::Ended) => {
+                let left = checkpoints.finish(grace).await;
+                if left > 0 {
+                    status.note(format!(
+                        "{left} checkpoint(s) not uploaded yet; they are kept in this repository \
+                         (refs/moor/checkpoints) and uploaded by `moor checkpoints push` or the next `moor run` here"
+                    ));
+                }
                 let agent = agent_exit.unwrap_or_default();
                 status.note(format!("session {session} ended; everything was delivered"));
                 if let Err(e) = dir.remove() {
@@ -212,6 +261,7 @@ impl Bridge {
                 Ok(BridgeExit::Ended { agent })
             }
             Ok(LinkEnd::Shutdown) => {
+                checkpoints.abort();
                 if agent_exit.is_none() {
                     let _ = crate::adapter::signal_agent(pid, AgentSignal::Terminate);
                 }
@@ -230,6 +280,7 @@ impl Bridge {
                 if agent_exit.is_none() {
                     stop_agent(pid, &signals_tx, agent_fut).await;
                 }
+                checkpoints.abort();
                 Err(err.into())
             }
         }

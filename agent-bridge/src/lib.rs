@@ -11,10 +11,12 @@
 pub mod adapter;
 pub mod backoff;
 mod bridge;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod inputs;
 pub mod link;
+pub mod recover;
 pub mod session_dir;
 pub mod spool;
 pub mod status;

@@ -10,8 +10,9 @@ use clap::{Parser, Subcommand};
 use moor_bridge::adapter::{
     terminal, AdapterError, AdapterKind, AdapterMode, AgentOptions, AgentSignal,
 };
-use moor_bridge::config::parse_duration;
 use moor_bridge::backoff::BackoffConfig;
+use moor_bridge::checkpoint::{self, cli, cli::CliContext, restore::Target, CheckpointConfig};
+use moor_bridge::config::parse_duration;
 use moor_bridge::{Bridge, BridgeConfig, BridgeError, BridgeHandle, LinkConfig, Token};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,129 @@ struct Cli {
 enum Command {
     /// Run an agent and stream its session to moord: `moor run -- claude`.
     Run(RunArgs),
+    /// Print what was in flight when a session was interrupted, checked against the files here.
+    Recover(RecoverArgs),
+    /// Restart Claude Code on an interrupted session's own agent session, in its directory, with
+    /// the recovery brief as its first prompt.
+    Resume(RecoverArgs),
+    /// Checkpoints of this git work tree: list, show, diff, restore (here or from the server).
+    #[command(subcommand)]
+    Checkpoints(CheckpointsCommand),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServerArgs {
+    /// moord base URL.
+    #[arg(long, env = "MOOR_SERVER", default_value = moor_bridge::config::DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token for moord (needed for checkpoints that are not in this repository).
+    #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A directory of the work tree (default: the current one).
+    #[arg(long, short = 'C')]
+    dir: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    fn context(&self) -> anyhow::Result<CliContext> {
+        let dir = match &self.dir {
+            Some(d) => d.clone(),
+            None => std::env::current_dir().context("read the current directory")?,
+        };
+        Ok(CliContext {
+            dir,
+            server: self.server.clone(),
+            token: self.token.clone(),
+            max_file_bytes: 0,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointsCommand {
+    /// This repository's checkpoints, newest first (or a session's, from the server).
+    List {
+        #[command(flatten)]
+        common: ServerArgs,
+        /// List the server's checkpoints of this session (name or id) instead.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// What a checkpoint holds.
+    Show {
+        /// Checkpoint id.
+        id: String,
+        #[command(flatten)]
+        common: ServerArgs,
+        /// The whole manifest as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A checkpoint's changes against its base commit, as a patch.
+    Diff {
+        /// Checkpoint id.
+        id: String,
+        #[command(flatten)]
+        common: ServerArgs,
+    },
+    /// Bring a checkpoint back. In place (the default), what is here now is checkpointed first;
+    /// --branch or --worktree leave this work tree alone.
+    Restore {
+        /// Checkpoint id.
+        id: String,
+        #[command(flatten)]
+        common: ServerArgs,
+        /// Create this branch at the checkpoint instead of changing the work tree (with
+        /// --worktree: the new worktree's branch).
+        #[arg(long)]
+        branch: Option<String>,
+        /// Check the checkpoint out in a new linked worktree at this path.
+        #[arg(long)]
+        worktree: Option<PathBuf>,
+        /// Overwrite files git ignores that are in the way (in place only).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Take a checkpoint now and queue it for upload.
+    Create {
+        #[command(flatten)]
+        common: ServerArgs,
+        /// Session (name or id) to upload it under.
+        #[arg(long, env = "MOOR_SESSION")]
+        session: String,
+    },
+    /// Upload the checkpoints of this repository that are still queued.
+    Push {
+        #[command(flatten)]
+        common: ServerArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RecoverArgs {
+    /// Session name or id.
+    session: String,
+    /// moord base URL.
+    #[arg(long, env = "MOOR_SERVER", default_value = moor_bridge::config::DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token for moord.
+    #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON instead of Markdown (recover only).
+    #[arg(long)]
+    json: bool,
+    /// Where spools live (resume only).
+    #[arg(long, env = "MOOR_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+impl RecoverArgs {
+    fn api(&self) -> anyhow::Result<moor_bridge::recover::Api> {
+        let Some(token) = self.token.as_deref().filter(|t| !t.trim().is_empty()) else {
+            bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN");
+        };
+        Ok(moor_bridge::recover::Api::new(&self.server, token)?)
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,12 +204,31 @@ struct RunArgs {
     /// with a short recovery prompt.
     #[arg(long, env = "MOOR_AUTO_RESUME")]
     auto_resume: bool,
+    /// Checkpoint the work tree this often when it changed (besides after file-changing tool
+    /// calls, when the link drops and when the agent exits).
+    #[arg(long, env = "MOOR_CHECKPOINT_INTERVAL", default_value = "2m", value_parser = parse_duration)]
+    checkpoint_interval: Duration,
+    /// Files larger than this many bytes are left out of checkpoints (and listed).
+    #[arg(long, env = "MOOR_CHECKPOINT_MAX_FILE_BYTES", default_value_t = checkpoint::DEFAULT_MAX_FILE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=checkpoint::MAX_FILE_BYTES_LIMIT))]
+    checkpoint_max_file_bytes: u64,
+    /// Do not checkpoint the work tree.
+    #[arg(long, env = "MOOR_NO_CHECKPOINTS")]
+    no_checkpoints: bool,
     /// The agent command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
 impl RunArgs {
+    fn checkpoints(&self) -> Option<CheckpointConfig> {
+        (!self.no_checkpoints).then(|| CheckpointConfig {
+            interval: self.checkpoint_interval.max(Duration::from_millis(100)),
+            max_file_bytes: self.checkpoint_max_file_bytes,
+            ..CheckpointConfig::default()
+        })
+    }
+
     fn into_config(self) -> anyhow::Result<BridgeConfig> {
         let Some(token) = self.token.filter(|t| !t.trim().is_empty()) else {
             bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
@@ -137,8 +280,13 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let Command::Run(args) = Cli::parse().command;
-    match run(args) {
+    let result = match Cli::parse().command {
+        Command::Run(args) => run(args),
+        Command::Recover(args) => recover(args),
+        Command::Resume(args) => resume(args),
+        Command::Checkpoints(cmd) => checkpoints(cmd),
+    };
+    match result {
         Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)),
         Err(err) => {
             let bridge_err = err.downcast_ref::<BridgeError>();
@@ -162,16 +310,135 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<i32> {
-    let config = args.into_config()?;
+fn recover(args: RecoverArgs) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
     runtime.block_on(async {
-        let bridge = Bridge::new(config);
+        let api = args.api()?;
+        let mut brief = api.brief(&args.session).await?;
+        let cwd = std::env::current_dir().context("read the current directory")?;
+        moor_bridge::recover::check_locally(&mut brief, &cwd, Default::default());
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&brief)?);
+        } else {
+            println!("{}", brief.to_markdown());
+        }
+        Ok(0)
+    })
+}
+
+fn resume(args: RecoverArgs) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    let api = args.api()?;
+    let (plan, _) = runtime.block_on(moor_bridge::recover::plan_resume(
+        &api,
+        &args.session,
+        Default::default(),
+    ))?;
+    std::env::set_current_dir(&plan.cwd).with_context(|| {
+        format!(
+            "enter the session's directory {} (run moor resume on the machine that ran it)",
+            plan.cwd
+        )
+    })?;
+    eprintln!(
+        "moor: resuming {} in {} as session {}",
+        plan.command.join(" "),
+        plan.cwd,
+        plan.session
+    );
+    let mut config = BridgeConfig {
+        server: args.server.clone(),
+        token: Token::new(args.token.clone().unwrap_or_default()),
+        session: Some(plan.session.clone()),
+        state_dir: args.state_dir.clone(),
+        command: plan.command.clone(),
+        print_status: true,
+        mode: AdapterMode::Fixed(AdapterKind::Claude),
+        ..BridgeConfig::default()
+    };
+    config.agent.interactive = terminal::stdin_is_terminal();
+    let prompt = runtime.spawn({
+        let api = api.clone();
+        let plan = plan.clone();
+        async move {
+            moor_bridge::recover::post_prompt_when_ready(&api, &plan, Duration::from_secs(60)).await
+        }
+    });
+    let code = run_bridge(&runtime, config, Some(CheckpointConfig::default()))?;
+    if let Ok(Err(e)) = runtime.block_on(prompt) {
+        eprintln!("moor: the resume prompt could not be sent: {e:#}");
+    }
+    Ok(code)
+}
+
+fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let checkpoints = args.checkpoints();
+    let config = args.into_config()?;
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    run_bridge(&runtime, config, checkpoints)
+}
+
+fn run_bridge(
+    runtime: &tokio::runtime::Runtime,
+    config: BridgeConfig,
+    checkpoints: Option<CheckpointConfig>,
+) -> anyhow::Result<i32> {
+    runtime.block_on(async {
+        let mut bridge = Bridge::new(config);
+        if let Some(c) = checkpoints {
+            bridge = bridge.with_checkpoints(c);
+        }
         let shutdown = CancellationToken::new();
         let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
         let result = bridge.run(shutdown.clone()).await;
         signals.abort();
         Ok(result?.exit_code())
+    })
+}
+
+fn checkpoints(cmd: CheckpointsCommand) -> anyhow::Result<i32> {
+    use std::io::Write;
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async {
+        let out = match cmd {
+            CheckpointsCommand::List { common, session } => {
+                cli::list(&common.context()?, session.as_deref()).await?
+            }
+            CheckpointsCommand::Show { id, common, json } => {
+                cli::show(&common.context()?, &id, json).await?
+            }
+            CheckpointsCommand::Diff { id, common } => {
+                let patch = cli::diff(&common.context()?, &id).await?;
+                std::io::stdout().write_all(&patch)?;
+                return Ok(0);
+            }
+            CheckpointsCommand::Restore {
+                id,
+                common,
+                branch,
+                worktree,
+                force,
+            } => {
+                let target = match (worktree, branch) {
+                    (Some(path), branch) => Target::Worktree { path, branch },
+                    (None, Some(name)) => Target::Branch(name),
+                    (None, None) => Target::InPlace { force },
+                };
+                cli::restore(&common.context()?, &id, target).await?
+            }
+            CheckpointsCommand::Create { common, session } => {
+                cli::create(&common.context()?, &session).await?
+            }
+            CheckpointsCommand::Push { common } => {
+                let (left, stats) = cli::push(&common.context()?).await?;
+                format!(
+                    "uploaded {} blobs ({} bytes); {left} checkpoint(s) still queued\n",
+                    stats.blobs_sent, stats.bytes_sent
+                )
+            }
+        };
+        print!("{out}");
+        Ok(0)
     })
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use moor_protocol::bridge::Welcome;
+use tokio::sync::watch;
 
 use crate::error::ConnectError;
 
@@ -13,6 +14,8 @@ use crate::error::ConnectError;
 pub struct Status {
     enabled: bool,
     state: Arc<Mutex<Printed>>,
+    /// Whether a connection is welcomed now (for those who act when the link drops).
+    link_up: Arc<watch::Sender<bool>>,
 }
 
 #[derive(Debug, Default)]
@@ -40,7 +43,17 @@ impl Status {
         Self {
             enabled,
             state: Arc::new(Mutex::new(printed)),
+            link_up: Arc::new(watch::channel(false).0),
         }
+    }
+
+    /// Watches whether the link is up (true from a welcome until the connection ends).
+    pub fn link_up(&self) -> watch::Receiver<bool> {
+        self.link_up.subscribe()
+    }
+
+    fn set_link_up(&self, up: bool) {
+        self.link_up.send_if_modified(|v| std::mem::replace(v, up) != up);
     }
 
     fn line(&self, text: impl AsRef<str>) {
@@ -109,6 +122,7 @@ impl Status {
 
     /// A connection was welcomed.
     pub fn connected(&self, welcome: &Welcome, resend: u64) {
+        self.set_link_up(true);
         let (first, recovered) = self.with(|p| {
             let first = !p.identified;
             let recovered = !p.connected;
@@ -152,6 +166,7 @@ impl Status {
         unacked: u64,
         draining: bool,
     ) {
+        self.set_link_up(false);
         let reason = err.to_string();
         let (print, ever_connected) = self.with(|p| {
             let changed = p.connected || p.last_failure.as_deref() != Some(reason.as_str());
@@ -191,6 +206,7 @@ impl Status {
 
     /// The link stopped for good.
     pub fn stopped(&self, err: &ConnectError) {
+        self.set_link_up(false);
         let session = self.with(|p| p.session.clone());
         let text = match err.close_code() {
             Some(moor_protocol::close::SUPERSEDED) => {

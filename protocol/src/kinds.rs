@@ -63,10 +63,11 @@ pub const AGENT_PERMISSION_RESOLVED: &str = "agent.permission.resolved";
 /// The agent has been silent too long while it should be working. Payload: `{"phase":
 /// "streaming"|"tool", "silent_ms": n, "timeout_ms": n, "tool": {"id": ..., "name": ...}|null}`.
 pub const AGENT_STALLED: &str = "agent.stalled";
-/// A stalled agent produced output again. Payload: `{"silent_ms": n}`.
+/// A stalled agent produced output again. Payload: `{"after": "stall"}`.
 pub const AGENT_ACTIVE: &str = "agent.active";
 /// The bridge stopped and restarted the agent on the same agent session. Payload:
-/// `{"reason": "stalled"|"crashed", "agent_session_id": ..., "attempt": n, "prompt": ...}`.
+/// `{"reason": "stalled"|"crashed", "agent_session_id": ..., "attempt": n, "prompt": <the
+/// recovery prompt sent first>, "previous_exit": {"code": ..., "signal": ...}|null}`.
 pub const AGENT_RESTART: &str = "agent.restart";
 
 /// Remote text for the agent's input. Payload: `{"text": ...}`; a newline is added if missing

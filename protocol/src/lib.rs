@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod bridge;
+pub mod checkpoint;
 pub mod close;
 pub mod entry;
 pub mod error;

@@ -29,6 +29,12 @@ pub struct BriefTool {
     pub advice: String,
     /// May it be re-run without asking (the default retry policy)?
     pub auto_retry: bool,
+    /// The call's input as the agent gave it.
+    #[serde(default)]
+    pub input: Value,
+    /// For file mutations: the target's content hash before the call, when recorded.
+    #[serde(default)]
+    pub intent_before: Option<String>,
 }
 
 /// The brief, as JSON.
@@ -100,6 +106,8 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
             ),
             advice: "completed; do not repeat".into(),
             auto_retry: false,
+            input: c.call.input.clone(),
+            intent_before: c.call.intent_before.clone(),
         })
         .collect();
     let uncertain = state
@@ -112,28 +120,7 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
                     "read-only: safe to run again".to_owned(),
                     policy.auto_retry_readonly,
                 ),
-                ToolClass::FileMutation => match t.intent_verdict.as_deref() {
-                    Some("applied") => (
-                        "the file already has the change".into(),
-                        "applied: do not repeat; read the file to confirm".into(),
-                        false,
-                    ),
-                    Some("not_applied") => (
-                        "the file is unchanged".into(),
-                        "not applied: safe to redo".into(),
-                        policy.auto_retry_mutations,
-                    ),
-                    Some("changed_elsewhere") => (
-                        "the file changed, but not as this call would have changed it".into(),
-                        "changed by something else: read the file and ask before editing".into(),
-                        false,
-                    ),
-                    _ => (
-                        "unknown whether the write landed".into(),
-                        "read the file before editing it again".into(),
-                        false,
-                    ),
-                },
+                ToolClass::FileMutation => mutation_advice(t.intent_verdict.as_deref(), policy),
                 ToolClass::Command => (
                     "its effects are unknown".into(),
                     "do not re-run without asking".into(),
@@ -148,6 +135,8 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
                 note,
                 advice,
                 auto_retry,
+                input: t.input.clone(),
+                intent_before: t.intent_before.clone(),
             }
         })
         .collect::<Vec<_>>();
@@ -177,7 +166,36 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
     b
 }
 
-fn resume_prompt(b: &RecoveryBrief) -> String {
+/// What to say about a file mutation with no result, given its intent check (`applied`,
+/// `not_applied`, `changed_elsewhere`, or none): a note, advice, and whether it may be redone
+/// automatically under `policy`.
+pub fn mutation_advice(verdict: Option<&str>, policy: RetryPolicy) -> (String, String, bool) {
+    match verdict {
+        Some("applied") => (
+            "the file already has the change".into(),
+            "applied: do not repeat; read the file to confirm".into(),
+            false,
+        ),
+        Some("not_applied") => (
+            "the file is unchanged".into(),
+            "not applied: safe to redo".into(),
+            policy.auto_retry_mutations,
+        ),
+        Some("changed_elsewhere") => (
+            "the file changed, but not as this call would have changed it".into(),
+            "changed by something else: read the file and ask before editing".into(),
+            false,
+        ),
+        _ => (
+            "unknown whether the write landed".into(),
+            "read the file before editing it again".into(),
+            false,
+        ),
+    }
+}
+
+/// The prompt that tells a resumed agent what happened and to inspect before repeating.
+pub fn resume_prompt(b: &RecoveryBrief) -> String {
     let mut p = String::from(
         "You were interrupted (the connection or the process died mid-work). Before doing anything \
          else, inspect the current state of the files and the repository; do not assume that work \

@@ -7,6 +7,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod auth;
+pub mod blobs;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -107,10 +107,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(Command::MigrateStore { from, to }) = &config.command {
         let n = moor_server::store::migrate::copy(from, to).await?;
         println!(
-            "copied {} sessions, {} entries, {} producer marks into {}",
+            "copied {} sessions, {} entries, {} producer marks, {} checkpoints into {}",
             n.sessions,
             n.entries,
             n.producers,
+            n.checkpoints,
             moor_server::store::redact_url(to)
         );
         return Ok(());

@@ -61,7 +61,13 @@ impl ClaudeEnv {
     }
 
     /// `moor run … -- claude <args…>` for `session` on `server_url`, with the CLI's environment.
-    pub fn bridge(&self, server_url: &str, token: &str, session: &str, args: &[&str]) -> BridgeOpts {
+    pub fn bridge(
+        &self,
+        server_url: &str,
+        token: &str,
+        session: &str,
+        args: &[&str],
+    ) -> BridgeOpts {
         let mut command = vec![claude_bin().display().to_string()];
         command.extend(args.iter().map(|a| (*a).to_owned()));
         BridgeOpts::new(server_url, token, session, &[])

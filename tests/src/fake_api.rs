@@ -233,7 +233,8 @@ impl Reply {
     fn message(&self, req: &Value) -> Value {
         let mut content = vec![json!({"type": "text", "text": self.text})];
         if let Some((name, input)) = &self.tool {
-            content.push(json!({"type": "tool_use", "id": tool_id(), "name": name, "input": input}));
+            content
+                .push(json!({"type": "tool_use", "id": tool_id(), "name": name, "input": input}));
         }
         json!({
             "id": message_id(), "type": "message", "role": "assistant", "model": model(req),
@@ -268,10 +269,16 @@ impl Reply {
             json!({"type": "content_block_stop", "index": 0}),
         ));
         if let Some((name, input)) = &self.tool {
-            ev.push(("content_block_start", json!({"type": "content_block_start", "index": 1,
-                "content_block": {"type": "tool_use", "id": tool_id(), "name": name, "input": {}}})));
-            ev.push(("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}})));
+            ev.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": tool_id(), "name": name, "input": {}}}),
+            ));
+            ev.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            ));
             ev.push((
                 "content_block_stop",
                 json!({"type": "content_block_stop", "index": 1}),
@@ -282,8 +289,11 @@ impl Reply {
         } else {
             "end_turn"
         };
-        ev.push(("message_delta", json!({"type": "message_delta",
-            "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 20}})));
+        ev.push((
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 20}}),
+        ));
         ev.push(("message_stop", json!({"type": "message_stop"})));
         ev.into_iter().map(|(n, v)| (n, v.to_string())).collect()
     }
@@ -298,5 +308,8 @@ fn message_id() -> String {
 }
 
 fn tool_id() -> String {
-    format!("toolu_fake_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
+    format!(
+        "toolu_fake_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..16]
+    )
 }

@@ -84,7 +84,10 @@ impl TermSession {
 
     /// Types `bytes` at the terminal.
     pub async fn type_bytes(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).await.expect("type at the terminal");
+        self.writer
+            .write_all(bytes)
+            .await
+            .expect("type at the terminal");
         self.writer.flush().await.expect("flush the terminal");
     }
 

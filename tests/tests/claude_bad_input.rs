@@ -1,5 +1,6 @@
 //! The `claude` adapter fed bad stream-json and a crashing agent (a stand-in that replays lines,
-//! not the real CLI): everything becomes a clear entry, inputs are accounted for, nothing is lost.
+//! not the real CLI): everything becomes a clear entry, inputs are accounted for, nothing is
+//! lost, and an input for the ended session is refused in plain words.
 
 use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TestServer, WAIT};
 use moor_protocol::kinds;
@@ -30,16 +31,16 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     let api = server.api();
     let id = api.wait_session(&name, WAIT).await.id;
     let mut tail = LogTail::new(api.clone(), id);
-    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| e.payload["text"] == "still here")
-        .await;
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
+        e.payload["text"] == "still here"
+    })
+    .await;
 
-    // act: keystrokes the claude adapter does not take, then a prompt that crashes the agent,
-    // then one more prompt racing the crash
+    // act: keystrokes the claude adapter does not take, then a prompt that crashes the agent
     let keys = api
         .post_input_kind(id, "k", kinds::INPUT_KEYS, json!({"text": "x"}))
         .await;
     let crash = api.post_input(id, "p1", "crash now").await;
-    let late = api.post_input(id, "p2", "anyone there?").await;
     let status = bridge.wait_exit(moor_e2e::FINISH).await;
     api.wait_ended(&name, WAIT).await;
 
@@ -50,27 +51,44 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     let of = |k: &str| log.iter().filter(|e| e.kind == k).collect::<Vec<_>>();
     assert_eq!(of(kinds::AGENT_SESSION).len(), 1);
     let event = of(kinds::AGENT_EVENT);
-    assert!(event.iter().any(|e| e.payload["type"] == "hologram"), "unknown type kept");
+    assert!(
+        event.iter().any(|e| e.payload["type"] == "hologram"),
+        "unknown type kept"
+    );
     let errors = of(kinds::AGENT_ERROR);
     assert!(
-        errors.iter().any(|e| e.payload["line"] == "this is not json"),
+        errors
+            .iter()
+            .any(|e| e.payload["line"] == "this is not json"),
         "malformed line kept: {errors:?}"
     );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.payload["line"] == r#"{"type":"assistant","message":{"#),
+        "the half line printed while crashing is kept: {errors:?}"
+    );
     assert_eq!(of(kinds::AGENT_EXIT)[0].payload["code"], 3);
-    let terminal = |seq: u64| {
+    let receipts = |seq: u64, kind: &str| {
         log.iter()
-            .filter(|e| {
-                (e.kind == kinds::INPUT_APPLIED || e.kind == kinds::INPUT_FAILED)
-                    && e.payload["input_seq"] == seq
-            })
+            .filter(|e| e.kind == kind && e.payload["input_seq"] == seq)
             .count()
     };
+    assert_eq!(receipts(keys.seq.0, kinds::INPUT_FAILED), 1);
+    assert_eq!(receipts(keys.seq.0, kinds::INPUT_APPLIED), 0);
     let failed_keys = of(kinds::INPUT_FAILED)
         .into_iter()
         .find(|e| e.payload["input_seq"] == keys.seq.0)
         .expect("keystrokes to claude fail with a reason");
-    assert!(failed_keys.payload["reason"].as_str().unwrap().contains("input.text"));
-    for seq in [keys.seq.0, crash.seq.0, late.seq.0] {
-        assert_eq!(terminal(seq), 1, "input {seq} applied or failed exactly once");
-    }
+    assert!(failed_keys.payload["reason"]
+        .as_str()
+        .unwrap()
+        .contains("input.text"));
+    assert_eq!(receipts(crash.seq.0, kinds::INPUT_APPLIED), 1);
+    assert_eq!(receipts(crash.seq.0, kinds::INPUT_FAILED), 0);
+
+    // an input for the session whose agent exited is refused in plain words
+    let late = api.post_input_raw(id, "p2", "anyone there?").await;
+    assert_eq!(late.status.as_u16(), 409, "{:?}", late.body);
+    assert_eq!(late.error_code(), Some("session_ended"));
 }

@@ -28,9 +28,11 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 async fn wait_output(tail: &mut LogTail, needle: &str, timeout: Duration) {
-    tail.wait_for(timeout, &format!("{needle:?} in the terminal output"), |es| {
-        contains(&pty_bytes(es), needle.as_bytes())
-    })
+    tail.wait_for(
+        timeout,
+        &format!("{needle:?} in the terminal output"),
+        |es| contains(&pty_bytes(es), needle.as_bytes()),
+    )
     .await;
 }
 
@@ -64,7 +66,12 @@ impl Setup {
     async fn keys(&self, id: moor_protocol::SessionId, n: u32, text: &str) {
         self.server
             .api()
-            .post_input_kind(id, &format!("k{n}"), kinds::INPUT_KEYS, json!({"text": text}))
+            .post_input_kind(
+                id,
+                &format!("k{n}"),
+                kinds::INPUT_KEYS,
+                json!({"text": text}),
+            )
             .await;
     }
 }
@@ -78,7 +85,9 @@ async fn a_viewer_and_the_local_terminal_both_drive_bash_and_the_terminal_is_res
     let before = term.termios();
     let id = s.attach().await;
     s.tail
-        .wait_kind(kinds::AGENT_START, 0, WAIT, |e| e.payload["adapter"] == "pty")
+        .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+            e.payload["adapter"] == "pty"
+        })
         .await;
     assert!(term.is_raw(), "moor puts its terminal in raw mode");
 
@@ -88,7 +97,8 @@ async fn a_viewer_and_the_local_terminal_both_drive_bash_and_the_terminal_is_res
     term.type_bytes(b"echo local-$((40+2))\r").await;
     wait_output(&mut s.tail, "local-42", WAIT).await;
     term.wait_screen(b"remote-42", WAIT).await;
-    term.wait_screen(b"moor: keys from admin applied", WAIT).await;
+    term.wait_screen(b"moor: keys from admin applied", WAIT)
+        .await;
     s.keys(id, 2, "exit 7\r").await;
 
     // assert: exit status passed through, session complete, terminal settings back
@@ -119,7 +129,12 @@ async fn remote_and_local_resizes_reach_the_program() {
     // remote resize
     s.server
         .api()
-        .post_input_kind(id, "r1", kinds::INPUT_RESIZE, json!({"cols": 132, "rows": 43}))
+        .post_input_kind(
+            id,
+            "r1",
+            kinds::INPUT_RESIZE,
+            json!({"cols": 132, "rows": 43}),
+        )
         .await;
     s.tail
         .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
@@ -180,7 +195,10 @@ async fn ten_megabytes_of_random_bytes_arrive_in_the_log_byte_for_byte() {
     let got = pty_bytes(&log);
     assert_eq!(got.len(), data.len(), "byte count");
     assert!(got == data, "bytes differ");
-    let chunks = log.iter().filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT).count();
+    let chunks = log
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT)
+        .count();
     assert!(
         chunks <= 10 * 1024 * 1024 / 4096,
         "output is batched, not one entry per read: {chunks} entries"
@@ -209,7 +227,12 @@ async fn a_full_screen_editor_runs_and_a_viewer_can_edit_and_save_with_it() {
     s.keys(id, 1, "ihello from the phone\x1b").await;
     wait_output(&mut s.tail, "hello from the phone", WAIT).await;
     s.keys(id, 2, ":wq\r").await;
-    assert!(term.wait_exit(FINISH).await.success());
+    let status = term.wait_exit(FINISH).await;
+    assert!(
+        status.success(),
+        "moor exited with {status}; screen:\n{}",
+        String::from_utf8_lossy(&term.screen())
+    );
     assert_eq!(
         std::fs::read_to_string(&file).unwrap().trim_end(),
         "hello from the phone"

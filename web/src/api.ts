@@ -7,6 +7,7 @@ import type { InputAccepted } from "./protocol/InputAccepted";
 import type { InputRequest } from "./protocol/InputRequest";
 import type { RecoveryBrief } from "./protocol/RecoveryBrief";
 import type { SessionInfo } from "./protocol/SessionInfo";
+import type { StoredCheckpoint } from "./protocol/StoredCheckpoint";
 
 const TOKEN_KEY = "moor.token";
 
@@ -86,6 +87,16 @@ export const api = {
     call<EntriesPage>(`/sessions/${enc(id)}/entries?after=${after}&limit=${limit}`),
   postInput: (id: string, req: InputRequest) =>
     call<InputAccepted>(`/sessions/${enc(id)}/inputs`, { method: "POST", body: JSON.stringify(req) }),
+  /** A checkpoint's patch (`git diff` text): its manifest names the patch blob. */
+  async checkpointPatch(checkpoint: string): Promise<string> {
+    const stored = await call<StoredCheckpoint>(`/checkpoints/${enc(checkpoint)}`);
+    const res = await fetch(`/api/v1/blobs/${enc(stored.manifest.patch.sha256)}`, {
+      headers: { Authorization: `Bearer ${token()}` },
+      cache: "no-store",
+    });
+    if (!res.ok) throw new ApiError(res.status, null);
+    return res.text();
+  },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),
   /** The caller's identity and role; servers without accounts answer 404, meaning admin. */
   async role(): Promise<Role> {

@@ -231,7 +231,10 @@ export class ItemModel {
         return input;
       }
     }
-    if (e.kind.startsWith("checkpoint.")) return this.push(e, { t: "checkpoint", payload: p });
+    if (e.kind === "checkpoint.created") return this.push(e, { t: "checkpoint", payload: p });
+    if (e.kind.startsWith("checkpoint.")) {
+      return this.push(e, { t: "sys", text: `${e.kind.replace(".", " ")}${str(p, "id") ? ` ${str(p, "id")}` : ""}`, level: "info" });
+    }
     if (e.kind.startsWith("input.")) {
       let text: string;
       if (e.kind === "input.text") text = str(p, "text") ?? "";

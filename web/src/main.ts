@@ -5,10 +5,12 @@ import "./style.css";
 import { api, appConfig, captureToken, type Role } from "./api";
 import { applyTheme } from "./dom";
 import { Outbox } from "./outbox";
+import type { SessionInfo } from "./protocol/SessionInfo";
 import { listView } from "./views/list";
 import { sessionView } from "./views/session";
 
 async function main(): Promise<void> {
+  performance.mark("moor:main");
   captureToken();
   applyTheme();
   if ("serviceWorker" in navigator && window.isSecureContext) {
@@ -17,11 +19,16 @@ async function main(): Promise<void> {
     });
   }
   const root = document.getElementById("app") as HTMLElement;
+  // Ask for the session the URL names while the rest boots.
+  const routeOf = () => /^\/s\/([^/]+)$/.exec(location.hash.slice(1).split("&")[0]);
+  const m0 = routeOf();
+  let early: Promise<SessionInfo | null> | undefined = m0 ? api.session(decodeURIComponent(m0[1])).catch(() => null) : undefined;
   const [config, outbox, role] = await Promise.all([
     appConfig(),
     Outbox.open((session, req) => api.postInput(session, req)),
     api.role().catch((): Role => "admin"),
   ]);
+  performance.mark("moor:boot");
   document.documentElement.dataset.role = role;
   window.addEventListener("online", () => outbox.pump());
   outbox.pump();
@@ -29,11 +36,11 @@ async function main(): Promise<void> {
   let close: (() => void) | null = null;
   const route = () => {
     close?.();
-    const path = location.hash.slice(1).split("&")[0];
-    const m = /^\/s\/([^/]+)$/.exec(path);
+    const m = routeOf();
     close = m
-      ? sessionView(root, decodeURIComponent(m[1]), { outbox, role, keepaliveMs: config.keepalive_ms })
+      ? sessionView(root, decodeURIComponent(m[1]), { outbox, role, keepaliveMs: config.keepalive_ms, early })
       : listView(root);
+    early = undefined;
     window.scrollTo(0, 0);
   };
   window.addEventListener("hashchange", route);

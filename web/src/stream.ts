@@ -52,6 +52,7 @@ export class LiveStream {
   private timer: ReturnType<typeof setInterval> | null = null;
   private wake: (() => void) | null = null;
   private status: StreamStatus = { kind: "connecting" };
+  private initial: SessionInfo | null = null;
   private downSince = 0;
   private readonly onOnline = () => this.wakeUp();
   private readonly onOffline = () => this.kill("the browser went offline");
@@ -65,7 +66,9 @@ export class LiveStream {
     private readonly opts: StreamOptions,
   ) {}
 
-  start(): void {
+  /** Starts; `info`, when given, is used for the first connect instead of asking again. */
+  start(info?: SessionInfo): void {
+    this.initial = info ?? null;
     window.addEventListener("online", this.onOnline);
     window.addEventListener("offline", this.onOffline);
     document.addEventListener("visibilitychange", this.onVisible);
@@ -167,7 +170,9 @@ export class LiveStream {
     this.ctrl = ctrl;
     this.lastByte = Date.now();
     // The head now, to tell how many entries the resume replays (and the bridge's status).
-    const info = await withSignal(api.session(this.sessionId), ctrl.signal);
+    const initial = this.initial;
+    this.initial = null;
+    const info = initial ?? (await withSignal(api.session(this.sessionId), ctrl.signal));
     this.hooks.onInfo(info);
     const after = this.hooks.cursor();
     const head = info.head_seq;
@@ -186,6 +191,7 @@ export class LiveStream {
       }
       throw new ApiError(res.status, body);
     }
+    performance.mark("moor:stream-open");
     const missed = Math.max(0, head - after);
     const caughtUp = () => {
       this.failures = 0;
@@ -214,6 +220,7 @@ export class LiveStream {
           }
         }
         if (batch.length) {
+          if (!resumed && this.failures === 0) performance.mark("moor:first-entry");
           this.hooks.onEntries(batch);
           if (this.status.kind === "catching-up") {
             const got = this.hooks.cursor() - after;

@@ -66,7 +66,8 @@ scenario("offline for a while: 'reconnecting' within the watchdog interval, then
   await ctx.setOffline(true);
   await waitFor("the banner to say reconnecting", WATCHDOG_MS + 3000, async () => (await banner(page, "stream")).state === "reconnecting");
   const took = Date.now() - t0;
-  assert(took <= WATCHDOG_MS + 1000, `reconnecting shown after ${took} ms (watchdog ${WATCHDOG_MS} ms)`);
+  // The watchdog interval, plus slack for a loaded CI machine.
+  assert(took <= WATCHDOG_MS + 2000, `reconnecting shown after ${took} ms (watchdog ${WATCHDOG_MS} ms)`);
   assert(/Reconnecting, attempt \d+/.test((await banner(page, "stream")).text), "says which attempt");
   await shot(page, "session-reconnecting");
   // Stay offline while the agent writes at least 40 more entries and the watchdog has fired.
@@ -98,12 +99,12 @@ scenario("bridge killed: 'agent offline since …' within seconds; restarted: 'o
   await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
   const t0 = Date.now();
   await rpc("kill", { session: "web-bridge" });
-  const off = await waitFor("agent offline", 10000, async () => {
+  const off = await waitFor("agent offline", 15000, async () => {
     const b = await banner(page, "bridge");
     return b.state === "offline" ? b : null;
   });
   assert(/Agent offline since \d/.test(off.text), `banner: ${off.text}`);
-  assert(Date.now() - t0 < 5000, `offline shown after ${Date.now() - t0} ms`);
+  assert(Date.now() - t0 < 8000, `offline shown after ${Date.now() - t0} ms`);
   await shot(page, "session-agent-offline");
   await rpc("restart", { session: "web-bridge" });
   await waitFor("agent online again", 20000, async () => (await banner(page, "bridge")).state === "online");
@@ -286,6 +287,19 @@ scenario("session list and dark mode at phone size", async ({ browser }) => {
     }
     await ctx.close();
   }
+});
+
+scenario("a share link without a token asks for one, then shows the session", async ({ browser }) => {
+  const id = (await api("/sessions/web-reload")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}`);
+  await page.waitForSelector(".token-form input", { timeout: 10000 });
+  await shot(page, "token-prompt");
+  await page.fill(".token-form input", TOKEN);
+  await page.click(".token-form button");
+  await page.waitForFunction(() => window.__moor && window.__moor.renderedSeqs().length > 0, null, { timeout: 10000 });
+  await ctx.close();
 });
 
 scenario("installable: manifest, icons and a service worker that never caches session data", async ({ browser }) => {

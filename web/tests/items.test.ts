@@ -32,6 +32,15 @@ describe("ItemModel", () => {
     expect(perm.t === "perm" && perm.decision).toBe("allow");
   });
 
+  it("shows a checkpoint as a card and other checkpoint kinds as notes", () => {
+    const m = new ItemModel();
+    m.apply([
+      e("checkpoint.created", { id: "00ff", reason: "tool_call", diffstat: { files: 1, insertions: 2, deletions: 0 }, files: [{ path: "a.rs", status: "added" }], files_total: 1 }),
+      e("checkpoint.uploaded", { id: "00ff" }),
+    ]);
+    expect(m.items.map((i) => i.t)).toEqual(["checkpoint", "sys"]);
+  });
+
   it("gives every agent line its own row", () => {
     const m = new ItemModel();
     m.apply(Array.from({ length: 50 }, (_, i) => e("agent.output", { stream: "stdout", text: `line-${i}` })));

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use crate::spool::{Draft, Spool, SpoolError};
 
 /// Most bytes spooled with one fsync.
-const BURST_BYTES: usize = 2 * 1024 * 1024;
+const BURST_BYTES: usize = 8 * 1024 * 1024;
 
 /// The `agent.pty.output` entries for `bytes`, in order.
 pub fn output_drafts(bytes: &[u8]) -> Vec<Draft> {
@@ -30,7 +30,10 @@ pub fn output_drafts(bytes: &[u8]) -> Vec<Draft> {
 }
 
 /// Spool chunks from `rx` until it closes. Returns the number of bytes spooled.
-pub async fn spool_chunks(mut rx: mpsc::Receiver<Vec<u8>>, spool: Spool) -> Result<u64, SpoolError> {
+pub async fn spool_chunks(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    spool: Spool,
+) -> Result<u64, SpoolError> {
     let mut total = 0u64;
     while let Some(mut burst) = rx.recv().await {
         while burst.len() < BURST_BYTES {

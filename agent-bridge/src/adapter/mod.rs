@@ -72,7 +72,9 @@ impl AdapterMode {
 
 /// Whether `program` is Claude Code's CLI (`claude`, by any path).
 pub fn is_claude(program: &str) -> bool {
-    Path::new(program).file_name().is_some_and(|n| n == "claude")
+    Path::new(program)
+        .file_name()
+        .is_some_and(|n| n == "claude")
 }
 
 /// Knobs of the adapters beyond the command line. `Default` is what `moor run` uses.
@@ -271,7 +273,10 @@ mod tests {
         let cmd = |c: &str| vec![c.to_owned(), "-x".to_owned()];
         let auto = AdapterMode::Auto;
         assert_eq!(auto.resolve(&cmd("claude"), false), AdapterKind::Claude);
-        assert_eq!(auto.resolve(&cmd("/opt/bin/claude"), true), AdapterKind::Claude);
+        assert_eq!(
+            auto.resolve(&cmd("/opt/bin/claude"), true),
+            AdapterKind::Claude
+        );
         assert_eq!(auto.resolve(&cmd("bash"), true), AdapterKind::Pty);
         assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);
         let pty = AdapterMode::Fixed(AdapterKind::Pty);

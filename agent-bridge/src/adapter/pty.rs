@@ -19,15 +19,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::chunks::{payload_bytes, spool_chunks};
 use super::terminal::{self, RawMode, TermSize};
-use super::{signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec};
+use super::{
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
+};
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool, SpoolError};
 use crate::status::Status;
 
 /// Size of one read from the PTY.
 const READ_BYTES: usize = 64 * 1024;
-/// Chunks waiting for the spool writer; when full, reading the PTY pauses (backpressure).
-const CHUNK_QUEUE: usize = 64;
+/// Chunks waiting for the spool writer (or the local screen).
+const CHUNK_QUEUE: usize = 8;
+/// Most bytes read ahead while the spool writer is busy; then reading pauses (backpressure).
+const PENDING_BYTES: usize = 4 * 1024 * 1024;
 /// After the program exits, how long a grandchild may keep the PTY open before we stop reading.
 const PTY_DRAIN: Duration = Duration::from_secs(2);
 /// Ctrl-C, what `input.interrupt` types.
@@ -65,7 +69,8 @@ impl PtyAgent {
         let pty_err = |e: pty_process::Error| spawn_err(std::io::Error::other(e.to_string()));
         let (pty, pts) = pty_process::open().map_err(pty_err)?;
         let size = terminal::local_size().unwrap_or(TermSize::DEFAULT);
-        pty.resize(Size::new(size.rows, size.cols)).map_err(pty_err)?;
+        pty.resize(Size::new(size.rows, size.cols))
+            .map_err(pty_err)?;
         let mut cmd = pty_process::Command::new(program)
             .args(args)
             .current_dir(&spec.cwd)
@@ -148,6 +153,7 @@ impl PtyAgent {
         );
 
         let mut spool_failure = None;
+        let mut spooler_done = false;
         let status_code = loop {
             tokio::select! {
                 s = child.wait() => break s?,
@@ -156,10 +162,12 @@ impl PtyAgent {
                         tracing::warn!(error = %e, ?signal, "could not signal the agent");
                     }
                 }
-                result = &mut spooler, if spool_failure.is_none() => {
+                result = &mut spooler, if !spooler_done => {
+                    spooler_done = true;
                     let err = match result {
+                        // The terminal closed before the exit status came in: all is spooled.
+                        Ok(Ok(_)) => continue,
                         Ok(Err(e)) => e,
-                        Ok(Ok(_)) => SpoolError::Encode("output writer stopped early".into()),
                         Err(e) => SpoolError::Encode(format!("output writer failed: {e}")),
                     };
                     tracing::error!(error = %err, "cannot spool terminal output; stopping the agent");
@@ -177,13 +185,17 @@ impl PtyAgent {
         // What the program wrote just before exiting may still be in the PTY; a grandchild that
         // keeps it open must not keep the session alive forever.
         if tokio::time::timeout(PTY_DRAIN, &mut pump).await.is_err() {
-            tracing::warn!("the terminal is still open after the program exited; no longer reading it");
+            tracing::warn!(
+                "the terminal is still open after the program exited; no longer reading it"
+            );
             pump.abort();
             let _ = (&mut pump).await;
         }
-        spooler
-            .await
-            .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
+        if !spooler_done {
+            spooler
+                .await
+                .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
+        }
         let exit = AgentExit::from_status(status_code);
         spool
             .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
@@ -202,31 +214,44 @@ impl PtyAgent {
 }
 
 /// Read the PTY until EOF (EIO once the last slave fd is closed), mirroring locally and queueing
-/// for the spool.
+/// for the spool. While the spool writer is busy (an fsync), reads keep coming and pile up into
+/// one pending chunk of at most [`PENDING_BYTES`], so the next fsync takes them all at once and
+/// the program is not held up by the chunk count; only a full pending chunk waits.
 async fn pump_output(
     mut reader: OwnedReadPty,
     spool_tx: mpsc::Sender<Vec<u8>>,
     stdout_tx: Option<mpsc::Sender<Vec<u8>>>,
 ) {
     let mut buf = vec![0u8; READ_BYTES];
-    loop {
-        let n = match reader.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the terminal failed");
-                break;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut open = true;
+    while open || !pending.is_empty() {
+        tokio::select! {
+            read = reader.read(&mut buf), if open && pending.len() < PENDING_BYTES => {
+                let n = match read {
+                    Ok(0) => { open = false; continue }
+                    Ok(n) => n,
+                    Err(e) if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) => {
+                        open = false;
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the terminal failed");
+                        open = false;
+                        continue;
+                    }
+                };
+                // The screen waits for a slow terminal like a bare terminal would.
+                if let Some(tx) = &stdout_tx {
+                    let _ = tx.send(buf[..n].to_vec()).await;
+                }
+                pending.extend_from_slice(&buf[..n]);
             }
-        };
-        let chunk = buf[..n].to_vec();
-        // The screen waits for a slow terminal like a bare terminal would; a closed one is ignored.
-        if let Some(tx) = &stdout_tx {
-            let _ = tx.send(chunk.clone()).await;
-        }
-        if spool_tx.send(chunk).await.is_err() {
-            break;
+            permit = spool_tx.reserve(), if !pending.is_empty() => match permit {
+                Ok(permit) => permit.send(std::mem::take(&mut pending)),
+                Err(_) => return,
+            },
         }
     }
 }

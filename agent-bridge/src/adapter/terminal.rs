@@ -27,7 +27,7 @@ impl TermSize {
     /// `cols` × `rows`, or `None` when either is zero or absurd.
     pub fn new(cols: u64, rows: u64) -> Option<Self> {
         let valid = |n: u64| (1..=10_000).contains(&n);
-        (valid(cols) && valid(rows)).then(|| Self {
+        (valid(cols) && valid(rows)).then_some(Self {
             cols: cols as u16,
             rows: rows as u16,
         })
@@ -125,7 +125,11 @@ pub fn spawn_stdout_writer(
             let mut stdout = io::stdout().lock();
             while let Some(chunk) = rx.blocking_recv() {
                 // A closed terminal must not stop the session: keep draining, stop writing.
-                if stdout.write_all(&chunk).and_then(|()| stdout.flush()).is_err() {
+                if stdout
+                    .write_all(&chunk)
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
                     while rx.blocking_recv().is_some() {}
                     break;
                 }

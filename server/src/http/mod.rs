@@ -1,12 +1,13 @@
 //! The HTTP surface: routes, and request/response mapping. No SQL here, no hub locks held.
 
+mod checkpoints;
 mod health;
 pub(crate) mod inputs;
 mod recovery;
 mod sessions;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 
 use crate::error::ApiError;
@@ -25,6 +26,13 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/recovery", get(recovery::brief))
         .route("/sessions/{id}/transcript", get(recovery::transcript))
         .route("/sessions/{id}/bridge/close", post(sessions::close_bridge))
+        .route("/sessions/{id}/checkpoints", get(checkpoints::list))
+        .route("/sessions/{id}/checkpoints/{checkpoint}", put(checkpoints::put))
+        .route("/checkpoints/{checkpoint}", get(checkpoints::get))
+        .route("/checkpoints/{checkpoint}/diff", get(checkpoints::diff))
+        .route("/checkpoints/{checkpoint}/archive", get(checkpoints::archive))
+        .route("/blobs/missing", post(checkpoints::missing))
+        .route("/blobs/{sha256}", get(checkpoints::get_blob).put(checkpoints::put_blob))
         .route("/bridge", get(crate::ws::bridge::upgrade))
         .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });
     Router::new()

@@ -1,6 +1,6 @@
 //! `moord migrate-store`: copies a SQLite deployment's log into an empty Postgres database,
 //! table by table, keeping every seq and idempotency key (so bridges resume from the same marks
-//! and retried inputs stay duplicates).
+//! and retried inputs stay duplicates), with state snapshots and checkpoint records.
 //!
 //! The copy runs in one destination transaction: if anything fails, the destination is left as
 //! it was and the command can simply be run again. The source is opened read-only; stop `moord`
@@ -26,6 +26,8 @@ pub struct Copied {
     pub entries: u64,
     /// Producer marks.
     pub producers: u64,
+    /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
+    pub checkpoints: u64,
 }
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`
@@ -132,6 +134,29 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
         .execute(&mut *tx)
         .await
         .context("write state snapshots")?;
+    }
+
+    let rows = sqlx::query(
+        "SELECT c.id, s.id AS session_id, c.created_at, c.summary, c.manifest \
+         FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk",
+    )
+    .fetch_all(&src)
+    .await
+    .context("read checkpoints")?;
+    for chunk in rows.chunks(CHUNK as usize) {
+        sqlx::query(
+            "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
+             SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[])",
+        )
+        .bind(column::<String>(chunk, "id")?)
+        .bind(column::<String>(chunk, "session_id")?)
+        .bind(column::<i64>(chunk, "created_at")?)
+        .bind(column::<String>(chunk, "summary")?)
+        .bind(column::<String>(chunk, "manifest")?)
+        .execute(&mut *tx)
+        .await
+        .context("write checkpoints")?;
+        copied.checkpoints += chunk.len() as u64;
     }
 
     // Every session's head must match what was copied: a torn source would show here.

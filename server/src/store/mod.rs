@@ -184,6 +184,46 @@ pub trait Store: Send + Sync + Debug + 'static {
     fn cluster(&self) -> Option<&dyn Cluster> {
         None
     }
+
+    /// Stores an uploaded checkpoint. Returns false if the same id was already stored with the
+    /// same manifest; another manifest under a stored id is a [`StoreError::Conflict`].
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let _ = row;
+        Err(unsupported("checkpoints"))
+    }
+
+    /// The checkpoint with this id, manifest included.
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
+        let _ = id;
+        Err(unsupported("checkpoints"))
+    }
+
+    /// A session's checkpoints, newest first, without their manifests (empty strings).
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
+        let _ = session;
+        Err(unsupported("checkpoints"))
+    }
+}
+
+/// A stored checkpoint (G7). The store keeps the JSON as given; `http::checkpoints` owns its
+/// shape (`moor_protocol::checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRow {
+    /// Checkpoint id (unique across sessions).
+    pub id: String,
+    /// The session that uploaded it.
+    pub session: SessionId,
+    /// When the bridge took it (ms).
+    pub created_at: i64,
+    /// `CheckpointSummary` JSON.
+    pub summary: String,
+    /// `CheckpointManifest` JSON (empty in lists).
+    pub manifest: String,
+}
+
+/// The error of a feature an implementation does not have (yet).
+fn unsupported(what: &str) -> StoreError {
+    StoreError::Other(anyhow!("{what} are not supported by this store"))
 }
 
 /// Opens the store a database URL names and runs its migrations: `sqlite:` (the default

@@ -15,7 +15,11 @@ use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
-use super::{Append, Appended, IdemKey, Range, SessionRow, Store, StoreError, StoreResult};
+use super::{
+    Append, Appended, CheckpointRow, IdemKey, Range, SessionRow, Store, StoreError, StoreResult,
+};
+
+mod checkpoints;
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
 const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
@@ -304,6 +308,18 @@ impl Store for SqliteStore {
             .await
             .map_err(other)?;
         Ok(())
+    }
+
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        self.save_checkpoint_row(row).await
+    }
+
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
+        self.checkpoint_row(id).await
+    }
+
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
+        self.checkpoint_rows(session).await
     }
 }
 

@@ -99,6 +99,7 @@ conformance!(
     inputs_and_their_settling_receipts_are_tracked,
     ended_and_unknown_sessions_refuse_appends,
     state_snapshots_keep_the_newest,
+    checkpoints_are_stored_once_and_listed_newest_first,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
 );

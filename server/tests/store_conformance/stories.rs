@@ -4,7 +4,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
-use moor_server::store::{Append, Appended, IdemKey, Notice, NoticeFeed, Range, Store, StoreError};
+use moor_server::store::{
+    Append, Appended, CheckpointRow, IdemKey, Notice, NoticeFeed, Range, Store, StoreError,
+};
 use serde_json::json;
 
 use super::Db;
@@ -269,6 +271,49 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         .map(|e| e.payload["text"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(texts, ["l1", "l2", "l3", "l4", "l5", "l6"]);
+}
+
+pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let s = store.open_session("checkpoints", None).await.unwrap().id;
+    let row = |id: &str, at: i64, manifest: &str| CheckpointRow {
+        id: id.into(),
+        session: s,
+        created_at: at,
+        summary: format!(r#"{{"id":"{id}"}}"#),
+        manifest: manifest.into(),
+    };
+
+    // act
+    let first = store.save_checkpoint(&row("c1", 10, "m1")).await.unwrap();
+    let retried = store.save_checkpoint(&row("c1", 10, "m1")).await.unwrap();
+    let other = store.save_checkpoint(&row("c1", 10, "changed")).await;
+    store.save_checkpoint(&row("c2", 20, "m2")).await.unwrap();
+    let orphan = CheckpointRow {
+        session: SessionId::new(),
+        ..row("c3", 30, "m3")
+    };
+
+    // assert
+    assert!(first, "stored");
+    assert!(!retried, "the same upload again is not stored twice");
+    assert!(matches!(other, Err(StoreError::Conflict(_))), "{other:?}");
+    assert!(matches!(
+        store.save_checkpoint(&orphan).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(store.checkpoint("c1").await.unwrap(), row("c1", 10, "m1"));
+    assert!(matches!(
+        store.checkpoint("nope").await,
+        Err(StoreError::NotFound)
+    ));
+    let listed = store.list_checkpoints(s).await.unwrap();
+    assert_eq!(
+        listed,
+        [row("c2", 20, ""), row("c1", 10, "")],
+        "newest first, without manifests"
+    );
 }
 
 pub async fn state_snapshots_keep_the_newest(db: Db) {
@@ -668,6 +713,14 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     src.save_snapshot(a, Seq(5000), r#"{"head":5000}"#)
         .await
         .unwrap();
+    let checkpoint = CheckpointRow {
+        id: "cp-1".into(),
+        session: a,
+        created_at: 7,
+        summary: "{}".into(),
+        manifest: r#"{"files":[]}"#.into(),
+    };
+    src.save_checkpoint(&checkpoint).await.unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -690,6 +743,7 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         assert_eq!(all(&*dst, s).await, all(&*src, s).await, "the same entries");
     }
     assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
+    assert_eq!(dst.checkpoint("cp-1").await.unwrap(), checkpoint);
     assert_eq!(
         dst.latest_snapshot(a).await.unwrap(),
         src.latest_snapshot(a).await.unwrap()

@@ -64,7 +64,8 @@ export function listView(root: HTMLElement): () => void {
   };
 }
 
-function tokenForm(): HTMLElement {
+/** Asks for an access token (a link without one, or a refused one). */
+export function tokenForm(): HTMLElement {
   const input = h("input", { type: "password", placeholder: "access token", autocomplete: "off" }) as HTMLInputElement;
   return h(
     "form.token-form",

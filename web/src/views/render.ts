@@ -2,6 +2,7 @@
 
 import { clock, h } from "../dom";
 import type { Item } from "../items";
+import type { CheckpointSummary } from "../protocol/CheckpointSummary";
 import type { JsonValue } from "../protocol/serde_json/JsonValue";
 
 export interface RenderCtx {
@@ -134,7 +135,7 @@ export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
       row.append(h(`div.sys.${it.level}`, null, it.text, h("span.muted", null, ` · ${clock(it.ts)}`)));
       break;
     case "checkpoint":
-      row.append(h("div.card.checkpoint", null, h("div.card-head", null, h("b", null, "Checkpoint"), h("span.muted", null, String(it.payload.label ?? it.payload.id ?? ""))), checkpointDiff(it.payload)));
+      row.append(checkpointCard(it.payload as unknown as CheckpointSummary));
       break;
     case "raw":
       row.append(h("div.sys.info", null, h("code", null, it.kind), " ", h("span.muted", null, JSON.stringify(it.payload).slice(0, 300))));
@@ -143,15 +144,43 @@ export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
   return row;
 }
 
-/** A checkpoint's diff, when its payload carries one (`diff` as unified text, or `files`). */
-export function checkpointDiff(p: Record<string, JsonValue>): HTMLElement | null {
-  if (typeof p.diff === "string") {
-    return h(
-      "pre.diff",
+const CHANGE_MARK: Record<string, string> = { added: "A", modified: "M", deleted: "D", type_changed: "T" };
+
+/** A `checkpoint.created` entry: why, the totals, the changed paths. */
+export function checkpointCard(c: CheckpointSummary, extra?: HTMLElement | null): HTMLElement {
+  const files = Array.isArray(c.files) ? c.files : [];
+  const stat = c.diffstat ?? { files: files.length, insertions: 0, deletions: 0 };
+  return h(
+    "div.card.checkpoint",
+    { "data-checkpoint": c.id },
+    h(
+      "div.card-head",
       null,
-      p.diff.split("\n").slice(0, 400).map((l) => h(`span.${l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : "ctx"}`, null, `${l}\n`)),
-    );
-  }
-  if (Array.isArray(p.files)) return h("ul", null, (p.files as JsonValue[]).map((f) => h("li", null, typeof f === "string" ? f : JSON.stringify(f))));
-  return null;
+      h("b", null, "Checkpoint"),
+      h("span.muted.ell", null, `${String(c.reason ?? "").replace(/_/g, " ")}${c.branch ? ` · ${c.branch}` : ""}`),
+      h("span.pill", null, `${stat.files} files `, h("span.ok", null, `+${stat.insertions}`), " ", h("span.bad", null, `−${stat.deletions}`)),
+    ),
+    files.length
+      ? h(
+          "ul.files",
+          null,
+          files.slice(0, 12).map((f) => h("li", null, h("code", null, CHANGE_MARK[f.status] ?? "?"), " ", f.path)),
+          files.length > 12 || c.files_total > files.length ? h("li.muted", null, `… ${c.files_total - Math.min(12, files.length)} more`) : null,
+        )
+      : null,
+    extra ?? null,
+  );
+}
+
+/** A unified diff (`git diff` output) drawn with added and removed lines marked. */
+export function patchView(patch: string, maxLines = 2000): HTMLElement {
+  const lines = patch.split("\n");
+  return h(
+    "pre.diff",
+    null,
+    lines.slice(0, maxLines).map((l) =>
+      h(`span.${l.startsWith("+") && !l.startsWith("+++") ? "add" : l.startsWith("-") && !l.startsWith("---") ? "del" : "ctx"}`, null, `${l}\n`),
+    ),
+    lines.length > maxLines ? h("span.ctx", null, `… ${lines.length - maxLines} more lines`) : null,
+  );
 }

@@ -1,7 +1,7 @@
 // The session view: banners that tell the truth about the page's stream and the agent's bridge,
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
-import { api, canControl, type Role } from "../api";
+import { api, ApiError, canControl, type Role } from "../api";
 import { clock, h, themeButton } from "../dom";
 import { ItemModel } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
@@ -12,6 +12,7 @@ import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
+import { tokenForm } from "./list";
 import { renderItem, type RenderCtx } from "./render";
 import { checkpointsPanel, PHASE_TEXT, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
@@ -29,6 +30,8 @@ export interface SessionDeps {
   outbox: Outbox;
   role: Role;
   keepaliveMs: number;
+  /** The session's info, if the page already asked for it. */
+  early?: Promise<SessionInfo | null>;
 }
 
 /** Test and benchmark hooks (window.__moor). */
@@ -73,15 +76,18 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     text,
     h("button.send", { type: "submit", "aria-label": "Send" }, "Send"),
   );
-  const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", onclick: () => void send("input.interrupt", {}) }, "■");
+  const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", hidden: true, onclick: () => void send("input.interrupt", {}) }, "■");
   const header = h(
     "header.top",
     null,
-    h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), title, h("div.spacer"),
+    h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), title, h("div.spacer"), themeButton()),
+    h(
+      "div.row.tools",
+      null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", onclick: () => openShare() }, "Share"),
-      themeButton()),
+    ),
     streamBanner,
     bridgeBanner,
     recoveryBar,
@@ -319,15 +325,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     { watchdogMs: watchdogFor(deps.keepaliveMs) },
   );
 
-  async function reanchor(head: number): Promise<void> {
+  /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
+  function reanchor(head: number): Promise<boolean> {
     win.reset(head);
-    if (head > 0) {
-      const page = await api.entriesBefore(id, head + 1, PAGE);
-      win.prepend(page.entries, page.has_more);
-    }
     model.rebuild(win.entries);
     vl.reset();
     term?.reload(win.entries);
+    return loadOlder();
   }
 
   // ---- open
@@ -338,9 +342,15 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawPending();
     let first: SessionInfo;
     try {
-      first = await api.session(id);
+      first = (await deps.early) ?? (await api.session(id));
+      performance.mark("moor:info");
     } catch (e) {
       setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
+      if (e instanceof ApiError && e.status === 401) {
+        // No stream without a token: ask for one (the form reloads the page).
+        streamBanner.replaceChildren(tokenForm());
+        return;
+      }
       // The stream loop retries (and says so) until the server answers.
       first = null as unknown as SessionInfo;
     }
@@ -355,13 +365,12 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
         termBox.hidden = false;
         scroller.classList.add("under-term");
-      } else if (control) {
-        interrupt.hidden = first.agent?.adapter !== "claude";
       }
-      await reanchor(anchor);
-      if (stopped) return;
+      interrupt.hidden = first.agent?.adapter !== "claude";
+      // Live entries and the history below them load at the same time.
+      void reanchor(anchor).then(() => performance.mark("moor:history"));
     }
-    stream.start();
+    stream.start(first ?? undefined);
   })().catch((e) => {
     if (e instanceof GapError) stream.restart(e.message);
   });

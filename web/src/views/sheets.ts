@@ -1,13 +1,14 @@
 // Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR).
 
 import qrcode from "qrcode-generator";
-import { api, token } from "../api";
-import { ago, clock, h } from "../dom";
+import { api, ApiError, token } from "../api";
+import { clock, h } from "../dom";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
 import type { SessionState } from "../protocol/SessionState";
 import type { JsonValue } from "../protocol/serde_json/JsonValue";
-import { checkpointDiff, receiptBadge } from "./render";
+import type { CheckpointSummary } from "../protocol/CheckpointSummary";
+import { checkpointCard, patchView, receiptBadge } from "./render";
 
 /** Opens a modal sheet; returns the body element to fill and a close function. */
 export function sheet(title: string): { body: HTMLElement; close: () => void } {
@@ -101,21 +102,37 @@ export async function recoveryPanel(sessionId: string, onResume: ((prompt: strin
   );
 }
 
+/** Checkpoints of the session (from the log), each with its diff on demand. */
 export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTMLElement {
-  const cps = entries.filter((e) => e.kind.startsWith("checkpoint."));
-  if (!cps.length && !last) return h("p.muted", null, "No checkpoints in this session yet.");
+  const cps = entries.filter((e) => e.kind === "checkpoint.created").map((e) => e.payload as unknown as CheckpointSummary);
+  if (!cps.length && last) cps.push(last as unknown as CheckpointSummary);
+  if (!cps.length) return h("p.muted", null, "No checkpoints in this session yet.");
   return h(
     "div.panel",
     null,
-    cps.length
-      ? cps.map((e) =>
-          section(
-            `${e.kind} · ${clock(e.ts)}`,
-            checkpointDiff((e.payload ?? {}) as Record<string, JsonValue>),
-            h("pre.result", null, JSON.stringify(e.payload, null, 2).slice(0, 2000)),
-          ),
-        )
-      : section("Last checkpoint", h("pre.result", null, JSON.stringify(last, null, 2))),
+    cps.reverse().map((c) => {
+      const slot = h("div");
+      const btn = h(
+        "button",
+        {
+          type: "button",
+          onclick: async () => {
+            btn.setAttribute("disabled", "");
+            slot.replaceChildren(h("p.muted", null, "Loading the diff…"));
+            try {
+              const patch = await api.checkpointPatch(c.id);
+              slot.replaceChildren(patchView(patch));
+            } catch (e) {
+              slot.replaceChildren(
+                h("p.muted", null, e instanceof ApiError && e.status === 404 ? "This server does not hold this checkpoint's contents (yet)." : `Could not load the diff: ${(e as Error).message}`),
+              );
+            }
+          },
+        },
+        "Show diff",
+      );
+      return h("div.panel-sec", null, h("h3", null, clock(c.created_at)), checkpointCard(c, h("div.actions", null, btn)), slot);
+    }),
   );
 }
 
@@ -147,6 +164,5 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     ),
     h("label.check", null, withToken, " include my access token (full access: share only with yourself)"),
     h("p.muted", null, "Read-only share links come with accounts and roles; until then a link without a token asks for one."),
-    h("p.muted", null, `Generated ${ago(Date.now())}.`),
   );
 }

@@ -48,7 +48,9 @@ pub fn command_line(command: &[String], resume: Option<&str>) -> Vec<String> {
         out.push(arg.clone());
     }
     for (flag, value) in REQUIRED_FLAGS {
-        let present = out.iter().any(|a| a == flag || (flag == "--print" && a == "-p"));
+        let present = out
+            .iter()
+            .any(|a| a == flag || (flag == "--print" && a == "-p"));
         if value.is_some() || !present {
             out.push(flag.to_owned());
             out.extend(value.map(str::to_owned));

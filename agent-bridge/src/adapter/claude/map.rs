@@ -390,7 +390,10 @@ fn unknown(event: &Value) -> Draft {
         event.clone()
     };
     let mut payload = Map::new();
-    payload.insert("type".into(), event.get("type").cloned().unwrap_or(Value::Null));
+    payload.insert(
+        "type".into(),
+        event.get("type").cloned().unwrap_or(Value::Null),
+    );
     payload.insert(
         "subtype".into(),
         event.get("subtype").cloned().unwrap_or(Value::Null),

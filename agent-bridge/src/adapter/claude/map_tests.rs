@@ -120,7 +120,10 @@ fn a_can_use_tool_request_is_a_pending_permission_entry_and_a_signal() {
         .iter()
         .find(|d| d.kind == "agent.permission.request")
         .unwrap();
-    assert_eq!(req.payload["request_id"], "47afc91c-cbe0-4eed-8ae4-88843d7a8f08");
+    assert_eq!(
+        req.payload["request_id"],
+        "47afc91c-cbe0-4eed-8ae4-88843d7a8f08"
+    );
     assert_eq!(req.payload["tool_name"], "Bash");
     assert_eq!(req.payload["input"]["command"], "touch x.txt");
     assert_eq!(req.payload["path"], "/home/dev/project/x.txt");
@@ -128,8 +131,14 @@ fn a_can_use_tool_request_is_a_pending_permission_entry_and_a_signal() {
         Signal::Permission(p) if p.request_id == "47afc91c-cbe0-4eed-8ae4-88843d7a8f08"
             && p.input["command"] == "touch x.txt")));
     // Three turns, one session entry: the per-turn init is not repeated.
-    assert_eq!(drafts.iter().filter(|d| d.kind == "agent.session").count(), 1);
-    assert_eq!(drafts.iter().filter(|d| d.kind == "agent.result").count(), 3);
+    assert_eq!(
+        drafts.iter().filter(|d| d.kind == "agent.session").count(),
+        1
+    );
+    assert_eq!(
+        drafts.iter().filter(|d| d.kind == "agent.result").count(),
+        3
+    );
 }
 
 #[test]

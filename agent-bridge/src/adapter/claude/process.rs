@@ -103,11 +103,7 @@ impl Process {
     }
 }
 
-async fn read_lines(
-    pipe: impl AsyncRead + Unpin,
-    tx: mpsc::Sender<Out>,
-    wrap: fn(String) -> Out,
-) {
+async fn read_lines(pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<Out>, wrap: fn(String) -> Out) {
     let mut reader = BufReader::with_capacity(64 * 1024, pipe);
     let mut buf = Vec::new();
     loop {

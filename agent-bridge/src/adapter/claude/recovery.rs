@@ -56,10 +56,14 @@ impl RecoveryBrief for ShortBrief {
                 "Your previous response stalled (no output for {} s) and you were restarted.",
                 i.silent.as_secs()
             ),
-            RestartReason::Crashed => "Your previous process ended unexpectedly and you were restarted.".to_owned(),
+            RestartReason::Crashed => {
+                "Your previous process ended unexpectedly and you were restarted.".to_owned()
+            }
         };
         let tool = match &i.open_tool {
-            Some((id, name)) => format!(" The {name} tool call {id} was still running; it may or may not have completed."),
+            Some((id, name)) => format!(
+                " The {name} tool call {id} was still running; it may or may not have completed."
+            ),
             None => String::new(),
         };
         format!(

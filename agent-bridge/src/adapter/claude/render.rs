@@ -70,9 +70,16 @@ impl Renderer {
 
 /// The interesting part of a tool input, on one line.
 fn brief(input: &Value) -> String {
-    let picked = ["command", "file_path", "notebook_path", "pattern", "url", "description"]
-        .iter()
-        .find_map(|k| input.get(k).and_then(Value::as_str));
+    let picked = [
+        "command",
+        "file_path",
+        "notebook_path",
+        "pattern",
+        "url",
+        "description",
+    ]
+    .iter()
+    .find_map(|k| input.get(k).and_then(Value::as_str));
     let text = match picked {
         Some(t) => t.to_owned(),
         None => input.to_string(),

@@ -5,6 +5,7 @@
 //! the database and seq order is commit order. Each append announces its range with `NOTIFY`
 //! (delivered at commit); `cluster.rs` holds the listening side and bridge claims.
 
+mod checkpoints;
 mod cluster;
 mod lookup;
 
@@ -24,8 +25,8 @@ use uuid::Uuid;
 use self::lookup::PgLookup;
 use super::append::{self, Decision, NewRow};
 use super::{
-    redact_url, seq_bind, Append, Appended, Cluster, Range, SessionRow, Store, StoreError,
-    StoreResult,
+    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, SessionRow, Store,
+    StoreError, StoreResult,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -383,6 +384,18 @@ impl Store for PgStore {
 
     fn cluster(&self) -> Option<&dyn Cluster> {
         Some(self)
+    }
+
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        self.save_checkpoint_row(row).await
+    }
+
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
+        self.checkpoint_row(id).await
+    }
+
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
+        self.checkpoint_rows(session).await
     }
 }
 

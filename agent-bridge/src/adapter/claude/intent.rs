@@ -1,0 +1,247 @@
+//! Mutation intents: before a file-mutating tool call runs, record the target file's content
+//! hash; once it returns (or at recovery time), tell "applied", "not applied" or "changed by
+//! something else" by looking at the file again.
+//!
+//! What the call meant to do comes from its input: `Write` carries the whole new content, `Edit`
+//! and `MultiEdit` the strings to replace. A file that matches neither the state before nor the
+//! intended result was changed by someone else.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use moor_protocol::state::{ToolClass, TOOL_INTENT, TOOL_INTENT_CHECKED};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::spool::Draft;
+
+/// The outcome of an intent check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The file holds what the call meant to write.
+    Applied,
+    /// The file is as it was before the call.
+    NotApplied,
+    /// The file changed, but not as the call would have changed it.
+    ChangedElsewhere,
+}
+
+impl Verdict {
+    /// As written in entries and briefs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Applied => "applied",
+            Verdict::NotApplied => "not_applied",
+            Verdict::ChangedElsewhere => "changed_elsewhere",
+        }
+    }
+}
+
+/// What a call recorded before it ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    /// The file.
+    pub path: PathBuf,
+    /// Content hash before the call (`None`: the file did not exist).
+    pub before: Option<String>,
+    /// The tool's input, which says what it meant to do.
+    pub tool: String,
+    /// The tool's input.
+    pub input: Value,
+}
+
+/// SHA-256 of a file's content, hex; `None` if it cannot be read (e.g. does not exist).
+pub fn file_hash(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| hex(&Sha256::digest(&bytes)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Intent {
+    /// Checks the file now.
+    pub fn check(&self) -> (Option<String>, Verdict) {
+        let after = file_hash(&self.path);
+        if after == self.before {
+            return (after, Verdict::NotApplied);
+        }
+        let content = std::fs::read_to_string(&self.path).ok();
+        let applied = match (self.tool.as_str(), &content) {
+            ("Write", Some(c)) => {
+                self.input.get("content").and_then(Value::as_str) == Some(c.as_str())
+            }
+            ("Edit", Some(c)) => edit_applied(c, &self.input),
+            ("MultiEdit", Some(c)) => self
+                .input
+                .get("edits")
+                .and_then(Value::as_array)
+                .is_some_and(|edits| edits.iter().all(|e| edit_applied(c, e))),
+            // No way to know what it meant: a change is most likely its own.
+            _ => true,
+        };
+        (
+            after,
+            if applied {
+                Verdict::Applied
+            } else {
+                Verdict::ChangedElsewhere
+            },
+        )
+    }
+}
+
+/// An edit landed when its new text is there (and, if it replaced something else, the old
+/// text is gone, unless it was to be replaced only once and occurs elsewhere too).
+fn edit_applied(content: &str, edit: &Value) -> bool {
+    let new = edit
+        .get("new_string")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let old = edit
+        .get("old_string")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let replace_all = edit
+        .get("replace_all")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    content.contains(new)
+        && (old.is_empty() || new.contains(old) || !replace_all || !content.contains(old))
+}
+
+/// Intents of the calls still running, by tool_use id.
+#[derive(Debug, Default)]
+pub struct Intents {
+    open: HashMap<String, Intent>,
+}
+
+impl Intents {
+    /// Looks at drafts about to be spooled: records an intent for each file-mutating tool call
+    /// and checks it when its result comes; appends the resulting entries to `drafts`.
+    pub fn observe(&mut self, drafts: &mut Vec<Draft>, cwd: &Path) {
+        let mut extra = Vec::new();
+        for d in drafts.iter() {
+            match d.kind.as_str() {
+                moor_protocol::kinds::AGENT_TOOL_USE => {
+                    if let Some((id, intent)) = intent_for(&d.payload, cwd) {
+                        extra.push(Draft::new(
+                            TOOL_INTENT,
+                            json!({"tool_use_id": id, "path": intent.path, "before": intent.before}),
+                        ));
+                        self.open.insert(id, intent);
+                    }
+                }
+                moor_protocol::kinds::AGENT_TOOL_RESULT => {
+                    let id = d
+                        .payload
+                        .get("tool_use_id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if let Some(intent) = self.open.remove(id) {
+                        let (after, verdict) = intent.check();
+                        extra.push(Draft::new(
+                            TOOL_INTENT_CHECKED,
+                            json!({"tool_use_id": id, "path": intent.path, "after": after, "verdict": verdict.name()}),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        drafts.extend(extra);
+    }
+}
+
+/// The intent of a tool_use payload, if it mutates a file.
+fn intent_for(payload: &Value, cwd: &Path) -> Option<(String, Intent)> {
+    let tool = payload.get("name")?.as_str()?;
+    if ToolClass::of(tool) != ToolClass::FileMutation {
+        return None;
+    }
+    let id = payload.get("id")?.as_str()?.to_owned();
+    let input = payload.get("input").cloned().unwrap_or(Value::Null);
+    let path = payload
+        .get("path")
+        .and_then(Value::as_str)
+        .or_else(|| input.get("file_path").and_then(Value::as_str))
+        .or_else(|| input.get("notebook_path").and_then(Value::as_str))?;
+    let path = cwd.join(path);
+    let before = file_hash(&path);
+    Some((
+        id,
+        Intent {
+            path,
+            before,
+            tool: tool.to_owned(),
+            input,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_call(dir: &Path, content: &str) -> Value {
+        json!({"id": "t1", "name": "Write", "input": {"file_path": dir.join("a.txt"), "content": content}})
+    }
+
+    #[test]
+    fn a_write_is_applied_not_applied_or_changed_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        std::fs::write(&file, "old").unwrap();
+        let (_, intent) = intent_for(&write_call(dir.path(), "new"), dir.path()).unwrap();
+        assert_eq!(intent.check().1, Verdict::NotApplied);
+        std::fs::write(&file, "new").unwrap();
+        assert_eq!(intent.check().1, Verdict::Applied);
+        std::fs::write(&file, "someone else").unwrap();
+        assert_eq!(intent.check().1, Verdict::ChangedElsewhere);
+    }
+
+    #[test]
+    fn an_edit_is_applied_when_the_new_text_replaced_the_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("b.rs");
+        std::fs::write(&file, "fn a() {}\n").unwrap();
+        let call = json!({"id": "t2", "name": "Edit", "input": {"file_path": file, "old_string": "fn a", "new_string": "fn b"}});
+        let (_, intent) = intent_for(&call, dir.path()).unwrap();
+        assert_eq!(intent.check().1, Verdict::NotApplied);
+        std::fs::write(&file, "fn b() {}\n").unwrap();
+        assert_eq!(intent.check().1, Verdict::Applied);
+        std::fs::write(&file, "fn c() {}\n").unwrap();
+        assert_eq!(intent.check().1, Verdict::ChangedElsewhere);
+    }
+
+    #[test]
+    fn drafts_get_intent_and_check_entries_and_reads_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut intents = Intents::default();
+        let mut drafts = vec![
+            Draft::new(
+                moor_protocol::kinds::AGENT_TOOL_USE,
+                write_call(dir.path(), "x"),
+            ),
+            Draft::new(
+                moor_protocol::kinds::AGENT_TOOL_USE,
+                json!({"id": "r", "name": "Read", "input": {"file_path": "a"}}),
+            ),
+        ];
+        intents.observe(&mut drafts, dir.path());
+        assert_eq!(drafts.iter().filter(|d| d.kind == TOOL_INTENT).count(), 1);
+        std::fs::write(dir.path().join("a.txt"), "x").unwrap();
+        let mut drafts = vec![Draft::new(
+            moor_protocol::kinds::AGENT_TOOL_RESULT,
+            json!({"tool_use_id": "t1"}),
+        )];
+        intents.observe(&mut drafts, dir.path());
+        let checked = drafts
+            .iter()
+            .find(|d| d.kind == TOOL_INTENT_CHECKED)
+            .unwrap();
+        assert_eq!(checked.payload["verdict"], "applied");
+    }
+}

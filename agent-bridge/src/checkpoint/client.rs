@@ -1,0 +1,208 @@
+//! The server's checkpoint and blob API, as the bridge and `moor checkpoints` use it.
+
+use std::time::Duration;
+
+use moor_protocol::checkpoint::{
+    BlobStored, CheckpointManifest, CheckpointSummary, MissingBlobs, MissingBlobsRequest,
+    StoredCheckpoint, MISSING_QUERY_MAX,
+};
+use reqwest::StatusCode;
+
+use super::CheckpointError;
+use crate::recover::http_base;
+
+/// A client for one server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// What a manifest upload answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestPut {
+    /// Stored (or already stored with the same content).
+    Stored,
+    /// The server lacks some blobs it names.
+    MissingBlobs,
+    /// The session does not exist on this server.
+    NoSession,
+}
+
+impl Client {
+    /// A client for the server at `server` (any URL form `moor run` accepts).
+    pub fn new(server: &str, token: &str) -> Result<Self, CheckpointError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(300))
+            .build()
+            .map_err(|e| CheckpointError::Server(format!("cannot build an HTTP client: {e}")))?;
+        Ok(Self {
+            base: http_base(server).map_err(|e| CheckpointError::Server(e.to_string()))?,
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.base)
+    }
+
+    async fn fail(what: &str, resp: reqwest::Response) -> CheckpointError {
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+            .unwrap_or(body);
+        CheckpointError::Server(format!("{what}: {status}: {message}"))
+    }
+
+    /// Which of `hashes` the server does not have.
+    pub async fn missing(&self, hashes: &[String]) -> Result<Vec<String>, CheckpointError> {
+        let mut out = Vec::new();
+        for chunk in hashes.chunks(MISSING_QUERY_MAX) {
+            let resp = self
+                .http
+                .post(self.url("/blobs/missing"))
+                .bearer_auth(&self.token)
+                .json(&MissingBlobsRequest {
+                    sha256: chunk.to_vec(),
+                })
+                .send()
+                .await
+                .map_err(net)?;
+            if !resp.status().is_success() {
+                return Err(Self::fail("asking which blobs are missing", resp).await);
+            }
+            let answer: MissingBlobs = resp.json().await.map_err(net)?;
+            out.extend(answer.missing);
+        }
+        Ok(out)
+    }
+
+    /// Uploads one blob.
+    pub async fn put_blob(&self, sha256: &str, bytes: Vec<u8>) -> Result<BlobStored, CheckpointError> {
+        let resp = self
+            .http
+            .put(self.url(&format!("/blobs/{sha256}")))
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(net)?;
+        if !resp.status().is_success() {
+            return Err(Self::fail(&format!("uploading blob {sha256}"), resp).await);
+        }
+        resp.json().await.map_err(net)
+    }
+
+    /// Uploads a checkpoint's manifest for `session` (name or id).
+    pub async fn put_manifest(
+        &self,
+        session: &str,
+        manifest: &CheckpointManifest,
+    ) -> Result<ManifestPut, CheckpointError> {
+        let resp = self
+            .http
+            .put(self.url(&format!("/sessions/{session}/checkpoints/{}", manifest.id)))
+            .bearer_auth(&self.token)
+            .json(manifest)
+            .send()
+            .await
+            .map_err(net)?;
+        match resp.status() {
+            s if s.is_success() => Ok(ManifestPut::Stored),
+            StatusCode::NOT_FOUND => Ok(ManifestPut::NoSession),
+            StatusCode::CONFLICT => {
+                let body = resp.text().await.unwrap_or_default();
+                if body.contains("missing blobs") {
+                    Ok(ManifestPut::MissingBlobs)
+                } else {
+                    Err(CheckpointError::Server(format!(
+                        "uploading checkpoint {}: 409: {body}",
+                        manifest.id
+                    )))
+                }
+            }
+            _ => Err(Self::fail(&format!("uploading checkpoint {}", manifest.id), resp).await),
+        }
+    }
+
+    /// A stored checkpoint.
+    pub async fn checkpoint(&self, id: &str) -> Result<StoredCheckpoint, CheckpointError> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/checkpoints/{id}")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(net)?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Err(CheckpointError::NotFound(id.to_owned()));
+        }
+        if !resp.status().is_success() {
+            return Err(Self::fail(&format!("fetching checkpoint {id}"), resp).await);
+        }
+        resp.json().await.map_err(net)
+    }
+
+    /// A session's stored checkpoints, newest first.
+    pub async fn list(&self, session: &str) -> Result<Vec<CheckpointSummary>, CheckpointError> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/sessions/{session}/checkpoints")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(net)?;
+        if !resp.status().is_success() {
+            return Err(Self::fail(&format!("listing the checkpoints of {session}"), resp).await);
+        }
+        resp.json().await.map_err(net)
+    }
+
+    /// A checkpoint's patch.
+    pub async fn diff(&self, id: &str) -> Result<Vec<u8>, CheckpointError> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/checkpoints/{id}/diff")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(net)?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Err(CheckpointError::NotFound(id.to_owned()));
+        }
+        if !resp.status().is_success() {
+            return Err(Self::fail(&format!("fetching the diff of {id}"), resp).await);
+        }
+        Ok(resp.bytes().await.map_err(net)?.to_vec())
+    }
+
+    /// One blob's content (checked by the caller).
+    pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, CheckpointError> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/blobs/{sha256}")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(net)?;
+        if !resp.status().is_success() {
+            return Err(Self::fail(&format!("downloading blob {sha256}"), resp).await);
+        }
+        Ok(resp.bytes().await.map_err(net)?.to_vec())
+    }
+}
+
+fn net(e: reqwest::Error) -> CheckpointError {
+    CheckpointError::Server(format!("cannot reach the server: {e}"))
+}

@@ -1,0 +1,246 @@
+//! `moor recover` and `moor resume`: read the server's recovery brief for a session, settle what
+//! only this machine can know (did an interrupted write land? look at the file now), print it,
+//! and restart Claude Code on its own agent session with the brief as its first prompt.
+//!
+//! The resume prompt goes in as an ordinary remote input, so it is accounted like any other
+//! (queued, delivered, applied) and every viewer sees it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use moor_protocol::api::{InputAccepted, InputRequest, SessionInfo, SessionStatus};
+use moor_protocol::kinds;
+use moor_protocol::recovery::{mutation_advice, resume_prompt, RecoveryBrief, RetryPolicy};
+use moor_protocol::state::ToolClass;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::adapter::claude::intent::Intent;
+use crate::config::BRIDGE_PATH;
+use crate::error::BridgeError;
+
+/// A small client for moord's HTTP API.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// Maps a `moord` URL (`http(s)://`, `ws(s)://`, with or without the bridge path) to its HTTP
+/// base URL.
+pub fn http_base(server: &str) -> Result<String, BridgeError> {
+    let ws = crate::config::bridge_ws_url(server)?;
+    let (scheme, rest) = ws.split_once("://").unwrap_or(("ws", ws.as_str()));
+    let scheme = if scheme == "wss" { "https" } else { "http" };
+    Ok(format!("{scheme}://{}", rest.trim_end_matches(BRIDGE_PATH)))
+}
+
+impl Api {
+    /// A client for `server` with `token`.
+    pub fn new(server: &str, token: &str) -> Result<Self, BridgeError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| BridgeError::Config(format!("cannot build an HTTP client: {e}")))?;
+        Ok(Self {
+            base: http_base(server)?,
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            anyhow::bail!("GET {path}: {status}: {body}");
+        }
+        Ok(resp.json().await?)
+    }
+
+    /// The session with this id or name, with its state.
+    pub async fn session(&self, key: &str) -> anyhow::Result<SessionInfo> {
+        self.get(&format!("/api/v1/sessions/{key}")).await
+    }
+
+    /// The server's recovery brief.
+    pub async fn brief(&self, key: &str) -> anyhow::Result<RecoveryBrief> {
+        self.get(&format!("/api/v1/sessions/{key}/recovery")).await
+    }
+
+    /// Posts a text input (idempotent by `client_msg_id`).
+    pub async fn post_text(
+        &self,
+        key: &str,
+        client_msg_id: &str,
+        text: &str,
+    ) -> anyhow::Result<InputAccepted> {
+        let req = InputRequest {
+            client_msg_id: client_msg_id.to_owned(),
+            kind: kinds::INPUT_TEXT.to_owned(),
+            payload: json!({ "text": text }),
+        };
+        let resp = self
+            .http
+            .post(format!("{}/api/v1/sessions/{key}/inputs", self.base))
+            .bearer_auth(&self.token)
+            .json(&req)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            anyhow::bail!(
+                "posting the resume prompt: {status}: {}",
+                resp.text().await.unwrap_or_default()
+            );
+        }
+        Ok(resp.json().await?)
+    }
+}
+
+/// Re-checks, against the files in `cwd` now, every interrupted file mutation whose intent was
+/// recorded, and rewrites the brief's advice and resume prompt accordingly.
+pub fn check_locally(brief: &mut RecoveryBrief, cwd: &Path, policy: RetryPolicy) {
+    for t in brief
+        .uncertain
+        .iter_mut()
+        .filter(|t| t.class == ToolClass::FileMutation)
+    {
+        let Some(target) = &t.target else { continue };
+        if t.intent_before.is_none() && !t.input.is_object() {
+            continue;
+        }
+        let intent = Intent {
+            path: cwd.join(target),
+            before: t.intent_before.clone(),
+            tool: t.tool.clone(),
+            input: t.input.clone(),
+        };
+        let (_, verdict) = intent.check();
+        let (note, advice, auto_retry) = mutation_advice(Some(verdict.name()), policy);
+        t.note = format!("{note} (checked on this machine)");
+        t.advice = advice;
+        t.auto_retry = auto_retry;
+    }
+    brief.resume_prompt = resume_prompt(brief);
+}
+
+/// What `moor resume` will do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumePlan {
+    /// Session the resumed agent feeds (the same one, or a new one if it had ended).
+    pub session: String,
+    /// Working directory to run in.
+    pub cwd: String,
+    /// The command: `claude --resume <agent session id>`.
+    pub command: Vec<String>,
+    /// The first prompt.
+    pub prompt: String,
+    /// Idempotency key of that prompt.
+    pub prompt_id: String,
+}
+
+/// Plans a resume of `key`: same directory, same agent session, the brief as first prompt.
+pub async fn plan_resume(
+    api: &Api,
+    key: &str,
+    policy: RetryPolicy,
+) -> anyhow::Result<(ResumePlan, RecoveryBrief)> {
+    let info = api.session(key).await?;
+    let agent = info.agent.clone().unwrap_or_default();
+    let agent_session = info
+        .state
+        .as_ref()
+        .and_then(|s| s.agent.agent_session_id.clone())
+        .ok_or_else(|| anyhow::anyhow!("session {key} has no Claude Code session id to resume (was it run with --mode claude?)"))?;
+    let cwd = info
+        .state
+        .as_ref()
+        .and_then(|s| s.agent.cwd.clone())
+        .filter(|c| !c.is_empty())
+        .unwrap_or(agent.cwd);
+    // The same Claude Code binary the session ran, if it was one.
+    let program = agent
+        .command
+        .first()
+        .filter(|c| Path::new(c).file_name().is_some_and(|n| n == "claude"))
+        .cloned()
+        .unwrap_or_else(|| "claude".to_owned());
+    let mut brief = api.brief(key).await?;
+    check_locally(&mut brief, Path::new(&cwd), policy);
+    let session = match info.status {
+        SessionStatus::Live => info.name.clone(),
+        // An ended log is complete; the resumed run gets a session of its own.
+        SessionStatus::Ended => format!("{}-resumed-{}", info.name, info.head_seq),
+    };
+    let plan = ResumePlan {
+        prompt_id: format!("resume-{}-{}", info.id, info.head_seq),
+        session,
+        cwd,
+        command: vec![program, "--resume".into(), agent_session],
+        prompt: brief.resume_prompt.clone(),
+    };
+    Ok((plan, brief))
+}
+
+/// Posts the resume prompt once the session exists on the server (the bridge creates it at its
+/// first connection). Bounded: gives up after `patience`.
+pub async fn post_prompt_when_ready(
+    api: &Api,
+    plan: &ResumePlan,
+    patience: Duration,
+) -> anyhow::Result<InputAccepted> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        match api
+            .post_text(&plan.session, &plan.prompt_id, &plan.prompt)
+            .await
+        {
+            Ok(accepted) => return Ok(accepted),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "session not ready for the resume prompt yet");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_base_follows_the_server_url() {
+        assert_eq!(http_base("http://h:7070").unwrap(), "http://h:7070");
+        assert_eq!(http_base("wss://h/api/v1/bridge").unwrap(), "https://h");
+        assert_eq!(http_base("h:1").unwrap(), "http://h:1");
+    }
+
+    #[test]
+    fn a_local_check_settles_an_interrupted_write() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "new").unwrap();
+        let mut brief: RecoveryBrief = serde_json::from_value(json!({
+            "phase": "interrupted", "goal": ["g"], "completed": [], "partial_answer": null, "todos": null,
+            "files_changed": [], "pending_permissions": [], "agent_session_id": "s", "resume_prompt": "",
+            "uncertain": [{"id": "t", "tool": "Write", "target": "a.txt", "class": "file_mutation", "note": "", "advice": "",
+                "auto_retry": false, "input": {"file_path": "a.txt", "content": "new"}, "intent_before": null}]
+        }))
+        .unwrap();
+        check_locally(&mut brief, dir.path(), RetryPolicy::default());
+        assert!(
+            brief.uncertain[0].advice.starts_with("applied"),
+            "{:?}",
+            brief.uncertain[0]
+        );
+        assert!(brief.resume_prompt.contains("a.txt"));
+    }
+}

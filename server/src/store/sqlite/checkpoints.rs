@@ -1,0 +1,84 @@
+//! The SQLite side of checkpoints: one row per uploaded checkpoint, keyed by its id.
+
+use anyhow::Context;
+use moor_protocol::SessionId;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{other, SqliteStore};
+use crate::store::{CheckpointRow, StoreError, StoreResult};
+
+impl SqliteStore {
+    pub(super) async fn save_checkpoint_row(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let inserted = sqlx::query(
+            "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
+             SELECT ?, pk, ?, ?, ? FROM sessions WHERE id = ? \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&row.id)
+        .bind(row.created_at)
+        .bind(&row.summary)
+        .bind(&row.manifest)
+        .bind(row.session.to_string())
+        .execute(&self.writer)
+        .await
+        .map_err(other)?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(true);
+        }
+        // Either the id is taken or the session does not exist.
+        let stored = self.checkpoint_row(&row.id).await;
+        match stored {
+            Ok(stored) if stored.manifest == row.manifest && stored.session == row.session => {
+                Ok(false)
+            }
+            Ok(_) => Err(StoreError::Conflict(
+                "checkpoint id already stored with other content",
+            )),
+            Err(StoreError::NotFound) => Err(StoreError::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) async fn checkpoint_row(&self, id: &str) -> StoreResult<CheckpointRow> {
+        let row = sqlx::query(
+            "SELECT c.id, s.id AS session, c.created_at, c.summary, c.manifest \
+             FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk WHERE c.id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(other)?
+        .ok_or(StoreError::NotFound)?;
+        checkpoint_from(&row, true)
+    }
+
+    pub(super) async fn checkpoint_rows(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
+        let rows = sqlx::query(
+            "SELECT c.id, s.id AS session, c.created_at, c.summary \
+             FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk \
+             WHERE s.id = ? ORDER BY c.created_at DESC, c.id DESC",
+        )
+        .bind(session.to_string())
+        .fetch_all(&self.readers)
+        .await
+        .map_err(other)?;
+        rows.iter().map(|r| checkpoint_from(r, false)).collect()
+    }
+}
+
+fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult<CheckpointRow> {
+    let session: String = row.get("session");
+    Ok(CheckpointRow {
+        id: row.get("id"),
+        session: SessionId(Uuid::parse_str(&session).context("stored session id")?),
+        created_at: row.get("created_at"),
+        summary: row.get("summary"),
+        manifest: if manifest {
+            row.get("manifest")
+        } else {
+            String::new()
+        },
+    })
+}
