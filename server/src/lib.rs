@@ -58,7 +58,7 @@ impl Server {
             None => auth::Auth::load_or_create(&config.data_dir)?,
         };
         let node_id = config.node_id();
-        let store = store::connect(&config.database_url(), &node_id).await?;
+        let store = store::connect_as(&config.database_url(), &node_id).await?;
         Ok(Self {
             config,
             store,

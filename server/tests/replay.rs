@@ -3,6 +3,8 @@
 //! order. Runs the real store (a SQLite file), the real group-committing log and hub, with a
 //! tiny fan-out buffer so that viewers lag and must resynchronise from the store.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,10 +48,9 @@ fn line(i: usize) -> Append {
 async fn scenario(ops: Vec<Op>, capacity: usize) {
     let dir = std::env::temp_dir().join(format!("moor-replay-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> =
-        store::connect(&format!("sqlite:{}", dir.join("t.db").display()), "test")
-            .await
-            .unwrap();
+    let store: Arc<dyn Store> = store::connect(&format!("sqlite:{}", dir.join("t.db").display()))
+        .await
+        .unwrap();
     let session: SessionId = store.open_session("replay", None).await.unwrap().id;
     let hub = Hub::with_capacity(capacity);
     let tasks = TaskTracker::new();

@@ -228,8 +228,14 @@ fn unsupported(what: &str) -> StoreError {
 
 /// Opens the store a database URL names and runs its migrations: `sqlite:` (the default
 /// engine, one node) or `postgres:`/`postgresql:` (any number of nodes). Anything else is refused
-/// with a clear message. `node_id` names this node to the others (Postgres only).
-pub async fn connect(url: &str, node_id: &str) -> anyhow::Result<Arc<dyn Store>> {
+/// with a clear message. On Postgres this node gets a generated name; see [`connect_as`].
+pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    connect_as(url, &format!("node-{:08x}", rand::random::<u32>())).await
+}
+
+/// Like [`connect`], naming this node `node_id` to the others (Postgres only: in notices and in
+/// `pg_stat_activity.application_name`).
+pub async fn connect_as(url: &str, node_id: &str) -> anyhow::Result<Arc<dyn Store>> {
     match Engine::of(url)? {
         Engine::Sqlite => Ok(Arc::new(SqliteStore::connect(url).await?)),
         Engine::Postgres => Ok(Arc::new(PgStore::connect(url, node_id).await?)),

@@ -36,7 +36,7 @@ impl Db {
     /// A store handle on this database, as node `node`.
     pub async fn open(&self, node: &str) -> Arc<dyn Store> {
         let connect = || async {
-            store::connect(&self.url, node)
+            store::connect_as(&self.url, node)
                 .await
                 .unwrap_or_else(|e| panic!("open {} as {node}: {e:#}", self.url))
         };
