@@ -3,6 +3,8 @@
 //! order. Runs the real store (a SQLite file), the real group-committing log and hub, with a
 //! tiny fan-out buffer so that viewers lag and must resynchronise from the store.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::sync::Arc;
 use std::time::Duration;
 
