@@ -36,7 +36,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn git(dir: &Path, args: &[&str]) -> Result<()> {
     let out = Command::new("git")
-        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.com"])
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.com",
+        ])
         .args(["-c", "commit.gpgSign=false"])
         .args(args)
         .current_dir(dir)
@@ -62,7 +67,10 @@ fn moor(dir: &Path, server: &TestServer, args: &[&str]) -> Result<(String, Durat
         .output()?;
     let took = started.elapsed();
     if !out.status.success() {
-        bail!("moor checkpoints {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "moor checkpoints {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), took))
 }
@@ -72,7 +80,10 @@ fn sent(push: &str) -> Result<(u64, u64)> {
     // "uploaded N blobs (B bytes) and M bytes of manifests; ..."
     let num = |after: &str| -> Option<u64> {
         let rest = push.split(after).nth(1)?;
-        rest.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty())?.parse().ok()
+        rest.split(|c: char| !c.is_ascii_digit())
+            .find(|s| !s.is_empty())?
+            .parse()
+            .ok()
     };
     match (num("blobs ("), num(") and ")) {
         (Some(b), Some(m)) => Ok((b, m)),
@@ -106,7 +117,11 @@ async fn main() -> Result<()> {
     git(repo, &["add", "-A"])?;
     git(repo, &["commit", "-q", "-m", "base"])?;
     let repo_bytes: u64 = (0..files)
-        .map(|i| std::fs::metadata(repo.join(path_of(i))).map(|m| m.len()).unwrap_or(0))
+        .map(|i| {
+            std::fs::metadata(repo.join(path_of(i)))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        })
         .sum();
 
     let (mut take, mut push, mut blob_bytes, mut manifest_bytes) = (vec![], vec![], vec![], vec![]);
@@ -143,8 +158,14 @@ async fn main() -> Result<()> {
         "Checkpoint of a {files}-file repository ({:.1} MB) with {changed} files changed, median of {runs} runs:",
         repo_bytes as f64 / 1e6
     );
-    println!("  take (moor checkpoints create)   {:7.0} ms", 1000.0 * median(take.clone()));
-    println!("  upload (moor checkpoints push)   {:7.0} ms", 1000.0 * median(push.clone()));
+    println!(
+        "  take (moor checkpoints create)   {:7.0} ms",
+        1000.0 * median(take.clone())
+    );
+    println!(
+        "  upload (moor checkpoints push)   {:7.0} ms",
+        1000.0 * median(push.clone())
+    );
     println!(
         "  total                            {:7.0} ms",
         1000.0 * (median(take) + median(push))
