@@ -432,8 +432,8 @@ fn checkpoints(cmd: CheckpointsCommand) -> anyhow::Result<i32> {
             CheckpointsCommand::Push { common } => {
                 let (left, stats) = cli::push(&common.context()?).await?;
                 format!(
-                    "uploaded {} blobs ({} bytes); {left} checkpoint(s) still queued\n",
-                    stats.blobs_sent, stats.bytes_sent
+                    "uploaded {} blobs ({} bytes) and {} bytes of manifests; {left} checkpoint(s) still queued\n",
+                    stats.blobs_sent, stats.bytes_sent, stats.manifest_bytes
                 )
             }
         };

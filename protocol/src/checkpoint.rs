@@ -211,7 +211,12 @@ impl CheckpointManifest {
                 })
                 .collect(),
             files_total: self.files.len() as u64,
-            skipped: self.skipped.iter().take(ENTRY_SKIPPED_MAX).cloned().collect(),
+            skipped: self
+                .skipped
+                .iter()
+                .take(ENTRY_SKIPPED_MAX)
+                .cloned()
+                .collect(),
             skipped_total: self.skipped.len() as u64,
         }
     }

@@ -172,7 +172,7 @@ fn stream(
                 tokio::select! {
                     _ = st.shutdown.cancelled() => return None,
                     alive = state_changed(&mut st.state) => {
-                        let Some(feed) = st.state.as_mut() else { return None };
+                        let feed = st.state.as_mut()?;
                         if !alive {
                             st.state = None;
                             return Some((Ok(Bytes::from_static(b": state feed ended\n\n")), st));
@@ -186,7 +186,7 @@ fn stream(
                         }
                     }
                     _ = sleep_until_opt(state_due) => {
-                        let Some(feed) = st.state.as_mut() else { return None };
+                        let feed = st.state.as_mut()?;
                         return Some((Ok(feed.event()), st));
                     }
                     _ = sleep_until_opt(deadline) => return None,

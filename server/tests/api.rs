@@ -2,6 +2,8 @@
 //! The real `moor` against the real `moord` is covered in `moor-e2e`; these tests pin down the
 //! server's side of the protocol frame by frame.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};

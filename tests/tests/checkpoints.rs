@@ -28,7 +28,12 @@ const FINISH: Duration = Duration::from_secs(60);
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args(["-c", "commit.gpgSign=false", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
@@ -61,7 +66,11 @@ fn project() -> (TempDir, PathBuf) {
     write(&repo, "old.txt", "to be renamed\n");
     write(&repo, "gone.txt", "to be deleted\n");
     write(&repo, "run.sh", "#!/bin/sh\necho run\n");
-    write(&repo, "data.bin", (0..2048u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    write(
+        &repo,
+        "data.bin",
+        (0..2048u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>(),
+    );
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "base"]);
     (dir, repo)
@@ -98,7 +107,13 @@ fn files(root: &Path) -> BTreeMap<String, (String, Vec<u8>)> {
 fn git_state(repo: &Path) -> BTreeMap<String, Vec<u8>> {
     let g = repo.join(".git");
     let mut out = BTreeMap::new();
-    for name in ["index", "HEAD", "packed-refs", "logs/refs/stash", "refs/stash"] {
+    for name in [
+        "index",
+        "HEAD",
+        "packed-refs",
+        "logs/refs/stash",
+        "refs/stash",
+    ] {
         if let Ok(b) = std::fs::read(g.join(name)) {
             out.insert(name.to_owned(), b);
         }
@@ -181,7 +196,11 @@ impl Shell {
 async fn list(server: &TestServer, session: &str) -> Vec<CheckpointSummary> {
     let r = server
         .api()
-        .authed(Method::GET, &format!("/api/v1/sessions/{session}/checkpoints"), None)
+        .authed(
+            Method::GET,
+            &format!("/api/v1/sessions/{session}/checkpoints"),
+            None,
+        )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     serde_json::from_value(r.body).unwrap()
@@ -210,7 +229,16 @@ async fn moor_checkpoints(dir: &Path, server: &TestServer, args: &[&str]) -> Out
 
 fn fresh_clone(origin: &Path) -> (TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    git(dir.path(), &["clone", "-q", "--no-local", origin.to_str().unwrap(), "clone"]);
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--no-local",
+            origin.to_str().unwrap(),
+            "clone",
+        ],
+    );
     let clone = dir.path().join("clone");
     (dir, clone)
 }
@@ -227,9 +255,11 @@ async fn a_checkpoint_restored_from_the_server_alone_reproduces_the_work_tree_in
     let mut s = Shell::start(&repo, &[("--checkpoint-interval", "1h")]).await;
 
     // act: the agent changes every kind of thing, then exits
-    s.run("echo edited >> README.md && mv old.txt new.txt && rm gone.txt && chmod +x run.sh").await;
+    s.run("echo edited >> README.md && mv old.txt new.txt && rm gone.txt && chmod +x run.sh")
+        .await;
     s.run("printf '\\x00\\x01\\x02binary' > data.bin && mkdir -p src/deep && echo 'fn main() {}' > src/deep/main.rs").await;
-    s.run("ln -s src/deep/main.rs link && echo noise > build.log").await;
+    s.run("ln -s src/deep/main.rs link && echo noise > build.log")
+        .await;
     s.exit().await;
 
     // assert: the log announced it, the server holds it, the user's git state is untouched
@@ -241,18 +271,41 @@ async fn a_checkpoint_restored_from_the_server_alone_reproduces_the_work_tree_in
         .collect();
     let last = created.last().expect("a checkpoint.created entry");
     let listed = s.checkpoints().await;
-    assert_eq!(listed.first().map(|c| &c.id), Some(&last.id), "uploaded before moor exited");
-    assert_eq!(git_state(&repo), before, "index, HEAD, branches and stash are byte-identical");
+    assert_eq!(
+        listed.first().map(|c| &c.id),
+        Some(&last.id),
+        "uploaded before moor exited"
+    );
+    assert_eq!(
+        git_state(&repo),
+        before,
+        "index, HEAD, branches and stash are byte-identical"
+    );
     let paths: Vec<&str> = last.files.iter().map(|f| f.path.as_str()).collect();
-    for p in ["README.md", "old.txt", "new.txt", "gone.txt", "run.sh", "data.bin", "link"] {
+    for p in [
+        "README.md",
+        "old.txt",
+        "new.txt",
+        "gone.txt",
+        "run.sh",
+        "data.bin",
+        "link",
+    ] {
         assert!(paths.contains(&p), "{p} missing from {paths:?}");
     }
-    assert!(!paths.contains(&"build.log"), "ignored files are not captured");
+    assert!(
+        !paths.contains(&"build.log"),
+        "ignored files are not captured"
+    );
 
     // act: restore into a fresh clone, from the server alone
     let (_keep, clone) = fresh_clone(&repo);
     let out = moor_checkpoints(&clone, &s.server, &["restore", &last.id]).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // assert: every file and mode
     assert_eq!(files(&clone), files(&repo));
@@ -262,7 +315,11 @@ async fn a_checkpoint_restored_from_the_server_alone_reproduces_the_work_tree_in
     let r = s
         .server
         .api()
-        .authed(Method::GET, &format!("/api/v1/checkpoints/{}/diff", last.id), None)
+        .authed(
+            Method::GET,
+            &format!("/api/v1/checkpoints/{}/diff", last.id),
+            None,
+        )
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let patch = r.body.as_str().unwrap().to_owned();
@@ -281,7 +338,10 @@ async fn the_archive_holds_the_changed_files_with_their_modes() {
     s.exit().await;
     let id = s.checkpoints().await[0].id.clone();
     let resp = reqwest::Client::new()
-        .get(format!("{}/api/v1/checkpoints/{id}/archive", s.server.url()))
+        .get(format!(
+            "{}/api/v1/checkpoints/{id}/archive",
+            s.server.url()
+        ))
         .bearer_auth(s.server.token())
         .send()
         .await
@@ -296,9 +356,22 @@ async fn the_archive_holds_the_changed_files_with_their_modes() {
         .output()
         .unwrap();
     let listing = String::from_utf8_lossy(&out.stdout);
-    assert!(listing.lines().any(|l| l.starts_with("-rwxr-xr-x") && l.ends_with("run.sh")), "{listing}");
-    assert!(listing.lines().any(|l| l.starts_with("-rw-r--r--") && l.ends_with("added.txt")), "{listing}");
-    assert!(listing.contains(&format!("MOOR-CHECKPOINT-{id}.json")), "{listing}");
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("-rwxr-xr-x") && l.ends_with("run.sh")),
+        "{listing}"
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with("-rw-r--r--") && l.ends_with("added.txt")),
+        "{listing}"
+    );
+    assert!(
+        listing.contains(&format!("MOOR-CHECKPOINT-{id}.json")),
+        "{listing}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,7 +380,8 @@ async fn an_agent_killed_with_sigkill_leaves_its_changes_in_the_last_checkpoint(
     let (_dir, repo) = project();
     let server = TestServer::start(ServerOpts::new()).await;
     let name = format!("ckpt-{}", uuid::Uuid::new_v4().simple());
-    let script = "echo unsaved > work.txt && echo more >> README.md && echo \"pid $$\" && exec sleep 600";
+    let script =
+        "echo unsaved > work.txt && echo more >> README.md && echo \"pid $$\" && exec sleep 600";
     let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &[])
         .command(&["bash".into(), "-c".into(), script.into()])
         .cwd(&repo)
@@ -317,7 +391,9 @@ async fn an_agent_killed_with_sigkill_leaves_its_changes_in_the_last_checkpoint(
     let mut tail = LogTail::new(server.api(), id);
     let said = tail
         .wait_kind(kinds::AGENT_OUTPUT, 0, WAIT, |e| {
-            e.payload["text"].as_str().is_some_and(|t| t.starts_with("pid "))
+            e.payload["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("pid "))
         })
         .await;
     let pid: u32 = said.payload["text"].as_str().unwrap()[4..].parse().unwrap();
@@ -327,14 +403,25 @@ async fn an_agent_killed_with_sigkill_leaves_its_changes_in_the_last_checkpoint(
 
     // assert: moor ends the session after checkpointing what the agent left
     bridge.wait_exit(FINISH).await;
-    let last = list(&server, &name).await.into_iter().next().expect("a checkpoint");
+    let last = list(&server, &name)
+        .await
+        .into_iter()
+        .next()
+        .expect("a checkpoint");
     let manifest = stored(&server, &last.id).await.manifest;
     let paths: Vec<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["README.md", "work.txt"]);
     let (_keep, clone) = fresh_clone(&repo);
     let out = moor_checkpoints(&clone, &server, &["restore", &last.id]).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(clone.join("work.txt")).unwrap(), "unsaved\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(clone.join("work.txt")).unwrap(),
+        "unsaved\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,15 +459,18 @@ async fn with_the_link_down_checkpoints_are_taken_locally_and_uploaded_when_it_r
     let local_id = eventually_some(WAIT, "a local checkpoint holding offline.txt", || {
         let pending_dir = pending_dir.clone();
         async move {
-            std::fs::read_dir(&pending_dir).ok()?.filter_map(Result::ok).find_map(|e| {
-                let text = std::fs::read_to_string(e.path()).ok()?;
-                let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-                let files = v["manifest"]["files"].as_array()?;
-                files
-                    .iter()
-                    .any(|f| f["path"] == "offline.txt")
-                    .then(|| v["manifest"]["id"].as_str().unwrap().to_owned())
-            })
+            std::fs::read_dir(&pending_dir)
+                .ok()?
+                .filter_map(Result::ok)
+                .find_map(|e| {
+                    let text = std::fs::read_to_string(e.path()).ok()?;
+                    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+                    let files = v["manifest"]["files"].as_array()?;
+                    files
+                        .iter()
+                        .any(|f| f["path"] == "offline.txt")
+                        .then(|| v["manifest"]["id"].as_str().unwrap().to_owned())
+                })
         }
     })
     .await;
@@ -397,7 +487,9 @@ async fn with_the_link_down_checkpoints_are_taken_locally_and_uploaded_when_it_r
     })
     .await;
     let entries = api.entries_all(api.session(&name).await.unwrap().id).await;
-    assert!(entries.iter().any(|e| e.kind == CHECKPOINT_CREATED && e.payload["id"] == local_id.as_str()));
+    assert!(entries
+        .iter()
+        .any(|e| e.kind == CHECKPOINT_CREATED && e.payload["id"] == local_id.as_str()));
     std::fs::write(&finish, "").unwrap();
     bridge.wait_success(FINISH).await;
 }
@@ -407,22 +499,33 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
     // arrange: one uploaded checkpoint
     let (_dir, repo) = project();
     let mut s = Shell::start(&repo, &[("--checkpoint-interval", "1h")]).await;
-    s.run("echo mine > mine.txt && echo changed > README.md").await;
+    s.run("echo mine > mine.txt && echo changed > README.md")
+        .await;
     s.exit().await;
     let id = s.checkpoints().await[0].id.clone();
     let api = s.server.api();
 
     // an unknown checkpoint id: 404 from the API, a clear error from moor, nothing touched
-    let r = api.authed(Method::GET, "/api/v1/checkpoints/0123456789abcdef", None).await;
-    assert_eq!((r.status, r.body["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
-    let r = api.authed(Method::GET, "/api/v1/checkpoints/..%2F..%2Fetc", None).await;
+    let r = api
+        .authed(Method::GET, "/api/v1/checkpoints/0123456789abcdef", None)
+        .await;
+    assert_eq!(
+        (r.status, r.body["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let r = api
+        .authed(Method::GET, "/api/v1/checkpoints/..%2F..%2Fetc", None)
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let (_keep, clone) = fresh_clone(&repo);
     let on_disk = files(&clone);
     let out = moor_checkpoints(&clone, &s.server, &["restore", "0123456789abcdef"]).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no checkpoint 0123456789abcdef: not in this repository, and not on"), "{err}");
+    assert!(
+        err.contains("no checkpoint 0123456789abcdef: not in this repository, and not on"),
+        "{err}"
+    );
     assert_eq!(files(&clone), on_disk);
 
     // a corrupted upload (content does not hash to its name): refused, nothing stored
@@ -436,11 +539,23 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let body: serde_json::Value = resp.json().await.unwrap();
-    assert!(body["message"].as_str().unwrap().contains("content hash mismatch"), "{body}");
-    let r = api.authed(Method::GET, &format!("/api/v1/blobs/{name}"), None).await;
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("content hash mismatch"),
+        "{body}"
+    );
+    let r = api
+        .authed(Method::GET, &format!("/api/v1/blobs/{name}"), None)
+        .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = api
-        .authed(Method::POST, "/api/v1/blobs/missing", Some(moor_e2e::http::RawBody::Json(json!({"sha256": [name]}))))
+        .authed(
+            Method::POST,
+            "/api/v1/blobs/missing",
+            Some(moor_e2e::http::RawBody::Json(json!({"sha256": [name]}))),
+        )
         .await;
     assert_eq!(r.body["missing"][0], name.as_str());
     // A manifest naming blobs the server lacks is refused too.
@@ -451,21 +566,36 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .authed(
             Method::PUT,
             &format!("/api/v1/sessions/{}/checkpoints/00000000000000aa", s.name),
-            Some(moor_e2e::http::RawBody::Json(serde_json::to_value(&manifest).unwrap())),
+            Some(moor_e2e::http::RawBody::Json(
+                serde_json::to_value(&manifest).unwrap(),
+            )),
         )
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    assert!(r.body["message"].as_str().unwrap().contains("missing blobs"));
+    assert!(r.body["message"]
+        .as_str()
+        .unwrap()
+        .contains("missing blobs"));
 
     // a blob corrupted on the server's disk: the restore refuses it and writes nothing
     let m = stored(&s.server, &id).await.manifest;
-    let sha = m.files.iter().find(|f| f.path == "mine.txt").unwrap().sha256.clone().unwrap();
+    let sha = m
+        .files
+        .iter()
+        .find(|f| f.path == "mine.txt")
+        .unwrap()
+        .sha256
+        .clone()
+        .unwrap();
     let blob = s.server.dir().join("data/blobs").join(&sha[..2]).join(&sha);
     std::fs::write(&blob, "tampered\n").unwrap();
     let out = moor_checkpoints(&clone, &s.server, &["restore", &id]).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("corrupt checkpoint data") && err.contains("mine.txt"), "{err}");
+    assert!(
+        err.contains("corrupt checkpoint data") && err.contains("mine.txt"),
+        "{err}"
+    );
     assert_eq!(files(&clone), on_disk);
     assert_eq!(git(&clone, &["for-each-ref", "refs/moor"]), "");
 
@@ -479,7 +609,14 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
     git(&repo, &["commit", "-q", "-am", "main"]);
     git(&repo, &["checkout", "-q", "side"]);
     let rebase = std::process::Command::new("git")
-        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com", "rebase", "main"])
+        .args([
+            "-c",
+            "user.name=Dev",
+            "-c",
+            "user.email=dev@example.com",
+            "rebase",
+            "main",
+        ])
         .current_dir(&repo)
         .output()
         .unwrap();
@@ -488,7 +625,10 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
     let out = moor_checkpoints(&repo, &s.server, &["restore", &id]).await;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("a rebase is in progress") && err.contains("nothing was changed"), "{err}");
+    assert!(
+        err.contains("a rebase is in progress") && err.contains("nothing was changed"),
+        "{err}"
+    );
     assert_eq!((files(&repo), git_state(&repo)), before);
     assert!(repo.join(".git/rebase-merge").exists() || repo.join(".git/rebase-apply").exists());
 }
@@ -505,7 +645,10 @@ async fn moor_says_at_start_when_the_directory_is_not_a_git_work_tree() {
     bridge.wait_success(FINISH).await;
     let err = bridge.stderr();
     assert!(
-        err.contains(&format!("checkpoints are off: {} is not in a git work tree", plain.path().display())),
+        err.contains(&format!(
+            "checkpoints are off: {} is not in a git work tree",
+            plain.path().display()
+        )),
         "{err}"
     );
 }
@@ -547,7 +690,9 @@ async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
 
     // assert: a checkpoint taken because of the tool call, holding the file
     let cp = tail
-        .wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| e.payload["reason"] == "tool")
+        .wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| {
+            e.payload["reason"] == "tool"
+        })
         .await;
     assert_eq!(cp.payload["files"][0]["path"], "hello.txt");
     let tool_result = tail

@@ -67,7 +67,10 @@ async fn blocking<T: Send + 'static>(
 /// One line per checkpoint of this repository (or, with `session`, of the server's copy).
 pub async fn list(ctx: &CliContext, session: Option<&str>) -> Result<String, CheckpointError> {
     if let Some(session) = session {
-        let summaries = ctx.client("listing a session's checkpoints needs the server")?.list(session).await?;
+        let summaries = ctx
+            .client("listing a session's checkpoints needs the server")?
+            .list(session)
+            .await?;
         return Ok(summaries.iter().map(|s| line(s, false)).collect());
     }
     let repo = ctx.repo()?;
@@ -113,9 +116,16 @@ fn line(s: &CheckpointSummary, pending: bool) -> String {
 }
 
 /// The manifest of `id`: local if the checkpoint is here, else the server's.
-async fn manifest(ctx: &CliContext, repo: &Repo, id: &str) -> Result<CheckpointManifest, CheckpointError> {
+async fn manifest(
+    ctx: &CliContext,
+    repo: &Repo,
+    id: &str,
+) -> Result<CheckpointManifest, CheckpointError> {
     let (r, i) = (repo.clone(), id.to_owned());
-    if blocking(move || Ok(checkpoint_commit(&r, &i)?)).await?.is_some() {
+    if blocking(move || Ok(checkpoint_commit(&r, &i)?))
+        .await?
+        .is_some()
+    {
         let (r, i) = (repo.clone(), id.to_owned());
         return Ok(blocking(move || describe(&r, &i)).await?.manifest);
     }
@@ -151,7 +161,10 @@ pub async fn show(ctx: &CliContext, id: &str, json: bool) -> Result<String, Chec
         utc(m.created_at),
         m.reason.name(),
         m.base.as_deref().unwrap_or("(no commit yet)"),
-        m.branch.as_deref().map(|b| format!(" on {b}")).unwrap_or_default(),
+        m.branch
+            .as_deref()
+            .map(|b| format!(" on {b}"))
+            .unwrap_or_default(),
         m.commit,
         m.work_tree,
     );
@@ -183,7 +196,10 @@ pub async fn show(ctx: &CliContext, id: &str, json: bool) -> Result<String, Chec
 pub async fn diff(ctx: &CliContext, id: &str) -> Result<Vec<u8>, CheckpointError> {
     let repo = ctx.repo()?;
     let (r, i) = (repo.clone(), id.to_owned());
-    if blocking(move || Ok(checkpoint_commit(&r, &i)?)).await?.is_some() {
+    if blocking(move || Ok(checkpoint_commit(&r, &i)?))
+        .await?
+        .is_some()
+    {
         let i = id.to_owned();
         return Ok(blocking(move || describe(&repo, &i)).await?.patch);
     }
@@ -193,10 +209,17 @@ pub async fn diff(ctx: &CliContext, id: &str) -> Result<Vec<u8>, CheckpointError
 }
 
 /// Restores `id` to `target`, fetching it from the server first when it is not here.
-pub async fn restore(ctx: &CliContext, id: &str, target: Target) -> Result<String, CheckpointError> {
+pub async fn restore(
+    ctx: &CliContext,
+    id: &str,
+    target: Target,
+) -> Result<String, CheckpointError> {
     let repo = ctx.repo()?;
     let (r, i) = (repo.clone(), id.to_owned());
-    let fetched = if blocking(move || Ok(checkpoint_commit(&r, &i)?)).await?.is_none() {
+    let fetched = if blocking(move || Ok(checkpoint_commit(&r, &i)?))
+        .await?
+        .is_none()
+    {
         let client = ctx.client(&format!("no checkpoint {id} in this repository"))?;
         let m = server_checkpoint(&client, id).await?.manifest;
         let r = repo.clone();
@@ -226,14 +249,19 @@ pub async fn restore(ctx: &CliContext, id: &str, target: Target) -> Result<Strin
 /// Takes a checkpoint now and queues it for upload to `session`.
 pub async fn create(ctx: &CliContext, session: &str) -> Result<String, CheckpointError> {
     let repo = ctx.repo()?;
-    let server = crate::recover::http_base(&ctx.server).map_err(|e| CheckpointError::Server(e.to_string()))?;
+    let server = crate::recover::http_base(&ctx.server)
+        .map_err(|e| CheckpointError::Server(e.to_string()))?;
     let mut opts = ctx.take_options(CheckpointReason::Manual);
     opts.session = session.to_owned();
     let session = session.to_owned();
     blocking(move || match take(&repo, &opts)? {
         Taken::New(d) => {
             upload::enqueue(&repo, &server, &session, &d)?;
-            Ok(format!("checkpoint {} taken ({} files)\n", d.manifest.id, d.manifest.files.len()))
+            Ok(format!(
+                "checkpoint {} taken ({} files)\n",
+                d.manifest.id,
+                d.manifest.files.len()
+            ))
         }
         Taken::Unchanged { .. } => Ok("nothing to checkpoint\n".to_owned()),
     })

@@ -88,7 +88,11 @@ impl Client {
     }
 
     /// Uploads one blob.
-    pub async fn put_blob(&self, sha256: &str, bytes: Vec<u8>) -> Result<BlobStored, CheckpointError> {
+    pub async fn put_blob(
+        &self,
+        sha256: &str,
+        bytes: Vec<u8>,
+    ) -> Result<BlobStored, CheckpointError> {
         let resp = self
             .http
             .put(self.url(&format!("/blobs/{sha256}")))

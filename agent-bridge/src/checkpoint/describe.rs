@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
-use moor_protocol::checkpoint::{
-    BlobRef, ChangeStatus, CheckpointManifest, DiffStat, FileChange,
-};
+use moor_protocol::checkpoint::{BlobRef, ChangeStatus, CheckpointManifest, DiffStat, FileChange};
 use sha2::{Digest, Sha256};
 
 use super::git::{nul_split, GitError, Repo};
@@ -32,8 +30,8 @@ pub fn describe(repo: &Repo, id: &str) -> Result<Described, CheckpointError> {
     let commit =
         checkpoint_commit(repo, id)?.ok_or_else(|| CheckpointError::NotFound(id.to_owned()))?;
     let raw = repo.git().args(["cat-file", "commit", &commit]).run()?;
-    let commit_object = String::from_utf8(raw)
-        .map_err(|_| GitError::Parse(format!("cat-file commit {commit}")))?;
+    let commit_object =
+        String::from_utf8(raw).map_err(|_| GitError::Parse(format!("cat-file commit {commit}")))?;
     let (tree, base, meta) = parse_commit(&commit_object)
         .ok_or_else(|| GitError::Parse(format!("checkpoint commit {commit}")))?;
     let from = base.clone().unwrap_or_else(|| repo.empty_tree().to_owned());
@@ -129,7 +127,15 @@ pub fn changes(repo: &Repo, from: &str, to: &str) -> Result<Vec<FileChange>, Git
         .run()?;
     let numstat = repo
         .git()
-        .args(["diff-tree", "-r", "-z", "--no-renames", "--numstat", from, to])
+        .args([
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--numstat",
+            from,
+            to,
+        ])
         .run()?;
     let mut stats: HashMap<Vec<u8>, (Option<u64>, Option<u64>)> = HashMap::new();
     for rec in nul_split(&numstat) {
@@ -196,12 +202,21 @@ pub fn cat_blobs(
         .stderr(Stdio::null())
         .spawn()
         .map_err(GitError::Spawn)?;
-    let input: Vec<u8> = oids.iter().flat_map(|o| format!("{o}\n").into_bytes()).collect();
-    let mut pipe = child.stdin.take().ok_or(GitError::Parse("cat-file stdin".into()))?;
+    let input: Vec<u8> = oids
+        .iter()
+        .flat_map(|o| format!("{o}\n").into_bytes())
+        .collect();
+    let mut pipe = child
+        .stdin
+        .take()
+        .ok_or(GitError::Parse("cat-file stdin".into()))?;
     let writer = std::thread::spawn(move || {
         let _ = pipe.write_all(&input);
     });
-    let stdout = child.stdout.take().ok_or(GitError::Parse("cat-file stdout".into()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or(GitError::Parse("cat-file stdout".into()))?;
     let mut reader = BufReader::new(stdout);
     let result = (|| {
         let mut header = String::new();

@@ -79,7 +79,9 @@ pub enum ProbeError {
     #[error("{0} is not in a git work tree")]
     NotARepo(PathBuf),
     /// Inside a bare repository or a `.git` directory.
-    #[error("{0} is inside a git repository but not in a work tree (bare repository or .git directory)")]
+    #[error(
+        "{0} is inside a git repository but not in a work tree (bare repository or .git directory)"
+    )]
     NotAWorkTree(PathBuf),
     /// git itself failed.
     #[error(transparent)]
@@ -121,10 +123,7 @@ impl Repo {
             "--git-common-dir",
             "--show-object-format",
         ]);
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .map_err(GitError::Spawn)?;
+        let out = cmd.stdin(Stdio::null()).output().map_err(GitError::Spawn)?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
             if stderr.contains("not a git repository") {
@@ -288,7 +287,8 @@ impl<'a> Git<'a> {
 
     /// Runs it; stdout on success.
     pub fn run(self) -> Result<Vec<u8>, GitError> {
-        self.run_allow(&[])?.ok_or_else(|| GitError::Parse("(no output)".into()))
+        self.run_allow(&[])?
+            .ok_or_else(|| GitError::Parse("(no output)".into()))
     }
 
     /// Runs it; `None` when it exits with one of `ok_codes` (e.g. 1 for "not found").

@@ -137,7 +137,10 @@ fn rebuild(
     }
     let index = TempIndex::new(repo)?;
     if let Some(base) = &manifest.base {
-        repo.git().index(index.path()).args(["read-tree", base]).run()?;
+        repo.git()
+            .index(index.path())
+            .args(["read-tree", base])
+            .run()?;
     }
     if !info.is_empty() {
         repo.git()
@@ -181,7 +184,9 @@ pub fn restore(
         checkpoint_commit(repo, id)?.ok_or_else(|| CheckpointError::NotFound(id.to_owned()))?;
     match target {
         Target::Branch(name) => {
-            repo.git().args(["branch", "--no-track", name, &commit]).run()?;
+            repo.git()
+                .args(["branch", "--no-track", name, &commit])
+                .run()?;
             Ok(Restored {
                 commit,
                 safety: None,

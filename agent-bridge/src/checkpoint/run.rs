@@ -352,9 +352,7 @@ async fn watch_tools(spool: Spool, tx: mpsc::Sender<()>, stop: CancellationToken
                         classes.insert(id("id"), ToolClass::of(&name));
                     }
                     kinds::AGENT_TOOL_RESULT => {
-                        if classes.remove(&id("tool_use_id")) != Some(ToolClass::ReadOnly) {
-                            fire = true;
-                        }
+                        fire |= classes.remove(&id("tool_use_id")) != Some(ToolClass::ReadOnly);
                     }
                     _ => {}
                 }

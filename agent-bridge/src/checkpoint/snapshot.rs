@@ -245,7 +245,14 @@ fn update_index(
         let result = repo
             .git()
             .index(index)
-            .args(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"])
+            .args([
+                "update-index",
+                "--add",
+                "--remove",
+                "--replace",
+                "-z",
+                "--stdin",
+            ])
             .stdin(update.clone())
             .run();
         if result.is_err() {
@@ -256,7 +263,14 @@ fn update_index(
                 if let Err(e) = repo
                     .git()
                     .index(index)
-                    .args(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"])
+                    .args([
+                        "update-index",
+                        "--add",
+                        "--remove",
+                        "--replace",
+                        "-z",
+                        "--stdin",
+                    ])
                     .stdin([raw, b"\0"].concat())
                     .run()
                 {
@@ -283,7 +297,10 @@ fn keep_base_version(
     base: Option<&str>,
     paths: &[String],
 ) -> Result<(), GitError> {
-    let list: Vec<u8> = paths.iter().flat_map(|p| [p.as_bytes(), b"\0"].concat()).collect();
+    let list: Vec<u8> = paths
+        .iter()
+        .flat_map(|p| [p.as_bytes(), b"\0"].concat())
+        .collect();
     repo.git()
         .index(index)
         .args(["update-index", "--force-remove", "-z", "--stdin"])

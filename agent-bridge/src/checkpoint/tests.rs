@@ -17,7 +17,12 @@ use super::CheckpointError;
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args(["-c", "commit.gpgSign=false", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .current_dir(dir)
         .env_remove("GIT_DIR")
@@ -100,7 +105,14 @@ fn new_checkpoint(repo: &Repo, o: &TakeOptions) -> Described {
 fn git_state(d: &Path) -> BTreeMap<String, Vec<u8>> {
     let g = d.join(".git");
     let mut out = BTreeMap::new();
-    for name in ["index", "HEAD", "packed-refs", "MERGE_HEAD", "ORIG_HEAD", "logs/refs/stash"] {
+    for name in [
+        "index",
+        "HEAD",
+        "packed-refs",
+        "MERGE_HEAD",
+        "ORIG_HEAD",
+        "logs/refs/stash",
+    ] {
         if let Ok(bytes) = std::fs::read(g.join(name)) {
             out.insert(name.to_owned(), bytes);
         }
@@ -133,17 +145,28 @@ fn walk(root: &Path, dir: &Path, skip: &[&str], out: &mut BTreeMap<String, (Stri
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
         let rel = path.strip_prefix(root).unwrap().display().to_string();
-        if rel == ".git" || skip.iter().any(|s| rel == *s || rel.starts_with(&format!("{s}/"))) {
+        if rel == ".git"
+            || skip
+                .iter()
+                .any(|s| rel == *s || rel.starts_with(&format!("{s}/")))
+        {
             continue;
         }
         let meta = std::fs::symlink_metadata(&path).unwrap();
         if meta.file_type().is_symlink() {
             let target = std::fs::read_link(&path).unwrap();
-            out.insert(rel, ("120000".into(), target.display().to_string().into_bytes()));
+            out.insert(
+                rel,
+                ("120000".into(), target.display().to_string().into_bytes()),
+            );
         } else if meta.is_dir() {
             walk(root, &path, skip, out);
         } else {
-            let mode = if meta.permissions().mode() & 0o111 != 0 { "100755" } else { "100644" };
+            let mode = if meta.permissions().mode() & 0o111 != 0 {
+                "100755"
+            } else {
+                "100644"
+            };
             out.insert(rel, (mode.into(), std::fs::read(&path).unwrap()));
         }
     }
@@ -151,7 +174,11 @@ fn walk(root: &Path, dir: &Path, skip: &[&str], out: &mut BTreeMap<String, (Stri
 
 /// Path → (mode, content) of a commit's tree.
 fn tree_files(repo: &Repo, commit: &str) -> BTreeMap<String, (String, Vec<u8>)> {
-    let listing = repo.git().args(["ls-tree", "-r", "-z", commit]).run().unwrap();
+    let listing = repo
+        .git()
+        .args(["ls-tree", "-r", "-z", commit])
+        .run()
+        .unwrap();
     let mut entries = Vec::new();
     for rec in listing.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let rec = String::from_utf8_lossy(rec);
@@ -183,9 +210,15 @@ fn a_checkpoint_captures_every_kind_of_change_and_skips_ignored_files() {
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     // assert: the tree is the work tree minus ignored files, modes and symlinks included
     let m = &cp.manifest;
-    assert_eq!(tree_files(&repo, &m.commit), work_files(d, &["debug.log", "target"]));
-    let status: BTreeMap<&str, ChangeStatus> =
-        m.files.iter().map(|f| (f.path.as_str(), f.status)).collect();
+    assert_eq!(
+        tree_files(&repo, &m.commit),
+        work_files(d, &["debug.log", "target"])
+    );
+    let status: BTreeMap<&str, ChangeStatus> = m
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.status))
+        .collect();
     assert_eq!(status["modified.txt"], ChangeStatus::Modified);
     assert_eq!(status["deleted.txt"], ChangeStatus::Deleted);
     assert_eq!(status["old-name.txt"], ChangeStatus::Deleted);
@@ -196,10 +229,16 @@ fn a_checkpoint_captures_every_kind_of_change_and_skips_ignored_files() {
     assert_eq!(status["link-to-lib"], ChangeStatus::Added);
     assert!(!status.contains_key("debug.log") && !status.contains_key("target/out.o"));
     let script = m.files.iter().find(|f| f.path == "script.sh").unwrap();
-    assert_eq!((script.old_mode.as_deref(), script.mode.as_deref()), (Some("100644"), Some("100755")));
+    assert_eq!(
+        (script.old_mode.as_deref(), script.mode.as_deref()),
+        (Some("100644"), Some("100755"))
+    );
     let image = m.files.iter().find(|f| f.path == "image.bin").unwrap();
     assert_eq!(image.insertions, None, "binary files have no line counts");
-    assert_eq!(m.base.as_deref(), Some(git(d, &["rev-parse", "HEAD"]).trim()));
+    assert_eq!(
+        m.base.as_deref(),
+        Some(git(d, &["rev-parse", "HEAD"]).trim())
+    );
     assert_eq!(m.branch.as_deref(), Some("main"));
     let patch = String::from_utf8_lossy(&cp.patch);
     assert!(patch.contains("rename from old-name.txt"), "{patch}");
@@ -230,7 +269,10 @@ fn a_checkpoint_leaves_index_head_branches_and_stash_byte_identical() {
     let second = new_checkpoint(&repo, &o);
     // assert
     assert_eq!(git_state(d), before, "the user's git state changed");
-    assert_eq!(git(d, &["diff", "--cached", "--name-status"]), staged_before);
+    assert_eq!(
+        git(d, &["diff", "--cached", "--name-status"]),
+        staged_before
+    );
     assert_eq!(git(d, &["stash", "list"]).lines().count(), 1);
     assert_eq!(
         tree_files(&repo, &second.manifest.commit),
@@ -247,7 +289,10 @@ fn nothing_changed_means_no_new_checkpoint() {
     let dir = repo_with_history();
     let repo = Repo::probe(dir.path()).unwrap();
     // A clean work tree equals its base: nothing to protect.
-    assert!(matches!(take(&repo, &opts(CheckpointReason::Start)).unwrap(), Taken::Unchanged { .. }));
+    assert!(matches!(
+        take(&repo, &opts(CheckpointReason::Start)).unwrap(),
+        Taken::Unchanged { .. }
+    ));
     write(dir.path(), "a.txt", "a");
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     let mut o = opts(CheckpointReason::Interval);
@@ -267,7 +312,12 @@ fn files_over_the_size_cap_are_listed_and_keep_their_base_version() {
     let mut o = opts(CheckpointReason::Tool);
     o.max_file_bytes = 1000;
     let cp = new_checkpoint(&repo, &o);
-    let skipped: Vec<&str> = cp.manifest.skipped.iter().map(|s| s.path.as_str()).collect();
+    let skipped: Vec<&str> = cp
+        .manifest
+        .skipped
+        .iter()
+        .map(|s| s.path.as_str())
+        .collect();
     assert_eq!(skipped, ["huge-new.dat", "modified.txt"]);
     assert_eq!(cp.manifest.skipped[0].size, Some(5000));
     let files = tree_files(&repo, &cp.manifest.commit);
@@ -286,7 +336,10 @@ fn a_repository_without_commits_is_checkpointed_against_the_empty_tree() {
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     assert_eq!(cp.manifest.base, None);
     assert_eq!(cp.manifest.files.len(), 1);
-    assert!(!dir.path().join(".git/index").exists(), "no index was created");
+    assert!(
+        !dir.path().join(".git/index").exists(),
+        "no index was created"
+    );
 }
 
 #[test]
@@ -317,7 +370,13 @@ fn restoring_in_place_saves_the_current_state_first() {
     let later = work_files(d, &[]);
     let before = git_state(d);
     // act
-    let done = restore(&repo, &cp.manifest.id, &Target::InPlace { force: false }, opts(CheckpointReason::Manual)).unwrap();
+    let done = restore(
+        &repo,
+        &cp.manifest.id,
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap();
     // assert
     assert_eq!(work_files(d, &[]), wanted);
     assert_eq!(git_state(d), before);
@@ -327,7 +386,10 @@ fn restoring_in_place_saves_the_current_state_first() {
         .into_iter()
         .filter(|(p, _)| p != "debug.log" && !p.starts_with("target/"))
         .collect();
-    assert_eq!(saved, later_tracked, "the safety checkpoint holds the state before the restore");
+    assert_eq!(
+        saved, later_tracked,
+        "the safety checkpoint holds the state before the restore"
+    );
 }
 
 #[test]
@@ -340,18 +402,36 @@ fn restoring_refuses_to_overwrite_an_ignored_file() {
     std::fs::remove_file(d.join("notes.txt")).unwrap();
     write(d, ".gitignore", "*.log\ntarget/\nnotes.txt\n");
     write(d, "notes.txt", "precious, ignored\n");
-    let err = restore(&repo, &cp.manifest.id, &Target::InPlace { force: false }, opts(CheckpointReason::Manual)).unwrap_err();
+    let err = restore(
+        &repo,
+        &cp.manifest.id,
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap_err();
     assert!(matches!(err, CheckpointError::Unsafe(_)), "{err}");
-    assert_eq!(std::fs::read_to_string(d.join("notes.txt")).unwrap(), "precious, ignored\n");
+    assert_eq!(
+        std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+        "precious, ignored\n"
+    );
 }
 
 #[test]
 fn an_unknown_checkpoint_id_is_a_clear_error() {
     let dir = repo_with_history();
     let repo = Repo::probe(dir.path()).unwrap();
-    let err = restore(&repo, "0123456789abcdef", &Target::InPlace { force: false }, opts(CheckpointReason::Manual)).unwrap_err();
+    let err = restore(
+        &repo,
+        "0123456789abcdef",
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap_err();
     assert_eq!(err.to_string(), "no checkpoint 0123456789abcdef");
-    assert!(matches!(describe(&repo, "0123456789abcdef"), Err(CheckpointError::NotFound(_))));
+    assert!(matches!(
+        describe(&repo, "0123456789abcdef"),
+        Err(CheckpointError::NotFound(_))
+    ));
 }
 
 #[test]
@@ -365,7 +445,11 @@ fn mid_merge_a_checkpoint_is_taken_without_touching_the_merge_and_a_restore_is_r
     git(d, &["checkout", "-q", "main"]);
     write(d, "modified.txt", "ours\n");
     git(d, &["commit", "-q", "-am", "ours"]);
-    let merge = Command::new("git").args(["merge", "other"]).current_dir(d).output().unwrap();
+    let merge = Command::new("git")
+        .args(["merge", "other"])
+        .current_dir(d)
+        .output()
+        .unwrap();
     assert!(!merge.status.success(), "the merge conflicts");
     let repo = Repo::probe(d).unwrap();
     let before = git_state(d);
@@ -378,13 +462,25 @@ fn mid_merge_a_checkpoint_is_taken_without_touching_the_merge_and_a_restore_is_r
     assert!(String::from_utf8_lossy(&files["modified.txt"].1).contains("<<<<<<<"));
     assert_eq!(git_state(d), before);
     let on_disk = work_files(d, &[]);
-    let err = restore(&repo, &cp.manifest.id, &Target::InPlace { force: false }, opts(CheckpointReason::Manual)).unwrap_err();
+    let err = restore(
+        &repo,
+        &cp.manifest.id,
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap_err();
     assert!(matches!(err, CheckpointError::Busy { .. }), "{err}");
     assert!(err.to_string().contains("a merge is in progress"), "{err}");
     assert_eq!(work_files(d, &[]), on_disk, "nothing was overwritten");
     assert_eq!(git_state(d), before);
     // Onto a new branch is still possible.
-    restore(&repo, &cp.manifest.id, &Target::Branch("rescued".into()), opts(CheckpointReason::Manual)).unwrap();
+    restore(
+        &repo,
+        &cp.manifest.id,
+        &Target::Branch("rescued".into()),
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap();
     assert_eq!(git(d, &["rev-parse", "rescued"]).trim(), cp.manifest.commit);
 }
 
@@ -392,7 +488,12 @@ fn mid_merge_a_checkpoint_is_taken_without_touching_the_merge_and_a_restore_is_r
 fn blobs_of(repo: &Repo, d: &Described) -> HashMap<String, Vec<u8>> {
     let mut out = HashMap::new();
     out.insert(d.manifest.patch.sha256.clone(), d.patch.clone());
-    let oids: Vec<String> = d.manifest.files.iter().filter_map(|f| f.oid.clone()).collect();
+    let oids: Vec<String> = d
+        .manifest
+        .files
+        .iter()
+        .filter_map(|f| f.oid.clone())
+        .collect();
     let by_oid: HashMap<String, String> = d
         .manifest
         .files
@@ -410,7 +511,16 @@ fn blobs_of(repo: &Repo, d: &Described) -> HashMap<String, Vec<u8>> {
 fn fresh_clone(origin: &Path) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("clone");
-    git(dir.path(), &["clone", "-q", "--no-local", origin.to_str().unwrap(), "clone"]);
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--no-local",
+            origin.to_str().unwrap(),
+            "clone",
+        ],
+    );
     (dir, path)
 }
 
@@ -424,14 +534,29 @@ fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
     let blobs = blobs_of(&repo, &cp);
     let (_keep, clone) = fresh_clone(origin.path());
     let there = Repo::probe(&clone).unwrap();
-    assert!(!there.has_object(&cp.manifest.commit).unwrap(), "the clone starts without it");
+    assert!(
+        !there.has_object(&cp.manifest.commit).unwrap(),
+        "the clone starts without it"
+    );
     // act
-    let commit = import(&there, &cp.manifest, |b: &BlobRef| Ok(blobs[&b.sha256].clone())).unwrap();
-    restore(&there, &cp.manifest.id, &Target::InPlace { force: false }, opts(CheckpointReason::Manual)).unwrap();
+    let commit = import(&there, &cp.manifest, |b: &BlobRef| {
+        Ok(blobs[&b.sha256].clone())
+    })
+    .unwrap();
+    restore(
+        &there,
+        &cp.manifest.id,
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
+    .unwrap();
     // assert
     assert!(!there.has_object(&cp.manifest.commit).unwrap() || commit == cp.manifest.commit);
     assert_eq!(commit, cp.manifest.commit, "the same commit, byte for byte");
-    assert_eq!(work_files(&clone, &[]), work_files(origin.path(), &["debug.log", "target"]));
+    assert_eq!(
+        work_files(&clone, &[]),
+        work_files(origin.path(), &["debug.log", "target"])
+    );
 }
 
 #[test]
@@ -441,15 +566,29 @@ fn a_corrupted_blob_is_refused_and_nothing_is_written() {
     let repo = Repo::probe(origin.path()).unwrap();
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     let mut blobs = blobs_of(&repo, &cp);
-    let victim = cp.manifest.files.iter().find(|f| f.path == "modified.txt").unwrap();
-    blobs.get_mut(victim.sha256.as_ref().unwrap()).unwrap().push(b'!');
+    let victim = cp
+        .manifest
+        .files
+        .iter()
+        .find(|f| f.path == "modified.txt")
+        .unwrap();
+    blobs
+        .get_mut(victim.sha256.as_ref().unwrap())
+        .unwrap()
+        .push(b'!');
     let (_keep, clone) = fresh_clone(origin.path());
     let there = Repo::probe(&clone).unwrap();
     let on_disk = work_files(&clone, &[]);
-    let err = import(&there, &cp.manifest, |b: &BlobRef| Ok(blobs[&b.sha256].clone())).unwrap_err();
+    let err = import(&there, &cp.manifest, |b: &BlobRef| {
+        Ok(blobs[&b.sha256].clone())
+    })
+    .unwrap_err();
     assert!(matches!(err, CheckpointError::Corrupt(_)), "{err}");
     assert!(err.to_string().contains("modified.txt"), "{err}");
-    assert!(list_ids(&there).unwrap().is_empty(), "no ref for a corrupt checkpoint");
+    assert!(
+        list_ids(&there).unwrap().is_empty(),
+        "no ref for a corrupt checkpoint"
+    );
     assert_eq!(work_files(&clone, &[]), on_disk);
 }
 
@@ -465,6 +604,9 @@ fn a_clone_without_the_base_commit_is_told_to_fetch_it() {
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     let blobs = blobs_of(&repo, &cp);
     let there = Repo::probe(&clone).unwrap();
-    let err = import(&there, &cp.manifest, |b: &BlobRef| Ok(blobs[&b.sha256].clone())).unwrap_err();
+    let err = import(&there, &cp.manifest, |b: &BlobRef| {
+        Ok(blobs[&b.sha256].clone())
+    })
+    .unwrap_err();
     assert!(matches!(err, CheckpointError::BaseMissing(_)), "{err}");
 }

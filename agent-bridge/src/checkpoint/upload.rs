@@ -223,7 +223,10 @@ async fn send_blobs(
 }
 
 /// Uploads every queued checkpoint meant for `client`'s server. Returns how many remain.
-pub async fn push_all(repo: &Repo, client: &Client) -> Result<(usize, UploadStats), CheckpointError> {
+pub async fn push_all(
+    repo: &Repo,
+    client: &Client,
+) -> Result<(usize, UploadStats), CheckpointError> {
     let mut total = UploadStats::default();
     let mut left = 0;
     for p in pending(repo) {

@@ -242,7 +242,11 @@ async fn blob_for(state: &AppState, sha256: &str) -> Result<Vec<u8>, ApiError> {
         .read(sha256)
         .await
         .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("read a blob")))?
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("blob {sha256} of a stored checkpoint is gone")))
+        .ok_or_else(|| {
+            ApiError::Internal(anyhow::anyhow!(
+                "blob {sha256} of a stored checkpoint is gone"
+            ))
+        })
 }
 
 fn attachment(content_type: &'static str, disposition: String, bytes: Vec<u8>) -> Response {
@@ -314,8 +318,12 @@ pub(super) async fn archive(
     h.set_mtime(mtime);
     h.set_mode(0o644);
     h.set_size(manifest.len() as u64);
-    tar.append_data(&mut h, format!("MOOR-CHECKPOINT-{id}.json"), manifest.as_slice())
-        .map_err(|e| anyhow::Error::new(e).context("build a checkpoint archive"))?;
+    tar.append_data(
+        &mut h,
+        format!("MOOR-CHECKPOINT-{id}.json"),
+        manifest.as_slice(),
+    )
+    .map_err(|e| anyhow::Error::new(e).context("build a checkpoint archive"))?;
     let bytes = tar
         .into_inner()
         .map_err(|e| anyhow::Error::new(e).context("build a checkpoint archive"))?;

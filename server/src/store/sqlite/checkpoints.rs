@@ -54,7 +54,10 @@ impl SqliteStore {
         checkpoint_from(&row, true)
     }
 
-    pub(super) async fn checkpoint_rows(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
+    pub(super) async fn checkpoint_rows(
+        &self,
+        session: SessionId,
+    ) -> StoreResult<Vec<CheckpointRow>> {
         let rows = sqlx::query(
             "SELECT c.id, s.id AS session, c.created_at, c.summary \
              FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk \
