@@ -7,6 +7,7 @@
 // A test binary: an unwrap that fails is the test failing, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod nodes;
 mod pg;
 mod stories;
 

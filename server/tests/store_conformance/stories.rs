@@ -1,6 +1,6 @@
-//! The stories every store must tell the same way.
+//! The stories every store must tell the same way: one node (this file) and several nodes
+//! sharing a database (`nodes.rs`, re-exported here).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
@@ -10,11 +10,12 @@ use moor_server::store::{
 use serde_json::json;
 
 use super::Db;
+pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
-const NOTICE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const NOTICE_WAIT: Duration = Duration::from_secs(10);
 
-fn output(text: &str, key: IdemKey) -> Append {
+pub(crate) fn output(text: &str, key: IdemKey) -> Append {
     Append {
         ts: now_ms(),
         kind: kinds::AGENT_OUTPUT.into(),
@@ -24,11 +25,11 @@ fn output(text: &str, key: IdemKey) -> Append {
     }
 }
 
-fn produced(producer: ProducerId, seq: u64, text: &str) -> Append {
+pub(crate) fn produced(producer: ProducerId, seq: u64, text: &str) -> Append {
     output(text, IdemKey::Producer { producer, seq })
 }
 
-fn input(id: &str, text: &str) -> Append {
+pub(crate) fn input(id: &str, text: &str) -> Append {
     Append {
         ts: now_ms(),
         kind: kinds::INPUT_TEXT.into(),
@@ -38,7 +39,7 @@ fn input(id: &str, text: &str) -> Append {
     }
 }
 
-fn receipt(kind: &str, input: Seq) -> Append {
+pub(crate) fn receipt(kind: &str, input: Seq) -> Append {
     Append {
         ts: now_ms(),
         kind: kind.into(),
@@ -48,7 +49,7 @@ fn receipt(kind: &str, input: Seq) -> Append {
     }
 }
 
-fn stored_seq(o: &Appended) -> Seq {
+pub(crate) fn stored_seq(o: &Appended) -> Seq {
     match o {
         Appended::Stored(e) => e.seq,
         other => panic!("expected a stored entry, got {other:?}"),
@@ -56,13 +57,13 @@ fn stored_seq(o: &Appended) -> Seq {
 }
 
 /// The feed's next notice, failing the test if none comes in time.
-async fn next(feed: &mut Box<dyn NoticeFeed>) -> Notice {
+pub(crate) async fn next(feed: &mut Box<dyn NoticeFeed>) -> Notice {
     tokio::time::timeout(NOTICE_WAIT, feed.next())
         .await
         .expect("a notice in time")
 }
 
-async fn all(store: &dyn Store, session: SessionId) -> Vec<moor_protocol::Entry> {
+pub(crate) async fn all(store: &dyn Store, session: SessionId) -> Vec<moor_protocol::Entry> {
     store
         .read(session, Range::After(Seq::ZERO), 100_000)
         .await
@@ -485,297 +486,4 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         Err(StoreError::NotFound)
     ));
     assert_eq!(all(&*store, s).await.len(), 1);
-}
-
-pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db) {
-    // arrange: two handles on one database, as two nodes would have
-    let a = db.open("node-a").await;
-    let b = db.open("node-b").await;
-    let s = a.open_session("race", None).await.unwrap().id;
-    let p = ProducerId::new();
-    const ROUNDS: u64 = 40;
-
-    // act: a producer on A, inputs raced from both, output from both
-    let producer = {
-        let a = a.clone();
-        async move {
-            for i in 0..ROUNDS {
-                let batch = (1..=5)
-                    .map(|j| produced(p, i * 5 + j, &format!("p{}", i * 5 + j)))
-                    .collect();
-                for o in a.append(s, batch).await.unwrap() {
-                    assert!(matches!(o, Appended::Stored(_)), "{o:?}");
-                }
-            }
-        }
-    };
-    let inputs = |store: std::sync::Arc<dyn Store>, node: &'static str| async move {
-        let mut stored = 0;
-        for i in 0..ROUNDS {
-            let batch = vec![
-                input(&format!("shared-{i}"), "x"),
-                output(node, IdemKey::None),
-            ];
-            let out = store.append(s, batch).await.unwrap();
-            stored += matches!(out[0], Appended::Stored(_)) as u32;
-        }
-        stored
-    };
-    let ((), on_a, on_b) = tokio::join!(producer, inputs(a.clone(), "a"), inputs(b.clone(), "b"));
-
-    // assert
-    let entries = all(&*b, s).await;
-    let seqs: Vec<u64> = entries.iter().map(|e| e.seq.0).collect();
-    assert_eq!(
-        seqs,
-        (1..=entries.len() as u64).collect::<Vec<_>>(),
-        "contiguous, no duplicates"
-    );
-    assert_eq!(entries.len() as u64, ROUNDS * 5 + ROUNDS + 2 * ROUNDS);
-    assert_eq!(
-        on_a + on_b,
-        ROUNDS as u32,
-        "each shared client_msg_id stored by exactly one node"
-    );
-    let inputs: HashSet<&str> = entries
-        .iter()
-        .filter(|e| e.kind == kinds::INPUT_TEXT)
-        .map(|e| e.author.as_str())
-        .collect();
-    assert_eq!(inputs.len(), 1);
-    let produced: Vec<String> = entries
-        .iter()
-        .filter_map(|e| {
-            e.payload["text"]
-                .as_str()
-                .filter(|t| t.starts_with('p'))
-                .map(str::to_owned)
-        })
-        .collect();
-    assert_eq!(
-        produced,
-        (1..=ROUNDS * 5)
-            .map(|i| format!("p{i}"))
-            .collect::<Vec<_>>(),
-        "producer order kept"
-    );
-    assert_eq!(
-        a.find_session("race").await.unwrap().head_seq.0,
-        entries.len() as u64
-    );
-    assert_eq!(b.producer_mark(s, p).await.unwrap(), ROUNDS * 5);
-}
-
-pub async fn other_nodes_hear_of_appends_and_bridge_claims(db: Db) {
-    let a = db.open("node-a").await;
-    let b = db.open("node-b").await;
-    let (Some(ca), Some(cb)) = (a.cluster(), b.cluster()) else {
-        // A single-node store: nothing to announce, and it says so.
-        assert!(a.cluster().is_none() && b.cluster().is_none());
-        assert!(db.url.starts_with("sqlite:"), "only SQLite is single-node");
-        return;
-    };
-    // arrange
-    assert_eq!(cb.node_id(), "node-b");
-    let s = a.open_session("notices", None).await.unwrap().id;
-    let mut feed = cb.feed();
-    assert_eq!(
-        next(&mut feed).await,
-        Notice::Resync,
-        "a feed starts with a resync"
-    );
-
-    // act
-    b.append(s, vec![output("own", IdemKey::None)])
-        .await
-        .unwrap();
-    a.append(
-        s,
-        vec![output("x", IdemKey::None), output("y", IdemKey::None)],
-    )
-    .await
-    .unwrap();
-    let e1 = ca.claim_bridge(s).await.unwrap();
-    let e2 = ca.claim_bridge(s).await.unwrap();
-
-    // assert: B does not hear its own append, hears A's range and A's claims in order
-    assert_eq!(
-        next(&mut feed).await,
-        Notice::Entries {
-            session: s,
-            first: Seq(2),
-            last: Seq(3)
-        }
-    );
-    assert_eq!(
-        next(&mut feed).await,
-        Notice::BridgeClaimed {
-            session: s,
-            epoch: e1
-        }
-    );
-    assert_eq!(
-        next(&mut feed).await,
-        Notice::BridgeClaimed {
-            session: s,
-            epoch: e2
-        }
-    );
-    assert!(e2 > e1, "epochs grow");
-    assert_eq!(
-        cb.bridge_epochs(&[s, SessionId::new()]).await.unwrap(),
-        [(s, e2)]
-    );
-}
-
-/// Postgres only: terminating the listen connection yields a `Resync` once it listens again,
-/// and notices flow after it.
-pub async fn feed_resyncs_after_termination(db: Db, admin_url: String) {
-    // arrange
-    let a = db.open("node-a").await;
-    let b = db.open("node-b").await;
-    let s = a.open_session("terminate", None).await.unwrap().id;
-    let mut feed = b.cluster().expect("postgres is a cluster store").feed();
-    assert_eq!(next(&mut feed).await, Notice::Resync);
-    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
-
-    // act
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'moord-listen node-b'",
-    )
-    .fetch_all(&admin)
-    .await
-    .unwrap();
-    a.append(s, vec![output("while reconnecting", IdemKey::None)])
-        .await
-        .unwrap();
-
-    // assert
-    assert_eq!(killed, [true], "exactly one listen connection for node-b");
-    let mut saw_resync = false;
-    // Bounded: the resync and at most the one notice (if it was heard before the kill landed).
-    for _ in 0..3 {
-        match next(&mut feed).await {
-            Notice::Resync => {
-                saw_resync = true;
-                break;
-            }
-            Notice::Entries { session, .. } => assert_eq!(session, s),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    assert!(
-        saw_resync,
-        "a lost listen connection is followed by a resync"
-    );
-    a.append(s, vec![output("after", IdemKey::None)])
-        .await
-        .unwrap();
-    assert_eq!(
-        next(&mut feed).await,
-        Notice::Entries {
-            session: s,
-            first: Seq(2),
-            last: Seq(2)
-        }
-    );
-    admin.close().await;
-}
-
-/// Postgres only: `moord migrate-store` copies a SQLite log so that the Postgres store tells the
-/// same story: the same sessions and entries, marks, idempotency keys and snapshot.
-pub async fn migrate_store_copies_everything(pg: Db) {
-    // arrange: a SQLite log with every kind of key
-    let dir = tempfile::tempdir().expect("temp dir");
-    let sqlite = Db::new(format!("sqlite:{}", dir.path().join("old.db").display()));
-    let src = sqlite.open("old").await;
-    let p = ProducerId::new();
-    let a = src.open_session("first", None).await.unwrap().id;
-    let b = src.open_session("second", None).await.unwrap().id;
-    src.append(
-        a,
-        (1..=7000)
-            .map(|i| produced(p, i, &format!("l{i}")))
-            .collect(),
-    )
-    .await
-    .unwrap();
-    src.append(
-        a,
-        vec![input("m1", "hi"), receipt(kinds::INPUT_APPLIED, Seq(7001))],
-    )
-    .await
-    .unwrap();
-    src.append(b, vec![output("b", IdemKey::None)])
-        .await
-        .unwrap();
-    src.end_session(b, 42).await.unwrap();
-    src.save_snapshot(a, Seq(5000), r#"{"head":5000}"#)
-        .await
-        .unwrap();
-    let checkpoint = CheckpointRow {
-        id: "cp-1".into(),
-        session: a,
-        created_at: 7,
-        summary: "{}".into(),
-        manifest: r#"{"files":[]}"#.into(),
-    };
-    src.save_checkpoint(&checkpoint).await.unwrap();
-
-    // act
-    let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
-        .await
-        .unwrap();
-    let again = moor_server::store::migrate::copy(&sqlite.url, &pg.url).await;
-
-    // assert
-    assert_eq!((copied.sessions, copied.entries), (2, 7003));
-    assert!(
-        again.is_err(),
-        "a second copy into a non-empty database is refused"
-    );
-    let dst = pg.open("new").await;
-    assert_eq!(
-        dst.list_sessions().await.unwrap(),
-        src.list_sessions().await.unwrap()
-    );
-    for s in [a, b] {
-        assert_eq!(all(&*dst, s).await, all(&*src, s).await, "the same entries");
-    }
-    assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
-    assert_eq!(dst.checkpoint("cp-1").await.unwrap(), checkpoint);
-    assert_eq!(
-        dst.latest_snapshot(a).await.unwrap(),
-        src.latest_snapshot(a).await.unwrap()
-    );
-    let replay = dst
-        .append(
-            a,
-            vec![
-                produced(p, 7000, "l7000"),
-                input("m1", "hi"),
-                produced(p, 7001, "new"),
-            ],
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        replay[0],
-        Appended::Duplicate(Seq(7000)),
-        "producer keys came along"
-    );
-    assert_eq!(
-        replay[1],
-        Appended::Duplicate(Seq(7001)),
-        "client_msg_ids came along"
-    );
-    assert_eq!(
-        stored_seq(&replay[2]),
-        Seq(7003),
-        "seqs continue after the copied head"
-    );
-    assert!(matches!(
-        dst.append(b, vec![output("x", IdemKey::None)]).await,
-        Err(StoreError::SessionEnded)
-    ));
 }

@@ -8,6 +8,7 @@
 mod checkpoints;
 mod cluster;
 mod lookup;
+mod rows;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,12 +19,13 @@ use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
 use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use self::lookup::PgLookup;
-use super::append::{self, Decision, NewRow};
+use self::rows::{entry_row, insert_rows, session_row};
+use super::append::{self, Decision};
 use super::{
     redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, SessionRow, Store,
     StoreError, StoreResult,
@@ -134,31 +136,6 @@ pub(crate) fn other(e: sqlx::Error) -> StoreError {
         }
         e => StoreError::Other(e.into()),
     }
-}
-
-fn session_row(row: &PgRow) -> StoreResult<SessionRow> {
-    let id: String = row.try_get("id").map_err(other)?;
-    let agent: Option<String> = row.try_get("agent").map_err(other)?;
-    Ok(SessionRow {
-        id: SessionId(Uuid::parse_str(&id).context("stored session id")?),
-        name: row.try_get("name").map_err(other)?,
-        created_at: row.try_get("created_at").map_err(other)?,
-        head_seq: Seq(row.try_get::<i64, _>("head_seq").map_err(other)? as u64),
-        last_ts: row.try_get("last_ts").map_err(other)?,
-        ended_at: row.try_get("ended_at").map_err(other)?,
-        agent: agent.and_then(|a| serde_json::from_str(&a).ok()),
-    })
-}
-
-fn entry_row(row: &PgRow) -> StoreResult<Entry> {
-    let payload: String = row.try_get("payload").map_err(other)?;
-    Ok(Entry {
-        seq: Seq(row.try_get::<i64, _>("seq").map_err(other)? as u64),
-        ts: row.try_get("ts").map_err(other)?,
-        kind: row.try_get("kind").map_err(other)?,
-        author: row.try_get("author").map_err(other)?,
-        payload: serde_json::from_str(&payload).context("stored payload is not json")?,
-    })
 }
 
 #[async_trait]
@@ -397,55 +374,4 @@ impl Store for PgStore {
     async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
         self.checkpoint_rows(session).await
     }
-}
-
-/// Inserts the new rows with one statement whatever their number (arrays, not a VALUES list,
-/// so there is a single prepared statement).
-async fn insert_rows(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
-    sid: &str,
-    rows: &[NewRow<'_>],
-) -> StoreResult<()> {
-    let n = rows.len();
-    let mut seqs = Vec::with_capacity(n);
-    let mut tss = Vec::with_capacity(n);
-    let mut kinds = Vec::with_capacity(n);
-    let mut authors = Vec::with_capacity(n);
-    let mut payloads = Vec::with_capacity(n);
-    let mut producers = Vec::with_capacity(n);
-    let mut producer_seqs = Vec::with_capacity(n);
-    let mut client_msgs = Vec::with_capacity(n);
-    let mut ref_seqs = Vec::with_capacity(n);
-    for row in rows {
-        let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
-        seqs.push(row.seq);
-        tss.push(row.append.ts);
-        kinds.push(row.append.kind.as_str());
-        authors.push(row.append.author.as_str());
-        payloads.push(row.payload.as_str());
-        producers.push(producer.map(|p| p.to_string()));
-        producer_seqs.push(producer_seq);
-        client_msgs.push(client_msg);
-        ref_seqs.push(ref_seq);
-    }
-    sqlx::query(
-        "INSERT INTO entries (session_id, seq, ts, kind, author, payload, producer_id, \
-         producer_seq, client_msg_id, ref_seq) \
-         SELECT $1::uuid, * FROM UNNEST($2::bigint[], $3::bigint[], $4::text[], $5::text[], \
-         $6::text[], $7::uuid[], $8::bigint[], $9::text[], $10::bigint[])",
-    )
-    .bind(sid)
-    .bind(seqs)
-    .bind(tss)
-    .bind(kinds)
-    .bind(authors)
-    .bind(payloads)
-    .bind(producers)
-    .bind(producer_seqs)
-    .bind(client_msgs)
-    .bind(ref_seqs)
-    .execute(&mut **tx)
-    .await
-    .map_err(other)?;
-    Ok(())
 }
