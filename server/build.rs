@@ -9,7 +9,8 @@ fn main() {
     println!("cargo:rerun-if-changed=../migrations");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let dist = manifest.join("../web/dist");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo")).join("web_assets.rs");
+    let out =
+        PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo")).join("web_assets.rs");
     let mut files = Vec::new();
     if dist.join("index.html").is_file() {
         // Any change in the built client rebuilds the server.

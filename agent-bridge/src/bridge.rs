@@ -156,6 +156,8 @@ impl Bridge {
         let kind = config
             .mode
             .resolve(&config.command, config.agent.interactive);
+        let agent = Agent::start(kind, &spec)?;
+        // After the agent started: a command that cannot run has no work to protect.
         let checkpoints = match checkpoint_config.clone() {
             Some(c) => Checkpoints::start(
                 c,
@@ -170,13 +172,6 @@ impl Bridge {
                 },
             ),
             None => Checkpoints::disabled(),
-        };
-        let agent = match Agent::start(kind, &spec) {
-            Ok(agent) => agent,
-            Err(e) => {
-                checkpoints.abort();
-                return Err(e.into());
-            }
         };
         let pid = agent.pid();
         running.send_replace(true);

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rand::Rng;
@@ -19,25 +20,66 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
 pub const BRIDGE_PATH: &str = "/api/v1/bridge";
 
 /// The bearer token for `moord`. `Debug` never prints it.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Token(String);
+///
+/// A token from `moor login` renews itself: clones share the current value, a background task
+/// ([`Token::keep_fresh`]) refreshes it before it expires, and the link asks for a refresh
+/// ([`Token::refresh`]) when the server answers 401, then reconnects with the new value.
+#[derive(Clone, Default)]
+pub struct Token {
+    value: Arc<RwLock<String>>,
+    refresher: Option<crate::login::Refresher>,
+}
 
 impl Token {
     /// Wrap a token string.
     pub fn new(token: impl Into<String>) -> Self {
-        Self(token.into())
+        Self {
+            value: Arc::new(RwLock::new(token.into())),
+            refresher: None,
+        }
+    }
+
+    /// A token kept fresh by `refresher`.
+    pub fn refreshing(refresher: crate::login::Refresher) -> Self {
+        Self {
+            value: refresher.value(),
+            refresher: Some(refresher),
+        }
     }
 
     /// The secret itself, for the `Authorization` header only.
-    pub fn expose(&self) -> &str {
-        &self.0
+    pub fn expose(&self) -> String {
+        self.value.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether no token was given.
     pub fn is_empty(&self) -> bool {
-        self.0.trim().is_empty()
+        self.expose().trim().is_empty()
+    }
+
+    /// Renews the token now (after a 401); false when it cannot be renewed.
+    pub async fn refresh(&self) -> bool {
+        match &self.refresher {
+            Some(r) => r.refresh().await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Renews the token before each expiry until `shutdown` (no-op for a fixed token).
+    pub fn keep_fresh(&self, shutdown: tokio_util::sync::CancellationToken) {
+        if let Some(r) = &self.refresher {
+            tokio::spawn(r.clone().run(shutdown));
+        }
     }
 }
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Token {}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -293,7 +335,10 @@ mod tests {
     #[test]
     fn durations_take_units_and_default_to_seconds() {
         assert_eq!(parse_duration("60").unwrap(), Duration::from_secs(60));
-        assert_eq!(parse_duration("1500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("0.5s").unwrap(), Duration::from_millis(500));
         assert!(parse_duration("soon").is_err());

@@ -16,6 +16,7 @@ pub mod config;
 pub mod error;
 pub mod inputs;
 pub mod link;
+pub mod login;
 pub mod recover;
 pub mod session_dir;
 pub mod spool;

@@ -41,6 +41,13 @@ enum Command {
     /// Checkpoints of this git work tree: list, show, diff, restore (here or from the server).
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
+    /// Log this device in to moord: shows a code and a QR code to approve while logged in;
+    /// `moor run` then needs no token.
+    Login {
+        /// moord base URL.
+        #[arg(env = "MOOR_SERVER", default_value = moor_bridge::config::DEFAULT_SERVER)]
+        server: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -230,8 +237,9 @@ impl RunArgs {
     }
 
     fn into_config(self) -> anyhow::Result<BridgeConfig> {
-        let Some(token) = self.token.filter(|t| !t.trim().is_empty()) else {
-            bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
+        let token = match self.token.filter(|t| !t.trim().is_empty()) {
+            Some(t) => Token::new(t),
+            None => login_token(&self.server)?,
         };
         let link = LinkConfig {
             backoff: BackoffConfig {
@@ -246,7 +254,7 @@ impl RunArgs {
         };
         Ok(BridgeConfig {
             server: self.server,
-            token: Token::new(token),
+            token,
             session: self.session,
             state_dir: self.state_dir,
             command: self.command,
@@ -285,6 +293,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => recover(args),
         Command::Resume(args) => resume(args),
         Command::Checkpoints(cmd) => checkpoints(cmd),
+        Command::Login { server } => login(&server),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)),
@@ -378,17 +387,48 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
     run_bridge(&runtime, config, checkpoints)
 }
 
+/// `moor login SERVER`: the device flow, then the credentials saved (0600).
+fn login(server: &str) -> anyhow::Result<i32> {
+    let path = moor_bridge::login::credentials_path()
+        .context("no config dir: set MOOR_CONFIG_DIR or HOME")?;
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    let creds = runtime.block_on(moor_bridge::login::device_login(
+        server,
+        &mut std::io::stdout(),
+    ))?;
+    moor_bridge::login::save(&path, &creds)?;
+    println!("logged in; credentials saved in {}", path.display());
+    Ok(0)
+}
+
+/// The token of `moor login` for `server`, renewing itself.
+fn login_token(server: &str) -> anyhow::Result<Token> {
+    let creds = moor_bridge::login::credentials_path()
+        .map(|p| moor_bridge::login::load(&p, server).map(|c| c.map(|c| (c, p))))
+        .transpose()?
+        .flatten();
+    let Some((creds, path)) = creds else {
+        bail!("not logged in to {server}: run `moor login {server}`, or pass --token / set MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
+    };
+    Ok(Token::refreshing(moor_bridge::login::Refresher::new(
+        creds,
+        Some(path),
+    )))
+}
+
 fn run_bridge(
     runtime: &tokio::runtime::Runtime,
     config: BridgeConfig,
     checkpoints: Option<CheckpointConfig>,
 ) -> anyhow::Result<i32> {
     runtime.block_on(async {
+        let token = config.token.clone();
         let mut bridge = Bridge::new(config);
         if let Some(c) = checkpoints {
             bridge = bridge.with_checkpoints(c);
         }
         let shutdown = CancellationToken::new();
+        token.keep_fresh(shutdown.clone());
         let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
         let result = bridge.run(shutdown.clone()).await;
         signals.abort();

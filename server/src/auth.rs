@@ -1,20 +1,49 @@
-//! Who is calling. Today one principal exists, the admin, holding the bootstrap token; accounts,
-//! roles and JWTs slot in behind the same extractor. Tokens are never logged.
+//! Who is calling: the bootstrap admin (the token in `<data-dir>/admin.token`) or a user with a
+//! JWT access token (`access::jwt`), presented as a bearer header, an `access_token` query
+//! parameter or the `moor_access` cookie. What they may do is `access`'s business. Tokens are
+//! never logged.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use rand::RngCore;
 
+use crate::access::device::DeviceGrants;
+use crate::access::guard::Limits;
+use crate::access::jwt::{Claims, JwtError, Keys};
+use crate::access::revocations::Revocations;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Verifies credentials.
+/// Audience of access tokens this server issues.
+pub const AUDIENCE: &str = "moor";
+/// Default issuer of access tokens.
+pub const ISSUER: &str = "moord";
+/// Name of the cookie holding the browser's access token.
+pub const ACCESS_COOKIE: &str = "moor_access";
+/// Name of the cookie holding the browser's refresh token.
+pub const REFRESH_COOKIE: &str = "moor_refresh";
+
+/// Verifies credentials and issues access tokens.
 #[derive(Clone)]
 pub struct Auth {
     admin_token: String,
+    keys: Arc<Keys>,
+    /// Lifetime of access tokens.
+    pub access_ttl: Duration,
+    /// Lifetime of refresh tokens.
+    pub refresh_ttl: Duration,
+    issuer: Arc<str>,
+    /// Live connections by credential, for revocation.
+    pub revocations: Revocations,
+    /// Rate limits (requests, failed logins).
+    pub limits: Limits,
+    /// Pending device logins.
+    pub devices: DeviceGrants,
 }
 
 impl std::fmt::Debug for Auth {
@@ -28,9 +57,36 @@ impl std::fmt::Debug for Auth {
 pub struct Principal {
     /// Name written as the author of what this caller appends (`user:<name>`).
     pub name: String,
+    /// The bootstrap admin: owner of every session, may manage users.
+    pub admin: bool,
+    /// The token family (login or device) a user's access token belongs to.
+    pub family: Option<String>,
 }
 
 impl Principal {
+    /// The bootstrap admin.
+    pub fn admin() -> Self {
+        Self {
+            name: "admin".to_owned(),
+            admin: true,
+            family: None,
+        }
+    }
+
+    /// A user, with the token family their credential belongs to.
+    pub fn for_user(name: String, family: Option<String>) -> Self {
+        Self {
+            name,
+            admin: false,
+            family,
+        }
+    }
+
+    /// The user name, unless this is the bootstrap admin.
+    pub fn user(&self) -> Option<&str> {
+        (!self.admin).then_some(self.name.as_str())
+    }
+
     /// The `author` of entries this caller writes.
     pub fn author(&self) -> String {
         format!("user:{}", self.name)
@@ -38,9 +94,56 @@ impl Principal {
 }
 
 impl Auth {
-    /// Uses `token` as the admin token.
+    /// Uses `token` as the admin token, with in-memory signing keys (see [`Auth::with_keys`]).
     pub fn with_admin_token(token: String) -> Self {
-        Self { admin_token: token }
+        Self {
+            admin_token: token,
+            keys: Arc::new(Keys::ephemeral()),
+            access_ttl: Duration::from_secs(15 * 60),
+            refresh_ttl: Duration::from_secs(30 * 24 * 3600),
+            issuer: ISSUER.into(),
+            revocations: Revocations::default(),
+            limits: Limits::default(),
+            devices: DeviceGrants::default(),
+        }
+    }
+
+    /// Signs access tokens with `keys` (normally `<data-dir>/jwt-keys.json`).
+    pub fn with_keys(mut self, keys: Keys) -> Self {
+        self.keys = Arc::new(keys);
+        self
+    }
+
+    /// Uses `revocations` (whose root is the server's shutdown token) for live connections.
+    pub fn with_revocations(mut self, revocations: Revocations) -> Self {
+        self.revocations = revocations;
+        self
+    }
+
+    /// Sets the issuer written into and required of access tokens.
+    pub fn with_issuer(mut self, issuer: &str) -> Self {
+        self.issuer = issuer.into();
+        self
+    }
+
+    /// Signs an access token for `user` in token family `family`.
+    pub fn issue(&self, user: &str, family: &str) -> anyhow::Result<String> {
+        let now = crate::access::unix_now();
+        self.keys.sign(&Claims {
+            sub: user.to_owned(),
+            fam: family.to_owned(),
+            iss: self.issuer.to_string(),
+            aud: AUDIENCE.to_owned(),
+            iat: now,
+            nbf: now,
+            exp: now + self.access_ttl.as_secs().max(1),
+        })
+    }
+
+    /// Checks an access token's signature, algorithm, times, issuer and audience (not whether
+    /// its family was revoked since: that takes the store, see [`AuthUser`]).
+    pub fn verify_jwt(&self, token: &str) -> Result<Claims, JwtError> {
+        self.keys.verify(token, &self.issuer, AUDIENCE)
     }
 
     /// Loads `<data_dir>/admin.token`, creating it (mode 0600) with a fresh random token when
@@ -67,15 +170,36 @@ impl Auth {
         &self.admin_token
     }
 
-    /// The principal a presented token belongs to.
-    pub fn verify(&self, token: &str) -> Option<Principal> {
-        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()).then(|| Principal {
-            name: "admin".to_owned(),
-        })
+    /// Whether `token` is the bootstrap admin token.
+    pub fn is_admin_token(&self, token: &str) -> bool {
+        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
+    }
+
+    /// The principal a presented token belongs to, checking revocation in the store.
+    pub async fn principal(&self, state: &AppState, token: &str) -> Option<Principal> {
+        if self.is_admin_token(token) {
+            return Some(Principal::admin());
+        }
+        let claims = match self.verify_jwt(token) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(reason = %e, "access token refused");
+                return None;
+            }
+        };
+        match state.store.token_family_active(&claims.fam).await {
+            Ok(true) => Some(Principal::for_user(claims.sub, Some(claims.fam))),
+            Ok(false) => None,
+            Err(e) => {
+                tracing::warn!(error = ?e, "could not check a token family");
+                None
+            }
+        }
     }
 }
 
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+/// Writes a new file readable only by its owner (mode 0600); an existing file is an error.
+pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
@@ -114,12 +238,30 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::to_owned);
-        let token = header.or_else(|| query_param(parts.uri.query().unwrap_or(""), "access_token"));
-        token
-            .and_then(|t| state.auth.verify(t.trim()))
+        let token = header
+            .or_else(|| query_param(parts.uri.query().unwrap_or(""), "access_token"))
+            .or_else(|| cookie(&parts.headers, ACCESS_COOKIE));
+        let Some(token) = token else {
+            return Err(ApiError::Unauthorized);
+        };
+        let auth = state.auth.clone();
+        auth.principal(&state, token.trim())
+            .await
             .map(AuthUser)
             .ok_or(ApiError::Unauthorized)
     }
+}
+
+/// The value of cookie `name`, if the request carries it.
+pub(crate) fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
 }
 
 /// The value of `name` in a query string, percent-decoded.
@@ -181,10 +323,22 @@ mod tests {
     }
 
     #[test]
-    fn only_the_admin_token_verifies() {
+    fn only_the_admin_token_is_the_admin_token() {
         let auth = Auth::with_admin_token("secret".into());
-        assert!(auth.verify("secret").is_some());
-        assert!(auth.verify("secreT").is_none());
-        assert!(auth.verify("").is_none());
+        assert!(auth.is_admin_token("secret"));
+        assert!(!auth.is_admin_token("secreT"));
+        assert!(!auth.is_admin_token(""));
+    }
+
+    #[test]
+    fn issued_tokens_verify_and_carry_user_and_family() {
+        let auth = Auth::with_admin_token("secret".into());
+        let t = auth.issue("ann", "f1").unwrap();
+        let c = auth.verify_jwt(&t).unwrap();
+        assert_eq!((c.sub.as_str(), c.fam.as_str()), ("ann", "f1"));
+        assert!(Auth::with_admin_token("secret".into())
+            .verify_jwt(&t)
+            .is_err());
+        assert!(auth.clone().with_issuer("other").verify_jwt(&t).is_err());
     }
 }

@@ -36,6 +36,22 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long shutdown waits for connections and commits to finish.
     pub shutdown_grace: Duration,
+    /// Lifetime of JWT access tokens.
+    pub access_token_ttl: Duration,
+    /// Lifetime of refresh tokens (each use replaces the token).
+    pub refresh_token_ttl: Duration,
+    /// `iss` of access tokens this server issues and accepts.
+    pub token_issuer: String,
+    /// Browser origins (`https://host[:port]`) besides the public URL's that may call the API
+    /// (CORS) and open WebSockets.
+    pub allowed_origins: Vec<String>,
+    /// Take the client address from `X-Forwarded-For` (the entry the proxy appended last).
+    /// Only behind a reverse proxy that sets it: otherwise clients choose their own address.
+    pub trust_forwarded: bool,
+    /// Requests a second per credential (or client address), on average.
+    pub rate_limit_per_sec: f64,
+    /// Requests allowed in a burst.
+    pub rate_limit_burst: f64,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +71,13 @@ impl Default for ServerConfig {
             max_frame_bytes: 4 << 20,
             max_body_bytes: 1 << 20,
             shutdown_grace: Duration::from_secs(10),
+            access_token_ttl: Duration::from_secs(15 * 60),
+            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            token_issuer: crate::auth::ISSUER.to_owned(),
+            allowed_origins: Vec::new(),
+            trust_forwarded: false,
+            rate_limit_per_sec: 200.0,
+            rate_limit_burst: 2000.0,
         }
     }
 }

@@ -13,6 +13,12 @@ pub enum ApiError {
     /// 401: no or wrong token.
     #[error("missing or invalid token")]
     Unauthorized,
+    /// 403: the caller may see the resource but not do this to it.
+    #[error("your role does not allow this")]
+    Forbidden,
+    /// 429: too many requests; retry after this many seconds.
+    #[error("too many requests; retry in {0} s")]
+    RateLimited(u64),
     /// 404: no such resource, or not visible to the caller.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -59,6 +65,8 @@ impl ApiError {
     fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::RateLimited),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
             ApiError::SessionEnded => (StatusCode::CONFLICT, ErrorCode::SessionEnded),
@@ -87,6 +95,10 @@ impl IntoResponse for ApiError {
                 axum::http::header::WWW_AUTHENTICATE,
                 axum::http::HeaderValue::from_static("Bearer"),
             );
+        }
+        if let ApiError::RateLimited(secs) = self {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.max(1).into());
         }
         resp
     }

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod access;
 pub mod auth;
 pub mod blobs;
 pub mod config;
@@ -57,6 +58,12 @@ impl Server {
             Some(t) => (auth::Auth::with_admin_token(t.clone()), false),
             None => auth::Auth::load_or_create(&config.data_dir)?,
         };
+        let mut auth = auth
+            .with_keys(access::jwt::Keys::load_or_create(&config.data_dir)?)
+            .with_issuer(&config.token_issuer);
+        auth.access_ttl = config.access_token_ttl;
+        auth.refresh_ttl = config.refresh_token_ttl;
+        auth.limits = access::guard::Limits::new(&config);
         let node_id = config.node_id();
         let store = store::connect_as(&config.database_url(), &node_id).await?;
         Ok(Self {
@@ -70,6 +77,22 @@ impl Server {
     /// The admin token, if it was created by this start (print it once).
     pub fn new_admin_token(&self) -> Option<&str> {
         self.token_created.then(|| self.auth.admin_token())
+    }
+
+    /// Adds a user (`moord user add`).
+    pub async fn add_user(&self, name: &str, password: String) -> anyhow::Result<()> {
+        access::http::add_user(self.store.as_ref(), name, password)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Revokes a user (`moord user revoke`); a running server notices at their next request,
+    /// and ends their live connections only when revoked through the API.
+    pub async fn revoke_user(&self, name: &str) -> anyhow::Result<()> {
+        self.store
+            .revoke_user(name, moor_protocol::now_ms())
+            .await
+            .with_context(|| format!("revoke user {name:?}"))
     }
 
     /// The store, for tools and tests.
@@ -114,7 +137,9 @@ impl Server {
             log: log.clone(),
             store: self.store,
             hub,
-            auth: self.auth,
+            auth: self
+                .auth
+                .with_revocations(access::revocations::Revocations::new(shutdown.clone())),
             config: Arc::new(self.config),
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),

@@ -1,11 +1,11 @@
-//! `moord`: parse flags, start tracing, build the server, serve until SIGTERM/SIGINT; or run a
-//! maintenance command (`moord migrate-store`).
+//! `moord`: parse flags, start tracing, build the server, serve until SIGTERM/SIGINT; or run an
+//! administration command (users, keys, `migrate-store`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use moor_server::{Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -13,17 +13,19 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Config {
-    /// A maintenance command instead of serving.
-    #[command(subcommand)]
-    command: Option<Command>,
     /// Address to listen on.
     #[arg(long, env = "MOOR_LISTEN", default_value = "127.0.0.1:7070")]
     listen: String,
     /// Directory for the SQLite database and the admin token.
-    #[arg(long, env = "MOOR_DATA_DIR", default_value = "moor-data")]
+    #[arg(
+        long,
+        env = "MOOR_DATA_DIR",
+        default_value = "moor-data",
+        global = true
+    )]
     data_dir: PathBuf,
     /// Database URL (default: sqlite:<data-dir>/moor.db).
-    #[arg(long, env = "MOOR_DATABASE_URL", hide_env_values = true)]
+    #[arg(long, env = "MOOR_DATABASE_URL", hide_env_values = true, global = true)]
     database_url: Option<String>,
     /// This node's name among nodes sharing a Postgres database (default: generated).
     #[arg(long, env = "MOOR_NODE_ID")]
@@ -58,19 +60,73 @@ struct Config {
     /// Largest HTTP request body accepted.
     #[arg(long, env = "MOOR_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// Lifetime of access tokens, in seconds.
+    #[arg(long, env = "MOOR_ACCESS_TOKEN_TTL_SECS", default_value_t = 900)]
+    access_token_ttl_secs: u64,
+    /// Lifetime of refresh tokens, in seconds (each use replaces the token).
+    #[arg(long, env = "MOOR_REFRESH_TOKEN_TTL_SECS", default_value_t = 30 * 24 * 3600)]
+    refresh_token_ttl_secs: u64,
+    /// Browser origins besides the public URL's allowed to call the API and open sockets
+    /// (comma-separated, e.g. https://app.example).
+    #[arg(long, env = "MOOR_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Trust X-Forwarded-For for client addresses (only behind a reverse proxy that sets it).
+    #[arg(long, env = "MOOR_TRUST_FORWARDED")]
+    trust_forwarded: bool,
+    /// Requests a second per credential or client address (average; bursts of 10x).
+    #[arg(long, env = "MOOR_RATE_LIMIT", default_value_t = 200.0)]
+    rate_limit: f64,
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+/// Administration; without a subcommand, moord serves.
+#[derive(Debug, clap::Subcommand)]
 enum Command {
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        cmd: UserCommand,
+    },
+    /// Manage the JWT signing keys in <data-dir>/jwt-keys.json.
+    Keys {
+        #[command(subcommand)]
+        cmd: KeysCommand,
+    },
     /// Copy a SQLite database into an empty Postgres database (stop moord first).
     MigrateStore {
         /// Source, e.g. sqlite:moor-data/moor.db
         #[arg(long)]
         from: String,
         /// Destination, e.g. postgres://moor@db/moor
-        #[arg(long, hide_env_values = true)]
+        #[arg(long)]
         to: String,
     },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum UserCommand {
+    /// Add a user; asks for the password (or reads one line from stdin).
+    Add {
+        /// Login name.
+        name: String,
+        /// Read the password from stdin instead of asking.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Revoke a user: no more logins, refreshes or requests with their tokens.
+    Revoke {
+        /// Login name.
+        name: String,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum KeysCommand {
+    /// Sign new tokens with a fresh key; tokens signed with older keys stay valid.
+    Rotate,
+    /// Remove every key but the current one: older tokens stop verifying.
+    Retire,
 }
 
 impl Config {
@@ -90,13 +146,87 @@ impl Config {
         c.keepalive = ms(self.keepalive_ms.max(1));
         c.max_frame_bytes = self.max_frame_bytes;
         c.max_body_bytes = self.max_body_bytes;
+        c.access_token_ttl = Duration::from_secs(self.access_token_ttl_secs.max(1));
+        c.refresh_token_ttl = Duration::from_secs(self.refresh_token_ttl_secs.max(1));
+        c.allowed_origins = self.allowed_origins;
+        c.trust_forwarded = self.trust_forwarded;
+        c.rate_limit_per_sec = self.rate_limit;
+        c.rate_limit_burst = self.rate_limit * 10.0;
         c
     }
 }
 
+async fn admin(command: Command, config: ServerConfig) -> anyhow::Result<()> {
+    use moor_server::access::jwt::Keys;
+    match command {
+        Command::MigrateStore { from, to } => {
+            let n = moor_server::store::migrate::copy(&from, &to).await?;
+            println!(
+                "copied {} sessions, {} entries, {} producer marks, {} checkpoints, {} account rows into {}",
+                n.sessions,
+                n.entries,
+                n.producers,
+                n.checkpoints,
+                n.accounts,
+                moor_server::store::redact_url(&to)
+            );
+        }
+        Command::Keys { cmd } => {
+            std::fs::create_dir_all(&config.data_dir)?;
+            match cmd {
+                KeysCommand::Rotate => {
+                    println!("new signing key {}", Keys::rotate(&config.data_dir)?)
+                }
+                KeysCommand::Retire => {
+                    println!("retired {} key(s)", Keys::retire_old(&config.data_dir)?)
+                }
+            }
+        }
+        Command::User { cmd } => {
+            let server = Server::build(config).await?;
+            match cmd {
+                UserCommand::Add {
+                    name,
+                    password_stdin,
+                } => {
+                    let password = read_password(password_stdin)?;
+                    server.add_user(&name, password).await?;
+                    println!("user {name} added");
+                }
+                UserCommand::Revoke { name } => {
+                    server.revoke_user(&name).await?;
+                    println!("user {name} revoked");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One line from stdin; on a terminal, asked for without echo.
+fn read_password(from_stdin: bool) -> anyhow::Result<String> {
+    use std::io::{BufRead, IsTerminal};
+    let tty = !from_stdin && std::io::stdin().is_terminal();
+    let stty = |arg: &str| {
+        let _ = std::process::Command::new("stty").arg(arg).status();
+    };
+    if tty {
+        eprint!("password: ");
+        stty("-echo");
+    }
+    let mut line = String::new();
+    let read = std::io::stdin().lock().read_line(&mut line);
+    if tty {
+        stty("echo");
+        eprintln!();
+    }
+    read.context("read password")?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let mut config = Config::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -104,17 +234,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Some(Command::MigrateStore { from, to }) = &config.command {
-        let n = moor_server::store::migrate::copy(from, to).await?;
-        println!(
-            "copied {} sessions, {} entries, {} producer marks, {} checkpoints into {}",
-            n.sessions,
-            n.entries,
-            n.producers,
-            n.checkpoints,
-            moor_server::store::redact_url(to)
-        );
-        return Ok(());
+    if let Some(command) = config.command.take() {
+        return admin(command, config.into_server_config()).await;
     }
     let listen = config.listen.clone();
     let data_dir = config.data_dir.clone();

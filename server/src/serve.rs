@@ -44,7 +44,16 @@ pub async fn serve(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // The peer address, for per-client rate limits.
+        let app = app.clone();
+        let service = TowerToHyperService::new(tower::util::MapRequest::new(
+            app,
+            move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            },
+        ));
         let conn = builder
             .serve_connection(TokioIo::new(tcp), service)
             .with_upgrades();

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{session_for, Role};
 use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -59,13 +60,15 @@ pub(crate) fn check_cursor(cursor: Seq, head: Seq) -> Option<Reset> {
 /// The SSE handler.
 pub async fn events(
     State(state): State<AppState>,
-    AuthUser(_who): AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = state.store.find_session(&key).await?;
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    // Ends with shutdown, and when the caller's credential is revoked.
+    let stop = state.auth.revocations.token_for(&who);
     let tail = Tail::new(state.store.clone(), &state.hub, session.id, cursor);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.find_session(&key).await?.head_seq;
@@ -87,7 +90,7 @@ pub async fn events(
                     due: None,
                 }
             });
-            Body::from_stream(stream(tail, feed, &state))
+            Body::from_stream(stream(tail, feed, &state, stop))
         }
     };
     let mut resp = Response::new(body);
@@ -144,6 +147,7 @@ fn stream(
     tail: Tail,
     feed: Option<StateFeed>,
     state: &AppState,
+    stop: CancellationToken,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let cfg = &state.config;
     let period = cfg.keepalive.max(Duration::from_millis(10));
@@ -154,7 +158,7 @@ fn stream(
         tail,
         keepalive,
         deadline: (!cfg.sse_lifetime.is_zero()).then(|| Instant::now() + cfg.sse_lifetime),
-        shutdown: state.shutdown.clone(),
+        shutdown: stop,
         started: false,
     };
     futures_util::stream::unfold(st, |mut st| async move {

@@ -59,7 +59,12 @@ async fn asset(method: Method, uri: Uri) -> Response {
     };
     let Some((content_type, body)) = find(path) else {
         if path == "/index.html" {
-            return page(StatusCode::SERVICE_UNAVAILABLE, "text/html; charset=utf-8", "no-store", NOT_BUILT.as_bytes());
+            return page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/html; charset=utf-8",
+                "no-store",
+                NOT_BUILT.as_bytes(),
+            );
         }
         return (StatusCode::NOT_FOUND, "not found").into_response();
     };
@@ -72,15 +77,29 @@ async fn asset(method: Method, uri: Uri) -> Response {
     page(StatusCode::OK, content_type, cache, body)
 }
 
-fn page(status: StatusCode, content_type: &'static str, cache: &'static str, body: &'static [u8]) -> Response {
+fn page(
+    status: StatusCode,
+    content_type: &'static str,
+    cache: &'static str,
+    body: &'static [u8],
+) -> Response {
     (
         status,
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
-            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
-            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
         ],
         body,
     )

@@ -171,6 +171,10 @@ async fn web_client_in_a_real_browser() {
         .unwrap_or_else(|_| panic!("the browser suite did not finish within {SUITE_TIMEOUT:?}"));
 
     // assert
-    assert!(status.success(), "browser scenarios failed (see above); screenshots in {}", artifacts.display());
+    assert!(
+        status.success(),
+        "browser scenarios failed (see above); screenshots in {}",
+        artifacts.display()
+    );
     drop(bridges);
 }

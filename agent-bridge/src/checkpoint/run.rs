@@ -58,6 +58,7 @@ struct Running {
     requests: mpsc::UnboundedSender<Request>,
     stop_taking: CancellationToken,
     stop_uploading: CancellationToken,
+    finishing: CancellationToken,
     taker: JoinHandle<()>,
     uploader: JoinHandle<()>,
     pending: watch::Receiver<usize>,
@@ -95,8 +96,14 @@ impl Checkpoints {
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let stop_taking = CancellationToken::new();
         let stop_uploading = CancellationToken::new();
+        let finishing = CancellationToken::new();
         let wake = Arc::new(Notify::new());
-        let (pending_tx, pending) = watch::channel(upload::pending(&repo).len());
+        clean_stale_temp_files(&repo);
+        let own = upload::pending(&repo)
+            .iter()
+            .filter(|p| p.session == ctx.session && p.server == client.base())
+            .count();
+        let (pending_tx, pending) = watch::channel(own);
         let tools = ctx.after_tools.then(|| {
             let (tx, rx) = mpsc::channel(1);
             tokio::spawn(watch_tools(ctx.spool.clone(), tx, stop_taking.clone()));
@@ -118,17 +125,20 @@ impl Checkpoints {
         let uploader = tokio::spawn(upload_loop(
             repo,
             client,
+            ctx.session.clone(),
             config,
             ctx.status.clone(),
             wake,
             pending_tx,
             stop_uploading.clone(),
+            finishing.clone(),
         ));
         Self {
             running: Some(Running {
                 requests,
                 stop_taking,
                 stop_uploading,
+                finishing,
                 taker,
                 uploader,
                 pending,
@@ -152,12 +162,22 @@ impl Checkpoints {
         let Some(mut r) = self.running else { return 0 };
         r.stop_taking.cancel();
         let _ = (&mut r.taker).await;
-        let drained = tokio::time::timeout(grace, r.pending.wait_for(|n| *n == 0))
-            .await
-            .is_ok_and(|r| r.is_ok());
-        let left = if drained { 0 } else { *r.pending.borrow() };
+        // The uploader makes one more pass at once and gives up at its first failure: a server
+        // that cannot take them now must not hold `moor` for the whole grace period.
+        r.finishing.cancel();
+        let mut uploader_done = false;
+        let _ = tokio::time::timeout(grace, async {
+            tokio::select! {
+                _ = r.pending.wait_for(|n| *n == 0) => {}
+                _ = &mut r.uploader => uploader_done = true,
+            }
+        })
+        .await;
+        let left = *r.pending.borrow();
         r.stop_uploading.cancel();
-        let _ = r.uploader.await;
+        if !uploader_done {
+            let _ = r.uploader.await;
+        }
         left
     }
 
@@ -365,15 +385,19 @@ async fn watch_tools(spool: Spool, tx: mpsc::Sender<()>, stop: CancellationToken
 }
 
 /// Drains the upload queue: at once when woken (a new checkpoint, the link back up), else
-/// with a doubling delay after failures.
+/// with a doubling delay after failures. Checkpoints other runs left for this server are
+/// uploaded too, after this session's, but only this session's count as pending: an old
+/// checkpoint of a session the server no longer has must not hold up the end of this one.
 async fn upload_loop(
     repo: Repo,
     client: Client,
+    session: String,
     config: CheckpointConfig,
     status: Status,
     wake: Arc<Notify>,
     pending: watch::Sender<usize>,
     stop: CancellationToken,
+    finishing: CancellationToken,
 ) {
     let mut link_up = status.link_up();
     let mut delay = config.retry_initial;
@@ -385,11 +409,17 @@ async fn upload_loop(
                 .await
                 .unwrap_or_default()
         };
-        let mine: Vec<_> = queue
+        let mut mine: Vec<_> = queue
             .into_iter()
             .filter(|p| p.server == client.base())
             .collect();
-        pending.send_replace(mine.len());
+        // Stable: oldest first within each group.
+        mine.sort_by_key(|p| p.session != session);
+        let own = mine.iter().filter(|p| p.session == session).count();
+        pending.send_replace(own);
+        if own == 0 && finishing.is_cancelled() {
+            return;
+        }
         let mut retry = false;
         for p in &mine {
             if stop.is_cancelled() {
@@ -403,7 +433,9 @@ async fn upload_loop(
                 Ok(Uploaded::Done(stats)) => {
                     let (repo, id) = (repo.clone(), p.manifest.id.clone());
                     let _ = tokio::task::spawn_blocking(move || upload::dequeue(&repo, &id)).await;
-                    pending.send_modify(|n| *n = n.saturating_sub(1));
+                    if p.session == session {
+                        pending.send_modify(|n| *n = n.saturating_sub(1));
+                    }
                     tracing::info!(id = %p.manifest.id, blobs = stats.blobs_sent, bytes = stats.bytes_sent, "checkpoint uploaded");
                     if failing.take().is_some() {
                         status.note("checkpoint uploads resumed");
@@ -411,7 +443,7 @@ async fn upload_loop(
                     delay = config.retry_initial;
                 }
                 // The session appears on the server at the bridge's first connection.
-                Ok(Uploaded::NoSession) => retry = true,
+                Ok(Uploaded::NoSession) => retry |= p.session == session,
                 Err(e) => {
                     let message = e.to_string();
                     if failing.as_deref() != Some(message.as_str()) {
@@ -424,8 +456,13 @@ async fn upload_loop(
             }
         }
         if retry {
+            if finishing.is_cancelled() {
+                // Left queued for `moor checkpoints push` or the next `moor run` here.
+                return;
+            }
             tokio::select! {
                 _ = stop.cancelled() => return,
+                _ = finishing.cancelled() => {}
                 _ = tokio::time::sleep(delay) => {}
                 _ = link_up.wait_for(|up| *up) , if !*link_up.borrow() => {}
             }
@@ -434,7 +471,27 @@ async fn upload_loop(
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = wake.notified() => {}
+                _ = finishing.cancelled() => {}
             }
+        }
+    }
+}
+
+/// Removes temporary index files a killed `moor` left behind (older than a minute, so a
+/// concurrent `moor` in another worktree of the same repository keeps its own).
+fn clean_stale_temp_files(repo: &Repo) {
+    let Ok(dir) = std::fs::read_dir(repo.moor_dir().join("tmp")) else {
+        return;
+    };
+    for entry in dir.filter_map(Result::ok) {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(60));
+        if old {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

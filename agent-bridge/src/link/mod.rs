@@ -171,6 +171,13 @@ impl Link {
             self.current = (self.current + 1) % self.urls.len().max(1);
             // The status line already tells the person; keep the log quiet at the default level.
             tracing::info!(error = %err, "link to moord lost");
+            // An expired or revoked access token: renew it (a login's token can) before the
+            // next attempt, which then connects with the new one.
+            if matches!(err, ConnectError::Refused { status: 401, .. })
+                && self.p.token.refresh().await
+            {
+                tracing::info!("access token renewed after a 401");
+            }
             let delay = backoff.next_delay();
             let draining = *self.finish_rx.borrow();
             self.p.status.retrying(

@@ -190,7 +190,9 @@ async fn a_second_bridge_for_the_same_session_refuses_to_start() {
 
 fn moor(server: &FakeServer, state: &std::path::Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_moor"));
-    cmd.env("MOOR_SERVER", server.url())
+    // Never in the source tree: `moor run` checkpoints the git work tree it runs in.
+    cmd.current_dir(state)
+        .env("MOOR_SERVER", server.url())
         .env("MOOR_TOKEN", TOKEN)
         .env("MOOR_STATE_DIR", state)
         .env("MOOR_BACKOFF_INITIAL_MS", "20")

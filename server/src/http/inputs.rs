@@ -7,6 +7,7 @@ use axum::Json;
 use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::{kinds, now_ms, SessionId};
 
+use crate::access::{session_for, Role};
 use crate::auth::{AuthUser, Principal};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -22,8 +23,8 @@ pub(super) async fn create(
     Path(key): Path<String>,
     body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<InputAccepted>, ApiError> {
+    let session = session_for(&state, &who, &key, Role::Controller).await?;
     let req: InputRequest = super::parse_json(body, state.config.max_body_bytes)?;
-    let session = state.store.find_session(&key).await?;
     Ok(Json(submit(&state, session.id, &who, req).await?))
 }
 

@@ -10,6 +10,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use axum::Router;
 
+use crate::access::http as access;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -27,19 +28,44 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{id}/transcript", get(recovery::transcript))
         .route("/sessions/{id}/bridge/close", post(sessions::close_bridge))
         .route("/sessions/{id}/checkpoints", get(checkpoints::list))
-        .route("/sessions/{id}/checkpoints/{checkpoint}", put(checkpoints::put))
+        .route(
+            "/sessions/{id}/checkpoints/{checkpoint}",
+            put(checkpoints::put),
+        )
         .route("/checkpoints/{checkpoint}", get(checkpoints::get))
         .route("/checkpoints/{checkpoint}/diff", get(checkpoints::diff))
-        .route("/checkpoints/{checkpoint}/archive", get(checkpoints::archive))
+        .route(
+            "/checkpoints/{checkpoint}/archive",
+            get(checkpoints::archive),
+        )
         .route("/blobs/missing", post(checkpoints::missing))
-        .route("/blobs/{sha256}", get(checkpoints::get_blob).put(checkpoints::put_blob))
+        .route(
+            "/blobs/{sha256}",
+            get(checkpoints::get_blob).put(checkpoints::put_blob),
+        )
         .route("/bridge", get(crate::ws::bridge::upgrade))
+        .route("/auth/login", post(access::login))
+        .route("/auth/refresh", post(access::refresh))
+        .route("/auth/logout", post(access::logout))
+        .route("/auth/device", post(crate::access::device::start))
+        .route("/auth/device/approve", post(crate::access::device::approve))
+        .route("/auth/device/token", post(crate::access::device::token))
+        .route("/users", post(access::create_user))
+        .route("/users/{name}/revoke", post(access::revoke_user))
+        .route(
+            "/sessions/{id}/members/{user}",
+            put(access::put_member).delete(access::delete_member),
+        )
         .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });
     Router::new()
         .route("/healthz", get(health::get))
         .nest("/api/v1", api)
         .merge(crate::web::router())
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::guard::layer,
+        ))
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
                 // The path only: query strings may carry access tokens.

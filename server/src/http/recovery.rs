@@ -10,6 +10,7 @@ use moor_protocol::transcript::{markdown, repaired};
 use moor_protocol::Seq;
 use serde_json::json;
 
+use crate::access::{session_for, Role};
 use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -48,13 +49,13 @@ fn markdown_response(text: String) -> Response {
 /// `GET /api/v1/sessions/{id}/recovery[?format=markdown]`.
 pub(super) async fn brief(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = state.store.find_session(&key).await?;
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
     let current = state.states.current(session.id, session.head_seq).await?;
     let brief = make_brief(&current, RetryPolicy::default());
     Ok(if md {
@@ -67,13 +68,13 @@ pub(super) async fn brief(
 /// `GET /api/v1/sessions/{id}/transcript[?format=messages|markdown]`.
 pub(super) async fn transcript(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = state.store.find_session(&key).await?;
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
     // The conversation needs the whole log; other kinds are skipped as they are read.
     let mut entries = Vec::new();
     let mut cursor = Seq::ZERO;

@@ -7,6 +7,7 @@ use moor_protocol::api::{EntriesPage, SessionInfo, SessionStatus};
 use moor_protocol::Seq;
 use serde::Deserialize;
 
+use crate::access::{session_for, Role};
 use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
@@ -39,19 +40,29 @@ fn info(state: &AppState, row: SessionRow) -> SessionInfo {
 /// `GET /api/v1/sessions`.
 pub(super) async fn list(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    let rows = state.store.list_sessions().await?;
+    let mut rows = state.store.list_sessions().await?;
+    if !who.admin {
+        let mine: std::collections::HashSet<_> = state
+            .store
+            .memberships(&who.name)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        rows.retain(|r| mine.contains(&r.id));
+    }
     Ok(Json(rows.into_iter().map(|r| info(&state, r)).collect()))
 }
 
 /// `GET /api/v1/sessions/{id}` (id or name).
 pub(super) async fn get(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let row = state.store.find_session(&key).await?;
+    let row = session_for(&state, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
     let mut info = info(&state, row);
     info.state = Some((*derived).clone());
@@ -71,10 +82,11 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
 /// `GET /api/v1/sessions/{id}/entries?after=N|before=N&limit=M`.
 pub(super) async fn entries(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<EntriesPage>, ApiError> {
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
     let query = query.unwrap_or_default();
     let limit = match query_param(&query, "limit") {
         None => DEFAULT_PAGE,
@@ -97,7 +109,6 @@ pub(super) async fn entries(
         (_, Some(b)) => Range::Before(b),
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
     };
-    let session = state.store.find_session(&key).await?;
     // One more than asked tells whether there is more.
     let mut entries = state.store.read(session.id, range, limit + 1).await?;
     let has_more = entries.len() > limit as usize;
@@ -130,10 +141,11 @@ pub(super) struct CloseBridge {
 /// given code (the bridge reconnects unless the code is terminal).
 pub(super) async fn close_bridge(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
     body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
+    let session = session_for(&state, &who, &key, Role::Owner).await?;
     let req: CloseBridge = super::parse_json(body, state.config.max_body_bytes)?;
     if !(1000..=4999).contains(&req.code) || matches!(req.code, 1004..=1006 | 1015) {
         return Err(ApiError::Invalid {
@@ -141,7 +153,6 @@ pub(super) async fn close_bridge(
             reason: format!("{} cannot be sent in a close frame", req.code),
         });
     }
-    let session = state.store.find_session(&key).await?;
     if state.hub.control_bridge(
         session.id,
         BridgeControl::Close {

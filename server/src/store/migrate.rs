@@ -1,6 +1,7 @@
 //! `moord migrate-store`: copies a SQLite deployment's log into an empty Postgres database,
 //! table by table, keeping every seq and idempotency key (so bridges resume from the same marks
-//! and retried inputs stay duplicates), with state snapshots and checkpoint records.
+//! and retried inputs stay duplicates), with state snapshots, checkpoint records, accounts,
+//! refresh-token families and session roles.
 //!
 //! The copy runs in one destination transaction: if anything fails, the destination is left as
 //! it was and the command can simply be run again. The source is opened read-only; stop `moord`
@@ -28,7 +29,51 @@ pub struct Copied {
     pub producers: u64,
     /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
     pub checkpoints: u64,
+    /// Rows of users, token families, refresh tokens and session roles.
+    pub accounts: u64,
 }
+
+/// Tables with the same columns in both dialects, in an order that satisfies their foreign keys:
+/// each column with its Postgres type (`text` or `bigint`).
+const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "users",
+        &[
+            ("name", "text"),
+            ("password_hash", "text"),
+            ("created_at", "bigint"),
+            ("revoked_at", "bigint"),
+        ],
+    ),
+    (
+        "token_families",
+        &[
+            ("family", "text"),
+            ("user_name", "text"),
+            ("created_at", "bigint"),
+            ("revoked_at", "bigint"),
+        ],
+    ),
+    (
+        "refresh_tokens",
+        &[
+            ("token_hash", "text"),
+            ("family", "text"),
+            ("user_name", "text"),
+            ("created_at", "bigint"),
+            ("expires_at", "bigint"),
+            ("used_at", "bigint"),
+        ],
+    ),
+    (
+        "session_members",
+        &[
+            ("session_id", "text"),
+            ("principal", "text"),
+            ("role", "text"),
+        ],
+    ),
+];
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`
 /// (created and migrated if needed, and required to hold no session yet).
@@ -159,6 +204,10 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
         copied.checkpoints += chunk.len() as u64;
     }
 
+    for (table, columns) in PLAIN_TABLES {
+        copied.accounts += copy_plain(&src, &mut tx, table, columns).await?;
+    }
+
     // Every session's head must match what was copied: a torn source would show here.
     let bad: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM sessions s WHERE s.head_seq <> \
@@ -172,6 +221,45 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
     }
     tx.commit().await.context("commit the copy")?;
     Ok(copied)
+}
+
+/// Copies every row of `table` (same columns on both sides); returns how many.
+async fn copy_plain(
+    src: &sqlx::SqlitePool,
+    tx: &mut Transaction<'_, Postgres>,
+    table: &str,
+    columns: &[(&str, &str)],
+) -> anyhow::Result<u64> {
+    let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
+    let rows = sqlx::query(&format!("SELECT {} FROM {table}", names.join(", ")))
+        .fetch_all(src)
+        .await
+        .with_context(|| format!("read {table}"))?;
+    for chunk in rows.chunks(CHUNK as usize) {
+        let arrays: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (_, ty))| format!("${}::{ty}[]", i + 1))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {table} ({}) SELECT * FROM UNNEST({})",
+            names.join(", "),
+            arrays.join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for (name, ty) in columns {
+            query = if *ty == "bigint" {
+                query.bind(column::<Option<i64>>(chunk, name)?)
+            } else {
+                query.bind(column::<Option<String>>(chunk, name)?)
+            };
+        }
+        query
+            .execute(&mut **tx)
+            .await
+            .with_context(|| format!("write {table}"))?;
+    }
+    Ok(rows.len() as u64)
 }
 
 /// One column of `rows`, decoded as `T`.

@@ -203,6 +203,137 @@ pub trait Store: Send + Sync + Debug + 'static {
         let _ = session;
         Err(unsupported("checkpoints"))
     }
+
+    /// Adds a user with an argon2id password hash; an existing name is a
+    /// [`StoreError::Conflict`].
+    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
+        let _ = (name, password_hash, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// The user with this name.
+    async fn user(&self, name: &str) -> StoreResult<UserRow> {
+        let _ = name;
+        Err(unsupported("accounts"))
+    }
+
+    /// Revokes a user and every token family of theirs (idempotent).
+    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
+        let _ = (name, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// Starts a token family (one login or device) with its first refresh token.
+    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
+        let _ = (family, first);
+        Err(unsupported("accounts"))
+    }
+
+    /// Rotates a refresh token: marks `old_hash` used and stores `next` in the same family, in
+    /// one transaction. A token already used (or of a revoked family) revokes the whole family
+    /// and reports [`RefreshOutcome::Reused`].
+    async fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        next: &RefreshRow,
+        at: i64,
+    ) -> StoreResult<RefreshOutcome> {
+        let _ = (old_hash, next, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// Revokes a token family (idempotent); returns its user.
+    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
+        let _ = (family, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// Whether a family exists, is not revoked, and its user is not revoked.
+    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
+        let _ = family;
+        Err(unsupported("accounts"))
+    }
+
+    /// Sets a principal's role on a session (replacing any other).
+    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
+        let _ = (session, principal, role);
+        Err(unsupported("session roles"))
+    }
+
+    /// Makes `principal` the owner of a session that has no members yet; returns whether it did.
+    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
+        let _ = (session, principal);
+        Err(unsupported("session roles"))
+    }
+
+    /// Removes a principal's role on a session (idempotent).
+    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
+        let _ = (session, principal);
+        Err(unsupported("session roles"))
+    }
+
+    /// A principal's role on a session, if any.
+    async fn member_role(
+        &self,
+        session: SessionId,
+        principal: &str,
+    ) -> StoreResult<Option<String>> {
+        let _ = (session, principal);
+        Err(unsupported("session roles"))
+    }
+
+    /// Every session a principal has a role on, with the role.
+    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
+        let _ = principal;
+        Err(unsupported("session roles"))
+    }
+}
+
+/// A stored account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserRow {
+    /// Unique login name.
+    pub name: String,
+    /// argon2id PHC string.
+    pub password_hash: String,
+    /// Creation time (ms).
+    pub created_at: i64,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<i64>,
+}
+
+/// A refresh token as stored: only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefreshRow {
+    /// SHA-256 (hex) of the token.
+    pub token_hash: String,
+    /// Its user.
+    pub user: String,
+    /// Issue time (ms).
+    pub created_at: i64,
+    /// Expiry (ms).
+    pub expires_at: i64,
+}
+
+/// What presenting a refresh token did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefreshOutcome {
+    /// Rotated: the old token is spent, the new one stored.
+    Rotated {
+        /// The family both belong to.
+        family: String,
+        /// Their user.
+        user: String,
+    },
+    /// The token was spent already, or its family or user revoked: the family is now revoked.
+    Reused {
+        /// The revoked family.
+        family: String,
+        /// Its user.
+        user: String,
+    },
+    /// Unknown or expired.
+    Invalid,
 }
 
 /// A stored checkpoint (G7). The store keeps the JSON as given; `http::checkpoints` owns its

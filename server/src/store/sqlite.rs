@@ -16,9 +16,11 @@ use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::{
-    Append, Appended, CheckpointRow, IdemKey, Range, SessionRow, Store, StoreError, StoreResult,
+    Append, Appended, CheckpointRow, IdemKey, Range, RefreshOutcome, RefreshRow, SessionRow, Store,
+    StoreError, StoreResult, UserRow,
 };
 
+mod access;
 mod checkpoints;
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
@@ -320,6 +322,63 @@ impl Store for SqliteStore {
 
     async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
         self.checkpoint_rows(session).await
+    }
+
+    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
+        self.insert_user(name, password_hash, at).await
+    }
+
+    async fn user(&self, name: &str) -> StoreResult<UserRow> {
+        self.user_row(name).await
+    }
+
+    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
+        self.revoke_user_rows(name, at).await
+    }
+
+    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
+        self.insert_family(family, first).await
+    }
+
+    async fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        next: &RefreshRow,
+        at: i64,
+    ) -> StoreResult<RefreshOutcome> {
+        self.rotate(old_hash, next, at).await
+    }
+
+    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
+        self.revoke_family(family, at).await
+    }
+
+    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
+        self.family_active(family).await
+    }
+
+    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
+        self.upsert_member(session, principal, role).await
+    }
+
+    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
+        self.claim(session, principal).await
+    }
+
+    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
+        self.delete_member(session, principal).await
+    }
+
+    async fn member_role(
+        &self,
+        session: SessionId,
+        principal: &str,
+    ) -> StoreResult<Option<String>> {
+        self.role_of(session, principal).await
+    }
+
+    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
+        self.roles_of(principal).await
     }
 }
 

@@ -19,9 +19,11 @@ use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VER
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{interval, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 
 use super::text;
-use crate::auth::AuthUser;
+use crate::access::{role_on, Role};
+use crate::auth::{AuthUser, Principal};
 use crate::hub::{BridgeControl, Frame};
 use crate::log::Pending;
 use crate::sse::sleep_until_opt;
@@ -33,17 +35,35 @@ const MAX_MERGED_ENTRIES: usize = 4096;
 /// Batches committing at once for one connection; beyond this the socket is not read, which
 /// pushes back on the bridge through TCP.
 const MAX_INFLIGHT_BATCHES: usize = 8;
+/// Close reason for a bridge attaching to a session it does not own (or cannot see).
+const NOT_YOURS: &str = "session not found or not yours; pick another session name";
 /// Most pending inputs sent in a `Welcome`; later ones follow as `Input` frames.
 const WELCOME_INPUTS: u32 = 1000;
 
 /// Upgrades an authenticated request to a bridge link.
 pub async fn upgrade(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     ws: WebSocketUpgrade,
 ) -> Response {
     let conns = state.conns.clone();
-    super::tune(ws, &state.config).on_upgrade(move |socket| conns.track_future(run(socket, state)))
+    super::tune(ws, &state.config)
+        .on_upgrade(move |socket| conns.track_future(run(socket, state, who)))
+}
+
+/// Whether `who` may attach a bridge to the session named `name`: its owner may, and the
+/// first principal to attach to a session nobody owns becomes its owner. `None` when the
+/// session does not exist yet.
+async fn may_attach(
+    state: &AppState,
+    who: &Principal,
+    session: SessionId,
+) -> Result<bool, crate::error::ApiError> {
+    if state.store.claim_session(session, &who.name).await? {
+        return Ok(true);
+    }
+    let row = state.store.find_session(&session.to_string()).await?;
+    Ok(role_on(state, who, &row).await? == Some(Role::Owner))
 }
 
 /// Why a connection ended: the close code sent (if any) and a reason for the log.
@@ -85,11 +105,14 @@ struct Conn {
     /// Seq up to which every committed entry has been looked at for inputs (`None`: unknown, the
     /// next live frame re-reads the inputs from the store).
     seen: Option<Seq>,
+    /// Cancelled at shutdown and when the bridge's credential is revoked.
+    stop: CancellationToken,
 }
 
 #[tracing::instrument(skip_all)]
-async fn run(socket: WebSocket, state: AppState) {
+async fn run(socket: WebSocket, state: AppState, who: Principal) {
     let (mut tx, mut rx) = socket.split();
+    let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,
         Err(end) => {
@@ -99,6 +122,26 @@ async fn run(socket: WebSocket, state: AppState) {
             return;
         }
     };
+    // Someone else's session is refused before anything of this bridge is written to it.
+    let existing = match state.store.find_session(&hello.session).await {
+        Ok(s) => Some(s.id),
+        Err(StoreError::NotFound) => None,
+        Err(e) => {
+            tracing::error!(error = ?e, "bridge handshake could not read the session");
+            return super::close(
+                &mut tx,
+                &mut rx,
+                close::SERVER_ERROR,
+                "store unavailable; retry",
+            )
+            .await;
+        }
+    };
+    if let Some(id) = existing {
+        if !matches!(may_attach(&state, &who, id).await, Ok(true)) {
+            return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+        }
+    }
     let session = match state
         .store
         .open_session(&hello.session, Some(&hello.agent))
@@ -114,7 +157,12 @@ async fn run(socket: WebSocket, state: AppState) {
                 .await;
             return super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
         }
-        Ok(s) => s,
+        Ok(s) => {
+            if existing.is_none() && !matches!(may_attach(&state, &who, s.id).await, Ok(true)) {
+                return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+            }
+            s
+        }
         Err(e) => {
             tracing::error!(error = ?e, "bridge handshake could not open the session");
             return super::close(
@@ -162,6 +210,7 @@ async fn run(socket: WebSocket, state: AppState) {
         tx,
         delivered: Seq::ZERO,
         seen: None,
+        stop,
     };
     let ending = match conn.welcome(&session.name, conn_id).await {
         Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
@@ -329,6 +378,7 @@ impl Conn {
         let mut last_rx = Instant::now();
         let mut lookahead: Lookahead = VecDeque::new();
         let shutdown = self.state.shutdown.clone();
+        let stop = self.stop.clone();
         loop {
             let result = tokio::select! {
                 biased;
@@ -337,6 +387,11 @@ impl Conn {
                     let _ = self.settle_all().await;
                     let _ = self.send(&ServerToBridge::Move { reason: "server shutting down".into(), close_in_ms: 0 }).await;
                     return Ending::close(close::GOING_AWAY, "server shutting down; reconnect");
+                }
+                // After shutdown: both fire together (the stop token is a child of shutdown's),
+                // and shutdown, above, wins.
+                _ = stop.cancelled() => {
+                    return Ending::close(close::UNAUTHORIZED, "credentials revoked");
                 }
                 cmd = control.recv() => match cmd {
                     Some(BridgeControl::Close { code, reason }) => return Ending::close(code, reason),

@@ -12,8 +12,11 @@ use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
 use moor_protocol::{close, Seq, SessionId};
 use tokio::time::{interval, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 
 use super::{text, tune};
+
+use crate::access::{role_on, session_for, Role};
 use crate::auth::{AuthUser, Principal};
 use crate::error::ApiError;
 use crate::http::inputs::submit;
@@ -31,18 +34,31 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = state.store.find_session(&key).await?;
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let may_input = role_on(&state, &who, &session).await? >= Some(Role::Controller);
+    let viewer = Viewer {
+        stop: state.auth.revocations.token_for(&who),
+        who,
+        may_input,
+    };
     let conns = state.conns.clone();
     let ws = tune(ws, &state.config);
-    Ok(
-        ws.on_upgrade(move |socket| {
-            conns.track_future(run(socket, state, who, session.id, cursor))
-        }),
-    )
+    Ok(ws.on_upgrade(move |socket| {
+        conns.track_future(run(socket, state, viewer, session.id, cursor))
+    }))
+}
+
+/// Who is on the other end of a viewer socket, and what they may do.
+struct Viewer {
+    who: Principal,
+    /// Controller or owner: may send input.
+    may_input: bool,
+    /// Cancelled at shutdown and when the viewer's credential is revoked.
+    stop: CancellationToken,
 }
 
 #[tracing::instrument(skip_all, fields(session.id = %session))]
-async fn run(socket: WebSocket, state: AppState, who: Principal, session: SessionId, cursor: Seq) {
+async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
     let (mut tx, mut rx) = socket.split();
     let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
     let head = match state.store.find_session(&session.to_string()).await {
@@ -62,7 +78,10 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
     let mut last_rx = Instant::now();
     loop {
         tokio::select! {
-            _ = state.shutdown.cancelled() => {
+            _ = viewer.stop.cancelled() => {
+                if !state.shutdown.is_cancelled() {
+                    return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, "credentials revoked").await;
+                }
                 return super::close(&mut tx, &mut rx, close::GOING_AWAY, "server shutting down; reconnect").await;
             }
             _ = tokio::time::sleep_until(last_rx + cfg.idle_timeout) => {
@@ -94,7 +113,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
                 last_rx = Instant::now();
                 let reply = match msg {
                     Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => Err((close::MESSAGE_TOO_BIG, "frame over the size limit".to_owned())),
-                    Some(Ok(Message::Text(t))) => on_frame(&state, &who, session, &t).await,
+                    Some(Ok(Message::Text(t))) => on_frame(&state, &viewer, session, &t).await,
                     Some(Ok(Message::Binary(_))) => Err((close::BAD_FRAME, "binary frames are not accepted".to_owned())),
                     Some(Ok(Message::Close(_))) | None => return,
                     Some(Ok(_)) => Ok(None),
@@ -116,7 +135,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal, session: Sessio
 /// Handles one frame from the viewer: an answer to send, or a close code and reason.
 async fn on_frame(
     state: &AppState,
-    who: &Principal,
+    viewer: &Viewer,
     session: SessionId,
     raw: &str,
 ) -> Result<Option<ServerToViewer>, (u16, String)> {
@@ -124,9 +143,16 @@ async fn on_frame(
         serde_json::from_str(raw).map_err(|e| (close::BAD_FRAME, format!("bad frame: {e}")))?;
     match frame {
         ViewerToServer::Heartbeat => Ok(None),
+        ViewerToServer::Input(req) if !viewer.may_input => Ok(Some(ServerToViewer::Error {
+            code: ErrorCode::Forbidden,
+            message: format!(
+                "input {:?} refused: viewers cannot send input",
+                req.client_msg_id
+            ),
+        })),
         ViewerToServer::Input(req) => {
             let id = req.client_msg_id.clone();
-            Ok(Some(match submit(state, session, who, req).await {
+            Ok(Some(match submit(state, session, &viewer.who, req).await {
                 Ok(accepted) => ServerToViewer::InputAccepted {
                     client_msg_id: id,
                     accepted,

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq, SessionId};
-use moor_server::store::{Appended, CheckpointRow, IdemKey, Notice, Store, StoreError};
+use moor_server::store::{
+    Appended, CheckpointRow, IdemKey, Notice, RefreshOutcome, RefreshRow, Store, StoreError,
+};
 
 use crate::stories::{all, input, next, output, produced, receipt, stored_seq};
 use crate::Db;
@@ -243,6 +245,15 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         manifest: r#"{"files":[]}"#.into(),
     };
     src.save_checkpoint(&checkpoint).await.unwrap();
+    src.create_user("ann", "hash", 1).await.unwrap();
+    let refresh = RefreshRow {
+        token_hash: "h1".into(),
+        user: "ann".into(),
+        created_at: 1,
+        expires_at: i64::MAX,
+    };
+    src.create_token_family("f1", &refresh).await.unwrap();
+    src.set_member(a, "ann", "owner").await.unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -266,6 +277,28 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     }
     assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
     assert_eq!(dst.checkpoint("cp-1").await.unwrap(), checkpoint);
+    assert_eq!(copied.accounts, 4, "a user, a family, a token, a role");
+    assert_eq!(
+        dst.user("ann").await.unwrap(),
+        src.user("ann").await.unwrap()
+    );
+    assert_eq!(
+        dst.memberships("ann").await.unwrap(),
+        [(a, "owner".to_owned())]
+    );
+    assert!(matches!(
+        dst.rotate_refresh(
+            "h1",
+            &RefreshRow {
+                token_hash: "h2".into(),
+                ..refresh
+            },
+            2
+        )
+        .await
+        .unwrap(),
+        RefreshOutcome::Rotated { .. }
+    ));
     assert_eq!(
         dst.latest_snapshot(a).await.unwrap(),
         src.latest_snapshot(a).await.unwrap()
@@ -300,4 +333,51 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         dst.append(b, vec![output("x", IdemKey::None)]).await,
         Err(StoreError::SessionEnded)
     ));
+}
+
+pub async fn a_refresh_token_presented_on_two_nodes_at_once_rotates_once(db: Db) {
+    // arrange
+    let a = db.open("node-a").await;
+    let b = db.open("node-b").await;
+    let token = |hash: &str| RefreshRow {
+        token_hash: hash.into(),
+        user: "ann".into(),
+        created_at: 1,
+        expires_at: i64::MAX,
+    };
+    a.create_user("ann", "hash", 1).await.unwrap();
+    let s = a.open_session("claimed", None).await.unwrap().id;
+
+    // act: the same token, and the same unclaimed session, on both nodes at once, many times
+    let mut rotated = 0;
+    let mut owners = 0;
+    for i in 0..20 {
+        let old = format!("t{i}");
+        a.create_token_family(&format!("f{i}"), &token(&old))
+            .await
+            .unwrap();
+        let (next_a, next_b) = (token(&format!("a{i}")), token(&format!("b{i}")));
+        let (x, y) = tokio::join!(
+            a.rotate_refresh(&old, &next_a, 2),
+            b.rotate_refresh(&old, &next_b, 2)
+        );
+        let outcomes = [x.unwrap(), y.unwrap()];
+        rotated += outcomes
+            .iter()
+            .filter(|o| matches!(o, RefreshOutcome::Rotated { .. }))
+            .count();
+        assert!(
+            outcomes
+                .iter()
+                .any(|o| matches!(o, RefreshOutcome::Reused { .. })),
+            "the loser sees reuse: {outcomes:?}"
+        );
+        let (who_a, who_b) = (format!("a{i}"), format!("b{i}"));
+        let claims = tokio::join!(a.claim_session(s, &who_a), b.claim_session(s, &who_b));
+        owners += claims.0.unwrap() as u32 + claims.1.unwrap() as u32;
+    }
+
+    // assert
+    assert_eq!(rotated, 20, "each token rotated exactly once");
+    assert_eq!(owners, 1, "the session got one owner");
 }

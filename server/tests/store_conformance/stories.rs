@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Append, Appended, CheckpointRow, IdemKey, Notice, NoticeFeed, Range, Store, StoreError,
+    Append, Appended, CheckpointRow, IdemKey, Notice, NoticeFeed, Range, RefreshOutcome,
+    RefreshRow, Store, StoreError,
 };
 use serde_json::json;
 
@@ -486,4 +487,110 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         Err(StoreError::NotFound)
     ));
     assert_eq!(all(&*store, s).await.len(), 1);
+}
+
+pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let token = |hash: &str, expires_at: i64| RefreshRow {
+        token_hash: hash.into(),
+        user: "ann".into(),
+        created_at: 1,
+        expires_at,
+    };
+    let s = store.open_session("owned", None).await.unwrap().id;
+
+    // act and assert: accounts
+    store.create_user("ann", "argon-hash", 1).await.unwrap();
+    assert!(matches!(
+        store.create_user("ann", "other", 2).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.user("ann").await.unwrap().password_hash, "argon-hash");
+    assert!(matches!(store.user("bob").await, Err(StoreError::NotFound)));
+
+    // refresh tokens: rotation, reuse, expiry
+    store
+        .create_token_family("f1", &token("h1", 1000))
+        .await
+        .unwrap();
+    assert!(store.token_family_active("f1").await.unwrap());
+    let rotated = store
+        .rotate_refresh("h1", &token("h2", 1000), 10)
+        .await
+        .unwrap();
+    let (family, user) = ("f1".to_owned(), "ann".to_owned());
+    assert_eq!(
+        rotated,
+        RefreshOutcome::Rotated {
+            family: family.clone(),
+            user: user.clone()
+        }
+    );
+    let reused = store
+        .rotate_refresh("h1", &token("h9", 1000), 11)
+        .await
+        .unwrap();
+    assert_eq!(
+        reused,
+        RefreshOutcome::Reused { family, user },
+        "a spent token revokes its family"
+    );
+    assert!(!store.token_family_active("f1").await.unwrap());
+    assert_eq!(
+        store
+            .rotate_refresh("nope", &token("h8", 1000), 12)
+            .await
+            .unwrap(),
+        RefreshOutcome::Invalid
+    );
+    store
+        .create_token_family("f2", &token("h3", 5))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .rotate_refresh("h3", &token("h4", 1000), 10)
+            .await
+            .unwrap(),
+        RefreshOutcome::Invalid,
+        "expired"
+    );
+    assert_eq!(store.revoke_token_family("f2", 20).await.unwrap(), "ann");
+    store
+        .create_token_family("f3", &token("h5", 1000))
+        .await
+        .unwrap();
+    store.revoke_user("ann", 30).await.unwrap();
+    assert!(
+        !store.token_family_active("f3").await.unwrap(),
+        "a revoked user's families end"
+    );
+    assert_eq!(store.user("ann").await.unwrap().revoked_at, Some(30));
+    assert!(matches!(
+        store.revoke_user("bob", 30).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // session roles
+    assert!(
+        store.claim_session(s, "ann").await.unwrap(),
+        "the first claim owns it"
+    );
+    assert!(
+        !store.claim_session(s, "bob").await.unwrap(),
+        "a claimed session stays claimed"
+    );
+    store.set_member(s, "bob", "viewer").await.unwrap();
+    store.set_member(s, "bob", "controller").await.unwrap();
+    assert_eq!(
+        store.member_role(s, "ann").await.unwrap().as_deref(),
+        Some("owner")
+    );
+    assert_eq!(
+        store.memberships("bob").await.unwrap(),
+        [(s, "controller".to_owned())]
+    );
+    store.remove_member(s, "bob").await.unwrap();
+    assert_eq!(store.member_role(s, "bob").await.unwrap(), None);
 }

@@ -34,6 +34,18 @@ struct Moord {
 
 impl Moord {
     async fn start() -> Result<Self> {
+        Self::start_in(std::env::temp_dir().join(format!("moor-bench-{}", uuid::Uuid::new_v4())))
+            .await
+    }
+
+    /// Stops this moord and starts another on the same data (a cold start: nothing in memory).
+    async fn restart(mut self) -> Result<Self> {
+        let _ = self.child.kill().await;
+        let dir = std::mem::take(&mut self.dir);
+        Self::start_in(dir).await
+    }
+
+    async fn start_in(dir: PathBuf) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let bin = exe.parent().context("exe dir")?.join("moord");
         if !bin.exists() {
@@ -42,11 +54,13 @@ impl Moord {
                 bin.display()
             );
         }
-        let dir = std::env::temp_dir().join(format!("moor-bench-{}", uuid::Uuid::new_v4()));
         let mut child = tokio::process::Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
-            .env("RUST_LOG", std::env::var("MOOR_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("MOOR_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -79,7 +93,8 @@ impl Moord {
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
         let rest = stat.rsplit_once(')').context("stat format")?.1;
         let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 = f.get(11).context("utime")?.parse::<f64>()? + f.get(12).context("stime")?.parse::<f64>()?;
+        let ticks: f64 = f.get(11).context("utime")?.parse::<f64>()?
+            + f.get(12).context("stime")?.parse::<f64>()?;
         Ok(ticks / 100.0)
     }
 
@@ -236,7 +251,9 @@ async fn sse_count_until(
                     return Ok(());
                 }
             } else if let Some(id) = line.strip_prefix(b"id: ") {
-                let id = std::str::from_utf8(id).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                let id = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
                 finishing = id == Some(last);
             }
         }
@@ -245,7 +262,7 @@ async fn sse_count_until(
 }
 
 /// A viewer attaching at 0 to a log of `n` entries: seconds until it has all of them.
-async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
+async fn catch_up(moord: &Moord, n: u64) -> Result<(f64, String)> {
     let session = format!("catchup-{}", uuid::Uuid::new_v4());
     let mut ws = moord.bridge(&session).await?;
     let mut sent = 0;
@@ -270,8 +287,35 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<f64> {
     let head = n + 1; // + bridge.connected
     let start = Instant::now();
     let mut r = sse_open(moord, &session, 0).await?;
-    tokio::time::timeout(GUARD, sse_count_until(&mut r, head, Instant::now(), |_, _| {})).await??;
-    Ok(start.elapsed().as_secs_f64())
+    tokio::time::timeout(
+        GUARD,
+        sse_count_until(&mut r, head, Instant::now(), |_, _| {}),
+    )
+    .await??;
+    Ok((start.elapsed().as_secs_f64(), session))
+}
+
+/// After a cold restart, seconds until `GET /sessions/{id}` answers with the derived state of a
+/// long session (the state follower starts from the latest snapshot and folds at most
+/// `SNAPSHOT_EVERY` entries, not the whole log), and the session's head.
+async fn cold_state(moord: &Moord, session: &str) -> Result<(f64, u64)> {
+    let start = Instant::now();
+    let info: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{}/api/v1/sessions/{session}", moord.addr))
+        .bearer_auth(&moord.token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let secs = start.elapsed().as_secs_f64();
+    let head = info["head_seq"].as_u64().context("head")?;
+    anyhow::ensure!(
+        info["state"]["head"].as_u64() == Some(head),
+        "state not caught up: {}",
+        info["state"]["head"]
+    );
+    Ok((secs, head))
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -308,9 +352,16 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
             let mut mine = Vec::with_capacity(total as usize);
             let res = sse_count_until(&mut r, head, epoch, |data, now| {
                 // The first 16 characters of the text are the send time in µs since `epoch`.
-                let Some(i) = data.windows(8).position(|w| w == b"\"text\":\"") else { return };
-                let sent = data.get(i + 8..i + 24).and_then(|t| std::str::from_utf8(t).ok());
-                if let Some(sent) = sent.and_then(|t| t.trim().parse::<u64>().ok()).filter(|&t| t > 0) {
+                let Some(i) = data.windows(8).position(|w| w == b"\"text\":\"") else {
+                    return;
+                };
+                let sent = data
+                    .get(i + 8..i + 24)
+                    .and_then(|t| std::str::from_utf8(t).ok());
+                if let Some(sent) = sent
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                    .filter(|&t| t > 0)
+                {
                     mine.push(now.saturating_sub(sent));
                 }
             })
@@ -422,7 +473,9 @@ async fn main() -> Result<()> {
     let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
     println!("moor-bench: real moord (SQLite, WAL, synchronous=FULL) on loopback; medians of {runs} runs");
 
-    let (mut ingest_rates, mut catchups, mut fan, mut mem) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ingest_rates, mut catchups, mut fan, mut mem) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut states = Vec::new();
     for run in 1..=runs {
         let moord = Moord::start().await?;
         let mut line = format!("run {run}:");
@@ -430,9 +483,12 @@ async fn main() -> Result<()> {
             ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
             line += &format!(" ingest {:.0}/s", ingest_rates[run - 1]);
         }
+        let mut long_session = None;
         if want("catchup") {
-            catchups.push(catch_up(&moord, 100_000).await?);
-            line += &format!(" catch-up {:.3}s", catchups[run - 1]);
+            let (secs, session) = catch_up(&moord, 100_000).await?;
+            catchups.push(secs);
+            long_session = Some(session);
+            line += &format!(" catch-up {:.3}s", secs);
         }
         if want("fanout") {
             let f = fan_out(&moord, 1000, 1000, 5).await?;
@@ -442,7 +498,14 @@ async fn main() -> Result<()> {
             );
             fan.push(f);
         }
-        drop(moord);
+        if let Some(session) = long_session {
+            let moord = moord.restart().await?;
+            let (secs, head) = cold_state(&moord, &session).await?;
+            line += &format!(" cold state {:.1}ms (head {head})", secs * 1000.0);
+            states.push(secs);
+        } else {
+            drop(moord);
+        }
         if want("memory") {
             let moord = Moord::start().await?;
             let m = idle_memory(&moord, 1000).await?;
@@ -463,8 +526,18 @@ async fn main() -> Result<()> {
             median(fan.iter().map(|f| f.server_us_per_delivery).collect())
         );
     }
+    if !states.is_empty() {
+        println!(
+            "state of that 100000-entry session after a cold restart (GET /sessions/{{id}}): {:.1} ms, {:.0}x faster than reading the log",
+            median(states.clone()) * 1000.0,
+            median(catchups.clone()) / median(states)
+        );
+    }
     if !catchups.is_empty() {
-        println!("catch-up, viewer at 0 on a 100000-entry log: {:.3} s (target < 1 s)", median(catchups));
+        println!(
+            "catch-up, viewer at 0 on a 100000-entry log: {:.3} s (target < 1 s)",
+            median(catchups)
+        );
     }
     if !mem.is_empty() {
         println!(

@@ -206,3 +206,55 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
         kinds::TOOL_RESULT_SUMMARY_CHARS
     );
 }
+
+/// The captures as the log would hold them: a prompt first (the remote input that started the
+/// turn), then the mapped entries, numbered as the server would.
+fn as_log(name: &str) -> Vec<moor_protocol::Entry> {
+    let (drafts, _) = map_all(name);
+    let prompt = Draft::new(kinds::INPUT_TEXT, serde_json::json!({"text": "do the task"}));
+    std::iter::once(prompt)
+        .chain(drafts)
+        .enumerate()
+        .map(|(i, d)| moor_protocol::Entry {
+            seq: moor_protocol::Seq(i as u64 + 1),
+            ts: d.ts,
+            kind: d.kind,
+            author: "bridge".into(),
+            payload: d.payload,
+        })
+        .collect()
+}
+
+const CAPTURES: [&str; 8] = [
+    "01_text.stream.jsonl",
+    "02_bash_echo_autoallowed.stream.jsonl",
+    "03_write_permission_denied.stream.jsonl",
+    "04_write_acceptEdits.stream.jsonl",
+    "06_bash_include_partial_messages.stream.jsonl",
+    "08_persistent_stdio_permissions.OUT.jsonl",
+    "10_resume_unknown_id.stream.jsonl",
+    "13_interrupt.OUT.jsonl",
+];
+
+#[test]
+fn every_prefix_of_every_real_capture_gives_a_valid_transcript_and_a_consistent_fold() {
+    use moor_protocol::state::SessionState;
+    use moor_protocol::transcript::{repaired, validate};
+    for name in CAPTURES {
+        let log = as_log(name);
+        let all = SessionState::from_entries(&log);
+        for end in 0..=log.len() {
+            let messages = repaired(&log[..end]);
+            if let Err(why) = validate(&messages) {
+                panic!("{name}, first {end} entries: {why}\n{messages:#?}");
+            }
+            // Folding a snapshot at `end`, then the rest, equals folding everything.
+            let mut resumed = SessionState::from_entries(&log[..end]);
+            for e in &log[end..] {
+                resumed.apply(e);
+            }
+            assert_eq!(resumed, all, "{name}: split at {end}");
+        }
+        assert_eq!(all.counts.malformed, 0, "{name}: {:?}", all.counts);
+    }
+}

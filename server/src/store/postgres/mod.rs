@@ -5,6 +5,7 @@
 //! the database and seq order is commit order. Each append announces its range with `NOTIFY`
 //! (delivered at commit); `cluster.rs` holds the listening side and bridge claims.
 
+mod access;
 mod checkpoints;
 mod cluster;
 mod lookup;
@@ -27,8 +28,8 @@ use self::lookup::PgLookup;
 use self::rows::{entry_row, insert_rows, session_row};
 use super::append::{self, Decision};
 use super::{
-    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, SessionRow, Store,
-    StoreError, StoreResult,
+    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, RefreshOutcome,
+    RefreshRow, SessionRow, Store, StoreError, StoreResult, UserRow,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -373,5 +374,62 @@ impl Store for PgStore {
 
     async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
         self.checkpoint_rows(session).await
+    }
+
+    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
+        self.insert_user(name, password_hash, at).await
+    }
+
+    async fn user(&self, name: &str) -> StoreResult<UserRow> {
+        self.user_row(name).await
+    }
+
+    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
+        self.revoke_user_rows(name, at).await
+    }
+
+    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
+        self.insert_family(family, first).await
+    }
+
+    async fn rotate_refresh(
+        &self,
+        old_hash: &str,
+        next: &RefreshRow,
+        at: i64,
+    ) -> StoreResult<RefreshOutcome> {
+        self.rotate(old_hash, next, at).await
+    }
+
+    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
+        self.revoke_family(family, at).await
+    }
+
+    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
+        self.family_active(family).await
+    }
+
+    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
+        self.upsert_member(session, principal, role).await
+    }
+
+    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
+        self.claim(session, principal).await
+    }
+
+    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
+        self.delete_member(session, principal).await
+    }
+
+    async fn member_role(
+        &self,
+        session: SessionId,
+        principal: &str,
+    ) -> StoreResult<Option<String>> {
+        self.role_of(session, principal).await
+    }
+
+    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
+        self.roles_of(principal).await
     }
 }

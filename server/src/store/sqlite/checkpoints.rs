@@ -85,3 +85,51 @@ fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[tokio::test]
+    async fn checkpoints_are_stored_once_listed_newest_first_and_never_overwritten() {
+        // arrange
+        let path = std::env::temp_dir().join(format!("moor-ckpt-{}.db", Uuid::new_v4()));
+        let store = SqliteStore::connect(&format!("sqlite:{}", path.display()))
+            .await
+            .unwrap();
+        let session = store.open_session("s", None).await.unwrap().id;
+        let row = |id: &str, at: i64, manifest: &str| CheckpointRow {
+            id: id.into(),
+            session,
+            created_at: at,
+            summary: format!("{{\"id\":\"{id}\"}}"),
+            manifest: manifest.into(),
+        };
+        // act + assert
+        assert!(store.save_checkpoint(&row("a", 1, "{}")).await.unwrap());
+        assert!(store.save_checkpoint(&row("b", 2, "{}")).await.unwrap());
+        assert!(
+            !store.save_checkpoint(&row("a", 1, "{}")).await.unwrap(),
+            "a retry is a no-op"
+        );
+        assert!(matches!(
+            store.save_checkpoint(&row("a", 1, "{\"other\":1}")).await,
+            Err(StoreError::Conflict(_))
+        ));
+        let listed: Vec<String> = store
+            .list_checkpoints(session)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(listed, ["b", "a"]);
+        assert_eq!(store.checkpoint("a").await.unwrap().manifest, "{}");
+        assert!(matches!(
+            store.checkpoint("zz").await,
+            Err(StoreError::NotFound)
+        ));
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,176 @@
+//! Device login (RFC 8628 in spirit): a program without a browser (`moor login`) asks for a
+//! grant and shows its short user code; a logged-in user approves the code (web UI or API);
+//! the program polls and receives its own token family. Pending grants live in memory for ten
+//! minutes: a restart only means running `moor login` again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{random_secret, token_hash};
+use crate::auth::AuthUser;
+use crate::error::ApiError;
+use crate::http::parse_json;
+use crate::state::AppState;
+
+/// How long a grant waits for approval.
+pub const GRANT_TTL: Duration = Duration::from_secs(600);
+/// Most pending grants at once (they cost nothing to ask for).
+const MAX_GRANTS: usize = 10_000;
+/// User codes: no vowels (no words), no look-alikes.
+const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ23456789";
+
+#[derive(Debug)]
+struct Grant {
+    user_code: String,
+    created: Instant,
+    approved_by: Option<String>,
+}
+
+/// Pending device grants, by the hash of their device code.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceGrants {
+    grants: Arc<Mutex<HashMap<String, Grant>>>,
+}
+
+impl DeviceGrants {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Grant>> {
+        let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        g.retain(|_, grant| grant.created.elapsed() < GRANT_TTL);
+        g
+    }
+}
+
+fn user_code() -> String {
+    let mut rng = rand::thread_rng();
+    let mut code: String = (0..8)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    code.insert(4, '-');
+    code
+}
+
+fn normalise(code: &str) -> String {
+    let raw: String = code
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    if raw.len() == 8 {
+        format!("{}-{}", &raw[..4], &raw[4..])
+    } else {
+        raw
+    }
+}
+
+/// `POST /api/v1/auth/device`: starts a grant.
+pub(crate) async fn start(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let device_code = random_secret();
+    let code = user_code();
+    {
+        let mut grants = state.auth.devices.lock();
+        if grants.len() >= MAX_GRANTS {
+            return Err(ApiError::RateLimited(GRANT_TTL.as_secs() / 10));
+        }
+        grants.insert(
+            token_hash(&device_code),
+            Grant {
+                user_code: code.clone(),
+                created: Instant::now(),
+                approved_by: None,
+            },
+        );
+    }
+    let uri = format!("{}/#/device", state.public_url);
+    Ok(Json(json!({
+        "device_code": device_code,
+        "user_code": code,
+        "verification_uri": uri,
+        "verification_uri_complete": format!("{uri}?code={code}"),
+        "expires_in": GRANT_TTL.as_secs(),
+        "interval": 1,
+    })))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Approve {
+    user_code: String,
+}
+
+/// `POST /api/v1/auth/device/approve` `{user_code}`: the logged-in user lends the device their
+/// identity (a new token family of theirs).
+pub(crate) async fn approve(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let req: Approve = parse_json(body, state.config.max_body_bytes)?;
+    let Some(user) = who.user() else {
+        return Err(ApiError::Invalid {
+            field: "user_code",
+            reason: "the admin token has no account to lend; log in as a user".into(),
+        });
+    };
+    let code = normalise(&req.user_code);
+    let mut grants = state.auth.devices.lock();
+    let grant = grants
+        .values_mut()
+        .find(|g| g.user_code == code && g.approved_by.is_none())
+        .ok_or(ApiError::NotFound("device code"))?;
+    grant.approved_by = Some(user.to_owned());
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Poll {
+    device_code: String,
+}
+
+/// `POST /api/v1/auth/device/token` `{device_code}`: `202 {"status":"pending"}` until approved,
+/// then the token pair once; 404 for an unknown or expired code.
+pub(crate) async fn token(
+    State(state): State<AppState>,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: Poll = parse_json(body, state.config.max_body_bytes)?;
+    let key = token_hash(&req.device_code);
+    let user = {
+        let mut grants = state.auth.devices.lock();
+        match grants.get(&key) {
+            None => return Err(ApiError::NotFound("device code")),
+            Some(g) if g.approved_by.is_none() => {
+                return Ok(
+                    (StatusCode::ACCEPTED, Json(json!({"status": "pending"}))).into_response()
+                )
+            }
+            Some(_) => grants.remove(&key).and_then(|g| g.approved_by),
+        }
+    };
+    let user = user.ok_or(ApiError::NotFound("device code"))?;
+    super::http::start_family(&state, &user).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_codes_are_short_unambiguous_and_typed_any_way() {
+        let c = user_code();
+        assert_eq!(c.len(), 9);
+        assert!(c
+            .chars()
+            .all(|ch| ch == '-' || ALPHABET.contains(&(ch as u8))));
+        assert_eq!(normalise(&c.to_lowercase().replace('-', " ")), c);
+    }
+}

@@ -1,0 +1,325 @@
+//! Request hardening in front of every route: security headers, CORS for an allow-list of
+//! origins, WebSocket `Origin` checks, and rate limits (per credential, else per client address)
+//! answered with `429` and `Retry-After`. Client addresses come from the socket, or from
+//! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The web app's content security policy: only its own scripts, connections and workers,
+/// never framed.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+                   img-src 'self' data: blob:; connect-src 'self'; worker-src 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'";
+
+/// Most buckets kept; beyond it, full (idle) buckets are dropped first.
+const MAX_BUCKETS: usize = 100_000;
+
+/// Token buckets by key (credential hash or client address).
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    per_sec: f64,
+    burst: f64,
+    buckets: Arc<Mutex<HashMap<String, (f64, Instant)>>>,
+}
+
+impl RateLimiter {
+    /// `per_sec` requests a second on average, bursts of up to `burst`.
+    pub fn new(per_sec: f64, burst: f64) -> Self {
+        Self {
+            per_sec: per_sec.max(0.001),
+            burst: burst.max(1.0),
+            buckets: Arc::default(),
+        }
+    }
+
+    /// Takes one request from `key`'s bucket; `Err(seconds to wait)` when it is empty.
+    pub fn check(&self, key: &str) -> Result<(), u64> {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(key) {
+            let (per_sec, burst) = (self.per_sec, self.burst);
+            buckets.retain(|_, (tokens, at)| {
+                *tokens + now.duration_since(*at).as_secs_f64() * per_sec < burst
+            });
+        }
+        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((self.burst, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_sec).min(self.burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - *tokens) / self.per_sec).ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Forgets `key` (a successful login clears its failures).
+    pub fn clear(&self, key: &str) {
+        self.buckets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// Whether `key` has a request left, without taking one.
+    pub fn peek(&self, key: &str) -> Result<(), u64> {
+        let now = Instant::now();
+        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        match buckets.get(key) {
+            Some((tokens, at)) => {
+                let t =
+                    (tokens + now.duration_since(*at).as_secs_f64() * self.per_sec).min(self.burst);
+                if t >= 1.0 {
+                    Ok(())
+                } else {
+                    Err(((1.0 - t) / self.per_sec).ceil().max(1.0) as u64)
+                }
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The client's address: the socket peer, or with `trust_forwarded` the address the (one,
+/// trusted) reverse proxy appended last to `X-Forwarded-For`.
+pub fn client_ip(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Option<IpAddr> {
+    if state.config.trust_forwarded {
+        let forwarded = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .last()
+            .and_then(|ip| ip.trim().parse().ok());
+        if forwarded.is_some() {
+            return forwarded;
+        }
+    }
+    peer.map(|p| p.ip())
+}
+
+fn credential_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
+        .or_else(|| crate::auth::query_param(query.unwrap_or(""), "access_token"))
+        .or_else(|| crate::auth::cookie(headers, crate::auth::ACCESS_COOKIE))?;
+    let digest = Sha256::digest(token.trim().as_bytes());
+    Some(format!("t:{:x}", digest))
+}
+
+/// Whether a browser `Origin` may use the API: same origin as the request's `Host`, the
+/// public URL's origin, or one of the configured origins.
+pub fn origin_allowed(state: &AppState, headers: &HeaderMap, origin: &str) -> bool {
+    let origin = origin.trim_end_matches('/');
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let same_host = host.is_some_and(|h| {
+        origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            == Some(h)
+    });
+    same_host
+        || origin == url_origin(&state.public_url)
+        || state
+            .config
+            .allowed_origins
+            .iter()
+            .any(|o| o.trim_end_matches('/') == origin)
+}
+
+fn url_origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
+    }
+}
+
+/// The middleware: rate limit, WebSocket origin check, CORS, security headers.
+pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let api = path.starts_with("/api/");
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let cors_ok = origin
+        .as_deref()
+        .is_some_and(|o| origin_allowed(&state, req.headers(), o));
+    // A cross-origin page must not open a socket with the user's cookie.
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if upgrade && origin.is_some() && !cors_ok {
+        tracing::info!(path = %path, "cross-origin WebSocket refused");
+        return with_headers(
+            (StatusCode::FORBIDDEN, "cross-origin WebSocket refused").into_response(),
+            None,
+            api,
+        );
+    }
+    if api && req.method() == Method::OPTIONS && origin.is_some() {
+        let mut resp = StatusCode::NO_CONTENT.into_response();
+        if cors_ok {
+            let h = resp.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST, PUT, DELETE"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("authorization, content-type, last-event-id"),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            );
+        }
+        return with_headers(resp, cors_ok.then_some(origin).flatten(), api);
+    }
+    if api {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let key = credential_key(req.headers(), req.uri().query())
+            .or_else(|| client_ip(&state, req.headers(), peer).map(|ip| format!("ip:{ip}")));
+        if let Some(key) = key {
+            if let Err(secs) = state.auth.limits.requests.check(&key) {
+                return with_headers(ApiError::RateLimited(secs).into_response(), None, api);
+            }
+        }
+    }
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let ip = client_ip(&state, req.headers(), peer);
+    let mut req = req;
+    req.extensions_mut().insert(ClientIp(ip));
+    let resp = next.run(req).await;
+    with_headers(resp, cors_ok.then_some(origin).flatten(), api)
+}
+
+fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if api {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+        );
+    } else {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
+    if let Some(origin) = cors_origin.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    resp
+}
+
+/// The client's address as [`client_ip`] sees it, for handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub Option<IpAddr>);
+
+/// Limits kept across requests.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Requests per credential (or per client address without one).
+    pub requests: RateLimiter,
+    /// Failed logins per client address and per user name.
+    pub logins: RateLimiter,
+}
+
+impl Limits {
+    /// Limits from the configuration.
+    pub fn new(cfg: &crate::config::ServerConfig) -> Self {
+        Self {
+            requests: RateLimiter::new(cfg.rate_limit_per_sec, cfg.rate_limit_burst),
+            // Five tries, then one every 12 s.
+            logins: RateLimiter::new(1.0 / 12.0, 5.0),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::new(&crate::config::ServerConfig::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_bucket_empties_and_says_how_long_to_wait() {
+        let r = RateLimiter::new(0.5, 2.0);
+        assert!(r.check("a").is_ok());
+        assert!(r.check("a").is_ok());
+        assert_eq!(r.check("a"), Err(2));
+        assert!(r.check("b").is_ok());
+        r.clear("a");
+        assert!(r.check("a").is_ok());
+    }
+
+    #[test]
+    fn origins_compare_by_scheme_host_and_port() {
+        assert_eq!(
+            url_origin("https://moor.example/x/y"),
+            "https://moor.example"
+        );
+        assert_eq!(url_origin("http://127.0.0.1:7070"), "http://127.0.0.1:7070");
+    }
+
+    #[test]
+    fn elapsed_time_refills() {
+        let r = RateLimiter::new(1000.0, 1.0);
+        assert!(r.check("a").is_ok());
+        let t0 = Instant::now();
+        // Bounded: at 1000/s a token is back within a few ms.
+        while r.check("a").is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(5));
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Access control: accounts, tokens and per-session roles. `auth` says who is calling; this
+//! module says what they may do, issues and rotates their tokens, and ends their connections
+//! when a credential is revoked. It never logs a password or a token.
+
+pub mod device;
+pub mod guard;
+pub mod http;
+pub mod jwt;
+pub mod password;
+pub mod revocations;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::{RefreshRow, SessionRow};
+
+/// What a principal may do on one session. Ordered: each role includes the ones below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Read the log, the state and the recovery brief.
+    Viewer,
+    /// Also send input and decide permission requests.
+    Controller,
+    /// Also share, attach the bridge and close it.
+    Owner,
+}
+
+impl Role {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Controller => "controller",
+            Role::Owner => "owner",
+        }
+    }
+
+    /// Parses a stored or requested name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "controller" => Some(Role::Controller),
+            "owner" => Some(Role::Owner),
+            _ => None,
+        }
+    }
+}
+
+/// The role `who` has on a session, if any. The bootstrap admin owns every session.
+pub async fn role_on(
+    state: &AppState,
+    who: &Principal,
+    session: &SessionRow,
+) -> Result<Option<Role>, ApiError> {
+    if who.admin {
+        return Ok(Some(Role::Owner));
+    }
+    let role = state.store.member_role(session.id, &who.name).await?;
+    Ok(role.as_deref().and_then(Role::parse))
+}
+
+/// The session `key` names, if `who` may act on it with at least `need`. A session the caller
+/// has no role on is answered as missing (404), so its existence does not leak; a role too low
+/// is 403.
+pub async fn session_for(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    need: Role,
+) -> Result<SessionRow, ApiError> {
+    let session = state.store.find_session(key).await?;
+    match role_on(state, who, &session).await? {
+        None => Err(ApiError::NotFound("session")),
+        Some(r) if r < need => Err(ApiError::Forbidden),
+        Some(_) => Ok(session),
+    }
+}
+
+/// Seconds since the epoch.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A fresh opaque secret (refresh tokens, family ids): 32 random bytes, base64url.
+pub(crate) fn random_secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The stored form of a refresh token.
+pub(crate) fn token_hash(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// An access token and its refresh token, as handed to a client.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TokenPair {
+    /// The JWT.
+    pub access_token: String,
+    /// Always `Bearer`.
+    pub token_type: &'static str,
+    /// Seconds the access token lives.
+    pub expires_in: u64,
+    /// Single-use refresh token; the response to using it carries its successor.
+    pub refresh_token: String,
+}
+
+/// A new refresh token row for `user` (its secret and the row to store).
+pub(crate) fn new_refresh(user: &str, ttl: Duration) -> (String, RefreshRow) {
+    let secret = random_secret();
+    let now = moor_protocol::now_ms();
+    let row = RefreshRow {
+        token_hash: token_hash(&secret),
+        user: user.to_owned(),
+        created_at: now,
+        expires_at: now.saturating_add(ttl.as_millis() as i64),
+    };
+    (secret, row)
+}

@@ -1,0 +1,114 @@
+//! Per-principal cancellation: every live stream and socket holds the token of the credential
+//! it was opened with, and revoking that credential cancels the token, which ends them at once.
+//!
+//! Tokens form a tree under the server's shutdown token: shutdown → user → token family. So
+//! revoking a user ends all their families' connections, and shutdown ends everything.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Principal;
+
+#[derive(Debug, Default)]
+struct Tree {
+    users: HashMap<String, CancellationToken>,
+    families: HashMap<String, CancellationToken>,
+}
+
+/// The registry. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Revocations {
+    root: CancellationToken,
+    tree: Arc<Mutex<Tree>>,
+}
+
+impl Default for Revocations {
+    fn default() -> Self {
+        Self::new(CancellationToken::new())
+    }
+}
+
+impl Revocations {
+    /// A registry whose tokens are all cancelled with `root`.
+    pub fn new(root: CancellationToken) -> Self {
+        Self {
+            root,
+            tree: Arc::default(),
+        }
+    }
+
+    /// The token a connection opened by `who` watches.
+    pub fn token_for(&self, who: &Principal) -> CancellationToken {
+        let Some(user) = who.user() else {
+            return self.root.child_token();
+        };
+        let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        let Tree { users, families } = &mut *tree;
+        let user_token = users
+            .entry(user.to_owned())
+            .or_insert_with(|| self.root.child_token());
+        // Drop the entries of connections that are gone (their families may come back; a
+        // revoked family's entry goes at revocation).
+        let token = match &who.family {
+            Some(fam) => families
+                .entry(fam.clone())
+                .or_insert_with(|| user_token.child_token())
+                .child_token(),
+            None => user_token.child_token(),
+        };
+        token
+    }
+
+    /// Ends every connection of `user`.
+    pub fn revoke_user(&self, user: &str) {
+        let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tree.users.remove(user) {
+            t.cancel();
+        }
+        // Their families' tokens are children of the user token, already cancelled.
+        tree.families.retain(|_, t| !t.is_cancelled());
+    }
+
+    /// Ends every connection opened with a token of `family`.
+    pub fn revoke_family(&self, family: &str) {
+        let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tree.families.remove(family) {
+            t.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, fam: &str) -> Principal {
+        Principal::for_user(name.into(), Some(fam.into()))
+    }
+
+    #[test]
+    fn revoking_a_family_ends_only_its_connections() {
+        let r = Revocations::default();
+        let a1 = r.token_for(&user("ann", "f1"));
+        let a2 = r.token_for(&user("ann", "f2"));
+        let b = r.token_for(&user("bob", "f3"));
+        r.revoke_family("f1");
+        assert!(a1.is_cancelled());
+        assert!(!a2.is_cancelled() && !b.is_cancelled());
+        r.revoke_user("ann");
+        assert!(a2.is_cancelled());
+        assert!(!b.is_cancelled());
+    }
+
+    #[test]
+    fn the_root_ends_everything() {
+        let root = CancellationToken::new();
+        let r = Revocations::new(root.clone());
+        let a = r.token_for(&user("ann", "f1"));
+        let admin = r.token_for(&Principal::admin());
+        root.cancel();
+        assert!(a.is_cancelled() && admin.is_cancelled());
+    }
+}

@@ -1,0 +1,253 @@
+//! The SQLite side of accounts, refresh-token families and session roles. Secrets arrive
+//! hashed; nothing here sees a password or a token.
+
+use anyhow::Context;
+use moor_protocol::SessionId;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{other, SqliteStore};
+use crate::store::{RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow};
+
+impl SqliteStore {
+    pub(super) async fn insert_user(&self, name: &str, hash: &str, at: i64) -> StoreResult<()> {
+        sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)")
+            .bind(name)
+            .bind(hash)
+            .bind(at)
+            .execute(&self.writer)
+            .await
+            .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn user_row(&self, name: &str) -> StoreResult<UserRow> {
+        let row = sqlx::query(
+            "SELECT name, password_hash, created_at, revoked_at FROM users WHERE name = ?",
+        )
+        .bind(name)
+        .fetch_one(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(UserRow {
+            name: row.get("name"),
+            password_hash: row.get("password_hash"),
+            created_at: row.get("created_at"),
+            revoked_at: row.get("revoked_at"),
+        })
+    }
+
+    pub(super) async fn revoke_user_rows(&self, name: &str, at: i64) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
+        let n = sqlx::query("UPDATE users SET revoked_at = COALESCE(revoked_at, ?) WHERE name = ?")
+            .bind(at)
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?
+            .rows_affected();
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        sqlx::query(
+            "UPDATE token_families SET revoked_at = COALESCE(revoked_at, ?) WHERE user_name = ?",
+        )
+        .bind(at)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(other)?;
+        tx.commit().await.map_err(other)
+    }
+
+    pub(super) async fn insert_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
+        sqlx::query("INSERT INTO token_families (family, user_name, created_at) VALUES (?, ?, ?)")
+            .bind(family)
+            .bind(&first.user)
+            .bind(first.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?;
+        insert_refresh(&mut tx, family, first).await?;
+        tx.commit().await.map_err(other)
+    }
+
+    pub(super) async fn rotate(
+        &self,
+        old_hash: &str,
+        next: &RefreshRow,
+        at: i64,
+    ) -> StoreResult<RefreshOutcome> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
+        let row = sqlx::query(
+            "SELECT t.family, t.user_name, t.expires_at, t.used_at, f.revoked_at AS fam_revoked, \
+                    u.revoked_at AS user_revoked \
+             FROM refresh_tokens t JOIN token_families f ON f.family = t.family \
+             JOIN users u ON u.name = t.user_name WHERE t.token_hash = ?",
+        )
+        .bind(old_hash)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(other)?;
+        let Some(row) = row else {
+            return Ok(RefreshOutcome::Invalid);
+        };
+        let family: String = row.get("family");
+        let user: String = row.get("user_name");
+        let used: Option<i64> = row.get("used_at");
+        let fam_revoked: Option<i64> = row.get("fam_revoked");
+        let user_revoked: Option<i64> = row.get("user_revoked");
+        if used.is_some() || fam_revoked.is_some() || user_revoked.is_some() {
+            sqlx::query(
+                "UPDATE token_families SET revoked_at = COALESCE(revoked_at, ?) WHERE family = ?",
+            )
+            .bind(at)
+            .bind(&family)
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?;
+            tx.commit().await.map_err(other)?;
+            return Ok(RefreshOutcome::Reused { family, user });
+        }
+        if row.get::<i64, _>("expires_at") <= at {
+            return Ok(RefreshOutcome::Invalid);
+        }
+        sqlx::query("UPDATE refresh_tokens SET used_at = ? WHERE token_hash = ?")
+            .bind(at)
+            .bind(old_hash)
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?;
+        let next = RefreshRow {
+            user: user.clone(),
+            ..next.clone()
+        };
+        insert_refresh(&mut tx, &family, &next).await?;
+        tx.commit().await.map_err(other)?;
+        Ok(RefreshOutcome::Rotated { family, user })
+    }
+
+    pub(super) async fn revoke_family(&self, family: &str, at: i64) -> StoreResult<String> {
+        let row = sqlx::query(
+            "UPDATE token_families SET revoked_at = COALESCE(revoked_at, ?) WHERE family = ? \
+             RETURNING user_name",
+        )
+        .bind(at)
+        .bind(family)
+        .fetch_one(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(row.get("user_name"))
+    }
+
+    pub(super) async fn family_active(&self, family: &str) -> StoreResult<bool> {
+        let row = sqlx::query(
+            "SELECT 1 FROM token_families f JOIN users u ON u.name = f.user_name \
+             WHERE f.family = ? AND f.revoked_at IS NULL AND u.revoked_at IS NULL",
+        )
+        .bind(family)
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(row.is_some())
+    }
+
+    pub(super) async fn upsert_member(
+        &self,
+        session: SessionId,
+        principal: &str,
+        role: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO session_members (session_id, principal, role) VALUES (?, ?, ?) \
+             ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
+        )
+        .bind(session.to_string())
+        .bind(principal)
+        .bind(role)
+        .execute(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn claim(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "INSERT INTO session_members (session_id, principal, role) \
+             SELECT ?1, ?2, 'owner' WHERE NOT EXISTS \
+             (SELECT 1 FROM session_members WHERE session_id = ?1)",
+        )
+        .bind(session.to_string())
+        .bind(principal)
+        .execute(&self.writer)
+        .await
+        .map_err(other)?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    pub(super) async fn delete_member(
+        &self,
+        session: SessionId,
+        principal: &str,
+    ) -> StoreResult<()> {
+        sqlx::query("DELETE FROM session_members WHERE session_id = ? AND principal = ?")
+            .bind(session.to_string())
+            .bind(principal)
+            .execute(&self.writer)
+            .await
+            .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn role_of(
+        &self,
+        session: SessionId,
+        principal: &str,
+    ) -> StoreResult<Option<String>> {
+        let row =
+            sqlx::query("SELECT role FROM session_members WHERE session_id = ? AND principal = ?")
+                .bind(session.to_string())
+                .bind(principal)
+                .fetch_optional(&self.readers)
+                .await
+                .map_err(other)?;
+        Ok(row.map(|r| r.get("role")))
+    }
+
+    pub(super) async fn roles_of(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
+        let rows = sqlx::query("SELECT session_id, role FROM session_members WHERE principal = ?")
+            .bind(principal)
+            .fetch_all(&self.readers)
+            .await
+            .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.get("session_id");
+                let id = Uuid::parse_str(&id).context("stored session id")?;
+                Ok((SessionId(id), r.get("role")))
+            })
+            .collect()
+    }
+}
+
+async fn insert_refresh(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    family: &str,
+    row: &RefreshRow,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO refresh_tokens (token_hash, family, user_name, created_at, expires_at) \
+         VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(&row.token_hash)
+    .bind(family)
+    .bind(&row.user)
+    .bind(row.created_at)
+    .bind(row.expires_at)
+    .execute(&mut **tx)
+    .await
+    .map_err(other)?;
+    Ok(())
+}

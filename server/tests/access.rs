@@ -1,0 +1,931 @@
+//! Access control over real sockets: who may do what on which session, token lifecycle, and
+//! revocation of live connections. Users log in with passwords and act with JWT access tokens;
+//! bridges and viewers are hand-driven WebSockets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
+use moor_protocol::error::ErrorCode;
+use moor_protocol::web::{ServerToViewer, ViewerToServer};
+use moor_protocol::{close, ProducerId, Seq, PROTOCOL_VERSION};
+use moor_server::access::jwt::{Claims, Keys};
+use moor_server::{Server, ServerConfig};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+const WAIT: Duration = Duration::from_secs(10);
+const ADMIN: &str = "admin-test-token";
+const PASSWORD: &str = "correct horse battery";
+
+struct TestServer {
+    addr: std::net::SocketAddr,
+    dir: std::path::PathBuf,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An access token, or none at all.
+#[derive(Debug, Clone)]
+struct Cred(Option<String>);
+
+impl TestServer {
+    async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    async fn spawn_with(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = std::env::temp_dir().join(format!("moor-access-{}", uuid::Uuid::new_v4()));
+        let mut config = ServerConfig::default();
+        config.data_dir = dir.clone();
+        config.admin_token = Some(ADMIN.into());
+        config.idle_timeout = Duration::from_secs(30);
+        tweak(&mut config);
+        let server = Server::build(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server.serve(listener, shutdown.clone()));
+        Self {
+            addr,
+            dir,
+            http: reqwest::Client::new(),
+            shutdown,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}/api/v1{path}", self.addr)
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        cred: &Cred,
+        body: Option<Value>,
+    ) -> reqwest::Response {
+        let mut req = self.http.request(method.parse().unwrap(), self.url(path));
+        if let Some(t) = &cred.0 {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send().await.unwrap()
+    }
+
+    async fn status(
+        &self,
+        method: &str,
+        path: &str,
+        cred: &Cred,
+        body: Option<Value>,
+    ) -> StatusCode {
+        self.call(method, path, cred, body).await.status()
+    }
+
+    async fn add_user(&self, name: &str) {
+        let s = self
+            .status(
+                "POST",
+                "/users",
+                &admin(),
+                Some(json!({"name": name, "password": PASSWORD})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "add user {name}");
+    }
+
+    /// Logs in; returns the token pair as JSON.
+    async fn login(&self, name: &str) -> Value {
+        let resp = self
+            .call(
+                "POST",
+                "/auth/login",
+                &Cred(None),
+                Some(json!({"name": name, "password": PASSWORD})),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "login {name}");
+        resp.json().await.unwrap()
+    }
+
+    async fn user(&self, name: &str) -> Cred {
+        self.add_user(name).await;
+        let pair = self.login(name).await;
+        Cred(Some(pair["access_token"].as_str().unwrap().to_owned()))
+    }
+
+    fn ws_request(
+        &self,
+        path: &str,
+        cred: &Cred,
+    ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+        let mut req = format!("ws://{}/api/v1{path}", self.addr)
+            .into_client_request()
+            .unwrap();
+        if let Some(t) = &cred.0 {
+            req.headers_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        req
+    }
+
+    /// Opens a WebSocket; the HTTP status of a refused upgrade otherwise.
+    async fn ws(&self, path: &str, cred: &Cred) -> Result<Ws, StatusCode> {
+        match tokio_tungstenite::connect_async(self.ws_request(path, cred)).await {
+            Ok((ws, _)) => Ok(ws),
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+                Err(StatusCode::from_u16(resp.status().as_u16()).unwrap())
+            }
+            Err(e) => panic!("ws connect: {e}"),
+        }
+    }
+
+    /// A bridge socket after its `Hello`: the welcome, or the close code it was refused with.
+    async fn bridge(&self, session: &str, cred: &Cred) -> Result<Ws, u16> {
+        let mut ws = self.ws("/bridge", cred).await.map_err(|s| s.as_u16())?;
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            session: session.into(),
+            producer: ProducerId::new(),
+            last_applied_input: Seq::ZERO,
+            uncertain_inputs: vec![],
+            agent: AgentInfo {
+                command: vec!["test".into()],
+                ..Default::default()
+            },
+        };
+        let text = serde_json::to_string(&BridgeToServer::Hello(hello)).unwrap();
+        ws.send(Message::Text(text.into())).await.unwrap();
+        loop {
+            match tokio::time::timeout(WAIT, ws.next())
+                .await
+                .expect("answer in time")
+            {
+                Some(Ok(Message::Text(t))) => {
+                    if let ServerToBridge::Welcome(_) = serde_json::from_str(&t).unwrap() {
+                        return Ok(ws);
+                    }
+                }
+                Some(Ok(Message::Close(Some(f)))) => return Err(u16::from(f.code)),
+                Some(Ok(_)) => {}
+                other => panic!("bridge handshake: {other:?}"),
+            }
+        }
+    }
+}
+
+fn admin() -> Cred {
+    Cred(Some(ADMIN.into()))
+}
+
+/// Reads until the socket closes; the close code (1005 without one, 1006 on a reset).
+async fn closed(ws: &mut Ws) -> u16 {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Close(Some(f)))) => return u16::from(f.code),
+            Some(Ok(Message::Close(None))) | None => return 1005,
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return 1006,
+        }
+    }
+}
+
+/// A JWT's claims, read without checking it (the test forges variants of real tokens).
+fn claims_of(token: &str) -> Claims {
+    let body = token.split('.').nth(1).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(body)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The roles of the matrix, as credentials on session `s1`.
+struct Cast {
+    none: Cred,
+    viewer: Cred,
+    controller: Cred,
+    owner: Cred,
+    other_owner: Cred,
+    revoked: Cred,
+    expired: Cred,
+}
+
+/// Users, one session owned by `ann` (her bridge attached it) and shared with a viewer and a
+/// controller, and one session owned by `ola`.
+async fn cast(server: &TestServer) -> (Cast, Ws) {
+    let owner = server.user("ann").await;
+    let viewer = server.user("vic").await;
+    let controller = server.user("cole").await;
+    let other_owner = server.user("ola").await;
+    let revoked = server.user("rex").await;
+    let expired = server.user("eve").await;
+    let bridge = server.bridge("s1", &owner).await.expect("owner attaches");
+    let _ola = server
+        .bridge("s2", &other_owner)
+        .await
+        .expect("ola attaches");
+    for (user, role) in [
+        ("vic", "viewer"),
+        ("cole", "controller"),
+        ("rex", "controller"),
+        ("eve", "controller"),
+    ] {
+        let s = server
+            .status(
+                "PUT",
+                &format!("/sessions/s1/members/{user}"),
+                &owner,
+                Some(json!({"role": role})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::NO_CONTENT, "share with {user}");
+    }
+    assert_eq!(
+        server
+            .status("POST", "/users/rex/revoke", &admin(), None)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    // eve's token, re-signed with the server's own key as expired a minute ago.
+    let keys = Keys::load_or_create(&server.dir).unwrap();
+    let mut c = claims_of(expired.0.as_deref().unwrap());
+    c.exp = c.iat - 60;
+    c.nbf = c.iat - 120;
+    let expired = Cred(Some(keys.sign(&c).unwrap()));
+    let cast = Cast {
+        none: Cred(None),
+        viewer,
+        controller,
+        owner,
+        other_owner,
+        revoked,
+        expired,
+    };
+    (cast, bridge)
+}
+
+#[tokio::test]
+async fn every_endpoint_answers_each_role_as_it_should() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let input = || {
+        Some(
+            json!({"client_msg_id": uuid::Uuid::new_v4().to_string(), "kind": "input.text", "payload": {"text": "hi"}}),
+        )
+    };
+    // (method, path, body, expected for none, viewer, controller, owner, other owner, revoked, expired)
+    type Row = (&'static str, &'static str, fn() -> Option<Value>, [u16; 7]);
+    let read = [401, 200, 200, 200, 404, 401, 401];
+    let rows: Vec<Row> = vec![
+        ("GET", "/sessions/s1", || None, read),
+        ("GET", "/sessions/s1/entries", || None, read),
+        ("GET", "/sessions/s1/recovery", || None, read),
+        ("GET", "/sessions/s1/transcript", || None, read),
+        ("GET", "/sessions/s1/events", || None, read),
+        (
+            "POST",
+            "/sessions/s1/inputs",
+            || None,
+            [401, 403, 200, 200, 404, 401, 401],
+        ),
+        (
+            "PUT",
+            "/sessions/s1/members/vic",
+            || Some(json!({"role": "viewer"})),
+            [401, 403, 403, 204, 404, 401, 401],
+        ),
+        (
+            "GET",
+            "/sessions",
+            || None,
+            [401, 200, 200, 200, 200, 401, 401],
+        ),
+        (
+            "POST",
+            "/users",
+            || Some(json!({"name": "zed", "password": "short"})),
+            [401, 403, 403, 403, 403, 401, 401],
+        ),
+        (
+            "GET",
+            "/sessions/nope",
+            || None,
+            [401, 404, 404, 404, 404, 401, 401],
+        ),
+    ];
+    let roles = [
+        ("none", &c.none),
+        ("viewer", &c.viewer),
+        ("controller", &c.controller),
+        ("owner", &c.owner),
+        ("other owner", &c.other_owner),
+        ("revoked", &c.revoked),
+        ("expired", &c.expired),
+    ];
+    // act + assert
+    let mut failures = Vec::new();
+    for (method, path, body, expected) in &rows {
+        for ((role, cred), want) in roles.iter().zip(expected) {
+            let body = if *path == "/sessions/s1/inputs" {
+                input()
+            } else {
+                body()
+            };
+            let got = server.status(method, path, cred, body).await.as_u16();
+            if got != *want {
+                failures.push(format!("{method} {path} as {role}: got {got}, want {want}"));
+            }
+        }
+    }
+    // The viewer WebSocket: the upgrade is refused exactly like the HTTP reads.
+    for ((role, cred), want) in roles.iter().zip(read) {
+        let got = match server.ws("/sessions/s1/ws", cred).await {
+            Ok(_) => 200,
+            Err(s) => s.as_u16(),
+        };
+        if got != want {
+            failures.push(format!("viewer ws as {role}: got {got}, want {want}"));
+        }
+    }
+    // The bridge WebSocket: only the owner may attach to s1; others are refused at the
+    // upgrade (401) or after the hello (4001, whatever their role, and whether or not s1 is
+    // visible to them).
+    let mut attached = Vec::new();
+    for ((role, cred), want) in roles.iter().zip([401, 4001, 4001, 1000, 4001, 401, 401]) {
+        let got = match server.bridge("s1", cred).await {
+            Ok(ws) => {
+                attached.push(ws);
+                1000
+            }
+            Err(code) => code,
+        };
+        if got != want {
+            failures.push(format!("bridge ws as {role}: got {got}, want {want}"));
+        }
+    }
+    // Closing the bridge: owner only (last, since it closes the owner's bridge).
+    for ((role, cred), want) in roles.iter().zip([401, 403, 403, 404, 404, 401, 401]) {
+        if *role == "owner" {
+            continue;
+        }
+        let got = server
+            .status(
+                "POST",
+                "/sessions/s1/bridge/close",
+                cred,
+                Some(json!({"code": 4000})),
+            )
+            .await
+            .as_u16();
+        if got != want {
+            failures.push(format!("bridge close as {role}: got {got}, want {want}"));
+        }
+    }
+    let got = server
+        .status(
+            "POST",
+            "/sessions/s1/bridge/close",
+            &c.owner,
+            Some(json!({"code": 4000})),
+        )
+        .await;
+    if !got.is_success() {
+        failures.push(format!("bridge close as owner: got {got}"));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The list shows each user only their sessions.
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let list = server
+        .call("GET", "/sessions", &c.other_owner, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(names(list), vec!["s2"]);
+    let list = server
+        .call("GET", "/sessions", &c.viewer, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(names(list), vec!["s1"]);
+}
+
+#[tokio::test]
+async fn a_viewer_socket_refuses_input_from_a_viewer_and_takes_it_from_a_controller() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    for (cred, allowed) in [(&c.viewer, false), (&c.controller, true)] {
+        let mut ws = server.ws("/sessions/s1/ws", cred).await.unwrap();
+        // act
+        let frame = ViewerToServer::Input(serde_json::from_value(json!({
+            "client_msg_id": uuid::Uuid::new_v4().to_string(), "kind": "input.text", "payload": {"text": "x"}
+        })).unwrap());
+        ws.send(Message::Text(serde_json::to_string(&frame).unwrap().into()))
+            .await
+            .unwrap();
+        // assert
+        let answer = loop {
+            let Some(Ok(Message::Text(t))) = tokio::time::timeout(WAIT, ws.next()).await.unwrap()
+            else {
+                continue;
+            };
+            let frame: ServerToViewer = serde_json::from_str(&t).unwrap();
+            if let ServerToViewer::InputAccepted { .. } | ServerToViewer::Error { .. } = frame {
+                break frame;
+            }
+        };
+        match answer {
+            ServerToViewer::InputAccepted { .. } => assert!(allowed),
+            ServerToViewer::Error { code, .. } => {
+                assert!(!allowed);
+                assert_eq!(code, ErrorCode::Forbidden);
+            }
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
+    // arrange
+    let server = TestServer::spawn().await;
+    server.add_user("ann").await;
+    let first = server.login("ann").await;
+    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
+    // act: a normal rotation
+    let resp = server
+        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let second: Value = resp.json().await.unwrap();
+    assert_ne!(second["refresh_token"], first["refresh_token"]);
+    let access = Cred(Some(second["access_token"].as_str().unwrap().to_owned()));
+    assert_eq!(
+        server.status("GET", "/sessions", &access, None).await,
+        StatusCode::OK
+    );
+    // act: the spent token again (as a thief would)
+    let reuse = server
+        .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
+        .await;
+    // assert: refused, and the whole family with it
+    assert_eq!(reuse, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        server
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
+            .await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        server.status("GET", "/sessions", &access, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // Another login is another family, unaffected.
+    let other = server.login("ann").await;
+    assert_eq!(
+        server
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&other)))
+            .await,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn forged_tokens_are_refused() {
+    // arrange
+    let server = TestServer::spawn().await;
+    server.add_user("ann").await;
+    let pair = server.login("ann").await;
+    let real = pair["access_token"].as_str().unwrap().to_owned();
+    let claims = claims_of(&real);
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let keys = Keys::load_or_create(&server.dir).unwrap();
+    let body = serde_json::to_vec(&claims).unwrap();
+    let header: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(real.split('.').next().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let kid = header["kid"].as_str().unwrap();
+    let alg_none = format!(
+        "{}.{}.",
+        b64(format!(r#"{{"alg":"none","kid":"{kid}"}}"#).as_bytes()),
+        b64(&body)
+    );
+    let other_key = Keys::ephemeral().sign(&claims).unwrap();
+    let resign = |f: &dyn Fn(&mut Claims)| {
+        let mut c = claims.clone();
+        f(&mut c);
+        keys.sign(&c).unwrap()
+    };
+    let forged = [
+        ("alg none", alg_none),
+        ("other key", other_key),
+        ("wrong audience", resign(&|c| c.aud = "other".into())),
+        ("wrong issuer", resign(&|c| c.iss = "evil".into())),
+        ("expired", resign(&|c| c.exp = c.iat - 1)),
+        (
+            "not yet valid",
+            resign(&|c| {
+                c.nbf = c.iat + 3600;
+                c.exp = c.iat + 7200
+            }),
+        ),
+        ("unknown family", resign(&|c| c.fam = "made-up".into())),
+    ];
+    // act + assert
+    assert_eq!(
+        server
+            .status("GET", "/sessions", &Cred(Some(real)), None)
+            .await,
+        StatusCode::OK
+    );
+    for (what, token) in forged {
+        let got = server
+            .status("GET", "/sessions", &Cred(Some(token)), None)
+            .await;
+        assert_eq!(got, StatusCode::UNAUTHORIZED, "{what}");
+    }
+}
+
+#[tokio::test]
+async fn the_browser_gets_httponly_samesite_cookies_that_authenticate() {
+    // arrange
+    let server = TestServer::spawn().await;
+    server.add_user("ann").await;
+    // act
+    let resp = server
+        .call(
+            "POST",
+            "/auth/login",
+            &Cred(None),
+            Some(json!({"name": "ann", "password": PASSWORD})),
+        )
+        .await;
+    // assert
+    let cookies: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(cookies.len(), 2);
+    for c in &cookies {
+        assert!(
+            c.contains("HttpOnly") && c.contains("SameSite=Strict"),
+            "{c}"
+        );
+    }
+    let access = cookies
+        .iter()
+        .find(|c| c.starts_with("moor_access="))
+        .unwrap();
+    let pair = access.split(';').next().unwrap();
+    let s = server
+        .http
+        .get(server.url("/sessions"))
+        .header("cookie", pair)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s, StatusCode::OK);
+    // A wrong password, and an unknown user, are both plain 401s.
+    for (name, pw) in [("ann", "wrong password"), ("nobody", PASSWORD)] {
+        let s = server
+            .status(
+                "POST",
+                "/auth/login",
+                &Cred(None),
+                Some(json!({"name": name, "password": pw})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+}
+
+#[tokio::test]
+async fn revocation_closes_live_sse_viewer_sockets_and_bridges_within_a_second() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, mut bridge) = cast(&server).await;
+    let mut sse = server
+        .call("GET", "/sessions/s1/events", &c.viewer, None)
+        .await;
+    assert_eq!(sse.status(), StatusCode::OK);
+    let mut viewer_ws = server.ws("/sessions/s1/ws", &c.viewer).await.unwrap();
+    let mut controller_sse = server
+        .call("GET", "/sessions/s1/events", &c.controller, None)
+        .await;
+    // act: revoke vic
+    let t0 = Instant::now();
+    assert_eq!(
+        server
+            .status("POST", "/users/vic/revoke", &admin(), None)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    // assert: both of vic's streams end within 1 s of the revocation
+    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(Some(_)) = sse.chunk().await {}
+    });
+    let ws_end = tokio::time::timeout(Duration::from_secs(1), closed(&mut viewer_ws));
+    let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
+    assert!(
+        sse_end.is_ok(),
+        "vic's SSE still open after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        ws_code.expect("vic's socket closed within 1 s"),
+        close::UNAUTHORIZED
+    );
+    // cole's stream is untouched: it still gets new entries.
+    let s = server
+        .status("POST", "/sessions/s1/inputs", &c.controller, Some(json!({"client_msg_id": "m1", "kind": "input.text", "payload": {"text": "still here"}})))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let got = tokio::time::timeout(WAIT, async {
+        let mut all = String::new();
+        while let Ok(Some(chunk)) = controller_sse.chunk().await {
+            all.push_str(&String::from_utf8_lossy(&chunk));
+            if all.contains("still here") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(got, Ok(true));
+    // act: revoke ann, whose bridge is attached
+    let t0 = Instant::now();
+    assert_eq!(
+        server
+            .status("POST", "/users/ann/revoke", &admin(), None)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut bridge)).await;
+    assert_eq!(
+        code.expect("bridge closed within 1 s"),
+        close::UNAUTHORIZED,
+        "after {:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn logout_revokes_the_family_and_closes_its_streams() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let mut ws = server.ws("/sessions/s1/ws", &c.controller).await.unwrap();
+    // act
+    assert_eq!(
+        server
+            .status("POST", "/auth/logout", &c.controller, None)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    // assert
+    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut ws)).await;
+    assert_eq!(code.expect("closed within 1 s"), close::UNAUTHORIZED);
+    assert_eq!(
+        server.status("GET", "/sessions", &c.controller, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn a_flood_gets_429_with_retry_after_per_credential() {
+    // arrange
+    let server = TestServer::spawn_with(|c| {
+        c.rate_limit_per_sec = 0.5;
+        c.rate_limit_burst = 5.0;
+    })
+    .await;
+    // act
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(server.call("GET", "/sessions", &admin(), None).await);
+    }
+    // assert
+    let codes: Vec<u16> = statuses.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(codes, [200, 200, 200, 200, 200, 429, 429, 429]);
+    let retry: u64 = statuses[5].headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "retry-after {retry}");
+    // Other clients (no credential: by address) have their own bucket.
+    assert_eq!(
+        server.status("GET", "/sessions", &Cred(None), None).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn failed_logins_are_throttled() {
+    // arrange
+    let server = TestServer::spawn().await;
+    server.add_user("ann").await;
+    let bad = || Some(json!({"name": "ann", "password": "wrong password"}));
+    // act
+    let mut codes = Vec::new();
+    for _ in 0..7 {
+        codes.push(
+            server
+                .status("POST", "/auth/login", &Cred(None), bad())
+                .await
+                .as_u16(),
+        );
+    }
+    // assert: five tries, then 429 (even with the right password, until the wait is over)
+    assert_eq!(codes, [401, 401, 401, 401, 401, 429, 429]);
+    let right = Some(json!({"name": "ann", "password": PASSWORD}));
+    let resp = server.call("POST", "/auth/login", &Cred(None), right).await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(resp.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn a_cross_origin_websocket_upgrade_is_refused_and_same_origin_is_not() {
+    // arrange
+    let server =
+        TestServer::spawn_with(|c| c.allowed_origins = vec!["https://app.example".into()]).await;
+    let open = |origin: &str| {
+        let mut req = server.ws_request("/sessions/s1/ws", &admin());
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        req
+    };
+    let _bridge = server.bridge("s1", &admin()).await.unwrap();
+    // act + assert
+    match tokio_tungstenite::connect_async(open("https://evil.example")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 403),
+        other => panic!("cross-origin upgrade not refused: {:?}", other.map(|_| ())),
+    }
+    let same = format!("http://{}", server.addr);
+    assert!(tokio_tungstenite::connect_async(open(&same)).await.is_ok());
+    assert!(
+        tokio_tungstenite::connect_async(open("https://app.example"))
+            .await
+            .is_ok()
+    );
+    // Bridges (no Origin header) are not browsers and are not affected.
+    assert!(server.bridge("s1", &admin()).await.is_ok());
+}
+
+#[tokio::test]
+async fn cors_answers_only_allowed_origins_and_every_response_has_security_headers() {
+    // arrange
+    let server =
+        TestServer::spawn_with(|c| c.allowed_origins = vec!["https://app.example".into()]).await;
+    let get = |origin: &'static str| {
+        server
+            .http
+            .get(server.url("/sessions"))
+            .bearer_auth(ADMIN)
+            .header("origin", origin)
+            .send()
+    };
+    // act
+    let allowed = get("https://app.example").await.unwrap();
+    let other = get("https://evil.example").await.unwrap();
+    let page = server
+        .http
+        .get(format!("http://{}/", server.addr))
+        .send()
+        .await
+        .unwrap();
+    // assert
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert!(!other.headers().contains_key("access-control-allow-origin"));
+    for resp in [&allowed, &other, &page] {
+        assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+        let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    }
+    assert!(page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("script-src 'self'"));
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413() {
+    // arrange
+    let server = TestServer::spawn_with(|c| c.max_body_bytes = 1024).await;
+    let _bridge = server.bridge("s1", &admin()).await.unwrap();
+    let big = "x".repeat(4096);
+    // act
+    let s = server
+        .status(
+            "POST",
+            "/sessions/s1/inputs",
+            &admin(),
+            Some(json!({"client_msg_id": "m", "kind": "input.text", "payload": {"text": big}})),
+        )
+        .await;
+    // assert
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn a_device_gets_its_own_tokens_once_a_user_approves_its_code() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let ann = server.user("ann").await;
+    let grant: Value = server
+        .call("POST", "/auth/device", &Cred(None), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let poll = || Some(json!({"device_code": grant["device_code"]}));
+    // act + assert: pending until approved
+    assert_eq!(
+        server
+            .status("POST", "/auth/device/token", &Cred(None), poll())
+            .await,
+        StatusCode::ACCEPTED
+    );
+    let code = grant["user_code"].as_str().unwrap().to_lowercase();
+    assert_eq!(
+        server
+            .status(
+                "POST",
+                "/auth/device/approve",
+                &Cred(None),
+                Some(json!({"user_code": code}))
+            )
+            .await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        server
+            .status(
+                "POST",
+                "/auth/device/approve",
+                &ann,
+                Some(json!({"user_code": code}))
+            )
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    let resp = server
+        .call("POST", "/auth/device/token", &Cred(None), poll())
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let pair: Value = resp.json().await.unwrap();
+    let device = Cred(Some(pair["access_token"].as_str().unwrap().to_owned()));
+    // The device acts as ann, in a family of its own: ann's logout does not end it.
+    assert!(server.bridge("dev", &device).await.is_ok());
+    assert_eq!(
+        server.status("POST", "/auth/logout", &ann, None).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        server.status("GET", "/sessions/dev", &device, None).await,
+        StatusCode::OK
+    );
+    // The code is spent.
+    assert_eq!(
+        server
+            .status("POST", "/auth/device/token", &Cred(None), poll())
+            .await,
+        StatusCode::NOT_FOUND
+    );
+}

@@ -1,0 +1,207 @@
+//! A whole access scenario with every log target at trace level, written to a buffer: no
+//! password, token or cookie value may appear in it. One test per binary, because it installs
+//! the process-wide subscriber.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
+use moor_protocol::{ProducerId, Seq, PROTOCOL_VERSION};
+use moor_server::{Server, ServerConfig};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
+    // arrange: everything at trace, into a buffer
+    let buf = Buf::default();
+    let writer = buf.clone();
+    tracing_subscriber::fmt()
+        // Everything the server side logs; the test's own clients (in the same process) are
+        // not the server, and tungstenite's client does log its request headers.
+        .with_env_filter(
+            "trace,tungstenite::handshake::client=off,reqwest=off,hyper_util::client=off",
+        )
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    let admin = "admin-secret-token-0123456789";
+    let password = "hunter2-but-longer";
+    let wrong = "not-the-password-42";
+    let dir = std::env::temp_dir().join(format!("moor-logs-{}", uuid::Uuid::new_v4()));
+    let mut config = ServerConfig::default();
+    config.data_dir = dir.clone();
+    config.admin_token = Some(admin.into());
+    let server = Server::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn(server.serve(listener, shutdown.clone()));
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{addr}/api/v1{p}");
+    let mut secrets: Vec<String> = vec![admin.into(), password.into(), wrong.into()];
+
+    // act: user, logins (good and bad), refresh, every way of presenting a token, a bridge, a
+    // viewer, an input, logout
+    let r = http
+        .post(url("/users"))
+        .bearer_auth(admin)
+        .json(&json!({"name": "ann", "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = http
+        .post(url("/auth/login"))
+        .json(&json!({"name": "ann", "password": wrong}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = http
+        .post(url("/auth/login"))
+        .json(&json!({"name": "ann", "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first: Value = r.json().await.unwrap();
+    let r = http
+        .post(url("/auth/refresh"))
+        .json(&json!({"refresh_token": first["refresh_token"]}))
+        .send()
+        .await
+        .unwrap();
+    let cookies: Vec<String> = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .collect();
+    let pair: Value = r.json().await.unwrap();
+    let access = pair["access_token"].as_str().unwrap().to_owned();
+    for t in [
+        &first["access_token"],
+        &first["refresh_token"],
+        &pair["refresh_token"],
+    ] {
+        secrets.push(t.as_str().unwrap().to_owned());
+    }
+    secrets.push(access.clone());
+
+    let mut req = format!("ws://{addr}/api/v1/bridge")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {access}").parse().unwrap());
+    let (mut bridge, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        session: "logs".into(),
+        producer: ProducerId::new(),
+        last_applied_input: Seq::ZERO,
+        uncertain_inputs: vec![],
+        agent: AgentInfo::default(),
+    };
+    let hello = serde_json::to_string(&BridgeToServer::Hello(hello)).unwrap();
+    bridge.send(Message::Text(hello.into())).await.unwrap();
+    loop {
+        let msg = tokio::time::timeout(WAIT, bridge.next()).await.unwrap();
+        if let Some(Ok(Message::Text(t))) = msg {
+            if let ServerToBridge::Welcome(_) = serde_json::from_str(&t).unwrap() {
+                break;
+            }
+        }
+    }
+    let viewer_url = format!("ws://{addr}/api/v1/sessions/logs/ws?access_token={access}");
+    let (mut viewer, _) = tokio_tungstenite::connect_async(viewer_url).await.unwrap();
+    let r = http
+        .get(url(&format!(
+            "/sessions/logs/entries?access_token={access}"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .get(url("/sessions"))
+        .header("cookie", cookies.join("; "))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .post(url("/sessions/logs/inputs"))
+        .bearer_auth(&access)
+        .json(&json!({"client_msg_id": "c1", "kind": "input.text", "payload": {"text": "hello"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let reused = http
+        .post(url("/auth/refresh"))
+        .json(&json!({"refresh_token": first["refresh_token"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), 401);
+    // The reuse revoked the family: the viewer socket ends.
+    let end = tokio::time::timeout(WAIT, async {
+        while let Some(Ok(m)) = viewer.next().await {
+            if let Message::Close(_) = m {
+                break;
+            }
+        }
+    });
+    end.await.unwrap();
+    let r = http
+        .get(url("/sessions"))
+        .bearer_auth("forged.token.value")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+
+    // assert
+    let logs = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    assert!(logs.contains("TRACE"), "trace logging was on");
+    assert!(logs.contains("login refused"), "the scenario was logged");
+    for s in &secrets {
+        // The whole secret, and its tail (a JWT's signature) on its own.
+        let tail = &s[s.len().saturating_sub(16)..];
+        // Show where, with the secret masked.
+        let line = logs
+            .lines()
+            .find(|l| l.contains(tail))
+            .map(|l| l.replace(s.as_str(), "<SECRET>").replace(tail, "<SECRET>"));
+        assert!(
+            line.is_none(),
+            "a secret is in the logs: {}",
+            line.unwrap_or_default()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
