@@ -929,3 +929,54 @@ async fn a_device_gets_its_own_tokens_once_a_user_approves_its_code() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let mut viewer_sse = server
+        .call("GET", "/sessions/s1/events", &c.viewer, None)
+        .await;
+    let mut controller_ws = server.ws("/sessions/s1/ws", &c.controller).await.unwrap();
+    // act: stop sharing with vic; make cole a viewer
+    let t0 = Instant::now();
+    let s = server
+        .status("DELETE", "/sessions/s1/members/vic", &c.owner, None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let s = server
+        .status(
+            "PUT",
+            "/sessions/s1/members/cole",
+            &c.owner,
+            Some(json!({"role": "viewer"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    // assert: both end within 1 s; vic no longer sees s1, cole reconnects as a viewer
+    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(Some(_)) = viewer_sse.chunk().await {}
+    });
+    assert!(
+        sse_end.await.is_ok(),
+        "vic's SSE still open after {:?}",
+        t0.elapsed()
+    );
+    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut controller_ws)).await;
+    assert_eq!(
+        code.expect("cole's socket closed within 1 s"),
+        close::UNAUTHORIZED
+    );
+    assert_eq!(
+        server.status("GET", "/sessions/s1", &c.viewer, None).await,
+        StatusCode::NOT_FOUND
+    );
+    let input = Some(json!({"client_msg_id": "x", "kind": "input.text", "payload": {"text": "x"}}));
+    assert_eq!(
+        server
+            .status("POST", "/sessions/s1/inputs", &c.controller, input)
+            .await,
+        StatusCode::FORBIDDEN
+    );
+}

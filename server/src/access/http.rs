@@ -318,6 +318,8 @@ pub(crate) async fn put_member(
         .store
         .set_member(session.id, &user, role.as_str())
         .await?;
+    // Their open connections carry the old role: end them (they reconnect with the new one).
+    state.auth.revocations.revoke_member(session.id, &user);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -329,5 +331,6 @@ pub(crate) async fn delete_member(
 ) -> Result<StatusCode, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
     state.store.remove_member(session.id, &user).await?;
+    state.auth.revocations.revoke_member(session.id, &user);
     Ok(StatusCode::NO_CONTENT)
 }

@@ -104,6 +104,8 @@ struct Conn {
     delivered: Seq,
     /// Cancelled at shutdown and when the bridge's credential is revoked.
     stop: CancellationToken,
+    /// Cancelled when the bridge's principal stops owning the session.
+    role_stop: CancellationToken,
 }
 
 #[tracing::instrument(skip_all)]
@@ -189,6 +191,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         hello,
         tx,
         delivered: Seq::ZERO,
+        role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
     let ending = match conn.welcome(&session.name, conn_id).await {
@@ -350,6 +353,7 @@ impl Conn {
         let mut lookahead: Lookahead = VecDeque::new();
         let shutdown = self.state.shutdown.clone();
         let stop = self.stop.clone();
+        let role_stop = self.role_stop.clone();
         loop {
             let result = tokio::select! {
                 biased;
@@ -363,6 +367,9 @@ impl Conn {
                 // and shutdown, above, wins.
                 _ = stop.cancelled() => {
                     return Ending::close(close::UNAUTHORIZED, "credentials revoked");
+                }
+                _ = role_stop.cancelled() => {
+                    return Ending::close(close::UNAUTHORIZED, "no longer the owner of this session");
                 }
                 cmd = control.recv() => match cmd {
                     Some(BridgeControl::Close { code, reason }) => return Ending::close(code, reason),
