@@ -271,11 +271,64 @@ pub trait Store: Send + Sync + Debug + 'static {
         Err(unsupported("session roles"))
     }
 
+    /// Stores a new share link.
+    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+        let _ = link;
+        Err(unsupported("share links"))
+    }
+
+    /// Spends one use of the link whose secret hashes to `token_hash` (if it is live) and gives
+    /// `principal` its role, unless they already have a role on the session. Returns the
+    /// session and the role the principal has now; `None` for a dead or unknown link.
+    async fn redeem_share_link(
+        &self,
+        token_hash: &str,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, String)>> {
+        let _ = (token_hash, principal, at);
+        Err(unsupported("share links"))
+    }
+
+    /// Revokes a link and removes the members who joined through it. Returns the link's
+    /// session and those members.
+    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
+        let _ = (id, at);
+        Err(unsupported("share links"))
+    }
+
+    /// The session a share link belongs to.
+    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
+        let _ = id;
+        Err(unsupported("share links"))
+    }
+
     /// Every session a principal has a role on, with the role.
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         let _ = principal;
         Err(unsupported("session roles"))
     }
+}
+
+/// A share link as stored (its secret only hashed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareLinkRow {
+    /// Public id (for revoking).
+    pub id: String,
+    /// SHA-256 (hex) of the secret in the link.
+    pub token_hash: String,
+    /// The session it shares.
+    pub session: SessionId,
+    /// The role it grants.
+    pub role: String,
+    /// Who made it.
+    pub created_by: String,
+    /// Creation time (ms).
+    pub created_at: i64,
+    /// Expiry (ms).
+    pub expires_at: i64,
+    /// Redemptions left.
+    pub uses_left: i64,
 }
 
 /// A stored account.
