@@ -92,6 +92,14 @@ pub struct Append {
     pub key: IdemKey,
 }
 
+impl Append {
+    /// Bridge output or a remote input: what an ended session refuses. The server's own
+    /// bookkeeping (receipts, `session.ended`, disconnects) may still be written after the end.
+    pub fn is_new_work(&self) -> bool {
+        matches!(self.key, IdemKey::Producer { .. } | IdemKey::ClientMsg(_))
+    }
+}
+
 /// The outcome of one [`Append`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
@@ -137,7 +145,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>>;
 
     /// Appends `batch` to one session's log in one transaction, in order, and reports each
-    /// entry's outcome. Seqs are contiguous and follow commit order.
+    /// entry's outcome. Seqs are contiguous and follow commit order. Once the session has ended,
+    /// a batch holding new work ([`Append::is_new_work`]) is refused with
+    /// [`StoreError::SessionEnded`]; the server's own bookkeeping is still written.
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>>;
 
     /// Up to `limit` entries of a session's log.

@@ -162,7 +162,9 @@ impl Store for SqliteStore {
             .await
             .map_err(other)?
             .ok_or(StoreError::NotFound)?;
-        if row.get::<Option<i64>, _>("ended_at").is_some() {
+        if row.get::<Option<i64>, _>("ended_at").is_some()
+            && batch.iter().any(super::Append::is_new_work)
+        {
             return Err(StoreError::SessionEnded);
         }
         let spk: i64 = row.get("pk");

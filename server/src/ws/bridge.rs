@@ -506,15 +506,34 @@ impl Conn {
             BridgeToServer::End => {
                 // Everything sent before `End` must be stored (and acked) first.
                 self.settle_all().await?;
-                let ended = server_entry(kinds::SESSION_ENDED, json!({"reason": "agent exited"}));
-                self.state
-                    .log
-                    .append(self.session, vec![ended])
+                // From here new inputs are refused; those stored after the last one this bridge
+                // was sent never reached the agent and are failed, so none is left unaccounted.
+                let store = self.state.store.clone();
+                store
+                    .end_session(self.session, now_ms())
                     .await
                     .map_err(store_ending)?;
+                let undelivered = store
+                    .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
+                    .await
+                    .map_err(store_ending)?;
+                let mut closing: Vec<Append> = undelivered
+                    .iter()
+                    .map(|e| {
+                        receipt(
+                            kinds::INPUT_FAILED,
+                            e.seq,
+                            json!({"reason": "the agent had exited"}),
+                        )
+                    })
+                    .collect();
+                closing.push(server_entry(
+                    kinds::SESSION_ENDED,
+                    json!({"reason": "agent exited"}),
+                ));
                 self.state
-                    .store
-                    .end_session(self.session, now_ms())
+                    .log
+                    .append(self.session, closing)
                     .await
                     .map_err(store_ending)?;
                 Err(Ending::close(close::SESSION_ENDED, "session ended"))
