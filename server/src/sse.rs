@@ -136,6 +136,8 @@ async fn state_changed(feed: &mut Option<StateFeed>) -> bool {
 }
 
 struct StreamState {
+    /// Counts this stream as a viewer while it lives.
+    _watching: crate::hub::Watching,
     state: Option<StateFeed>,
     tail: Tail,
     keepalive: Interval,
@@ -158,6 +160,7 @@ fn stream(
     let mut keepalive = interval_at(Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let st = StreamState {
+        _watching: state.hub.watching(tail.session()),
         state: feed,
         tail,
         keepalive,

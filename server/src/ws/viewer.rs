@@ -64,6 +64,7 @@ struct Viewer {
 async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
     let (mut tx, mut rx) = socket.split();
     let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
+    let _watching = state.hub.watching(session);
     let head = match state.store.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
         Err(e) => {
