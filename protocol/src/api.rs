@@ -25,6 +25,9 @@ pub struct SessionInfo {
     pub status: SessionStatus,
     /// The bridge link as this server sees it.
     pub bridge: BridgeStatus,
+    /// Live viewers (SSE streams and viewer sockets) on this server.
+    #[serde(default)]
+    pub watchers: u32,
     /// What the bridge runs, as it said in its last `Hello`.
     pub agent: Option<AgentInfo>,
     /// The session's derived state as of `head_seq` (only when fetched one by one).

@@ -16,7 +16,11 @@ fn round_trips<T: DeserializeOwned + Serialize>(name: &str) {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let json: Value = serde_json::from_str(&text).expect("fixture is JSON");
     let typed: T = serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert_eq!(serde_json::to_value(&typed).expect("encodes"), json, "{name}");
+    assert_eq!(
+        serde_json::to_value(&typed).expect("encodes"),
+        json,
+        "{name}"
+    );
 }
 
 #[test]

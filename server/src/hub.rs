@@ -94,6 +94,8 @@ struct Link {
 struct Inner {
     topics: HashMap<SessionId, Topic>,
     links: HashMap<SessionId, Link>,
+    /// Live viewer streams (SSE and WebSocket) per session.
+    viewers: HashMap<SessionId, u32>,
     next_conn: u64,
     capacity: usize,
 }
@@ -116,6 +118,7 @@ impl Hub {
         let inner = Inner {
             topics: HashMap::new(),
             links: HashMap::new(),
+            viewers: HashMap::new(),
             next_conn: 0,
             capacity: capacity.max(1),
         };
@@ -288,6 +291,20 @@ impl Hub {
             .is_some_and(|c| c.send(cmd).is_ok())
     }
 
+    /// Counts a live viewer of `session` for as long as the returned guard lives.
+    pub fn watching(&self, session: SessionId) -> Watching {
+        *self.lock().viewers.entry(session).or_default() += 1;
+        Watching {
+            hub: self.clone(),
+            session,
+        }
+    }
+
+    /// How many viewers watch `session` on this server now.
+    pub fn watchers(&self, session: SessionId) -> u32 {
+        self.lock().viewers.get(&session).copied().unwrap_or(0)
+    }
+
     /// The bridge link of `session` as this server sees it.
     pub fn bridge_status(&self, session: SessionId) -> BridgeStatus {
         let inner = self.lock();
@@ -312,5 +329,24 @@ fn superseded() -> BridgeControl {
     BridgeControl::Close {
         code: close::SUPERSEDED,
         reason: "a newer bridge connection for this session took over".into(),
+    }
+}
+
+/// A live viewer, counted in [`Hub::watchers`] until dropped.
+#[derive(Debug)]
+pub struct Watching {
+    hub: Hub,
+    session: SessionId,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut inner = self.hub.lock();
+        if let Some(n) = inner.viewers.get_mut(&self.session) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inner.viewers.remove(&self.session);
+            }
+        }
     }
 }

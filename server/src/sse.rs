@@ -69,6 +69,7 @@ pub async fn events(
     let session = session_for(&state, &who, &key, Role::Viewer).await?;
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
+    let role_stop = state.auth.revocations.member_token(&who, session.id);
     let tail = Tail::new(state.store.clone(), &state.hub, session.id, cursor);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.find_session(&key).await?.head_seq;
@@ -90,7 +91,7 @@ pub async fn events(
                     due: None,
                 }
             });
-            Body::from_stream(stream(tail, feed, &state, stop))
+            Body::from_stream(stream(tail, feed, &state, stop, role_stop))
         }
     };
     let mut resp = Response::new(body);
@@ -135,11 +136,15 @@ async fn state_changed(feed: &mut Option<StateFeed>) -> bool {
 }
 
 struct StreamState {
+    /// Counts this stream as a viewer while it lives.
+    _watching: crate::hub::Watching,
     state: Option<StateFeed>,
     tail: Tail,
     keepalive: Interval,
     deadline: Option<Instant>,
     shutdown: CancellationToken,
+    /// Cancelled when the caller's role on the session is removed or changed.
+    role_stop: CancellationToken,
     started: bool,
 }
 
@@ -148,17 +153,20 @@ fn stream(
     feed: Option<StateFeed>,
     state: &AppState,
     stop: CancellationToken,
+    role_stop: CancellationToken,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let cfg = &state.config;
     let period = cfg.keepalive.max(Duration::from_millis(10));
     let mut keepalive = interval_at(Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let st = StreamState {
+        _watching: state.hub.watching(tail.session()),
         state: feed,
         tail,
         keepalive,
         deadline: (!cfg.sse_lifetime.is_zero()).then(|| Instant::now() + cfg.sse_lifetime),
         shutdown: stop,
+        role_stop,
         started: false,
     };
     futures_util::stream::unfold(st, |mut st| async move {
@@ -175,6 +183,7 @@ fn stream(
                 let state_due = st.state.as_ref().and_then(|f| f.due);
                 tokio::select! {
                     _ = st.shutdown.cancelled() => return None,
+                    _ = st.role_stop.cancelled() => return None,
                     alive = state_changed(&mut st.state) => {
                         let feed = st.state.as_mut()?;
                         if !alive {

@@ -42,6 +42,11 @@ impl Tail {
         }
     }
 
+    /// The session tailed.
+    pub fn session(&self) -> SessionId {
+        self.session
+    }
+
     /// Seq of the last entry returned (or the starting cursor).
     pub fn cursor(&self) -> Seq {
         self.cursor

@@ -929,3 +929,136 @@ async fn a_device_gets_its_own_tokens_once_a_user_approves_its_code() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let mut viewer_sse = server
+        .call("GET", "/sessions/s1/events", &c.viewer, None)
+        .await;
+    let mut controller_ws = server.ws("/sessions/s1/ws", &c.controller).await.unwrap();
+    // act: stop sharing with vic; make cole a viewer
+    let t0 = Instant::now();
+    let s = server
+        .status("DELETE", "/sessions/s1/members/vic", &c.owner, None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let s = server
+        .status(
+            "PUT",
+            "/sessions/s1/members/cole",
+            &c.owner,
+            Some(json!({"role": "viewer"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    // assert: both end within 1 s; vic no longer sees s1, cole reconnects as a viewer
+    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(Some(_)) = viewer_sse.chunk().await {}
+    });
+    assert!(
+        sse_end.await.is_ok(),
+        "vic's SSE still open after {:?}",
+        t0.elapsed()
+    );
+    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut controller_ws)).await;
+    assert_eq!(
+        code.expect("cole's socket closed within 1 s"),
+        close::UNAUTHORIZED
+    );
+    assert_eq!(
+        server.status("GET", "/sessions/s1", &c.viewer, None).await,
+        StatusCode::NOT_FOUND
+    );
+    let input = Some(json!({"client_msg_id": "x", "kind": "input.text", "payload": {"text": "x"}}));
+    assert_eq!(
+        server
+            .status("POST", "/sessions/s1/inputs", &c.controller, input)
+            .await,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn share_links_grant_their_role_for_their_uses_until_revoked() {
+    // arrange
+    let spawned = TestServer::spawn().await;
+    let server = &spawned;
+    let owner = server.user("ann").await;
+    let pat = server.user("pat").await;
+    let quinn = server.user("quinn").await;
+    let _bridge = server.bridge("s1", &owner).await.unwrap();
+    let link = |body: Value, cred: &Cred| {
+        let cred = cred.clone();
+        async move {
+            server
+                .call("POST", "/sessions/s1/share-links", &cred, Some(body))
+                .await
+        }
+    };
+    // Only the owner makes links (a stranger does not even see the session).
+    assert_eq!(
+        link(json!({"role": "viewer"}), &pat).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let resp = link(json!({"role": "controller", "uses": 1}), &owner).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let made: Value = resp.json().await.unwrap();
+    assert!(made["url"]
+        .as_str()
+        .unwrap()
+        .contains(made["token"].as_str().unwrap()));
+    let redeem = |token: &Value, cred: &Cred| {
+        let cred = cred.clone();
+        let body = json!({"token": token});
+        async move {
+            server
+                .status("POST", "/share-links/redeem", &cred, Some(body))
+                .await
+        }
+    };
+    // act + assert: one use, then it is spent
+    assert_eq!(redeem(&made["token"], &pat).await, StatusCode::OK);
+    assert_eq!(redeem(&made["token"], &quinn).await, StatusCode::NOT_FOUND);
+    assert_eq!(
+        server.status("GET", "/sessions/s1", &pat, None).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        server.status("GET", "/sessions/s1", &quinn, None).await,
+        StatusCode::NOT_FOUND
+    );
+    // An expired link does nothing.
+    let expired: Value = link(json!({"role": "viewer", "expires_in": 0}), &owner)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        redeem(&expired["token"], &quinn).await,
+        StatusCode::NOT_FOUND
+    );
+    // Revoking the link removes pat's role and ends pat's live stream within 1 s.
+    let mut sse = server.call("GET", "/sessions/s1/events", &pat, None).await;
+    assert_eq!(sse.status(), StatusCode::OK);
+    let path = format!("/share-links/{}", made["id"].as_str().unwrap());
+    // pat (a controller now) sees the session but may not revoke its links.
+    assert_eq!(
+        server.status("DELETE", &path, &pat, None).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        server.status("DELETE", &path, &owner, None).await,
+        StatusCode::NO_CONTENT
+    );
+    let end = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(Some(_)) = sse.chunk().await {}
+    });
+    assert!(end.await.is_ok(), "pat's stream outlived the link");
+    assert_eq!(
+        server.status("GET", "/sessions/s1", &pat, None).await,
+        StatusCode::NOT_FOUND
+    );
+}

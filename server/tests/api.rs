@@ -667,3 +667,35 @@ async fn long_sessions_are_snapshotted_and_state_matches_a_fold_of_the_whole_log
         moor_protocol::state::SessionState::from_entries(&all[..at.0 as usize])
     );
 }
+
+#[tokio::test]
+async fn the_session_says_how_many_viewers_are_watching() {
+    let server = TestServer::spawn(|_| {}).await;
+    let (_ws, _) = server.bridge("watched", ProducerId::new(), 0).await;
+    let info: SessionInfo = server.get("/api/v1/sessions/watched").await;
+    assert_eq!(info.watchers, 0);
+    let mut stream = server
+        .http
+        .get(server.url("/api/v1/sessions/watched/events"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    // The first chunk means the stream (and its viewer count) exists.
+    stream.chunk().await.unwrap();
+    let info: SessionInfo = server.get("/api/v1/sessions/watched").await;
+    assert_eq!(info.watchers, 1);
+    drop(stream);
+    // The server notices the closed stream on its next write: keep-alives come every 15 s by
+    // default, so wait on the count itself, bounded.
+    let mut left = None;
+    for _ in 0..100 {
+        let info: SessionInfo = server.get("/api/v1/sessions/watched").await;
+        if info.watchers == 0 {
+            left = Some(());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left.is_some(), "the closed stream is still counted");
+}

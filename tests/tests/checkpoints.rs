@@ -486,10 +486,18 @@ async fn with_the_link_down_checkpoints_are_taken_locally_and_uploaded_when_it_r
         async move { list(server, name).await.iter().any(|c| &c.id == local_id) }
     })
     .await;
-    let entries = api.entries_all(api.session(&name).await.unwrap().id).await;
-    assert!(entries
-        .iter()
-        .any(|e| e.kind == CHECKPOINT_CREATED && e.payload["id"] == local_id.as_str()));
+    // The entry travels over the bridge link, separately from the upload: wait for it too.
+    let session = api.session(&name).await.unwrap().id;
+    eventually(WAIT, "the checkpoint.created entry in the log", || {
+        let (api, local_id) = (&api, &local_id);
+        async move {
+            api.entries_all(session)
+                .await
+                .iter()
+                .any(|e| e.kind == CHECKPOINT_CREATED && e.payload["id"] == local_id.as_str())
+        }
+    })
+    .await;
     std::fs::write(&finish, "").unwrap();
     bridge.wait_success(FINISH).await;
 }

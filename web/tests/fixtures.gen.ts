@@ -99,6 +99,7 @@ export const session_info: SessionInfo = {
     "last_close_code": null,
     "last_reason": null
   },
+  "watchers": 1,
   "agent": {
     "command": [
       "/work/main/target/debug/moor-test-agent",

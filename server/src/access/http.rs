@@ -1,6 +1,8 @@
 //! Access endpoints: password login, refresh (rotating), logout, user management (admin) and
 //! session members (owners). Passwords and tokens pass through here and are never logged.
 
+use std::time::Duration;
+
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{AppendHeaders, IntoResponse, Response};
@@ -15,7 +17,7 @@ use crate::auth::{cookie, AuthUser, ACCESS_COOKIE, REFRESH_COOKIE};
 use crate::error::ApiError;
 use crate::http::parse_json;
 use crate::state::AppState;
-use crate::store::{RefreshOutcome, StoreError};
+use crate::store::{RefreshOutcome, ShareLinkRow, StoreError};
 
 type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
 
@@ -318,6 +320,8 @@ pub(crate) async fn put_member(
         .store
         .set_member(session.id, &user, role.as_str())
         .await?;
+    // Their open connections carry the old role: end them (they reconnect with the new one).
+    state.auth.revocations.revoke_member(session.id, &user);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -329,5 +333,124 @@ pub(crate) async fn delete_member(
 ) -> Result<StatusCode, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
     state.store.remove_member(session.id, &user).await?;
+    state.auth.revocations.revoke_member(session.id, &user);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Longest a share link may live.
+const MAX_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Most uses of one share link.
+const MAX_LINK_USES: i64 = 1000;
+
+#[derive(Deserialize)]
+pub(crate) struct NewShareLink {
+    role: String,
+    /// Seconds it stays valid (default one day).
+    #[serde(default)]
+    expires_in: Option<u64>,
+    /// How many people may redeem it (default 1).
+    #[serde(default)]
+    uses: Option<i64>,
+}
+
+/// `POST /api/v1/sessions/{id}/share-links` `{role, expires_in?, uses?}` (owner): a link that
+/// grants `role` to whoever logs in and redeems it. The secret is in the answer only.
+pub(crate) async fn create_share_link(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(key): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let session = session_for(&state, &who, &key, Role::Owner).await?;
+    let req: NewShareLink = parse_json(body, state.config.max_body_bytes)?;
+    let role = Role::parse(&req.role).ok_or_else(|| ApiError::Invalid {
+        field: "role",
+        reason: "one of viewer, controller, owner".into(),
+    })?;
+    let ttl = Duration::from_secs(req.expires_in.unwrap_or(24 * 3600)).min(MAX_LINK_TTL);
+    let uses = req.uses.unwrap_or(1);
+    if !(1..=MAX_LINK_USES).contains(&uses) {
+        return Err(ApiError::Invalid {
+            field: "uses",
+            reason: format!("1 to {MAX_LINK_USES}"),
+        });
+    }
+    let secret = random_secret();
+    let now = now_ms();
+    let row = ShareLinkRow {
+        id: uuid::Uuid::new_v4().to_string(),
+        token_hash: token_hash(&secret),
+        session: session.id,
+        role: role.as_str().to_owned(),
+        created_by: who.name.clone(),
+        created_at: now,
+        expires_at: now.saturating_add(ttl.as_millis() as i64),
+        uses_left: uses,
+    };
+    state.store.create_share_link(&row).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({
+            "id": row.id,
+            "token": secret,
+            "url": format!("{}/#/join/{secret}", state.public_url),
+            "role": row.role,
+            "expires_at": row.expires_at,
+            "uses": uses,
+        })),
+    ))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Redeem {
+    token: String,
+}
+
+/// `POST /api/v1/share-links/redeem` `{token}` (a logged-in user): joins the session with the
+/// link's role (an existing role is kept). 404 for an unknown, expired, used-up or revoked link.
+pub(crate) async fn redeem_share_link(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let req: Redeem = parse_json(body, state.config.max_body_bytes)?;
+    if who.admin {
+        return Err(ApiError::Invalid {
+            field: "token",
+            reason: "the admin owns every session already".into(),
+        });
+    }
+    let (session, role) = state
+        .store
+        .redeem_share_link(&token_hash(&req.token), &who.name, now_ms())
+        .await?
+        .ok_or(ApiError::NotFound("share link"))?;
+    Ok(Json(
+        serde_json::json!({ "session": session, "role": role }),
+    ))
+}
+
+/// `DELETE /api/v1/share-links/{id}` (the session's owner): the link stops working, and the
+/// people who joined through it lose their role and their live connections.
+pub(crate) async fn revoke_share_link(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = match state.store.share_link_session(&id).await {
+        Ok(s) => s,
+        Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
+        Err(e) => return Err(e.into()),
+    };
+    session_for(&state, &who, &session.to_string(), Role::Owner)
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound(_) => ApiError::NotFound("share link"),
+            e => e,
+        })?;
+    let (session, members) = state.store.revoke_share_link(&id, now_ms()).await?;
+    for m in members {
+        state.auth.revocations.revoke_member(session, &m);
+    }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,12 +9,16 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
+use moor_protocol::SessionId;
+
 use crate::auth::Principal;
 
 #[derive(Debug, Default)]
 struct Tree {
     users: HashMap<String, CancellationToken>,
     families: HashMap<String, CancellationToken>,
+    /// One token per (session, principal) role, cancelled when the role is removed or changed.
+    members: HashMap<(SessionId, String), CancellationToken>,
 }
 
 /// The registry. Cheap to clone.
@@ -45,12 +49,14 @@ impl Revocations {
             return self.root.child_token();
         };
         let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
-        let Tree { users, families } = &mut *tree;
+        let Tree {
+            users, families, ..
+        } = &mut *tree;
         let user_token = users
             .entry(user.to_owned())
             .or_insert_with(|| self.root.child_token());
-        // Drop the entries of connections that are gone (their families may come back; a
-        // revoked family's entry goes at revocation).
+        // Entries stay until revoked: one per user and per token family (login or device),
+        // not per connection.
         let token = match &who.family {
             Some(fam) => families
                 .entry(fam.clone())
@@ -59,6 +65,27 @@ impl Revocations {
             None => user_token.child_token(),
         };
         token
+    }
+
+    /// The token a connection of `who` to `session` also watches: cancelled when their role on
+    /// it is removed or changed (they reconnect with the new role, or get 404).
+    pub fn member_token(&self, who: &Principal, session: SessionId) -> CancellationToken {
+        if who.admin {
+            return self.root.child_token();
+        }
+        let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        tree.members
+            .entry((session, who.name.clone()))
+            .or_insert_with(|| self.root.child_token())
+            .child_token()
+    }
+
+    /// Ends the connections `principal` holds to `session` through their role.
+    pub fn revoke_member(&self, session: SessionId, principal: &str) {
+        let mut tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tree.members.remove(&(session, principal.to_owned())) {
+            t.cancel();
+        }
     }
 
     /// Ends every connection of `user`.

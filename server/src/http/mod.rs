@@ -53,6 +53,15 @@ pub fn router(state: AppState) -> Router {
         .route("/users", post(access::create_user))
         .route("/users/{name}/revoke", post(access::revoke_user))
         .route(
+            "/sessions/{id}/share-links",
+            post(access::create_share_link),
+        )
+        .route("/share-links/redeem", post(access::redeem_share_link))
+        .route(
+            "/share-links/{id}",
+            axum::routing::delete(access::revoke_share_link),
+        )
+        .route(
             "/sessions/{id}/members/{user}",
             put(access::put_member).delete(access::delete_member),
         )

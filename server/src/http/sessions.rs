@@ -22,6 +22,7 @@ const DEFAULT_PAGE: u32 = 100;
 fn info(state: &AppState, row: SessionRow) -> SessionInfo {
     SessionInfo {
         bridge: state.hub.bridge_status(row.id),
+        watchers: state.hub.watchers(row.id),
         id: row.id,
         name: row.name,
         created_at: row.created_at,

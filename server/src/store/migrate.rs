@@ -1,7 +1,7 @@
 //! `moord migrate-store`: copies a SQLite deployment's log into an empty Postgres database,
 //! table by table, keeping every seq and idempotency key (so bridges resume from the same marks
 //! and retried inputs stay duplicates), with state snapshots, checkpoint records, accounts,
-//! refresh-token families and session roles.
+//! refresh-token families, share links and session roles.
 //!
 //! The copy runs in one destination transaction: if anything fails, the destination is left as
 //! it was and the command can simply be run again. The source is opened read-only; stop `moord`
@@ -29,7 +29,7 @@ pub struct Copied {
     pub producers: u64,
     /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
     pub checkpoints: u64,
-    /// Rows of users, token families, refresh tokens and session roles.
+    /// Rows of users, token families, refresh tokens, share links and session roles.
     pub accounts: u64,
 }
 
@@ -66,11 +66,26 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "share_links",
+        &[
+            ("id", "text"),
+            ("token_hash", "text"),
+            ("session_id", "text"),
+            ("role", "text"),
+            ("created_by", "text"),
+            ("created_at", "bigint"),
+            ("expires_at", "bigint"),
+            ("uses_left", "bigint"),
+            ("revoked_at", "bigint"),
+        ],
+    ),
+    (
         "session_members",
         &[
             ("session_id", "text"),
             ("principal", "text"),
             ("role", "text"),
+            ("via_link", "text"),
         ],
     ),
 ];

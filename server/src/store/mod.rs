@@ -98,6 +98,14 @@ pub struct Append {
     pub key: IdemKey,
 }
 
+impl Append {
+    /// Bridge output or a remote input: what an ended session refuses. The server's own
+    /// bookkeeping (receipts, `session.ended`, disconnects) may still be written after the end.
+    pub fn is_new_work(&self) -> bool {
+        matches!(self.key, IdemKey::Producer { .. } | IdemKey::ClientMsg(_))
+    }
+}
+
 /// The outcome of one [`Append`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
@@ -143,7 +151,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>>;
 
     /// Appends `batch` to one session's log in one transaction, in order, and reports each
-    /// entry's outcome. Seqs are contiguous and follow commit order.
+    /// entry's outcome. Seqs are contiguous and follow commit order. Once the session has ended,
+    /// a batch holding new work ([`Append::is_new_work`]) is refused with
+    /// [`StoreError::SessionEnded`]; the server's own bookkeeping is still written.
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>>;
 
     /// Up to `limit` entries of a session's log.
@@ -282,11 +292,64 @@ pub trait Store: Send + Sync + Debug + 'static {
         Err(unsupported("session roles"))
     }
 
+    /// Stores a new share link.
+    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+        let _ = link;
+        Err(unsupported("share links"))
+    }
+
+    /// Spends one use of the link whose secret hashes to `token_hash` (if it is live) and gives
+    /// `principal` its role, unless they already have a role on the session. Returns the
+    /// session and the role the principal has now; `None` for a dead or unknown link.
+    async fn redeem_share_link(
+        &self,
+        token_hash: &str,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, String)>> {
+        let _ = (token_hash, principal, at);
+        Err(unsupported("share links"))
+    }
+
+    /// Revokes a link and removes the members who joined through it. Returns the link's
+    /// session and those members.
+    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
+        let _ = (id, at);
+        Err(unsupported("share links"))
+    }
+
+    /// The session a share link belongs to.
+    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
+        let _ = id;
+        Err(unsupported("share links"))
+    }
+
     /// Every session a principal has a role on, with the role.
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         let _ = principal;
         Err(unsupported("session roles"))
     }
+}
+
+/// A share link as stored (its secret only hashed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareLinkRow {
+    /// Public id (for revoking).
+    pub id: String,
+    /// SHA-256 (hex) of the secret in the link.
+    pub token_hash: String,
+    /// The session it shares.
+    pub session: SessionId,
+    /// The role it grants.
+    pub role: String,
+    /// Who made it.
+    pub created_by: String,
+    /// Creation time (ms).
+    pub created_at: i64,
+    /// Expiry (ms).
+    pub expires_at: i64,
+    /// Redemptions left.
+    pub uses_left: i64,
 }
 
 /// A stored account.

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::{
-    Append, Appended, CheckpointRow, IdemKey, Range, RefreshOutcome, RefreshRow, SessionRow, Store,
-    StoreError, StoreResult, UserRow,
+    Append, Appended, CheckpointRow, IdemKey, Range, RefreshOutcome, RefreshRow, SessionRow,
+    ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
 mod access;
@@ -154,7 +154,9 @@ impl Store for SqliteStore {
             .await
             .map_err(other)?
             .ok_or(StoreError::NotFound)?;
-        if row.get::<Option<i64>, _>("ended_at").is_some() {
+        if row.get::<Option<i64>, _>("ended_at").is_some()
+            && batch.iter().any(super::Append::is_new_work)
+        {
             return Err(StoreError::SessionEnded);
         }
         let spk: i64 = row.get("pk");
@@ -375,6 +377,27 @@ impl Store for SqliteStore {
         principal: &str,
     ) -> StoreResult<Option<String>> {
         self.role_of(session, principal).await
+    }
+
+    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+        self.insert_share_link(link).await
+    }
+
+    async fn redeem_share_link(
+        &self,
+        token_hash: &str,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, String)>> {
+        self.redeem_link(token_hash, principal, at).await
+    }
+
+    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
+        self.revoke_link(id, at).await
+    }
+
+    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
+        self.link_session(id).await
     }
 
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {

@@ -107,6 +107,8 @@ struct Conn {
     seen: Option<Seq>,
     /// Cancelled at shutdown and when the bridge's credential is revoked.
     stop: CancellationToken,
+    /// Cancelled when the bridge's principal stops owning the session.
+    role_stop: CancellationToken,
 }
 
 #[tracing::instrument(skip_all)]
@@ -210,6 +212,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         tx,
         delivered: Seq::ZERO,
         seen: None,
+        role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
     let ending = match conn.welcome(&session.name, conn_id).await {
@@ -379,6 +382,7 @@ impl Conn {
         let mut lookahead: Lookahead = VecDeque::new();
         let shutdown = self.state.shutdown.clone();
         let stop = self.stop.clone();
+        let role_stop = self.role_stop.clone();
         loop {
             let result = tokio::select! {
                 biased;
@@ -392,6 +396,9 @@ impl Conn {
                 // and shutdown, above, wins.
                 _ = stop.cancelled() => {
                     return Ending::close(close::UNAUTHORIZED, "credentials revoked");
+                }
+                _ = role_stop.cancelled() => {
+                    return Ending::close(close::UNAUTHORIZED, "no longer the owner of this session");
                 }
                 cmd = control.recv() => match cmd {
                     Some(BridgeControl::Close { code, reason }) => return Ending::close(code, reason),
@@ -548,15 +555,34 @@ impl Conn {
             BridgeToServer::End => {
                 // Everything sent before `End` must be stored (and acked) first.
                 self.settle_all().await?;
-                let ended = server_entry(kinds::SESSION_ENDED, json!({"reason": "agent exited"}));
-                self.state
-                    .log
-                    .append(self.session, vec![ended])
+                // From here new inputs are refused; those stored after the last one this bridge
+                // was sent never reached the agent and are failed, so none is left unaccounted.
+                let store = self.state.store.clone();
+                store
+                    .end_session(self.session, now_ms())
                     .await
                     .map_err(store_ending)?;
+                let undelivered = store
+                    .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
+                    .await
+                    .map_err(store_ending)?;
+                let mut closing: Vec<Append> = undelivered
+                    .iter()
+                    .map(|e| {
+                        receipt(
+                            kinds::INPUT_FAILED,
+                            e.seq,
+                            json!({"reason": "the agent had exited"}),
+                        )
+                    })
+                    .collect();
+                closing.push(server_entry(
+                    kinds::SESSION_ENDED,
+                    json!({"reason": "agent exited"}),
+                ));
                 self.state
-                    .store
-                    .end_session(self.session, now_ms())
+                    .log
+                    .append(self.session, closing)
                     .await
                     .map_err(store_ending)?;
                 Err(Ending::close(close::SESSION_ENDED, "session ended"))

@@ -38,6 +38,7 @@ pub async fn upgrade(
     let may_input = role_on(&state, &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
+        role_stop: state.auth.revocations.member_token(&who, session.id),
         who,
         may_input,
     };
@@ -55,12 +56,15 @@ struct Viewer {
     may_input: bool,
     /// Cancelled at shutdown and when the viewer's credential is revoked.
     stop: CancellationToken,
+    /// Cancelled when the viewer's role on the session is removed or changed.
+    role_stop: CancellationToken,
 }
 
 #[tracing::instrument(skip_all, fields(session.id = %session))]
 async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
     let (mut tx, mut rx) = socket.split();
     let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
+    let _watching = state.hub.watching(session);
     let head = match state.store.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
         Err(e) => {
@@ -78,6 +82,13 @@ async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: Sessio
     let mut last_rx = Instant::now();
     loop {
         tokio::select! {
+            _ = viewer.role_stop.cancelled() => {
+                // Also cancelled at shutdown (a child of its token): say which it was.
+                if !state.shutdown.is_cancelled() {
+                    return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, "your role on this session changed; reconnect").await;
+                }
+                return super::close(&mut tx, &mut rx, close::GOING_AWAY, "server shutting down; reconnect").await;
+            }
             _ = viewer.stop.cancelled() => {
                 if !state.shutdown.is_cancelled() {
                     return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, "credentials revoked").await;

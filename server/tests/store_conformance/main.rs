@@ -102,7 +102,8 @@ conformance!(
     state_snapshots_keep_the_newest,
     checkpoints_are_stored_once_and_listed_newest_first,
     accounts_refresh_tokens_and_roles_are_kept,
-    a_refresh_token_presented_on_two_nodes_at_once_rotates_once,
+    share_links_grant_roles_until_spent_expired_or_revoked,
+    refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
 );

@@ -8,7 +8,7 @@ use moor_server::store::{
     Appended, CheckpointRow, IdemKey, Notice, RefreshOutcome, RefreshRow, Store, StoreError,
 };
 
-use crate::stories::{all, input, next, output, produced, receipt, stored_seq};
+use crate::stories::{all, input, next, output, produced, receipt, share_link, stored_seq};
 use crate::Db;
 
 pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db) {
@@ -254,6 +254,10 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     };
     src.create_token_family("f1", &refresh).await.unwrap();
     src.set_member(a, "ann", "owner").await.unwrap();
+    src.create_share_link(&share_link("l1", a, "viewer", 3))
+        .await
+        .unwrap();
+    src.redeem_share_link("hash-l1", "bob", 2).await.unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -277,7 +281,12 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     }
     assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
     assert_eq!(dst.checkpoint("cp-1").await.unwrap(), checkpoint);
-    assert_eq!(copied.accounts, 4, "a user, a family, a token, a role");
+    assert_eq!(
+        copied.accounts, 6,
+        "a user, a family, a token, a link, two roles"
+    );
+    let (_, removed) = dst.revoke_share_link("l1", 3).await.unwrap();
+    assert_eq!(removed, ["bob"], "who joined through a link is still known");
     assert_eq!(
         dst.user("ann").await.unwrap(),
         src.user("ann").await.unwrap()
@@ -329,13 +338,16 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         Seq(7003),
         "seqs continue after the copied head"
     );
-    assert!(matches!(
-        dst.append(b, vec![output("x", IdemKey::None)]).await,
-        Err(StoreError::SessionEnded)
-    ));
+    assert!(
+        matches!(
+            dst.append(b, vec![input("x", "late")]).await,
+            Err(StoreError::SessionEnded)
+        ),
+        "the end came along"
+    );
 }
 
-pub async fn a_refresh_token_presented_on_two_nodes_at_once_rotates_once(db: Db) {
+pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once(db: Db) {
     // arrange
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
@@ -351,6 +363,10 @@ pub async fn a_refresh_token_presented_on_two_nodes_at_once_rotates_once(db: Db)
     // act: the same token, and the same unclaimed session, on both nodes at once, many times
     let mut rotated = 0;
     let mut owners = 0;
+    a.create_share_link(&share_link("once", s, "viewer", 20))
+        .await
+        .unwrap();
+    let mut redeemed = 0;
     for i in 0..20 {
         let old = format!("t{i}");
         a.create_token_family(&format!("f{i}"), &token(&old))
@@ -375,9 +391,19 @@ pub async fn a_refresh_token_presented_on_two_nodes_at_once_rotates_once(db: Db)
         let (who_a, who_b) = (format!("a{i}"), format!("b{i}"));
         let claims = tokio::join!(a.claim_session(s, &who_a), b.claim_session(s, &who_b));
         owners += claims.0.unwrap() as u32 + claims.1.unwrap() as u32;
+        let (who_a, who_b) = (format!("la{i}"), format!("lb{i}"));
+        let (x, y) = tokio::join!(
+            a.redeem_share_link("hash-once", &who_a, 2),
+            b.redeem_share_link("hash-once", &who_b, 2)
+        );
+        redeemed += x.unwrap().is_some() as u32 + y.unwrap().is_some() as u32;
     }
 
     // assert
     assert_eq!(rotated, 20, "each token rotated exactly once");
     assert_eq!(owners, 1, "the session got one owner");
+    assert_eq!(
+        redeemed, 20,
+        "a link with 20 uses is redeemed 20 times in 40 tries"
+    );
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
     Append, Appended, CheckpointRow, IdemKey, Notice, NoticeFeed, Range, RefreshOutcome,
-    RefreshRow, Store, StoreError,
+    RefreshRow, ShareLinkRow, Store, StoreError,
 };
 use serde_json::json;
 
@@ -476,17 +476,36 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         Some(1234),
         "the first end counts"
     );
-    assert!(matches!(
-        store.append(s, vec![output("more", IdemKey::None)]).await,
-        Err(StoreError::SessionEnded)
-    ));
+    for new_work in [produced(ProducerId::new(), 1, "more"), input("late", "hi")] {
+        assert!(matches!(
+            store
+                .append(s, vec![output("bookkeeping", IdemKey::None), new_work])
+                .await,
+            Err(StoreError::SessionEnded)
+        ));
+    }
+    let bookkeeping = store
+        .append(
+            s,
+            vec![
+                output("server", IdemKey::None),
+                receipt(kinds::INPUT_FAILED, Seq(1)),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        bookkeeping.iter().map(stored_seq).collect::<Vec<_>>(),
+        [Seq(2), Seq(3)],
+        "the server's own entries are still written after the end"
+    );
     assert!(matches!(
         store
             .append(SessionId::new(), vec![output("x", IdemKey::None)])
             .await,
         Err(StoreError::NotFound)
     ));
-    assert_eq!(all(&*store, s).await.len(), 1);
+    assert_eq!(all(&*store, s).await.len(), 3);
 }
 
 pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
@@ -593,4 +612,70 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
     );
     store.remove_member(s, "bob").await.unwrap();
     assert_eq!(store.member_role(s, "bob").await.unwrap(), None);
+}
+
+/// A share link on `session` granting `role`, `uses` times, until `expires_at`.
+pub(crate) fn share_link(id: &str, session: SessionId, role: &str, uses: i64) -> ShareLinkRow {
+    ShareLinkRow {
+        id: id.into(),
+        token_hash: format!("hash-{id}"),
+        session,
+        role: role.into(),
+        created_by: "ann".into(),
+        created_at: 1,
+        expires_at: 1000,
+        uses_left: uses,
+    }
+}
+
+pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let s = store.open_session("shared", None).await.unwrap().id;
+    store.set_member(s, "ann", "owner").await.unwrap();
+    store
+        .create_share_link(&share_link("l1", s, "viewer", 2))
+        .await
+        .unwrap();
+    store
+        .create_share_link(&share_link("l2", s, "controller", 5))
+        .await
+        .unwrap();
+
+    // act
+    let bob = store.redeem_share_link("hash-l1", "bob", 10).await.unwrap();
+    let ann = store.redeem_share_link("hash-l1", "ann", 10).await.unwrap();
+    let spent = store.redeem_share_link("hash-l1", "cat", 10).await.unwrap();
+    let expired = store
+        .redeem_share_link("hash-l2", "dan", 2000)
+        .await
+        .unwrap();
+    let unknown = store.redeem_share_link("nope", "dan", 10).await.unwrap();
+    store.redeem_share_link("hash-l2", "eve", 10).await.unwrap();
+    let (session, removed) = store.revoke_share_link("l2", 20).await.unwrap();
+    let revoked = store.redeem_share_link("hash-l2", "fay", 30).await.unwrap();
+
+    // assert
+    assert_eq!(bob, Some((s, "viewer".to_owned())));
+    assert_eq!(
+        ann,
+        Some((s, "owner".to_owned())),
+        "a link never changes an existing role"
+    );
+    assert_eq!((spent, expired, unknown, revoked), (None, None, None, None));
+    assert_eq!(
+        (session, removed),
+        (s, vec!["eve".to_owned()]),
+        "revoking removes its members"
+    );
+    assert_eq!(store.member_role(s, "eve").await.unwrap(), None);
+    assert_eq!(
+        store.member_role(s, "bob").await.unwrap().as_deref(),
+        Some("viewer")
+    );
+    assert_eq!(store.share_link_session("l1").await.unwrap(), s);
+    assert!(matches!(
+        store.share_link_session("nope").await,
+        Err(StoreError::NotFound)
+    ));
 }

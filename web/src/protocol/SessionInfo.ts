@@ -39,6 +39,10 @@ status: SessionStatus,
  */
 bridge: BridgeStatus, 
 /**
+ * Live viewers (SSE streams and viewer sockets) on this server.
+ */
+watchers: number, 
+/**
  * What the bridge runs, as it said in its last `Hello`.
  */
 agent: AgentInfo | null, 

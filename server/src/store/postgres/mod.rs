@@ -10,6 +10,7 @@ mod checkpoints;
 mod cluster;
 mod lookup;
 mod rows;
+mod share_links;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use self::rows::{entry_row, insert_rows, session_row};
 use super::append::{self, Decision};
 use super::{
     redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, RefreshOutcome,
-    RefreshRow, SessionRow, Store, StoreError, StoreResult, UserRow,
+    RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -195,11 +196,12 @@ impl Store for PgStore {
                 .await
                 .map_err(other)?
                 .ok_or(StoreError::NotFound)?;
-        if row
+        // An ended session takes no new work, but the server's bookkeeping is still written.
+        let ended = row
             .try_get::<Option<i64>, _>("ended_at")
             .map_err(other)?
-            .is_some()
-        {
+            .is_some();
+        if ended && batch.iter().any(Append::is_new_work) {
             return Err(StoreError::SessionEnded);
         }
         let head: i64 = row.try_get("head_seq").map_err(other)?;
@@ -431,5 +433,26 @@ impl Store for PgStore {
 
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         self.roles_of(principal).await
+    }
+
+    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+        self.insert_share_link(link).await
+    }
+
+    async fn redeem_share_link(
+        &self,
+        token_hash: &str,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, String)>> {
+        self.redeem_link(token_hash, principal, at).await
+    }
+
+    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
+        self.revoke_link(id, at).await
+    }
+
+    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
+        self.link_session(id).await
     }
 }

@@ -7,7 +7,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{other, SqliteStore};
-use crate::store::{RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow};
+use crate::store::{RefreshOutcome, RefreshRow, ShareLinkRow, StoreError, StoreResult, UserRow};
 
 impl SqliteStore {
     pub(super) async fn insert_user(&self, name: &str, hash: &str, at: i64) -> StoreResult<()> {
@@ -229,6 +229,119 @@ impl SqliteStore {
                 Ok((SessionId(id), r.get("role")))
             })
             .collect()
+    }
+}
+
+impl SqliteStore {
+    pub(super) async fn insert_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO share_links (id, token_hash, session_id, role, created_by, created_at, \
+             expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&link.id)
+        .bind(&link.token_hash)
+        .bind(link.session.to_string())
+        .bind(&link.role)
+        .bind(&link.created_by)
+        .bind(link.created_at)
+        .bind(link.expires_at)
+        .bind(link.uses_left)
+        .execute(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn redeem_link(
+        &self,
+        token_hash: &str,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, String)>> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
+        let row = sqlx::query(
+            "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = ? \
+             AND revoked_at IS NULL AND expires_at > ? AND uses_left > 0 \
+             RETURNING id, session_id, role",
+        )
+        .bind(token_hash)
+        .bind(at)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(other)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: String = row.get("id");
+        let session: String = row.get("session_id");
+        let role: String = row.get("role");
+        // An existing role is kept: a link never lowers (or raises) a member's role.
+        sqlx::query(
+            "INSERT INTO session_members (session_id, principal, role, via_link) \
+             VALUES (?, ?, ?, ?) ON CONFLICT (session_id, principal) DO NOTHING",
+        )
+        .bind(&session)
+        .bind(principal)
+        .bind(&role)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .map_err(other)?;
+        let now: String =
+            sqlx::query("SELECT role FROM session_members WHERE session_id = ? AND principal = ?")
+                .bind(&session)
+                .bind(principal)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(other)?
+                .get("role");
+        tx.commit().await.map_err(other)?;
+        let session = SessionId(Uuid::parse_str(&session).context("stored session id")?);
+        Ok(Some((session, now)))
+    }
+
+    pub(super) async fn revoke_link(
+        &self,
+        id: &str,
+        at: i64,
+    ) -> StoreResult<(SessionId, Vec<String>)> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
+        let session: String = sqlx::query(
+            "UPDATE share_links SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? \
+             RETURNING session_id",
+        )
+        .bind(at)
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(other)?
+        .get("session_id");
+        let members = sqlx::query(
+            "DELETE FROM session_members WHERE session_id = ? AND via_link = ? RETURNING principal",
+        )
+        .bind(&session)
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(other)?
+        .iter()
+        .map(|r| r.get::<String, _>("principal"))
+        .collect();
+        tx.commit().await.map_err(other)?;
+        let session = SessionId(Uuid::parse_str(&session).context("stored session id")?);
+        Ok((session, members))
+    }
+
+    pub(super) async fn link_session(&self, id: &str) -> StoreResult<SessionId> {
+        let session: String = sqlx::query("SELECT session_id FROM share_links WHERE id = ?")
+            .bind(id)
+            .fetch_one(&self.readers)
+            .await
+            .map_err(other)?
+            .get("session_id");
+        Ok(SessionId(
+            Uuid::parse_str(&session).context("stored session id")?,
+        ))
     }
 }
 
