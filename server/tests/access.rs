@@ -302,6 +302,7 @@ async fn every_endpoint_answers_each_role_as_it_should() {
         ("GET", "/sessions/s1/recovery", || None, read),
         ("GET", "/sessions/s1/transcript", || None, read),
         ("GET", "/sessions/s1/events", || None, read),
+        ("GET", "/sessions/s1/checkpoints", || None, read),
         (
             "POST",
             "/sessions/s1/inputs",

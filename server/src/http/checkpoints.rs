@@ -13,7 +13,8 @@ use moor_protocol::checkpoint::{
     MissingBlobs, MissingBlobsRequest, StoredCheckpoint, MISSING_QUERY_MAX,
 };
 
-use crate::auth::AuthUser;
+use crate::access::{session_for, Role};
+use crate::auth::{AuthUser, Principal};
 use crate::blobs::{BlobError, BlobStore, MAX_BLOB_BYTES};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -146,7 +147,7 @@ pub(super) async fn get_blob(
 /// names is stored (else 409 naming the missing ones). Idempotent.
 pub(super) async fn put(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path((key, id)): Path<(String, String)>,
     body: Body,
 ) -> Result<(StatusCode, Json<CheckpointSummary>), ApiError> {
@@ -179,7 +180,8 @@ pub(super) async fn put(
             missing.join(", ")
         )));
     }
-    let session = state.store.find_session(&key).await?;
+    // Checkpoints are taken by the session's bridge, which runs as its owner.
+    let session = session_for(&state, &who, &key, Role::Owner).await?;
     let summary = manifest.summary();
     let row = CheckpointRow {
         id: id.clone(),
@@ -200,10 +202,10 @@ pub(super) async fn put(
 /// `GET /api/v1/sessions/{id}/checkpoints`: newest first.
 pub(super) async fn list(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<Vec<CheckpointSummary>>, ApiError> {
-    let session = state.store.find_session(&key).await?;
+    let session = session_for(&state, &who, &key, Role::Viewer).await?;
     let rows = state.store.list_checkpoints(session.id).await?;
     let summaries = rows
         .iter()
@@ -213,7 +215,8 @@ pub(super) async fn list(
     Ok(Json(summaries))
 }
 
-async fn stored(state: &AppState, id: &str) -> Result<StoredCheckpoint, ApiError> {
+/// A stored checkpoint, if the caller may see its session (else 404, like the session).
+async fn stored(state: &AppState, who: &Principal, id: &str) -> Result<StoredCheckpoint, ApiError> {
     checked_id(id)?;
     let row = state
         .store
@@ -222,6 +225,12 @@ async fn stored(state: &AppState, id: &str) -> Result<StoredCheckpoint, ApiError
         .map_err(not_found_as_checkpoint)?;
     let manifest = serde_json::from_str(&row.manifest)
         .map_err(|e| anyhow::Error::new(e).context("stored checkpoint manifest"))?;
+    session_for(state, who, &row.session.to_string(), Role::Viewer)
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound(_) => ApiError::NotFound("checkpoint"),
+            e => e,
+        })?;
     Ok(StoredCheckpoint {
         session: row.session,
         manifest,
@@ -231,10 +240,10 @@ async fn stored(state: &AppState, id: &str) -> Result<StoredCheckpoint, ApiError
 /// `GET /api/v1/checkpoints/{checkpoint}`: the session and the manifest.
 pub(super) async fn get(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<Json<StoredCheckpoint>, ApiError> {
-    Ok(Json(stored(&state, &id).await?))
+    Ok(Json(stored(&state, &who, &id).await?))
 }
 
 async fn blob_for(state: &AppState, sha256: &str) -> Result<Vec<u8>, ApiError> {
@@ -262,10 +271,10 @@ fn attachment(content_type: &'static str, disposition: String, bytes: Vec<u8>) -
 /// `GET /api/v1/checkpoints/{checkpoint}/diff`: the patch from the base commit (`git apply`).
 pub(super) async fn diff(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let cp = stored(&state, &id).await?;
+    let cp = stored(&state, &who, &id).await?;
     let patch = blob_for(&state, &cp.manifest.patch.sha256).await?;
     Ok(attachment(
         "text/x-diff; charset=utf-8",
@@ -279,10 +288,10 @@ pub(super) async fn diff(
 /// deletions, skipped files).
 pub(super) async fn archive(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let cp = stored(&state, &id).await?;
+    let cp = stored(&state, &who, &id).await?;
     let m = &cp.manifest;
     let total: u64 = m.files.iter().filter_map(|f| f.size).sum();
     if total > MAX_ARCHIVE_BYTES {
