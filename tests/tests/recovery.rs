@@ -8,16 +8,21 @@ use std::time::Duration;
 
 use moor_e2e::util::bin_path;
 use moor_e2e::{ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestServer, WAIT};
+use moor_protocol::kinds;
 use moor_protocol::recovery::RecoveryBrief;
 use moor_protocol::state::ToolClass;
 use moor_protocol::transcript::{validate, Message};
-use moor_protocol::kinds;
 use serde_json::{json, Value};
 
 const FINISH: Duration = Duration::from_secs(60);
 
 /// Runs a `moor` subcommand with the Claude environment, in the project directory.
-async fn moor(env: &ClaudeEnv, server: &TestServer, args: &[&str], timeout: Duration) -> std::process::Output {
+async fn moor(
+    env: &ClaudeEnv,
+    server: &TestServer,
+    args: &[&str],
+    timeout: Duration,
+) -> std::process::Output {
     let opts = env.bridge(&server.url(), server.token(), "unused", &[]);
     let (envs, _) = opts.environment();
     let mut cmd = tokio::process::Command::new(bin_path("moor"));
@@ -34,16 +39,27 @@ async fn moor(env: &ClaudeEnv, server: &TestServer, args: &[&str], timeout: Dura
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    tokio::time::timeout(timeout, cmd.output()).await.expect("moor finished in time").expect("moor ran")
+    tokio::time::timeout(timeout, cmd.output())
+        .await
+        .expect("moor finished in time")
+        .expect("moor ran")
 }
 
 async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
-    let resp = server.api().authed(reqwest::Method::GET, &format!("/api/v1/sessions/{session}/recovery"), None).await;
+    let resp = server
+        .api()
+        .authed(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{session}/recovery"),
+            None,
+        )
+        .await;
     serde_json::from_value(resp.body).expect("brief json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recover_says_it_did_not_land() {
+async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recover_says_it_did_not_land(
+) {
     // arrange: Claude Code asks to write a file (default permission mode: it waits for a decision)
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
@@ -55,24 +71,46 @@ async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recov
     let mut tail = LogTail::new(server.api(), id);
     tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
     let prompt = format!("[[write:{}:hello]]", target.display());
-    let seq = server.api().post_input_kind(id, "w1", kinds::INPUT_TEXT, json!({ "text": prompt })).await.seq.0;
-    tail.wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true).await;
+    let seq = server
+        .api()
+        .post_input_kind(id, "w1", kinds::INPUT_TEXT, json!({ "text": prompt }))
+        .await
+        .seq
+        .0;
+    tail.wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+        .await;
 
     // act: the link dies and stays down
     proxy.refuse(true);
     proxy.cut_all().await;
-    let interrupted = tail.wait_kind("session.interrupted", seq, FINISH, |_| true).await;
+    let interrupted = tail
+        .wait_kind("session.interrupted", seq, FINISH, |_| true)
+        .await;
 
     // assert: everyone can see what was in flight
     assert_eq!(interrupted.payload["cause"], "link");
     let b = brief(&server, &name).await;
-    let write = b.uncertain.iter().find(|t| t.tool == "Write").unwrap_or_else(|| panic!("{b:#?}"));
+    let write = b
+        .uncertain
+        .iter()
+        .find(|t| t.tool == "Write")
+        .unwrap_or_else(|| panic!("{b:#?}"));
     assert_eq!(write.class, ToolClass::FileMutation);
-    assert!(write.target.as_deref().is_some_and(|t| t.ends_with("notes.txt")), "{write:?}");
+    assert!(
+        write
+            .target
+            .as_deref()
+            .is_some_and(|t| t.ends_with("notes.txt")),
+        "{write:?}"
+    );
     assert_eq!(b.goal.last().map(String::as_str), Some(prompt.as_str()));
     // ... and this machine can tell whether it landed: it did not.
     let out = moor(&env, &server, &["recover", &name, "--json"], WAIT).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let local: RecoveryBrief = serde_json::from_slice(&out.stdout).unwrap();
     let write = local.uncertain.iter().find(|t| t.tool == "Write").unwrap();
     assert!(write.advice.starts_with("not applied"), "{write:?}");
@@ -84,22 +122,37 @@ async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recov
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_is_not_rerun_unasked() {
+async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_is_not_rerun_unasked(
+) {
     // arrange: an approved command that runs for a while
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
     let name = format!("kill-{}", uuid::Uuid::new_v4().simple());
     let marker = env.file("ran.txt");
-    let mut bridge = env.bridge(&server.url(), server.token(), &name, &[]).spawn();
+    let mut bridge = env
+        .bridge(&server.url(), server.token(), &name, &[])
+        .spawn();
     let id = server.api().wait_session(&name, WAIT).await.id;
     let mut tail = LogTail::new(server.api(), id);
     let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
     let prompt = format!("[[bash:echo run >> {} && sleep 30]]", marker.display());
-    let seq = server.api().post_input_kind(id, "c1", kinds::INPUT_TEXT, json!({ "text": prompt })).await.seq.0;
-    let req = tail.wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true).await;
+    let seq = server
+        .api()
+        .post_input_kind(id, "c1", kinds::INPUT_TEXT, json!({ "text": prompt }))
+        .await
+        .seq
+        .0;
+    let req = tail
+        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+        .await;
     server
         .api()
-        .post_input_kind(id, "c2", kinds::INPUT_PERMISSION, json!({"request_id": req.payload["request_id"], "decision": "allow"}))
+        .post_input_kind(
+            id,
+            "c2",
+            kinds::INPUT_PERMISSION,
+            json!({"request_id": req.payload["request_id"], "decision": "allow"}),
+        )
         .await;
     // The command has started once the marker file has its line.
     moor_e2e::eventually(FINISH, "the command to start", || async {
@@ -111,14 +164,23 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     let pid = start.payload["pid"].as_i64().expect("agent pid") as i32;
     let pid = rustix::process::Pid::from_raw(pid).expect("pid");
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
-    let interrupted = tail.wait_kind("session.interrupted", seq, FINISH, |_| true).await;
+    let interrupted = tail
+        .wait_kind("session.interrupted", seq, FINISH, |_| true)
+        .await;
     bridge.wait_exit(FINISH).await;
 
     // assert: the brief says the command's effects are unknown
     assert_eq!(interrupted.payload["cause"], "agent");
     let b = brief(&server, &name).await;
-    let bash = b.uncertain.iter().find(|t| t.tool == "Bash").unwrap_or_else(|| panic!("{b:#?}"));
-    assert!(bash.advice.contains("do not re-run without asking") && !bash.auto_retry, "{bash:?}");
+    let bash = b
+        .uncertain
+        .iter()
+        .find(|t| t.tool == "Bash")
+        .unwrap_or_else(|| panic!("{b:#?}"));
+    assert!(
+        bash.advice.contains("do not re-run without asking") && !bash.auto_retry,
+        "{bash:?}"
+    );
     let session_id = b.agent_session_id.clone().expect("agent session id");
 
     // act: resume; the brief is the first prompt and the model asks to run the command again
@@ -127,23 +189,40 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     let run = moor(&env, &server, &resume_args, FINISH);
     let watch = async {
         let resumed = moor_e2e::eventually_some(FINISH, "the resumed session", || async {
-            server.api().sessions().await.into_iter().find(|s| s.name.starts_with(&resumed_name))
+            server
+                .api()
+                .sessions()
+                .await
+                .into_iter()
+                .find(|s| s.name.starts_with(&resumed_name))
         })
         .await;
         let mut rtail = LogTail::new(server.api(), resumed.id);
-        let applied = rtail.wait_kind(kinds::INPUT_APPLIED, 0, FINISH, |_| true).await;
-        let session = rtail.wait_kind(kinds::AGENT_SESSION, 0, FINISH, |_| true).await;
+        let applied = rtail
+            .wait_kind(kinds::INPUT_APPLIED, 0, FINISH, |_| true)
+            .await;
+        let session = rtail
+            .wait_kind(kinds::AGENT_SESSION, 0, FINISH, |_| true)
+            .await;
         let req = rtail
-            .wait_kind(kinds::AGENT_PERMISSION_REQUEST, 0, FINISH, |e| e.payload["tool_name"] == "Bash")
+            .wait_kind(kinds::AGENT_PERMISSION_REQUEST, 0, FINISH, |e| {
+                e.payload["tool_name"] == "Bash"
+            })
             .await;
         // Nothing runs before somebody decides: deny it.
         assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().count(), 1);
         let deny = json!({"request_id": req.payload["request_id"], "decision": "deny"});
-        server.api().post_input_kind(resumed.id, "deny", kinds::INPUT_PERMISSION, deny).await;
-        rtail.wait_kind(kinds::AGENT_RESULT, req.seq.0, FINISH, |_| true).await;
+        server
+            .api()
+            .post_input_kind(resumed.id, "deny", kinds::INPUT_PERMISSION, deny)
+            .await;
+        rtail
+            .wait_kind(kinds::AGENT_RESULT, req.seq.0, FINISH, |_| true)
+            .await;
         // Done: stop the resumed agent so `moor resume` returns.
         let start = rtail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
-        let pid = rustix::process::Pid::from_raw(start.payload["pid"].as_i64().unwrap() as i32).unwrap();
+        let pid =
+            rustix::process::Pid::from_raw(start.payload["pid"].as_i64().unwrap() as i32).unwrap();
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         (resumed, applied, session)
     };
@@ -158,14 +237,87 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     // and the resumed session's transcript is valid
     assert_eq!(session.payload["agent_session_id"], Value::from(session_id));
     let prompts = env.api.prompts();
-    assert!(prompts.iter().any(|p| p.contains("inspect") && p.contains("do not re-run without asking")), "{prompts:#?}");
+    assert!(
+        prompts
+            .iter()
+            .any(|p| p.contains("inspect") && p.contains("do not re-run without asking")),
+        "{prompts:#?}"
+    );
     assert!(applied.payload["input_seq"].as_u64().is_some());
-    assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().count(), 1, "the command ran again");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().lines().count(),
+        1,
+        "the command ran again"
+    );
     let resp = server
         .api()
-        .authed(reqwest::Method::GET, &format!("/api/v1/sessions/{}/transcript?format=messages", resumed.id), None)
+        .authed(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{}/transcript?format=messages", resumed.id),
+            None,
+        )
         .await;
     let t = resp.body;
     let messages: Vec<Message> = serde_json::from_value(t["messages"].clone()).unwrap();
     validate(&messages).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
+    // arrange: the model starts answering, then goes silent mid-response
+    let env = ClaudeEnv::start().await;
+    let server = TestServer::start(ServerOpts::new()).await;
+    let name = format!("partial-{}", uuid::Uuid::new_v4().simple());
+    let mut bridge = env
+        .bridge(&server.url(), server.token(), &name, &[])
+        .spawn();
+    let id = server.api().wait_session(&name, WAIT).await.id;
+    let mut tail = LogTail::new(server.api(), id);
+    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let seq = server
+        .api()
+        .post_input_kind(
+            id,
+            "p1",
+            kinds::INPUT_TEXT,
+            json!({ "text": "[[stall]] explain" }),
+        )
+        .await
+        .seq
+        .0;
+    tail.wait_kind(kinds::AGENT_TEXT_DELTA, seq, FINISH, |_| true)
+        .await;
+
+    // act: the agent dies mid-answer
+    let pid = rustix::process::Pid::from_raw(start.payload["pid"].as_i64().expect("pid") as i32)
+        .expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
+    let interrupted = tail
+        .wait_kind("session.interrupted", seq, FINISH, |_| true)
+        .await;
+    bridge.wait_exit(FINISH).await;
+
+    // assert: the brief holds what had been said, and the transcript marks it interrupted
+    assert_eq!(interrupted.payload["cause"], "agent");
+    let b = brief(&server, &name).await;
+    let partial = b.partial_answer.clone().unwrap_or_else(|| panic!("{b:#?}"));
+    assert!(partial.contains("Thinking about"), "{partial}");
+    assert!(
+        b.resume_prompt.contains("Thinking about"),
+        "{}",
+        b.resume_prompt
+    );
+    let resp = server
+        .api()
+        .authed(
+            reqwest::Method::GET,
+            &format!("/api/v1/sessions/{name}/transcript?format=messages"),
+            None,
+        )
+        .await;
+    let messages: Vec<Message> = serde_json::from_value(resp.body["messages"].clone()).unwrap();
+    validate(&messages).unwrap();
+    assert!(serde_json::to_string(&messages)
+        .unwrap()
+        .contains("[interrupted]"));
 }
