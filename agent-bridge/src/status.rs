@@ -58,11 +58,15 @@ impl Status {
 
     fn line(&self, text: impl AsRef<str>) {
         if self.enabled {
-            if self.with(|p| p.raw) {
-                eprint!("\r\nmoor: {}\r\n", text.as_ref());
+            let line = if self.with(|p| p.raw) {
+                format!("\r\nmoor: {}\r\n", text.as_ref())
             } else {
-                eprintln!("moor: {}", text.as_ref());
-            }
+                format!("moor: {}\n", text.as_ref())
+            };
+            // One write, so the agent's output on the same terminal cannot land inside the line
+            // (`eprint!` writes each formatted piece separately).
+            use std::io::Write;
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
         }
     }
 
