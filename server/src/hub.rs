@@ -162,13 +162,14 @@ impl Hub {
         }
     }
 
-    /// Drops the topic of a session nobody watches any more.
-    pub fn prune(&self, session: SessionId) {
+    /// Drops the topic of `session` when the one receiver still counted is the caller's, which
+    /// is about to go: otherwise every session ever watched would keep its channel.
+    pub(crate) fn release(&self, session: SessionId) {
         let mut inner = self.lock();
         if inner
             .topics
             .get(&session)
-            .is_some_and(|t| t.tx.receiver_count() == 0)
+            .is_some_and(|t| t.tx.receiver_count() <= 1)
         {
             inner.topics.remove(&session);
         }

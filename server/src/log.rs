@@ -64,11 +64,6 @@ impl Log {
         }
     }
 
-    /// The store behind the log, for reads.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
     /// Appends `batch` to `session` (one transaction, possibly shared with other appends to the
     /// same session) and returns each entry's outcome once committed and published.
     pub async fn append(

@@ -20,6 +20,7 @@ const PAGE: u32 = 1000;
 /// An ordered, gap-free, duplicate-free stream of one session's entries after a cursor.
 #[derive(Debug)]
 pub struct Tail {
+    hub: Hub,
     store: Arc<dyn Store>,
     session: SessionId,
     cursor: Seq,
@@ -28,11 +29,18 @@ pub struct Tail {
     live: bool,
 }
 
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.hub.release(self.session);
+    }
+}
+
 impl Tail {
     /// Starts tailing `session` after `cursor`. Subscribes immediately.
     pub fn new(store: Arc<dyn Store>, hub: &Hub, session: SessionId, cursor: Seq) -> Self {
         let rx = hub.subscribe(session);
         Self {
+            hub: hub.clone(),
             store,
             session,
             cursor,
