@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use moor_protocol::checkpoint::CheckpointReason;
 
 use crate::adapter::{
-    AdapterDone, AdapterError, AdapterIo, AdapterKind, Agent, AgentExit, AgentSignal, AgentSpec,
+    AdapterDone, AdapterError, AdapterIo, AdapterKind, Agent, AgentExit, AgentPid, AgentSignal,
+    AgentSpec,
 };
 use crate::checkpoint::{CheckpointConfig, CheckpointContext, Checkpoints};
 use crate::config::{self, BridgeConfig};
@@ -165,7 +166,7 @@ impl Bridge {
                     cwd: cwd.clone(),
                     session: session.clone(),
                     server: config.server.clone(),
-                    token: config.token.expose().to_owned(),
+                    token: config.token.clone(),
                     spool: dir.spool.clone(),
                     status: status.clone(),
                     after_tools: kind == AdapterKind::Claude,
@@ -238,7 +239,9 @@ impl Bridge {
         };
         running.send_replace(false);
 
-        let grace = checkpoint_config.map(|c| c.upload_grace).unwrap_or_default();
+        let grace = checkpoint_config
+            .map(|c| c.upload_grace)
+            .unwrap_or_default();
         match link_result {
             Ok(LinkEnd::Ended) => {
                 let left = checkpoints.finish(grace).await;
@@ -258,7 +261,7 @@ impl Bridge {
             Ok(LinkEnd::Shutdown) => {
                 checkpoints.abort();
                 if agent_exit.is_none() {
-                    let _ = crate::adapter::signal_agent(pid, AgentSignal::Terminate);
+                    let _ = crate::adapter::signal_agent(pid.get(), AgentSignal::Terminate);
                 }
                 let unacked = dir.spool.unacked();
                 if unacked > 0 {
@@ -273,7 +276,7 @@ impl Bridge {
             }
             Err(err) => {
                 if agent_exit.is_none() {
-                    stop_agent(pid, &signals_tx, agent_fut).await;
+                    stop_agent(&pid, &signals_tx, agent_fut).await;
                 }
                 checkpoints.abort();
                 Err(err.into())
@@ -319,7 +322,7 @@ async fn inputs_exhausted(inputs: &mut Inputs) -> bool {
 
 /// The link stopped for good while the agent runs: SIGTERM, a grace period, then SIGKILL.
 async fn stop_agent(
-    pid: u32,
+    pid: &AgentPid,
     signals: &mpsc::UnboundedSender<AgentSignal>,
     agent: impl Future<Output = Result<AdapterDone, AdapterError>>,
 ) {
@@ -329,7 +332,7 @@ async fn stop_agent(
         .await
         .is_err()
     {
-        let _ = crate::adapter::signal_agent(pid, AgentSignal::Kill);
+        let _ = crate::adapter::signal_agent(pid.get(), AgentSignal::Kill);
         let _ = tokio::time::timeout(TERMINATE_GRACE, agent).await;
     }
 }

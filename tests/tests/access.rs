@@ -234,3 +234,129 @@ async fn moor_login_shows_a_code_and_stores_credentials_once_a_user_approves() {
         .status();
     assert_eq!(s, 200);
 }
+
+/// A git work tree with one commit, for checkpoints.
+fn work_tree(dir: &std::path::Path) {
+    std::fs::write(dir.join("README.md"), "# project\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=Dev",
+            "-c",
+            "user.email=dev@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "base",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_taken_after_the_first_access_token_expired_are_uploaded() {
+    // arrange: 2-second access tokens; ann's credentials; an agent in a git work tree that
+    // writes a file only when told to
+    let server = TestServer::start(ServerOpts::new().flag("--access-token-ttl-secs", 2)).await;
+    let pair = add_user_and_login(&server, "ann").await;
+    let config = tempfile::tempdir().unwrap();
+    let creds = config.path().join("credentials.json");
+    let stored = json!([{
+        "server": server.url(),
+        "access_token": pair["access_token"],
+        "refresh_token": pair["refresh_token"],
+        "expires_at": unix_now() + 2,
+        "lifetime": 2,
+    }]);
+    std::fs::write(&creds, serde_json::to_vec(&stored).unwrap()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    work_tree(work.path());
+    let (go, finish) = (config.path().join("go"), config.path().join("finish"));
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; echo late > late.txt; \
+         while [ ! -e {finish} ]; do sleep 0.05; done",
+        go = go.display(),
+        finish = finish.display()
+    );
+    let mut bridge = BridgeOpts::new(&server.url(), "", "late-checkpoint", &[])
+        .command(&["bash".into(), "-c".into(), script])
+        .cwd(work.path())
+        .flag("--checkpoint-interval", "200ms")
+        .env("MOOR_CONFIG_DIR", config.path().display())
+        .spawn();
+    let api = server.api();
+    api.wait_session("late-checkpoint", WAIT).await;
+
+    // act: once the token was renewed twice (so the one moor started with has expired), the
+    // agent changes a file
+    let first_refresh = pair["refresh_token"].clone();
+    let mut seen = vec![first_refresh];
+    moor_e2e::eventually(WAIT, "two token refreshes", || {
+        let now: Value = serde_json::from_slice(&std::fs::read(&creds).unwrap()).unwrap();
+        let current = now[0]["refresh_token"].clone();
+        if !seen.contains(&current) {
+            seen.push(current);
+        }
+        let done = seen.len() >= 3;
+        async move { done }
+    })
+    .await;
+    std::fs::write(&go, "").unwrap();
+
+    // assert: a checkpoint holding the change reaches the server
+    let http = reqwest::Client::new();
+    let url = server.url();
+    moor_e2e::eventually(WAIT, "a checkpoint holding late.txt on the server", || {
+        let (http, url, token) = (&http, &url, server.token());
+        async move {
+            let list: Vec<Value> = http
+                .get(format!("{url}/api/v1/sessions/late-checkpoint/checkpoints"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            for c in list {
+                let stored: Value = http
+                    .get(format!(
+                        "{url}/api/v1/checkpoints/{}",
+                        c["id"].as_str().unwrap()
+                    ))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let files = stored["manifest"]["files"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if files.iter().any(|f| f["path"] == "late.txt") {
+                    return true;
+                }
+            }
+            false
+        }
+    })
+    .await;
+    std::fs::write(&finish, "").unwrap();
+    bridge.wait_success(WAIT).await;
+    assert!(
+        !bridge.stderr().contains("401"),
+        "an upload was refused: {}",
+        bridge.stderr()
+    );
+}

@@ -15,6 +15,8 @@ pub mod terminal;
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -224,6 +226,28 @@ pub enum AdapterError {
     Io(#[from] io::Error),
 }
 
+/// The agent's current process id. The Claude adapter replaces its process when it resumes the
+/// agent after a crash or a stall, so whoever signals the agent reads this, not the first pid.
+#[derive(Debug, Clone)]
+pub struct AgentPid(Arc<AtomicU32>);
+
+impl AgentPid {
+    /// A cell holding `pid`.
+    pub fn new(pid: u32) -> Self {
+        Self(Arc::new(AtomicU32::new(pid)))
+    }
+
+    /// The pid of the process running now.
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Records the replacement process.
+    pub(crate) fn set(&self, pid: u32) {
+        self.0.store(pid, Ordering::Release);
+    }
+}
+
 /// A started agent, of whichever adapter.
 #[derive(Debug)]
 pub enum Agent {
@@ -245,11 +269,11 @@ impl Agent {
         }
     }
 
-    /// The agent's process id.
-    pub fn pid(&self) -> u32 {
+    /// The agent's process id, kept current across automatic restarts.
+    pub fn pid(&self) -> AgentPid {
         match self {
-            Self::Lines(agent) => agent.pid(),
-            Self::Pty(agent) => agent.pid(),
+            Self::Lines(agent) => AgentPid::new(agent.pid()),
+            Self::Pty(agent) => AgentPid::new(agent.pid()),
             Self::Claude(agent) => agent.pid(),
         }
     }

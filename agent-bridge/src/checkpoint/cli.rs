@@ -13,6 +13,7 @@ use super::restore::{import, restore as restore_to, Restored, Target};
 use super::snapshot::{checkpoint_commit, list_ids, take, TakeOptions, Taken};
 use super::upload::{self, UploadStats};
 use super::{CheckpointError, DEFAULT_MAX_FILE_BYTES};
+use crate::config::Token;
 
 /// Where and against which server the commands run.
 #[derive(Debug, Clone)]
@@ -34,7 +35,7 @@ impl CliContext {
 
     fn client(&self, why: &str) -> Result<Client, CheckpointError> {
         match self.token.as_deref().filter(|t| !t.trim().is_empty()) {
-            Some(token) => Client::new(&self.server, token),
+            Some(token) => Client::new(&self.server, Token::new(token)),
             None => Err(CheckpointError::Server(format!(
                 "{why}; set MOOR_TOKEN (or pass --token) to use the server's copy"
             ))),

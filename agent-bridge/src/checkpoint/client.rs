@@ -9,13 +9,15 @@ use moor_protocol::checkpoint::{
 use reqwest::StatusCode;
 
 use super::CheckpointError;
+use crate::config::Token;
 use crate::recover::http_base;
 
-/// A client for one server.
+/// A client for one server. A token from `moor login` renews itself: a 401 refreshes it and
+/// the request is sent once more, so uploads keep working past the access token's lifetime.
 #[derive(Debug, Clone)]
 pub struct Client {
     base: String,
-    token: String,
+    token: Token,
     http: reqwest::Client,
 }
 
@@ -32,7 +34,7 @@ pub enum ManifestPut {
 
 impl Client {
     /// A client for the server at `server` (any URL form `moor run` accepts).
-    pub fn new(server: &str, token: &str) -> Result<Self, CheckpointError> {
+    pub fn new(server: &str, token: Token) -> Result<Self, CheckpointError> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(300))
@@ -40,7 +42,7 @@ impl Client {
             .map_err(|e| CheckpointError::Server(format!("cannot build an HTTP client: {e}")))?;
         Ok(Self {
             base: http_base(server).map_err(|e| CheckpointError::Server(e.to_string()))?,
-            token: token.to_owned(),
+            token,
             http,
         })
     }
@@ -52,6 +54,27 @@ impl Client {
 
     fn url(&self, path: &str) -> String {
         format!("{}/api/v1{path}", self.base)
+    }
+
+    /// Sends the request `build` makes with the current token; on a 401, renews the token (when
+    /// it can be renewed) and sends a fresh request once more.
+    async fn send(
+        &self,
+        build: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, CheckpointError> {
+        let resp = build(&self.http)
+            .bearer_auth(self.token.expose())
+            .send()
+            .await
+            .map_err(net)?;
+        if resp.status() != StatusCode::UNAUTHORIZED || !self.token.refresh().await {
+            return Ok(resp);
+        }
+        build(&self.http)
+            .bearer_auth(self.token.expose())
+            .send()
+            .await
+            .map_err(net)
     }
 
     async fn fail(what: &str, resp: reqwest::Response) -> CheckpointError {
@@ -69,15 +92,13 @@ impl Client {
         let mut out = Vec::new();
         for chunk in hashes.chunks(MISSING_QUERY_MAX) {
             let resp = self
-                .http
-                .post(self.url("/blobs/missing"))
-                .bearer_auth(&self.token)
-                .json(&MissingBlobsRequest {
-                    sha256: chunk.to_vec(),
+                .send(|http| {
+                    http.post(self.url("/blobs/missing"))
+                        .json(&MissingBlobsRequest {
+                            sha256: chunk.to_vec(),
+                        })
                 })
-                .send()
-                .await
-                .map_err(net)?;
+                .await?;
             if !resp.status().is_success() {
                 return Err(Self::fail("asking which blobs are missing", resp).await);
             }
@@ -93,15 +114,14 @@ impl Client {
         sha256: &str,
         bytes: Vec<u8>,
     ) -> Result<BlobStored, CheckpointError> {
+        let bytes = bytes::Bytes::from(bytes);
         let resp = self
-            .http
-            .put(self.url(&format!("/blobs/{sha256}")))
-            .bearer_auth(&self.token)
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(bytes)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| {
+                http.put(self.url(&format!("/blobs/{sha256}")))
+                    .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                    .body(bytes.clone())
+            })
+            .await?;
         if !resp.status().is_success() {
             return Err(Self::fail(&format!("uploading blob {sha256}"), resp).await);
         }
@@ -115,13 +135,11 @@ impl Client {
         manifest: &CheckpointManifest,
     ) -> Result<ManifestPut, CheckpointError> {
         let resp = self
-            .http
-            .put(self.url(&format!("/sessions/{session}/checkpoints/{}", manifest.id)))
-            .bearer_auth(&self.token)
-            .json(manifest)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| {
+                http.put(self.url(&format!("/sessions/{session}/checkpoints/{}", manifest.id)))
+                    .json(manifest)
+            })
+            .await?;
         match resp.status() {
             s if s.is_success() => Ok(ManifestPut::Stored),
             StatusCode::NOT_FOUND => Ok(ManifestPut::NoSession),
@@ -143,12 +161,8 @@ impl Client {
     /// A stored checkpoint.
     pub async fn checkpoint(&self, id: &str) -> Result<StoredCheckpoint, CheckpointError> {
         let resp = self
-            .http
-            .get(self.url(&format!("/checkpoints/{id}")))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| http.get(self.url(&format!("/checkpoints/{id}"))))
+            .await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(CheckpointError::NotFound(id.to_owned()));
         }
@@ -161,12 +175,8 @@ impl Client {
     /// A session's stored checkpoints, newest first.
     pub async fn list(&self, session: &str) -> Result<Vec<CheckpointSummary>, CheckpointError> {
         let resp = self
-            .http
-            .get(self.url(&format!("/sessions/{session}/checkpoints")))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| http.get(self.url(&format!("/sessions/{session}/checkpoints"))))
+            .await?;
         if !resp.status().is_success() {
             return Err(Self::fail(&format!("listing the checkpoints of {session}"), resp).await);
         }
@@ -176,12 +186,8 @@ impl Client {
     /// A checkpoint's patch.
     pub async fn diff(&self, id: &str) -> Result<Vec<u8>, CheckpointError> {
         let resp = self
-            .http
-            .get(self.url(&format!("/checkpoints/{id}/diff")))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| http.get(self.url(&format!("/checkpoints/{id}/diff"))))
+            .await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(CheckpointError::NotFound(id.to_owned()));
         }
@@ -194,12 +200,8 @@ impl Client {
     /// One blob's content (checked by the caller).
     pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, CheckpointError> {
         let resp = self
-            .http
-            .get(self.url(&format!("/blobs/{sha256}")))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(net)?;
+            .send(|http| http.get(self.url(&format!("/blobs/{sha256}"))))
+            .await?;
         if !resp.status().is_success() {
             return Err(Self::fail(&format!("downloading blob {sha256}"), resp).await);
         }

@@ -20,6 +20,7 @@ use super::git::{ProbeError, Repo};
 use super::snapshot::{take, TakeOptions, Taken};
 use super::upload::{self, Uploaded};
 use super::{CheckpointConfig, CheckpointError};
+use crate::config::Token;
 use crate::spool::{Draft, Spool, SpoolError};
 use crate::status::Status;
 
@@ -35,8 +36,8 @@ pub struct CheckpointContext {
     pub session: String,
     /// The server's URL.
     pub server: String,
-    /// Bearer token.
-    pub token: String,
+    /// Bearer token (renewing itself when it comes from `moor login`).
+    pub token: Token,
     /// Where `checkpoint.created` entries go.
     pub spool: Spool,
     /// The terminal's status line, and whether the link is up.
@@ -86,7 +87,7 @@ impl Checkpoints {
                 return Self::disabled();
             }
         };
-        let client = match Client::new(&ctx.server, &ctx.token) {
+        let client = match Client::new(&ctx.server, ctx.token.clone()) {
             Ok(c) => c,
             Err(e) => {
                 ctx.status.note(format!("checkpoints are off: {e}"));

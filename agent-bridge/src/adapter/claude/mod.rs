@@ -36,7 +36,7 @@ use self::render::Renderer;
 use self::watchdog::Watchdog;
 use super::terminal;
 use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal, AgentSpec,
 };
 use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
@@ -51,6 +51,7 @@ const BURST_ENTRIES: usize = 1024;
 #[derive(Debug)]
 pub struct ClaudeAgent {
     process: Process,
+    pid: AgentPid,
     spec: AgentSpec,
     brief: Arc<dyn RecoveryBrief>,
 }
@@ -66,16 +67,18 @@ impl ClaudeAgent {
         spec: &AgentSpec,
         brief: Arc<dyn RecoveryBrief>,
     ) -> Result<Self, AdapterError> {
+        let process = Process::spawn(spec, None)?;
         Ok(Self {
-            process: Process::spawn(spec, None)?,
+            pid: AgentPid::new(process.pid),
+            process,
             spec: spec.clone(),
             brief,
         })
     }
 
-    /// The first process's id.
-    pub fn pid(&self) -> u32 {
-        self.process.pid
+    /// The running process's id, updated when an automatic restart replaces the process.
+    pub fn pid(&self) -> AgentPid {
+        self.pid.clone()
     }
 
     /// Run until Claude Code exits for good and `agent.exit` is spooled.
@@ -94,6 +97,7 @@ impl ClaudeAgent {
                 Instant::now().into_std(),
             ),
             spec: self.spec,
+            pid: self.pid,
             brief: self.brief,
             spool,
             status,
@@ -153,6 +157,8 @@ impl ClaudeAgent {
 #[derive(Debug)]
 struct Run {
     spec: AgentSpec,
+    /// Shared with the bridge, which signals the agent when its link ends for good.
+    pid: AgentPid,
     brief: Arc<dyn RecoveryBrief>,
     spool: Spool,
     status: Status,

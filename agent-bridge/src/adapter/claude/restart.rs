@@ -146,6 +146,7 @@ impl Run {
         self.record(vec![Draft::new(kinds::AGENT_RESTART, entry)])
             .await?;
         *process = Process::spawn(&self.spec, Some(&session_id))?;
+        self.pid.set(process.pid);
         self.watchdog.reset(Self::now());
         self.started(process).await?;
         if let Err(e) = self.prompt(process, &prompt).await {
