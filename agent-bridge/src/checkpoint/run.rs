@@ -124,15 +124,19 @@ impl Checkpoints {
             .run(requests_rx, tools, stop_taking.clone()),
         );
         let uploader = tokio::spawn(upload_loop(
-            repo,
-            client,
-            ctx.session.clone(),
-            config,
-            ctx.status.clone(),
+            Uploader {
+                repo,
+                client,
+                session: ctx.session.clone(),
+                config,
+                status: ctx.status.clone(),
+            },
             wake,
             pending_tx,
-            stop_uploading.clone(),
-            finishing.clone(),
+            Stops {
+                stop: stop_uploading.clone(),
+                finishing: finishing.clone(),
+            },
         ));
         Self {
             running: Some(Running {
@@ -385,21 +389,39 @@ async fn watch_tools(spool: Spool, tx: mpsc::Sender<()>, stop: CancellationToken
     }
 }
 
-/// Drains the upload queue: at once when woken (a new checkpoint, the link back up), else
-/// with a doubling delay after failures. Checkpoints other runs left for this server are
-/// uploaded too, after this session's, but only this session's count as pending: an old
-/// checkpoint of a session the server no longer has must not hold up the end of this one.
-async fn upload_loop(
+/// What the upload task works with.
+struct Uploader {
     repo: Repo,
     client: Client,
     session: String,
     config: CheckpointConfig,
     status: Status,
-    wake: Arc<Notify>,
-    pending: watch::Sender<usize>,
+}
+
+/// When the upload task stops: `stop` at once, `finishing` once the queue is empty.
+struct Stops {
     stop: CancellationToken,
     finishing: CancellationToken,
+}
+
+/// Drains the upload queue: at once when woken (a new checkpoint, the link back up), else
+/// with a doubling delay after failures. Checkpoints other runs left for this server are
+/// uploaded too, after this session's, but only this session's count as pending: an old
+/// checkpoint of a session the server no longer has must not hold up the end of this one.
+async fn upload_loop(
+    uploader: Uploader,
+    wake: Arc<Notify>,
+    pending: watch::Sender<usize>,
+    stops: Stops,
 ) {
+    let Uploader {
+        repo,
+        client,
+        session,
+        config,
+        status,
+    } = uploader;
+    let Stops { stop, finishing } = stops;
     let mut link_up = status.link_up();
     let mut delay = config.retry_initial;
     let mut failing: Option<String> = None;
