@@ -6,12 +6,15 @@
 //! stores a new snapshot every [`SNAPSHOT_EVERY`] entries, and writes the server's
 //! `session.interrupted` record when the link is lost or the agent dies while work was in
 //! flight (keyed by the seq of the entry that caused it, so several followers write it once).
+//!
+//! A follower stops once its session has ended and nobody watches its state any more; the
+//! next watcher starts a new one from the latest snapshot.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use moor_protocol::state::{SessionState, SESSION_INTERRUPTED};
+use moor_protocol::state::{Phase, SessionState, SESSION_INTERRUPTED};
 use moor_protocol::{close, kinds, now_ms, Entry, Seq, SessionId};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -34,8 +37,11 @@ pub struct States {
     log: Log,
     tasks: TaskTracker,
     shutdown: CancellationToken,
-    followers: Arc<Mutex<HashMap<SessionId, watch::Receiver<Arc<SessionState>>>>>,
+    followers: Arc<Mutex<HashMap<SessionId, Publisher>>>,
 }
+
+/// Where a follower publishes its session's state; watchers subscribe to it.
+type Publisher = Arc<watch::Sender<Arc<SessionState>>>;
 
 impl std::fmt::Debug for States {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -65,22 +71,44 @@ impl States {
     /// The live state of `session`, starting its follower if none runs.
     pub fn watch(&self, session: SessionId) -> watch::Receiver<Arc<SessionState>> {
         let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rx) = followers.get(&session) {
-            return rx.clone();
+        if let Some(tx) = followers.get(&session) {
+            return tx.subscribe();
         }
         let (tx, rx) = watch::channel(Arc::new(SessionState::default()));
-        followers.insert(session, rx.clone());
+        let tx = Arc::new(tx);
+        followers.insert(session, tx.clone());
         let this = self.clone();
         self.tasks.spawn(async move {
-            if let Err(e) = this.follow(session, tx).await {
+            if let Err(e) = this.follow(session, &tx).await {
                 tracing::error!(error = ?e, %session, "state follower stopped");
             }
-            this.followers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&session);
+            // Only this follower's own entry: a retired follower's session may have a new one.
+            let mut followers = this.followers.lock().unwrap_or_else(|p| p.into_inner());
+            if followers.get(&session).is_some_and(|t| Arc::ptr_eq(t, &tx)) {
+                followers.remove(&session);
+            }
         });
         rx
+    }
+
+    /// Whether a follower runs for `session` (on this node).
+    pub fn is_following(&self, session: SessionId) -> bool {
+        self.followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&session)
+    }
+
+    /// Whether the follower of an ended session may stop: nobody watches, checked under the
+    /// lock that new watchers take, so none subscribes to a follower that is going away. On
+    /// true the follower is already out of the map.
+    fn retire(&self, session: SessionId, tx: &watch::Sender<Arc<SessionState>>) -> bool {
+        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        if tx.receiver_count() > 0 {
+            return false;
+        }
+        followers.remove(&session);
+        true
     }
 
     /// The state of `session` once it has folded at least up to `head`.
@@ -102,7 +130,7 @@ impl States {
     async fn follow(
         &self,
         session: SessionId,
-        tx: watch::Sender<Arc<SessionState>>,
+        tx: &watch::Sender<Arc<SessionState>>,
     ) -> StoreResult<()> {
         let mut state = match self.store.latest_snapshot(session).await? {
             Some((_, json)) => serde_json::from_str(&json).unwrap_or_else(|e| {
@@ -115,8 +143,15 @@ impl States {
         let mut since_snapshot = 0u64;
         tx.send_replace(Arc::new(state.clone()));
         loop {
+            let ended = state.phase == Phase::Ended;
             let frame = tokio::select! {
                 _ = self.shutdown.cancelled() => return Ok(()),
+                _ = tx.closed(), if ended => {
+                    if self.retire(session, tx) {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 f = tail.next() => f?,
             };
             // Fold everything at hand before publishing: one update per burst.
@@ -182,5 +217,76 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
         kinds::AGENT_EXIT => Some("agent"),
         kinds::AGENT_RESTART => Some("agent"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+    use super::*;
+
+    fn server_entry(kind: &str, seq: u64) -> Append {
+        Append {
+            ts: now_ms(),
+            kind: kind.into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: serde_json::json!({}),
+            key: IdemKey::Receipt(Seq(seq)),
+        }
+    }
+
+    /// Yields to the runtime until `states` has no follower for `session` (bounded).
+    async fn until_retired(states: &States, session: SessionId) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while states.is_following(session) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the follower stops");
+    }
+
+    #[tokio::test]
+    async fn the_follower_of_an_ended_session_stops_once_nobody_watches_and_restarts_on_demand() {
+        // arrange: a real SQLite store, two sessions with followers
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
+        let store = crate::store::connect(&url).await.unwrap();
+        let hub = Hub::default();
+        let tasks = TaskTracker::new();
+        let log = Log::new(store.clone(), hub.clone(), tasks.clone());
+        let states = States::new(
+            store.clone(),
+            hub,
+            log.clone(),
+            tasks,
+            CancellationToken::new(),
+        );
+        let ended = store.open_session("ended", None).await.unwrap().id;
+        let open = store.open_session("open", None).await.unwrap().id;
+        let mut watching = states.watch(ended);
+        drop(states.watch(open));
+
+        // act: the first session ends while watched
+        log.append(ended, vec![server_entry(kinds::SESSION_ENDED, 1)])
+            .await
+            .unwrap();
+        watching
+            .wait_for(|s| s.phase == Phase::Ended)
+            .await
+            .unwrap();
+
+        // assert: it keeps its follower while watched, loses it when the watcher leaves; the
+        // session that did not end keeps its follower though nobody watches it
+        assert!(states.is_following(ended));
+        drop(watching);
+        until_retired(&states, ended).await;
+        assert!(states.is_following(open));
+
+        // and a new watcher gets a new follower with the same state
+        let mut again = states.watch(ended);
+        assert!(states.is_following(ended));
+        again.wait_for(|s| s.phase == Phase::Ended).await.unwrap();
     }
 }
