@@ -37,6 +37,25 @@ async fn add_user_and_login(server: &TestServer, name: &str) -> Value {
     resp.json().await.unwrap()
 }
 
+/// A server whose access tokens live 2 s, and ann's fresh login stored where `moor` looks for
+/// credentials (`MOOR_CONFIG_DIR`): the server, the login, that dir and the credentials file.
+async fn ann_with_two_second_tokens() -> (TestServer, Value, tempfile::TempDir, std::path::PathBuf)
+{
+    let server = TestServer::start(ServerOpts::new().flag("--access-token-ttl-secs", 2)).await;
+    let pair = add_user_and_login(&server, "ann").await;
+    let config = tempfile::tempdir().unwrap();
+    let creds = config.path().join("credentials.json");
+    let stored = json!([{
+        "server": server.url(),
+        "access_token": pair["access_token"],
+        "refresh_token": pair["refresh_token"],
+        "expires_at": unix_now() + 2,
+        "lifetime": 2,
+    }]);
+    std::fs::write(&creds, serde_json::to_vec(&stored).unwrap()).unwrap();
+    (server, pair, config, creds)
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -53,18 +72,7 @@ fn mode(path: &std::path::Path) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_second_tokens_a_bridge_streams_for_30_s_through_cuts_and_nothing_is_lost() {
     // arrange: a server whose access tokens live 2 s; ann's credentials where moor looks
-    let server = TestServer::start(ServerOpts::new().flag("--access-token-ttl-secs", 2)).await;
-    let pair = add_user_and_login(&server, "ann").await;
-    let config = tempfile::tempdir().unwrap();
-    let creds = config.path().join("credentials.json");
-    let stored = json!([{
-        "server": server.url(),
-        "access_token": pair["access_token"],
-        "refresh_token": pair["refresh_token"],
-        "expires_at": unix_now() + 2,
-        "lifetime": 2,
-    }]);
-    std::fs::write(&creds, serde_json::to_vec(&stored).unwrap()).unwrap();
+    let (server, pair, config, creds) = ann_with_two_second_tokens().await;
     // 300 lines over 30 s.
     let mut bridge = BridgeOpts::new(
         &server.url(),
@@ -266,18 +274,7 @@ fn work_tree(dir: &std::path::Path) {
 async fn checkpoints_taken_after_the_first_access_token_expired_are_uploaded() {
     // arrange: 2-second access tokens; ann's credentials; an agent in a git work tree that
     // writes a file only when told to
-    let server = TestServer::start(ServerOpts::new().flag("--access-token-ttl-secs", 2)).await;
-    let pair = add_user_and_login(&server, "ann").await;
-    let config = tempfile::tempdir().unwrap();
-    let creds = config.path().join("credentials.json");
-    let stored = json!([{
-        "server": server.url(),
-        "access_token": pair["access_token"],
-        "refresh_token": pair["refresh_token"],
-        "expires_at": unix_now() + 2,
-        "lifetime": 2,
-    }]);
-    std::fs::write(&creds, serde_json::to_vec(&stored).unwrap()).unwrap();
+    let (server, pair, config, creds) = ann_with_two_second_tokens().await;
     let work = tempfile::tempdir().unwrap();
     work_tree(work.path());
     let (go, finish) = (config.path().join("go"), config.path().join("finish"));
@@ -313,33 +310,16 @@ async fn checkpoints_taken_after_the_first_access_token_expired_are_uploaded() {
     std::fs::write(&go, "").unwrap();
 
     // assert: a checkpoint holding the change reaches the server
-    let http = reqwest::Client::new();
-    let url = server.url();
     moor_e2e::eventually(WAIT, "a checkpoint holding late.txt on the server", || {
-        let (http, url, token) = (&http, &url, server.token());
+        let api = &api;
         async move {
-            let list: Vec<Value> = http
-                .get(format!("{url}/api/v1/sessions/late-checkpoint/checkpoints"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            for c in list {
-                let stored: Value = http
-                    .get(format!(
-                        "{url}/api/v1/checkpoints/{}",
-                        c["id"].as_str().unwrap()
-                    ))
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+            let get = |path: String| async move {
+                api.authed(reqwest::Method::GET, &path, None).await.body
+            };
+            let list = get("/api/v1/sessions/late-checkpoint/checkpoints".into()).await;
+            for c in list.as_array().cloned().unwrap_or_default() {
+                let stored =
+                    get(format!("/api/v1/checkpoints/{}", c["id"].as_str().unwrap())).await;
                 let files = stored["manifest"]["files"]
                     .as_array()
                     .cloned()
