@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod assert;
+pub mod bench;
 pub mod bridge;
 pub mod claude;
 pub mod fake_api;

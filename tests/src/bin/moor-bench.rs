@@ -8,22 +8,18 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use futures_util::{SinkExt, StreamExt};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
-use moor_protocol::{NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
-use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use moor_e2e::bench::{
+    arg, bridge, entry, ingest, median, next_frame, paced, runs, send, sent_at, sse_open,
+    sse_read_until, Latency, GUARD,
+};
+use moor_e2e::ws::Ws;
+use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
-
-/// Hard limit on any single wait in the bench.
-const GUARD: Duration = Duration::from_secs(120);
 
 struct Moord {
     child: tokio::process::Child,
@@ -113,27 +109,11 @@ impl Moord {
     }
 
     async fn bridge(&self, session: &str) -> Result<Ws> {
-        let mut req = format!("ws://{}/api/v1/bridge", self.addr).into_client_request()?;
-        req.headers_mut()
-            .insert("authorization", format!("Bearer {}", self.token).parse()?);
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await?;
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            session: session.into(),
-            producer: ProducerId::new(),
-            last_applied_input: Seq(0),
-            uncertain_inputs: vec![],
-            agent: AgentInfo {
-                command: vec!["bench".into()],
-                adapter: "bench".into(),
-                ..Default::default()
-            },
-        };
-        send(&mut ws, &BridgeToServer::Hello(hello)).await?;
-        match next_frame(&mut ws).await? {
-            ServerToBridge::Welcome(_) => Ok(ws),
-            other => bail!("expected welcome, got {other:?}"),
-        }
+        bridge(&self.addr, &self.token, session).await
+    }
+
+    async fn sse(&self, session: &str, after: u64) -> Result<BufReader<TcpStream>> {
+        sse_open(&self.addr, &self.token, session, after).await
     }
 }
 
@@ -141,123 +121,6 @@ impl Drop for Moord {
     fn drop(&mut self) {
         let _ = self.child.start_kill();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-async fn send(ws: &mut Ws, frame: &BridgeToServer) -> Result<()> {
-    ws.send(Message::Text(serde_json::to_string(frame)?.into()))
-        .await?;
-    Ok(())
-}
-
-async fn next_frame(ws: &mut Ws) -> Result<ServerToBridge> {
-    loop {
-        match tokio::time::timeout(GUARD, ws.next())
-            .await?
-            .context("socket closed")??
-        {
-            Message::Text(t) => match serde_json::from_str(&t)? {
-                ServerToBridge::Heartbeat => {}
-                f => return Ok(f),
-            },
-            Message::Close(c) => bail!("closed: {c:?}"),
-            _ => {}
-        }
-    }
-}
-
-/// A 200-byte entry (payload text padded so the stored JSON entry is about 200 bytes).
-fn entry(pseq: u64, sent_us: u64) -> NewEntry {
-    let text = format!("{sent_us:>16} {}", "x".repeat(140));
-    NewEntry {
-        producer_seq: pseq,
-        ts: 0,
-        kind: "agent.output".into(),
-        payload: json!({"stream": "stdout", "text": text}),
-    }
-}
-
-/// Entries per second from one bridge connection to durable ack, pipelined `window` entries deep.
-async fn ingest(moord: &Moord, total: u64, batch: u64, window: u64) -> Result<f64> {
-    let mut ws = moord
-        .bridge(&format!("ingest-{}", uuid::Uuid::new_v4()))
-        .await?;
-    let start = Instant::now();
-    let (mut sent, mut acked) = (0u64, 0u64);
-    while acked < total {
-        while sent < total && sent - acked < window {
-            let n = batch.min(total - sent);
-            let entries = (sent + 1..=sent + n).map(|i| entry(i, 0)).collect();
-            send(&mut ws, &BridgeToServer::Entries { entries }).await?;
-            sent += n;
-        }
-        match next_frame(&mut ws).await? {
-            ServerToBridge::Ack { producer_seq } => acked = producer_seq,
-            other => bail!("unexpected {other:?}"),
-        }
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
-}
-
-/// Opens an SSE stream with a raw HTTP/1.1 request; returns the reader positioned after headers.
-async fn sse_open(moord: &Moord, session: &str, after: u64) -> Result<BufReader<TcpStream>> {
-    let mut s = TcpStream::connect(&moord.addr).await?;
-    let req = format!(
-        "GET /api/v1/sessions/{session}/events?after={after} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
-        moord.addr, moord.token
-    );
-    s.write_all(req.as_bytes()).await?;
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        r.read_line(&mut line).await?;
-        if line == "\r\n" || line.is_empty() {
-            break;
-        }
-        if line.starts_with("HTTP/1.1") && !line.contains("200") {
-            bail!("sse refused: {line}");
-        }
-    }
-    Ok(r)
-}
-
-/// Reads an SSE stream until the event with id `last` (the chunked body's size lines never
-/// start with `id:` or `data:`). `on_data` gets each data line and the time it was read, in µs
-/// since `epoch`: one clock read per socket read keeps the client cheap next to the server.
-async fn sse_count_until(
-    r: &mut BufReader<TcpStream>,
-    last: u64,
-    epoch: Instant,
-    mut on_data: impl FnMut(&[u8], u64),
-) -> Result<()> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut carry: Vec<u8> = Vec::new();
-    let mut finishing = false;
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            bail!("sse stream ended early");
-        }
-        let now = epoch.elapsed().as_micros() as u64;
-        carry.extend_from_slice(&buf[..n]);
-        let mut start = 0;
-        while let Some(pos) = carry[start..].iter().position(|&b| b == b'\n') {
-            let line = &carry[start..start + pos];
-            start += pos + 1;
-            if let Some(data) = line.strip_prefix(b"data: ") {
-                on_data(data, now);
-                if finishing {
-                    return Ok(());
-                }
-            } else if let Some(id) = line.strip_prefix(b"id: ") {
-                let id = std::str::from_utf8(id)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok());
-                finishing = id == Some(last);
-            }
-        }
-        carry.drain(..start);
     }
 }
 
@@ -286,10 +149,10 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<(f64, String)> {
     }
     let head = n + 1; // + bridge.connected
     let start = Instant::now();
-    let mut r = sse_open(moord, &session, 0).await?;
+    let mut r = moord.sse(&session, 0).await?;
     tokio::time::timeout(
         GUARD,
-        sse_count_until(&mut r, head, Instant::now(), |_, _| {}),
+        sse_read_until(&mut r, head, Instant::now(), |_, _| {}),
     )
     .await??;
     Ok((start.elapsed().as_secs_f64(), session))
@@ -318,13 +181,6 @@ async fn cold_state(moord: &Moord, session: &str) -> Result<(f64, u64)> {
     Ok((secs, head))
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 struct FanOut {
     /// moord CPU time per delivery, µs: how much of a core fan-out costs, independent of the
     /// client sharing the machine.
@@ -345,23 +201,13 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
     let delivered = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..viewers {
-        let mut r = sse_open(moord, &session, 0).await?;
+        let mut r = moord.sse(&session, 0).await?;
         let latencies = latencies.clone();
         let delivered = delivered.clone();
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::with_capacity(total as usize);
-            let res = sse_count_until(&mut r, head, epoch, |data, now| {
-                // The first 16 characters of the text are the send time in µs since `epoch`.
-                let Some(i) = data.windows(8).position(|w| w == b"\"text\":\"") else {
-                    return;
-                };
-                let sent = data
-                    .get(i + 8..i + 24)
-                    .and_then(|t| std::str::from_utf8(t).ok());
-                if let Some(sent) = sent
-                    .and_then(|t| t.trim().parse::<u64>().ok())
-                    .filter(|&t| t > 0)
-                {
+            let res = sse_read_until(&mut r, head, epoch, |data, now| {
+                if let Some(sent) = sent_at(data) {
                     mine.push(now.saturating_sub(sent));
                 }
             })
@@ -374,52 +220,21 @@ async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<
             res
         }));
     }
-    // The bridge's acks are read on their own task so the paced sender never waits on them.
-    let (mut sink, mut stream) = ws.split();
-    let acker = tokio::spawn(async move {
-        let mut acked = 0;
-        while acked < total {
-            match tokio::time::timeout(GUARD, stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    if let Ok(ServerToBridge::Ack { producer_seq }) = serde_json::from_str(&t) {
-                        acked = producer_seq;
-                    }
-                }
-                Ok(Some(Ok(_))) => {}
-                _ => return,
-            }
-        }
-    });
     let cpu_before = moord.cpu_secs()?;
-    // Paced sender: a batch every 10 ms.
     let start = Instant::now();
-    let per_tick = (rate / 100).max(1);
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let mut sent = 0;
-    while sent < total && start.elapsed() < Duration::from_secs(secs * 3) {
-        tick.tick().await;
-        let now_us = epoch.elapsed().as_micros() as u64;
-        let n = per_tick.min(total - sent);
-        let frame = BridgeToServer::Entries {
-            entries: (sent + 1..=sent + n).map(|i| entry(i, now_us)).collect(),
-        };
-        sink.send(Message::Text(serde_json::to_string(&frame)?.into()))
-            .await?;
-        sent += n;
-    }
+    let _ws = paced(ws, rate, secs, epoch).await?;
     for t in tasks {
         tokio::time::timeout(GUARD, t).await???;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    acker.abort();
-    let mut lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
-    lat.sort_unstable();
+    let lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
+    let lat = Latency::of(lat);
     let deliveries = delivered.load(Ordering::Relaxed) as f64;
     Ok(FanOut {
         server_us_per_delivery: (moord.cpu_secs()? - cpu_before) * 1e6 / deliveries.max(1.0),
         deliveries_per_s: deliveries / elapsed,
-        p50_ms: percentile(&lat, 0.5) as f64 / 1000.0,
-        p99_ms: percentile(&lat, 0.99) as f64 / 1000.0,
+        p50_ms: lat.p50,
+        p99_ms: lat.p99,
     })
 }
 
@@ -430,7 +245,7 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
     let base = moord.rss_kib()?;
     let mut sse = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut r = sse_open(moord, &session, 1).await?;
+        let mut r = moord.sse(&session, 1).await?;
         // Wait for the stream's first chunk so the server-side stream exists.
         let mut buf = [0u8; 64];
         let _ = tokio::time::timeout(GUARD, r.read(&mut buf)).await??;
@@ -447,7 +262,7 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
         wss.push(ws);
     }
     // Let the server settle each connection into its idle loop.
-    let probe = sse_open(moord, &session, 1).await?;
+    let probe = moord.sse(&session, 1).await?;
     drop(probe);
     let with_ws = moord.rss_kib()?;
     Ok((
@@ -456,18 +271,9 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
     ))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn arg(name: &str) -> Option<String> {
-    std::env::args().skip_while(|a| a != name).nth(1)
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs: usize = arg("--runs").map(|s| s.parse()).transpose()?.unwrap_or(5);
+    let runs = runs(5)?;
     // `--only ingest|fanout|catchup|memory` runs one measurement (e.g. under a profiler).
     let only = arg("--only");
     let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -480,7 +286,10 @@ async fn main() -> Result<()> {
         let moord = Moord::start().await?;
         let mut line = format!("run {run}:");
         if want("ingest") {
-            ingest_rates.push(ingest(&moord, 200_000, 1000, 20_000).await?);
+            let ws = moord
+                .bridge(&format!("ingest-{}", uuid::Uuid::new_v4()))
+                .await?;
+            ingest_rates.push(ingest(ws, 200_000, 1000, 20_000).await?);
             line += &format!(" ingest {:.0}/s", ingest_rates[run - 1]);
         }
         let mut long_session = None;
