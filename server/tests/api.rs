@@ -552,19 +552,34 @@ async fn a_link_lost_mid_write_is_recorded_and_the_brief_and_transcript_say_what
             other => panic!("unexpected {other:?}"),
         }
     }
+    let mut events = server
+        .http
+        .get(server.url("/api/v1/sessions/claude/events?after=0"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
     // act: the link dies without a close frame
     drop(ws);
-    // assert: the interruption is in the log, for everyone
-    let mut interrupted = None;
-    for _ in 0..200 {
-        let all = server.entries("claude").await;
-        if let Some(e) = all.iter().find(|e| e.kind == "session.interrupted") {
-            interrupted = Some(e.clone());
-            break;
+    // assert: the interruption is in the log, for everyone (the viewer's stream shows it)
+    let mut seen = String::new();
+    tokio::time::timeout(WAIT, async {
+        while !seen.contains("session.interrupted") {
+            let chunk = events
+                .chunk()
+                .await
+                .unwrap()
+                .expect("the stream stays open");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
         }
-        let page: SessionInfo = server.get("/api/v1/sessions/claude").await;
-        let _ = page; // each GET waits for the state follower to catch up, pacing this loop
-    }
+    })
+    .await
+    .expect("session.interrupted arrives on the stream");
+    let interrupted = server
+        .entries("claude")
+        .await
+        .into_iter()
+        .find(|e| e.kind == "session.interrupted");
     let interrupted = interrupted.expect("session.interrupted recorded");
     assert_eq!(interrupted.payload["cause"], "link");
     assert_eq!(
