@@ -158,7 +158,11 @@ pub async fn device_login(
     writeln!(out)?;
     writeln!(out, "    {}", grant.user_code)?;
     writeln!(out)?;
-    writeln!(out, "or scan this with your phone:")?;
+    writeln!(
+        out,
+        "or open {} (the code filled in), or scan this with your phone:",
+        grant.verification_uri_complete
+    )?;
     if let Ok(qr) = qrcode::QrCode::new(grant.verification_uri_complete.as_bytes()) {
         let art = qr
             .render::<qrcode::render::unicode::Dense1x2>()
@@ -183,6 +187,7 @@ pub async fn device_login(
                 return Ok(Credentials::from_pair(server, pair));
             }
             202 => {}
+            403 => bail!("the login was denied in the web UI"),
             404 => bail!("the code expired or was used; run moor login again"),
             s => bail!("moord answered {s} while waiting for approval"),
         }

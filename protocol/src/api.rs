@@ -30,9 +30,55 @@ pub struct SessionInfo {
     pub watchers: u32,
     /// What the bridge runs, as it said in its last `Hello`.
     pub agent: Option<AgentInfo>,
+    /// The caller's role on this session (the bootstrap admin owns every session).
+    pub role: Role,
     /// The session's derived state as of `head_seq` (only when fetched one by one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::SessionState>,
+}
+
+/// What a caller may do on one session. Ordered: each role includes the ones below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads the log, the state and the recovery brief.
+    Viewer,
+    /// Also sends input and decides permission requests.
+    Controller,
+    /// Also shares the session, attaches its bridge and closes it.
+    Owner,
+}
+
+impl Role {
+    /// The name on the wire and in the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Controller => "controller",
+            Role::Owner => "owner",
+        }
+    }
+
+    /// Parses a stored or requested name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "controller" => Some(Role::Controller),
+            "owner" => Some(Role::Owner),
+            _ => None,
+        }
+    }
+}
+
+/// `GET /api/v1/me`: who the caller is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct Me {
+    /// The user name (`admin` for the bootstrap admin token).
+    pub name: String,
+    /// The bootstrap admin: owner of every session, manages users.
+    pub admin: bool,
 }
 
 /// Life of a session.

@@ -1007,10 +1007,11 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     let resp = link(json!({"role": "controller", "uses": 1}), &owner).await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let made: Value = resp.json().await.unwrap();
+    // The link opens the web app's join page.
     assert!(made["url"]
         .as_str()
         .unwrap()
-        .contains(made["token"].as_str().unwrap()));
+        .ends_with(&format!("/#/join&link={}", made["token"].as_str().unwrap())));
     let redeem = |token: &Value, cred: &Cred| {
         let cred = cred.clone();
         let body = json!({"token": token});
@@ -1060,6 +1061,123 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     assert!(end.await.is_ok(), "pat's stream outlived the link");
     assert_eq!(
         server.status("GET", "/sessions/s1", &pat, None).await,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn sessions_and_me_tell_each_caller_its_role() {
+    // arrange: s1 owned by ann, shared with vic (viewer) and cole (controller); s2 owned by ola
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let get = |path: &'static str, cred: Cred| {
+        let server = &server;
+        async move {
+            let resp = server.call("GET", path, &cred, None).await;
+            assert_eq!(resp.status(), StatusCode::OK, "GET {path}");
+            resp.json::<Value>().await.unwrap()
+        }
+    };
+    // act + assert: each caller's role, on the session and in the list
+    for (who, cred, role) in [
+        ("owner", c.owner.clone(), "owner"),
+        ("controller", c.controller.clone(), "controller"),
+        ("viewer", c.viewer.clone(), "viewer"),
+        ("admin", admin(), "owner"),
+    ] {
+        let one = get("/sessions/s1", cred.clone()).await;
+        assert_eq!(one["role"], role, "GET /sessions/s1 as {who}");
+        let list = get("/sessions", cred).await;
+        let s1 = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "s1")
+            .unwrap_or_else(|| panic!("s1 listed for {who}"));
+        assert_eq!(s1["role"], role, "GET /sessions as {who}");
+    }
+    // The admin owns every session, ola's included.
+    let list = get("/sessions", admin()).await;
+    let s2 = list.as_array().unwrap().iter().find(|s| s["name"] == "s2");
+    assert_eq!(s2.unwrap()["role"], "owner");
+    // /me: who is calling.
+    assert_eq!(
+        get("/me", c.viewer.clone()).await,
+        json!({"name": "vic", "admin": false})
+    );
+    assert_eq!(
+        get("/me", admin()).await,
+        json!({"name": "admin", "admin": true})
+    );
+    assert_eq!(
+        server.status("GET", "/me", &c.none, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        server.status("GET", "/me", &c.expired, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn a_denied_device_is_told_so_and_its_code_is_gone() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let ann = server.user("ann").await;
+    let grant: Value = server
+        .call("POST", "/auth/device", &Cred(None), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let code = grant["user_code"].as_str().unwrap();
+    // The complete link opens the web app's approval page with the code filled in.
+    assert!(
+        grant["verification_uri_complete"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/#/device&code={code}")),
+        "{grant}"
+    );
+    let poll = || Some(json!({"device_code": grant["device_code"]}));
+    // act
+    let deny = |cred: Cred| {
+        let server = &server;
+        async move {
+            server
+                .status(
+                    "POST",
+                    "/auth/device/deny",
+                    &cred,
+                    Some(json!({"user_code": code})),
+                )
+                .await
+        }
+    };
+    assert_eq!(deny(Cred(None)).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(deny(ann.clone()).await, StatusCode::NO_CONTENT);
+    // assert: approving it now finds nothing; the device hears "denied" once, then nothing
+    assert_eq!(
+        server
+            .status(
+                "POST",
+                "/auth/device/approve",
+                &ann,
+                Some(json!({"user_code": code}))
+            )
+            .await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        server
+            .status("POST", "/auth/device/token", &Cred(None), poll())
+            .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        server
+            .status("POST", "/auth/device/token", &Cred(None), poll())
+            .await,
         StatusCode::NOT_FOUND
     );
 }

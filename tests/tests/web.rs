@@ -3,8 +3,10 @@
 //! the processes. It starts `moord` (with a short keep-alive, so the page's watchdog interval is
 //! short) and serves the script's requests to start, kill and restart bridges — plain line
 //! agents, an echo agent, a PTY shell, the real Claude Code CLI against the fake Messages API —
-//! over a line protocol on the script's stdout (`@rpc {json}`) and stdin (one JSON answer per
-//! line). Rust owns the processes so the browser tests reuse the harness the other end-to-end
+//! and to run the real `moor login` (device login approved in the page) over a line protocol on
+//! the script's stdout (`@rpc {json}`) and stdin (one JSON answer per line). A second `moord`
+//! whose access tokens live three seconds (and whose SSE streams end every two) serves the
+//! scenario in which a logged-in page outlives its tokens. Rust owns the processes so the browser tests reuse the harness the other end-to-end
 //! tests trust (`TestServer`, `TestBridge`, `ClaudeEnv`); Node owns the browser.
 //!
 //! Needs `scripts/build-web` (web/dist embedded in moord, web/node_modules) and
@@ -16,6 +18,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use moor_e2e::util::bin_path;
 use moor_e2e::{BridgeOpts, ClaudeEnv, ServerOpts, TestBridge, TestServer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -26,22 +29,41 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Keep-alive of the test server: the page's watchdog declares a silent stream dead after
 /// two of these plus a second.
 const KEEPALIVE_MS: u64 = 500;
+/// Access-token lifetime of the second server.
+const SHORT_TOKEN_TTL_SECS: u64 = 3;
+/// How long `moor login` may take to show its link, or to finish once approved.
+const LOGIN_WAIT: Duration = Duration::from_secs(30);
 
 fn web_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web")
 }
 
-struct Bridges {
+/// A `moor login` waiting for approval, and the config dir its credentials land in.
+struct Login {
+    child: tokio::process::Child,
+    config: tempfile::TempDir,
+}
+
+struct Bridges<'a> {
     url: String,
     token: String,
+    /// The short-token server's URL and admin token.
+    short: (String, String),
     running: HashMap<String, TestBridge>,
     agents: HashMap<String, Vec<String>>,
     claude: HashMap<String, ClaudeEnv>,
+    login: Option<Login>,
+    server: &'a TestServer,
 }
 
-impl Bridges {
+impl Bridges<'_> {
     async fn handle(&mut self, op: &str, args: &Value) -> Result<Value, String> {
         let session = args["session"].as_str().unwrap_or_default().to_owned();
+        let (url, token) = if args["server"] == "short" {
+            self.short.clone()
+        } else {
+            (self.url.clone(), self.token.clone())
+        };
         match op {
             "lines" | "echo" => {
                 let agent: Vec<String> = if op == "echo" {
@@ -55,7 +77,7 @@ impl Bridges {
                     ]
                 };
                 let argv: Vec<&str> = agent.iter().map(String::as_str).collect();
-                let bridge = TestBridge::start(&self.url, &self.token, &session, &argv);
+                let bridge = TestBridge::start(&url, &token, &session, &argv);
                 self.agents.insert(session.clone(), agent);
                 self.running.insert(session, bridge);
                 Ok(json!({}))
@@ -92,6 +114,74 @@ impl Bridges {
                 self.running.insert(session, new);
                 Ok(json!({}))
             }
+            "setup_link" => {
+                // The one-time link for the first admin, as moord printed it at its first start.
+                let logs = self.server.logs();
+                let link = logs
+                    .split_whitespace()
+                    .find(|w| w.contains("#/setup&code="))
+                    .map(str::to_owned);
+                Ok(json!({ "link": link }))
+            }
+            "moor_login" => {
+                let config = tempfile::tempdir().map_err(|e| e.to_string())?;
+                let mut child = Command::new(bin_path("moor"))
+                    .args(["login", &self.url])
+                    .env("MOOR_CONFIG_DIR", config.path())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|e| e.to_string())?;
+                let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+                // The code and the link moor shows (and QR-encodes) for the web page.
+                let shown = tokio::time::timeout(LOGIN_WAIT, async {
+                    let mut code = None;
+                    while let Ok(Some(line)) = out.next_line().await {
+                        let t = line.trim();
+                        if t.len() == 9 && t.as_bytes()[4] == b'-' {
+                            code = Some(t.to_owned());
+                        }
+                        if let Some(link) =
+                            t.split_whitespace().find(|w| w.contains("#/device&code="))
+                        {
+                            return Some((code, link.to_owned()));
+                        }
+                    }
+                    None
+                })
+                .await
+                .map_err(|_| "moor login showed no link in time")?
+                .ok_or("moor login ended without a link")?;
+                // Keep draining its output so it never blocks on a full pipe.
+                tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+                self.login = Some(Login { child, config });
+                Ok(json!({ "code": shown.0, "link": shown.1 }))
+            }
+            "moor_login_done" => {
+                let login = self.login.as_mut().ok_or("no moor login running")?;
+                let status = tokio::time::timeout(LOGIN_WAIT, login.child.wait())
+                    .await
+                    .map_err(|_| "moor login did not finish after the approval")?
+                    .map_err(|e| e.to_string())?;
+                Ok(json!({ "success": status.success() }))
+            }
+            "device_lines" => {
+                // `moor run` with the credentials `moor login` saved (no token given).
+                let login = self.login.as_ref().ok_or("no moor login ran")?;
+                let count = args["count"].as_u64().unwrap_or(100).to_string();
+                let interval = args["interval_ms"].as_u64().unwrap_or(0).to_string();
+                let bridge = BridgeOpts::new(
+                    &self.url,
+                    "",
+                    &session,
+                    &["count", &count, "--interval-ms", &interval],
+                )
+                .env("MOOR_CONFIG_DIR", login.config.path().display())
+                .spawn();
+                self.running.insert(session, bridge);
+                Ok(json!({}))
+            }
             other => Err(format!("unknown op {other:?}")),
         }
     }
@@ -117,14 +207,24 @@ async fn web_client_in_a_real_browser() {
         200,
         "moord serves no web client: run scripts/build-web, then cargo build"
     );
+    let short = TestServer::start(
+        ServerOpts::new()
+            .flag("--keepalive-ms", KEEPALIVE_MS)
+            .flag("--access-token-ttl-secs", SHORT_TOKEN_TTL_SECS)
+            .flag("--sse-lifetime-ms", 2000),
+    )
+    .await;
     let artifacts = web.join("artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
     let mut bridges = Bridges {
         url: server.url(),
         token: server.token().to_owned(),
+        short: (short.url(), short.token().to_owned()),
         running: HashMap::new(),
         agents: HashMap::new(),
         claude: HashMap::new(),
+        login: None,
+        server: &server,
     };
 
     // act: run the browser scenarios, serving their requests
@@ -133,6 +233,9 @@ async fn web_client_in_a_real_browser() {
         .current_dir(&web)
         .env("MOOR_URL", server.url())
         .env("MOOR_TOKEN", server.token())
+        .env("MOOR_SHORT_URL", short.url())
+        .env("MOOR_SHORT_TOKEN", short.token())
+        .env("MOOR_SHORT_TTL_SECS", SHORT_TOKEN_TTL_SECS.to_string())
         .env("MOOR_KEEPALIVE_MS", KEEPALIVE_MS.to_string())
         .env("MOOR_CHROMIUM", &chromium)
         .env("MOOR_ARTIFACTS", &artifacts)

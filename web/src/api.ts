@@ -1,18 +1,24 @@
-// The authenticated HTTP API of moord, typed with the generated protocol types. The token comes
-// once from the URL fragment (`#token=…`, as moord prints it) and is kept in localStorage.
+// The authenticated HTTP API of moord, typed with the generated protocol types. A browser that
+// logged in holds HttpOnly cookies (set by login and refresh; same-origin fetches send them); the
+// admin token moord prints (`#token=…`) is taken once from the URL fragment into localStorage and
+// sent as a bearer header. On a 401 the page spends its refresh cookie once and retries; when
+// that fails too it shows the login page and comes back afterwards.
 
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
 import type { InputAccepted } from "./protocol/InputAccepted";
 import type { InputRequest } from "./protocol/InputRequest";
+import type { Me } from "./protocol/Me";
 import type { RecoveryBrief } from "./protocol/RecoveryBrief";
+import type { Role } from "./protocol/Role";
 import type { SessionInfo } from "./protocol/SessionInfo";
 import type { StoredCheckpoint } from "./protocol/StoredCheckpoint";
 
-const TOKEN_KEY = "moor.token";
+export type { Role };
 
-/** What a caller may do. Roles arrive with accounts; until then every token is an admin. */
-export type Role = "owner" | "controller" | "viewer" | "admin";
+const TOKEN_KEY = "moor.token";
+/** Where the login page returns to (kept per tab). */
+const RETURN_KEY = "moor.return";
 
 /** Whether `role` may send input and decide permission requests. */
 export function canControl(role: Role): boolean {
@@ -24,6 +30,8 @@ export class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly body: ErrorBody | null,
+    /** Seconds from `Retry-After`, on a 429. */
+    readonly retryAfter: number | null = null,
   ) {
     super(body ? `${body.message} (${status})` : `HTTP ${status}`);
   }
@@ -34,8 +42,8 @@ export class ApiError extends Error {
 }
 
 /**
- * Takes `token=` out of the URL fragment into storage. moord prints `/#token=…`; share links are
- * `/#/s/<id>&token=…`. The rest of the fragment (the route) is kept.
+ * Takes `token=` out of the URL fragment into storage. moord prints `/#token=…`; a session link
+ * may be `/#/s/<id>&token=…`. The rest of the fragment (the route) is kept.
  */
 export function captureToken(): void {
   const parts = location.hash.slice(1).split("&");
@@ -59,26 +67,119 @@ export function setToken(t: string): void {
   localStorage.setItem(TOKEN_KEY, t.trim());
 }
 
-async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
-  const headers = new Headers(init.headers);
-  headers.set("Authorization", `Bearer ${token()}`);
-  if (init.body) headers.set("Content-Type", "application/json");
-  const res = await fetch(`/api/v1${path}`, { ...init, headers, cache: "no-store" });
-  if (!res.ok) {
-    let body: ErrorBody | null = null;
-    try {
-      body = (await res.json()) as ErrorBody;
-    } catch {
-      body = null;
-    }
-    throw new ApiError(res.status, body);
+/** The Authorization header for a stored token; none when the page lives on cookies. */
+export function authHeaders(): Record<string, string> {
+  const t = token();
+  return t ? { Authorization: `Bearer ${t}` } : {};
+}
+
+async function errorOf(res: Response): Promise<ApiError> {
+  let body: ErrorBody | null = null;
+  try {
+    body = (await res.json()) as ErrorBody;
+  } catch {
+    body = null;
   }
+  const ra = Number(res.headers.get("Retry-After"));
+  return new ApiError(res.status, body, res.headers.has("Retry-After") && Number.isFinite(ra) ? ra : null);
+}
+
+let refreshing: Promise<boolean> | null = null;
+
+/**
+ * Spends the refresh cookie for a new pair (new cookies). One at a time: every request that got
+ * a 401 meanwhile waits for the same answer, since a refresh token presented twice revokes its
+ * whole login.
+ */
+export function refresh(): Promise<boolean> {
+  refreshing ??= (async () => {
+    try {
+      const res = await fetch("/api/v1/auth/refresh", { method: "POST", cache: "no-store", credentials: "same-origin" });
+      return res.ok;
+    } catch {
+      return false;
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+/** The route to come back to after logging in (then forgotten). */
+export function takeReturn(): string {
+  const r = sessionStorage.getItem(RETURN_KEY);
+  sessionStorage.removeItem(RETURN_KEY);
+  return r && !r.startsWith("#/login") ? r : "#/";
+}
+
+/** Shows the login page, remembering where the user was. */
+export function needLogin(): void {
+  const here = location.hash || "#/";
+  if (here.startsWith("#/login") || here.startsWith("#/setup")) return;
+  sessionStorage.setItem(RETURN_KEY, here);
+  location.hash = "#/login";
+}
+
+/**
+ * `fetch` with the page's credentials: on a 401 a refused stored token is dropped, the refresh
+ * cookie is spent once and the request is sent again; a second 401 opens the login page (unless
+ * `quiet`) and is returned as it is.
+ */
+export async function authFetch(url: string, init: RequestInit = {}, quiet = false): Promise<Response> {
+  const send = () => {
+    const headers = new Headers(init.headers);
+    for (const [k, v] of Object.entries(authHeaders())) headers.set(k, v);
+    return fetch(url, { cache: "no-store", credentials: "same-origin", ...init, headers });
+  };
+  const res = await send();
+  if (res.status !== 401) return res;
+  // A refused bearer token would shadow the cookies: it is of no use any more.
+  if (token()) localStorage.removeItem(TOKEN_KEY);
+  if (await refresh()) {
+    const again = await send();
+    if (again.status !== 401) return again;
+  }
+  if (!quiet) needLogin();
+  return res;
+}
+
+async function call<T>(path: string, init: RequestInit = {}, quiet = false): Promise<T> {
+  const headers = new Headers(init.headers);
+  if (init.body) headers.set("Content-Type", "application/json");
+  const res = await authFetch(`/api/v1${path}`, { ...init, headers }, quiet);
+  if (!res.ok) throw await errorOf(res);
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/** A request that needs no credentials (login, setup). */
+async function open<T>(path: string, body?: unknown, method = body === undefined ? "GET" : "POST"): Promise<T> {
+  const res = await fetch(`/api/v1${path}`, {
+    method,
+    cache: "no-store",
+    credentials: "same-origin",
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!res.ok) throw await errorOf(res);
+  if (res.status === 204) return undefined as T;
   return (await res.json()) as T;
 }
 
 const enc = encodeURIComponent;
 
+/** A share link as created (its secret is in `token` and `url`, shown once). */
+export interface ShareLink {
+  id: string;
+  token: string;
+  url: string;
+  role: Role;
+  expires_at: number;
+  uses: number;
+}
+
 export const api = {
+  me: (quiet = false) => call<Me>("/me", {}, quiet),
   sessions: () => call<SessionInfo[]>("/sessions"),
   session: (id: string) => call<SessionInfo>(`/sessions/${enc(id)}`),
   entriesBefore: (id: string, before: number, limit: number) =>
@@ -90,24 +191,31 @@ export const api = {
   /** A checkpoint's patch (`git diff` text): its manifest names the patch blob. */
   async checkpointPatch(checkpoint: string): Promise<string> {
     const stored = await call<StoredCheckpoint>(`/checkpoints/${enc(checkpoint)}`);
-    const res = await fetch(`/api/v1/blobs/${enc(stored.manifest.patch.sha256)}`, {
-      headers: { Authorization: `Bearer ${token()}` },
-      cache: "no-store",
-    });
+    const res = await authFetch(`/api/v1/blobs/${enc(stored.manifest.patch.sha256)}`);
     if (!res.ok) throw new ApiError(res.status, null);
     return res.text();
   },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),
-  /** The caller's identity and role; servers without accounts answer 404, meaning admin. */
-  async role(): Promise<Role> {
-    try {
-      const me = await call<{ role?: Role }>("/me");
-      return me.role ?? "admin";
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) return "admin";
-      throw e;
-    }
-  },
+
+  login: (name: string, password: string) => open<unknown>("/auth/login", { name, password }),
+  logout: () => call<void>("/auth/logout", { method: "POST" }, true),
+  /** `{open}`; 410 once the first admin exists. */
+  setupStatus: () => open<{ open: boolean }>("/auth/setup"),
+  setup: (code: string, name: string, password: string) => open<unknown>("/auth/setup", { code, name, password }),
+  approveDevice: (userCode: string) =>
+    call<void>("/auth/device/approve", { method: "POST", body: JSON.stringify({ user_code: userCode }) }),
+  denyDevice: (userCode: string) =>
+    call<void>("/auth/device/deny", { method: "POST", body: JSON.stringify({ user_code: userCode }) }),
+  createShareLink: (id: string, role: Role, expiresIn: number, uses: number) =>
+    call<ShareLink>(`/sessions/${enc(id)}/share-links`, {
+      method: "POST",
+      body: JSON.stringify({ role, expires_in: expiresIn, uses }),
+    }),
+  revokeShareLink: (linkId: string) => call<void>(`/share-links/${enc(linkId)}`, { method: "DELETE" }),
+  redeemShareLink: (link: string) =>
+    call<{ session: string; role: Role }>("/share-links/redeem", { method: "POST", body: JSON.stringify({ token: link }) }),
+  putMember: (id: string, user: string, role: Role) =>
+    call<void>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "PUT", body: JSON.stringify({ role }) }),
 };
 
 /** Server hints for the client (no secrets): the keep-alive interval the watchdog relies on. */
@@ -124,4 +232,14 @@ export async function appConfig(): Promise<AppConfig> {
     // Offline or an older server: assume the default.
   }
   return { keepalive_ms: 15000, version: "?" };
+}
+
+/** A user-facing sentence for a failed call. */
+export function explain(e: unknown): string {
+  if (e instanceof ApiError) {
+    if (e.status === 429) return `Too many attempts: try again in ${e.retryAfter ?? "a few"} s.`;
+    return e.body?.message ?? `The server answered ${e.status}.`;
+  }
+  if (e instanceof TypeError) return "The server is unreachable.";
+  return (e as Error).message ?? String(e);
 }

@@ -1,13 +1,21 @@
-// Entry point: token capture, theme, the service worker, the outbox, and a two-route hash router
-// (`#/` the session list, `#/s/<id>` a session).
+// Entry point: token capture, theme, the service worker, the outbox, and a hash router:
+// `#/` the session list, `#/s/<id>` a session, `#/login`, `#/setup&code=…`, `#/device&code=…`
+// (approving `moor login`) and `#/join&link=…` (a share link).
 
 import "./style.css";
-import { api, appConfig, captureToken, type Role } from "./api";
+import { api, appConfig, captureToken } from "./api";
 import { applyTheme } from "./dom";
 import { Outbox } from "./outbox";
 import type { SessionInfo } from "./protocol/SessionInfo";
+import { deviceView, joinView, loginView, setupView } from "./views/access";
 import { listView } from "./views/list";
 import { sessionView } from "./views/session";
+
+/** The route of the fragment (`/s/<id>`, `/login`…) and its `&key=value` parameters. */
+function parseHash(): { path: string; params: URLSearchParams } {
+  const [path, ...rest] = location.hash.slice(1).split("&");
+  return { path: path || "/", params: new URLSearchParams(rest.join("&")) };
+}
 
 async function main(): Promise<void> {
   performance.mark("moor:main");
@@ -20,26 +28,26 @@ async function main(): Promise<void> {
   }
   const root = document.getElementById("app") as HTMLElement;
   // Ask for the session the URL names while the rest boots.
-  const routeOf = () => /^\/s\/([^/]+)$/.exec(location.hash.slice(1).split("&")[0]);
-  const m0 = routeOf();
+  const sessionOf = (path: string) => /^\/s\/([^/]+)$/.exec(path);
+  const m0 = sessionOf(parseHash().path);
   let early: Promise<SessionInfo | null> | undefined = m0 ? api.session(decodeURIComponent(m0[1])).catch(() => null) : undefined;
-  const [config, outbox, role] = await Promise.all([
-    appConfig(),
-    Outbox.open((session, req) => api.postInput(session, req)),
-    api.role().catch((): Role => "admin"),
-  ]);
+  const [config, outbox] = await Promise.all([appConfig(), Outbox.open((session, req) => api.postInput(session, req))]);
   performance.mark("moor:boot");
-  document.documentElement.dataset.role = role;
   window.addEventListener("online", () => outbox.pump());
   outbox.pump();
 
   let close: (() => void) | null = null;
   const route = () => {
     close?.();
-    const m = routeOf();
-    close = m
-      ? sessionView(root, decodeURIComponent(m[1]), { outbox, role, keepaliveMs: config.keepalive_ms, early })
-      : listView(root);
+    close = null;
+    const { path, params } = parseHash();
+    const m = sessionOf(path);
+    if (m) close = sessionView(root, decodeURIComponent(m[1]), { outbox, keepaliveMs: config.keepalive_ms, early });
+    else if (path === "/login") loginView(root);
+    else if (path === "/setup") setupView(root, params.get("code") ?? "");
+    else if (path === "/device") deviceView(root, params.get("code") ?? "");
+    else if (path === "/join") joinView(root, params.get("link") ?? "");
+    else close = listView(root);
     early = undefined;
     window.scrollTo(0, 0);
   };

@@ -212,6 +212,12 @@ export class Outbox {
         this.failures = 0;
       } catch (e) {
         const status = (e as { status?: number }).status;
+        if (status === 401) {
+          // Logged out (the page is asking for a login): keep it; the next pump after the
+          // login sends it.
+          this.changed();
+          return;
+        }
         const permanent = status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
         if (!permanent) {
           // Offline or the server is down: keep it and try again later.

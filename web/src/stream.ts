@@ -2,7 +2,7 @@
 // seq after every failure, with a watchdog that treats silence as death. Its status is the truth
 // the stream banner shows: it never says "live" while nothing proves it.
 
-import { api, ApiError, token } from "./api";
+import { api, ApiError, authFetch } from "./api";
 import type { Entry } from "./protocol/Entry";
 import type { Reset } from "./protocol/Reset";
 import type { SessionInfo } from "./protocol/SessionInfo";
@@ -177,11 +177,8 @@ export class LiveStream {
     const after = this.hooks.cursor();
     const head = info.head_seq;
     const url = `/api/v1/sessions/${encodeURIComponent(this.sessionId)}/events?after=${after}&state=true`;
-    const res = await fetch(url, {
-      headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
-      signal: ctrl.signal,
-      cache: "no-store",
-    });
+    // An expired access token is renewed here (refresh cookie, once) and the stream opened again.
+    const res = await authFetch(url, { headers: { Accept: "text/event-stream" }, signal: ctrl.signal });
     if (!res.ok || !res.body) {
       let body = null;
       try {

@@ -5,8 +5,8 @@
 
 import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, banner, closeRpc, everything, launch, openSession, phone, rpc,
-  sessionByName, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
+  addUser, allEntries, api, ARTIFACTS, assert, banner, closeRpc, everything, launch, loginContext, loginForm, openSession,
+  PASSWORD, phone, rpc, sessionByName, share, SHORT, shortApi, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
 mkdirSync(ARTIFACTS, { recursive: true });
@@ -32,6 +32,33 @@ async function assertExact(page, id, expectLines) {
   assert(r.length > 0, "rows are drawn");
   for (let i = 1; i < r.length; i++) assert(r[i] > r[i - 1], `drawn rows out of order at ${i}: ${r[i - 1]} then ${r[i]}`);
 }
+
+scenario("first admin: the one-time setup link creates the admin account and logs it in", async ({ browser }) => {
+  // The setup endpoint lands separately; until this server has it, there is nothing to drive.
+  // (Asked with the admin token: an unknown route answers 401 to a caller without one.)
+  const probe = await fetch(`${URL_BASE}/api/v1/auth/setup`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  if (probe.status === 404) return "skip: this moord has no GET /api/v1/auth/setup yet (404)";
+  const { link } = await rpc("setup_link");
+  assert(link, "moord printed a #/setup&code= link at its first start");
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(link);
+  await page.waitForSelector("#setup-form", { timeout: 10000 });
+  await page.fill("#setup-name", "root-admin");
+  await page.fill("#setup-password", PASSWORD);
+  await page.fill("#setup-password2", `${PASSWORD} typo`);
+  await page.click("#setup-submit");
+  await waitFor("the mismatch said", 5000, () => page.evaluate(() => /differ/.test(document.getElementById("setup-error")?.textContent ?? "")));
+  await page.fill("#setup-password2", PASSWORD);
+  await shot(page, "setup");
+  await page.click("#setup-submit");
+  await waitFor("logged in on the session list", 10000, () => page.evaluate(() => location.hash === "#/" && document.getElementById("who")?.textContent === "root-admin"));
+  // The link has done its job: opening it again goes to the login page.
+  const again = await ctx.newPage();
+  await again.goto(link);
+  await waitFor("the used link sends to the login", 10000, () => again.evaluate(() => location.hash === "#/login"));
+  await ctx.close();
+});
 
 scenario("reload mid-stream, five times, while an agent prints 2,000 lines: every entry once, in order", async ({ browser }) => {
   await rpc("lines", { session: "web-reload", count: 2000, interval_ms: 4 });
@@ -198,12 +225,17 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   await page.fill("#composer-text", `[[bash:touch ${project}/denied.txt]]`);
   await page.click("#composer button.send");
   await waitFor("a permission request on the page", 60000, async () => (await permCard(0))?.pending);
-  // A viewer sees the request, and no way to decide it or to write.
+  // A real viewer (an account given the viewer role) sees the request, and no way to decide it
+  // or to write.
+  await addUser("vic");
+  await share(info.id, "vic", "viewer");
   const vctx = await phone(browser);
-  await vctx.route("**/api/v1/me", (route) => route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify({ name: "guest", role: "viewer" }) }));
+  await loginContext(vctx, "vic");
   const viewer = await vctx.newPage();
-  await openSession(viewer, info.id);
+  await viewer.goto(`${URL_BASE}/#/s/${info.id}`);
+  await viewer.waitForFunction(() => window.__moor !== undefined);
   await waitFor("the viewer sees the request", 20000, () => viewer.evaluate(() => !!document.querySelector(".card.perm.pending")));
+  await waitFor("the viewer's read-only note", 10000, () => viewer.evaluate(() => !!document.getElementById("readonly-note")));
   assert(await viewer.evaluate(() => !document.querySelector("#composer") && !document.querySelector("button.approve, button.deny")), "viewer has no composer and no Approve/Deny");
   await shot(viewer, "session-viewer");
   await vctx.close();
@@ -234,7 +266,8 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   await shot(page, "sheet-state");
   await page.click(".sheet-head button");
   await page.click("#share-btn");
-  await waitFor("a QR code", 5000, () => page.evaluate(() => !!document.querySelector(".qr svg")));
+  await page.click("#share-create");
+  await waitFor("a QR code", 5000, () => page.evaluate(() => !!document.querySelector("#share-qr svg")));
   await shot(page, "sheet-share");
   await page.click(".sheet-head button");
   // The bridge dies mid-work: the page offers the recovery brief.
@@ -249,10 +282,195 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   await ctx.close();
 });
 
-scenario("a viewer's forged input is refused by the server", async () => {
-  // Roles arrive with the access work; until a server can mint a viewer token, there is nothing
-  // to forge with. Kept as an explicit skip so it is not forgotten.
-  return "skip: the server has no viewer tokens yet (every token is admin)";
+scenario("log in through the form as a real user: back where the link pointed, only their sessions, then log out", async ({ browser }) => {
+  await addUser("olive");
+  await rpc("echo", { session: "web-olive" });
+  await rpc("echo", { session: "web-not-olives" });
+  const mine = await sessionByName("web-olive");
+  await sessionByName("web-not-olives");
+  await share(mine.id, "olive", "owner");
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${mine.id}`);
+  // No credentials: the login page, which says plainly what is wrong.
+  await waitFor("the login page", 10000, () => page.evaluate(() => location.hash === "#/login"));
+  await loginForm(page, "olive", "not her password");
+  await waitFor("the refusal", 10000, () => page.evaluate(() => document.getElementById("login-error")?.textContent === "Wrong name or password."));
+  await shot(page, "login-wrong-password");
+  await loginForm(page, "olive");
+  // Back at the session the link named, as its owner: composer and Share.
+  await waitFor("back at the session", 10000, () => page.evaluate((id) => location.hash === `#/s/${id}`, mine.id));
+  await page.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("the composer and Share", 20000, () => page.evaluate(() => !!document.querySelector("#composer") && !document.getElementById("share-btn").hidden));
+  await page.goto(`${URL_BASE}/#/`);
+  await waitFor("her session list", 10000, () => page.evaluate(() => document.querySelectorAll(".session-card").length > 0));
+  const listed = await page.evaluate(() => [...document.querySelectorAll(".session-card")].map((c) => c.dataset.session));
+  assert(JSON.stringify(listed) === JSON.stringify([mine.id]), `olive sees only her session: ${listed}`);
+  await waitFor("the list to say who is logged in", 10000, () => page.evaluate(() => document.getElementById("who").textContent === "olive"));
+  await shot(page, "list-logged-in");
+  await page.click("#logout");
+  await waitFor("the login page after logging out", 10000, () => page.evaluate(() => location.hash === "#/login"));
+  const after = await page.evaluate(async () => (await fetch("/api/v1/sessions")).status);
+  assert(after === 401, `the page's cookies no longer work after logout (${after})`);
+  await ctx.close();
+});
+
+scenario("a share link with a QR code makes a real viewer: no composer, no Approve/Deny, a forged input refused with 403", async ({ browser }) => {
+  const session = await sessionByName("web-olive");
+  // olive (owner) makes a viewer link in the share dialog.
+  const octx = await phone(browser);
+  await loginContext(octx, "olive");
+  const owner = await octx.newPage();
+  await owner.goto(`${URL_BASE}/#/s/${session.id}`);
+  await owner.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("Share for the owner", 20000, () => owner.evaluate(() => !document.getElementById("share-btn").hidden));
+  await owner.click("#share-btn");
+  await owner.selectOption("#share-role", "viewer");
+  await owner.selectOption("#share-expiry", "3600");
+  await owner.fill("#share-uses", "2");
+  await owner.click("#share-create");
+  await waitFor("a QR code of the link", 10000, () => owner.evaluate(() => !!document.querySelector("#share-qr svg")));
+  const link = await owner.inputValue("#share-url");
+  assert(link.startsWith(`${URL_BASE}/#/join&link=`), `the link opens the join page: ${link}`);
+  await shot(owner, "sheet-share-link");
+  // Adding a person by name, with a role.
+  await addUser("walt");
+  await owner.fill("#member-name", "walt");
+  await owner.selectOption("#member-role", "controller");
+  await owner.click("#member-add");
+  await waitFor("walt added", 10000, () => owner.evaluate(() => /walt is now a controller/.test(document.getElementById("member-status").textContent)));
+  const walt = await (await fetch(`${URL_BASE}/api/v1/auth/login`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name: "walt", password: PASSWORD }) })).json();
+  const waltView = await api(`/sessions/${session.id}`, {}, URL_BASE, walt.access_token);
+  assert(waltView.role === "controller", `walt's role: ${waltView.role}`);
+
+  // vera opens the link: logs in, joins, lands on the session as a viewer.
+  await addUser("vera");
+  const vctx = await phone(browser);
+  const vera = await vctx.newPage();
+  await vera.goto(link);
+  await waitFor("the login page first", 10000, () => vera.evaluate(() => location.hash === "#/login"));
+  await loginForm(vera, "vera");
+  await waitFor("the session after joining", 15000, () => vera.evaluate((id) => location.hash === `#/s/${id}`, session.id));
+  await vera.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("the read-only note", 20000, () => vera.evaluate(() => !!document.getElementById("readonly-note")));
+  await waitFor("agent online", 20000, async () => (await banner(vera, "bridge")).state === "online");
+  assert(
+    await vera.evaluate(() => !document.querySelector("#composer") && !document.querySelector("button.approve, button.deny") && document.getElementById("share-btn").hidden),
+    "a viewer has no composer, no Approve/Deny and no Share",
+  );
+  await shot(vera, "session-real-viewer");
+  // A forged input from the viewer's page, with its cookies: the server refuses it.
+  const forged = await vera.evaluate(async (id) => {
+    const res = await fetch(`/api/v1/sessions/${id}/inputs`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ client_msg_id: "forged-1", kind: "input.text", payload: { text: "rm -rf ~" } }),
+    });
+    return res.status;
+  }, session.id);
+  assert(forged === 403, `forged input answered ${forged}, not 403`);
+  assert(!(await allEntries(session.id)).some((e) => e.payload?.text === "rm -rf ~"), "nothing forged reached the log");
+  // olive revokes the link: vera loses the session.
+  await owner.click("#share-links li button");
+  await waitFor("the link gone from the list", 10000, () => owner.evaluate(() => !document.querySelector("#share-links li")));
+  const gone = await vera.evaluate(async (id) => (await fetch(`/api/v1/sessions/${id}`)).status, session.id);
+  assert(gone === 404, `after the revocation vera gets ${gone}, not 404`);
+  await octx.close();
+  await vctx.close();
+});
+
+scenario("an access token expiring mid-watch is refreshed by the page: no login, no gap", async ({ browser }) => {
+  const base = SHORT.url;
+  await addUser("tim", base, SHORT.token);
+  // About five token lifetimes of output; the server also ends SSE streams every 2 s, so the page
+  // reconnects again and again with expired tokens.
+  const lines = 5 * SHORT.ttlSecs * 50;
+  await rpc("lines", { server: "short", session: "web-ttl", count: lines, interval_ms: 20 });
+  const info = await waitFor("session web-ttl", 20000, async () => {
+    try {
+      return await shortApi("/sessions/web-ttl");
+    } catch (e) {
+      if (e.status === 404) return null;
+      throw e;
+    }
+  });
+  await share(info.id, "tim", "viewer", base, SHORT.token);
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  const refreshes = [];
+  page.on("response", (r) => {
+    if (r.url().endsWith("/api/v1/auth/refresh")) refreshes.push(r.status());
+  });
+  await page.addInitScript(() => {
+    window.__routes = [];
+    window.addEventListener("hashchange", () => window.__routes.push(location.hash));
+  });
+  await page.goto(`${base}/#/login`);
+  await loginForm(page, "tim");
+  await waitFor("the list", 10000, () => page.evaluate(() => location.hash === "#/"));
+  await page.goto(`${base}/#/s/${info.id}`);
+  await page.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("the session to end", 90000, async () => (await shortApi(`/sessions/${info.id}`)).status === "ended");
+  const head = (await shortApi(`/sessions/${info.id}`)).head_seq;
+  await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  const routes = await page.evaluate(() => window.__routes);
+  assert(!routes.includes("#/login"), `the page never asked for a login: ${routes}`);
+  assert(refreshes.length >= 2 && refreshes.every((s) => s === 200), `the page refreshed its token (${refreshes})`);
+  const server = await allEntries(info.id, base, SHORT.token);
+  const shown = await everything(page);
+  assert(JSON.stringify(shown.seqs) === JSON.stringify(server.map((e) => e.seq)), `the page holds exactly the server's ${server.length} entries (it holds ${shown.seqs.length})`);
+  const want = Array.from({ length: lines }, (_, i) => `line-${i + 1}`);
+  assert(JSON.stringify(shown.lines) === JSON.stringify(want), "every line once, in order");
+  await ctx.close();
+});
+
+scenario("too many wrong passwords: the login page says when to try again (429, Retry-After)", async ({ browser }) => {
+  // On the short-token server, so the address-wide throttle does not slow the other scenarios.
+  await addUser("tess", SHORT.url, SHORT.token);
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${SHORT.url}/#/login`);
+  const text = await waitFor("the throttle message", 30000, async () => {
+    await loginForm(page, "tess", "wrong password");
+    await page.waitForFunction(() => !document.getElementById("login-error").hidden && !document.getElementById("login-submit").disabled);
+    const t = await page.evaluate(() => document.getElementById("login-error").textContent);
+    return /try again in \d+ s/.test(t) ? t : null;
+  });
+  assert(/^Too many attempts: try again in \d+ s\.$/.test(text), `message: ${text}`);
+  await shot(page, "login-throttled");
+  await ctx.close();
+});
+
+scenario("device login: the real moor login is approved in the page, then streams a session", async ({ browser }) => {
+  await addUser("dana");
+  const { code, link } = await rpc("moor_login");
+  assert(link.includes(`#/device&code=${code}`), `moor shows the page's link with its code: ${link}`);
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(link);
+  await waitFor("the login page first", 10000, () => page.evaluate(() => location.hash === "#/login"));
+  await loginForm(page, "dana");
+  await waitFor("the approval page, code filled in", 10000, () => page.evaluate((c) => document.getElementById("device-code")?.value === c, code));
+  await shot(page, "device-approve");
+  await page.click("#device-approve");
+  await waitFor("approved", 10000, () => page.evaluate(() => document.getElementById("device-result")?.dataset.result === "approved"));
+  const done = await rpc("moor_login_done");
+  assert(done.success, "moor login finished once approved");
+  await rpc("device_lines", { session: "web-device", count: 50, interval_ms: 10 });
+  await page.goto(`${URL_BASE}/#/`);
+  await waitFor("dana's device session in her list", 20000, () => page.evaluate(() => [...document.querySelectorAll(".session-card b")].some((b) => b.textContent === "web-device")));
+  const info = await sessionByName("web-device");
+  assert(info.role === "owner", "the admin sees the session too");
+  await page.click(`.session-card[data-session="${info.id}"]`);
+  await page.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("the session to end", 30000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
+  const head = (await api(`/sessions/${info.id}`)).head_seq;
+  await waitFor("the page to reach the head", 20000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  // The rows are drawn on the next animation frame after the entries arrive.
+  await waitFor("the rows drawn", 5000, () => page.evaluate((h) => window.__moor.renderedSeqs().includes(h), head));
+  await shot(page, "session-device");
+  await assertExact(page, info.id, Array.from({ length: 50 }, (_, i) => `line-${i + 1}`));
+  await ctx.close();
 });
 
 scenario("PTY session: terminal view with keyboard input", async ({ browser }) => {
@@ -289,17 +507,22 @@ scenario("session list and dark mode at phone size", async ({ browser }) => {
   }
 });
 
-scenario("a share link without a token asks for one, then shows the session", async ({ browser }) => {
+scenario("a page without credentials shows the login, where the admin token still opens the session", async ({ browser }) => {
   const id = (await api("/sessions/web-reload")).id;
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await page.goto(`${URL_BASE}/#/s/${id}`);
-  await page.waitForSelector(".token-form input", { timeout: 10000 });
-  await shot(page, "token-prompt");
-  await page.fill(".token-form input", TOKEN);
-  await page.click(".token-form button");
-  await page.waitForFunction(() => window.__moor && window.__moor.renderedSeqs().length > 0, null, { timeout: 10000 });
-  await ctx.close();
+  for (const scheme of ["light", "dark"]) {
+    const ctx = await phone(browser, { colorScheme: scheme });
+    const page = await ctx.newPage();
+    await page.goto(`${URL_BASE}/#/s/${id}`);
+    await page.waitForSelector("#login-form", { timeout: 10000 });
+    await shot(page, `login-${scheme}`);
+    if (scheme === "dark") {
+      await page.click(".token-alt summary");
+      await page.fill("#token-input", TOKEN);
+      await page.click(".token-form button");
+      await page.waitForFunction(() => window.__moor && window.__moor.renderedSeqs().length > 0, null, { timeout: 10000 });
+    }
+    await ctx.close();
+  }
 });
 
 scenario("installable: manifest, icons and a service worker that never caches session data", async ({ browser }) => {
@@ -326,7 +549,11 @@ const browser = await launch();
 let passed = 0;
 let failed = 0;
 let skipped = 0;
+// MOOR_WEB_ONLY=<regex> runs the matching scenarios only (while working on one; some scenarios
+// use sessions earlier ones made).
+const only = process.env.MOOR_WEB_ONLY ? new RegExp(process.env.MOOR_WEB_ONLY) : null;
 for (const s of scenarios) {
+  if (only && !only.test(s.name)) continue;
   const t0 = Date.now();
   try {
     const r = await s.fn({ browser });

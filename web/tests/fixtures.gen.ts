@@ -109,6 +109,7 @@ export const session_info: SessionInfo = {
     "host": "vm",
     "adapter": "lines"
   },
+  "role": "owner",
   "state": {
     "head": 6,
     "phase": "model_streaming",

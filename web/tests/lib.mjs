@@ -6,6 +6,9 @@ import { chromium } from "playwright-core";
 
 export const URL_BASE = process.env.MOOR_URL ?? "http://127.0.0.1:7070";
 export const TOKEN = process.env.MOOR_TOKEN ?? "";
+/** A second server whose access tokens live MOOR_SHORT_TTL_SECS (tests/tests/web.rs). */
+export const SHORT = { url: process.env.MOOR_SHORT_URL ?? "", token: process.env.MOOR_SHORT_TOKEN ?? "", ttlSecs: Number(process.env.MOOR_SHORT_TTL_SECS ?? 0) };
+export const PASSWORD = "correct horse battery";
 export const KEEPALIVE_MS = Number(process.env.MOOR_KEEPALIVE_MS ?? 15000);
 /** The page's watchdog interval for this server (see src/stream.ts watchdogFor). */
 export const WATCHDOG_MS = KEEPALIVE_MS * 2 + 1000;
@@ -51,20 +54,48 @@ export function closeRpc() {
 }
 
 // ---- the API, as a second opinion on what the page shows
-export async function api(path, init = {}) {
-  const res = await fetch(`${URL_BASE}/api/v1${path}`, {
+export async function api(path, init = {}, base = URL_BASE, token = TOKEN) {
+  const res = await fetch(`${base}/api/v1${path}`, {
     ...init,
-    headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json", ...(init.headers ?? {}) },
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", ...(init.headers ?? {}) },
   });
   if (!res.ok) throw Object.assign(new Error(`${path}: HTTP ${res.status}`), { status: res.status });
-  return res.json();
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
 }
 
-export async function allEntries(id) {
+/** The API of the short-token server, as its admin. */
+export const shortApi = (path, init = {}) => api(path, init, SHORT.url, SHORT.token);
+
+/** Adds user `name` (password PASSWORD) as the admin of `base`. */
+export async function addUser(name, base = URL_BASE, token = TOKEN) {
+  await api("/users", { method: "POST", body: JSON.stringify({ name, password: PASSWORD }) }, base, token);
+}
+
+/** Gives `user` `role` on session `id`, as the admin of `base`. */
+export async function share(id, user, role, base = URL_BASE, token = TOKEN) {
+  await api(`/sessions/${id}/members/${user}`, { method: "PUT", body: JSON.stringify({ role }) }, base, token);
+}
+
+/** Logs a browser context in as `name` through the API (its cookies land in the context). */
+export async function loginContext(ctx, name, base = URL_BASE) {
+  const res = await ctx.request.post(`${base}/api/v1/auth/login`, { data: { name, password: PASSWORD } });
+  if (!res.ok()) throw new Error(`login ${name}: HTTP ${res.status()}`);
+}
+
+/** Fills and submits the login page's form. */
+export async function loginForm(page, name, password = PASSWORD) {
+  await page.waitForSelector("#login-form", { timeout: 10000 });
+  await page.fill("#login-name", name);
+  await page.fill("#login-password", password);
+  await page.click("#login-submit");
+}
+
+export async function allEntries(id, base = URL_BASE, token = TOKEN) {
   const out = [];
   let after = 0;
   for (let page = 0; page < 10000; page++) {
-    const p = await api(`/sessions/${id}/entries?after=${after}&limit=1000`);
+    const p = await api(`/sessions/${id}/entries?after=${after}&limit=1000`, {}, base, token);
     out.push(...p.entries);
     if (!p.has_more || !p.entries.length) break;
     after = p.entries[p.entries.length - 1].seq;

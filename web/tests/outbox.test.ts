@@ -56,4 +56,22 @@ describe("Outbox", () => {
     expect(order).toEqual(["a", "bad", "c"]);
     expect(box.list("s").find((r) => (r.payload as { text: string }).text === "bad")?.error).toBe("refused");
   });
+
+  it("keeps a message refused for want of a login, and sends it once logged in again", async () => {
+    let loggedIn = false;
+    let tries = 0;
+    const post = async () => {
+      tries += 1;
+      if (!loggedIn) throw Object.assign(new Error("missing or invalid token"), { status: 401 });
+      return { seq: 7, duplicate: false };
+    };
+    const box = await Outbox.open(post, "test-login");
+    await box.send("s", "input.text", { text: "after lunch" });
+    await until("a first attempt", () => tries >= 1);
+    expect(box.list("s")[0].error).toBeNull();
+    expect(box.list("s")[0].seq).toBeNull();
+    loggedIn = true;
+    box.pump();
+    await until("stored", () => box.list("s")[0]?.seq === 7);
+  });
 });

@@ -32,7 +32,14 @@ const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ23456789";
 struct Grant {
     user_code: String,
     created: Instant,
-    approved_by: Option<String>,
+    decision: Decision,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    Pending,
+    Approved(String),
+    Denied,
 }
 
 /// Pending device grants, by the hash of their device code.
@@ -87,16 +94,18 @@ pub(crate) async fn start(
             Grant {
                 user_code: code.clone(),
                 created: Instant::now(),
-                approved_by: None,
+                decision: Decision::Pending,
             },
         );
     }
+    // The web app's routes are `#/page&key=value`: the complete link opens the approval page
+    // with the code filled in.
     let uri = format!("{}/#/device", state.public_url);
     Ok(Json(json!({
         "device_code": device_code,
         "user_code": code,
         "verification_uri": uri,
-        "verification_uri_complete": format!("{uri}?code={code}"),
+        "verification_uri_complete": format!("{uri}&code={code}"),
         "expires_in": GRANT_TTL.as_secs(),
         "interval": 1,
     })))
@@ -121,13 +130,28 @@ pub(crate) async fn approve(
             reason: "the admin token has no account to lend; log in as a user".into(),
         });
     };
-    let code = normalise(&req.user_code);
+    decide(&state, &req.user_code, Decision::Approved(user.to_owned()))
+}
+
+/// `POST /api/v1/auth/device/deny` `{user_code}`: a logged-in user refuses the device; its next
+/// poll is told so and the code is gone.
+pub(crate) async fn deny(
+    State(state): State<AppState>,
+    AuthUser(_who): AuthUser,
+    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let req: Approve = parse_json(body, state.config.max_body_bytes)?;
+    decide(&state, &req.user_code, Decision::Denied)
+}
+
+fn decide(state: &AppState, user_code: &str, decision: Decision) -> Result<StatusCode, ApiError> {
+    let code = normalise(user_code);
     let mut grants = state.auth.devices.lock();
     let grant = grants
         .values_mut()
-        .find(|g| g.user_code == code && g.approved_by.is_none())
+        .find(|g| g.user_code == code && g.decision == Decision::Pending)
         .ok_or(ApiError::NotFound("device code"))?;
-    grant.approved_by = Some(user.to_owned());
+    grant.decision = decision;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -137,7 +161,7 @@ pub(crate) struct Poll {
 }
 
 /// `POST /api/v1/auth/device/token` `{device_code}`: `202 {"status":"pending"}` until approved,
-/// then the token pair once; 404 for an unknown or expired code.
+/// then the token pair once; 403 once if it was denied; 404 for an unknown or expired code.
 pub(crate) async fn token(
     State(state): State<AppState>,
     body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
@@ -146,17 +170,19 @@ pub(crate) async fn token(
     let key = token_hash(&req.device_code);
     let user = {
         let mut grants = state.auth.devices.lock();
-        match grants.get(&key) {
+        match grants.get(&key).map(|g| &g.decision) {
             None => return Err(ApiError::NotFound("device code")),
-            Some(g) if g.approved_by.is_none() => {
+            Some(Decision::Pending) => {
                 return Ok(
                     (StatusCode::ACCEPTED, Json(json!({"status": "pending"}))).into_response()
                 )
             }
-            Some(_) => grants.remove(&key).and_then(|g| g.approved_by),
+            Some(_) => match grants.remove(&key).map(|g| g.decision) {
+                Some(Decision::Approved(user)) => user,
+                _ => return Err(ApiError::Forbidden),
+            },
         }
     };
-    let user = user.ok_or(ApiError::NotFound("device code"))?;
     super::http::start_family(&state, &user).await
 }
 

@@ -393,7 +393,7 @@ pub(crate) async fn create_share_link(
         Json(serde_json::json!({
             "id": row.id,
             "token": secret,
-            "url": format!("{}/#/join/{secret}", state.public_url),
+            "url": format!("{}/#/join&link={secret}", state.public_url),
             "role": row.role,
             "expires_at": row.expires_at,
             "uses": uses,

@@ -20,37 +20,9 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::{RefreshRow, SessionRow};
 
-/// What a principal may do on one session. Ordered: each role includes the ones below it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    /// Read the log, the state and the recovery brief.
-    Viewer,
-    /// Also send input and decide permission requests.
-    Controller,
-    /// Also share, attach the bridge and close it.
-    Owner,
-}
-
-impl Role {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Controller => "controller",
-            Role::Owner => "owner",
-        }
-    }
-
-    /// Parses a stored or requested name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "viewer" => Some(Role::Viewer),
-            "controller" => Some(Role::Controller),
-            "owner" => Some(Role::Owner),
-            _ => None,
-        }
-    }
-}
+/// What a principal may do on one session (the wire type: ordered, each role includes the ones
+/// below it).
+pub use moor_protocol::api::Role;
 
 /// The role `who` has on a session, if any. The bootstrap admin owns every session.
 pub async fn role_on(
@@ -74,11 +46,21 @@ pub async fn session_for(
     key: &str,
     need: Role,
 ) -> Result<SessionRow, ApiError> {
+    Ok(session_with_role(state, who, key, need).await?.0)
+}
+
+/// [`session_for`], with the caller's role on it.
+pub async fn session_with_role(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    need: Role,
+) -> Result<(SessionRow, Role), ApiError> {
     let session = state.store.find_session(key).await?;
     match role_on(state, who, &session).await? {
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
-        Some(_) => Ok(session),
+        Some(r) => Ok((session, r)),
     }
 }
 

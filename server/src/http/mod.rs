@@ -18,6 +18,7 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
     let api = Router::new()
+        .route("/me", get(sessions::me))
         .route("/sessions", get(sessions::list))
         .route("/sessions/{id}", get(sessions::get))
         .route("/sessions/{id}/entries", get(sessions::entries))
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/auth/logout", post(access::logout))
         .route("/auth/device", post(crate::access::device::start))
         .route("/auth/device/approve", post(crate::access::device::approve))
+        .route("/auth/device/deny", post(crate::access::device::deny))
         .route("/auth/device/token", post(crate::access::device::token))
         .route("/users", post(access::create_user))
         .route("/users/{name}/revoke", post(access::revoke_user))

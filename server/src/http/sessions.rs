@@ -1,13 +1,15 @@
 //! Session resources: list, get, history paging, and closing a live bridge (operators).
 
+use std::collections::HashMap;
+
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
-use moor_protocol::api::{EntriesPage, SessionInfo, SessionStatus};
+use moor_protocol::api::{EntriesPage, Me, Role, SessionInfo, SessionStatus};
 use moor_protocol::Seq;
 use serde::Deserialize;
 
-use crate::access::{session_for, Role};
+use crate::access::{session_for, session_with_role};
 use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
@@ -19,8 +21,9 @@ const MAX_PAGE: u32 = 1000;
 /// Page size when `limit` is absent.
 const DEFAULT_PAGE: u32 = 100;
 
-fn info(state: &AppState, row: SessionRow) -> SessionInfo {
+fn info(state: &AppState, row: SessionRow, role: Role) -> SessionInfo {
     SessionInfo {
+        role,
         bridge: state.hub.bridge_status(row.id),
         watchers: state.hub.watchers(row.id),
         id: row.id,
@@ -38,23 +41,41 @@ fn info(state: &AppState, row: SessionRow) -> SessionInfo {
     }
 }
 
-/// `GET /api/v1/sessions`.
+/// `GET /api/v1/me`: the caller's name, and whether it is the bootstrap admin.
+pub(super) async fn me(AuthUser(who): AuthUser) -> Json<Me> {
+    Json(Me {
+        name: who.name,
+        admin: who.admin,
+    })
+}
+
+/// `GET /api/v1/sessions`: the sessions the caller has a role on, each with that role.
 pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    let mut rows = state.store.list_sessions().await?;
-    if !who.admin {
-        let mine: std::collections::HashSet<_> = state
-            .store
-            .memberships(&who.name)
-            .await?
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect();
-        rows.retain(|r| mine.contains(&r.id));
-    }
-    Ok(Json(rows.into_iter().map(|r| info(&state, r)).collect()))
+    let rows = state.store.list_sessions().await?;
+    let roles: Option<HashMap<_, _>> = if who.admin {
+        None
+    } else {
+        Some(
+            state
+                .store
+                .memberships(&who.name)
+                .await?
+                .into_iter()
+                .filter_map(|(id, role)| Some((id, Role::parse(&role)?)))
+                .collect(),
+        )
+    };
+    let visible = rows.into_iter().filter_map(|r| {
+        let role = match &roles {
+            None => Role::Owner,
+            Some(roles) => *roles.get(&r.id)?,
+        };
+        Some(info(&state, r, role))
+    });
+    Ok(Json(visible.collect()))
 }
 
 /// `GET /api/v1/sessions/{id}` (id or name).
@@ -63,9 +84,9 @@ pub(super) async fn get(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let row = session_for(&state, &who, &key, Role::Viewer).await?;
+    let (row, role) = session_with_role(&state, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
-    let mut info = info(&state, row);
+    let mut info = info(&state, row, role);
     info.state = Some((*derived).clone());
     Ok(Json(info))
 }

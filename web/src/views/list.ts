@@ -1,6 +1,6 @@
 // The session list: what runs, where, whether its bridge is there, when it last did something.
 
-import { api, ApiError, setToken } from "../api";
+import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
 import type { SessionInfo } from "../protocol/SessionInfo";
 
@@ -35,7 +35,18 @@ function card(s: SessionInfo): HTMLElement {
 export function listView(root: HTMLElement): () => void {
   const body = h("div.list", { id: "sessions" });
   const note = h("div.banner", { id: "list-banner" });
-  root.replaceChildren(h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), themeButton())), note, h("main.list-main", null, body));
+  const who = h("span.muted.who", { id: "who" });
+  root.replaceChildren(
+    h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, logoutButton(), themeButton())),
+    note,
+    h("main.list-main", null, body),
+  );
+  api.me(true).then(
+    (me) => {
+      who.textContent = me.admin ? "admin token" : me.name;
+    },
+    () => {},
+  );
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
   const refresh = async () => {
@@ -48,8 +59,8 @@ export function listView(root: HTMLElement): () => void {
       note.textContent = "";
     } catch (e) {
       if (e instanceof ApiError && e.status === 401) {
-        note.className = "banner bad";
-        note.replaceChildren(tokenForm());
+        // The login page is on its way (api.ts), and comes back here.
+        return;
       } else {
         note.className = "banner bad";
         note.textContent = `Cannot reach moord (${(e as Error).message}); retrying.`;
@@ -64,20 +75,23 @@ export function listView(root: HTMLElement): () => void {
   };
 }
 
-/** Asks for an access token (a link without one, or a refused one). */
-export function tokenForm(): HTMLElement {
-  const input = h("input", { type: "password", placeholder: "access token", autocomplete: "off" }) as HTMLInputElement;
+/** Logs out: the server revokes this login (its cookies are cleared); a stored token is forgotten. */
+export function logoutButton(): HTMLElement {
   return h(
-    "form.token-form",
+    "button.tb",
     {
-      onsubmit: (e: Event) => {
-        e.preventDefault();
-        setToken(input.value);
-        location.reload();
+      type: "button",
+      id: "logout",
+      onclick: async () => {
+        try {
+          await api.logout();
+        } catch {
+          // Logged out already, or only a token: forgetting it below is all there is to do.
+        }
+        localStorage.removeItem("moor.token");
+        location.hash = "#/login";
       },
     },
-    h("p", null, "This page needs an access token: open the link moord printed, or paste the token."),
-    input,
-    h("button", { type: "submit" }, "Use token"),
+    "Log out",
   );
 }

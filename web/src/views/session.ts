@@ -12,7 +12,6 @@ import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
-import { tokenForm } from "./list";
 import { renderItem, type RenderCtx } from "./render";
 import { checkpointsPanel, PHASE_TEXT, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
@@ -28,7 +27,6 @@ const cursorKey = (id: string) => `moor.cursor.${id}`;
 
 export interface SessionDeps {
   outbox: Outbox;
-  role: Role;
   keepaliveMs: number;
   /** The session's info, if the page already asked for it. */
   early?: Promise<SessionInfo | null>;
@@ -50,7 +48,9 @@ export interface SessionProbe {
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
   const win = new EntryWindow(0);
   const model = new ItemModel();
-  const control = canControl(deps.role);
+  // The caller's role arrives with the session's info; until then nothing offers control.
+  let role: Role | null = null;
+  let control = false;
   let info: SessionInfo | null = null;
   let state: SessionState | null = null;
   let status: StreamStatus = { kind: "connecting" };
@@ -86,18 +86,20 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
-      h("button.tb", { type: "button", id: "share-btn", onclick: () => openShare() }, "Share"),
+      h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
     ),
     streamBanner,
     bridgeBanner,
     recoveryBar,
   );
   const main = h("main.session", null, scroller, termBox, jump);
-  root.replaceChildren(header, main, h("footer.bottom", null, pending, control ? h("div.compose-row", null, composer, interrupt) : h("p.muted.readonly", { id: "readonly-note" }, "Read-only: you can watch this session.")));
+  const composeSlot = h("div.compose-slot");
+  root.replaceChildren(header, main, h("footer.bottom", null, pending, composeSlot));
+  const shareBtn = header.querySelector("#share-btn") as HTMLElement;
 
   // ---- transcript
   const ctx: RenderCtx = {
-    canControl: control,
+    canControl: false,
     deciding,
     decide: (requestId, decision) => {
       deciding.set(requestId, decision);
@@ -238,6 +240,20 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const openState = () => sheet("Session state").body.append(statePanel(state));
   const openCheckpoints = () => sheet("Checkpoints").body.append(checkpointsPanel(win.entries, state?.last_checkpoint ?? null));
   const openShare = () => sheet("Share").body.append(sharePanel(id, info?.name ?? id));
+
+  /** Shows what the role allows: composer and Approve/Deny for controllers, Share for owners. */
+  const applyRole = (r: Role) => {
+    if (r === role) return;
+    role = r;
+    control = canControl(r);
+    ctx.canControl = control;
+    root.dataset.role = r;
+    composeSlot.replaceChildren(
+      control ? h("div.compose-row", null, composer, interrupt) : h("p.muted.readonly", { id: "readonly-note" }, "Read-only: you can watch this session."),
+    );
+    shareBtn.hidden = r !== "owner";
+    bump((it) => it.t === "perm");
+  };
   const openRecovery = async () => {
     const s = sheet("Recovery brief");
     s.body.append(
@@ -298,6 +314,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       },
       onInfo: (i) => {
         info = i;
+        applyRole(i.role);
         title.textContent = i.name;
         document.title = `${i.name} · Mooring`;
         ended = i.status === "ended";
@@ -347,8 +364,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     } catch (e) {
       setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
       if (e instanceof ApiError && e.status === 401) {
-        // No stream without a token: ask for one (the form reloads the page).
-        streamBanner.replaceChildren(tokenForm());
+        // No stream without credentials: the login page is on its way and comes back here.
         return;
       }
       // The stream loop retries (and says so) until the server answers.
@@ -356,6 +372,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     }
     if (stopped) return;
     if (first) {
+      applyRole(first.role);
       const head = first.head_seq;
       const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
       const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;

@@ -1,7 +1,7 @@
 // Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR).
 
 import qrcode from "qrcode-generator";
-import { api, ApiError, token } from "../api";
+import { api, ApiError, explain, type Role, type ShareLink } from "../api";
 import { clock, h } from "../dom";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
@@ -136,33 +136,147 @@ export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTML
   );
 }
 
+/** The links made in this page, per session (their secrets are never stored). */
+const madeLinks = new Map<string, ShareLink[]>();
+
+function qrSvg(text: string): string {
+  const qr = qrcode(0, "M");
+  qr.addData(text);
+  qr.make();
+  return qr.createSvgTag({ cellSize: 4, margin: 2, scalable: true });
+}
+
+function select(id: string, options: [string, string][], value: string): HTMLSelectElement {
+  const el = h("select", { id }, options.map(([v, label]) => h("option", { value: v, selected: v === value }, label))) as HTMLSelectElement;
+  return el;
+}
+
+const EXPIRY: [string, string][] = [
+  ["3600", "1 hour"],
+  ["86400", "1 day"],
+  ["604800", "7 days"],
+  ["2592000", "30 days"],
+];
+
+/** The owner's share dialog: share links (role, expiry, uses) with a QR code, and members by name. */
 export function sharePanel(sessionId: string, name: string): HTMLElement {
-  const base = `${location.origin}/#/s/${encodeURIComponent(sessionId)}`;
-  const qrBox = h("div.qr");
-  const link = h("input.share-url", { readonly: true, value: base }) as HTMLInputElement;
-  const withToken = h("input", { type: "checkbox" }) as HTMLInputElement;
-  const draw = () => {
-    const url = withToken.checked ? `${base}&token=${encodeURIComponent(token())}` : base;
-    link.value = url;
-    const qr = qrcode(0, "M");
-    qr.addData(url);
-    qr.make();
-    qrBox.innerHTML = qr.createSvgTag({ cellSize: 4, margin: 2, scalable: true });
+  // ---- share links
+  const role = select("share-role", [["viewer", "can watch"], ["controller", "can watch and steer"]], "viewer");
+  const expiry = select("share-expiry", EXPIRY, "86400");
+  const uses = h("input", { id: "share-uses", type: "number", min: 1, max: 1000, value: 1, inputmode: "numeric" }) as HTMLInputElement;
+  const linkErr = h("p.form-error", { id: "share-error", role: "alert", hidden: true });
+  const result = h("div.share-result", { id: "share-result", hidden: true });
+  const list = h("ul.share-links", { id: "share-links" });
+  const drawList = () => {
+    const links = madeLinks.get(sessionId) ?? [];
+    list.replaceChildren(
+      ...links.map((l) => {
+        const state = h("span.muted", null, `${l.role} · ${l.uses} ${l.uses === 1 ? "use" : "uses"} · until ${clock(l.expires_at)}`);
+        const revoke = h(
+          "button.link",
+          {
+            type: "button",
+            onclick: async () => {
+              revoke.setAttribute("disabled", "");
+              try {
+                await api.revokeShareLink(l.id);
+                links.splice(links.indexOf(l), 1);
+                drawList();
+              } catch (e) {
+                revoke.removeAttribute("disabled");
+                state.textContent = `could not revoke: ${explain(e)}`;
+              }
+            },
+          },
+          "Revoke",
+        );
+        return h("li", { "data-link": l.id }, state, revoke);
+      }),
+    );
+    list.hidden = links.length === 0;
   };
-  withToken.addEventListener("change", draw);
-  draw();
+  const show = (l: ShareLink) => {
+    const url = h("input.share-url", { id: "share-url", readonly: true, value: l.url }) as HTMLInputElement;
+    const qr = h("div.qr", { id: "share-qr" });
+    qr.innerHTML = qrSvg(l.url);
+    result.replaceChildren(
+      qr,
+      url,
+      h("div.actions", null, h("button", { type: "button", onclick: () => void navigator.clipboard?.writeText(l.url) }, "Copy link")),
+      h("p.muted", null, `Anyone who opens it and logs in ${l.role === "viewer" ? "can watch" : "can watch and steer"} this session. It is shown only now.`),
+    );
+    result.hidden = false;
+  };
+  const create = h(
+    "button.primary",
+    {
+      type: "button",
+      id: "share-create",
+      onclick: async () => {
+        linkErr.hidden = true;
+        const n = Number(uses.value);
+        if (!Number.isInteger(n) || n < 1 || n > 1000) {
+          linkErr.textContent = "Uses: a whole number from 1 to 1000.";
+          linkErr.hidden = false;
+          return;
+        }
+        create.setAttribute("disabled", "");
+        try {
+          const l = await api.createShareLink(sessionId, role.value as Role, Number(expiry.value), n);
+          const links = madeLinks.get(sessionId) ?? [];
+          links.unshift(l);
+          madeLinks.set(sessionId, links);
+          show(l);
+          drawList();
+        } catch (e) {
+          linkErr.textContent = explain(e);
+          linkErr.hidden = false;
+        } finally {
+          create.removeAttribute("disabled");
+        }
+      },
+    },
+    "Create link",
+  );
+  drawList();
+
+  // ---- members by name
+  const member = h("input", { id: "member-name", placeholder: "user name", autocomplete: "off", autocapitalize: "off", spellcheck: false }) as HTMLInputElement;
+  const memberRole = select("member-role", [["viewer", "viewer"], ["controller", "controller"], ["owner", "owner"]], "viewer");
+  const memberStatus = h("p", { id: "member-status", role: "status" });
+  const add = h("form.share-row", {
+    onsubmit: async (e: Event) => {
+      e.preventDefault();
+      const who = member.value.trim();
+      if (!who) return;
+      memberStatus.className = "muted";
+      memberStatus.textContent = "Adding…";
+      try {
+        await api.putMember(sessionId, who, memberRole.value as Role);
+        memberStatus.className = "ok";
+        memberStatus.textContent = `${who} is now a ${memberRole.value} of this session.`;
+        member.value = "";
+      } catch (e) {
+        memberStatus.className = "bad";
+        memberStatus.textContent = e instanceof ApiError && e.status === 404 ? `There is no user called ${who}.` : explain(e);
+      }
+    },
+  }, member, memberRole, h("button", { type: "submit", id: "member-add" }, "Add"));
+
+  const here = `${location.origin}/#/s/${encodeURIComponent(sessionId)}`;
   return h(
     "div.panel.share",
     null,
-    h("p", null, "Open ", h("b", null, name), " on another device:"),
-    qrBox,
-    link,
-    h(
-      "div.actions",
-      null,
-      h("button", { type: "button", onclick: () => void navigator.clipboard?.writeText(link.value) }, "Copy link"),
+    section(
+      "Share link",
+      h("p.muted", null, "A link, and a QR code for phones, that gives ", h("b", null, name), " to whoever opens it and logs in."),
+      h("div.share-row", null, role, expiry, h("label.uses", null, uses, " uses")),
+      linkErr,
+      h("div.actions", null, create),
+      result,
+      list,
     ),
-    h("label.check", null, withToken, " include my access token (full access: share only with yourself)"),
-    h("p.muted", null, "Read-only share links come with accounts and roles; until then a link without a token asks for one."),
+    section("Add a person", add, memberStatus),
+    section("Open it on your other devices", h("input.share-url", { readonly: true, value: here })),
   );
 }
