@@ -238,7 +238,9 @@ impl Bridge {
         };
         running.send_replace(false);
 
-        let grace = checkpoint_config.map(|c| c.upload_grace).unwrap_or_default();
+        let grace = checkpoint_config
+            .map(|c| c.upload_grace)
+            .unwrap_or_default();
         match link_result {
             Ok(LinkEnd::Ended) => {
                 let left = checkpoints.finish(grace).await;

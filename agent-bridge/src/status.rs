@@ -53,7 +53,8 @@ impl Status {
     }
 
     fn set_link_up(&self, up: bool) {
-        self.link_up.send_if_modified(|v| std::mem::replace(v, up) != up);
+        self.link_up
+            .send_if_modified(|v| std::mem::replace(v, up) != up);
     }
 
     fn line(&self, text: impl AsRef<str>) {

@@ -1,5 +1,6 @@
 //! The cluster relay: when several nodes share a Postgres store, turns the other nodes' notices
-//! into this node's hub traffic, so any node serves any viewer and reaches any bridge.
+//! into this node's hub traffic, so any node serves any viewer and reaches any bridge, and
+//! applies their revocations to this node's live connections.
 //!
 //! Entries committed elsewhere are read back from the store and published to the local hub;
 //! consumers (`Tail`, the bridge link) already treat a frame that skips ahead as "read the store",
@@ -14,6 +15,7 @@ use std::time::Duration;
 use moor_protocol::{Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
 use crate::store::{Notice, Range, Store, StoreResult};
 
@@ -22,8 +24,14 @@ const PAGE: u32 = 1000;
 /// Pause before retrying a catch-up that failed (the database may be restarting).
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Runs until `shutdown`; returns at once for a single-node store.
-pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
+/// Runs until `shutdown`; returns at once for a single-node store. Revocations announced by
+/// other nodes end the matching connections in `revocations`.
+pub async fn run(
+    store: Arc<dyn Store>,
+    hub: Hub,
+    revocations: Revocations,
+    shutdown: CancellationToken,
+) {
     let Some(cluster) = store.cluster() else {
         return;
     };
@@ -50,6 +58,10 @@ pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
             }) => relay.publish_range(session, first, last).await,
             Some(Notice::BridgeClaimed { session, epoch }) => {
                 relay.hub.supersede_bridge(session, epoch);
+                Ok(())
+            }
+            Some(Notice::Revoked(revocation)) => {
+                revocations.apply(&revocation);
                 Ok(())
             }
         };

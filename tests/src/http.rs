@@ -248,7 +248,12 @@ impl Api {
                 Some(RawBody::Json(body)),
             )
             .await;
-        assert!(r.status.is_success(), "POST {kind}: {} {:?}", r.status, r.body);
+        assert!(
+            r.status.is_success(),
+            "POST {kind}: {} {:?}",
+            r.status,
+            r.body
+        );
         serde_json::from_value(r.body.clone())
             .unwrap_or_else(|e| panic!("POST inputs: {:?}: {e}", r.body))
     }

@@ -34,11 +34,11 @@ pub use assert::{
 pub use bridge::{BridgeOpts, TestBridge};
 pub use claude::ClaudeEnv;
 pub use fake_api::FakeAnthropic;
-pub use term::TermSession;
 pub use http::{Api, LogTail};
 pub use proxy::FaultProxy;
 pub use rig::{Rig, FINISH, WAIT};
 pub use server::{ServerOpts, TestServer};
 pub use sse::{SseClient, SseOpts};
+pub use term::TermSession;
 pub use util::{eventually, eventually_some};
 pub use ws::{RawBridge, WsViewer};

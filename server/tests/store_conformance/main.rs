@@ -101,6 +101,8 @@ conformance!(
     ended_and_unknown_sessions_refuse_appends,
     state_snapshots_keep_the_newest,
     checkpoints_are_stored_once_and_listed_newest_first,
+    checkpoints_record_the_blobs_they_name,
+    the_first_admin_is_created_once,
     accounts_refresh_tokens_and_roles_are_kept,
     share_links_grant_roles_until_spent_expired_or_revoked,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,

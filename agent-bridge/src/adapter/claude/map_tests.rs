@@ -211,7 +211,10 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
 /// turn), then the mapped entries, numbered as the server would.
 fn as_log(name: &str) -> Vec<moor_protocol::Entry> {
     let (drafts, _) = map_all(name);
-    let prompt = Draft::new(kinds::INPUT_TEXT, serde_json::json!({"text": "do the task"}));
+    let prompt = Draft::new(
+        kinds::INPUT_TEXT,
+        serde_json::json!({"text": "do the task"}),
+    );
     std::iter::once(prompt)
         .chain(drafts)
         .enumerate()
