@@ -51,6 +51,8 @@ pub struct TestServer {
     token: String,
     child: Option<Child>,
     incarnation: u32,
+    /// `https` when it serves TLS (`--tls-cert`), else `http`.
+    scheme: &'static str,
 }
 
 impl TestServer {
@@ -68,6 +70,7 @@ impl TestServer {
             token: String::new(),
             child: None,
             incarnation: 0,
+            scheme: "http",
         };
         server.spawn().await;
         server
@@ -121,15 +124,22 @@ impl TestServer {
 
         let addr = tokio::time::timeout(STARTUP_TIMEOUT, async {
             while let Some(line) = rx.recv().await {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    return rest.trim().trim_end_matches('/').parse::<SocketAddr>().ok();
+                for scheme in ["http", "https"] {
+                    let marker = format!("listening on {scheme}://");
+                    if let Some(rest) = line.split(&marker).nth(1) {
+                        let addr = rest.trim().trim_end_matches('/').parse::<SocketAddr>();
+                        return addr.ok().map(|a| (a, scheme));
+                    }
                 }
             }
             None
         })
         .await;
         let addr = match addr {
-            Ok(Some(addr)) => addr,
+            Ok(Some((addr, scheme))) => {
+                self.scheme = scheme;
+                addr
+            }
             Ok(None) => {
                 dump_logs(&label, &self.log_files(), 200);
                 panic!("{label} exited (or printed a bad address) before listening");
@@ -167,9 +177,9 @@ impl TestServer {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        format!("{}://{}", self.scheme, self.addr())
     }
 
     /// The admin token.
