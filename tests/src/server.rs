@@ -27,6 +27,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Debug, Clone, Default)]
 pub struct ServerOpts {
     flags: Vec<(String, String)>,
+    /// Files written into the data dir before the first start.
+    files: Vec<(String, Vec<u8>)>,
 }
 
 impl ServerOpts {
@@ -38,6 +40,13 @@ impl ServerOpts {
     /// Adds `--name value`.
     pub fn flag(mut self, name: &str, value: impl ToString) -> Self {
         self.flags.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Writes `name` (mode 0600) into the data dir before the first start, e.g. another node's
+    /// `jwt-keys.json`, as nodes sharing a data dir would see it.
+    pub fn data_file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push((name.to_owned(), contents.into()));
         self
     }
 }
@@ -63,6 +72,16 @@ impl TestServer {
             .tempdir()
             .expect("temp dir");
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
+        for (name, contents) in &opts.files {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.path().join("data").join(name))
+                .expect("data file");
+            std::io::Write::write_all(&mut f, contents).expect("write data file");
+        }
         let mut server = Self {
             dir,
             opts,
@@ -233,6 +252,11 @@ impl TestServer {
             .iter()
             .map(|f| std::fs::read_to_string(f).unwrap_or_default())
             .collect()
+    }
+
+    /// A file of the data dir (e.g. `jwt-keys.json`), as it is now.
+    pub fn data_file(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.data_dir().join(name)).expect("read data file")
     }
 
     /// The test's temp dir (data dir and logs live under it).
