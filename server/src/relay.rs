@@ -7,7 +7,8 @@
 //! so a relayed range arriving after a local commit with a higher seq costs a query, never an
 //! entry. After the notice feed was interrupted ([`Notice::Resync`]) or a store read failed, the
 //! relay publishes each watched session's newest entry, which makes every consumer behind it
-//! catch up from the store, and re-checks its bridges' claims. It does no I/O under hub locks.
+//! catch up from the store, and re-checks its bridges' claims and its live connections'
+//! credentials. It does no I/O under hub locks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
-use crate::store::{Notice, Range, Store, StoreResult};
+use crate::store::{Notice, Range, Revocation, Store, StoreError, StoreResult};
 
 /// Entries read per query when relaying a range.
 const PAGE: u32 = 1000;
@@ -39,6 +40,7 @@ pub async fn run(
     let relay = Relay {
         store: &*store,
         hub,
+        revocations,
     };
     // A catch-up is owed: after a lost feed, or a notice whose entries could not be read.
     let mut behind = false;
@@ -61,7 +63,7 @@ pub async fn run(
                 Ok(())
             }
             Some(Notice::Revoked(revocation)) => {
-                revocations.apply(&revocation);
+                relay.revocations.apply(&revocation);
                 Ok(())
             }
         };
@@ -80,6 +82,7 @@ pub async fn run(
 struct Relay<'a> {
     store: &'a dyn Store,
     hub: Hub,
+    revocations: Revocations,
 }
 
 impl Relay<'_> {
@@ -104,9 +107,11 @@ impl Relay<'_> {
         Ok(())
     }
 
-    /// Nudges every watched session with its newest entry and drops local bridge connections
-    /// that another node claimed while notices were lost.
+    /// Nudges every watched session with its newest entry, drops local bridge connections
+    /// that another node claimed while notices were lost, and ends the connections of
+    /// credentials and roles revoked meanwhile.
     async fn catch_up(&self) -> StoreResult<()> {
+        self.recheck_revocations().await?;
         for session in self.hub.watched() {
             let newest = self
                 .store
@@ -124,6 +129,30 @@ impl Relay<'_> {
                         self.hub.supersede_bridge(session, epoch);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every credential and role this node holds live connections for against the
+    /// store, and applies the revocations whose notices were lost. (A role that was changed,
+    /// not removed, cannot be told from here: its connections keep the old role until the
+    /// next change.)
+    async fn recheck_revocations(&self) -> StoreResult<()> {
+        for held in self.revocations.held() {
+            let revoked = match &held {
+                Revocation::User(name) => match self.store.user(name).await {
+                    Ok(user) => user.revoked_at.is_some(),
+                    Err(StoreError::NotFound) => true,
+                    Err(e) => return Err(e),
+                },
+                Revocation::Family(family) => self.store.active_family(family).await?.is_none(),
+                Revocation::Member { session, principal } => {
+                    self.store.member_role(*session, principal).await?.is_none()
+                }
+            };
+            if revoked {
+                self.revocations.apply(&held);
             }
         }
         Ok(())

@@ -54,7 +54,10 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
     config.data_dir = dir.clone();
     config.admin_token = Some(admin.into());
     let server = Server::build(config).await.unwrap();
-    let setup_code = server.setup_code().expect("no administrator yet").to_owned();
+    let setup_code = server
+        .setup_code()
+        .expect("no administrator yet")
+        .to_owned();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();

@@ -473,3 +473,92 @@ async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second
     mem.assert_closed_within(limit, close::UNAUTHORIZED, "member removed on A")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listens_again() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: two viewers of a session on A, watching on B
+    let admin_token = token();
+    let a = TestServer::start(db.node_opts("a", &admin_token)).await;
+    let keys = a.data_file("jwt-keys.json");
+    let b = TestServer::start(
+        db.node_opts("b", &admin_token)
+            .data_file("jwt-keys.json", keys),
+    )
+    .await;
+    let admin = db.admin().await;
+    let name = session_name();
+    let mut bridge = RawBridge::connect(a.addr(), Some(&admin_token))
+        .await
+        .expect("connects to A");
+    let id = bridge.hello(&name, ProducerId::new()).await.session_id;
+    let password = "correct horse battery";
+    let mut access = HashMap::new();
+    for user in ["vic", "mem", "kept"] {
+        let (s, _) = post(
+            &a,
+            "/users",
+            Some(&admin_token),
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::CREATED);
+        let put = reqwest::Client::new()
+            .put(format!("{}/api/v1/sessions/{id}/members/{user}", a.url()))
+            .bearer_auth(&admin_token)
+            .json(&json!({"role": "viewer"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
+        let (s, pair) = post(
+            &a,
+            "/auth/login",
+            None,
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::OK);
+        access.insert(user, pair["access_token"].as_str().unwrap().to_owned());
+    }
+    let vic = Streams::open(&b, &access["vic"], id).await;
+    let mem = Streams::open(&b, &access["mem"], id).await;
+    let mut kept = Streams::open(&b, &access["kept"], id).await;
+
+    // act: B loses its listen connection and cannot get it back while A revokes vic and
+    // removes mem; no notice of either will ever reach B
+    db.allow_connections(&admin, false).await;
+    assert_eq!(db.kill_listen(&admin, "b").await, 1);
+    let (s, _) = post(&a, "/users/vic/revoke", Some(&admin_token), json!({})).await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    let del = reqwest::Client::new()
+        .delete(format!("{}/api/v1/sessions/{id}/members/mem", a.url()))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), reqwest::StatusCode::NO_CONTENT);
+    db.allow_connections(&admin, true).await;
+
+    // assert: B checks what it holds against the store once it listens again
+    vic.assert_closed_within(WAIT, close::UNAUTHORIZED, "revoked while B was deaf")
+        .await;
+    mem.assert_closed_within(WAIT, close::UNAUTHORIZED, "removed while B was deaf")
+        .await;
+    bridge.send_lines(1, &["after"]).await;
+    bridge.wait_ack(1, WAIT).await;
+    let got = tokio::time::timeout(WAIT, async {
+        let mut all = String::new();
+        while let Ok(Some(chunk)) = kept.sse.chunk().await {
+            all.push_str(&String::from_utf8_lossy(&chunk));
+            if all.contains("after") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(got, Ok(true), "a viewer nobody revoked keeps its stream");
+}

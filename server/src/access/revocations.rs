@@ -110,6 +110,23 @@ impl Revocations {
         }
     }
 
+    /// Everything this registry holds live connections for: users, token families and
+    /// (session, principal) roles. After notices may have been lost, the relay checks each
+    /// against the store.
+    pub fn held(&self) -> Vec<Revocation> {
+        let tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        let users = tree.users.keys().cloned().map(Revocation::User);
+        let families = tree.families.keys().cloned().map(Revocation::Family);
+        let members = tree
+            .members
+            .keys()
+            .map(|(session, principal)| Revocation::Member {
+                session: *session,
+                principal: principal.clone(),
+            });
+        users.chain(families).chain(members).collect()
+    }
+
     /// Ends the connections `revocation` names (here; see `access::revoke` for every node).
     pub fn apply(&self, revocation: &Revocation) {
         match revocation {
