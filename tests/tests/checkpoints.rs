@@ -6,6 +6,8 @@
 //! every wait is for an event (an entry, a listed checkpoint, a process exit), bounded by a
 //! timeout that only guards against hangs.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -388,6 +388,7 @@ async fn watch_tools(spool: Spool, tx: mpsc::Sender<()>, stop: CancellationToken
 /// with a doubling delay after failures. Checkpoints other runs left for this server are
 /// uploaded too, after this session's, but only this session's count as pending: an old
 /// checkpoint of a session the server no longer has must not hold up the end of this one.
+#[allow(clippy::too_many_arguments)] // each is one task's handle; a struct would only rename them
 async fn upload_loop(
     repo: Repo,
     client: Client,
