@@ -21,6 +21,7 @@ pub mod recover;
 pub mod session_dir;
 pub mod spool;
 pub mod status;
+pub mod tls;
 
 pub use bridge::{run, Bridge, BridgeExit, BridgeHandle};
 pub use config::{BridgeConfig, LinkConfig, Token};

@@ -139,7 +139,9 @@ pub async fn device_login(
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<Credentials> {
     let server = server.trim_end_matches('/');
-    let http = reqwest::Client::new();
+    let http = crate::tls::http_client()
+        .build()
+        .context("build an HTTP client")?;
     let grant: Grant = http
         .post(format!("{server}/api/v1/auth/device"))
         .send()
@@ -220,7 +222,9 @@ impl Refresher {
             value: Arc::new(RwLock::new(creds.access_token.clone())),
             creds: Arc::new(tokio::sync::Mutex::new(creds)),
             path,
-            http: reqwest::Client::new(),
+            // Without the configured trust a refresh would fail; fall back to the default client
+            // only if building it fails (it does not with a valid CA file).
+            http: crate::tls::http_client().build().unwrap_or_default(),
         }
     }
 

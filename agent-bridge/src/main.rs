@@ -25,6 +25,10 @@ use tracing_subscriber::EnvFilter;
     about = "Keep a coding agent's session reachable through moord"
 )]
 struct Cli {
+    /// Also trust the CA certificates in this PEM file for moord's TLS (HTTPS and WSS), e.g. a
+    /// moord serving a certificate of a private CA.
+    #[arg(long, env = "MOOR_CA_FILE", global = true)]
+    ca_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -288,7 +292,14 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    if let Some(path) = &cli.ca_file {
+        if let Err(e) = moor_bridge::tls::trust_ca_file(path) {
+            eprintln!("moor: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Recover(args) => recover(args),
         Command::Resume(args) => resume(args),

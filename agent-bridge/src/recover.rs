@@ -39,7 +39,7 @@ pub fn http_base(server: &str) -> Result<String, BridgeError> {
 impl Api {
     /// A client for `server` with `token`.
     pub fn new(server: &str, token: &str) -> Result<Self, BridgeError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client()
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| BridgeError::Config(format!("cannot build an HTTP client: {e}")))?;

@@ -27,6 +27,8 @@ pub enum ErrorCode {
     ContentMismatch,
     /// The session has ended.
     SessionEnded,
+    /// What was asked for is over for good (first-start setup once an administrator exists).
+    Gone,
     /// A cursor is not a number.
     InvalidCursor,
     /// Too many requests.

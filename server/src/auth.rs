@@ -1,5 +1,5 @@
-//! Who is calling: the bootstrap admin (the token in `<data-dir>/admin.token`) or a user with a
-//! JWT access token (`access::jwt`), presented as a bearer header, an `access_token` query
+//! Who is calling: the bootstrap admin (the token in `<data-dir>/admin.token`) or a user (an
+//! administrator or not) with a JWT access token (`access::jwt`), presented as a bearer header, an `access_token` query
 //! parameter or the `moor_access` cookie. What they may do is `access`'s business. Tokens are
 //! never logged.
 
@@ -16,6 +16,7 @@ use crate::access::device::DeviceGrants;
 use crate::access::guard::Limits;
 use crate::access::jwt::{Claims, JwtError, Keys};
 use crate::access::revocations::Revocations;
+use crate::access::setup::SetupCode;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -44,6 +45,8 @@ pub struct Auth {
     pub limits: Limits,
     /// Pending device logins.
     pub devices: DeviceGrants,
+    /// The first-start setup code, while no administrator exists.
+    pub setup: SetupCode,
 }
 
 impl std::fmt::Debug for Auth {
@@ -57,18 +60,22 @@ impl std::fmt::Debug for Auth {
 pub struct Principal {
     /// Name written as the author of what this caller appends (`user:<name>`).
     pub name: String,
-    /// The bootstrap admin: owner of every session, may manage users.
+    /// An administrator (the bootstrap admin, or a user made one): owner of every session, may
+    /// manage users.
     pub admin: bool,
+    /// The bootstrap admin token: no account behind it, so nothing to revoke but the token.
+    pub bootstrap: bool,
     /// The token family (login or device) a user's access token belongs to.
     pub family: Option<String>,
 }
 
 impl Principal {
     /// The bootstrap admin.
-    pub fn admin() -> Self {
+    pub fn bootstrap() -> Self {
         Self {
             name: "admin".to_owned(),
             admin: true,
+            bootstrap: true,
             family: None,
         }
     }
@@ -78,13 +85,21 @@ impl Principal {
         Self {
             name,
             admin: false,
+            bootstrap: false,
             family,
         }
     }
 
-    /// The user name, unless this is the bootstrap admin.
+    /// Makes this user an administrator.
+    pub fn as_admin(mut self, admin: bool) -> Self {
+        self.admin = admin;
+        self
+    }
+
+    /// The user name, unless this is the bootstrap admin (administrators are users too: their
+    /// revocation ends their connections like anyone's).
     pub fn user(&self) -> Option<&str> {
-        (!self.admin).then_some(self.name.as_str())
+        (!self.bootstrap).then_some(self.name.as_str())
     }
 
     /// The `author` of entries this caller writes.
@@ -105,6 +120,7 @@ impl Auth {
             revocations: Revocations::default(),
             limits: Limits::default(),
             devices: DeviceGrants::default(),
+            setup: SetupCode::default(),
         }
     }
 
@@ -178,7 +194,7 @@ impl Auth {
     /// The principal a presented token belongs to, checking revocation in the store.
     pub async fn principal(&self, state: &AppState, token: &str) -> Option<Principal> {
         if self.is_admin_token(token) {
-            return Some(Principal::admin());
+            return Some(Principal::bootstrap());
         }
         let claims = match self.verify_jwt(token) {
             Ok(c) => c,
@@ -187,9 +203,12 @@ impl Auth {
                 return None;
             }
         };
-        match state.store.token_family_active(&claims.fam).await {
-            Ok(true) => Some(Principal::for_user(claims.sub, Some(claims.fam))),
-            Ok(false) => None,
+        match state.store.active_family(&claims.fam).await {
+            // The name comes from the signed claims; the store confirms it is the family's.
+            Ok(Some(user)) if user.name == claims.sub => {
+                Some(Principal::for_user(claims.sub, Some(claims.fam)).as_admin(user.admin))
+            }
+            Ok(_) => None,
             Err(e) => {
                 tracing::warn!(error = ?e, "could not check a token family");
                 None

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub rate_limit_per_sec: f64,
     /// Requests allowed in a burst.
     pub rate_limit_burst: f64,
+    /// How long the first-start setup code stays valid.
+    pub setup_code_ttl: Duration,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +82,8 @@ impl Default for ServerConfig {
             trust_forwarded: false,
             rate_limit_per_sec: 200.0,
             rate_limit_burst: 2000.0,
+            setup_code_ttl: Duration::from_secs(3600),
+            tls: None,
         }
     }
 }
@@ -88,6 +94,17 @@ impl ServerConfig {
         self.database_url
             .clone()
             .unwrap_or_else(|| format!("sqlite:{}", self.data_dir.join("moor.db").display()))
+    }
+
+    /// The public URL in effect when listening on `addr`: the configured one, else
+    /// `http://<addr>` (`https://` when serving TLS). No trailing slash.
+    pub fn public_url_for(&self, addr: std::net::SocketAddr) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("{scheme}://{addr}"))
+            .trim_end_matches('/')
+            .to_owned()
     }
 
     /// The node id in effect: the configured one, else `node-<8 random hex digits>`.

@@ -25,6 +25,10 @@ pub enum ApiError {
     /// 409: the request conflicts with what is stored.
     #[error("{0}")]
     Conflict(String),
+    /// 410: what was asked for is over for good (e.g. first-start setup once an administrator
+    /// exists); the message says what to do instead.
+    #[error("{0}")]
+    Gone(String),
     /// 409: the session has ended.
     #[error("the session has ended")]
     SessionEnded,
@@ -70,6 +74,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
             ApiError::SessionEnded => (StatusCode::CONFLICT, ErrorCode::SessionEnded),
+            ApiError::Gone(_) => (StatusCode::GONE, ErrorCode::Gone),
             ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             ApiError::InvalidCursor(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidCursor),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::TooLarge),

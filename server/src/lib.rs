@@ -21,6 +21,7 @@ pub mod state;
 pub mod states;
 pub mod store;
 pub mod tail;
+pub mod tls;
 mod web;
 pub mod ws;
 
@@ -41,11 +42,14 @@ pub struct Server {
     store: Arc<dyn store::Store>,
     auth: auth::Auth,
     token_created: bool,
+    setup_code: Option<String>,
+    tls: Option<tls::Acceptor>,
 }
 
 impl Server {
-    /// Creates the data directory, loads (or creates) the admin token, opens and migrates the
-    /// store.
+    /// Creates the data directory, loads (or creates) the admin token, loads the TLS
+    /// certificate, opens and migrates the store, and makes a setup code while no administrator
+    /// exists.
     pub async fn build(config: ServerConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
@@ -64,14 +68,36 @@ impl Server {
         auth.access_ttl = config.access_token_ttl;
         auth.refresh_ttl = config.refresh_token_ttl;
         auth.limits = access::guard::Limits::new(&config);
+        let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let node_id = config.node_id();
         let store = store::connect_as(&config.database_url(), &node_id).await?;
+        let setup_code = if store.has_admin().await? {
+            None
+        } else {
+            Some(auth.setup.issue(config.setup_code_ttl))
+        };
         Ok(Self {
             config,
             store,
             auth,
             token_created,
+            setup_code,
+            tls,
         })
+    }
+
+    /// The one-time code that creates the first administrator, if none exists (print it once,
+    /// in the setup link; see [`Server::setup_link`]).
+    pub fn setup_code(&self) -> Option<&str> {
+        self.setup_code.as_deref()
+    }
+
+    /// The setup link for the web client when serving on `addr`, if setup is open.
+    pub fn setup_link(&self, addr: std::net::SocketAddr) -> Option<String> {
+        let base = self.config.public_url_for(addr);
+        self.setup_code
+            .as_deref()
+            .map(|code| format!("{base}/#/setup&code={code}"))
     }
 
     /// The admin token, if it was created by this start (print it once).
@@ -79,20 +105,27 @@ impl Server {
         self.token_created.then(|| self.auth.admin_token())
     }
 
-    /// Adds a user (`moord user add`).
-    pub async fn add_user(&self, name: &str, password: String) -> anyhow::Result<()> {
-        access::http::add_user(self.store.as_ref(), name, password)
+    /// Adds a user, an administrator when `admin` (`moord user add [--admin]`).
+    pub async fn add_user(&self, name: &str, password: String, admin: bool) -> anyhow::Result<()> {
+        access::http::add_user(self.store.as_ref(), name, password, admin)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// Revokes a user (`moord user revoke`); a running server notices at their next request,
-    /// and ends their live connections only when revoked through the API.
+    /// Revokes a user (`moord user revoke`). Running servers refuse their tokens at the next
+    /// request; on Postgres the running nodes also end their live connections at once (with
+    /// SQLite, only a revocation through the API does).
     pub async fn revoke_user(&self, name: &str) -> anyhow::Result<()> {
         self.store
             .revoke_user(name, moor_protocol::now_ms())
             .await
-            .with_context(|| format!("revoke user {name:?}"))
+            .with_context(|| format!("revoke user {name:?}"))?;
+        access::announce(
+            self.store.as_ref(),
+            &store::Revocation::User(name.to_owned()),
+        )
+        .await;
+        Ok(())
     }
 
     /// The store, for tools and tests.
@@ -107,22 +140,18 @@ impl Server {
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         let addr = listener.local_addr().context("read listener address")?;
-        let public_url = self
-            .config
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"))
-            .trim_end_matches('/')
-            .to_owned();
+        let public_url = self.config.public_url_for(addr);
         let tasks = TaskTracker::new();
         let conns = TaskTracker::new();
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
         let log = log::Log::new(self.store.clone(), hub.clone(), tasks.clone());
+        let revocations = access::revocations::Revocations::new(shutdown.clone());
         // Several nodes on one database: follow the others' notices (returns at once otherwise).
         tasks.spawn(relay::run(
             self.store.clone(),
             hub.clone(),
+            revocations.clone(),
             shutdown.clone(),
         ));
         let states = states::States::new(
@@ -137,18 +166,22 @@ impl Server {
             log: log.clone(),
             store: self.store,
             hub,
-            auth: self
-                .auth
-                .with_revocations(access::revocations::Revocations::new(shutdown.clone())),
+            auth: self.auth.with_revocations(revocations),
             config: Arc::new(self.config),
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             conns: conns.clone(),
             public_url: public_url.into(),
         };
-        serve::serve(listener, http::router(state), shutdown.clone(), grace)
-            .await
-            .context("serve http")?;
+        serve::serve(
+            listener,
+            http::router(state),
+            self.tls.map(|a| a.0),
+            shutdown.clone(),
+            grace,
+        )
+        .await
+        .context("serve http")?;
         // Sockets first (they may still append a disconnect entry), then the committers.
         conns.close();
         if tokio::time::timeout(grace, conns.wait()).await.is_err() {

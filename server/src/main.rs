@@ -76,6 +76,15 @@ struct Config {
     /// Requests a second per credential or client address (average; bursts of 10x).
     #[arg(long, env = "MOOR_RATE_LIMIT", default_value_t = 200.0)]
     rate_limit: f64,
+    /// Lifetime of the first-start setup link, in seconds (a restart prints a new one).
+    #[arg(long, env = "MOOR_SETUP_CODE_TTL_SECS", default_value_t = 3600)]
+    setup_code_ttl_secs: u64,
+    /// Serve HTTPS and WSS with this PEM certificate chain (with --tls-key).
+    #[arg(long, env = "MOOR_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "MOOR_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -110,6 +119,9 @@ enum UserCommand {
     Add {
         /// Login name.
         name: String,
+        /// Make the user an administrator (manages users, owns every session).
+        #[arg(long)]
+        admin: bool,
         /// Read the password from stdin instead of asking.
         #[arg(long)]
         password_stdin: bool,
@@ -152,6 +164,11 @@ impl Config {
         c.trust_forwarded = self.trust_forwarded;
         c.rate_limit_per_sec = self.rate_limit;
         c.rate_limit_burst = self.rate_limit * 10.0;
+        c.setup_code_ttl = Duration::from_secs(self.setup_code_ttl_secs.max(1));
+        c.tls = self
+            .tls_cert
+            .zip(self.tls_key)
+            .map(|(cert, key)| moor_server::tls::TlsFiles { cert, key });
         c
     }
 }
@@ -187,11 +204,13 @@ async fn admin(command: Command, config: ServerConfig) -> anyhow::Result<()> {
             match cmd {
                 UserCommand::Add {
                     name,
+                    admin,
                     password_stdin,
                 } => {
                     let password = read_password(password_stdin)?;
-                    server.add_user(&name, password).await?;
-                    println!("user {name} added");
+                    server.add_user(&name, password, admin).await?;
+                    let what = if admin { "administrator" } else { "user" };
+                    println!("{what} {name} added");
                 }
                 UserCommand::Revoke { name } => {
                     server.revoke_user(&name).await?;
@@ -239,32 +258,48 @@ async fn main() -> anyhow::Result<()> {
     }
     let listen = config.listen.clone();
     let data_dir = config.data_dir.clone();
-    let server = Server::build(config.into_server_config()).await?;
+    let server_config = config.into_server_config();
+    let tls = server_config.tls.is_some();
+    let server = Server::build(server_config.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("listen on {listen}"))?;
     let addr = listener.local_addr()?;
-    println!("moord listening on http://{addr}");
-    match server.new_admin_token() {
-        Some(token) => {
-            println!("web: http://{addr}/#token={token}");
-            println!(
-                "admin token (saved in {}): {token}",
-                data_dir.join("admin.token").display()
-            );
-        }
-        None => println!(
-            "web: http://{addr}/ (admin token in {})",
-            data_dir.join("admin.token").display()
+    let scheme = if tls { "https" } else { "http" };
+    let public_url = server_config.public_url_for(addr);
+    println!("moord listening on {scheme}://{addr}");
+    match server.setup_link(addr) {
+        Some(link) => println!(
+            "first start: create the administrator account at {link} (one use, valid {}; \
+             a restart prints a new link)",
+            human(server_config.setup_code_ttl)
         ),
+        None => println!("web: {public_url}/"),
+    }
+    let token_file = data_dir.join("admin.token");
+    if server.new_admin_token().is_some() {
+        println!(
+            "bootstrap admin token (for scripts) saved in {}",
+            token_file.display()
+        );
     }
     println!(
-        "attach an agent: MOOR_TOKEN=$(cat {}) moor run --server http://{addr} -- <command>",
-        data_dir.join("admin.token").display()
+        "attach an agent: moor login {public_url} && moor run -- <command> \
+         (or MOOR_TOKEN=$(cat {}) moor run --server {public_url} -- <command>)",
+        token_file.display()
     );
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     server.serve(listener, shutdown).await
+}
+
+/// `1 h`, `15 min`, `30 s`.
+fn human(d: Duration) -> String {
+    match d.as_secs() {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
 }
 
 async fn signal_shutdown(token: CancellationToken) {

@@ -1,12 +1,14 @@
 //! The cluster relay: when several nodes share a Postgres store, turns the other nodes' notices
-//! into this node's hub traffic, so any node serves any viewer and reaches any bridge.
+//! into this node's hub traffic, so any node serves any viewer and reaches any bridge, and
+//! applies their revocations to this node's live connections.
 //!
 //! Entries committed elsewhere are read back from the store and published to the local hub;
 //! consumers (`Tail`, the bridge link) already treat a frame that skips ahead as "read the store",
 //! so a relayed range arriving after a local commit with a higher seq costs a query, never an
 //! entry. After the notice feed was interrupted ([`Notice::Resync`]) or a store read failed, the
 //! relay publishes each watched session's newest entry, which makes every consumer behind it
-//! catch up from the store, and re-checks its bridges' claims. It does no I/O under hub locks.
+//! catch up from the store, and re-checks its bridges' claims and its live connections'
+//! credentials. It does no I/O under hub locks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,16 +16,23 @@ use std::time::Duration;
 use moor_protocol::{Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
-use crate::store::{Notice, Range, Store, StoreResult};
+use crate::store::{Notice, Range, Revocation, Store, StoreError, StoreResult};
 
 /// Entries read per query when relaying a range.
 const PAGE: u32 = 1000;
 /// Pause before retrying a catch-up that failed (the database may be restarting).
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Runs until `shutdown`; returns at once for a single-node store.
-pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
+/// Runs until `shutdown`; returns at once for a single-node store. Revocations announced by
+/// other nodes end the matching connections in `revocations`.
+pub async fn run(
+    store: Arc<dyn Store>,
+    hub: Hub,
+    revocations: Revocations,
+    shutdown: CancellationToken,
+) {
     let Some(cluster) = store.cluster() else {
         return;
     };
@@ -31,6 +40,7 @@ pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
     let relay = Relay {
         store: &*store,
         hub,
+        revocations,
     };
     // A catch-up is owed: after a lost feed, or a notice whose entries could not be read.
     let mut behind = false;
@@ -52,6 +62,10 @@ pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
                 relay.hub.supersede_bridge(session, epoch);
                 Ok(())
             }
+            Some(Notice::Revoked(revocation)) => {
+                relay.revocations.apply(&revocation);
+                Ok(())
+            }
         };
         match result {
             Ok(()) => behind = behind && !catching_up,
@@ -68,6 +82,7 @@ pub async fn run(store: Arc<dyn Store>, hub: Hub, shutdown: CancellationToken) {
 struct Relay<'a> {
     store: &'a dyn Store,
     hub: Hub,
+    revocations: Revocations,
 }
 
 impl Relay<'_> {
@@ -92,9 +107,11 @@ impl Relay<'_> {
         Ok(())
     }
 
-    /// Nudges every watched session with its newest entry and drops local bridge connections
-    /// that another node claimed while notices were lost.
+    /// Nudges every watched session with its newest entry, drops local bridge connections
+    /// that another node claimed while notices were lost, and ends the connections of
+    /// credentials and roles revoked meanwhile.
     async fn catch_up(&self) -> StoreResult<()> {
+        self.recheck_revocations().await?;
         for session in self.hub.watched() {
             let newest = self
                 .store
@@ -112,6 +129,30 @@ impl Relay<'_> {
                         self.hub.supersede_bridge(session, epoch);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every credential and role this node holds live connections for against the
+    /// store, and applies the revocations whose notices were lost. (A role that was changed,
+    /// not removed, cannot be told from here: its connections keep the old role until the
+    /// next change.)
+    async fn recheck_revocations(&self) -> StoreResult<()> {
+        for held in self.revocations.held() {
+            let revoked = match &held {
+                Revocation::User(name) => match self.store.user(name).await {
+                    Ok(user) => user.revoked_at.is_some(),
+                    Err(StoreError::NotFound) => true,
+                    Err(e) => return Err(e),
+                },
+                Revocation::Family(family) => self.store.active_family(family).await?.is_none(),
+                Revocation::Member { session, principal } => {
+                    self.store.member_role(*session, principal).await?.is_none()
+                }
+            };
+            if revoked {
+                self.revocations.apply(&held);
             }
         }
         Ok(())

@@ -1,32 +1,38 @@
-//! The accept loop: HTTP/1.1 (with WebSocket upgrades) straight on hyper.
+//! The accept loop: HTTP/1.1 (with WebSocket upgrades) straight on hyper, over TLS when the
+//! server has a certificate.
 //!
 //! `axum::serve` negotiates HTTP/1 or HTTP/2 per connection, and its connection future carries
 //! the HTTP/2 state machine inline: about 15 KiB per idle socket before the first byte. Mooring
-//! holds thousands of long-lived viewer streams and speaks HTTP/1.1 only (TLS and HTTP/2 belong
-//! to a reverse proxy in front), so it serves connections with hyper's HTTP/1 builder directly.
+//! holds thousands of long-lived viewer streams and speaks HTTP/1.1 only (HTTP/2 belongs to a
+//! reverse proxy in front, if any), so it serves connections with hyper's HTTP/1 builder
+//! directly. The TLS handshake runs in the connection's own task, never in the accept loop.
 
 use std::time::Duration;
 
 use axum::Router;
+use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Time allowed for a request head to arrive on a new or idle connection.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `app` on `listener` until `shutdown` is cancelled, then lets in-flight requests finish
-/// (streams end themselves on the same token) for at most `grace`.
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` is cancelled, then lets
+/// in-flight requests finish (streams end themselves on the same token) for at most `grace`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    tls: Option<TlsAcceptor>,
     shutdown: CancellationToken,
     grace: Duration,
 ) -> std::io::Result<()> {
     let connections = TaskTracker::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
@@ -54,22 +60,14 @@ pub async fn serve(
                 req
             },
         ));
-        let conn = builder
-            .serve_connection(TokioIo::new(tcp), service)
-            .with_upgrades();
         let shutdown = shutdown.clone();
+        let builder = builder.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = shutdown.cancelled() => {
-                    // Finish the request in flight (streams end on the same token), then close.
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            match tls {
+                None => serve_connection(&builder, tcp, service, shutdown, peer).await,
+                // Boxed, so plain connections' futures do not carry the TLS state inline.
+                Some(tls) => Box::pin(serve_tls(tls, &builder, tcp, service, shutdown, peer)).await,
             }
         });
     }
@@ -82,4 +80,66 @@ pub async fn serve(
         tracing::warn!("HTTP connections still open after the shutdown grace period");
     }
     Ok(())
+}
+
+/// Runs the TLS handshake (bounded by the header timeout), then serves the connection.
+async fn serve_tls<S>(
+    tls: TlsAcceptor,
+    builder: &http1::Builder,
+    tcp: tokio::net::TcpStream,
+    service: S,
+    shutdown: CancellationToken,
+    peer: std::net::SocketAddr,
+) where
+    S: hyper::service::HttpService<hyper::body::Incoming> + Send,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let handshake = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        h = tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(tcp)) => h,
+    };
+    match handshake {
+        Ok(Ok(stream)) => serve_connection(builder, stream, service, shutdown, peer).await,
+        // Plain HTTP on the TLS port, a client that does not trust the certificate, a scanner:
+        // nothing to answer.
+        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Serves one connection until it ends; on shutdown, finishes the request in flight first.
+async fn serve_connection<I, S>(
+    builder: &http1::Builder,
+    io: I,
+    service: S,
+    shutdown: CancellationToken,
+    peer: std::net::SocketAddr,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming> + Send,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = shutdown.cancelled() => {
+            // Finish the request in flight (streams end on the same token), then close.
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
 }

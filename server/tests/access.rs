@@ -32,6 +32,8 @@ struct TestServer {
     dir: std::path::PathBuf,
     http: reqwest::Client,
     shutdown: CancellationToken,
+    /// The first-start setup code, while no administrator exists.
+    setup_code: Option<String>,
 }
 
 impl Drop for TestServer {
@@ -58,6 +60,7 @@ impl TestServer {
         config.idle_timeout = Duration::from_secs(30);
         tweak(&mut config);
         let server = Server::build(config).await.unwrap();
+        let setup_code = server.setup_code().map(str::to_owned);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
@@ -67,6 +70,7 @@ impl TestServer {
             dir,
             http: reqwest::Client::new(),
             shutdown,
+            setup_code,
         }
     }
 
@@ -128,7 +132,20 @@ impl TestServer {
     }
 
     async fn user(&self, name: &str) -> Cred {
-        self.add_user(name).await;
+        self.user_with(name, false).await
+    }
+
+    /// A new user (an administrator when `admin`), logged in.
+    async fn user_with(&self, name: &str, admin_user: bool) -> Cred {
+        let s = self
+            .status(
+                "POST",
+                "/users",
+                &admin(),
+                Some(json!({"name": name, "password": PASSWORD, "admin": admin_user})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "add user {name}");
         let pair = self.login(name).await;
         Cred(Some(pair["access_token"].as_str().unwrap().to_owned()))
     }
@@ -193,6 +210,14 @@ impl TestServer {
     }
 }
 
+fn sha256_hex(content: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn admin() -> Cred {
     Cred(Some(ADMIN.into()))
 }
@@ -217,6 +242,47 @@ fn claims_of(token: &str) -> Claims {
         .unwrap();
     serde_json::from_slice(&bytes).unwrap()
 }
+
+/// Uploads `content` as a blob and a checkpoint of `session` naming it (as its patch); returns
+/// the blob's SHA-256.
+async fn upload_checkpoint(
+    server: &TestServer,
+    cred: &Cred,
+    session: &str,
+    content: &str,
+) -> String {
+    let sha = sha256_hex(content);
+    let resp = server
+        .http
+        .put(server.url(&format!("/blobs/{sha}")))
+        .bearer_auth(cred.0.as_deref().unwrap())
+        .body(content.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "blob upload: {}", resp.status());
+    let id = &sha[..16];
+    let manifest = json!({
+        "id": id, "created_at": 1, "reason": "tool", "base": null, "branch": null,
+        "tree": "t", "commit": "c", "commit_object": "", "object_format": "sha1",
+        "repo_state": null, "work_tree": "/w", "files": [], "skipped": [],
+        "diffstat": {"files": 0, "insertions": 0, "deletions": 0},
+        "patch": {"sha256": sha, "size": content.len()},
+    });
+    let s = server
+        .status(
+            "PUT",
+            &format!("/sessions/{session}/checkpoints/{id}"),
+            cred,
+            Some(manifest),
+        )
+        .await;
+    assert!(s.is_success(), "manifest upload: {s}");
+    sha
+}
+
+/// Content of the blob `cast` attaches to a checkpoint of `s1`.
+const S1_BLOB: &str = "the patch of s1's checkpoint";
 
 /// The roles of the matrix, as credentials on session `s1`.
 struct Cast {
@@ -243,6 +309,8 @@ async fn cast(server: &TestServer) -> (Cast, Ws) {
         .bridge("s2", &other_owner)
         .await
         .expect("ola attaches");
+    upload_checkpoint(server, &owner, "s1", S1_BLOB).await;
+    upload_checkpoint(server, &other_owner, "s2", "the patch of s2's checkpoint").await;
     for (user, role) in [
         ("vic", "viewer"),
         ("cole", "controller"),
@@ -296,7 +364,11 @@ async fn every_endpoint_answers_each_role_as_it_should() {
     // (method, path, body, expected for none, viewer, controller, owner, other owner, revoked, expired)
     type Row = (&'static str, &'static str, fn() -> Option<Value>, [u16; 7]);
     let read = [401, 200, 200, 200, 404, 401, 401];
+    let s1_blob: &'static str =
+        Box::leak(format!("/blobs/{}", sha256_hex(S1_BLOB)).into_boxed_str());
     let rows: Vec<Row> = vec![
+        // A blob: readable with a role on a session whose checkpoint names it, else 404.
+        ("GET", s1_blob, || None, read),
         ("GET", "/sessions/s1", || None, read),
         ("GET", "/sessions/s1/entries", || None, read),
         ("GET", "/sessions/s1/recovery", || None, read),
@@ -1007,7 +1079,6 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     let resp = link(json!({"role": "controller", "uses": 1}), &owner).await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let made: Value = resp.json().await.unwrap();
-    // The link opens the web app's join page.
     assert!(made["url"]
         .as_str()
         .unwrap()
@@ -1063,6 +1134,289 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
         server.status("GET", "/sessions/s1", &pat, None).await,
         StatusCode::NOT_FOUND
     );
+}
+
+#[tokio::test]
+async fn a_blob_no_checkpoint_of_yours_names_is_not_found_but_administrators_read_any() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (c, _bridge) = cast(&server).await;
+    let s2_blob = sha256_hex("the patch of s2's checkpoint");
+    // Uploaded by ann, but named by no checkpoint (yet).
+    let orphan = "uploaded, never named";
+    let resp = server
+        .http
+        .put(server.url(&format!("/blobs/{}", sha256_hex(orphan))))
+        .bearer_auth(c.owner.0.as_deref().unwrap())
+        .body(orphan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let boss = server.user_with("boss", true).await;
+    // act + assert
+    let get = |path: String, cred: Cred| {
+        let server = &server;
+        async move { server.status("GET", &path, &cred, None).await }
+    };
+    let orphan_path = format!("/blobs/{}", sha256_hex(orphan));
+    assert_eq!(
+        get(orphan_path.clone(), c.owner.clone()).await,
+        StatusCode::NOT_FOUND,
+        "even its uploader reads a blob only through a checkpoint"
+    );
+    assert_eq!(
+        get(format!("/blobs/{s2_blob}"), c.owner.clone()).await,
+        StatusCode::NOT_FOUND,
+        "ann has no role on s2"
+    );
+    assert_eq!(
+        get(format!("/blobs/{s2_blob}"), c.other_owner.clone()).await,
+        StatusCode::OK
+    );
+    for cred in [admin(), boss] {
+        assert_eq!(get(orphan_path.clone(), cred.clone()).await, StatusCode::OK);
+        let resp = server
+            .call("GET", &format!("/blobs/{s2_blob}"), &cred, None)
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.text().await.unwrap(), "the patch of s2's checkpoint");
+    }
+}
+
+/// `POST /api/v1/auth/setup` with `code`, as `name`.
+async fn setup(server: &TestServer, code: &str, name: &str) -> reqwest::Response {
+    server
+        .call(
+            "POST",
+            "/auth/setup",
+            &Cred(None),
+            Some(json!({"code": code, "name": name, "password": PASSWORD})),
+        )
+        .await
+}
+
+async fn setup_open(server: &TestServer) -> bool {
+    let v: Value = server
+        .call("GET", "/auth/setup", &Cred(None), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    v["open"].as_bool().expect("{\"open\": bool}")
+}
+
+#[tokio::test]
+async fn the_setup_code_creates_the_first_administrator_once_and_logs_them_in() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let code = server
+        .setup_code
+        .clone()
+        .expect("no administrator yet: a setup code");
+    assert!(setup_open(&server).await);
+    // act + assert: a wrong code, then bad input with the right one (not spent by it)
+    let wrong = setup(&server, "not-the-code", "root").await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let bad_name = setup(&server, &code, "no spaces allowed").await;
+    assert_eq!(bad_name.status(), StatusCode::BAD_REQUEST);
+    // act: the right code
+    let resp = setup(&server, &code, "root").await;
+    // assert: answered like a login (token pair and the HttpOnly cookies)
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cookies: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(cookies.len(), 2, "{cookies:?}");
+    assert!(cookies
+        .iter()
+        .all(|c| c.contains("HttpOnly") && c.contains("SameSite=Strict")));
+    assert!(cookies.iter().any(|c| c.starts_with("moor_access=")));
+    assert!(cookies.iter().any(|c| c.starts_with("moor_refresh=")));
+    let pair: Value = resp.json().await.unwrap();
+    assert_eq!(pair["token_type"], "Bearer");
+    assert!(pair["refresh_token"]
+        .as_str()
+        .is_some_and(|t| !t.is_empty()));
+    let root = Cred(Some(pair["access_token"].as_str().unwrap().to_owned()));
+    // Setup is over: the same code, or any other, is 410 with a message saying what to do.
+    assert!(!setup_open(&server).await);
+    for c in [code.as_str(), "not-the-code"] {
+        let again = setup(&server, c, "second").await;
+        assert_eq!(again.status(), StatusCode::GONE);
+        let body: Value = again.json().await.unwrap();
+        assert_eq!(body["code"], "gone");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.contains("setup is done") && message.contains("log in"),
+            "{message}"
+        );
+    }
+    // The administrator is a user: logs in with the password, manages users, owns every
+    // session (ann's included), and sees them all.
+    assert_eq!(server.login("root").await["token_type"], "Bearer");
+    let s = server
+        .status(
+            "POST",
+            "/users",
+            &root,
+            Some(json!({"name": "ann", "password": PASSWORD})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let ann = Cred(Some(
+        server.login("ann").await["access_token"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    ));
+    let _bridge = server.bridge("anns", &ann).await.expect("ann attaches");
+    assert_eq!(
+        server.status("GET", "/sessions/anns", &root, None).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        server
+            .status(
+                "PUT",
+                "/sessions/anns/members/ann",
+                &root,
+                Some(json!({"role": "viewer"}))
+            )
+            .await,
+        StatusCode::NO_CONTENT,
+        "an administrator owns every session"
+    );
+    let list: Value = server
+        .call("GET", "/sessions", &root, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(
+        server
+            .status(
+                "POST",
+                "/users",
+                &ann,
+                Some(json!({"name": "zed", "password": PASSWORD}))
+            )
+            .await,
+        StatusCode::FORBIDDEN,
+        "an ordinary user does not manage users"
+    );
+}
+
+#[tokio::test]
+async fn wrong_setup_codes_are_throttled_like_logins() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let code = server.setup_code.clone().unwrap();
+    // act
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(setup(&server, "guess", "root").await.status().as_u16());
+    }
+    let right_code_meanwhile = setup(&server, &code, "root").await;
+    // assert
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
+    assert_eq!(right_code_meanwhile.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(right_code_meanwhile.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn an_expired_setup_code_is_refused_and_setup_is_not_open() {
+    // arrange
+    let server = TestServer::spawn_with(|c| c.setup_code_ttl = Duration::ZERO).await;
+    let code = server.setup_code.clone().unwrap();
+    // act + assert
+    assert!(!setup_open(&server).await);
+    assert_eq!(
+        setup(&server, &code, "root").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn no_setup_code_once_an_administrator_exists_and_user_add_admin_makes_one() {
+    // arrange: `moord user add ops --admin` on a fresh data dir
+    let dir = std::env::temp_dir().join(format!("moor-access-{}", uuid::Uuid::new_v4()));
+    let mut config = ServerConfig::default();
+    config.data_dir = dir.clone();
+    let first = Server::build(config.clone()).await.unwrap();
+    assert!(first.setup_code().is_some());
+    assert!(first
+        .setup_link("127.0.0.1:7070".parse().unwrap())
+        .unwrap()
+        .starts_with("http://127.0.0.1:7070/#/setup&code="));
+    first.add_user("ops", PASSWORD.into(), true).await.unwrap();
+    drop(first);
+    // act
+    let again = Server::build(config).await.unwrap();
+    // assert
+    assert_eq!(again.setup_code(), None);
+    assert!(again.store().user("ops").await.unwrap().admin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn revoking_an_administrator_closes_their_live_connections() {
+    // arrange: an administrator (unlike the bootstrap token, a user) watching ann's session
+    let server = TestServer::spawn().await;
+    let ann = server.user("ann").await;
+    let _bridge = server.bridge("s1", &ann).await.unwrap();
+    let boss = server.user_with("boss", true).await;
+    let mut sse = server.call("GET", "/sessions/s1/events", &boss, None).await;
+    assert_eq!(sse.status(), StatusCode::OK);
+    let mut ws = server.ws("/sessions/s1/ws", &boss).await.unwrap();
+    let mut bootstrap_ws = server.ws("/sessions/s1/ws", &admin()).await.unwrap();
+    // act
+    assert_eq!(
+        server
+            .status("POST", "/users/boss/revoke", &admin(), None)
+            .await,
+        StatusCode::NO_CONTENT
+    );
+    // assert
+    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Ok(Some(_)) = sse.chunk().await {}
+    });
+    let ws_end = tokio::time::timeout(Duration::from_secs(1), closed(&mut ws));
+    let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
+    assert!(
+        sse_end.is_ok(),
+        "the administrator's SSE stream is still open"
+    );
+    assert_eq!(ws_code.expect("closed within 1 s"), close::UNAUTHORIZED);
+    assert_eq!(
+        server.status("GET", "/sessions", &boss, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    // The bootstrap admin's socket is not a user's: untouched, it still gets new entries.
+    let input =
+        json!({"client_msg_id": "m1", "kind": "input.text", "payload": {"text": "still here"}});
+    assert_eq!(
+        server
+            .status("POST", "/sessions/s1/inputs", &ann, Some(input))
+            .await,
+        StatusCode::OK
+    );
+    let got = tokio::time::timeout(WAIT, async {
+        while let Some(Ok(m)) = bootstrap_ws.next().await {
+            if let Message::Text(t) = m {
+                if t.contains("still here") {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(got, Ok(true), "the bootstrap admin's socket ended");
 }
 
 #[tokio::test]

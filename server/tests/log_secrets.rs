@@ -54,13 +54,43 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
     config.data_dir = dir.clone();
     config.admin_token = Some(admin.into());
     let server = Server::build(config).await.unwrap();
+    let setup_code = server
+        .setup_code()
+        .expect("no administrator yet")
+        .to_owned();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let serving = tokio::spawn(server.serve(listener, shutdown.clone()));
     let http = reqwest::Client::new();
     let url = |p: &str| format!("http://{addr}/api/v1{p}");
-    let mut secrets: Vec<String> = vec![admin.into(), password.into(), wrong.into()];
+    let root_password = "root-password-of-the-first-admin";
+    let wrong_code = "wrong-setup-code-0123456789";
+    let mut secrets: Vec<String> = vec![
+        admin.into(),
+        password.into(),
+        wrong.into(),
+        setup_code.clone(),
+        root_password.into(),
+        wrong_code.into(),
+    ];
+
+    // act: first-start setup, with a wrong code and then the right one
+    for (code, status) in [(wrong_code, 401), (setup_code.as_str(), 200)] {
+        let r = http
+            .post(url("/auth/setup"))
+            .json(&json!({"code": code, "name": "root", "password": root_password}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status);
+        if status == 200 {
+            let pair: Value = r.json().await.unwrap();
+            for k in ["access_token", "refresh_token"] {
+                secrets.push(pair[k].as_str().unwrap().to_owned());
+            }
+        }
+    }
 
     // act: user, logins (good and bad), refresh, every way of presenting a token, a bridge, a
     // viewer, an input, logout

@@ -46,7 +46,16 @@ impl RawResponse {
 impl Api {
     /// A client for `base` (`http://127.0.0.1:PORT`).
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
-        let http = reqwest::Client::builder()
+        Self::with_client(base, token, reqwest::Client::builder())
+    }
+
+    /// A client for `base` built from `builder` (e.g. trusting a test CA for `https://`).
+    pub fn with_client(
+        base: impl Into<String>,
+        token: impl Into<String>,
+        builder: reqwest::ClientBuilder,
+    ) -> Self {
+        let http = builder
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30))
             .build()

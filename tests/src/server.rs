@@ -27,6 +27,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Debug, Clone, Default)]
 pub struct ServerOpts {
     flags: Vec<(String, String)>,
+    /// Files written into the data dir before the first start.
+    files: Vec<(String, Vec<u8>)>,
 }
 
 impl ServerOpts {
@@ -40,6 +42,13 @@ impl ServerOpts {
         self.flags.push((name.to_owned(), value.to_string()));
         self
     }
+
+    /// Writes `name` (mode 0600) into the data dir before the first start, e.g. another node's
+    /// `jwt-keys.json`, as nodes sharing a data dir would see it.
+    pub fn data_file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Self {
+        self.files.push((name.to_owned(), contents.into()));
+        self
+    }
 }
 
 /// A running (or stopped, between `kill` and `restart`) `moord`.
@@ -51,6 +60,8 @@ pub struct TestServer {
     token: String,
     child: Option<Child>,
     incarnation: u32,
+    /// `https` when it serves TLS (`--tls-cert`), else `http`.
+    scheme: &'static str,
 }
 
 impl TestServer {
@@ -61,6 +72,16 @@ impl TestServer {
             .tempdir()
             .expect("temp dir");
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
+        for (name, contents) in &opts.files {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.path().join("data").join(name))
+                .expect("data file");
+            std::io::Write::write_all(&mut f, contents).expect("write data file");
+        }
         let mut server = Self {
             dir,
             opts,
@@ -68,6 +89,7 @@ impl TestServer {
             token: String::new(),
             child: None,
             incarnation: 0,
+            scheme: "http",
         };
         server.spawn().await;
         server
@@ -121,15 +143,22 @@ impl TestServer {
 
         let addr = tokio::time::timeout(STARTUP_TIMEOUT, async {
             while let Some(line) = rx.recv().await {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    return rest.trim().trim_end_matches('/').parse::<SocketAddr>().ok();
+                for scheme in ["http", "https"] {
+                    let marker = format!("listening on {scheme}://");
+                    if let Some(rest) = line.split(&marker).nth(1) {
+                        let addr = rest.trim().trim_end_matches('/').parse::<SocketAddr>();
+                        return addr.ok().map(|a| (a, scheme));
+                    }
                 }
             }
             None
         })
         .await;
         let addr = match addr {
-            Ok(Some(addr)) => addr,
+            Ok(Some((addr, scheme))) => {
+                self.scheme = scheme;
+                addr
+            }
             Ok(None) => {
                 dump_logs(&label, &self.log_files(), 200);
                 panic!("{label} exited (or printed a bad address) before listening");
@@ -167,9 +196,9 @@ impl TestServer {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr())
+        format!("{}://{}", self.scheme, self.addr())
     }
 
     /// The admin token.
@@ -223,6 +252,11 @@ impl TestServer {
             .iter()
             .map(|f| std::fs::read_to_string(f).unwrap_or_default())
             .collect()
+    }
+
+    /// A file of the data dir (e.g. `jwt-keys.json`), as it is now.
+    pub fn data_file(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.data_dir().join(name)).expect("read data file")
     }
 
     /// The test's temp dir (data dir and logs live under it).

@@ -14,6 +14,7 @@ use moor_e2e::{
     TestServer, FINISH, WAIT,
 };
 use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
+use serde_json::json;
 
 fn token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
@@ -310,4 +311,254 @@ async fn a_bridge_connecting_to_another_node_supersedes_the_one_on_the_first() {
         .send_lines(welcome.producer_mark + 1, &["still here"])
         .await;
     second.wait_ack(welcome.producer_mark + 1, WAIT).await;
+}
+
+/// A user's live SSE stream and viewer socket on one node.
+struct Streams {
+    sse: reqwest::Response,
+    ws: moor_e2e::ws::Ws,
+}
+
+impl Streams {
+    async fn open(node: &TestServer, access: &str, session: SessionId) -> Self {
+        let sse = reqwest::Client::new()
+            .get(format!("{}/api/v1/sessions/{session}/events", node.url()))
+            .bearer_auth(access)
+            .send()
+            .await
+            .expect("SSE request");
+        assert_eq!(
+            sse.status(),
+            reqwest::StatusCode::OK,
+            "SSE on {}",
+            node.url()
+        );
+        let ws = moor_e2e::ws::connect(
+            &format!("ws://{}/api/v1/sessions/{session}/ws", node.addr()),
+            Some(access),
+        )
+        .await
+        .expect("viewer socket");
+        Self { sse, ws }
+    }
+
+    /// Both end within `limit` (the SSE body ends, the socket closes with `code`).
+    async fn assert_closed_within(mut self, limit: std::time::Duration, code: u16, what: &str) {
+        use futures_util::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        let sse = async { while let Ok(Some(_)) = self.sse.chunk().await {} };
+        let ws = async {
+            loop {
+                match self.ws.next().await {
+                    Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => return None,
+                }
+            }
+        };
+        let (sse, ws) = tokio::join!(
+            tokio::time::timeout(limit, sse),
+            tokio::time::timeout(limit, ws)
+        );
+        assert!(
+            sse.is_ok(),
+            "{what}: the SSE stream on B is still open after {limit:?}"
+        );
+        let ws =
+            ws.unwrap_or_else(|_| panic!("{what}: the socket on B is still open after {limit:?}"));
+        assert_eq!(ws, Some(code), "{what}: close code");
+    }
+}
+
+/// `POST path` on `node` with `body` and an optional bearer; the status and the JSON answer.
+async fn post(
+    node: &TestServer,
+    path: &str,
+    bearer: Option<&str>,
+    body: serde_json::Value,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/api/v1{path}", node.url()))
+        .json(&body);
+    if let Some(t) = bearer {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: a session on A shared with four viewers, each watching it on B
+    let limit = std::time::Duration::from_secs(1);
+    let admin = token();
+    let a = TestServer::start(db.node_opts("a", &admin)).await;
+    // The nodes share the signing keys (deployed nodes share the data dir).
+    let keys = a.data_file("jwt-keys.json");
+    let b = TestServer::start(db.node_opts("b", &admin).data_file("jwt-keys.json", keys)).await;
+    let name = session_name();
+    let mut bridge = RawBridge::connect(a.addr(), Some(&admin))
+        .await
+        .expect("connects to A");
+    bridge.hello(&name, ProducerId::new()).await;
+    let id = a.session(&name).await.expect("session").id;
+    let password = "correct horse battery";
+    let mut login = HashMap::new();
+    for user in ["vic", "rey", "lou", "mem"] {
+        let (s, _) = post(
+            &a,
+            "/users",
+            Some(&admin),
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::CREATED);
+        let put = reqwest::Client::new()
+            .put(format!("{}/api/v1/sessions/{id}/members/{user}", a.url()))
+            .bearer_auth(&admin)
+            .json(&json!({"role": "viewer"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
+        let (s, pair) = post(
+            &a,
+            "/auth/login",
+            None,
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::OK);
+        login.insert(user, pair);
+    }
+    let access = |user: &str| login[user]["access_token"].as_str().unwrap().to_owned();
+    let refresh = |user: &str| json!({"refresh_token": login[user]["refresh_token"]});
+
+    // act + assert: a user revoked on A
+    let vic = Streams::open(&b, &access("vic"), id).await;
+    let (s, _) = post(&a, "/users/vic/revoke", Some(&admin), json!({})).await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    vic.assert_closed_within(limit, close::UNAUTHORIZED, "user revoked on A")
+        .await;
+
+    // a refresh token reused on A (its family is revoked)
+    let rey = Streams::open(&b, &access("rey"), id).await;
+    let (s, _) = post(&a, "/auth/refresh", None, refresh("rey")).await;
+    assert_eq!(s, reqwest::StatusCode::OK, "the first use rotates");
+    let (s, _) = post(&a, "/auth/refresh", None, refresh("rey")).await;
+    assert_eq!(s, reqwest::StatusCode::UNAUTHORIZED, "the second is reuse");
+    rey.assert_closed_within(limit, close::UNAUTHORIZED, "refresh reuse on A")
+        .await;
+
+    // a logout on A
+    let lou = Streams::open(&b, &access("lou"), id).await;
+    let (s, _) = post(&a, "/auth/logout", Some(&access("lou")), json!({})).await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    lou.assert_closed_within(limit, close::UNAUTHORIZED, "logout on A")
+        .await;
+
+    // a member removed on A
+    let mem = Streams::open(&b, &access("mem"), id).await;
+    let del = reqwest::Client::new()
+        .delete(format!("{}/api/v1/sessions/{id}/members/mem", a.url()))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), reqwest::StatusCode::NO_CONTENT);
+    mem.assert_closed_within(limit, close::UNAUTHORIZED, "member removed on A")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listens_again() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: two viewers of a session on A, watching on B
+    let admin_token = token();
+    let a = TestServer::start(db.node_opts("a", &admin_token)).await;
+    let keys = a.data_file("jwt-keys.json");
+    let b = TestServer::start(
+        db.node_opts("b", &admin_token)
+            .data_file("jwt-keys.json", keys),
+    )
+    .await;
+    let admin = db.admin().await;
+    let name = session_name();
+    let mut bridge = RawBridge::connect(a.addr(), Some(&admin_token))
+        .await
+        .expect("connects to A");
+    let id = bridge.hello(&name, ProducerId::new()).await.session_id;
+    let password = "correct horse battery";
+    let mut access = HashMap::new();
+    for user in ["vic", "mem", "kept"] {
+        let (s, _) = post(
+            &a,
+            "/users",
+            Some(&admin_token),
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::CREATED);
+        let put = reqwest::Client::new()
+            .put(format!("{}/api/v1/sessions/{id}/members/{user}", a.url()))
+            .bearer_auth(&admin_token)
+            .json(&json!({"role": "viewer"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
+        let (s, pair) = post(
+            &a,
+            "/auth/login",
+            None,
+            json!({"name": user, "password": password}),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::OK);
+        access.insert(user, pair["access_token"].as_str().unwrap().to_owned());
+    }
+    let vic = Streams::open(&b, &access["vic"], id).await;
+    let mem = Streams::open(&b, &access["mem"], id).await;
+    let mut kept = Streams::open(&b, &access["kept"], id).await;
+
+    // act: B loses its listen connection and cannot get it back while A revokes vic and
+    // removes mem; no notice of either will ever reach B
+    db.allow_connections(&admin, false).await;
+    assert_eq!(db.kill_listen(&admin, "b").await, 1);
+    let (s, _) = post(&a, "/users/vic/revoke", Some(&admin_token), json!({})).await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    let del = reqwest::Client::new()
+        .delete(format!("{}/api/v1/sessions/{id}/members/mem", a.url()))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), reqwest::StatusCode::NO_CONTENT);
+    db.allow_connections(&admin, true).await;
+
+    // assert: B checks what it holds against the store once it listens again
+    vic.assert_closed_within(WAIT, close::UNAUTHORIZED, "revoked while B was deaf")
+        .await;
+    mem.assert_closed_within(WAIT, close::UNAUTHORIZED, "removed while B was deaf")
+        .await;
+    bridge.send_lines(1, &["after"]).await;
+    bridge.wait_ack(1, WAIT).await;
+    let got = tokio::time::timeout(WAIT, async {
+        let mut all = String::new();
+        while let Ok(Some(chunk)) = kept.sse.chunk().await {
+            all.push_str(&String::from_utf8_lossy(&chunk));
+            if all.contains("after") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(got, Ok(true), "a viewer nobody revoked keeps its stream");
 }

@@ -35,7 +35,7 @@ pub enum ManifestPut {
 impl Client {
     /// A client for the server at `server` (any URL form `moor run` accepts).
     pub fn new(server: &str, token: Token) -> Result<Self, CheckpointError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(300))
             .build()

@@ -57,8 +57,10 @@ impl Link {
         let bearer = HeaderValue::from_str(&format!("Bearer {}", self.p.token.expose()))
             .map_err(|_| ConnectError::InvalidToken)?;
         request.headers_mut().insert(AUTHORIZATION, bearer);
+        let connector = crate::tls::ws_connector();
         let (mut ws, _response) =
-            tokio_tungstenite::connect_async_with_config(request, None, true).await?;
+            tokio_tungstenite::connect_async_tls_with_config(request, None, true, connector)
+                .await?;
         let hello = BridgeToServer::Hello(Hello {
             version: PROTOCOL_VERSION,
             session: self.p.session.clone(),

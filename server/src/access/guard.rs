@@ -1,4 +1,4 @@
-//! Request hardening in front of every route: security headers, CORS for an allow-list of
+//! Request hardening in front of every route: security headers (HSTS when serving TLS), CORS for an allow-list of
 //! origins, WebSocket `Origin` checks, and rate limits (per credential, else per client address)
 //! answered with `429` and `Retry-After`. Client addresses come from the socket, or from
 //! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
@@ -158,6 +158,7 @@ fn url_origin(url: &str) -> &str {
 pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let api = path.starts_with("/api/");
+    let tls = state.config.tls.is_some();
     let origin = req
         .headers()
         .get(header::ORIGIN)
@@ -177,6 +178,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
             (StatusCode::FORBIDDEN, "cross-origin WebSocket refused").into_response(),
             None,
             api,
+            tls,
         );
     }
     if api && req.method() == Method::OPTIONS && origin.is_some() {
@@ -196,7 +198,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
                 HeaderValue::from_static("600"),
             );
         }
-        return with_headers(resp, cors_ok.then_some(origin).flatten(), api);
+        return with_headers(resp, cors_ok.then_some(origin).flatten(), api, tls);
     }
     if api {
         let peer = req
@@ -207,7 +209,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
             .or_else(|| client_ip(&state, req.headers(), peer).map(|ip| format!("ip:{ip}")));
         if let Some(key) = key {
             if let Err(secs) = state.auth.limits.requests.check(&key) {
-                return with_headers(ApiError::RateLimited(secs).into_response(), None, api);
+                return with_headers(ApiError::RateLimited(secs).into_response(), None, api, tls);
             }
         }
     }
@@ -219,11 +221,18 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     let mut req = req;
     req.extensions_mut().insert(ClientIp(ip));
     let resp = next.run(req).await;
-    with_headers(resp, cors_ok.then_some(origin).flatten(), api)
+    with_headers(resp, cors_ok.then_some(origin).flatten(), api, tls)
 }
 
-fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool) -> Response {
+fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool, tls: bool) -> Response {
     let h = resp.headers_mut();
+    if tls {
+        // Served over HTTPS by moord itself: browsers must not fall back to plain HTTP.
+        h.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

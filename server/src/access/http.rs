@@ -12,12 +12,14 @@ use moor_protocol::now_ms;
 use serde::Deserialize;
 
 use super::guard::ClientIp;
-use super::{new_refresh, password, random_secret, session_for, token_hash, Role, TokenPair};
+use super::{
+    new_refresh, password, random_secret, revoke, session_for, token_hash, Role, TokenPair,
+};
 use crate::auth::{cookie, AuthUser, ACCESS_COOKIE, REFRESH_COOKIE};
 use crate::error::ApiError;
 use crate::http::parse_json;
 use crate::state::AppState;
-use crate::store::{RefreshOutcome, ShareLinkRow, StoreError};
+use crate::store::{RefreshOutcome, Revocation, ShareLinkRow, StoreError};
 
 type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
 
@@ -76,7 +78,7 @@ fn tokens_response(
         expires_in: state.auth.access_ttl.as_secs().max(1),
         refresh_token: refresh,
     };
-    let secure = state.public_url.starts_with("https:");
+    let secure = state.public_url.starts_with("https:") || state.config.tls.is_some();
     let access = cookie_header(
         ACCESS_COOKIE,
         &pair.access_token,
@@ -195,7 +197,7 @@ pub(crate) async fn refresh(
         RefreshOutcome::Rotated { family, user } => tokens_response(&state, &user, &family, next),
         RefreshOutcome::Reused { family, user } => {
             tracing::warn!(%user, "refresh token reused: its family is revoked");
-            state.auth.revocations.revoke_family(&family);
+            revoke(&state, Revocation::Family(family)).await;
             Err(ApiError::Unauthorized)
         }
         RefreshOutcome::Invalid => Err(ApiError::Unauthorized),
@@ -210,7 +212,7 @@ pub(crate) async fn logout(
 ) -> Result<Response, ApiError> {
     if let Some(family) = &who.family {
         state.store.revoke_token_family(family, now_ms()).await?;
-        state.auth.revocations.revoke_family(family);
+        revoke(&state, Revocation::Family(family.clone())).await;
     }
     let clear = |name: &str, path: &str| {
         HeaderValue::from_str(&format!(
@@ -228,7 +230,24 @@ pub(crate) async fn logout(
         .into_response())
 }
 
-/// `POST /api/v1/users` `{name, password}` (admin): adds a user.
+#[derive(Deserialize)]
+pub(crate) struct NewUser {
+    name: String,
+    password: String,
+    #[serde(default)]
+    admin: bool,
+}
+
+impl std::fmt::Debug for NewUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewUser")
+            .field("name", &self.name)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `POST /api/v1/users` `{name, password, admin?}` (admin): adds a user.
 pub(crate) async fn create_user(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -237,17 +256,30 @@ pub(crate) async fn create_user(
     if !who.admin {
         return Err(ApiError::Forbidden);
     }
-    let req: Credentials = parse_json(body, state.config.max_body_bytes)?;
-    add_user(state.store.as_ref(), &req.name, req.password).await?;
+    let req: NewUser = parse_json(body, state.config.max_body_bytes)?;
+    add_user(state.store.as_ref(), &req.name, req.password, req.admin).await?;
     Ok(StatusCode::CREATED)
 }
 
-/// Validates and stores a new user (shared by the API and `moord user add`).
+/// Validates and stores a new user, an administrator when `admin` (shared by the API and
+/// `moord user add`).
 pub async fn add_user(
     store: &dyn crate::store::Store,
     name: &str,
     password: String,
+    admin: bool,
 ) -> Result<(), ApiError> {
+    let phc = validated_user(name, password).await?;
+    match store.create_user(name, &phc, admin, now_ms()).await {
+        Err(StoreError::Conflict(_)) => {
+            Err(ApiError::Conflict(format!("user {name:?} already exists")))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Checks a new user's name and password; the password's argon2id hash.
+pub(crate) async fn validated_user(name: &str, password: String) -> Result<String, ApiError> {
     if !valid_user_name(name) {
         return Err(ApiError::Invalid {
             field: "name",
@@ -260,15 +292,11 @@ pub async fn add_user(
             reason: format!("must be 8 to {MAX_PASSWORD} bytes"),
         });
     }
-    let phc = tokio::task::spawn_blocking(move || password::hash(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))??;
-    match store.create_user(name, &phc, now_ms()).await {
-        Err(StoreError::Conflict(_)) => {
-            Err(ApiError::Conflict(format!("user {name:?} already exists")))
-        }
-        other => Ok(other?),
-    }
+    Ok(
+        tokio::task::spawn_blocking(move || password::hash(&password))
+            .await
+            .map_err(|e| ApiError::Internal(e.into()))??,
+    )
 }
 
 /// `POST /api/v1/users/{name}/revoke` (admin): the user can no longer log in, refresh or use
@@ -289,7 +317,7 @@ pub(crate) async fn revoke_user(
             StoreError::NotFound => ApiError::NotFound("user"),
             e => e.into(),
         })?;
-    state.auth.revocations.revoke_user(&name);
+    revoke(&state, Revocation::User(name)).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -321,7 +349,11 @@ pub(crate) async fn put_member(
         .set_member(session.id, &user, role.as_str())
         .await?;
     // Their open connections carry the old role: end them (they reconnect with the new one).
-    state.auth.revocations.revoke_member(session.id, &user);
+    let member = Revocation::Member {
+        session: session.id,
+        principal: user,
+    };
+    revoke(&state, member).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -333,7 +365,11 @@ pub(crate) async fn delete_member(
 ) -> Result<StatusCode, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
     state.store.remove_member(session.id, &user).await?;
-    state.auth.revocations.revoke_member(session.id, &user);
+    let member = Revocation::Member {
+        session: session.id,
+        principal: user,
+    };
+    revoke(&state, member).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -449,8 +485,8 @@ pub(crate) async fn revoke_share_link(
             e => e,
         })?;
     let (session, members) = state.store.revoke_share_link(&id, now_ms()).await?;
-    for m in members {
-        state.auth.revocations.revoke_member(session, &m);
+    for principal in members {
+        revoke(&state, Revocation::Member { session, principal }).await;
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -8,6 +8,7 @@ pub mod http;
 pub mod jwt;
 pub mod password;
 pub mod revocations;
+pub mod setup;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,13 +19,13 @@ use sha2::{Digest, Sha256};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::{RefreshRow, SessionRow};
+use crate::store::{RefreshRow, Revocation, SessionRow, Store};
 
 /// What a principal may do on one session (the wire type: ordered, each role includes the ones
 /// below it).
 pub use moor_protocol::api::Role;
 
-/// The role `who` has on a session, if any. The bootstrap admin owns every session.
+/// The role `who` has on a session, if any. Administrators own every session.
 pub async fn role_on(
     state: &AppState,
     who: &Principal,
@@ -61,6 +62,25 @@ pub async fn session_with_role(
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
         Some(r) => Ok((session, r)),
+    }
+}
+
+/// Ends the live connections `revocation` names on this node and, on a store shared by
+/// several nodes, on every other node too. Call it after the revocation is stored, so a
+/// connection reopened anywhere is refused.
+pub async fn revoke(state: &AppState, revocation: Revocation) {
+    state.auth.revocations.apply(&revocation);
+    announce(state.store.as_ref(), &revocation).await;
+}
+
+/// Tells the other nodes sharing `store` (if any) about `revocation`. A failure is logged, not
+/// returned: the revocation is stored and applied here already, and other nodes refuse the
+/// credential at its next request anyway.
+pub async fn announce(store: &dyn Store, revocation: &Revocation) {
+    if let Some(cluster) = store.cluster() {
+        if let Err(e) = cluster.announce_revocation(revocation).await {
+            tracing::warn!(error = ?e, "could not tell the other nodes about a revocation");
+        }
     }
 }
 

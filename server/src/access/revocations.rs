@@ -1,6 +1,9 @@
 //! Per-principal cancellation: every live stream and socket holds the token of the credential
 //! it was opened with, and revoking that credential cancels the token, which ends them at once.
 //!
+//! The registry is this process's: on a shared Postgres store, `access::revoke` also announces
+//! each revocation, and every other node's relay applies it to its own registry.
+//!
 //! Tokens form a tree under the server's shutdown token: shutdown → user → token family. So
 //! revoking a user ends all their families' connections, and shutdown ends everything.
 
@@ -12,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use moor_protocol::SessionId;
 
 use crate::auth::Principal;
+use crate::store::Revocation;
 
 #[derive(Debug, Default)]
 struct Tree {
@@ -105,6 +109,32 @@ impl Revocations {
             t.cancel();
         }
     }
+
+    /// Everything this registry holds live connections for: users, token families and
+    /// (session, principal) roles. After notices may have been lost, the relay checks each
+    /// against the store.
+    pub fn held(&self) -> Vec<Revocation> {
+        let tree = self.tree.lock().unwrap_or_else(|p| p.into_inner());
+        let users = tree.users.keys().cloned().map(Revocation::User);
+        let families = tree.families.keys().cloned().map(Revocation::Family);
+        let members = tree
+            .members
+            .keys()
+            .map(|(session, principal)| Revocation::Member {
+                session: *session,
+                principal: principal.clone(),
+            });
+        users.chain(families).chain(members).collect()
+    }
+
+    /// Ends the connections `revocation` names (here; see `access::revoke` for every node).
+    pub fn apply(&self, revocation: &Revocation) {
+        match revocation {
+            Revocation::User(name) => self.revoke_user(name),
+            Revocation::Family(family) => self.revoke_family(family),
+            Revocation::Member { session, principal } => self.revoke_member(*session, principal),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,7 +164,7 @@ mod tests {
         let root = CancellationToken::new();
         let r = Revocations::new(root.clone());
         let a = r.token_for(&user("ann", "f1"));
-        let admin = r.token_for(&Principal::admin());
+        let admin = r.token_for(&Principal::bootstrap());
         root.cancel();
         assert!(a.is_cancelled() && admin.is_cancelled());
     }

@@ -1,7 +1,8 @@
 //! Checkpoints (G7) and their content-addressed blobs: the bridge uploads blobs it is missing
 //! (`POST /blobs/missing`, `PUT /blobs/{sha256}`) and then the manifest
 //! (`PUT /sessions/{id}/checkpoints/{checkpoint}`); anyone with access lists them, reads one,
-//! gets its diff as a patch, or downloads its files as a tar archive.
+//! gets its diff as a patch, or downloads its files as a tar archive. A blob is read only by
+//! someone who may read a session with a checkpoint naming it.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -121,13 +122,31 @@ pub(super) async fn put_blob(
     }
 }
 
-/// `GET /api/v1/blobs/{sha256}`.
+/// Whether `who` may read blob `sha256`: administrators may read any; anyone else needs a role
+/// (viewer or more) on a session with a checkpoint naming it.
+async fn may_read_blob(state: &AppState, who: &Principal, sha256: &str) -> Result<bool, ApiError> {
+    if who.admin {
+        return Ok(true);
+    }
+    let sessions = state.store.blob_sessions(sha256).await?;
+    if sessions.is_empty() {
+        return Ok(false);
+    }
+    let mine = state.store.memberships(&who.name).await?;
+    Ok(mine.iter().any(|(s, _)| sessions.contains(s)))
+}
+
+/// `GET /api/v1/blobs/{sha256}`: 404 unless the caller may read a session with a checkpoint
+/// naming the blob (as if it did not exist).
 pub(super) async fn get_blob(
     State(state): State<AppState>,
-    _who: AuthUser,
+    AuthUser(who): AuthUser,
     Path(sha256): Path<String>,
 ) -> Result<Response, ApiError> {
     checked_sha(&sha256)?;
+    if !may_read_blob(&state, &who, &sha256).await? {
+        return Err(ApiError::NotFound("blob"));
+    }
     let bytes = blobs(&state)
         .read(&sha256)
         .await
@@ -189,6 +208,7 @@ pub(super) async fn put(
         created_at: manifest.created_at,
         summary: serde_json::to_string(&summary).map_err(anyhow::Error::from)?,
         manifest: serde_json::to_string(&manifest).map_err(anyhow::Error::from)?,
+        blobs: manifest.blobs().into_iter().map(|b| b.sha256).collect(),
     };
     let created = state.store.save_checkpoint(&row).await?;
     let status = if created {

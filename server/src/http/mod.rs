@@ -46,6 +46,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/bridge", get(crate::ws::bridge::upgrade))
         .route("/auth/login", post(access::login))
+        .route(
+            "/auth/setup",
+            get(crate::access::setup::status).post(crate::access::setup::setup),
+        )
         .route("/auth/refresh", post(access::refresh))
         .route("/auth/logout", post(access::logout))
         .route("/auth/device", post(crate::access::device::start))

@@ -1,7 +1,7 @@
 //! What nodes sharing one database tell each other, in dialect-independent terms.
 //!
 //! A store shared by several `moord` nodes (Postgres) announces, after commit, every range of
-//! entries appended and every bridge claim; each node's relay (`crate::relay`) turns the notices
+//! entries appended, every bridge claim and every revocation; each node's relay (`crate::relay`) turns the notices
 //! into hub traffic. Notices are hints: one may be lost (a dropped listen connection), so after any
 //! interruption the feed says [`Notice::Resync`] and the node catches up by query.
 
@@ -32,9 +32,28 @@ pub enum Notice {
         /// The claim's epoch (higher is newer).
         epoch: u64,
     },
+    /// A credential or role was revoked on another node: end this node's live connections
+    /// opened with it.
+    Revoked(Revocation),
     /// The feed was interrupted and is listening again: notices may have been lost in between,
     /// so the node must catch up by query. Also the first notice of every feed.
     Resync,
+}
+
+/// What a revocation takes away; every node ends the live connections it holds for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    /// Every connection of a user.
+    User(String),
+    /// Every connection opened with a token of one family (a login or a device).
+    Family(String),
+    /// A principal's connections to one session through their role (removed or changed).
+    Member {
+        /// The session.
+        session: SessionId,
+        /// The member.
+        principal: String,
+    },
 }
 
 /// A node's subscription to the other nodes' notices.
@@ -54,6 +73,10 @@ pub trait Cluster: Send + Sync + Debug {
     /// Claims `session`'s bridge for a new connection on this node: returns an epoch higher than
     /// every earlier claim, and tells the other nodes ([`Notice::BridgeClaimed`]).
     async fn claim_bridge(&self, session: SessionId) -> StoreResult<u64>;
+
+    /// Tells the other nodes about a revocation (after it is stored), so they end their live
+    /// connections for it too ([`Notice::Revoked`]).
+    async fn announce_revocation(&self, revocation: &Revocation) -> StoreResult<()>;
 
     /// The latest claim epoch of each of `sessions` (sessions never claimed: 0).
     async fn bridge_epochs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, u64)>>;

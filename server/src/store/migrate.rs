@@ -29,7 +29,8 @@ pub struct Copied {
     pub producers: u64,
     /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
     pub checkpoints: u64,
-    /// Rows of users, token families, refresh tokens, share links and session roles.
+    /// Rows of users, token families, refresh tokens, share links, session roles and the
+    /// blobs each checkpoint names.
     pub accounts: u64,
 }
 
@@ -43,6 +44,7 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
             ("password_hash", "text"),
             ("created_at", "bigint"),
             ("revoked_at", "bigint"),
+            ("admin_since", "bigint"),
         ],
     ),
     (
@@ -87,6 +89,10 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
             ("role", "text"),
             ("via_link", "text"),
         ],
+    ),
+    (
+        "checkpoint_blobs",
+        &[("sha256", "text"), ("checkpoint_id", "text")],
     ),
 ];
 

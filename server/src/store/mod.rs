@@ -21,7 +21,7 @@ use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
-pub use cluster::{Cluster, Notice, NoticeFeed};
+pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -214,10 +214,40 @@ pub trait Store: Send + Sync + Debug + 'static {
         Err(unsupported("checkpoints"))
     }
 
-    /// Adds a user with an argon2id password hash; an existing name is a
-    /// [`StoreError::Conflict`].
-    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
+    /// The sessions that have a checkpoint naming the blob `sha256`.
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+        let _ = sha256;
+        Err(unsupported("checkpoints"))
+    }
+
+    /// Adds a user with an argon2id password hash (an administrator when `admin`); an existing
+    /// name is a [`StoreError::Conflict`].
+    async fn create_user(
+        &self,
+        name: &str,
+        password_hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<()> {
+        let _ = (name, password_hash, admin, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// Adds the first administrator: only while no administrator exists (checked and inserted
+    /// atomically, also against other nodes). Returns false when one exists already; an
+    /// existing name is a [`StoreError::Conflict`].
+    async fn create_first_admin(
+        &self,
+        name: &str,
+        password_hash: &str,
+        at: i64,
+    ) -> StoreResult<bool> {
         let _ = (name, password_hash, at);
+        Err(unsupported("accounts"))
+    }
+
+    /// Whether any administrator exists (revoked ones count: setup happens once).
+    async fn has_admin(&self) -> StoreResult<bool> {
         Err(unsupported("accounts"))
     }
 
@@ -258,8 +288,8 @@ pub trait Store: Send + Sync + Debug + 'static {
         Err(unsupported("accounts"))
     }
 
-    /// Whether a family exists, is not revoked, and its user is not revoked.
-    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
+    /// The family's user, if the family exists, is not revoked, and its user is not revoked.
+    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
         let _ = family;
         Err(unsupported("accounts"))
     }
@@ -363,6 +393,17 @@ pub struct UserRow {
     pub created_at: i64,
     /// When it was revoked, if it was.
     pub revoked_at: Option<i64>,
+    /// An administrator: manages users, owns every session.
+    pub admin: bool,
+}
+
+/// The user behind a live token family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyUser {
+    /// Login name.
+    pub name: String,
+    /// An administrator.
+    pub admin: bool,
 }
 
 /// A refresh token as stored: only its hash.
@@ -413,6 +454,8 @@ pub struct CheckpointRow {
     pub summary: String,
     /// `CheckpointManifest` JSON (empty in lists).
     pub manifest: String,
+    /// SHA-256 of every blob the manifest names (recorded at upload; empty in reads).
+    pub blobs: Vec<String>,
 }
 
 /// The error of a feature an implementation does not have (yet).

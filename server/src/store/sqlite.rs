@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::{
-    Append, Appended, CheckpointRow, IdemKey, Range, RefreshOutcome, RefreshRow, SessionRow,
-    ShareLinkRow, Store, StoreError, StoreResult, UserRow,
+    Append, Appended, CheckpointRow, FamilyUser, IdemKey, Range, RefreshOutcome, RefreshRow,
+    SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
 mod access;
@@ -326,8 +326,31 @@ impl Store for SqliteStore {
         self.checkpoint_rows(session).await
     }
 
-    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
-        self.insert_user(name, password_hash, at).await
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+        self.sessions_naming_blob(sha256).await
+    }
+
+    async fn create_user(
+        &self,
+        name: &str,
+        password_hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<()> {
+        self.insert_user(name, password_hash, admin, at).await
+    }
+
+    async fn create_first_admin(
+        &self,
+        name: &str,
+        password_hash: &str,
+        at: i64,
+    ) -> StoreResult<bool> {
+        self.insert_first_admin(name, password_hash, at).await
+    }
+
+    async fn has_admin(&self) -> StoreResult<bool> {
+        self.any_admin().await
     }
 
     async fn user(&self, name: &str) -> StoreResult<UserRow> {
@@ -355,8 +378,8 @@ impl Store for SqliteStore {
         self.revoke_family(family, at).await
     }
 
-    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
-        self.family_active(family).await
+    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
+        self.family_user(family).await
     }
 
     async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {

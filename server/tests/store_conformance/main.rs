@@ -101,6 +101,8 @@ conformance!(
     ended_and_unknown_sessions_refuse_appends,
     state_snapshots_keep_the_newest,
     checkpoints_are_stored_once_and_listed_newest_first,
+    checkpoints_record_the_blobs_they_name,
+    the_first_admin_is_created_once,
     accounts_refresh_tokens_and_roles_are_kept,
     share_links_grant_roles_until_spent_expired_or_revoked,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
@@ -127,4 +129,100 @@ async fn postgres_feed_resyncs_after_its_connection_is_terminated() {
     let admin = db.admin_url().to_owned();
     db.run(|url| stories::feed_resyncs_after_termination(Db::new(url), admin))
         .await;
+}
+
+/// Migration 0007 on a database holding checkpoints from before it: each one's patch and file
+/// blobs are recorded, so their readers keep reading them.
+mod blob_backfill {
+    use std::borrow::Cow;
+    use std::path::Path;
+
+    use sqlx::migrate::Migrator;
+
+    const MANIFEST: &str = r#"{"id":"00000000000000c1","patch":{"sha256":"p1","size":1},
+        "files":[{"path":"a","sha256":"f1"},{"path":"gone","sha256":null}]}"#;
+
+    /// The migrations of `dir` before 0007.
+    async fn before_0007(dir: &str) -> Migrator {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let mut m = Migrator::new(path).await.unwrap();
+        m.migrations = Cow::Owned(
+            m.migrations
+                .iter()
+                .filter(|m| m.version < 7)
+                .cloned()
+                .collect(),
+        );
+        m
+    }
+
+    async fn assert_backfilled(url: &str, session: &str) {
+        let store = moor_server::store::connect(url).await.unwrap();
+        let session: moor_protocol::SessionId = session.parse().unwrap();
+        for sha in ["p1", "f1"] {
+            assert_eq!(store.blob_sessions(sha).await.unwrap(), [session], "{sha}");
+        }
+        assert!(store.blob_sessions("null").await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}?mode=rwc", dir.path().join("old.db").display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        before_0007("../migrations/sqlite")
+            .await
+            .run(&pool)
+            .await
+            .unwrap();
+        let session = uuid::Uuid::new_v4().to_string();
+        sqlx::query("INSERT INTO sessions (pk, id, name, created_at) VALUES (1, ?, 'old', 1)")
+            .bind(&session)
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
+             VALUES ('00000000000000c1', 1, 1, '{}', ?)",
+        )
+        .bind(MANIFEST)
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        assert_backfilled(&url, &session).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let Some(db) = super::pg::TestDb::create().await else {
+            return;
+        };
+        db.run(|url| async move {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            before_0007("../migrations/postgres")
+                .await
+                .run(&pool)
+                .await
+                .unwrap();
+            let session = uuid::Uuid::new_v4().to_string();
+            sqlx::query("INSERT INTO sessions (id, name, created_at) VALUES ($1::uuid, 'old', 1)")
+                .bind(&session)
+                .execute(&pool)
+                .await
+                .unwrap();
+            sqlx::query(
+                "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
+                 VALUES ('00000000000000c1', $1::uuid, 1, '{}', $2)",
+            )
+            .bind(&session)
+            .bind(MANIFEST)
+            .execute(&pool)
+            .await
+            .unwrap();
+            pool.close().await;
+            assert_backfilled(&url, &session).await;
+        })
+        .await;
+    }
 }

@@ -243,9 +243,10 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         created_at: 7,
         summary: "{}".into(),
         manifest: r#"{"files":[]}"#.into(),
+        blobs: vec!["patch-sha".into()],
     };
     src.save_checkpoint(&checkpoint).await.unwrap();
-    src.create_user("ann", "hash", 1).await.unwrap();
+    src.create_user("ann", "hash", true, 1).await.unwrap();
     let refresh = RefreshRow {
         token_hash: "h1".into(),
         user: "ann".into(),
@@ -280,11 +281,19 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         assert_eq!(all(&*dst, s).await, all(&*src, s).await, "the same entries");
     }
     assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
-    assert_eq!(dst.checkpoint("cp-1").await.unwrap(), checkpoint);
     assert_eq!(
-        copied.accounts, 6,
-        "a user, a family, a token, a link, two roles"
+        dst.checkpoint("cp-1").await.unwrap(),
+        CheckpointRow {
+            blobs: vec![],
+            ..checkpoint
+        }
     );
+    assert_eq!(dst.blob_sessions("patch-sha").await.unwrap(), [a]);
+    assert_eq!(
+        copied.accounts, 7,
+        "a user, a family, a token, a link, two roles, a checkpoint's blob"
+    );
+    assert!(dst.user("ann").await.unwrap().admin, "administrators stay");
     let (_, removed) = dst.revoke_share_link("l1", 3).await.unwrap();
     assert_eq!(removed, ["bob"], "who joined through a link is still known");
     assert_eq!(
@@ -357,7 +366,7 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
         created_at: 1,
         expires_at: i64::MAX,
     };
-    a.create_user("ann", "hash", 1).await.unwrap();
+    a.create_user("ann", "hash", false, 1).await.unwrap();
     let s = a.open_session("claimed", None).await.unwrap().id;
 
     // act: the same token, and the same unclaimed session, on both nodes at once, many times

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Append, Appended, CheckpointRow, IdemKey, Notice, NoticeFeed, Range, RefreshOutcome,
-    RefreshRow, ShareLinkRow, Store, StoreError,
+    Append, Appended, CheckpointRow, FamilyUser, IdemKey, Notice, NoticeFeed, Range,
+    RefreshOutcome, RefreshRow, ShareLinkRow, Store, StoreError,
 };
 use serde_json::json;
 
@@ -285,6 +285,7 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
         created_at: at,
         summary: format!(r#"{{"id":"{id}"}}"#),
         manifest: manifest.into(),
+        blobs: vec![],
     };
 
     // act
@@ -315,6 +316,105 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
         listed,
         [row("c2", 20, ""), row("c1", 10, "")],
         "newest first, without manifests"
+    );
+}
+
+pub async fn checkpoints_record_the_blobs_they_name(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let s1 = store.open_session("blobs-1", None).await.unwrap().id;
+    let s2 = store.open_session("blobs-2", None).await.unwrap().id;
+    let row = |id: &str, session, blobs: &[&str]| CheckpointRow {
+        id: id.into(),
+        session,
+        created_at: 1,
+        summary: "{}".into(),
+        manifest: format!("manifest of {id}"),
+        blobs: blobs.iter().map(|b| b.to_string()).collect(),
+    };
+
+    // act
+    store
+        .save_checkpoint(&row("k1", s1, &["shared", "only-1"]))
+        .await
+        .unwrap();
+    store
+        .save_checkpoint(&row("k2", s2, &["shared"]))
+        .await
+        .unwrap();
+    store
+        .save_checkpoint(&row("k3", s1, &["shared"]))
+        .await
+        .unwrap();
+    let retried = store
+        .save_checkpoint(&row("k1", s1, &["shared", "only-1"]))
+        .await
+        .unwrap();
+
+    // assert
+    assert!(!retried);
+    let mut shared = store.blob_sessions("shared").await.unwrap();
+    shared.sort();
+    let mut both = vec![s1, s2];
+    both.sort();
+    assert_eq!(shared, both, "each session once, however many checkpoints");
+    assert_eq!(store.blob_sessions("only-1").await.unwrap(), [s1]);
+    assert!(store.blob_sessions("unknown").await.unwrap().is_empty());
+    assert!(
+        store.checkpoint("k1").await.unwrap().blobs.is_empty(),
+        "reads do not list blobs"
+    );
+}
+
+pub async fn the_first_admin_is_created_once(db: Db) {
+    // arrange
+    let a = db.open("node-a").await;
+    let b = db.open("node-b").await;
+    a.create_user("ann", "hash", false, 1).await.unwrap();
+    let before = a.has_admin().await.unwrap();
+    let taken = a.create_first_admin("ann", "hash", 2).await;
+
+    // act: two setups at once, from two nodes
+    let (x, y) = tokio::join!(
+        a.create_first_admin("root", "hash", 3),
+        b.create_first_admin("boss", "hash", 3)
+    );
+    let later = a.create_first_admin("late", "hash", 4).await.unwrap();
+    a.create_user("ops", "hash", true, 5).await.unwrap();
+
+    // assert
+    assert!(!before, "an ordinary user is no administrator");
+    assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert!(x ^ y, "exactly one first administrator: {x} {y}");
+    assert!(!later, "setup is over once an administrator exists");
+    assert!(b.has_admin().await.unwrap());
+    let first = if x { "root" } else { "boss" };
+    assert!(a.user(first).await.unwrap().admin);
+    assert!(a.user("ops").await.unwrap().admin);
+    assert!(!a.user("ann").await.unwrap().admin);
+    assert!(matches!(a.user("late").await, Err(StoreError::NotFound)));
+    let family = |user: &str| RefreshRow {
+        token_hash: format!("h-{user}"),
+        user: user.into(),
+        created_at: 1,
+        expires_at: i64::MAX,
+    };
+    a.create_token_family("fo", &family("ops")).await.unwrap();
+    a.create_token_family("fa", &family("ann")).await.unwrap();
+    assert_eq!(
+        b.active_family("fo").await.unwrap(),
+        Some(FamilyUser {
+            name: "ops".into(),
+            admin: true
+        })
+    );
+    assert_eq!(
+        b.active_family("fa").await.unwrap(),
+        Some(FamilyUser {
+            name: "ann".into(),
+            admin: false
+        })
     );
 }
 
@@ -520,9 +620,12 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
     let s = store.open_session("owned", None).await.unwrap().id;
 
     // act and assert: accounts
-    store.create_user("ann", "argon-hash", 1).await.unwrap();
+    store
+        .create_user("ann", "argon-hash", false, 1)
+        .await
+        .unwrap();
     assert!(matches!(
-        store.create_user("ann", "other", 2).await,
+        store.create_user("ann", "other", false, 2).await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(store.user("ann").await.unwrap().password_hash, "argon-hash");
@@ -533,7 +636,13 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         .create_token_family("f1", &token("h1", 1000))
         .await
         .unwrap();
-    assert!(store.token_family_active("f1").await.unwrap());
+    assert_eq!(
+        store.active_family("f1").await.unwrap(),
+        Some(FamilyUser {
+            name: "ann".into(),
+            admin: false
+        })
+    );
     let rotated = store
         .rotate_refresh("h1", &token("h2", 1000), 10)
         .await
@@ -555,7 +664,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         RefreshOutcome::Reused { family, user },
         "a spent token revokes its family"
     );
-    assert!(!store.token_family_active("f1").await.unwrap());
+    assert_eq!(store.active_family("f1").await.unwrap(), None);
     assert_eq!(
         store
             .rotate_refresh("nope", &token("h8", 1000), 12)
@@ -582,7 +691,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         .unwrap();
     store.revoke_user("ann", 30).await.unwrap();
     assert!(
-        !store.token_family_active("f3").await.unwrap(),
+        store.active_family("f3").await.unwrap().is_none(),
         "a revoked user's families end"
     );
     assert_eq!(store.user("ann").await.unwrap().revoked_at, Some(30));

@@ -11,23 +11,75 @@ use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{other, PgStore};
-use crate::store::{RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow};
+use crate::store::{FamilyUser, RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow};
+
+/// Advisory lock key serialising first-administrator setups across nodes.
+const FIRST_ADMIN_LOCK: i64 = 0x6d6f_6f72_0001;
 
 impl PgStore {
-    pub(super) async fn insert_user(&self, name: &str, hash: &str, at: i64) -> StoreResult<()> {
-        sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES ($1, $2, $3)")
-            .bind(name)
-            .bind(hash)
-            .bind(at)
-            .execute(&self.pool)
+    pub(super) async fn insert_user(
+        &self,
+        name: &str,
+        hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO users (name, password_hash, created_at, admin_since) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(name)
+        .bind(hash)
+        .bind(at)
+        .bind(admin.then_some(at))
+        .execute(&self.pool)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn insert_first_admin(
+        &self,
+        name: &str,
+        hash: &str,
+        at: i64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await.map_err(other)?;
+        // Under READ COMMITTED two nodes' `NOT EXISTS` could both pass: a transaction-scoped
+        // advisory lock makes the first setup on any node the only one.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(FIRST_ADMIN_LOCK)
+            .execute(&mut *tx)
             .await
             .map_err(other)?;
-        Ok(())
+        let n = sqlx::query(
+            "INSERT INTO users (name, password_hash, created_at, admin_since) \
+             SELECT $1, $2, $3, $3 WHERE NOT EXISTS \
+             (SELECT 1 FROM users WHERE admin_since IS NOT NULL)",
+        )
+        .bind(name)
+        .bind(hash)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(other)?
+        .rows_affected();
+        tx.commit().await.map_err(other)?;
+        Ok(n == 1)
+    }
+
+    pub(super) async fn any_admin(&self) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 FROM users WHERE admin_since IS NOT NULL LIMIT 1")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(other)?;
+        Ok(row.is_some())
     }
 
     pub(super) async fn user_row(&self, name: &str) -> StoreResult<UserRow> {
         let row = sqlx::query(
-            "SELECT name, password_hash, created_at, revoked_at FROM users WHERE name = $1",
+            "SELECT name, password_hash, created_at, revoked_at, admin_since FROM users \
+             WHERE name = $1",
         )
         .bind(name)
         .fetch_one(&self.pool)
@@ -38,6 +90,10 @@ impl PgStore {
             password_hash: row.try_get("password_hash").map_err(other)?,
             created_at: row.try_get("created_at").map_err(other)?,
             revoked_at: row.try_get("revoked_at").map_err(other)?,
+            admin: row
+                .try_get::<Option<i64>, _>("admin_since")
+                .map_err(other)?
+                .is_some(),
         })
     }
 
@@ -150,16 +206,26 @@ impl PgStore {
         row.try_get("user_name").map_err(other)
     }
 
-    pub(super) async fn family_active(&self, family: &str) -> StoreResult<bool> {
+    pub(super) async fn family_user(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
         let row = sqlx::query(
-            "SELECT 1 FROM token_families f JOIN users u ON u.name = f.user_name \
+            "SELECT u.name, u.admin_since FROM token_families f JOIN users u \
+             ON u.name = f.user_name \
              WHERE f.family = $1 AND f.revoked_at IS NULL AND u.revoked_at IS NULL",
         )
         .bind(family)
         .fetch_optional(&self.pool)
         .await
         .map_err(other)?;
-        Ok(row.is_some())
+        row.map(|r| {
+            Ok(FamilyUser {
+                name: r.try_get("name").map_err(other)?,
+                admin: r
+                    .try_get::<Option<i64>, _>("admin_since")
+                    .map_err(other)?
+                    .is_some(),
+            })
+        })
+        .transpose()
     }
 
     pub(super) async fn upsert_member(

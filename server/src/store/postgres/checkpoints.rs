@@ -11,6 +11,7 @@ use crate::store::{CheckpointRow, StoreError, StoreResult};
 
 impl PgStore {
     pub(super) async fn save_checkpoint_row(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await.map_err(other)?;
         let inserted = sqlx::query(
             "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
              SELECT $1, id, $2, $3, $4 FROM sessions WHERE id = $5::uuid \
@@ -21,13 +22,24 @@ impl PgStore {
         .bind(&row.summary)
         .bind(&row.manifest)
         .bind(row.session.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(other)?
         .rows_affected();
         if inserted == 1 {
+            sqlx::query(
+                "INSERT INTO checkpoint_blobs (sha256, checkpoint_id) \
+                 SELECT DISTINCT sha, $2 FROM UNNEST($1::text[]) sha ON CONFLICT DO NOTHING",
+            )
+            .bind(&row.blobs)
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(other)?;
+            tx.commit().await.map_err(other)?;
             return Ok(true);
         }
+        drop(tx);
         // Either the id is taken (by this upload retried, or by other content) or the session
         // does not exist.
         match self.checkpoint_row(&row.id).await {
@@ -68,6 +80,25 @@ impl PgStore {
         .map_err(other)?;
         rows.iter().map(|r| checkpoint_from(r, false)).collect()
     }
+
+    pub(super) async fn sessions_naming_blob(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT c.session_id::text AS id FROM checkpoint_blobs b \
+             JOIN checkpoints c ON c.id = b.checkpoint_id WHERE b.sha256 = $1",
+        )
+        .bind(sha256)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("id").map_err(other)?;
+                Ok(SessionId(
+                    Uuid::parse_str(&id).context("stored session id")?,
+                ))
+            })
+            .collect()
+    }
 }
 
 fn checkpoint_from(row: &PgRow, manifest: bool) -> StoreResult<CheckpointRow> {
@@ -82,5 +113,6 @@ fn checkpoint_from(row: &PgRow, manifest: bool) -> StoreResult<CheckpointRow> {
         } else {
             String::new()
         },
+        blobs: Vec::new(),
     })
 }

@@ -8,8 +8,8 @@ use moor_protocol::{Seq, SessionId};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
-use super::{other, PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL};
-use crate::store::{Cluster, Notice, NoticeFeed, StoreResult};
+use super::{other, PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL, REVOCATIONS_CHANNEL};
+use crate::store::{Cluster, Notice, NoticeFeed, Revocation, StoreResult};
 
 /// First pause before reconnecting the listen connection; doubles up to [`RELISTEN_MAX`].
 const RELISTEN_INITIAL: Duration = Duration::from_millis(50);
@@ -40,6 +40,24 @@ impl Cluster for PgStore {
         .await
         .map_err(other)?;
         Ok(epoch as u64)
+    }
+
+    async fn announce_revocation(&self, revocation: &Revocation) -> StoreResult<()> {
+        let node = &*self.node;
+        let payload = match revocation {
+            Revocation::User(name) => format!("user {name} {node}"),
+            Revocation::Family(family) => format!("family {family} {node}"),
+            Revocation::Member { session, principal } => {
+                format!("member {session} {principal} {node}")
+            }
+        };
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(REVOCATIONS_CHANNEL)
+            .bind(payload)
+            .execute(&self.pool)
+            .await
+            .map_err(other)?;
+        Ok(())
     }
 
     async fn bridge_epochs(&self, sessions: &[SessionId]) -> StoreResult<Vec<(SessionId, u64)>> {
@@ -73,7 +91,7 @@ impl Cluster for PgStore {
     }
 }
 
-/// `LISTEN` on both channels through one connection, rebuilt whenever it fails.
+/// `LISTEN` on every channel through one connection, rebuilt whenever it fails.
 struct PgFeed {
     pool: PgPool,
     node: String,
@@ -97,7 +115,7 @@ impl PgFeed {
         // feed yields always comes after the new `LISTEN` is in place.
         listener.eager_reconnect(false);
         listener
-            .listen_all([ENTRIES_CHANNEL, BRIDGES_CHANNEL])
+            .listen_all([ENTRIES_CHANNEL, BRIDGES_CHANNEL, REVOCATIONS_CHANNEL])
             .await?;
         Ok(listener)
     }
@@ -174,6 +192,31 @@ fn parse(channel: &str, payload: &str, own_node: &str) -> Option<Notice> {
                 epoch: epoch.parse().ok()?,
             })
         }
+        REVOCATIONS_CHANNEL => {
+            let (kind, rest) = payload.split_once(' ')?;
+            let (revocation, node) = match kind {
+                "user" | "family" => {
+                    let (arg, node) = rest.split_once(' ')?;
+                    let r = if kind == "user" {
+                        Revocation::User(arg.to_owned())
+                    } else {
+                        Revocation::Family(arg.to_owned())
+                    };
+                    (r, node)
+                }
+                "member" => {
+                    let mut parts = rest.splitn(3, ' ');
+                    let (sid, principal) = (parts.next()?, parts.next()?);
+                    let r = Revocation::Member {
+                        session: sid.parse().ok()?,
+                        principal: principal.to_owned(),
+                    };
+                    (r, parts.next()?)
+                }
+                _ => return None,
+            };
+            (node != own_node).then_some(Notice::Revoked(revocation))
+        }
         _ => None,
     }
 }
@@ -202,5 +245,26 @@ mod tests {
             })
         );
         assert_eq!(parse(BRIDGES_CHANNEL, "garbage", "a"), None);
+        assert_eq!(
+            parse(REVOCATIONS_CHANNEL, "user ann node b", "a"),
+            Some(Notice::Revoked(Revocation::User("ann".into())))
+        );
+        assert_eq!(
+            parse(REVOCATIONS_CHANNEL, "family f-1_x node b", "a"),
+            Some(Notice::Revoked(Revocation::Family("f-1_x".into())))
+        );
+        assert_eq!(
+            parse(
+                REVOCATIONS_CHANNEL,
+                &format!("member {sid} vic node b"),
+                "a"
+            ),
+            Some(Notice::Revoked(Revocation::Member {
+                session: sid,
+                principal: "vic".into()
+            }))
+        );
+        assert_eq!(parse(REVOCATIONS_CHANNEL, "user ann a", "a"), None);
+        assert_eq!(parse(REVOCATIONS_CHANNEL, "group x node b", "a"), None);
     }
 }

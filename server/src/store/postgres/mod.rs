@@ -29,8 +29,8 @@ use self::lookup::PgLookup;
 use self::rows::{entry_row, insert_rows, session_row};
 use super::append::{self, Decision};
 use super::{
-    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, Range, RefreshOutcome,
-    RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
+    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, FamilyUser, Range,
+    RefreshOutcome, RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -41,6 +41,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const ENTRIES_CHANNEL: &str = "moor_entries";
 /// Channel announcing bridge claims: `"<session> <epoch> <node>"`.
 pub(crate) const BRIDGES_CHANNEL: &str = "moor_bridges";
+/// Channel announcing revocations: `"user <name> <node>"`, `"family <family> <node>"` or
+/// `"member <session> <principal> <node>"`.
+pub(crate) const REVOCATIONS_CHANNEL: &str = "moor_revocations";
 
 const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
 const ENTRY_COLS: &str = "seq, ts, kind, author, payload";
@@ -378,8 +381,31 @@ impl Store for PgStore {
         self.checkpoint_rows(session).await
     }
 
-    async fn create_user(&self, name: &str, password_hash: &str, at: i64) -> StoreResult<()> {
-        self.insert_user(name, password_hash, at).await
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+        self.sessions_naming_blob(sha256).await
+    }
+
+    async fn create_user(
+        &self,
+        name: &str,
+        password_hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<()> {
+        self.insert_user(name, password_hash, admin, at).await
+    }
+
+    async fn create_first_admin(
+        &self,
+        name: &str,
+        password_hash: &str,
+        at: i64,
+    ) -> StoreResult<bool> {
+        self.insert_first_admin(name, password_hash, at).await
+    }
+
+    async fn has_admin(&self) -> StoreResult<bool> {
+        self.any_admin().await
     }
 
     async fn user(&self, name: &str) -> StoreResult<UserRow> {
@@ -407,8 +433,8 @@ impl Store for PgStore {
         self.revoke_family(family, at).await
     }
 
-    async fn token_family_active(&self, family: &str) -> StoreResult<bool> {
-        self.family_active(family).await
+    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
+        self.family_user(family).await
     }
 
     async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {

@@ -7,23 +7,66 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{other, SqliteStore};
-use crate::store::{RefreshOutcome, RefreshRow, ShareLinkRow, StoreError, StoreResult, UserRow};
+use crate::store::{
+    FamilyUser, RefreshOutcome, RefreshRow, ShareLinkRow, StoreError, StoreResult, UserRow,
+};
 
 impl SqliteStore {
-    pub(super) async fn insert_user(&self, name: &str, hash: &str, at: i64) -> StoreResult<()> {
-        sqlx::query("INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)")
-            .bind(name)
-            .bind(hash)
-            .bind(at)
-            .execute(&self.writer)
+    pub(super) async fn insert_user(
+        &self,
+        name: &str,
+        hash: &str,
+        admin: bool,
+        at: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO users (name, password_hash, created_at, admin_since) VALUES (?, ?, ?, ?)",
+        )
+        .bind(name)
+        .bind(hash)
+        .bind(at)
+        .bind(admin.then_some(at))
+        .execute(&self.writer)
+        .await
+        .map_err(other)?;
+        Ok(())
+    }
+
+    pub(super) async fn insert_first_admin(
+        &self,
+        name: &str,
+        hash: &str,
+        at: i64,
+    ) -> StoreResult<bool> {
+        // One writer connection: the check and the insert are one statement, so two setups
+        // cannot both pass it.
+        let n = sqlx::query(
+            "INSERT INTO users (name, password_hash, created_at, admin_since) \
+             SELECT ?1, ?2, ?3, ?3 WHERE NOT EXISTS \
+             (SELECT 1 FROM users WHERE admin_since IS NOT NULL)",
+        )
+        .bind(name)
+        .bind(hash)
+        .bind(at)
+        .execute(&self.writer)
+        .await
+        .map_err(other)?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    pub(super) async fn any_admin(&self) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 FROM users WHERE admin_since IS NOT NULL LIMIT 1")
+            .fetch_optional(&self.writer)
             .await
             .map_err(other)?;
-        Ok(())
+        Ok(row.is_some())
     }
 
     pub(super) async fn user_row(&self, name: &str) -> StoreResult<UserRow> {
         let row = sqlx::query(
-            "SELECT name, password_hash, created_at, revoked_at FROM users WHERE name = ?",
+            "SELECT name, password_hash, created_at, revoked_at, admin_since FROM users \
+             WHERE name = ?",
         )
         .bind(name)
         .fetch_one(&self.readers)
@@ -34,6 +77,7 @@ impl SqliteStore {
             password_hash: row.get("password_hash"),
             created_at: row.get("created_at"),
             revoked_at: row.get("revoked_at"),
+            admin: row.get::<Option<i64>, _>("admin_since").is_some(),
         })
     }
 
@@ -141,16 +185,20 @@ impl SqliteStore {
         Ok(row.get("user_name"))
     }
 
-    pub(super) async fn family_active(&self, family: &str) -> StoreResult<bool> {
+    pub(super) async fn family_user(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
         let row = sqlx::query(
-            "SELECT 1 FROM token_families f JOIN users u ON u.name = f.user_name \
+            "SELECT u.name, u.admin_since FROM token_families f JOIN users u \
+             ON u.name = f.user_name \
              WHERE f.family = ? AND f.revoked_at IS NULL AND u.revoked_at IS NULL",
         )
         .bind(family)
         .fetch_optional(&self.readers)
         .await
         .map_err(other)?;
-        Ok(row.is_some())
+        Ok(row.map(|r| FamilyUser {
+            name: r.get("name"),
+            admin: r.get::<Option<i64>, _>("admin_since").is_some(),
+        }))
     }
 
     pub(super) async fn upsert_member(

@@ -10,6 +10,7 @@ use crate::store::{CheckpointRow, StoreError, StoreResult};
 
 impl SqliteStore {
     pub(super) async fn save_checkpoint_row(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await.map_err(other)?;
         let inserted = sqlx::query(
             "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
              SELECT ?, pk, ?, ?, ? FROM sessions WHERE id = ? \
@@ -20,13 +21,25 @@ impl SqliteStore {
         .bind(&row.summary)
         .bind(&row.manifest)
         .bind(row.session.to_string())
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await
         .map_err(other)?
         .rows_affected();
         if inserted == 1 {
+            for sha in &row.blobs {
+                sqlx::query(
+                    "INSERT OR IGNORE INTO checkpoint_blobs (sha256, checkpoint_id) VALUES (?, ?)",
+                )
+                .bind(sha)
+                .bind(&row.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(other)?;
+            }
+            tx.commit().await.map_err(other)?;
             return Ok(true);
         }
+        drop(tx);
         // Either the id is taken or the session does not exist.
         let stored = self.checkpoint_row(&row.id).await;
         match stored {
@@ -69,6 +82,26 @@ impl SqliteStore {
         .map_err(other)?;
         rows.iter().map(|r| checkpoint_from(r, false)).collect()
     }
+
+    pub(super) async fn sessions_naming_blob(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT s.id FROM checkpoint_blobs b \
+             JOIN checkpoints c ON c.id = b.checkpoint_id \
+             JOIN sessions s ON s.pk = c.session_pk WHERE b.sha256 = ?",
+        )
+        .bind(sha256)
+        .fetch_all(&self.readers)
+        .await
+        .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.get("id");
+                Ok(SessionId(
+                    Uuid::parse_str(&id).context("stored session id")?,
+                ))
+            })
+            .collect()
+    }
 }
 
 fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult<CheckpointRow> {
@@ -83,6 +116,7 @@ fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult
         } else {
             String::new()
         },
+        blobs: Vec::new(),
     })
 }
 
@@ -105,6 +139,7 @@ mod tests {
             created_at: at,
             summary: format!("{{\"id\":\"{id}\"}}"),
             manifest: manifest.into(),
+            blobs: vec![],
         };
         // act + assert
         assert!(store.save_checkpoint(&row("a", 1, "{}")).await.unwrap());
