@@ -1,8 +1,11 @@
 //! The web client in a real Chromium (Debian's, driven by playwright-core) against the real
-//! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios; this test owns
-//! the processes. It starts `moord` (with a short keep-alive, so the page's watchdog interval is
+//! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios and
+//! `web/tests/browser-reattach.mjs` those of re-attaching (back/forward and the back/forward
+//! cache, a discarded tab, a sleeping phone, a cut or half-open stream, paging a long transcript)
+//! and of checkpoints; these tests own the processes. It starts `moord` (with a short keep-alive, so the page's watchdog interval is
 //! short) and serves the script's requests to start, kill and restart bridges — plain line
-//! agents, an echo agent, a PTY shell, the real Claude Code CLI against the fake Messages API —
+//! agents, an echo agent, a PTY shell, the real Claude Code CLI against the fake Messages API, a
+//! shell agent in a git work tree that `moor` checkpoints, a fault proxy in front of `moord` —
 //! over a line protocol on the script's stdout (`@rpc {json}`) and stdin (one JSON answer per
 //! line). Rust owns the processes so the browser tests reuse the harness the other end-to-end
 //! tests trust (`TestServer`, `TestBridge`, `ClaudeEnv`); Node owns the browser.
@@ -12,12 +15,13 @@
 //! `web/artifacts/` (gitignored).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use moor_e2e::{BridgeOpts, ClaudeEnv, ServerOpts, TestBridge, TestServer};
+use moor_e2e::{BridgeOpts, ClaudeEnv, FaultProxy, ServerOpts, TestBridge, TestServer};
 use serde_json::{json, Value};
+use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
@@ -31,12 +35,52 @@ fn web_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web")
 }
 
+/// Runs git in `dir` with a fixed identity, failing the test on error.
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
+        .args(["-c", "commit.gpgSign=false", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A git repository with one commit of a few files, for an agent that `moor` checkpoints.
+fn work_tree() -> (TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("moor-e2e-web-ckpt-")
+        .tempdir()
+        .expect("temp dir");
+    let repo = dir.path().join("work");
+    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
+    git(&repo, &["init", "-q"]);
+    for (path, content) in [
+        ("README.md", "# project\n"),
+        ("gone.txt", "to be deleted\n"),
+        ("src/main.rs", "fn main() {\n    println!(\"hello\");\n}\n"),
+    ] {
+        std::fs::write(repo.join(path), content).expect("write");
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    (dir, repo)
+}
+
 struct Bridges {
+    server_addr: std::net::SocketAddr,
     url: String,
     token: String,
     running: HashMap<String, TestBridge>,
     agents: HashMap<String, Vec<String>>,
     claude: HashMap<String, ClaudeEnv>,
+    trees: Vec<TempDir>,
+    proxy: Option<FaultProxy>,
 }
 
 impl Bridges {
@@ -78,6 +122,35 @@ impl Bridges {
                 self.claude.insert(session, env);
                 Ok(json!({ "project": project }))
             }
+            "checkpoints" => {
+                // A shell agent in a git work tree: it runs each input line; `moor` checkpoints
+                // the tree whenever it changed.
+                let (dir, repo) = work_tree();
+                let script = r#"n=0; while IFS= read -r cmd; do n=$((n+1)); eval "$cmd"; echo "done $n"; done"#;
+                let bridge = BridgeOpts::new(&self.url, &self.token, &session, &[])
+                    .command(&["bash".into(), "-c".into(), script.into()])
+                    .cwd(&repo)
+                    .flag("--checkpoint-interval", "300ms")
+                    .spawn();
+                self.running.insert(session, bridge);
+                self.trees.push(dir);
+                Ok(json!({ "repo": repo.display().to_string() }))
+            }
+            "proxy" => {
+                let proxy = FaultProxy::start(self.server_addr).await;
+                let url = proxy.url();
+                self.proxy = Some(proxy);
+                Ok(json!({ "url": url }))
+            }
+            "proxy_stall" | "proxy_reset" | "proxy_cut" => {
+                let proxy = self.proxy.as_ref().ok_or("no proxy")?;
+                let n = match op {
+                    "proxy_stall" => proxy.stall().await,
+                    "proxy_reset" => proxy.reset_all().await,
+                    _ => proxy.cut_all().await,
+                };
+                Ok(json!({ "connections": n }))
+            }
             "kill" => {
                 let bridge = self.running.get_mut(&session).ok_or("no such bridge")?;
                 bridge.kill().await;
@@ -99,6 +172,17 @@ impl Bridges {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_client_in_a_real_browser() {
+    run_browser_script("tests/browser.mjs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_client_reattaches_in_a_real_browser() {
+    run_browser_script("tests/browser-reattach.mjs").await;
+}
+
+/// Starts `moord`, runs the Node script `script` (relative to `web/`) against it, serves its
+/// requests, and fails unless every scenario passed.
+async fn run_browser_script(script: &str) {
     // arrange
     let chromium = std::env::var("MOOR_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
@@ -120,16 +204,19 @@ async fn web_client_in_a_real_browser() {
     let artifacts = web.join("artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
     let mut bridges = Bridges {
+        server_addr: server.addr(),
         url: server.url(),
         token: server.token().to_owned(),
         running: HashMap::new(),
         agents: HashMap::new(),
         claude: HashMap::new(),
+        trees: Vec::new(),
+        proxy: None,
     };
 
     // act: run the browser scenarios, serving their requests
     let mut node = Command::new("node")
-        .arg("tests/browser.mjs")
+        .arg(script)
         .current_dir(&web)
         .env("MOOR_URL", server.url())
         .env("MOOR_TOKEN", server.token())
@@ -173,7 +260,7 @@ async fn web_client_in_a_real_browser() {
     // assert
     assert!(
         status.success(),
-        "browser scenarios failed (see above); screenshots in {}",
+        "browser scenarios of {script} failed (see above); screenshots in {}",
         artifacts.display()
     );
     drop(bridges);

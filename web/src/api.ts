@@ -1,13 +1,13 @@
 // The authenticated HTTP API of moord, typed with the generated protocol types. The token comes
 // once from the URL fragment (`#token=…`, as moord prints it) and is kept in localStorage.
 
+import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
 import type { InputAccepted } from "./protocol/InputAccepted";
 import type { InputRequest } from "./protocol/InputRequest";
 import type { RecoveryBrief } from "./protocol/RecoveryBrief";
 import type { SessionInfo } from "./protocol/SessionInfo";
-import type { StoredCheckpoint } from "./protocol/StoredCheckpoint";
 
 const TOKEN_KEY = "moor.token";
 
@@ -87,14 +87,23 @@ export const api = {
     call<EntriesPage>(`/sessions/${enc(id)}/entries?after=${after}&limit=${limit}`),
   postInput: (id: string, req: InputRequest) =>
     call<InputAccepted>(`/sessions/${enc(id)}/inputs`, { method: "POST", body: JSON.stringify(req) }),
-  /** A checkpoint's patch (`git diff` text): its manifest names the patch blob. */
+  /** The session's uploaded checkpoints, newest first. */
+  checkpoints: (id: string) => call<CheckpointSummary[]>(`/sessions/${enc(id)}/checkpoints`),
+  /** A checkpoint's patch against its base commit (`git diff --binary` text). */
   async checkpointPatch(checkpoint: string): Promise<string> {
-    const stored = await call<StoredCheckpoint>(`/checkpoints/${enc(checkpoint)}`);
-    const res = await fetch(`/api/v1/blobs/${enc(stored.manifest.patch.sha256)}`, {
+    const res = await fetch(`/api/v1/checkpoints/${enc(checkpoint)}/diff`, {
       headers: { Authorization: `Bearer ${token()}` },
       cache: "no-store",
     });
-    if (!res.ok) throw new ApiError(res.status, null);
+    if (!res.ok) {
+      let body: ErrorBody | null = null;
+      try {
+        body = (await res.json()) as ErrorBody;
+      } catch {
+        body = null;
+      }
+      throw new ApiError(res.status, body);
+    }
     return res.text();
   },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),

@@ -36,6 +36,8 @@ export interface SessionDeps {
 
 /** Test and benchmark hooks (window.__moor). */
 export interface SessionProbe {
+  /** The session this view shows. */
+  id: string;
   seqs(): number[];
   /** Texts of the `agent.output` entries held, in order. */
   lines(): string[];
@@ -85,7 +87,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       "div.row.tools",
       null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
-      h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
+      h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", onclick: () => openShare() }, "Share"),
     ),
     streamBanner,
@@ -236,7 +238,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   // ---- sheets
   const openState = () => sheet("Session state").body.append(statePanel(state));
-  const openCheckpoints = () => sheet("Checkpoints").body.append(checkpointsPanel(win.entries, state?.last_checkpoint ?? null));
+  const openCheckpoints = async () => {
+    const s = sheet("Checkpoints");
+    s.body.append(await checkpointsPanel(id, win.entries, state?.last_checkpoint ?? null));
+  };
   const openShare = () => sheet("Share").body.append(sharePanel(id, info?.name ?? id));
   const openRecovery = async () => {
     const s = sheet("Recovery brief");
@@ -259,8 +264,15 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     saveTimer = null;
     if (win.hi > 0) localStorage.setItem(cursorKey(id), String(win.hi));
   };
+  // A discarded tab or a killed phone browser gets no pagehide: the cursor is also kept when
+  // the page is hidden or frozen, the last moments it is sure to run.
   const onHide = () => saveCursor();
+  const onHidden = () => {
+    if (document.visibilityState === "hidden") saveCursor();
+  };
   window.addEventListener("pagehide", onHide);
+  document.addEventListener("freeze", onHide);
+  document.addEventListener("visibilitychange", onHidden);
 
   // ---- live entries
   const onEntries = (batch: Entry[]) => {
@@ -376,6 +388,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   });
 
   const probe: SessionProbe = {
+    id,
     seqs: () => win.entries.map((e) => e.seq),
     lines: () => win.entries.filter((e) => e.kind === "agent.output").map((e) => String((e.payload as { text?: string }).text)),
     hi: () => win.hi,
@@ -398,6 +411,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     offOutbox();
     clearInterval(backTimer);
     window.removeEventListener("pagehide", onHide);
+    document.removeEventListener("freeze", onHide);
+    document.removeEventListener("visibilitychange", onHidden);
     term?.dispose();
   };
 }
