@@ -47,6 +47,8 @@ export interface SessionProbe {
   loadOlder(): Promise<boolean>;
   status(): StreamStatus;
   renderedSeqs(): number[];
+  /** A render of the transcript is scheduled (the DOM lags the model until the next frame). */
+  rendering(): boolean;
 }
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
@@ -401,6 +403,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .map((el) => ({ seq: Number(el.dataset.seq), top: Number(/translateY\(([-\d.]+)px\)/.exec(el.style.transform)?.[1] ?? 0) }))
         .sort((a, b) => a.top - b.top)
         .map((x) => x.seq),
+    rendering: () => vl.pending,
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
 
