@@ -39,7 +39,12 @@ fn web_dir() -> PathBuf {
 fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args(["-c", "commit.gpgSign=false", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
