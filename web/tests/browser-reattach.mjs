@@ -455,6 +455,26 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
   const older = await second.locator(".diff-slot pre.diff").evaluate((pre) => pre.textContent, null, { timeout: 10000 });
   assert(older.includes("+more docs") && !older.includes("goodbye"), "the older checkpoint shows its own diff");
   await page.click(".sheet-head button");
+
+  // Later, a page that holds none of the log's checkpoint entries (they are older than the
+  // history it loaded) still lists every checkpoint: the sheet asks the server.
+  await send("seq 1 400");
+  await waitFor("the agent's 400 lines", 30000, async () => (await allEntries(id)).some((e) => e.kind === "agent.output" && e.payload.text === "done 3"));
+  const announced = (await allEntries(id)).filter((e) => e.kind === "checkpoint.created").map((e) => e.seq);
+  const later = await phone(browser);
+  const fresh = await later.newPage();
+  await fresh.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("the fresh page at the head", 20000, async () => fresh.evaluate((h) => window.__moor?.hi() >= h, await head(id)));
+  const lo = await fresh.evaluate(() => window.__moor.lo());
+  assert(announced.length >= 2 && announced.every((s) => s < lo), `the fresh page holds no checkpoint entry (they are at ${announced}, it starts at ${lo})`);
+  await fresh.click("#checkpoints-btn");
+  const freshIds = await waitFor("the checkpoints in the fresh page's sheet", 10000, async () => {
+    const got = await fresh.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+    return got.length ? got : null;
+  });
+  const now = (await listed()).map((c) => c.id);
+  assert(JSON.stringify(freshIds) === JSON.stringify(now), `every checkpoint listed: ${freshIds} vs ${now}`);
+  await later.close();
   await send("exit 0");
   await ctx.close();
 });
