@@ -44,7 +44,10 @@ async function assertExact(page, id, expectLines) {
 async function untilEnded(page, id) {
   await waitFor(`session ${id} to end`, 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
   const h = await head(id);
-  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h]));
+  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h])).catch(async (e) => {
+    const seen = await page.evaluate(() => ({ id: window.__moor?.id, hi: window.__moor?.hi(), status: window.__moor?.status(), banners: window.__banners, vis: document.visibilityState }));
+    throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
+  });
 }
 
 /** A request for a session's stream (`events`) or history (`entries`), or null. */
@@ -192,7 +195,7 @@ scenario("back and forward between the list and two streaming sessions: each res
   await ctx.close();
 });
 
-scenario("a discarded tab (frozen, then closed) reopens from its stored seq: no gap, no duplicate, no full download", async () => {
+scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its stored seq: no gap, no duplicate, no full download", async () => {
   await rpc("lines", { session: "ra-discard", count: 2000, interval_ms: 8 });
   const id = (await sessionByName("ra-discard")).id;
   const chromium = await rawChromium();
@@ -200,12 +203,12 @@ scenario("a discarded tab (frozen, then closed) reopens from its stored seq: no 
     const first = await chromium.newPage(bannerRecorder);
     await first.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
     await viewPast(first, id, 400);
-    // What Chromium does to a background tab it discards: freeze it, then drop it. A frozen
-    // page runs nothing more, and a discarded one gets no pagehide: the freeze event is the
-    // last word it has.
+    // What Chromium does to a background tab it discards: hide and freeze it, then drop it
+    // without running it again (no pagehide, no unload). Hidden and freeze are the last
+    // events the page gets.
     const hiAtFreeze = await first.evaluate(() => window.__moor.hi());
     await first.freeze();
-    await first.close();
+    await first.discard();
     // The same browser profile (storage survives), the same URL, after the agent wrote more.
     const page = await chromium.newPage(bannerRecorder);
     await page.goto(`${URL_BASE}/healthz`);
