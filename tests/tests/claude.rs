@@ -326,8 +326,7 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
     let last_word = c
         .after(seq)
         .into_iter()
-        .filter(|e| e.kind == kinds::AGENT_TEXT_DELTA && e.seq < stalled.seq)
-        .next_back()
+        .rfind(|e| e.kind == kinds::AGENT_TEXT_DELTA && e.seq < stalled.seq)
         .expect("the words before the silence were logged");
     let margin = stalled.ts - last_word.ts;
     assert!(

@@ -5,6 +5,7 @@
 // stalled, reset and cut by a fault proxy, scrolling up a 10,000-entry transcript, and the
 // checkpoints sheet with its diffs. Every wait is a condition with a timeout as a failure guard.
 // Prints one line per scenario and "N passed, M failed"; screenshots go to $MOOR_ARTIFACTS.
+// MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it.
 
 import { mkdirSync } from "node:fs";
 import {
