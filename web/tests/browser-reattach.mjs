@@ -483,6 +483,28 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
   await ctx.close();
 });
 
+scenario("navigating to another page of the origin leaves the service worker's cached shell alone", async ({ browser }) => {
+  await rpc("echo", { session: "ra-shell" });
+  const id = (await sessionByName("ra-shell")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
+  const shell = () => page.evaluate(async () => (await (await caches.match("/"))?.text()) ?? "");
+  await waitFor("the shell cached", 10000, async () => (await shell()).includes('id="app"'));
+  // A navigation the worker serves (network first) to something that is not the app's page,
+  // then the app offline: it must boot from the cached shell.
+  await page.goto(`${URL_BASE}/manifest.webmanifest`);
+  await ctx.setOffline(true);
+  await page.goto(`${URL_BASE}/#/s/${id}`);
+  const booted = await waitFor("the app offline", 10000, () => page.evaluate(() => (window.__moor !== undefined ? "app" : document.getElementById("app") ? null : document.body?.innerText.slice(0, 80) || null)));
+  assert(booted === "app", `the app booted offline from the cached shell, not: ${booted}`);
+  const cached = await shell();
+  assert(cached.includes('id="app"'), `the cached shell is still the app's page: ${cached.slice(0, 80)}`);
+  await ctx.setOffline(false);
+  await ctx.close();
+});
+
 // ---- run
 const browser = await launch({ bfcache: true });
 let passed = 0;
