@@ -1,26 +1,31 @@
 //! The web client in a real Chromium (Debian's, driven by playwright-core) against the real
-//! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios; this test owns
-//! the processes. It starts `moord` (with a short keep-alive, so the page's watchdog interval is
-//! short) and serves the script's requests to start, kill and restart bridges — plain line
-//! agents, an echo agent, a PTY shell, the real Claude Code CLI against the fake Messages API —
-//! and to run the real `moor login` (device login approved in the page) over a line protocol on
-//! the script's stdout (`@rpc {json}`) and stdin (one JSON answer per line). A second `moord`
-//! whose access tokens live three seconds (and whose SSE streams end every two) serves the
-//! scenario in which a logged-in page outlives its tokens. Rust owns the processes so the browser tests reuse the harness the other end-to-end
-//! tests trust (`TestServer`, `TestBridge`, `ClaudeEnv`); Node owns the browser.
+//! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios and
+//! `web/tests/browser-reattach.mjs` those of re-attaching (back/forward and the back/forward
+//! cache, a discarded tab, a sleeping phone, a cut or half-open stream, paging a long transcript)
+//! and of checkpoints; these tests own the processes. They start `moord` (with a short
+//! keep-alive, so the page's watchdog interval is short) and serve the script's requests to
+//! start, kill and restart bridges — plain line agents, an echo agent, a PTY shell, the real
+//! Claude Code CLI against the fake Messages API, a shell agent in a git work tree that `moor`
+//! checkpoints, a fault proxy in front of `moord` — and to run the real `moor login` (device
+//! login approved in the page), over a line protocol on the script's stdout (`@rpc {json}`) and
+//! stdin (one JSON answer per line). A second `moord` whose access tokens live three seconds
+//! (and whose SSE streams end every two) serves the scenario in which a logged-in page outlives
+//! its tokens. Rust owns the processes so the browser tests reuse the harness the other
+//! end-to-end tests trust (`TestServer`, `TestBridge`, `ClaudeEnv`); Node owns the browser.
 //!
 //! Needs `scripts/build-web` (web/dist embedded in moord, web/node_modules) and
 //! `/usr/bin/chromium` (`scripts/install-chromium`); `scripts/test` does both. Screenshots go to
 //! `web/artifacts/` (gitignored).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use moor_e2e::util::bin_path;
-use moor_e2e::{BridgeOpts, ClaudeEnv, ServerOpts, TestBridge, TestServer};
+use moor_e2e::{BridgeOpts, ClaudeEnv, FaultProxy, ServerOpts, TestBridge, TestServer};
 use serde_json::{json, Value};
+use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
@@ -38,6 +43,48 @@ fn web_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web")
 }
 
+/// Runs git in `dir` with a fixed identity, failing the test on error.
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
+        .args([
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A git repository with one commit of a few files, for an agent that `moor` checkpoints.
+fn work_tree() -> (TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("moor-e2e-web-ckpt-")
+        .tempdir()
+        .expect("temp dir");
+    let repo = dir.path().join("work");
+    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
+    git(&repo, &["init", "-q"]);
+    for (path, content) in [
+        ("README.md", "# project\n"),
+        ("gone.txt", "to be deleted\n"),
+        ("src/main.rs", "fn main() {\n    println!(\"hello\");\n}\n"),
+    ] {
+        std::fs::write(repo.join(path), content).expect("write");
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    (dir, repo)
+}
+
 /// A `moor login` waiting for approval, and the config dir its credentials land in.
 struct Login {
     child: tokio::process::Child,
@@ -45,6 +92,7 @@ struct Login {
 }
 
 struct Bridges<'a> {
+    server_addr: std::net::SocketAddr,
     url: String,
     token: String,
     /// The short-token server's URL and admin token.
@@ -54,6 +102,8 @@ struct Bridges<'a> {
     claude: HashMap<String, ClaudeEnv>,
     login: Option<Login>,
     server: &'a TestServer,
+    trees: Vec<TempDir>,
+    proxy: Option<FaultProxy>,
 }
 
 impl Bridges<'_> {
@@ -99,6 +149,35 @@ impl Bridges<'_> {
                 self.running.insert(session.clone(), bridge);
                 self.claude.insert(session, env);
                 Ok(json!({ "project": project }))
+            }
+            "checkpoints" => {
+                // A shell agent in a git work tree: it runs each input line; `moor` checkpoints
+                // the tree whenever it changed.
+                let (dir, repo) = work_tree();
+                let script = r#"n=0; while IFS= read -r cmd; do n=$((n+1)); eval "$cmd"; echo "done $n"; done"#;
+                let bridge = BridgeOpts::new(&self.url, &self.token, &session, &[])
+                    .command(&["bash".into(), "-c".into(), script.into()])
+                    .cwd(&repo)
+                    .flag("--checkpoint-interval", "300ms")
+                    .spawn();
+                self.running.insert(session, bridge);
+                self.trees.push(dir);
+                Ok(json!({ "repo": repo.display().to_string() }))
+            }
+            "proxy" => {
+                let proxy = FaultProxy::start(self.server_addr).await;
+                let url = proxy.url();
+                self.proxy = Some(proxy);
+                Ok(json!({ "url": url }))
+            }
+            "proxy_stall" | "proxy_reset" | "proxy_cut" => {
+                let proxy = self.proxy.as_ref().ok_or("no proxy")?;
+                let n = match op {
+                    "proxy_stall" => proxy.stall().await,
+                    "proxy_reset" => proxy.reset_all().await,
+                    _ => proxy.cut_all().await,
+                };
+                Ok(json!({ "connections": n }))
             }
             "kill" => {
                 let bridge = self.running.get_mut(&session).ok_or("no such bridge")?;
@@ -189,6 +268,17 @@ impl Bridges<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_client_in_a_real_browser() {
+    run_browser_script("tests/browser.mjs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_client_reattaches_in_a_real_browser() {
+    run_browser_script("tests/browser-reattach.mjs").await;
+}
+
+/// Starts `moord` (and the short-token one), runs the Node script `script` (relative to `web/`)
+/// against them, serves its requests, and fails unless every scenario passed.
+async fn run_browser_script(script: &str) {
     // arrange
     let chromium = std::env::var("MOOR_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
@@ -217,6 +307,7 @@ async fn web_client_in_a_real_browser() {
     let artifacts = web.join("artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
     let mut bridges = Bridges {
+        server_addr: server.addr(),
         url: server.url(),
         token: server.token().to_owned(),
         short: (short.url(), short.token().to_owned()),
@@ -225,11 +316,13 @@ async fn web_client_in_a_real_browser() {
         claude: HashMap::new(),
         login: None,
         server: &server,
+        trees: Vec::new(),
+        proxy: None,
     };
 
     // act: run the browser scenarios, serving their requests
     let mut node = Command::new("node")
-        .arg("tests/browser.mjs")
+        .arg(script)
         .current_dir(&web)
         .env("MOOR_URL", server.url())
         .env("MOOR_TOKEN", server.token())
@@ -276,7 +369,7 @@ async fn web_client_in_a_real_browser() {
     // assert
     assert!(
         status.success(),
-        "browser scenarios failed (see above); screenshots in {}",
+        "browser scenarios of {script} failed (see above); screenshots in {}",
         artifacts.display()
     );
     drop(bridges);

@@ -38,7 +38,8 @@ self.addEventListener("fetch", (event) => {
     event.respondWith(
       fetch(req)
         .then((res) => {
-          if (res.ok) {
+          // Only the app's own page is the shell; any other page navigated to is not.
+          if (res.ok && (url.pathname === "/" || url.pathname === "/index.html")) {
             const copy = res.clone();
             caches.open(CACHE).then((c) => c.put("/", copy));
           }

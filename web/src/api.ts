@@ -4,6 +4,7 @@
 // sent as a bearer header. On a 401 the page spends its refresh cookie once and retries; when
 // that fails too it shows the login page and comes back afterwards.
 
+import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
 import type { InputAccepted } from "./protocol/InputAccepted";
@@ -12,7 +13,6 @@ import type { Me } from "./protocol/Me";
 import type { RecoveryBrief } from "./protocol/RecoveryBrief";
 import type { Role } from "./protocol/Role";
 import type { SessionInfo } from "./protocol/SessionInfo";
-import type { StoredCheckpoint } from "./protocol/StoredCheckpoint";
 
 export type { Role };
 
@@ -188,11 +188,12 @@ export const api = {
     call<EntriesPage>(`/sessions/${enc(id)}/entries?after=${after}&limit=${limit}`),
   postInput: (id: string, req: InputRequest) =>
     call<InputAccepted>(`/sessions/${enc(id)}/inputs`, { method: "POST", body: JSON.stringify(req) }),
-  /** A checkpoint's patch (`git diff` text): its manifest names the patch blob. */
+  /** The session's uploaded checkpoints, newest first. */
+  checkpoints: (id: string) => call<CheckpointSummary[]>(`/sessions/${enc(id)}/checkpoints`),
+  /** A checkpoint's patch against its base commit (`git diff --binary` text). */
   async checkpointPatch(checkpoint: string): Promise<string> {
-    const stored = await call<StoredCheckpoint>(`/checkpoints/${enc(checkpoint)}`);
-    const res = await authFetch(`/api/v1/blobs/${enc(stored.manifest.patch.sha256)}`);
-    if (!res.ok) throw new ApiError(res.status, null);
+    const res = await authFetch(`/api/v1/checkpoints/${enc(checkpoint)}/diff`);
+    if (!res.ok) throw await errorOf(res);
     return res.text();
   },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),

@@ -43,6 +43,8 @@ export function watchdogFor(keepaliveMs: number): number {
 }
 
 class Stop extends Error {}
+/** The page was put away (back/forward cache): not a failure, no reconnect until it is shown. */
+class Parked extends Error {}
 
 export class LiveStream {
   private ctrl: AbortController | null = null;
@@ -54,10 +56,33 @@ export class LiveStream {
   private status: StreamStatus = { kind: "connecting" };
   private initial: SessionInfo | null = null;
   private downSince = 0;
+  private parked = false;
+  private frozenAt = 0;
   private readonly onOnline = () => this.wakeUp();
   private readonly onOffline = () => this.kill("the browser went offline");
   private readonly onVisible = () => {
     if (document.visibilityState === "visible") this.check();
+  };
+  // A page going into the back/forward cache drops its stream (an open fetch would get it
+  // evicted, and nothing would read it anyway); coming back, it reconnects from the cursor.
+  private readonly onPageHide = (e: PageTransitionEvent) => {
+    if (e.persisted) this.park("the page was put away");
+  };
+  private readonly onPageShow = (e: PageTransitionEvent) => {
+    if (e.persisted) this.unpark("the page came back from the back/forward cache");
+    else this.check();
+  };
+  // A frozen page (a phone asleep, a background tab) runs no timer, so the watchdog cannot fire
+  // while it sleeps. Whatever the old connection buffered meanwhile proves nothing about now:
+  // after a sleep longer than the watchdog interval, reconnect at once instead of trusting it.
+  private readonly onFreeze = () => {
+    this.frozenAt = Date.now();
+  };
+  private readonly onResume = () => {
+    const asleep = this.frozenAt ? Date.now() - this.frozenAt : 0;
+    this.frozenAt = 0;
+    if (asleep > this.opts.watchdogMs) this.kill(`the page was asleep for ${Math.round(asleep / 1000)} s`);
+    else this.check();
   };
 
   constructor(
@@ -72,7 +97,10 @@ export class LiveStream {
     window.addEventListener("online", this.onOnline);
     window.addEventListener("offline", this.onOffline);
     document.addEventListener("visibilitychange", this.onVisible);
-    window.addEventListener("pageshow", this.onVisible);
+    window.addEventListener("pagehide", this.onPageHide);
+    window.addEventListener("pageshow", this.onPageShow);
+    document.addEventListener("freeze", this.onFreeze);
+    document.addEventListener("resume", this.onResume);
     this.timer = setInterval(() => this.check(), Math.min(500, this.opts.watchdogMs / 4));
     void this.loop();
   }
@@ -83,7 +111,10 @@ export class LiveStream {
     window.removeEventListener("online", this.onOnline);
     window.removeEventListener("offline", this.onOffline);
     document.removeEventListener("visibilitychange", this.onVisible);
-    window.removeEventListener("pageshow", this.onVisible);
+    window.removeEventListener("pagehide", this.onPageHide);
+    window.removeEventListener("pageshow", this.onPageShow);
+    document.removeEventListener("freeze", this.onFreeze);
+    document.removeEventListener("resume", this.onResume);
     this.ctrl?.abort(new Stop("stopped"));
     this.wakeUp();
     this.setStatus({ kind: "stopped" });
@@ -91,6 +122,22 @@ export class LiveStream {
 
   /** Drops the current connection now (and reconnects), e.g. when the window was re-anchored. */
   restart(reason: string): void {
+    this.kill(reason);
+  }
+
+  /** Drops the connection and does not reconnect until `unpark`. */
+  private park(reason: string): void {
+    if (this.stopped) return;
+    this.parked = true;
+    this.ctrl?.abort(new Parked(reason));
+    this.ctrl = null;
+    this.down(reason);
+    this.wakeUp();
+  }
+
+  private unpark(reason: string): void {
+    if (this.stopped) return;
+    this.parked = false;
     this.kill(reason);
   }
 
@@ -139,13 +186,23 @@ export class LiveStream {
         await this.once(resumed);
       } catch (e) {
         if (this.stopped || e instanceof Stop) break;
-        this.failures += 1;
-        this.down(reason(e));
+        if (!(e instanceof Parked)) {
+          this.failures += 1;
+          this.down(reason(e));
+        }
       }
       if (this.stopped) break;
       resumed = true;
       await this.backoff();
+      while (this.parked && !this.stopped) await this.until();
     }
+  }
+
+  /** Resolves at the next `wakeUp`. */
+  private until(): Promise<void> {
+    return new Promise((resolve) => {
+      this.wake = resolve;
+    });
   }
 
   private backoff(): Promise<void> {

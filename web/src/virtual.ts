@@ -80,6 +80,11 @@ export class VirtualList {
     this.schedule();
   }
 
+  /** A render is scheduled: the rows on screen do not show the latest state yet. */
+  get pending(): boolean {
+    return this.frame !== 0;
+  }
+
   scrollToBottom(): void {
     this.stick = true;
     this.schedule();

@@ -15,10 +15,12 @@ export const WATCHDOG_MS = KEEPALIVE_MS * 2 + 1000;
 export const ARTIFACTS = process.env.MOOR_ARTIFACTS ?? new URL("../artifacts", import.meta.url).pathname;
 export const PHONE = { width: 390, height: 844 };
 
-export async function launch() {
+/** Chromium; `bfcache: true` keeps the back/forward cache on (playwright turns it off). */
+export async function launch({ bfcache = false } = {}) {
   return chromium.launch({
     executablePath: process.env.MOOR_CHROMIUM ?? "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+    ignoreDefaultArgs: bfcache ? ["--disable-back-forward-cache"] : [],
   });
 }
 

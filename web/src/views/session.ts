@@ -34,6 +34,8 @@ export interface SessionDeps {
 
 /** Test and benchmark hooks (window.__moor). */
 export interface SessionProbe {
+  /** The session this view shows. */
+  id: string;
   seqs(): number[];
   /** Texts of the `agent.output` entries held, in order. */
   lines(): string[];
@@ -43,6 +45,8 @@ export interface SessionProbe {
   loadOlder(): Promise<boolean>;
   status(): StreamStatus;
   renderedSeqs(): number[];
+  /** A render of the transcript is scheduled (the DOM lags the model until the next frame). */
+  rendering(): boolean;
 }
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
@@ -85,7 +89,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       "div.row.tools",
       null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
-      h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => openCheckpoints() }, "Checkpoints"),
+      h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
     ),
     streamBanner,
@@ -238,7 +242,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   // ---- sheets
   const openState = () => sheet("Session state").body.append(statePanel(state));
-  const openCheckpoints = () => sheet("Checkpoints").body.append(checkpointsPanel(win.entries, state?.last_checkpoint ?? null));
+  const openCheckpoints = async () => {
+    const s = sheet("Checkpoints");
+    s.body.append(await checkpointsPanel(id, win.entries, state?.last_checkpoint ?? null));
+  };
   const openShare = () => sheet("Share").body.append(sharePanel(id, info?.name ?? id));
 
   /** Shows what the role allows: composer and Approve/Deny for controllers, Share for owners. */
@@ -275,8 +282,15 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     saveTimer = null;
     if (win.hi > 0) localStorage.setItem(cursorKey(id), String(win.hi));
   };
+  // A discarded tab or a killed phone browser gets no pagehide: the cursor is also kept when
+  // the page is hidden or frozen, the last moments it is sure to run.
   const onHide = () => saveCursor();
+  const onHidden = () => {
+    if (document.visibilityState === "hidden") saveCursor();
+  };
   window.addEventListener("pagehide", onHide);
+  document.addEventListener("freeze", onHide);
+  document.addEventListener("visibilitychange", onHidden);
 
   // ---- live entries
   const onEntries = (batch: Entry[]) => {
@@ -393,6 +407,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   });
 
   const probe: SessionProbe = {
+    id,
     seqs: () => win.entries.map((e) => e.seq),
     lines: () => win.entries.filter((e) => e.kind === "agent.output").map((e) => String((e.payload as { text?: string }).text)),
     hi: () => win.hi,
@@ -405,6 +420,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .map((el) => ({ seq: Number(el.dataset.seq), top: Number(/translateY\(([-\d.]+)px\)/.exec(el.style.transform)?.[1] ?? 0) }))
         .sort((a, b) => a.top - b.top)
         .map((x) => x.seq),
+    rendering: () => vl.pending,
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
 
@@ -415,6 +431,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     offOutbox();
     clearInterval(backTimer);
     window.removeEventListener("pagehide", onHide);
+    document.removeEventListener("freeze", onHide);
+    document.removeEventListener("visibilitychange", onHidden);
     term?.dispose();
   };
 }

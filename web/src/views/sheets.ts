@@ -102,18 +102,41 @@ export async function recoveryPanel(sessionId: string, onResume: ((prompt: strin
   );
 }
 
-/** Checkpoints of the session (from the log), each with its diff on demand. */
-export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTMLElement {
-  const cps = entries.filter((e) => e.kind === "checkpoint.created").map((e) => e.payload as unknown as CheckpointSummary);
-  if (!cps.length && last) cps.push(last as unknown as CheckpointSummary);
-  if (!cps.length) return h("p.muted", null, "No checkpoints in this session yet.");
+/**
+ * Checkpoints of the session, newest first, each with its diff on demand: the server's list
+ * (every uploaded checkpoint, however old), then those the log announced that are not uploaded
+ * yet (their contents are still on the bridge's machine).
+ */
+export async function checkpointsPanel(sessionId: string, entries: Entry[], last: JsonValue | null): Promise<HTMLElement> {
+  let stored: CheckpointSummary[] = [];
+  let listError: string | null = null;
+  try {
+    stored = await api.checkpoints(sessionId);
+  } catch (e) {
+    listError = (e as Error).message;
+  }
+  const known = new Set(stored.map((c) => c.id));
+  const announced = entries.filter((e) => e.kind === "checkpoint.created").map((e) => e.payload as unknown as CheckpointSummary);
+  if (last) announced.push(last as unknown as CheckpointSummary);
+  const pending: CheckpointSummary[] = [];
+  for (const c of announced.reverse()) {
+    if (c && typeof c.id === "string" && !known.has(c.id)) {
+      known.add(c.id);
+      pending.push(c);
+    }
+  }
+  const all = [...pending, ...stored].sort((a, b) => b.created_at - a.created_at);
+  const note = listError ? h("p.bad", null, `Could not list the server's checkpoints: ${listError}`) : null;
+  if (!all.length) return h("div.panel", null, note, h("p.muted", null, "No checkpoints in this session yet."));
+  const uploaded = new Set(stored.map((c) => c.id));
   return h(
-    "div.panel",
+    "div.panel.checkpoints",
     null,
-    cps.reverse().map((c) => {
-      const slot = h("div");
+    note,
+    all.map((c) => {
+      const slot = h("div.diff-slot");
       const btn = h(
-        "button",
+        "button.show-diff",
         {
           type: "button",
           onclick: async () => {
@@ -121,8 +144,9 @@ export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTML
             slot.replaceChildren(h("p.muted", null, "Loading the diff…"));
             try {
               const patch = await api.checkpointPatch(c.id);
-              slot.replaceChildren(patchView(patch));
+              slot.replaceChildren(patch ? patchView(patch) : h("p.muted", null, "No changes against the base commit."));
             } catch (e) {
+              btn.removeAttribute("disabled");
               slot.replaceChildren(
                 h("p.muted", null, e instanceof ApiError && e.status === 404 ? "This server does not hold this checkpoint's contents (yet)." : `Could not load the diff: ${(e as Error).message}`),
               );
@@ -131,7 +155,8 @@ export function checkpointsPanel(entries: Entry[], last: JsonValue | null): HTML
         },
         "Show diff",
       );
-      return h("div.panel-sec", null, h("h3", null, clock(c.created_at)), checkpointCard(c, h("div.actions", null, btn)), slot);
+      const where = uploaded.has(c.id) ? null : h("span.muted", null, " · not uploaded yet");
+      return h("div.panel-sec", { "data-checkpoint-id": c.id }, h("h3", null, clock(c.created_at), where), checkpointCard(c, h("div.actions", null, btn)), slot);
     }),
   );
 }

@@ -1,0 +1,528 @@
+// Browser scenarios of re-attaching and of checkpoints: a real Chromium (Debian's, via
+// playwright-core, with its back/forward cache on) against the real moord and moor, which
+// tests/tests/web.rs starts and controls (`rpc`). Back/forward through the hash routes and
+// through the back/forward cache, a discarded tab, a phone asleep (a frozen page), a stream
+// stalled, reset and cut by a fault proxy, scrolling up a 10,000-entry transcript, and the
+// checkpoints sheet with its diffs. Every wait is a condition with a timeout as a failure guard.
+// Prints one line per scenario and "N passed, M failed"; screenshots go to $MOOR_ARTIFACTS.
+// MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it.
+
+import { mkdirSync } from "node:fs";
+import {
+  allEntries, api, ARTIFACTS, assert, banner, closeRpc, everything, launch, phone, rpc, sessionByName,
+  TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
+} from "./lib.mjs";
+import { rawChromium } from "./cdp.mjs";
+
+mkdirSync(ARTIFACTS, { recursive: true });
+const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
+
+const scenarios = [];
+const scenario = (name, fn) => scenarios.push({ name, fn });
+
+const numbered = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}`);
+const head = async (id) => (await api(`/sessions/${id}`)).head_seq;
+const cursorOf = (page, id) => page.evaluate((id) => Number(localStorage.getItem(`moor.cursor.${id}`) ?? 0), id);
+
+/** The page ends holding exactly the server's log: every seq once, in order, nothing else. */
+async function assertExact(page, id, expectLines) {
+  const server = await allEntries(id);
+  const shown = await everything(page);
+  const want = server.map((e) => e.seq);
+  assert(shown.seqs.length === want.length, `page holds ${shown.seqs.length} entries, server ${want.length}`);
+  for (let i = 0; i < want.length; i++) assert(shown.seqs[i] === want[i], `entry ${i}: page seq ${shown.seqs[i]}, server seq ${want[i]}`);
+  const serverLines = server.filter((e) => e.kind === "agent.output").map((e) => e.payload.text);
+  assert(JSON.stringify(shown.lines) === JSON.stringify(serverLines), "agent lines differ from the server's");
+  if (expectLines) {
+    assert(serverLines.length === expectLines.length && serverLines.every((l, i) => l === expectLines[i]), "the server's lines are not the agent's");
+  }
+  const r = shown.rendered;
+  assert(r.length > 0, "rows are drawn");
+  for (let i = 1; i < r.length; i++) assert(r[i] > r[i - 1], `drawn rows out of order at ${i}: ${r[i - 1]} then ${r[i]}`);
+}
+
+/** Waits until the session ended on the server and the page (showing it) holds its head. */
+async function untilEnded(page, id) {
+  await waitFor(`session ${id} to end`, 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
+  const h = await head(id);
+  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h])).catch(async (e) => {
+    const seen = await page.evaluate(() => ({ id: window.__moor?.id, hi: window.__moor?.hi(), status: window.__moor?.status(), banners: window.__banners, vis: document.visibilityState }));
+    throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
+  });
+}
+
+/** A request for a session's stream (`events`) or history (`entries`), or null. */
+function sessionRequest(url) {
+  const u = new URL(url);
+  const m = /^\/api\/v1\/sessions\/([^/]+)\/(events|entries)$/.exec(u.pathname);
+  if (!m) return null;
+  const num = (k) => (u.searchParams.has(k) ? Number(u.searchParams.get(k)) : null);
+  return { session: decodeURIComponent(m[1]), what: m[2], after: num("after"), before: num("before"), limit: num("limit") };
+}
+
+/** Every request a playwright page makes for a session's stream or history. */
+function recordRequests(page) {
+  const log = [];
+  page.on("request", (r) => {
+    const req = sessionRequest(r.url());
+    if (req) log.push(req);
+  });
+  return log;
+}
+/** The same for a page of the bare Chromium (cdp.mjs). */
+const rawRequests = (page) => page.requests.map(sessionRequest).filter(Boolean);
+const streams = (log, id) => log.filter((r) => r.session === id && r.what === "events");
+const pages = (log, id) => log.filter((r) => r.session === id && r.what === "entries");
+
+/** Keeps every state the stream banner takes, in order, in `window.__banners`, and the page's
+ * lifecycle events; runs in every document. */
+function bannerRecorder() {
+  window.__banners = [];
+  const note = (el) => {
+    const last = window.__banners[window.__banners.length - 1];
+    const state = el.dataset.state ?? "";
+    if (!last || last.state !== state) window.__banners.push({ state, text: el.textContent ?? "", t: Date.now() });
+    else last.text = el.textContent ?? "";
+  };
+  new MutationObserver((records) => {
+    for (const r of records) if (r.target.id === "stream-banner") note(r.target);
+  }).observe(document, { subtree: true, attributes: true, attributeFilter: ["data-state", "class"] });
+  window.__lifecycle = [];
+  for (const ev of ["freeze", "resume", "visibilitychange"]) {
+    document.addEventListener(ev, () => window.__lifecycle.push({ ev, visibility: document.visibilityState, t: Date.now() }));
+  }
+  addEventListener("pageshow", (e) => {
+    window.__pageshows = (window.__pageshows ?? []).concat(e.persisted);
+  });
+}
+const recordBanners = (ctx) => ctx.addInitScript(bannerRecorder);
+const banners = (page) => page.evaluate(() => window.__banners);
+
+/** Waits until the view of session `id` shows entries above `seq`. */
+const viewPast = (page, id, seq, ms = 30000) =>
+  waitFor(`the view of ${id} past seq ${seq}`, ms, () => page.evaluate(([id, s]) => window.__moor?.id === id && window.__moor.hi() > s, [id, seq]));
+
+/** Waits until the router shows session `id` (or the list, for null). */
+const routedTo = (page, id) =>
+  waitFor(`the view of ${id ?? "the list"}`, 10000, () =>
+    page.evaluate((id) => (id === null ? !!document.getElementById("sessions") : window.__moor?.id === id && !!document.getElementById("stream-banner")), id),
+  );
+
+/** Checks that the view of `id` (re)opened with its stream resuming right after `cursor`. */
+async function resumedFrom(page, log, id, before, cursor, what) {
+  const opened = await waitFor(`${what}: a stream request`, 10000, () => (streams(log, id).length > before ? streams(log, id)[before] : null));
+  assert(cursor > 0, `${what}: a cursor was kept for the session`);
+  assert(opened.after === cursor, `${what}: the stream resumed after ${opened.after}, the last seq seen was ${cursor}`);
+  await viewPast(page, id, cursor + 20);
+}
+
+scenario("back and forward between the list and two streaming sessions: each resumes from its own last seq, also from the back/forward cache", async ({ browser }) => {
+  await rpc("lines", { session: "ra-nav-a", count: 3000, interval_ms: 8 });
+  await rpc("lines", { session: "ra-nav-b", count: 3000, interval_ms: 8 });
+  const a = (await sessionByName("ra-nav-a")).id;
+  const b = (await sessionByName("ra-nav-b")).id;
+  const ctx = await phone(browser);
+  await recordBanners(ctx);
+  const page = await ctx.newPage();
+  const log = recordRequests(page);
+  await page.goto(`${URL_BASE}/#token=${TOKEN}`);
+
+  // list → A → B (a link and a route change, as a user would)
+  await page.click(`.session-card[data-session="${a}"]`);
+  await viewPast(page, a, 100);
+  await page.evaluate((b) => (location.hash = `#/s/${b}`), b);
+  await routedTo(page, b);
+  const a1 = await cursorOf(page, a);
+  await viewPast(page, b, 100);
+  // back → A
+  let n = streams(log, a).length;
+  await page.goBack();
+  await routedTo(page, a);
+  const b1 = await cursorOf(page, b);
+  await resumedFrom(page, log, a, n, a1, "back to A");
+  // forward → B
+  n = streams(log, b).length;
+  await page.goForward();
+  await routedTo(page, b);
+  const a2 = await cursorOf(page, a);
+  await resumedFrom(page, log, b, n, b1, "forward to B");
+  // back → A, back → the list, forward → A
+  n = streams(log, a).length;
+  await page.goBack();
+  await routedTo(page, a);
+  await resumedFrom(page, log, a, n, a2, "back to A again");
+  await page.goBack();
+  await routedTo(page, null);
+  const a3 = await cursorOf(page, a);
+  n = streams(log, a).length;
+  await page.goForward();
+  await routedTo(page, a);
+  await resumedFrom(page, log, a, n, a3, "forward from the list to A");
+  // No view ever fetched a log from its start: history came a page at a time, below the cursor.
+  for (const id of [a, b]) {
+    assert(!streams(log, id).some((r) => r.after === 0), "no stream from seq 0");
+    assert(pages(log, id).every((r) => r.before !== null && r.limit <= 200), `history only in pages below the cursor: ${JSON.stringify(pages(log, id))}`);
+  }
+
+  // A real navigation away (another page of the same origin) and back: the back/forward cache.
+  await page.evaluate(() => (window.__sameDocument = true));
+  n = streams(log, a).length;
+  const mark = await banners(page);
+  await page.goto(`${URL_BASE}/healthz`);
+  const a4 = await cursorOf(page, a);
+  assert(a4 > a3, `the cursor was kept when the page was hidden (${a4} after ${a3})`);
+  await waitFor("entries written while the page is away", 30000, async () => (await head(a)) > a4 + 40);
+  // A page restored from the cache fires no load event: wait for the commit only.
+  await page.goBack({ waitUntil: "commit" });
+  await waitFor("the page back", 10000, () => page.evaluate(() => window.__moor !== undefined));
+  const same = await page.evaluate(() => ({ same: window.__sameDocument === true, shows: window.__pageshows }));
+  assert(same.same && same.shows[same.shows.length - 1] === true, `restored from the back/forward cache (pageshow persisted), not reloaded: ${JSON.stringify(same)}`);
+  await resumedFrom(page, log, a, n, a4, "back from another page");
+  const back = await waitFor("the banner to say back", 20000, async () => {
+    const s = await banner(page, "stream");
+    return s.state === "back" ? s : null;
+  });
+  const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
+  assert(k >= 40, `k missed entries replayed after the back/forward cache: ${back.text}`);
+  const after = (await banners(page)).slice(mark.length).map((x) => x.state);
+  assert(after[0] === "reconnecting", `the banner said reconnecting first when the page came back: ${after}`);
+  await shot(page, "reattach-bfcache-back");
+
+  await untilEnded(page, a);
+  await assertExact(page, a, numbered(3000));
+  await page.evaluate((b) => (location.hash = `#/s/${b}`), b);
+  await untilEnded(page, b);
+  await assertExact(page, b, numbered(3000));
+  await ctx.close();
+});
+
+scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its stored seq: no gap, no duplicate, no full download", async () => {
+  await rpc("lines", { session: "ra-discard", count: 2000, interval_ms: 8 });
+  const id = (await sessionByName("ra-discard")).id;
+  const chromium = await rawChromium();
+  try {
+    const first = await chromium.newPage(bannerRecorder);
+    await first.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+    await viewPast(first, id, 400);
+    // What Chromium does to a background tab it discards: hide and freeze it, then drop it
+    // without running it again (no pagehide, no unload). Hidden and freeze are the last
+    // events the page gets.
+    const hiAtFreeze = await first.evaluate(() => window.__moor.hi());
+    await first.freeze();
+    await first.discard();
+    // The same browser profile (storage survives), the same URL, after the agent wrote more.
+    const page = await chromium.newPage(bannerRecorder);
+    await page.goto(`${URL_BASE}/healthz`);
+    const stored = await cursorOf(page, id);
+    assert(stored >= hiAtFreeze, `the frozen page kept its cursor (${stored}, it held ${hiAtFreeze} just before)`);
+    await waitFor("entries written while the tab is gone", 30000, async () => (await head(id)) > stored + 100);
+    const before = page.requests.length;
+    await page.goto(`${URL_BASE}/#/s/${id}`);
+    const log = { get all() { return rawRequests({ requests: page.requests.slice(before) }); } };
+    const opened = await waitFor("a stream request", 10000, () => streams(log.all, id)[0]);
+    assert(opened.after === stored, `the reopened tab resumed after ${opened.after}, its stored seq is ${stored}`);
+    await viewPast(page, id, stored + 20);
+    const firstPages = pages(log.all, id);
+    assert(firstPages.length === 1 && firstPages[0].before === stored + 1 && firstPages[0].limit <= 200, `one page of history right below the cursor: ${JSON.stringify(firstPages)}`);
+    const fetched = await waitFor("that page", 10000, () => (page.responses.length ? page.responses.flatMap((r) => r.json.entries.map((e) => e.seq)) : null));
+    assert(fetched.length <= 200 && fetched.every((s) => s <= stored), `history fetched: ${fetched.length} entries up to ${Math.max(...fetched)}`);
+    await untilEnded(page, id);
+    // Its view: the page below the cursor, then everything after it, contiguous, from one stream.
+    const seqs = await page.evaluate(() => window.__moor.seqs());
+    assert(seqs[0] === stored - 199 && seqs.every((s, i) => s === seqs[0] + i), `contiguous from the page below the cursor: ${seqs[0]}..${seqs[seqs.length - 1]}`);
+    assert(streams(log.all, id).length === 1, `one stream request (${streams(log.all, id).length})`);
+    await shot(page, "reattach-discarded-tab");
+    await assertExact(page, id, numbered(2000));
+  } finally {
+    await chromium.close();
+  }
+});
+
+scenario("a phone asleep (page frozen) past the watchdog interval: reconnecting at once on waking, then 'back, k missed', complete", async () => {
+  await rpc("lines", { session: "ra-sleep", count: 1500, interval_ms: 10 });
+  const id = (await sessionByName("ra-sleep")).id;
+  const chromium = await rawChromium();
+  try {
+    const page = await chromium.newPage(bannerRecorder);
+    await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+    await waitFor("live", 20000, async () => (await banner(page, "stream")).state === "live");
+    await viewPast(page, id, 100);
+    const mark = (await banners(page)).length;
+    const hiBefore = await page.evaluate(() => window.__moor.hi());
+    const requestsBefore = page.requests.length;
+    await page.freeze();
+    const t0 = Date.now();
+    // Asleep for longer than the watchdog interval while the agent keeps printing.
+    await waitFor("a long sleep with entries written", 60000, async () => Date.now() - t0 > WATCHDOG_MS + 1000 && (await head(id)) > hiBefore + 100);
+    const headAtWake = await head(id);
+    await page.wake();
+    const woke = Date.now();
+    const life = await page.evaluate(() => window.__lifecycle.map((l) => l.ev));
+    assert(life.includes("freeze") && life.includes("resume"), `the page was frozen and resumed: ${life}`);
+    const firstAfter = await waitFor("the banner to leave live", 10000, async () => (await banners(page)).slice(mark)[0]);
+    assert(firstAfter.state === "reconnecting" || firstAfter.state === "catching-up", `after waking: ${JSON.stringify(firstAfter)}`);
+    assert(firstAfter.t - woke < WATCHDOG_MS, `the page saw the sleep at once (${firstAfter.t - woke} ms), not a watchdog interval later`);
+    if (firstAfter.state === "reconnecting") assert(/asleep/.test(firstAfter.text), `says why: ${firstAfter.text}`);
+    const back = await waitFor("the banner to say back", 20000, async () => {
+      const s = await banner(page, "stream");
+      return s.state === "back" ? s : null;
+    });
+    const reopened = streams(rawRequests({ requests: page.requests.slice(requestsBefore) }), id)[0];
+    assert(reopened && reopened.after >= hiBefore && reopened.after < headAtWake - 50, `the stream resumed from the page's cursor (${reopened?.after}), not the head (${headAtWake})`);
+    const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
+    assert(k >= headAtWake - reopened.after, `k missed entries (${back.text}) covers the sleep (${headAtWake - reopened.after})`);
+    const states = (await banners(page)).slice(mark).map((x) => x.state);
+    assert(!states.slice(0, states.indexOf("back")).includes("live"), `not live before back: ${states}`);
+    await shot(page, "reattach-after-sleep");
+    await untilEnded(page, id);
+    await assertExact(page, id, numbered(1500));
+  } finally {
+    await chromium.close();
+  }
+});
+
+scenario("a stream through a fault proxy: half-open (stalled) caught by the watchdog, reset and cut mid-stream; complete", async ({ browser }) => {
+  const { url } = await rpc("proxy");
+  await rpc("lines", { session: "ra-proxy", count: 3000, interval_ms: 8 });
+  const id = (await sessionByName("ra-proxy")).id;
+  const ctx = await phone(browser);
+  await recordBanners(ctx);
+  const page = await ctx.newPage();
+  await page.goto(`${url}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("live", 20000, async () => (await banner(page, "stream")).state === "live");
+  await viewPast(page, id, 100);
+
+  // Reset (RST) and cut (FIN) at growing points of the stream.
+  for (const [i, op] of ["proxy_reset", "proxy_cut", "proxy_reset", "proxy_cut"].entries()) {
+    const hi = await page.evaluate(() => window.__moor.hi());
+    await viewPast(page, id, hi + 100);
+    const mark = (await banners(page)).length;
+    const { connections } = await rpc(op);
+    assert(connections > 0, `${op} ${i}: there was a connection to break`);
+    await waitFor(`${op} ${i}: reconnecting`, 10000, async () => (await banners(page)).slice(mark).some((b) => b.state === "reconnecting"));
+    await waitFor(`${op} ${i}: back`, 20000, async () => (await banner(page, "stream")).state === "back");
+  }
+
+  // Half-open: the socket stays up, nothing comes. Only the watchdog can tell.
+  await viewPast(page, id, (await page.evaluate(() => window.__moor.hi())) + 100);
+  const t0 = Date.now();
+  await rpc("proxy_stall");
+  const down = await waitFor("reconnecting after a stall", WATCHDOG_MS + 3000, async () => {
+    const s = await banner(page, "stream");
+    return s.state === "reconnecting" ? s : null;
+  });
+  assert(Date.now() - t0 <= WATCHDOG_MS + 2000, `a stalled stream reported after ${Date.now() - t0} ms (watchdog ${WATCHDOG_MS} ms)`);
+  assert(/no data for/.test(down.text), `says why: ${down.text}`);
+  // Every pooled connection to the proxy is stalled too: each attempt that picks one fails by
+  // the watchdog, until the browser opens fresh ones.
+  await waitFor("back after the stall", 60000, async () => (await banner(page, "stream")).state === "back");
+  console.log(`     back ${Date.now() - t0} ms after the stall`);
+  await untilEnded(page, id);
+  await assertExact(page, id, numbered(3000));
+  await ctx.close();
+});
+
+scenario("scrolling up a 10,500-entry transcript pages older entries in: no duplicate, no hole, few rows in the DOM", async ({ browser }) => {
+  const total = 10500;
+  await rpc("lines", { session: "ra-long", count: total, interval_ms: 0 });
+  const id = (await sessionByName("ra-long")).id;
+  await waitFor("the agent to finish", 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
+  const h = await head(id);
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  const log = recordRequests(page);
+  const fetched = [];
+  page.on("response", async (r) => {
+    if (/\/api\/v1\/sessions\/[^/]+\/entries\?/.test(r.url())) {
+      const u = new URL(r.url());
+      fetched.push({ before: Number(u.searchParams.get("before")), seqs: (await r.json()).entries.map((e) => e.seq) });
+    }
+  });
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("the view at the head", 20000, () => page.evaluate((h) => window.__moor?.hi() === h, h));
+  const box = await page.locator("#transcript").boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  // What the reader sees: sampled only when no render is pending (between a prepend and the
+  // next frame the rows are not placed yet, and nothing is painted).
+  const view = () =>
+    page.evaluate(async () => {
+      while (window.__moor.rendering()) await new Promise((r) => requestAnimationFrame(r));
+      const sc = document.getElementById("transcript");
+      const rows = [...sc.querySelectorAll(".item[data-seq]")];
+      const seqs = window.__moor.renderedSeqs();
+      const top = sc.getBoundingClientRect().top;
+      const visible = rows.filter((el) => el.getBoundingClientRect().bottom > top).map((el) => Number(el.dataset.seq));
+      return { lo: window.__moor.lo(), older: window.__moor.hasOlder(), seqs, rows: rows.length, topVisible: Math.min(...visible), scrollTop: sc.scrollTop };
+    });
+  const frames = await page.evaluateHandle(() => {
+    const f = { last: performance.now(), gaps: [] };
+    const tick = (t) => {
+      f.gaps.push(t - f.last);
+      f.last = t;
+      if (!f.done) requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+    return f;
+  });
+  let v = await view();
+  let wheels = 0;
+  let maxRows = 0;
+  // Scroll up with the wheel, a screen or two at a time, as a reader would, to the first entry.
+  while (v.older || v.scrollTop > 0) {
+    assert(wheels++ < 2000, `still not at the top after ${wheels} wheel turns (lo ${v.lo})`);
+    const prev = v;
+    await page.mouse.wheel(0, -1200);
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    v = await view();
+    maxRows = Math.max(maxRows, v.rows);
+    const s = v.seqs;
+    assert(s.length > 0, "rows are drawn while scrolling");
+    for (let i = 1; i < s.length; i++) assert(s[i] === s[i - 1] + 1, `drawn rows not contiguous at turn ${wheels}: ${s[i - 1]} then ${s[i]}`);
+    // The reader's place is kept when a page is prepended: one turn moves ~55 rows of 22 px.
+    const moved = prev.topVisible - v.topVisible;
+    if (!(moved >= 0 && moved <= 120)) console.log(JSON.stringify({ prev: { ...prev, seqs: prev.seqs.length }, v: { ...v, seqs: [v.seqs[0], v.seqs[v.seqs.length - 1]] } }));
+    assert(moved >= 0 && moved <= 120, `turn ${wheels}: the top row went from ${prev.topVisible} to ${v.topVisible}`);
+  }
+  const gaps = await frames.evaluate((f) => {
+    f.done = true;
+    return f.gaps.slice(1).sort((x, y) => x - y);
+  });
+  assert(v.lo === 1 && v.seqs[0] === 1, `reached the first entry (lo ${v.lo}, first row ${v.seqs[0]})`);
+  assert(maxRows <= 150, `virtual list: at most ${maxRows} rows in the DOM for ${h} entries`);
+  // What was fetched: pages of 200 walking down from the head, each right below the last.
+  const reqs = pages(log, id);
+  assert(reqs.length === Math.ceil(h / 200), `${reqs.length} history requests for ${h} entries`);
+  await waitFor("every page's response", 10000, () => fetched.length === reqs.length);
+  fetched.sort((x, y) => y.before - x.before);
+  let expect = h + 1;
+  for (const f of fetched) {
+    assert(f.before === expect, `page asked before ${f.before}, expected ${expect}`);
+    assert(f.seqs.length && f.seqs.every((s, i) => s === f.before - f.seqs.length + i), `page before ${f.before} is contiguous and ends right below it`);
+    expect = f.seqs[0];
+  }
+  assert(expect === 1, `the pages cover the whole log down to seq 1 (stopped at ${expect})`);
+  assert(streams(log, id).length === 1 && streams(log, id)[0].after === h, "one stream, from the head");
+  const q = (p) => gaps[Math.min(gaps.length - 1, Math.floor(p * gaps.length))].toFixed(1);
+  console.log(`     ${wheels} wheel turns, ${reqs.length} pages; frames: median ${q(0.5)} ms, p95 ${q(0.95)} ms, max ${q(1)} ms; at most ${maxRows} rows in the DOM`);
+  await shot(page, "reattach-long-top");
+  await assertExact(page, id, numbered(total));
+  await ctx.close();
+});
+
+scenario("checkpoints: the sheet lists the server's checkpoints and opening one shows its diff", async ({ browser }) => {
+  await rpc("checkpoints", { session: "ra-ckpt" });
+  const id = (await sessionByName("ra-ckpt")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
+  const send = async (cmd) => {
+    await page.fill("#composer-text", cmd);
+    await page.click("#composer button.send");
+  };
+  const listed = () => api(`/sessions/${id}/checkpoints`);
+  const has = (c, ...paths) => paths.every((p) => c.files.some((f) => f.path === p));
+  await send("printf 'hello from the phone\\n' > notes.txt && echo 'more docs' >> README.md");
+  await waitFor("a first checkpoint", 30000, async () => (await listed()).some((c) => has(c, "notes.txt", "README.md")));
+  await send("rm gone.txt && sed -i 's/hello/goodbye/' src/main.rs");
+  const newest = await waitFor("a checkpoint of the second change", 30000, async () => {
+    const l = await listed();
+    return l.length >= 2 && has(l[0], "gone.txt", "src/main.rs", "notes.txt") ? l : null;
+  });
+  await page.click("#checkpoints-btn");
+  const ids = await waitFor("the checkpoints in the sheet", 10000, async () => {
+    const got = await page.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+    return got.length >= newest.length ? got : null;
+  });
+  const server = await listed();
+  assert(JSON.stringify(ids) === JSON.stringify(server.map((c) => c.id)), `the sheet lists the server's checkpoints, newest first: ${ids} vs ${server.map((c) => c.id)}`);
+  await shot(page, "sheet-checkpoints");
+  const first = page.locator(`[data-checkpoint-id="${ids[0]}"]`);
+  await first.locator("button.show-diff").click();
+  await first.locator(".diff-slot pre.diff").waitFor({ timeout: 10000 });
+  const shown = await first.locator(".diff-slot pre.diff").evaluate((pre) => ({
+    text: pre.textContent,
+    add: [...pre.querySelectorAll("span.add")].map((s) => s.textContent.replace(/\n$/, "")),
+    del: [...pre.querySelectorAll("span.del")].map((s) => s.textContent.replace(/\n$/, "")),
+  }));
+  const res = await fetch(`${URL_BASE}/api/v1/checkpoints/${ids[0]}/diff`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const patch = await res.text();
+  assert(shown.text === patch.split("\n").map((l) => `${l}\n`).join(""), "the view shows the server's patch, line for line");
+  for (const l of ["+hello from the phone", "+more docs", '+    println!("goodbye");']) assert(shown.add.includes(l), `added line ${l} marked: ${shown.add}`);
+  for (const l of ["-to be deleted", '-    println!("hello");']) assert(shown.del.includes(l), `removed line ${l} marked: ${shown.del}`);
+  assert(/deleted file mode/.test(shown.text), "the deletion is shown");
+  await first.scrollIntoViewIfNeeded();
+  await shot(page, "sheet-checkpoint-diff");
+  // The older checkpoint's diff holds the first change only.
+  const second = page.locator(`[data-checkpoint-id="${ids[1]}"]`);
+  await second.locator("button.show-diff").click();
+  const older = await second.locator(".diff-slot pre.diff").evaluate((pre) => pre.textContent, null, { timeout: 10000 });
+  assert(older.includes("+more docs") && !older.includes("goodbye"), "the older checkpoint shows its own diff");
+  await page.click(".sheet-head button");
+
+  // Later, a page that holds none of the log's checkpoint entries (they are older than the
+  // history it loaded) still lists every checkpoint: the sheet asks the server.
+  await send("seq 1 400");
+  await waitFor("the agent's 400 lines", 30000, async () => (await allEntries(id)).some((e) => e.kind === "agent.output" && e.payload.text === "done 3"));
+  const announced = (await allEntries(id)).filter((e) => e.kind === "checkpoint.created").map((e) => e.seq);
+  const later = await phone(browser);
+  const fresh = await later.newPage();
+  await fresh.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("the fresh page at the head", 20000, async () => fresh.evaluate((h) => window.__moor?.hi() >= h, await head(id)));
+  const lo = await fresh.evaluate(() => window.__moor.lo());
+  assert(announced.length >= 2 && announced.every((s) => s < lo), `the fresh page holds no checkpoint entry (they are at ${announced}, it starts at ${lo})`);
+  await fresh.click("#checkpoints-btn");
+  const freshIds = await waitFor("the checkpoints in the fresh page's sheet", 10000, async () => {
+    const got = await fresh.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+    return got.length ? got : null;
+  });
+  const now = (await listed()).map((c) => c.id);
+  assert(JSON.stringify(freshIds) === JSON.stringify(now), `every checkpoint listed: ${freshIds} vs ${now}`);
+  await later.close();
+  await send("exit 0");
+  await ctx.close();
+});
+
+scenario("navigating to another page of the origin leaves the service worker's cached shell alone", async ({ browser }) => {
+  await rpc("echo", { session: "ra-shell" });
+  const id = (await sessionByName("ra-shell")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
+  const shell = () => page.evaluate(async () => (await (await caches.match("/"))?.text()) ?? "");
+  await waitFor("the shell cached", 10000, async () => (await shell()).includes('id="app"'));
+  // A navigation the worker serves (network first) to something that is not the app's page,
+  // then the app offline: it must boot from the cached shell.
+  await page.goto(`${URL_BASE}/manifest.webmanifest`);
+  await ctx.setOffline(true);
+  await page.goto(`${URL_BASE}/#/s/${id}`);
+  const booted = await waitFor("the app offline", 10000, () => page.evaluate(() => (window.__moor !== undefined ? "app" : document.getElementById("app") ? null : document.body?.innerText.slice(0, 80) || null)));
+  assert(booted === "app", `the app booted offline from the cached shell, not: ${booted}`);
+  const cached = await shell();
+  assert(cached.includes('id="app"'), `the cached shell is still the app's page: ${cached.slice(0, 80)}`);
+  await ctx.setOffline(false);
+  await ctx.close();
+});
+
+// ---- run
+const browser = await launch({ bfcache: true });
+let passed = 0;
+let failed = 0;
+const only = process.env.MOOR_SCENARIO ?? "";
+for (const s of scenarios) {
+  if (only && !s.name.includes(only)) continue;
+  const t0 = Date.now();
+  try {
+    await s.fn({ browser });
+    passed++;
+    console.log(`ok   ${s.name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${s.name}: ${e.stack ?? e}`);
+  }
+}
+await browser.close();
+closeRpc();
+console.log(`browser-reattach: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
