@@ -43,7 +43,8 @@ export function listView(root: HTMLElement): () => void {
   );
   api.me(true).then(
     (me) => {
-      who.textContent = me.admin ? "admin token" : me.name;
+      // `admin` is no user's name: it is the bootstrap admin token's.
+      who.textContent = me.admin && me.name === "admin" ? "admin token" : me.name;
     },
     () => {},
   );
