@@ -210,6 +210,10 @@ pub struct AgentState {
     pub cwd: Option<String>,
     /// Reported stalled and not active again.
     pub stalled: bool,
+    /// The bridge's adapter (`claude`, `pty`, `lines`) from `agent.start`. Only a turn-based
+    /// agent (Claude Code) answers a prompt with a model turn.
+    #[serde(default)]
+    pub adapter: Option<String>,
 }
 
 /// The current turn.
@@ -325,6 +329,7 @@ impl SessionState {
             k::AGENT_START => {
                 self.agent.running = true;
                 self.agent.cwd = str_field(p, "cwd").or(self.agent.cwd.take());
+                self.agent.adapter = str_field(p, "adapter").or(self.agent.adapter.take());
                 if self.phase == Phase::Ended || self.phase == Phase::Interrupted {
                     self.phase = Phase::Idle;
                 }
@@ -612,8 +617,12 @@ impl SessionState {
         if !(status == InputStatus::Delivered && input.status != InputStatus::Queued) {
             input.status = status;
         }
+        // A prompt applied to a turn-based agent starts a model turn; a shell or a line agent
+        // that read a line is not "answering" (nothing would ever end that phase).
+        let turn_based = !matches!(self.agent.adapter.as_deref(), Some("pty" | "lines"));
         if status == InputStatus::Applied
             && input.kind == k::INPUT_TEXT
+            && turn_based
             && matches!(self.phase, Phase::Idle | Phase::Interrupted)
         {
             self.phase = Phase::ModelStreaming;

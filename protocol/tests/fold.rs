@@ -165,3 +165,35 @@ fn unknown_and_malformed_entries_are_counted_not_fatal() {
     assert_eq!(state.counts.malformed, 2);
     assert_eq!(state.prompts, vec!["do thing 3"]);
 }
+
+#[test]
+fn a_line_applied_to_a_shell_is_not_a_model_turn_but_a_prompt_to_claude_is() {
+    let log = |adapter: &str| {
+        let e = |seq: u64, kind: &str, payload: Value| Entry {
+            seq: Seq(seq),
+            ts: seq as i64,
+            kind: kind.into(),
+            author: "test".into(),
+            payload,
+        };
+        vec![
+            e(1, k::AGENT_START, json!({"adapter": adapter, "pid": 1})),
+            e(
+                2,
+                k::INPUT_TEXT,
+                json!({"text": "ls", "client_msg_id": "m1"}),
+            ),
+            e(3, k::INPUT_APPLIED, json!({"input_seq": 2})),
+        ]
+    };
+    for (adapter, phase) in [
+        ("pty", Phase::Idle),
+        ("lines", Phase::Idle),
+        ("claude", Phase::ModelStreaming),
+    ] {
+        let state = SessionState::from_entries(&log(adapter));
+        assert_eq!(state.agent.adapter.as_deref(), Some(adapter));
+        assert_eq!(state.phase, phase, "{adapter}");
+        assert_eq!(state.is_busy(), phase != Phase::Idle, "{adapter}");
+    }
+}

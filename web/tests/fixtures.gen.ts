@@ -127,7 +127,8 @@ export const session_info: SessionInfo = {
       "agent_session_id": null,
       "model": null,
       "cwd": "/tmp/fx",
-      "stalled": false
+      "stalled": false,
+      "adapter": null
     },
     "turn": {
       "prompt": "hello",

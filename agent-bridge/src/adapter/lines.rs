@@ -98,8 +98,10 @@ impl LinesAgent {
             return Err(missing());
         };
 
-        let start =
-            json!({ "command": spec.command, "cwd": spec.cwd.display().to_string(), "pid": pid });
+        let start = json!({
+            "command": spec.command, "cwd": spec.cwd.display().to_string(), "pid": pid,
+            "adapter": "lines",
+        });
         spool
             .append(vec![Draft::new(kinds::AGENT_START, start)])
             .await?;

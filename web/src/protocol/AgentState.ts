@@ -35,4 +35,9 @@ cwd: string | null,
 /**
  * Reported stalled and not active again.
  */
-stalled: boolean, };
+stalled: boolean, 
+/**
+ * The bridge's adapter (`claude`, `pty`, `lines`) from `agent.start`. Only a turn-based
+ * agent (Claude Code) answers a prompt with a model turn.
+ */
+adapter: string | null, };
