@@ -371,7 +371,8 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   assert(forged === 403, `forged input answered ${forged}, not 403`);
   assert(!(await allEntries(session.id)).some((e) => e.payload?.text === "rm -rf ~"), "nothing forged reached the log");
   // A fresh page of olive's: its dialog lists, from the server, the link made above (vera spent
-  // one of its two uses) and the people: olive, walt by name, vera through the link.
+  // one of its two uses) and the people: admin (whose bridge attached it) and olive, walt by
+  // name, vera through the link.
   const fresh = await octx.newPage();
   await fresh.goto(`${URL_BASE}/#/s/${session.id}`);
   await fresh.waitForFunction(() => window.__moor !== undefined);
@@ -390,7 +391,7 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   assert(listed.links[0].role === "viewer" && listed.links[0].left === "1", `the link: ${JSON.stringify(listed.links)}`);
   assert(/1 of 2 uses left/.test(listed.links[0].text), `uses left shown: ${listed.links[0].text}`);
   assert(
-    JSON.stringify(listed.members) === JSON.stringify({ olive: "owner", vera: "viewer", walt: "controller" }),
+    JSON.stringify(listed.members) === JSON.stringify({ admin: "owner", olive: "owner", vera: "viewer", walt: "controller" }),
     `the members: ${JSON.stringify(listed.members)}`,
   );
   await shot(fresh, "sheet-share-lists");
