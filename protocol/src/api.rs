@@ -81,6 +81,41 @@ pub struct Me {
     pub admin: bool,
 }
 
+/// `GET /api/v1/sessions/{id}/members` (owners): one principal with a role on the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct SessionMember {
+    /// The user name.
+    pub principal: String,
+    /// Their role.
+    pub role: Role,
+    /// The share link they joined through (revoking it removes them); `None` when shared by name.
+    pub via_link: Option<String>,
+}
+
+/// `GET /api/v1/sessions/{id}/share-links` (owners): one of the session's share links, live or
+/// not. Its secret is never in it: the server keeps only a hash, and showed the link once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ShareLinkInfo {
+    /// Its id (`DELETE /api/v1/share-links/{id}` revokes it).
+    pub id: String,
+    /// The role it grants.
+    pub role: Role,
+    /// Who made it.
+    pub created_by: String,
+    /// Creation time, ms since the epoch.
+    pub created_at: i64,
+    /// Expiry, ms since the epoch.
+    pub expires_at: i64,
+    /// Redemptions left.
+    pub uses_left: i64,
+    /// Redemptions it was made with (`None` for links made before this was recorded).
+    pub max_uses: Option<i64>,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<i64>,
+}
+
 /// Life of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]

@@ -389,6 +389,18 @@ async fn every_endpoint_answers_each_role_as_it_should() {
         ),
         (
             "GET",
+            "/sessions/s1/members",
+            || None,
+            [401, 403, 403, 200, 404, 401, 401],
+        ),
+        (
+            "GET",
+            "/sessions/s1/share-links",
+            || None,
+            [401, 403, 403, 200, 404, 401, 401],
+        ),
+        (
+            "GET",
             "/sessions",
             || None,
             [401, 200, 200, 200, 200, 401, 401],
@@ -1133,6 +1145,103 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     assert_eq!(
         server.status("GET", "/sessions/s1", &pat, None).await,
         StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn owners_list_members_and_share_links_without_the_links_secrets() {
+    // arrange: ann owns s1, shares it with cole by name and with pat through a link of 2 uses;
+    // a second link is revoked.
+    let server = TestServer::spawn().await;
+    let owner = server.user("ann").await;
+    let pat = server.user("pat").await;
+    server.add_user("cole").await;
+    let _bridge = server.bridge("s1", &owner).await.unwrap();
+    let put = server
+        .status(
+            "PUT",
+            "/sessions/s1/members/cole",
+            &owner,
+            Some(json!({"role": "controller"})),
+        )
+        .await;
+    assert_eq!(put, StatusCode::NO_CONTENT);
+    let mut made = Vec::new();
+    for body in [
+        json!({"role": "viewer", "uses": 2, "expires_in": 3600}),
+        json!({"role": "controller"}),
+    ] {
+        let resp = server
+            .call("POST", "/sessions/s1/share-links", &owner, Some(body))
+            .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        made.push(resp.json::<Value>().await.unwrap());
+    }
+    let redeemed = server
+        .status(
+            "POST",
+            "/share-links/redeem",
+            &pat,
+            Some(json!({"token": made[0]["token"]})),
+        )
+        .await;
+    assert_eq!(redeemed, StatusCode::OK);
+    let revoke = format!("/share-links/{}", made[1]["id"].as_str().unwrap());
+    assert_eq!(
+        server.status("DELETE", &revoke, &owner, None).await,
+        StatusCode::NO_CONTENT
+    );
+
+    // act
+    let members = server
+        .call("GET", "/sessions/s1/members", &owner, None)
+        .await;
+    let links = server
+        .call("GET", "/sessions/s1/share-links", &owner, None)
+        .await;
+
+    // assert
+    assert_eq!(members.status(), StatusCode::OK);
+    let members: Value = members.json().await.unwrap();
+    let link_id = made[0]["id"].as_str().unwrap();
+    assert_eq!(
+        members,
+        json!([
+            {"principal": "ann", "role": "owner", "via_link": null},
+            {"principal": "cole", "role": "controller", "via_link": null},
+            {"principal": "pat", "role": "viewer", "via_link": link_id},
+        ])
+    );
+    assert_eq!(links.status(), StatusCode::OK);
+    let text = links.text().await.unwrap();
+    for link in &made {
+        let secret = link["token"].as_str().unwrap();
+        assert!(!text.contains(secret), "a link's secret is listed");
+        assert!(
+            !text.contains(&sha256_hex(secret)),
+            "a link's hash is listed"
+        );
+    }
+    let links: Value = serde_json::from_str(&text).unwrap();
+    let links = links.as_array().unwrap();
+    assert_eq!(links.len(), 2, "{links:?}");
+    let by_id = |id: &Value| links.iter().find(|l| l["id"] == *id).unwrap().clone();
+    let live = by_id(&made[0]["id"]);
+    assert_eq!(
+        (&live["role"], &live["uses_left"], &live["max_uses"]),
+        (&json!("viewer"), &json!(1), &json!(2))
+    );
+    assert_eq!(live["expires_at"], made[0]["expires_at"]);
+    assert_eq!(live["created_by"], "ann");
+    assert!(live["revoked_at"].is_null());
+    assert!(live["created_at"].as_i64().unwrap() <= live["expires_at"].as_i64().unwrap());
+    let dead = by_id(&made[1]["id"]);
+    assert!(dead["revoked_at"].is_i64(), "revoked: {dead}");
+    let keys: Vec<&String> = live.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys.len(),
+        8,
+        "id, role, created_by, created_at, expires_at, uses_left, max_uses, revoked_at: {keys:?}"
     );
 }
 

@@ -13,8 +13,10 @@ import type { Me } from "./protocol/Me";
 import type { RecoveryBrief } from "./protocol/RecoveryBrief";
 import type { Role } from "./protocol/Role";
 import type { SessionInfo } from "./protocol/SessionInfo";
+import type { SessionMember } from "./protocol/SessionMember";
+import type { ShareLinkInfo } from "./protocol/ShareLinkInfo";
 
-export type { Role };
+export type { Role, SessionMember, ShareLinkInfo };
 
 const TOKEN_KEY = "moor.token";
 /** Where the login page returns to (kept per tab). */
@@ -217,6 +219,11 @@ export const api = {
     call<{ session: string; role: Role }>("/share-links/redeem", { method: "POST", body: JSON.stringify({ token: link }) }),
   putMember: (id: string, user: string, role: Role) =>
     call<void>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "PUT", body: JSON.stringify({ role }) }),
+  removeMember: (id: string, user: string) => call<void>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "DELETE" }),
+  /** Everyone with a role on the session (owners only). */
+  members: (id: string) => call<SessionMember[]>(`/sessions/${enc(id)}/members`),
+  /** The session's share links, live or not, newest first, without their secrets (owners only). */
+  shareLinks: (id: string) => call<ShareLinkInfo[]>(`/sessions/${enc(id)}/share-links`),
 };
 
 /** Server hints for the client (no secrets): the keep-alive interval the watchdog relies on. */

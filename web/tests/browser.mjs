@@ -315,7 +315,7 @@ scenario("log in through the form as a real user: back where the link pointed, o
   await ctx.close();
 });
 
-scenario("a share link with a QR code makes a real viewer: no composer, no Approve/Deny, a forged input refused with 403", async ({ browser }) => {
+scenario("a share link with a QR code makes a real viewer: no composer, no Approve/Deny, a forged input refused with 403; the owner lists, changes and revokes who has access", async ({ browser }) => {
   const session = await sessionByName("web-olive");
   // olive (owner) makes a viewer link in the share dialog.
   const octx = await phone(browser);
@@ -370,9 +370,47 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   }, session.id);
   assert(forged === 403, `forged input answered ${forged}, not 403`);
   assert(!(await allEntries(session.id)).some((e) => e.payload?.text === "rm -rf ~"), "nothing forged reached the log");
-  // olive revokes the link: vera loses the session.
-  await owner.click("#share-links li button");
-  await waitFor("the link gone from the list", 10000, () => owner.evaluate(() => !document.querySelector("#share-links li")));
+  // A fresh page of olive's: its dialog lists, from the server, the link made above (vera spent
+  // one of its two uses) and the people: admin (whose bridge attached it) and olive, walt by
+  // name, vera through the link.
+  const fresh = await octx.newPage();
+  await fresh.goto(`${URL_BASE}/#/s/${session.id}`);
+  await fresh.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("Share in the fresh page", 20000, () => fresh.evaluate(() => !document.getElementById("share-btn").hidden));
+  await fresh.click("#share-btn");
+  const lists = () =>
+    fresh.evaluate(() => ({
+      links: [...document.querySelectorAll("#share-links li")].map((li) => ({ role: li.dataset.role, left: li.dataset.usesLeft, text: li.textContent })),
+      members: Object.fromEntries([...document.querySelectorAll("#share-members li")].map((li) => [li.dataset.member, li.dataset.role])),
+    }));
+  await waitFor("the link and the members listed", 10000, async () => {
+    const { links, members } = await lists();
+    return links.length === 1 && members.vera === "viewer";
+  });
+  const listed = await lists();
+  assert(listed.links[0].role === "viewer" && listed.links[0].left === "1", `the link: ${JSON.stringify(listed.links)}`);
+  assert(/1 of 2 uses left/.test(listed.links[0].text), `uses left shown: ${listed.links[0].text}`);
+  assert(
+    JSON.stringify(listed.members) === JSON.stringify({ admin: "owner", olive: "owner", vera: "viewer", walt: "controller" }),
+    `the members: ${JSON.stringify(listed.members)}`,
+  );
+  await shot(fresh, "sheet-share-lists");
+  // A role changed from the list: walt is a viewer now, for the server too.
+  await fresh.selectOption("#member-role-walt", "viewer");
+  await waitFor("walt listed as a viewer", 10000, async () => (await lists()).members.walt === "viewer");
+  const waltNow = await api(`/sessions/${session.id}`, {}, URL_BASE, walt.access_token);
+  assert(waltNow.role === "viewer", `walt's role after the change: ${waltNow.role}`);
+  // Removed from the list: walt no longer sees the session.
+  await fresh.click('#share-members li[data-member="walt"] .member-remove');
+  await waitFor("walt gone from the list", 10000, async () => !("walt" in (await lists()).members));
+  const waltGone = (await fetch(`${URL_BASE}/api/v1/sessions/${session.id}`, { headers: { Authorization: `Bearer ${walt.access_token}` } })).status;
+  assert(waltGone === 404, `after being removed walt gets ${waltGone}, not 404`);
+  // olive revokes the link from the list: it is gone, vera with it, and vera loses the session.
+  await fresh.click("#share-links li button");
+  await waitFor("the link and vera gone from the lists", 10000, async () => {
+    const { links, members } = await lists();
+    return links.length === 0 && !("vera" in members);
+  });
   const gone = await vera.evaluate(async (id) => (await fetch(`/api/v1/sessions/${id}`)).status, session.id);
   assert(gone === 404, `after the revocation vera gets ${gone}, not 404`);
   await octx.close();

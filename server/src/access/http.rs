@@ -422,6 +422,8 @@ pub(crate) async fn create_share_link(
         created_at: now,
         expires_at: now.saturating_add(ttl.as_millis() as i64),
         uses_left: uses,
+        max_uses: Some(uses),
+        revoked_at: None,
     };
     state.store.create_share_link(&row).await?;
     Ok((

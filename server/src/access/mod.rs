@@ -9,6 +9,7 @@ pub mod jwt;
 pub mod password;
 pub mod revocations;
 pub mod setup;
+pub mod sharing;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

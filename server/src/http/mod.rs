@@ -60,7 +60,11 @@ pub fn router(state: AppState) -> Router {
         .route("/users/{name}/revoke", post(access::revoke_user))
         .route(
             "/sessions/{id}/share-links",
-            post(access::create_share_link),
+            post(access::create_share_link).get(crate::access::sharing::list_share_links),
+        )
+        .route(
+            "/sessions/{id}/members",
+            get(crate::access::sharing::list_members),
         )
         .route("/share-links/redeem", post(access::redeem_share_link))
         .route(

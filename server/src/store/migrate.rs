@@ -79,6 +79,7 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
             ("expires_at", "bigint"),
             ("uses_left", "bigint"),
             ("revoked_at", "bigint"),
+            ("max_uses", "bigint"),
         ],
     ),
     (

@@ -354,6 +354,18 @@ pub trait Store: Send + Sync + Debug + 'static {
         Err(unsupported("share links"))
     }
 
+    /// Everyone with a role on a session, by name.
+    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+        let _ = session;
+        Err(unsupported("session roles"))
+    }
+
+    /// A session's share links, live or not, newest first.
+    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+        let _ = session;
+        Err(unsupported("share links"))
+    }
+
     /// Every session a principal has a role on, with the role.
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         let _ = principal;
@@ -380,6 +392,21 @@ pub struct ShareLinkRow {
     pub expires_at: i64,
     /// Redemptions left.
     pub uses_left: i64,
+    /// Redemptions it was made with (`None` for links stored before this was recorded).
+    pub max_uses: Option<i64>,
+    /// When it was revoked (ignored when storing a new link).
+    pub revoked_at: Option<i64>,
+}
+
+/// A principal's role on a session, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRow {
+    /// The user name.
+    pub principal: String,
+    /// The role.
+    pub role: String,
+    /// The share link they joined through, if they did.
+    pub via_link: Option<String>,
 }
 
 /// A stored account.

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::{
-    Append, Appended, CheckpointRow, FamilyUser, IdemKey, Range, RefreshOutcome, RefreshRow,
-    SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
+    Append, Appended, CheckpointRow, FamilyUser, IdemKey, MemberRow, Range, RefreshOutcome,
+    RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
 mod access;
@@ -425,6 +425,14 @@ impl Store for SqliteStore {
 
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         self.roles_of(principal).await
+    }
+
+    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+        self.member_rows(session).await
+    }
+
+    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+        self.link_rows(session).await
     }
 }
 

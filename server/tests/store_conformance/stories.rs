@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Append, Appended, CheckpointRow, FamilyUser, IdemKey, Notice, NoticeFeed, Range,
+    Append, Appended, CheckpointRow, FamilyUser, IdemKey, MemberRow, Notice, NoticeFeed, Range,
     RefreshOutcome, RefreshRow, ShareLinkRow, Store, StoreError,
 };
 use serde_json::json;
@@ -734,6 +734,8 @@ pub(crate) fn share_link(id: &str, session: SessionId, role: &str, uses: i64) ->
         created_at: 1,
         expires_at: 1000,
         uses_left: uses,
+        max_uses: Some(uses),
+        revoked_at: None,
     }
 }
 
@@ -787,4 +789,77 @@ pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
         store.share_link_session("nope").await,
         Err(StoreError::NotFound)
     ));
+}
+
+pub async fn a_sessions_members_and_share_links_are_listed(db: Db) {
+    // arrange
+    let store = db.open("a").await;
+    let s = store.open_session("listed", None).await.unwrap().id;
+    let other = store.open_session("elsewhere", None).await.unwrap().id;
+    store.set_member(s, "ann", "owner").await.unwrap();
+    store.set_member(s, "cole", "controller").await.unwrap();
+    store.set_member(other, "ola", "owner").await.unwrap();
+    let older = ShareLinkRow {
+        created_at: 1,
+        ..share_link("old", s, "controller", 1)
+    };
+    let newer = ShareLinkRow {
+        created_at: 5,
+        ..share_link("new", s, "viewer", 3)
+    };
+    store.create_share_link(&older).await.unwrap();
+    store.create_share_link(&newer).await.unwrap();
+    store
+        .create_share_link(&share_link("theirs", other, "viewer", 1))
+        .await
+        .unwrap();
+    assert!(store
+        .share_links(SessionId::new())
+        .await
+        .unwrap()
+        .is_empty());
+
+    // act
+    store
+        .redeem_share_link("hash-new", "bob", 10)
+        .await
+        .unwrap();
+    store
+        .redeem_share_link("hash-new", "ann", 10)
+        .await
+        .unwrap();
+    store.revoke_share_link("old", 20).await.unwrap();
+    let members = store.members(s).await.unwrap();
+    let links = store.share_links(s).await.unwrap();
+
+    // assert
+    let member = |principal: &str, role: &str, via_link: Option<&str>| MemberRow {
+        principal: principal.into(),
+        role: role.into(),
+        via_link: via_link.map(Into::into),
+    };
+    assert_eq!(
+        members,
+        [
+            member("ann", "owner", None),
+            member("bob", "viewer", Some("new")),
+            member("cole", "controller", None),
+        ],
+        "by name, with the link each joined through; not other sessions' members"
+    );
+    assert_eq!(
+        links,
+        [
+            ShareLinkRow {
+                uses_left: 1,
+                ..newer
+            },
+            ShareLinkRow {
+                revoked_at: Some(20),
+                ..older
+            },
+        ],
+        "newest first, uses spent, revoked ones marked; not other sessions' links"
+    );
+    assert_eq!(links[0].max_uses, Some(3), "the uses it was made with");
 }

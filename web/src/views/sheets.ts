@@ -1,7 +1,7 @@
 // Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR).
 
 import qrcode from "qrcode-generator";
-import { api, ApiError, explain, type Role, type ShareLink } from "../api";
+import { api, ApiError, explain, type Role, type SessionMember, type ShareLink, type ShareLinkInfo } from "../api";
 import { clock, h } from "../dom";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
@@ -161,9 +161,6 @@ export async function checkpointsPanel(sessionId: string, entries: Entry[], last
   );
 }
 
-/** The links made in this page, per session (their secrets are never stored). */
-const madeLinks = new Map<string, ShareLink[]>();
-
 function qrSvg(text: string): string {
   const qr = qrcode(0, "M");
   qr.addData(text);
@@ -183,43 +180,98 @@ const EXPIRY: [string, string][] = [
   ["2592000", "30 days"],
 ];
 
-/** The owner's share dialog: share links (role, expiry, uses) with a QR code, and members by name. */
+const ROLE_TEXT: Record<Role, string> = { viewer: "can watch", controller: "can watch and steer", owner: "owns it" };
+
+/** Whether a listed link can still be redeemed. */
+function linkLive(l: ShareLinkInfo, now = Date.now()): boolean {
+  return l.revoked_at === null && l.expires_at > now && l.uses_left > 0;
+}
+
+function usesText(l: ShareLinkInfo): string {
+  const left = l.max_uses === null ? `${l.uses_left}` : `${l.uses_left} of ${l.max_uses}`;
+  return `${left} ${(l.max_uses ?? l.uses_left) === 1 ? "use" : "uses"} left`;
+}
+
+/**
+ * The owner's share dialog: share links (role, expiry, uses) with a QR code, the session's live
+ * links (Revoke), and its members (role change, Remove, add by name). Both lists come from the
+ * server and are read again after every change, so they show what other pages did too.
+ */
 export function sharePanel(sessionId: string, name: string): HTMLElement {
-  // ---- share links
-  const role = select("share-role", [["viewer", "can watch"], ["controller", "can watch and steer"]], "viewer");
+  let me: string | null = null;
+  void api.me(true).then(
+    (m) => {
+      me = m.name;
+      drawMembers();
+    },
+    () => undefined,
+  );
+
+  // ---- the lists, as the server has them
+  let links: ShareLinkInfo[] = [];
+  let members: SessionMember[] = [];
+  const linkList = h("ul.share-links", { id: "share-links", hidden: true });
+  const noLinks = h("p.muted", { id: "share-links-none" }, "No link of this session can be opened now.");
+  const memberList = h("ul.share-links.members", { id: "share-members", hidden: true });
+  const listStatus = h("p.bad", { id: "share-list-error", role: "alert", hidden: true });
+  const failed = (what: string, e: unknown) => {
+    listStatus.textContent = `Could not ${what}: ${explain(e)}`;
+    listStatus.hidden = false;
+  };
+  const refresh = async () => {
+    try {
+      [links, members] = await Promise.all([api.shareLinks(sessionId), api.members(sessionId)]);
+      listStatus.hidden = true;
+    } catch (e) {
+      failed("load who this session is shared with", e);
+    }
+    drawLinks();
+    drawMembers();
+  };
+  /** Runs one change from a list row, with its button disabled meanwhile, then re-reads both lists. */
+  const change = async (button: HTMLElement, what: string, act: () => Promise<void>) => {
+    button.setAttribute("disabled", "");
+    try {
+      await act();
+    } catch (e) {
+      failed(what, e);
+    }
+    await refresh();
+  };
+  const drawLinks = () => {
+    const live = links.filter((l) => linkLive(l));
+    linkList.replaceChildren(
+      ...live.map((l) => {
+        const revoke = h("button.link", { type: "button", onclick: () => void change(revoke, "revoke the link", () => api.revokeShareLink(l.id)) }, "Revoke");
+        const text = h("span.muted", null, `${l.role} · ${usesText(l)} · until ${clock(l.expires_at)}`);
+        return h("li", { "data-link": l.id, "data-role": l.role, "data-uses-left": String(l.uses_left) }, text, revoke);
+      }),
+    );
+    linkList.hidden = live.length === 0;
+    noLinks.hidden = live.length > 0;
+  };
+  const drawMembers = () => {
+    memberList.replaceChildren(
+      ...members.map((m) => {
+        const who = h("span", null, h("b", null, m.principal), m.principal === me ? h("span.muted", null, " (you)") : null, m.via_link ? h("span.muted", null, " · through a link") : null);
+        if (m.principal === me) return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.muted", null, m.role));
+        const roleOf = select(`member-role-${m.principal}`, [["viewer", "viewer"], ["controller", "controller"], ["owner", "owner"]], m.role);
+        roleOf.classList.add("member-role-of");
+        roleOf.setAttribute("aria-label", `${m.principal}'s role`);
+        roleOf.onchange = () => void change(roleOf, "change the role", () => api.putMember(sessionId, m.principal, roleOf.value as Role));
+        const remove = h("button.link.member-remove", { type: "button", onclick: () => void change(remove, "remove them", () => api.removeMember(sessionId, m.principal)) }, "Remove");
+        return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.actions", null, roleOf, remove));
+      }),
+    );
+    memberList.hidden = members.length === 0;
+  };
+
+  // ---- a new share link
+  const role = select("share-role", [["viewer", ROLE_TEXT.viewer], ["controller", ROLE_TEXT.controller]], "viewer");
   const expiry = select("share-expiry", EXPIRY, "86400");
   const uses = h("input", { id: "share-uses", type: "number", min: 1, max: 1000, value: 1, inputmode: "numeric" }) as HTMLInputElement;
   const linkErr = h("p.form-error", { id: "share-error", role: "alert", hidden: true });
   const result = h("div.share-result", { id: "share-result", hidden: true });
-  const list = h("ul.share-links", { id: "share-links" });
-  const drawList = () => {
-    const links = madeLinks.get(sessionId) ?? [];
-    list.replaceChildren(
-      ...links.map((l) => {
-        const state = h("span.muted", null, `${l.role} · ${l.uses} ${l.uses === 1 ? "use" : "uses"} · until ${clock(l.expires_at)}`);
-        const revoke = h(
-          "button.link",
-          {
-            type: "button",
-            onclick: async () => {
-              revoke.setAttribute("disabled", "");
-              try {
-                await api.revokeShareLink(l.id);
-                links.splice(links.indexOf(l), 1);
-                drawList();
-              } catch (e) {
-                revoke.removeAttribute("disabled");
-                state.textContent = `could not revoke: ${explain(e)}`;
-              }
-            },
-          },
-          "Revoke",
-        );
-        return h("li", { "data-link": l.id }, state, revoke);
-      }),
-    );
-    list.hidden = links.length === 0;
-  };
   const show = (l: ShareLink) => {
     const url = h("input.share-url", { id: "share-url", readonly: true, value: l.url }) as HTMLInputElement;
     const qr = h("div.qr", { id: "share-qr" });
@@ -228,7 +280,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
       qr,
       url,
       h("div.actions", null, h("button", { type: "button", onclick: () => void navigator.clipboard?.writeText(l.url) }, "Copy link")),
-      h("p.muted", null, `Anyone who opens it and logs in ${l.role === "viewer" ? "can watch" : "can watch and steer"} this session. It is shown only now.`),
+      h("p.muted", null, `Anyone who opens it and logs in ${ROLE_TEXT[l.role]} this session. It is shown only now.`),
     );
     result.hidden = false;
   };
@@ -247,12 +299,8 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
         }
         create.setAttribute("disabled", "");
         try {
-          const l = await api.createShareLink(sessionId, role.value as Role, Number(expiry.value), n);
-          const links = madeLinks.get(sessionId) ?? [];
-          links.unshift(l);
-          madeLinks.set(sessionId, links);
-          show(l);
-          drawList();
+          show(await api.createShareLink(sessionId, role.value as Role, Number(expiry.value), n));
+          await refresh();
         } catch (e) {
           linkErr.textContent = explain(e);
           linkErr.hidden = false;
@@ -263,9 +311,8 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     },
     "Create link",
   );
-  drawList();
 
-  // ---- members by name
+  // ---- a new member by name
   const member = h("input", { id: "member-name", placeholder: "user name", autocomplete: "off", autocapitalize: "off", spellcheck: false }) as HTMLInputElement;
   const memberRole = select("member-role", [["viewer", "viewer"], ["controller", "controller"], ["owner", "owner"]], "viewer");
   const memberStatus = h("p", { id: "member-status", role: "status" });
@@ -281,6 +328,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
         memberStatus.className = "ok";
         memberStatus.textContent = `${who} is now a ${memberRole.value} of this session.`;
         member.value = "";
+        await refresh();
       } catch (e) {
         memberStatus.className = "bad";
         memberStatus.textContent = e instanceof ApiError && e.status === 404 ? `There is no user called ${who}.` : explain(e);
@@ -288,6 +336,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     },
   }, member, memberRole, h("button", { type: "submit", id: "member-add" }, "Add"));
 
+  void refresh();
   const here = `${location.origin}/#/s/${encodeURIComponent(sessionId)}`;
   return h(
     "div.panel.share",
@@ -299,9 +348,9 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
       linkErr,
       h("div.actions", null, create),
       result,
-      list,
     ),
-    section("Add a person", add, memberStatus),
+    section("Active links", linkList, noLinks),
+    section("People", memberList, listStatus, add, memberStatus),
     section("Open it on your other devices", h("input.share-url", { readonly: true, value: here })),
   );
 }

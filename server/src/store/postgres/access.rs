@@ -11,7 +11,9 @@ use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{other, PgStore};
-use crate::store::{FamilyUser, RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow};
+use crate::store::{
+    FamilyUser, MemberRow, RefreshOutcome, RefreshRow, StoreError, StoreResult, UserRow,
+};
 
 /// Advisory lock key serialising first-administrator setups across nodes.
 const FIRST_ADMIN_LOCK: i64 = 0x6d6f_6f72_0001;
@@ -299,6 +301,27 @@ impl PgStore {
         .await
         .map_err(other)?;
         row.map(|r| r.try_get("role").map_err(other)).transpose()
+    }
+
+    pub(super) async fn member_rows(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+        // Byte order, as SQLite sorts: the same list on both engines whatever the locale.
+        let rows = sqlx::query(
+            "SELECT principal, role, via_link FROM session_members WHERE session_id = $1 \
+             ORDER BY principal COLLATE \"C\"",
+        )
+        .bind(session.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                Ok(MemberRow {
+                    principal: r.try_get("principal").map_err(other)?,
+                    role: r.try_get("role").map_err(other)?,
+                    via_link: r.try_get("via_link").map_err(other)?,
+                })
+            })
+            .collect()
     }
 
     pub(super) async fn roles_of(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {

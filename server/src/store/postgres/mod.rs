@@ -29,7 +29,7 @@ use self::lookup::PgLookup;
 use self::rows::{entry_row, insert_rows, session_row};
 use super::append::{self, Decision};
 use super::{
-    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, FamilyUser, Range,
+    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, FamilyUser, MemberRow, Range,
     RefreshOutcome, RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
 };
 
@@ -459,6 +459,14 @@ impl Store for PgStore {
 
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         self.roles_of(principal).await
+    }
+
+    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+        self.member_rows(session).await
+    }
+
+    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+        self.link_rows(session).await
     }
 
     async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {

@@ -13,7 +13,7 @@ impl PgStore {
     pub(super) async fn insert_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO share_links (id, token_hash, session_id, role, created_by, created_at, \
-             expires_at, uses_left) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             expires_at, uses_left, max_uses) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&link.id)
         .bind(&link.token_hash)
@@ -23,6 +23,7 @@ impl PgStore {
         .bind(link.created_at)
         .bind(link.expires_at)
         .bind(link.uses_left)
+        .bind(link.max_uses)
         .execute(&self.pool)
         .await
         .map_err(other)?;
@@ -111,6 +112,34 @@ impl PgStore {
         tx.commit().await.map_err(other)?;
         let session = SessionId(Uuid::parse_str(&session).context("stored session id")?);
         Ok((session, members))
+    }
+
+    pub(super) async fn link_rows(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+        let rows = sqlx::query(
+            "SELECT id, token_hash, role, created_by, created_at, expires_at, uses_left, \
+             max_uses, revoked_at FROM share_links WHERE session_id = $1 \
+             ORDER BY created_at DESC, id",
+        )
+        .bind(session.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(other)?;
+        rows.iter()
+            .map(|r| {
+                Ok(ShareLinkRow {
+                    id: r.try_get("id").map_err(other)?,
+                    token_hash: r.try_get("token_hash").map_err(other)?,
+                    session,
+                    role: r.try_get("role").map_err(other)?,
+                    created_by: r.try_get("created_by").map_err(other)?,
+                    created_at: r.try_get("created_at").map_err(other)?,
+                    expires_at: r.try_get("expires_at").map_err(other)?,
+                    uses_left: r.try_get("uses_left").map_err(other)?,
+                    max_uses: r.try_get("max_uses").map_err(other)?,
+                    revoked_at: r.try_get("revoked_at").map_err(other)?,
+                })
+            })
+            .collect()
     }
 
     pub(super) async fn link_session(&self, id: &str) -> StoreResult<SessionId> {

@@ -8,7 +8,8 @@ use uuid::Uuid;
 
 use super::{other, SqliteStore};
 use crate::store::{
-    FamilyUser, RefreshOutcome, RefreshRow, ShareLinkRow, StoreError, StoreResult, UserRow,
+    FamilyUser, MemberRow, RefreshOutcome, RefreshRow, ShareLinkRow, StoreError, StoreResult,
+    UserRow,
 };
 
 impl SqliteStore {
@@ -264,6 +265,25 @@ impl SqliteStore {
         Ok(row.map(|r| r.get("role")))
     }
 
+    pub(super) async fn member_rows(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+        let rows = sqlx::query(
+            "SELECT principal, role, via_link FROM session_members WHERE session_id = ? \
+             ORDER BY principal",
+        )
+        .bind(session.to_string())
+        .fetch_all(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(rows
+            .iter()
+            .map(|r| MemberRow {
+                principal: r.get("principal"),
+                role: r.get("role"),
+                via_link: r.get("via_link"),
+            })
+            .collect())
+    }
+
     pub(super) async fn roles_of(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
         let rows = sqlx::query("SELECT session_id, role FROM session_members WHERE principal = ?")
             .bind(principal)
@@ -284,7 +304,7 @@ impl SqliteStore {
     pub(super) async fn insert_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO share_links (id, token_hash, session_id, role, created_by, created_at, \
-             expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             expires_at, uses_left, max_uses) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&link.id)
         .bind(&link.token_hash)
@@ -294,6 +314,7 @@ impl SqliteStore {
         .bind(link.created_at)
         .bind(link.expires_at)
         .bind(link.uses_left)
+        .bind(link.max_uses)
         .execute(&self.writer)
         .await
         .map_err(other)?;
@@ -378,6 +399,33 @@ impl SqliteStore {
         tx.commit().await.map_err(other)?;
         let session = SessionId(Uuid::parse_str(&session).context("stored session id")?);
         Ok((session, members))
+    }
+
+    pub(super) async fn link_rows(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+        let rows = sqlx::query(
+            "SELECT id, token_hash, role, created_by, created_at, expires_at, uses_left, \
+             max_uses, revoked_at FROM share_links WHERE session_id = ? \
+             ORDER BY created_at DESC, id",
+        )
+        .bind(session.to_string())
+        .fetch_all(&self.readers)
+        .await
+        .map_err(other)?;
+        Ok(rows
+            .iter()
+            .map(|r| ShareLinkRow {
+                id: r.get("id"),
+                token_hash: r.get("token_hash"),
+                session,
+                role: r.get("role"),
+                created_by: r.get("created_by"),
+                created_at: r.get("created_at"),
+                expires_at: r.get("expires_at"),
+                uses_left: r.get("uses_left"),
+                max_uses: r.get("max_uses"),
+                revoked_at: r.get("revoked_at"),
+            })
+            .collect())
     }
 
     pub(super) async fn link_session(&self, id: &str) -> StoreResult<SessionId> {
