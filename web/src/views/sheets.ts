@@ -254,7 +254,10 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     memberList.replaceChildren(
       ...members.map((m) => {
         const who = h("span", null, h("b", null, m.principal), m.principal === me ? h("span.muted", null, " (you)") : null, m.via_link ? h("span.muted", null, " · through a link") : null);
-        if (m.principal === me) return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.muted", null, m.role));
+        // Yourself, and the admin token (it owns every session whatever the list says): no controls.
+        if (m.principal === me || m.principal === "admin") {
+          return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.muted", null, m.principal === "admin" ? "admin token" : m.role));
+        }
         const roleOf = select(`member-role-${m.principal}`, [["viewer", "viewer"], ["controller", "controller"], ["owner", "owner"]], m.role);
         roleOf.classList.add("member-role-of");
         roleOf.setAttribute("aria-label", `${m.principal}'s role`);
