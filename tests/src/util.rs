@@ -156,3 +156,38 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Runs git in `dir` with a fixed identity and no signing, failing the test on error; returns
+/// its standard output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
+        .args([
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes `dir` a git repository with `files` (path, content) committed as its one commit.
+pub fn git_work_tree(dir: &Path, files: &[(&str, &[u8])]) {
+    git(dir, &["init", "-q"]);
+    for (path, content) in files {
+        let full = dir.join(path);
+        std::fs::create_dir_all(full.parent().expect("a file has a parent")).expect("mkdir");
+        std::fs::write(full, content).expect("write");
+    }
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "base"]);
+}

@@ -243,40 +243,13 @@ async fn moor_login_shows_a_code_and_stores_credentials_once_a_user_approves() {
     assert_eq!(s, 200);
 }
 
-/// A git work tree with one commit, for checkpoints.
-fn work_tree(dir: &std::path::Path) {
-    std::fs::write(dir.join("README.md"), "# project\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &[
-            "-c",
-            "user.name=Dev",
-            "-c",
-            "user.email=dev@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "base",
-        ],
-    ] {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_taken_after_the_first_access_token_expired_are_uploaded() {
     // arrange: 2-second access tokens; ann's credentials; an agent in a git work tree that
     // writes a file only when told to
     let (server, pair, config, creds) = ann_with_two_second_tokens().await;
     let work = tempfile::tempdir().unwrap();
-    work_tree(work.path());
+    moor_e2e::util::git_work_tree(work.path(), &[("README.md", b"# project\n")]);
     let (go, finish) = (config.path().join("go"), config.path().join("finish"));
     let script = format!(
         "while [ ! -e {go} ]; do sleep 0.05; done; echo late > late.txt; \

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use moor_e2e::util::bin_path;
+use moor_e2e::util::{bin_path, git};
 use moor_e2e::{
     eventually, eventually_some, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts,
     TestBridge, TestServer, WAIT,
@@ -26,27 +26,6 @@ use serde_json::json;
 use tempfile::TempDir;
 
 const FINISH: Duration = Duration::from_secs(60);
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args([
-            "-c",
-            "commit.gpgSign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn write(dir: &Path, path: &str, content: impl AsRef<[u8]>) {
     let full = dir.join(path);

@@ -388,27 +388,36 @@ async fn post(
     (status, resp.json().await.unwrap_or_default())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second() {
-    let Some(db) = TestDb::create().await else {
-        return;
-    };
-    // arrange: a session on A shared with four viewers, each watching it on B
-    let limit = std::time::Duration::from_secs(1);
+/// Two nodes on one database, a session on A and users watching it as viewers.
+struct Shared {
+    a: TestServer,
+    b: TestServer,
+    /// The admin token both nodes accept.
+    admin: String,
+    /// The session's bridge, on A.
+    bridge: RawBridge,
+    id: SessionId,
+    /// Each user's login (token pair) on A.
+    login: HashMap<&'static str, serde_json::Value>,
+}
+
+/// Starts nodes A and B sharing their signing keys (deployed nodes share the data dir), attaches
+/// a bridge on A, and gives each of `users` a viewer role on its session and a login.
+async fn shared_session(db: &TestDb, users: &[&'static str]) -> Shared {
     let admin = token();
     let a = TestServer::start(db.node_opts("a", &admin)).await;
-    // The nodes share the signing keys (deployed nodes share the data dir).
     let keys = a.data_file("jwt-keys.json");
     let b = TestServer::start(db.node_opts("b", &admin).data_file("jwt-keys.json", keys)).await;
-    let name = session_name();
     let mut bridge = RawBridge::connect(a.addr(), Some(&admin))
         .await
         .expect("connects to A");
-    bridge.hello(&name, ProducerId::new()).await;
-    let id = a.session(&name).await.expect("session").id;
+    let id = bridge
+        .hello(&session_name(), ProducerId::new())
+        .await
+        .session_id;
     let password = "correct horse battery";
     let mut login = HashMap::new();
-    for user in ["vic", "rey", "lou", "mem"] {
+    for &user in users {
         let (s, _) = post(
             &a,
             "/users",
@@ -423,7 +432,7 @@ async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second
             .json(&json!({"role": "viewer"}))
             .send()
             .await
-            .unwrap();
+            .expect("PUT member");
         assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
         let (s, pair) = post(
             &a,
@@ -435,6 +444,31 @@ async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second
         assert_eq!(s, reqwest::StatusCode::OK);
         login.insert(user, pair);
     }
+    Shared {
+        a,
+        b,
+        admin,
+        bridge,
+        id,
+        login,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: a session on A shared with four viewers, each watching it on B
+    let limit = std::time::Duration::from_secs(1);
+    let Shared {
+        a,
+        b,
+        admin,
+        bridge: _bridge,
+        id,
+        login,
+    } = shared_session(&db, &["vic", "rey", "lou", "mem"]).await;
     let access = |user: &str| login[user]["access_token"].as_str().unwrap().to_owned();
     let refresh = |user: &str| json!({"refresh_token": login[user]["refresh_token"]});
 
@@ -480,52 +514,19 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
         return;
     };
     // arrange: two viewers of a session on A, watching on B
-    let admin_token = token();
-    let a = TestServer::start(db.node_opts("a", &admin_token)).await;
-    let keys = a.data_file("jwt-keys.json");
-    let b = TestServer::start(
-        db.node_opts("b", &admin_token)
-            .data_file("jwt-keys.json", keys),
-    )
-    .await;
+    let Shared {
+        a,
+        b,
+        admin: admin_token,
+        mut bridge,
+        id,
+        login,
+    } = shared_session(&db, &["vic", "mem", "kept"]).await;
     let admin = db.admin().await;
-    let name = session_name();
-    let mut bridge = RawBridge::connect(a.addr(), Some(&admin_token))
-        .await
-        .expect("connects to A");
-    let id = bridge.hello(&name, ProducerId::new()).await.session_id;
-    let password = "correct horse battery";
-    let mut access = HashMap::new();
-    for user in ["vic", "mem", "kept"] {
-        let (s, _) = post(
-            &a,
-            "/users",
-            Some(&admin_token),
-            json!({"name": user, "password": password}),
-        )
-        .await;
-        assert_eq!(s, reqwest::StatusCode::CREATED);
-        let put = reqwest::Client::new()
-            .put(format!("{}/api/v1/sessions/{id}/members/{user}", a.url()))
-            .bearer_auth(&admin_token)
-            .json(&json!({"role": "viewer"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
-        let (s, pair) = post(
-            &a,
-            "/auth/login",
-            None,
-            json!({"name": user, "password": password}),
-        )
-        .await;
-        assert_eq!(s, reqwest::StatusCode::OK);
-        access.insert(user, pair["access_token"].as_str().unwrap().to_owned());
-    }
-    let vic = Streams::open(&b, &access["vic"], id).await;
-    let mem = Streams::open(&b, &access["mem"], id).await;
-    let mut kept = Streams::open(&b, &access["kept"], id).await;
+    let access = |user: &str| login[user]["access_token"].as_str().unwrap().to_owned();
+    let vic = Streams::open(&b, &access("vic"), id).await;
+    let mem = Streams::open(&b, &access("mem"), id).await;
+    let mut kept = Streams::open(&b, &access("kept"), id).await;
 
     // act: B loses its listen connection and cannot get it back while A revokes vic and
     // removes mem; no notice of either will ever reach B

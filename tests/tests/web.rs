@@ -18,11 +18,11 @@
 //! `web/artifacts/` (gitignored).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use moor_e2e::util::bin_path;
+use moor_e2e::util::{bin_path, git_work_tree};
 use moor_e2e::{BridgeOpts, ClaudeEnv, FaultProxy, ServerOpts, TestBridge, TestServer};
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -43,27 +43,6 @@ fn web_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web")
 }
 
-/// Runs git in `dir` with a fixed identity, failing the test on error.
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args([
-            "-c",
-            "commit.gpgSign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A git repository with one commit of a few files, for an agent that `moor` checkpoints.
 fn work_tree() -> (TempDir, PathBuf) {
     let dir = tempfile::Builder::new()
@@ -71,17 +50,15 @@ fn work_tree() -> (TempDir, PathBuf) {
         .tempdir()
         .expect("temp dir");
     let repo = dir.path().join("work");
-    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
-    git(&repo, &["init", "-q"]);
-    for (path, content) in [
-        ("README.md", "# project\n"),
-        ("gone.txt", "to be deleted\n"),
-        ("src/main.rs", "fn main() {\n    println!(\"hello\");\n}\n"),
-    ] {
-        std::fs::write(repo.join(path), content).expect("write");
-    }
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    git_work_tree(
+        &repo,
+        &[
+            ("README.md", b"# project\n"),
+            ("gone.txt", b"to be deleted\n"),
+            ("src/main.rs", b"fn main() {\n    println!(\"hello\");\n}\n"),
+        ],
+    );
     (dir, repo)
 }
 
