@@ -9,7 +9,7 @@
 
 import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, banner, closeRpc, everything, launch, phone, rpc, sessionByName,
+  allEntries, api, ARTIFACTS, assert, assertExact, banner, closeRpc, everything, launch, phone, rpc, sessionByName,
   TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 import { rawChromium } from "./cdp.mjs";
@@ -24,22 +24,6 @@ const numbered = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}`);
 const head = async (id) => (await api(`/sessions/${id}`)).head_seq;
 const cursorOf = (page, id) => page.evaluate((id) => Number(localStorage.getItem(`moor.cursor.${id}`) ?? 0), id);
 
-/** The page ends holding exactly the server's log: every seq once, in order, nothing else. */
-async function assertExact(page, id, expectLines) {
-  const server = await allEntries(id);
-  const shown = await everything(page);
-  const want = server.map((e) => e.seq);
-  assert(shown.seqs.length === want.length, `page holds ${shown.seqs.length} entries, server ${want.length}`);
-  for (let i = 0; i < want.length; i++) assert(shown.seqs[i] === want[i], `entry ${i}: page seq ${shown.seqs[i]}, server seq ${want[i]}`);
-  const serverLines = server.filter((e) => e.kind === "agent.output").map((e) => e.payload.text);
-  assert(JSON.stringify(shown.lines) === JSON.stringify(serverLines), "agent lines differ from the server's");
-  if (expectLines) {
-    assert(serverLines.length === expectLines.length && serverLines.every((l, i) => l === expectLines[i]), "the server's lines are not the agent's");
-  }
-  const r = shown.rendered;
-  assert(r.length > 0, "rows are drawn");
-  for (let i = 1; i < r.length; i++) assert(r[i] > r[i - 1], `drawn rows out of order at ${i}: ${r[i - 1]} then ${r[i]}`);
-}
 
 /** Waits until the session ended on the server and the page (showing it) holds its head. */
 async function untilEnded(page, id) {

@@ -5,7 +5,7 @@
 
 import { mkdirSync } from "node:fs";
 import {
-  addUser, allEntries, api, ARTIFACTS, assert, banner, closeRpc, everything, launch, loginContext, loginForm, openSession,
+  addUser, allEntries, api, ARTIFACTS, assert, assertExact, banner, closeRpc, everything, launch, loginContext, loginForm, openSession,
   PASSWORD, phone, rpc, sessionByName, share, SHORT, shortApi, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
@@ -15,23 +15,6 @@ const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
 
-/** The page ends holding exactly the server's log: every seq once, in order, nothing else. */
-async function assertExact(page, id, expectLines) {
-  const server = await allEntries(id);
-  const shown = await everything(page);
-  const want = server.map((e) => e.seq);
-  assert(shown.seqs.length === want.length, `page holds ${shown.seqs.length} entries, server ${want.length}`);
-  for (let i = 0; i < want.length; i++) assert(shown.seqs[i] === want[i], `entry ${i}: page seq ${shown.seqs[i]}, server seq ${want[i]}`);
-  const serverLines = server.filter((e) => e.kind === "agent.output").map((e) => e.payload.text);
-  assert(JSON.stringify(shown.lines) === JSON.stringify(serverLines), "agent lines differ from the server's");
-  if (expectLines) {
-    assert(serverLines.length === expectLines.length && serverLines.every((l, i) => l === expectLines[i]), "the server's lines are not the agent's");
-  }
-  // What is drawn is a contiguous, ordered run of rows, each once.
-  const r = shown.rendered;
-  assert(r.length > 0, "rows are drawn");
-  for (let i = 1; i < r.length; i++) assert(r[i] > r[i - 1], `drawn rows out of order at ${i}: ${r[i - 1]} then ${r[i]}`);
-}
 
 scenario("first admin: the one-time setup link creates the admin account and logs it in", async ({ browser }) => {
   // The setup endpoint lands separately; until this server has it, there is nothing to drive.
