@@ -13,7 +13,7 @@ use crate::error::BridgeError;
 /// What [`trust_ca_file`] set up: the extra certificates, and the WebSocket connector built
 /// from them (checked once, at start).
 struct Trust {
-    certs: Vec<CertificateDer<'static>>,
+    http: Vec<reqwest::Certificate>,
     ws: tokio_tungstenite::Connector,
 }
 
@@ -36,9 +36,14 @@ pub fn trust_ca_file(path: &Path) -> Result<(), BridgeError> {
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    for cert in &certs {
+    let mut http = Vec::with_capacity(certs.len());
+    for cert in certs {
+        http.push(
+            reqwest::Certificate::from_der(&cert)
+                .map_err(|e| bad(format!("unusable certificate: {e}")))?,
+        );
         roots
-            .add(cert.clone())
+            .add(cert)
             .map_err(|e| bad(format!("unusable certificate: {e}")))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -49,17 +54,15 @@ pub fn trust_ca_file(path: &Path) -> Result<(), BridgeError> {
         .with_no_client_auth();
     let ws = tokio_tungstenite::Connector::Rustls(Arc::new(config));
     TRUST
-        .set(Trust { certs, ws })
+        .set(Trust { http, ws })
         .map_err(|_| bad("a CA file is already trusted".into()))
 }
 
 /// A `reqwest` client builder that trusts what this process trusts.
 pub fn http_client() -> reqwest::ClientBuilder {
     let mut builder = reqwest::Client::builder();
-    for cert in TRUST.get().map(|t| t.certs.as_slice()).unwrap_or_default() {
-        if let Ok(cert) = reqwest::Certificate::from_der(cert) {
-            builder = builder.add_root_certificate(cert);
-        }
+    for cert in TRUST.get().map(|t| t.http.as_slice()).unwrap_or_default() {
+        builder = builder.add_root_certificate(cert.clone());
     }
     builder
 }

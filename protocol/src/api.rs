@@ -77,8 +77,12 @@ impl Role {
 pub struct Me {
     /// The user name (`admin` for the bootstrap admin token).
     pub name: String,
-    /// The bootstrap admin: owner of every session, manages users.
+    /// An administrator (a user made one, or the bootstrap admin token): owner of every
+    /// session, manages users.
     pub admin: bool,
+    /// The bootstrap admin token: no account behind it (it cannot approve a device or redeem a
+    /// share link for anyone).
+    pub bootstrap: bool,
 }
 
 /// `GET /api/v1/sessions/{id}/members` (owners): one principal with a role on the session.

@@ -229,7 +229,7 @@ pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> 
     f.sync_all()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -1566,11 +1566,16 @@ async fn sessions_and_me_tell_each_caller_its_role() {
     // /me: who is calling.
     assert_eq!(
         get("/me", c.viewer.clone()).await,
-        json!({"name": "vic", "admin": false})
+        json!({"name": "vic", "admin": false, "bootstrap": false})
     );
     assert_eq!(
         get("/me", admin()).await,
-        json!({"name": "admin", "admin": true})
+        json!({"name": "admin", "admin": true, "bootstrap": true})
+    );
+    let ada = server.user_with("ada", true).await;
+    assert_eq!(
+        get("/me", ada).await,
+        json!({"name": "ada", "admin": true, "bootstrap": false})
     );
     assert_eq!(
         server.status("GET", "/me", &c.none, None).await,

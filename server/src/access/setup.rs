@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::guard::ClientIp;
 use super::http::{start_family, validated_user};
 use super::{random_secret, token_hash};
+use crate::auth::constant_time_eq;
 use crate::error::ApiError;
 use crate::http::parse_json;
 use crate::state::AppState;
@@ -87,10 +88,6 @@ impl SetupCode {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// `GET /api/v1/auth/setup`: `{"open": bool}`: whether the setup page can create the first

@@ -41,11 +41,13 @@ fn info(state: &AppState, row: SessionRow, role: Role) -> SessionInfo {
     }
 }
 
-/// `GET /api/v1/me`: the caller's name, and whether it is the bootstrap admin.
+/// `GET /api/v1/me`: the caller's name, and whether it is an administrator or the bootstrap
+/// admin token.
 pub(super) async fn me(AuthUser(who): AuthUser) -> Json<Me> {
     Json(Me {
         name: who.name,
         admin: who.admin,
+        bootstrap: who.bootstrap,
     })
 }
 

@@ -9,6 +9,12 @@ export type Me = {
  */
 name: string, 
 /**
- * The bootstrap admin: owner of every session, manages users.
+ * An administrator (a user made one, or the bootstrap admin token): owner of every
+ * session, manages users.
  */
-admin: boolean, };
+admin: boolean, 
+/**
+ * The bootstrap admin token: no account behind it (it cannot approve a device or redeem a
+ * share link for anyone).
+ */
+bootstrap: boolean, };

@@ -168,11 +168,6 @@ function asUser(text: string): HTMLElement {
   );
 }
 
-/** Whether `me` is the bootstrap admin token (`admin` is no user's name), not an account. */
-function isAdminToken(me: Me): boolean {
-  return me.admin && me.name === "admin";
-}
-
 /** `#/device&code=…`: approve or deny a `moor login` waiting with this code. */
 export function deviceView(root: HTMLElement, code: string): void {
   const status = h("p.muted", { id: "device-status" }, "Checking your login…");
@@ -180,7 +175,7 @@ export function deviceView(root: HTMLElement, code: string): void {
   void (async () => {
     const me = await loggedIn(status);
     if (!me) return;
-    if (isAdminToken(me)) {
+    if (me.bootstrap) {
       status.replaceWith(asUser("The admin token has no account to lend a device. Log in as the user the device should act as."));
       return;
     }
@@ -229,7 +224,7 @@ export function joinView(root: HTMLElement, link: string): void {
     const me = await loggedIn(status);
     if (!me) return;
     if (me.admin) {
-      status.replaceWith(asUser("The admin token owns every session already; share links are for user accounts."));
+      status.replaceWith(asUser("Administrators own every session already; share links are for other user accounts."));
       return;
     }
     try {

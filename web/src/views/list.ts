@@ -43,8 +43,7 @@ export function listView(root: HTMLElement): () => void {
   );
   api.me(true).then(
     (me) => {
-      // `admin` is no user's name: it is the bootstrap admin token's.
-      who.textContent = me.admin && me.name === "admin" ? "admin token" : me.name;
+      who.textContent = me.bootstrap ? "admin token" : me.name;
     },
     () => {},
   );
