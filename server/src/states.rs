@@ -236,9 +236,12 @@ mod tests {
         }
     }
 
+    /// Failure guard on every wait.
+    const WAIT: Duration = Duration::from_secs(10);
+
     /// Yields to the runtime until `states` has no follower for `session` (bounded).
     async fn until_retired(states: &States, session: SessionId) {
-        tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::time::timeout(WAIT, async {
             while states.is_following(session) {
                 tokio::task::yield_now().await;
             }
@@ -272,9 +275,9 @@ mod tests {
         log.append(ended, vec![server_entry(kinds::SESSION_ENDED, 1)])
             .await
             .unwrap();
-        watching
-            .wait_for(|s| s.phase == Phase::Ended)
+        tokio::time::timeout(WAIT, watching.wait_for(|s| s.phase == Phase::Ended))
             .await
+            .expect("the follower folds the end")
             .unwrap();
 
         // assert: it keeps its follower while watched, loses it when the watcher leaves; the
@@ -287,6 +290,9 @@ mod tests {
         // and a new watcher gets a new follower with the same state
         let mut again = states.watch(ended);
         assert!(states.is_following(ended));
-        again.wait_for(|s| s.phase == Phase::Ended).await.unwrap();
+        tokio::time::timeout(WAIT, again.wait_for(|s| s.phase == Phase::Ended))
+            .await
+            .expect("the new follower folds the end")
+            .unwrap();
     }
 }

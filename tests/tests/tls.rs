@@ -231,6 +231,10 @@ async fn moor_refuses_a_ca_file_that_holds_no_certificate() {
     let out = tokio::process::Command::new(bin_path("moor"))
         .args(["--ca-file", path(&garbage), "checkpoints", "list"])
         .current_dir(dir.path())
+        // Nothing from the developer's environment: no server to reach if the check ever passed.
+        .env_remove("MOOR_SERVER")
+        .env_remove("MOOR_TOKEN")
+        .env("MOOR_CONFIG_DIR", dir.path())
         .stdin(Stdio::null())
         .output()
         .await

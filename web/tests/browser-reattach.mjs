@@ -9,7 +9,7 @@
 
 import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, assertExact, banner, closeRpc, everything, launch, phone, rpc, sessionByName,
+  allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, phone, rpc, runScenarios, sessionByName,
   TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 import { rawChromium } from "./cdp.mjs";
@@ -330,7 +330,10 @@ scenario("scrolling up a 10,500-entry transcript pages older entries in: no dupl
   // next frame the rows are not placed yet, and nothing is painted).
   const view = () =>
     page.evaluate(async () => {
-      while (window.__moor.rendering()) await new Promise((r) => requestAnimationFrame(r));
+      for (let frames = 0; window.__moor.rendering(); frames++) {
+        if (frames > 600) throw new Error("a render stayed pending for 600 frames");
+        await new Promise((r) => requestAnimationFrame(r));
+      }
       const sc = document.getElementById("transcript");
       const rows = [...sc.querySelectorAll(".item[data-seq]")];
       const seqs = window.__moor.renderedSeqs();
@@ -490,23 +493,5 @@ scenario("navigating to another page of the origin leaves the service worker's c
 });
 
 // ---- run
-const browser = await launch({ bfcache: true });
-let passed = 0;
-let failed = 0;
 const only = process.env.MOOR_SCENARIO ?? "";
-for (const s of scenarios) {
-  if (only && !s.name.includes(only)) continue;
-  const t0 = Date.now();
-  try {
-    await s.fn({ browser });
-    passed++;
-    console.log(`ok   ${s.name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${s.name}: ${e.stack ?? e}`);
-  }
-}
-await browser.close();
-closeRpc();
-console.log(`browser-reattach: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await runScenarios("browser-reattach", scenarios, await launch({ bfcache: true }), only && ((name) => name.includes(only)));

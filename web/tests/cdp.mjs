@@ -39,10 +39,19 @@ class Connection {
     });
   }
 
+  /** A DevTools call; one unanswered for 30 s fails (a guard, so a hung browser fails the run). */
   send(method, params = {}) {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, method });
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`DevTools ${method}: no answer in 30 s`));
+      }, 30000);
+      const settle = (f) => (v) => {
+        clearTimeout(timer);
+        f(v);
+      };
+      this.pending.set(id, { resolve: settle(resolve), reject: settle(reject), method });
       this.ws.send(JSON.stringify({ id, method, params }));
     });
   }

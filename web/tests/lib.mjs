@@ -174,3 +174,29 @@ export async function assertExact(page, id, expectLines) {
   assert(r.length > 0, "rows are drawn");
   for (let i = 1; i < r.length; i++) assert(r[i] > r[i - 1], `drawn rows out of order at ${i}: ${r[i - 1]} then ${r[i]}`);
 }
+
+/**
+ * Runs `scenarios` ({name, fn}) one after another in `browser` — only those `only(name)` keeps,
+ * when given — printing a line each and a summary, then exits: 1 when one failed or none ran
+ * (a filter that matches nothing proves nothing).
+ */
+export async function runScenarios(label, scenarios, browser, only = null) {
+  let passed = 0;
+  let failed = 0;
+  for (const s of scenarios) {
+    if (only && !only(s.name)) continue;
+    const t0 = Date.now();
+    try {
+      await s.fn({ browser });
+      passed++;
+      console.log(`ok   ${s.name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL ${s.name}: ${e.stack ?? e}`);
+    }
+  }
+  await browser.close();
+  closeRpc();
+  console.log(`${label}: ${passed} passed, ${failed} failed`);
+  process.exit(failed || passed === 0 ? 1 : 0);
+}
