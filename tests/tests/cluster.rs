@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use moor_e2e::assert::{agent_texts, assert_counted_prefix, input_seq, of_kind, summary};
+use moor_e2e::http::RawBody;
 use moor_e2e::pg::TestDb;
 use moor_e2e::{
     assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, SseClient, SseOpts,
@@ -370,22 +371,35 @@ impl Streams {
     }
 }
 
-/// `POST path` on `node` with `body` and an optional bearer; the status and the JSON answer.
+/// `method /api/v1{path}` on `node`, with an optional bearer and JSON body: the status and the
+/// answer.
+async fn call(
+    node: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+    bearer: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let r = node
+        .api()
+        .raw(
+            method,
+            &format!("/api/v1{path}"),
+            bearer,
+            body.map(RawBody::Json),
+        )
+        .await;
+    (r.status, r.body)
+}
+
+/// `POST /api/v1{path}` on `node` (see [`call`]).
 async fn post(
     node: &TestServer,
     path: &str,
     bearer: Option<&str>,
     body: serde_json::Value,
 ) -> (reqwest::StatusCode, serde_json::Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{}/api/v1{path}", node.url()))
-        .json(&body);
-    if let Some(t) = bearer {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or_default())
+    call(node, reqwest::Method::POST, path, bearer, Some(body)).await
 }
 
 /// Two nodes on one database, a session on A and users watching it as viewers.
@@ -426,14 +440,15 @@ async fn shared_session(db: &TestDb, users: &[&'static str]) -> Shared {
         )
         .await;
         assert_eq!(s, reqwest::StatusCode::CREATED);
-        let put = reqwest::Client::new()
-            .put(format!("{}/api/v1/sessions/{id}/members/{user}", a.url()))
-            .bearer_auth(&admin)
-            .json(&json!({"role": "viewer"}))
-            .send()
-            .await
-            .expect("PUT member");
-        assert_eq!(put.status(), reqwest::StatusCode::NO_CONTENT);
+        let (s, _) = call(
+            &a,
+            reqwest::Method::PUT,
+            &format!("/sessions/{id}/members/{user}"),
+            Some(&admin),
+            Some(json!({"role": "viewer"})),
+        )
+        .await;
+        assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
         let (s, pair) = post(
             &a,
             "/auth/login",
@@ -497,13 +512,15 @@ async fn revocations_on_one_node_close_live_streams_on_the_other_within_a_second
 
     // a member removed on A
     let mem = Streams::open(&b, &access("mem"), id).await;
-    let del = reqwest::Client::new()
-        .delete(format!("{}/api/v1/sessions/{id}/members/mem", a.url()))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(del.status(), reqwest::StatusCode::NO_CONTENT);
+    let (s, _) = call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/sessions/{id}/members/mem"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
     mem.assert_closed_within(limit, close::UNAUTHORIZED, "member removed on A")
         .await;
 }
@@ -534,13 +551,15 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
     assert_eq!(db.kill_listen(&admin, "b").await, 1);
     let (s, _) = post(&a, "/users/vic/revoke", Some(&admin_token), json!({})).await;
     assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
-    let del = reqwest::Client::new()
-        .delete(format!("{}/api/v1/sessions/{id}/members/mem", a.url()))
-        .bearer_auth(&admin_token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(del.status(), reqwest::StatusCode::NO_CONTENT);
+    let (s, _) = call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/sessions/{id}/members/mem"),
+        Some(&admin_token),
+        None,
+    )
+    .await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
     db.allow_connections(&admin, true).await;
 
     // assert: B checks what it holds against the store once it listens again

@@ -9,7 +9,7 @@
 
 import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, phone, rpc, runScenarios, sessionByName,
+  allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, numbered, phone, rpc, runScenarios, sessionByName,
   TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 import { rawChromium } from "./cdp.mjs";
@@ -20,7 +20,6 @@ const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
 
-const numbered = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}`);
 const head = async (id) => (await api(`/sessions/${id}`)).head_seq;
 const cursorOf = (page, id) => page.evaluate((id) => Number(localStorage.getItem(`moor.cursor.${id}`) ?? 0), id);
 

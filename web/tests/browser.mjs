@@ -6,7 +6,7 @@
 import { mkdirSync } from "node:fs";
 import {
   addUser, allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, loginContext, loginForm, openSession,
-  PASSWORD, phone, rpc, runScenarios, sessionByName, share, SHORT, shortApi, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
+  numbered, PASSWORD, phone, rpc, runScenarios, sessionByName, share, SHORT, shortApi, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
 mkdirSync(ARTIFACTS, { recursive: true });
@@ -55,7 +55,7 @@ scenario("reload mid-stream, five times, while an agent prints 2,000 lines: ever
   await waitFor("the session to end", 90000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
   const head = (await api(`/sessions/${info.id}`)).head_seq;
   await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
-  await assertExact(page, info.id, Array.from({ length: 2000 }, (_, i) => `line-${i + 1}`));
+  await assertExact(page, info.id, numbered(2000));
   await shot(page, "session-lines");
   await ctx.close();
 });
@@ -92,7 +92,7 @@ scenario("offline for a while: 'reconnecting' within the watchdog interval, then
   await waitFor("the session to end", 60000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
   const head = (await api(`/sessions/${info.id}`)).head_seq;
   await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
-  await assertExact(page, info.id, Array.from({ length: 800 }, (_, i) => `line-${i + 1}`));
+  await assertExact(page, info.id, numbered(800));
   await ctx.close();
 });
 
@@ -403,14 +403,7 @@ scenario("an access token expiring mid-watch is refreshed by the page: no login,
   // reconnects again and again with expired tokens.
   const lines = 5 * SHORT.ttlSecs * 50;
   await rpc("lines", { server: "short", session: "web-ttl", count: lines, interval_ms: 20 });
-  const info = await waitFor("session web-ttl", 20000, async () => {
-    try {
-      return await shortApi("/sessions/web-ttl");
-    } catch (e) {
-      if (e.status === 404) return null;
-      throw e;
-    }
-  });
+  const info = await sessionByName("web-ttl", 20000, base, SHORT.token);
   await share(info.id, "tim", "viewer", base, SHORT.token);
   const ctx = await phone(browser);
   const page = await ctx.newPage();
@@ -433,11 +426,7 @@ scenario("an access token expiring mid-watch is refreshed by the page: no login,
   const routes = await page.evaluate(() => window.__routes);
   assert(!routes.includes("#/login"), `the page never asked for a login: ${routes}`);
   assert(refreshes.length >= 2 && refreshes.every((s) => s === 200), `the page refreshed its token (${refreshes})`);
-  const server = await allEntries(info.id, base, SHORT.token);
-  const shown = await everything(page);
-  assert(JSON.stringify(shown.seqs) === JSON.stringify(server.map((e) => e.seq)), `the page holds exactly the server's ${server.length} entries (it holds ${shown.seqs.length})`);
-  const want = Array.from({ length: lines }, (_, i) => `line-${i + 1}`);
-  assert(JSON.stringify(shown.lines) === JSON.stringify(want), "every line once, in order");
+  await assertExact(page, info.id, numbered(lines), base, SHORT.token);
   await ctx.close();
 });
 
@@ -486,7 +475,7 @@ scenario("device login: the real moor login is approved in the page, then stream
   // The rows are drawn on the next animation frame after the entries arrive.
   await waitFor("the rows drawn", 5000, () => page.evaluate((h) => window.__moor.renderedSeqs().includes(h), head));
   await shot(page, "session-device");
-  await assertExact(page, info.id, Array.from({ length: 50 }, (_, i) => `line-${i + 1}`));
+  await assertExact(page, info.id, numbered(50));
   await ctx.close();
 });
 

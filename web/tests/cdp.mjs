@@ -120,7 +120,12 @@ class RawPage {
   /** The Page Lifecycle's frozen state (hidden first, as a phone's screen goes off): no task
    * runs until `wake`. */
   async freeze() {
-    if (this.shown) await this.conn.send("Emulation.setFocusEmulationEnabled", { enabled: false });
+    if (this.shown) {
+      await this.conn.send("Emulation.setFocusEmulationEnabled", { enabled: false });
+      // A page that still counts as shown ignores the freeze: wait until it has seen itself
+      // hidden (its visibilitychange handlers have run) before freezing it.
+      await waitFor("the page to be hidden", 10000, () => this.evaluate(() => document.visibilityState === "hidden"));
+    }
     this.shown = false;
     await this.conn.send("Page.setWebLifecycleState", { state: "frozen" });
   }

@@ -121,10 +121,13 @@ export async function waitFor(what, ms, cond) {
   }
 }
 
-export async function sessionByName(name, ms = 20000) {
+/** `line-1` … `line-n`: what the test agent's `count n` prints. */
+export const numbered = (n) => Array.from({ length: n }, (_, i) => `line-${i + 1}`);
+
+export async function sessionByName(name, ms = 20000, base = URL_BASE, token = TOKEN) {
   return waitFor(`session ${name}`, ms, async () => {
     try {
-      return await api(`/sessions/${encodeURIComponent(name)}`);
+      return await api(`/sessions/${encodeURIComponent(name)}`, {}, base, token);
     } catch (e) {
       if (e.status === 404) return null;
       throw e;
@@ -158,8 +161,8 @@ export async function everything(page) {
 }
 
 /** The page ends holding exactly the server's log: every seq once, in order, nothing else. */
-export async function assertExact(page, id, expectLines) {
-  const server = await allEntries(id);
+export async function assertExact(page, id, expectLines, base = URL_BASE, token = TOKEN) {
+  const server = await allEntries(id, base, token);
   const shown = await everything(page);
   const want = server.map((e) => e.seq);
   assert(shown.seqs.length === want.length, `page holds ${shown.seqs.length} entries, server ${want.length}`);
