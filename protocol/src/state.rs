@@ -40,6 +40,7 @@ pub const SETTLED_INPUTS_KEPT: usize = 20;
 /// What the session is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Waiting for a prompt.
@@ -60,6 +61,7 @@ pub enum Phase {
 /// What a tool call may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolClass {
     /// Reads only; safe to repeat.
@@ -95,6 +97,7 @@ impl ToolClass {
 /// A tool call that started and has no result yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OpenTool {
     /// The agent's tool_use id.
     pub id: String,
@@ -119,6 +122,7 @@ pub struct OpenTool {
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompletedTool {
     /// The call.
     #[serde(flatten)]
@@ -132,6 +136,7 @@ pub struct CompletedTool {
 /// A permission request nobody has decided yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingPermission {
     /// The agent's request id.
     pub request_id: String,
@@ -148,6 +153,7 @@ pub struct PendingPermission {
 /// Where a remote input is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InputStatus {
     /// Stored; the bridge has not confirmed it.
@@ -165,6 +171,7 @@ pub enum InputStatus {
 /// A remote input and its receipt state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputState {
     /// Its seq.
     pub seq: Seq,
@@ -179,6 +186,7 @@ pub struct InputState {
 /// The bridge link as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LinkState {
     /// A bridge connection is up.
     pub up: bool,
@@ -193,6 +201,7 @@ pub struct LinkState {
 /// The agent process as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentState {
     /// Started and not exited.
     pub running: bool,
@@ -219,6 +228,7 @@ pub struct AgentState {
 /// The current turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TurnState {
     /// The prompt that started it.
     pub prompt: Option<String>,
@@ -231,6 +241,7 @@ pub struct TurnState {
 /// Counters, including what the fold could not understand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Counts {
     /// Entries folded.
     pub entries: u64,
@@ -251,6 +262,7 @@ pub struct Counts {
 /// Everything the server knows about a session from its log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionState {
     /// Seq of the last entry folded.
     pub head: Seq,

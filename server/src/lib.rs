@@ -14,6 +14,7 @@ pub mod error;
 pub mod http;
 pub mod hub;
 pub mod log;
+pub mod openapi;
 pub mod relay;
 pub mod serve;
 pub mod sse;

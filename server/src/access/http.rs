@@ -28,9 +28,12 @@ const MAX_NAME: usize = 64;
 /// Longest password accepted (argon2 takes any length; this bounds the work).
 const MAX_PASSWORD: usize = 1024;
 
-#[derive(Deserialize)]
+/// `POST /api/v1/auth/login`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Credentials {
+    /// User name.
     name: String,
+    /// Password.
     password: String,
 }
 
@@ -115,6 +118,16 @@ fn cookie_header(
 }
 
 /// `POST /api/v1/auth/login` `{name, password}`: a new token family.
+#[utoipa::path(
+    post, path = "/auth/login", operation_id = "login", tag = "access", security(()),
+    request_body = Credentials,
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = super::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn login(
     State(state): State<AppState>,
     ip: Option<Extension<ClientIp>>,
@@ -164,8 +177,10 @@ pub(crate) async fn login(
     }
 }
 
-#[derive(Deserialize, Default)]
+/// `POST /api/v1/auth/refresh`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 pub(crate) struct RefreshRequest {
+    /// The refresh token (else the `moor_refresh` cookie).
     #[serde(default)]
     refresh_token: Option<String>,
 }
@@ -173,6 +188,16 @@ pub(crate) struct RefreshRequest {
 /// `POST /api/v1/auth/refresh` `{refresh_token}` (or the `moor_refresh` cookie): spends the
 /// token and answers with a new pair. A token that was spent already revokes its family and
 /// ends its live connections.
+#[utoipa::path(
+    post, path = "/auth/refresh", operation_id = "refresh", tag = "access", security(()),
+    request_body(content = Option<RefreshRequest>, description = "The refresh token; without a body, the `moor_refresh` cookie is used"),
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = super::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn refresh(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -206,6 +231,13 @@ pub(crate) async fn refresh(
 
 /// `POST /api/v1/auth/logout`: revokes the caller's token family (its refresh tokens stop
 /// working, its live connections end) and clears the cookies.
+#[utoipa::path(
+    post, path = "/auth/logout", operation_id = "logout", tag = "access",
+    responses(
+        (status = 204, description = "The token family is revoked and the cookies cleared", headers(("Set-Cookie" = String, description = "Clears `moor_access` and `moor_refresh`"))),
+        crate::openapi::Unauthorized,
+    )
+)]
 pub(crate) async fn logout(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -230,10 +262,14 @@ pub(crate) async fn logout(
         .into_response())
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/users`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct NewUser {
+    /// 1 to 64 of `[A-Za-z0-9._-]`, not `admin`.
     name: String,
+    /// 8 to 1024 bytes.
     password: String,
+    /// Make an administrator.
     #[serde(default)]
     admin: bool,
 }
@@ -248,6 +284,18 @@ impl std::fmt::Debug for NewUser {
 }
 
 /// `POST /api/v1/users` `{name, password, admin?}` (admin): adds a user.
+#[utoipa::path(
+    post, path = "/users", operation_id = "createUser", tag = "access",
+    request_body = NewUser,
+    responses(
+        (status = 201, description = "The user was added"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::Conflict,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn create_user(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -301,6 +349,16 @@ pub(crate) async fn validated_user(name: &str, password: String) -> Result<Strin
 
 /// `POST /api/v1/users/{name}/revoke` (admin): the user can no longer log in, refresh or use
 /// any token, and their live streams and sockets end.
+#[utoipa::path(
+    post, path = "/users/{name}/revoke", operation_id = "revokeUser", tag = "access",
+    params(("name" = String, Path, description = "The user name")),
+    responses(
+        (status = 204, description = "The user is revoked"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn revoke_user(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -321,12 +379,31 @@ pub(crate) async fn revoke_user(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+/// `PUT /api/v1/sessions/{id}/members/{user}`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct MemberRequest {
+    /// The role to give.
+    #[schema(value_type = Role)]
     role: String,
 }
 
 /// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): shares the session.
+#[utoipa::path(
+    put, path = "/sessions/{id}/members/{user}", operation_id = "putMember", tag = "access",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("user" = String, Path, description = "The user name"),
+    ),
+    request_body = MemberRequest,
+    responses(
+        (status = 204, description = "The user has the role on the session"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn put_member(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -358,6 +435,19 @@ pub(crate) async fn put_member(
 }
 
 /// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user`.
+#[utoipa::path(
+    delete, path = "/sessions/{id}/members/{user}", operation_id = "deleteMember", tag = "access",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("user" = String, Path, description = "The user name"),
+    ),
+    responses(
+        (status = 204, description = "The user has no role on the session any more"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn delete_member(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -378,8 +468,11 @@ const MAX_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Most uses of one share link.
 const MAX_LINK_USES: i64 = 1000;
 
-#[derive(Deserialize)]
+/// `POST /api/v1/sessions/{id}/share-links`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct NewShareLink {
+    /// The role the link grants.
+    #[schema(value_type = Role)]
     role: String,
     /// Seconds it stays valid (default one day).
     #[serde(default)]
@@ -391,6 +484,19 @@ pub(crate) struct NewShareLink {
 
 /// `POST /api/v1/sessions/{id}/share-links` `{role, expires_in?, uses?}` (owner): a link that
 /// grants `role` to whoever logs in and redeems it. The secret is in the answer only.
+#[utoipa::path(
+    post, path = "/sessions/{id}/share-links", operation_id = "createShareLink", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    request_body = NewShareLink,
+    responses(
+        (status = 201, description = "The new link, with its secret (shown this once)", body = crate::openapi::ShareLinkCreated),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn create_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -439,13 +545,26 @@ pub(crate) async fn create_share_link(
     ))
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/share-links/redeem`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Redeem {
+    /// The link's secret.
     token: String,
 }
 
 /// `POST /api/v1/share-links/redeem` `{token}` (a logged-in user): joins the session with the
 /// link's role (an existing role is kept). 404 for an unknown, expired, used-up or revoked link.
+#[utoipa::path(
+    post, path = "/share-links/redeem", operation_id = "redeemShareLink", tag = "access",
+    request_body = Redeem,
+    responses(
+        (status = 200, description = "The caller joined the session", body = crate::openapi::Redeemed),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn redeem_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -470,6 +589,16 @@ pub(crate) async fn redeem_share_link(
 
 /// `DELETE /api/v1/share-links/{id}` (the session's owner): the link stops working, and the
 /// people who joined through it lose their role and their live connections.
+#[utoipa::path(
+    delete, path = "/share-links/{id}", operation_id = "revokeShareLink", tag = "access",
+    params(("id" = String, Path, description = "The share link's id")),
+    responses(
+        (status = 204, description = "The link is revoked and the people who joined through it removed"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn revoke_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -109,7 +109,7 @@ pub(crate) fn token_hash(token: &str) -> String {
 }
 
 /// An access token and its refresh token, as handed to a client.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct TokenPair {
     /// The JWT.
     pub access_token: String,

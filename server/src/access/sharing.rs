@@ -13,6 +13,16 @@ use crate::state::AppState;
 use crate::store::{MemberRow, ShareLinkRow};
 
 /// `GET /api/v1/sessions/{id}/members` (owner): everyone with a role on the session, by name.
+#[utoipa::path(
+    get, path = "/sessions/{id}/members", operation_id = "listMembers", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "Everyone with a role on the session", body = Vec<SessionMember>),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn list_members(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -25,6 +35,16 @@ pub(crate) async fn list_members(
 
 /// `GET /api/v1/sessions/{id}/share-links` (owner): the session's links, live or not, newest
 /// first, without their secrets.
+#[utoipa::path(
+    get, path = "/sessions/{id}/share-links", operation_id = "listShareLinks", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "The session's share links, newest first, without secrets", body = Vec<ShareLinkInfo>),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn list_share_links(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -6,80 +6,34 @@ pub(crate) mod inputs;
 mod recovery;
 mod sessions;
 
+use std::sync::Arc;
+
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
-use axum::Router;
+use axum::{Extension, Router};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::access::http as access;
+use crate::access::{device, setup, sharing};
 use crate::error::ApiError;
+use crate::openapi::{add_common_errors, ApiDoc, Served};
 use crate::state::AppState;
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
-    let api = Router::new()
-        .route("/me", get(sessions::me))
-        .route("/sessions", get(sessions::list))
-        .route("/sessions/{id}", get(sessions::get))
-        .route("/sessions/{id}/entries", get(sessions::entries))
-        .route("/sessions/{id}/events", get(crate::sse::events))
-        .route("/sessions/{id}/ws", get(crate::ws::viewer::upgrade))
-        .route("/sessions/{id}/inputs", post(inputs::create))
-        .route("/sessions/{id}/recovery", get(recovery::brief))
-        .route("/sessions/{id}/transcript", get(recovery::transcript))
-        .route("/sessions/{id}/bridge/close", post(sessions::close_bridge))
-        .route("/sessions/{id}/checkpoints", get(checkpoints::list))
-        .route(
-            "/sessions/{id}/checkpoints/{checkpoint}",
-            put(checkpoints::put),
-        )
-        .route("/checkpoints/{checkpoint}", get(checkpoints::get))
-        .route("/checkpoints/{checkpoint}/diff", get(checkpoints::diff))
-        .route(
-            "/checkpoints/{checkpoint}/archive",
-            get(checkpoints::archive),
-        )
-        .route("/blobs/missing", post(checkpoints::missing))
-        .route(
-            "/blobs/{sha256}",
-            get(checkpoints::get_blob).put(checkpoints::put_blob),
-        )
-        .route("/bridge", get(crate::ws::bridge::upgrade))
-        .route("/auth/login", post(access::login))
-        .route(
-            "/auth/setup",
-            get(crate::access::setup::status).post(crate::access::setup::setup),
-        )
-        .route("/auth/refresh", post(access::refresh))
-        .route("/auth/logout", post(access::logout))
-        .route("/auth/device", post(crate::access::device::start))
-        .route("/auth/device/approve", post(crate::access::device::approve))
-        .route("/auth/device/deny", post(crate::access::device::deny))
-        .route("/auth/device/token", post(crate::access::device::token))
-        .route("/users", post(access::create_user))
-        .route("/users/{name}/revoke", post(access::revoke_user))
-        .route(
-            "/sessions/{id}/share-links",
-            post(access::create_share_link).get(crate::access::sharing::list_share_links),
-        )
-        .route(
-            "/sessions/{id}/members",
-            get(crate::access::sharing::list_members),
-        )
-        .route("/share-links/redeem", post(access::redeem_share_link))
-        .route(
-            "/share-links/{id}",
-            axum::routing::delete(access::revoke_share_link),
-        )
-        .route(
-            "/sessions/{id}/members/{user}",
-            put(access::put_member).delete(access::delete_member),
-        )
-        .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });
-    Router::new()
-        .route("/healthz", get(health::get))
-        .nest("/api/v1", api)
-        .merge(crate::web::router())
+    let (router, mut doc) = routes().split_for_parts();
+    add_common_errors(&mut doc);
+    let served = match doc.to_json() {
+        Ok(json) => Served(Arc::from(json)),
+        Err(e) => {
+            tracing::error!(error = ?e, "serialise the OpenAPI description");
+            Served(Arc::from("{}"))
+        }
+    };
+    router
+        .layer(Extension(served))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -94,6 +48,63 @@ pub fn router(state: AppState) -> Router {
             ),
         )
         .with_state(state)
+}
+
+/// The OpenAPI description of every route, as `GET /api/v1/openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = routes().into_openapi();
+    add_common_errors(&mut doc);
+    doc
+}
+
+/// Every route, each registered together with its description by `routes!` (which reads the
+/// method and the path from the handler's `#[utoipa::path]`). Add routes here and only this
+/// way: `every_route_is_described` fails on a route the description lacks.
+fn routes() -> OpenApiRouter<AppState> {
+    let api = OpenApiRouter::new()
+        .routes(routes!(crate::openapi::document))
+        .routes(routes!(sessions::me))
+        .routes(routes!(sessions::list))
+        .routes(routes!(sessions::get))
+        .routes(routes!(sessions::entries))
+        .routes(routes!(crate::sse::events))
+        .routes(routes!(crate::ws::viewer::upgrade))
+        .routes(routes!(inputs::create))
+        .routes(routes!(recovery::brief))
+        .routes(routes!(recovery::transcript))
+        .routes(routes!(sessions::close_bridge))
+        .routes(routes!(checkpoints::list))
+        .routes(routes!(checkpoints::put))
+        .routes(routes!(checkpoints::get))
+        .routes(routes!(checkpoints::diff))
+        .routes(routes!(checkpoints::archive))
+        .routes(routes!(checkpoints::missing))
+        .routes(routes!(checkpoints::get_blob, checkpoints::put_blob))
+        .routes(routes!(crate::ws::bridge::upgrade))
+        .routes(routes!(access::login))
+        .routes(routes!(setup::status, setup::setup))
+        .routes(routes!(access::refresh))
+        .routes(routes!(access::logout))
+        .routes(routes!(device::start))
+        .routes(routes!(device::approve))
+        .routes(routes!(device::deny))
+        .routes(routes!(device::token))
+        .routes(routes!(access::create_user))
+        .routes(routes!(access::revoke_user))
+        .routes(routes!(
+            access::create_share_link,
+            sharing::list_share_links
+        ))
+        .routes(routes!(sharing::list_members))
+        .routes(routes!(access::redeem_share_link))
+        .routes(routes!(access::revoke_share_link))
+        .routes(routes!(access::put_member, access::delete_member))
+        .fallback(|_: crate::auth::AuthUser| async { ApiError::NotFound("route") });
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::get))
+        .nest("/api/v1", api)
+        .merge(crate::web::routes())
+        .fallback(|| async { ApiError::NotFound("route") })
 }
 
 /// Parses a JSON body into `T`, answering with our error format for anything wrong with it.
@@ -115,4 +126,43 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
         field: "body",
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The paths `router` routes, read from its `Debug` output (axum offers no other way to
+    /// list them): the `RouteId(n): "/path"` pairs of its path router, before its fallbacks.
+    fn routed_paths(router: &Router<AppState>) -> BTreeSet<String> {
+        let debug = format!("{router:?}");
+        let start = debug.find("path_router:").expect("a path router");
+        let end = debug.find("fallback_router:").expect("a fallback router");
+        debug[start..end]
+            .split("RouteId(")
+            .filter_map(|s| s.split_once("): \"")?.1.split_once('"'))
+            .map(|(path, _)| path.to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn every_route_is_described() {
+        let (router, doc) = routes().split_for_parts();
+        let routed = routed_paths(&router);
+        let described: BTreeSet<String> = doc.paths.paths.keys().cloned().collect();
+        assert!(
+            routed.contains("/api/v1/sessions/{id}/events"),
+            "{routed:?}"
+        );
+        assert_eq!(routed, described);
+    }
+
+    #[test]
+    fn a_route_added_around_the_description_is_noticed() {
+        let (router, _) = routes().split_for_parts();
+        let sneaked = router.route("/api/v1/undescribed", axum::routing::get(|| async {}));
+        assert!(routed_paths(&sneaked).contains("/api/v1/undescribed"));
+    }
 }

@@ -25,6 +25,20 @@ use crate::state::AppState;
 use crate::tail::Tail;
 
 /// Upgrades after checking the token, the session and the cursor.
+#[utoipa::path(
+    get, path = "/sessions/{id}/ws", operation_id = "openViewerSocket", tag = "streams",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("after" = Option<u64>, Query, description = "Start after this seq (default 0)"),
+        ("access_token" = Option<String>, Query, description = "The access token, for clients that cannot set headers (see the `access_token` security scheme)"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this seq; wins over `after`"),
+    ),
+    responses(
+        (status = 101, description = "A viewer WebSocket: `ServerToViewer` frames out, `ViewerToServer` frames in (JSON text)"),
+        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound,
+        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)"),
+    )
+)]
 pub async fn upgrade(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

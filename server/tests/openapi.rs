@@ -1,0 +1,316 @@
+//! The OpenAPI description the server serves: a valid OpenAPI 3.1 document whose references
+//! all resolve, and which describes exactly the routes the server answers: every documented
+//! operation is routed (the request reaches a handler, not the router's not-found or
+//! method-not-allowed answer), every status the handler answered with is documented, and every
+//! method the document leaves out of a path is refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use moor_server::{Server, ServerConfig};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "test-token";
+
+struct TestServer {
+    addr: std::net::SocketAddr,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl TestServer {
+    async fn spawn() -> Self {
+        let dir = std::env::temp_dir().join(format!("moor-openapi-{}", uuid::Uuid::new_v4()));
+        let mut config = ServerConfig::default();
+        config.data_dir = dir.clone();
+        config.admin_token = Some(TOKEN.into());
+        let server = Server::build(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server.serve(listener, shutdown.clone()));
+        Self {
+            addr,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+            shutdown,
+            dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The document as served, without a credential.
+    async fn document(&self) -> (String, Value) {
+        let resp = self
+            .http
+            .get(self.url("/api/v1/openapi.json"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()[reqwest::header::CONTENT_TYPE],
+            "application/json"
+        );
+        let text = resp.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap();
+        (text, value)
+    }
+
+    /// Sends `method path` as the admin, with an empty JSON object as the body of writes.
+    async fn call(&self, method: &Method, path: &str) -> (StatusCode, String) {
+        let mut req = self
+            .http
+            .request(method.clone(), self.url(path))
+            .bearer_auth(TOKEN);
+        if *method == Method::POST || *method == Method::PUT {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body("{}");
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        (status, resp.text().await.unwrap_or_default())
+    }
+}
+
+/// Whether an answer is the router's own: no route for the path, or none for the method.
+fn is_router_answer(status: StatusCode, body: &str) -> bool {
+    let route_not_found = status == StatusCode::NOT_FOUND
+        && serde_json::from_str::<Value>(body)
+            .is_ok_and(|b| b["code"] == "not_found" && b["message"] == "route not found");
+    route_not_found || status == StatusCode::METHOD_NOT_ALLOWED
+}
+
+/// A value for a path parameter: one the handler accepts as well formed where that matters.
+fn sample(param: &str) -> &'static str {
+    match param {
+        "id" => "no-such-session",
+        "checkpoint" => "0123456789abcdef",
+        "sha256" => "0000000000000000000000000000000000000000000000000000000000000000",
+        "file" => "index.html",
+        "dir" => "assets",
+        _ => "nobody",
+    }
+}
+
+/// The `{name}`s of a path template.
+fn template_params(path: &str) -> BTreeSet<String> {
+    path.split('{')
+        .skip(1)
+        .filter_map(|s| s.split_once('}'))
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
+fn fill(path: &str) -> String {
+    template_params(path)
+        .iter()
+        .fold(path.to_owned(), |p, name| {
+            p.replace(&format!("{{{name}}}"), sample(name))
+        })
+}
+
+/// Every `$ref` in `value`, with where it was found.
+fn refs<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a str)>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => out.push((at.clone(), r)),
+                    _ => refs(v, format!("{at}/{k}"), out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                refs(v, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Runs `openapi-spec-validator` (installed by `scripts/install-openapi-validator`, named by
+/// `MOOR_OPENAPI_VALIDATOR`, which `scripts/test` sets) on the document.
+fn validate_with_external_validator(text: &str) {
+    let Ok(validator) = std::env::var("MOOR_OPENAPI_VALIDATOR") else {
+        return;
+    };
+    let file = std::env::temp_dir().join(format!("moor-openapi-{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(&validator)
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("run {validator}: {e}"));
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "openapi-spec-validator refused the document: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const METHODS: [Method; 5] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::PATCH,
+];
+
+#[tokio::test]
+async fn the_served_description_is_a_valid_openapi_document_whose_references_resolve() {
+    let server = TestServer::spawn().await;
+    let (text, doc) = server.document().await;
+    let spec = oas3::from_json(&text).expect("an OpenAPI 3.1 document");
+    let version = spec
+        .validate_version()
+        .expect("a supported OpenAPI version");
+    assert_eq!((version.major, version.minor), (3, 1));
+    assert_eq!(spec.info.title, "Mooring");
+    validate_with_external_validator(&text);
+
+    let mut found = Vec::new();
+    refs(&doc, String::new(), &mut found);
+    assert!(found.len() > 50, "only {} references", found.len());
+    for (at, r) in &found {
+        let pointer = r
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{at}: {r} is not local"));
+        assert!(doc.pointer(pointer).is_some(), "{at}: {r} does not resolve");
+    }
+
+    let schemes: BTreeSet<&str> = doc["components"]["securitySchemes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for requirement in doc["security"].as_array().unwrap() {
+        for scheme in requirement.as_object().unwrap().keys() {
+            assert!(schemes.contains(scheme.as_str()), "unknown scheme {scheme}");
+        }
+    }
+
+    let ops: Vec<_> = spec.operations().collect();
+    assert!(ops.len() >= 43, "only {} operations", ops.len());
+    let ids: BTreeSet<&str> = ops
+        .iter()
+        .map(|(path, method, op)| {
+            op.operation_id
+                .as_deref()
+                .unwrap_or_else(|| panic!("{method} {path} has no operationId"))
+        })
+        .collect();
+    assert_eq!(ids.len(), ops.len(), "operationIds repeat");
+    let mut json_errors = 0;
+    for (path, method, op) in &ops {
+        let params = op.parameters(&spec).unwrap();
+        let in_path: BTreeSet<String> = params
+            .iter()
+            .filter(|p| matches!(p.location, oas3::spec::ParameterIn::Path))
+            .map(|p| p.name.clone())
+            .collect();
+        assert_eq!(in_path, template_params(path), "{method} {path}");
+
+        let responses = op.responses(&spec);
+        assert!(
+            responses
+                .keys()
+                .any(|s| s.starts_with('2') || s.starts_with('3') || s == "101"),
+            "{method} {path} has no success response"
+        );
+        for status in ["429", "500"] {
+            assert!(
+                responses.contains_key(status),
+                "{method} {path}: no {status}"
+            );
+        }
+        // Errors are ErrorBody objects wherever they are JSON.
+        let raw = &doc["paths"][path.as_str()][method.as_str().to_lowercase()]["responses"];
+        for (status, response) in raw.as_object().unwrap() {
+            let json = &response["content"]["application/json"]["schema"]["$ref"];
+            if (status.starts_with('4') || status.starts_with('5')) && !json.is_null() {
+                assert_eq!(
+                    json, "#/components/schemas/ErrorBody",
+                    "{method} {path} {status}"
+                );
+                json_errors += 1;
+            }
+        }
+    }
+    assert!(
+        json_errors > 2 * ops.len(),
+        "{json_errors} JSON error responses"
+    );
+}
+
+#[tokio::test]
+async fn every_documented_operation_is_routed_and_answers_a_documented_status() {
+    let server = TestServer::spawn().await;
+    let (text, _) = server.document().await;
+    let spec = oas3::from_json(&text).unwrap();
+    if let Ok(path) = std::env::var("MOOR_OPENAPI_OUT") {
+        std::fs::write(path, &text).unwrap();
+    }
+
+    // The check can fail: the router's own answers are recognised.
+    let (status, body) = server.call(&Method::GET, "/api/v1/no-such-route").await;
+    assert!(is_router_answer(status, &body), "{status} {body}");
+    let (status, body) = server.call(&Method::GET, "/a/b/no-such-file").await;
+    assert!(is_router_answer(status, &body), "{status} {body}");
+    let (status, body) = server.call(&Method::DELETE, "/api/v1/me").await;
+    assert!(is_router_answer(status, &body), "{status} {body}");
+
+    let mut probed = 0;
+    for (path, item) in spec.paths.as_ref().unwrap() {
+        let url = fill(path);
+        let documented: BTreeSet<String> = item
+            .methods()
+            .into_iter()
+            .map(|(m, _)| m.as_str().to_owned())
+            .collect();
+        for method in &METHODS {
+            let (status, body) = server.call(method, &url).await;
+            let Some(op) = spec.operation(&method.as_str().parse().unwrap(), path) else {
+                assert!(
+                    is_router_answer(status, &body),
+                    "{method} {url} is not documented but answered {status} {body}"
+                );
+                continue;
+            };
+            assert!(documented.contains(method.as_str()));
+            assert!(
+                !is_router_answer(status, &body),
+                "{method} {path} is documented but not routed: {status} {body}"
+            );
+            let answered = status.as_str().to_owned();
+            assert!(
+                op.responses(&spec).contains_key(&answered),
+                "{method} {url} answered {status}, which its description lacks: {body}"
+            );
+            probed += 1;
+        }
+    }
+    assert_eq!(probed, spec.operations().count());
+    assert!(probed >= 43, "only {probed} operations probed");
+}
