@@ -19,9 +19,7 @@ use moor_protocol::transcript::Message;
 use moor_protocol::SessionId;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, SecurityRequirement};
-use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
-
-use crate::auth::ACCESS_COOKIE;
+use utoipa::{IntoResponses, OpenApi, ToSchema};
 
 /// Tag of the session routes.
 pub const SESSIONS: &str = "sessions";
@@ -43,7 +41,6 @@ pub const SERVER: &str = "server";
                        `ErrorBody` objects whose `code` says what went wrong.",
         license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0"),
     ),
-    modifiers(&Frame),
     components(schemas(
         ErrorBody,
         // What the streams carry (their operations can only name them in prose).
@@ -72,51 +69,44 @@ pub const QUERY_TOKEN: &str = "access_token";
 /// Name of the access-token cookie security scheme (the web client).
 pub const COOKIE: &str = "cookie";
 
-/// Adds the security schemes and makes any one of them the default requirement; the public
-/// routes say `security(())` in their annotation. Every operation also gets the errors any
-/// route may answer: 429 from the rate limit in front of every route, and 500.
-struct Frame;
-
-impl Modify for Frame {
-    fn modify(&self, doc: &mut Document) {
-        let components = doc.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            BEARER,
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some(
-                        "An access token (JWT) from login, refresh or a device grant, or the \
-                         bootstrap admin token",
-                    ))
-                    .build(),
-            ),
-        );
-        components.add_security_scheme(
+/// Completes the document `routes!` assembled: adds the security schemes and makes any one of
+/// them the default requirement (the public routes say `security(())` in their annotation), and
+/// gives every operation the errors any route may answer: 429 from the rate limit in front of
+/// every route, and 500. `access_cookie` names the access-token cookie.
+pub(crate) fn finish(doc: &mut Document, access_cookie: &str) {
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        BEARER,
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "An access token (JWT) from login, refresh or a device grant, or the \
+                     bootstrap admin token",
+                ))
+                .build(),
+        ),
+    );
+    components.add_security_scheme(
+        QUERY_TOKEN,
+        SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
             QUERY_TOKEN,
-            SecurityScheme::ApiKey(ApiKey::Query(ApiKeyValue::with_description(
-                QUERY_TOKEN,
-                "The same token as a query parameter, for clients that cannot set headers \
-                 (EventSource, browser WebSockets)",
-            ))),
-        );
-        components.add_security_scheme(
-            COOKIE,
-            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
-                ACCESS_COOKIE,
-                "The access-token cookie login sets for the web client",
-            ))),
-        );
-        doc.security = Some(vec![
-            SecurityRequirement::new(BEARER, Vec::<String>::new()),
-            SecurityRequirement::new(QUERY_TOKEN, Vec::<String>::new()),
-            SecurityRequirement::new(COOKIE, Vec::<String>::new()),
-        ]);
-    }
-}
-
-/// Adds the errors every route may answer to every operation of `doc`.
-pub(crate) fn add_common_errors(doc: &mut Document) {
+            "The same token as a query parameter, for clients that cannot set headers \
+             (EventSource, browser WebSockets)",
+        ))),
+    );
+    components.add_security_scheme(
+        COOKIE,
+        SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+            access_cookie,
+            "The access-token cookie login sets for the web client",
+        ))),
+    );
+    doc.security = Some(vec![
+        SecurityRequirement::new(BEARER, Vec::<String>::new()),
+        SecurityRequirement::new(QUERY_TOKEN, Vec::<String>::new()),
+        SecurityRequirement::new(COOKIE, Vec::<String>::new()),
+    ]);
     let common = <Common as IntoResponses>::responses();
     for item in doc.paths.paths.values_mut() {
         for op in operations(item) {
@@ -131,7 +121,7 @@ pub(crate) fn add_common_errors(doc: &mut Document) {
 }
 
 /// The operations of one path item, whatever their methods.
-pub fn operations(
+fn operations(
     item: &mut utoipa::openapi::PathItem,
 ) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
     [

@@ -16,15 +16,16 @@ use utoipa_axum::routes;
 
 use crate::access::http as access;
 use crate::access::{device, setup, sharing};
+use crate::auth::ACCESS_COOKIE;
 use crate::error::ApiError;
-use crate::openapi::{add_common_errors, ApiDoc, Served};
+use crate::openapi::{ApiDoc, Served};
 use crate::state::AppState;
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
     let (router, mut doc) = routes().split_for_parts();
-    add_common_errors(&mut doc);
+    crate::openapi::finish(&mut doc, ACCESS_COOKIE);
     let served = match doc.to_json() {
         Ok(json) => Served(Arc::from(json)),
         Err(e) => {
@@ -53,7 +54,7 @@ pub fn router(state: AppState) -> Router {
 /// The OpenAPI description of every route, as `GET /api/v1/openapi.json` serves it.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = routes().into_openapi();
-    add_common_errors(&mut doc);
+    crate::openapi::finish(&mut doc, ACCESS_COOKIE);
     doc
 }
 
