@@ -76,6 +76,12 @@ impl TestServer {
 
     /// Sends `method path` as the admin, with an empty JSON object as the body of writes.
     async fn call(&self, method: &Method, path: &str) -> (StatusCode, String) {
+        let (status, _, body) = self.answer(method, path).await;
+        (status, body)
+    }
+
+    /// As [`Self::call`], with the answer's media type (without parameters; empty if none).
+    async fn answer(&self, method: &Method, path: &str) -> (StatusCode, String, String) {
         let mut req = self
             .http
             .request(method.clone(), self.url(path))
@@ -87,7 +93,15 @@ impl TestServer {
         }
         let resp = req.send().await.unwrap();
         let status = resp.status();
-        (status, resp.text().await.unwrap_or_default())
+        let media = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        (status, media, resp.text().await.unwrap_or_default())
     }
 }
 
@@ -167,6 +181,75 @@ fn validate_with_external_validator(text: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Whether `value` fits `schema` (the subset of JSON Schema the document uses: `$ref`, `type`,
+/// `properties`/`required`, `items`, `enum`, `oneOf`, `allOf`), with `doc` resolving references.
+/// `Err` says where it does not.
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let target = doc.pointer(r.trim_start_matches('#')).ok_or(r)?;
+        return conforms(doc, target, value, at);
+    }
+    if let Some(all) = schema["allOf"].as_array() {
+        for s in all {
+            conforms(doc, s, value, at)?;
+        }
+    }
+    if let Some(one) = schema["oneOf"].as_array() {
+        let fits = one
+            .iter()
+            .filter(|s| conforms(doc, s, value, at).is_ok())
+            .count();
+        if fits != 1 {
+            return Err(format!("{at}: {value} fits {fits} of oneOf"));
+        }
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !options.contains(value) {
+            return Err(format!("{at}: {value} is not one of {options:?}"));
+        }
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let number_ok = kind == "integer" && types.contains(&"number");
+    if !types.is_empty() && !types.contains(&kind) && !number_ok {
+        return Err(format!("{at}: {value} is not {types:?}"));
+    }
+    if let (Some(items), Value::Array(values)) = (schema.get("items"), value) {
+        for (i, v) in values.iter().enumerate() {
+            conforms(doc, items, v, &format!("{at}/{i}"))?;
+        }
+    }
+    if let Value::Object(fields) = value {
+        if let Some(props) = schema["properties"].as_object() {
+            for (k, v) in fields {
+                let Some(prop) = props.get(k) else {
+                    return Err(format!("{at}: {k} is not a documented property"));
+                };
+                conforms(doc, prop, v, &format!("{at}/{k}"))?;
+            }
+        }
+        for k in schema["required"].as_array().into_iter().flatten() {
+            let k = k.as_str().unwrap_or_default();
+            if !fields.contains_key(k) {
+                return Err(format!("{at}: required {k} is missing"));
+            }
+        }
+    }
+    Ok(())
 }
 
 const METHODS: [Method; 5] = [
@@ -267,7 +350,7 @@ async fn the_served_description_is_a_valid_openapi_document_whose_references_res
 #[tokio::test]
 async fn every_documented_operation_is_routed_and_answers_a_documented_status() {
     let server = TestServer::spawn().await;
-    let (text, _) = server.document().await;
+    let (text, doc) = server.document().await;
     let spec = oas3::from_json(&text).unwrap();
     if let Ok(path) = std::env::var("MOOR_OPENAPI_OUT") {
         std::fs::write(path, &text).unwrap();
@@ -282,6 +365,7 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
     assert!(is_router_answer(status, &body), "{status} {body}");
 
     let mut probed = 0;
+    let mut checked = BTreeSet::new();
     for (path, item) in spec.paths.as_ref().unwrap() {
         let url = fill(path);
         let documented: BTreeSet<String> = item
@@ -290,7 +374,7 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
             .map(|(m, _)| m.as_str().to_owned())
             .collect();
         for method in &METHODS {
-            let (status, body) = server.call(method, &url).await;
+            let (status, media, body) = server.answer(method, &url).await;
             let Some(op) = spec.operation(&method.as_str().parse().unwrap(), path) else {
                 assert!(
                     is_router_answer(status, &body),
@@ -309,7 +393,38 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
                 "{method} {url} answered {status}, which its description lacks: {body}"
             );
             probed += 1;
+            // The answer's media type is documented, and a JSON answer fits its schema.
+            let response = &doc["paths"][path.as_str()][method.as_str().to_lowercase()]
+                ["responses"][status.as_str()];
+            if let Some(content) = response["content"].as_object() {
+                assert!(
+                    content.contains_key(&media) || (body.is_empty() && media.is_empty()),
+                    "{method} {url} answered {status} as {media:?}, documented as {:?}: {body}",
+                    content.keys().collect::<Vec<_>>()
+                );
+            }
+            let schema = &response["content"][media.as_str()]["schema"];
+            if media == "application/json" && !schema.is_null() {
+                let body: Value = serde_json::from_str(&body)
+                    .unwrap_or_else(|e| panic!("{method} {url} answered {e}: {body}"));
+                if let Err(e) = conforms(&doc, schema, &body, "") {
+                    panic!("{method} {url} answered {status} off its schema: {e}\n{body}");
+                }
+                checked.insert(format!("{method} {path} {}", status.as_str()));
+            }
         }
+    }
+    // Successful answers as well as errors were checked against their schemas.
+    for answer in [
+        "GET /healthz 200",
+        "GET /api/v1/me 200",
+        "GET /api/v1/sessions 200",
+        "GET /app-config.json 200",
+        "GET /api/v1/auth/setup 200",
+        "POST /api/v1/auth/device 200",
+        "GET /api/v1/sessions/{id} 404",
+    ] {
+        assert!(checked.contains(answer), "{answer} not in {checked:?}");
     }
     assert_eq!(probed, spec.operations().count());
     assert!(probed >= 43, "only {probed} operations probed");

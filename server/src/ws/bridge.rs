@@ -48,9 +48,9 @@ const WELCOME_INPUTS: u32 = 1000;
     ),
     responses(
         (status = 101, description = "The bridge link: `BridgeToServer` frames in, `ServerToBridge` frames out (JSON text), starting with `Hello` and `Welcome`"),
-        (status = 400, description = "Not a WebSocket upgrade request"),
+        (status = 400, description = "Not a WebSocket upgrade request", content((String = "text/plain"))),
         crate::openapi::Unauthorized,
-        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)"),
+        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)", content((String = "text/plain"))),
     )
 )]
 pub async fn upgrade(

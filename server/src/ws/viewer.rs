@@ -35,8 +35,13 @@ use crate::tail::Tail;
     ),
     responses(
         (status = 101, description = "A viewer WebSocket: `ServerToViewer` frames out, `ViewerToServer` frames in (JSON text)"),
-        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound,
-        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)"),
+        (status = 400, description = "`invalid_cursor`: `after` or `Last-Event-ID` is not a seq number; or, as plain text, not a WebSocket upgrade request", content(
+            (moor_protocol::error::ErrorBody = "application/json"),
+            (String = "text/plain"),
+        )),
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)", content((String = "text/plain"))),
     )
 )]
 pub async fn upgrade(
