@@ -9,10 +9,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
+use moor_protocol::{kinds, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
 use moor_server::{Server, ServerConfig};
 use reqwest::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const TOKEN: &str = "test-token";
 
@@ -252,6 +261,46 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
     Ok(())
 }
 
+/// Checks an answer of `method template` against the description: its status is documented,
+/// its media type is one the status documents (or there is no body where none is), and a JSON
+/// body fits its schema. Whether a JSON body was checked.
+fn check_answer(
+    doc: &Value,
+    method: &Method,
+    template: &str,
+    status: StatusCode,
+    media: &str,
+    body: &str,
+) -> bool {
+    let response =
+        &doc["paths"][template][method.as_str().to_lowercase()]["responses"][status.as_str()];
+    assert!(
+        response.is_object(),
+        "{method} {template} answered {status}, which its description lacks: {body}"
+    );
+    match response["content"].as_object() {
+        None => assert!(
+            body.is_empty(),
+            "{method} {template} answered {status} with a body its description lacks: {body}"
+        ),
+        Some(content) => assert!(
+            content.contains_key(media) || (body.is_empty() && media.is_empty()),
+            "{method} {template} answered {status} as {media:?}, documented as {:?}: {body}",
+            content.keys().collect::<Vec<_>>()
+        ),
+    }
+    let schema = &response["content"][media]["schema"];
+    if media != "application/json" || schema.is_null() {
+        return false;
+    }
+    let body: Value = serde_json::from_str(body)
+        .unwrap_or_else(|e| panic!("{method} {template} answered {e}: {body}"));
+    if let Err(e) = conforms(doc, schema, &body, "") {
+        panic!("{method} {template} answered {status} off its schema: {e}\n{body}");
+    }
+    true
+}
+
 const METHODS: [Method; 5] = [
     Method::GET,
     Method::POST,
@@ -393,23 +442,7 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
                 "{method} {url} answered {status}, which its description lacks: {body}"
             );
             probed += 1;
-            // The answer's media type is documented, and a JSON answer fits its schema.
-            let response = &doc["paths"][path.as_str()][method.as_str().to_lowercase()]
-                ["responses"][status.as_str()];
-            if let Some(content) = response["content"].as_object() {
-                assert!(
-                    content.contains_key(&media) || (body.is_empty() && media.is_empty()),
-                    "{method} {url} answered {status} as {media:?}, documented as {:?}: {body}",
-                    content.keys().collect::<Vec<_>>()
-                );
-            }
-            let schema = &response["content"][media.as_str()]["schema"];
-            if media == "application/json" && !schema.is_null() {
-                let body: Value = serde_json::from_str(&body)
-                    .unwrap_or_else(|e| panic!("{method} {url} answered {e}: {body}"));
-                if let Err(e) = conforms(&doc, schema, &body, "") {
-                    panic!("{method} {url} answered {status} off its schema: {e}\n{body}");
-                }
+            if check_answer(&doc, method, path, status, &media, &body) {
                 checked.insert(format!("{method} {path} {}", status.as_str()));
             }
         }
@@ -428,4 +461,178 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
     }
     assert_eq!(probed, spec.operations().count());
     assert!(probed >= 43, "only {probed} operations probed");
+}
+
+/// Attaches a bridge to session `name` and stores `entries` through it.
+async fn attach_bridge(server: &TestServer, name: &str, entries: Vec<NewEntry>) -> Ws {
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        session: name.into(),
+        producer: ProducerId::new(),
+        last_applied_input: Seq(0),
+        uncertain_inputs: vec![],
+        agent: AgentInfo {
+            command: vec!["agent".into()],
+            ..Default::default()
+        },
+    };
+    let last = entries.last().map(|e| e.producer_seq);
+    send(&mut ws, &BridgeToServer::Hello(hello)).await;
+    assert!(matches!(recv(&mut ws).await, ServerToBridge::Welcome(_)));
+    send(&mut ws, &BridgeToServer::Entries { entries }).await;
+    if let Some(last) = last {
+        assert_eq!(
+            recv(&mut ws).await,
+            ServerToBridge::Ack { producer_seq: last }
+        );
+    }
+    ws
+}
+
+async fn send(ws: &mut Ws, frame: &BridgeToServer) {
+    ws.send(WsMessage::Text(
+        serde_json::to_string(frame).unwrap().into(),
+    ))
+    .await
+    .unwrap();
+}
+
+/// The next protocol frame, skipping heartbeats.
+async fn recv(ws: &mut Ws) -> ServerToBridge {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("an open socket")
+            .unwrap();
+        if let WsMessage::Text(t) = msg {
+            let frame: ServerToBridge = serde_json::from_str(&t).unwrap();
+            if frame != ServerToBridge::Heartbeat {
+                return frame;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn answers_about_a_live_session_fit_their_documented_schemas() {
+    let server = TestServer::spawn().await;
+    let (_, doc) = server.document().await;
+    let entry = |producer_seq, kind: &str, payload| NewEntry {
+        producer_seq,
+        ts: moor_protocol::now_ms(),
+        kind: kind.into(),
+        payload,
+    };
+    let _bridge = attach_bridge(
+        &server,
+        "probe",
+        vec![
+            entry(1, kinds::AGENT_START, json!({})),
+            entry(2, kinds::AGENT_TEXT, json!({"text": "hello"})),
+        ],
+    )
+    .await;
+    let input =
+        json!({"client_msg_id": "m1", "kind": kinds::INPUT_TEXT, "payload": {"text": "hi"}});
+    let calls: [(Method, &str, &str, Option<Value>); 11] = [
+        (Method::GET, "/api/v1/sessions", "/api/v1/sessions", None),
+        (
+            Method::POST,
+            "/api/v1/sessions/{id}/inputs",
+            "/api/v1/sessions/probe/inputs",
+            Some(input),
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}",
+            "/api/v1/sessions/probe",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/entries",
+            "/api/v1/sessions/probe/entries?limit=2",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/recovery",
+            "/api/v1/sessions/probe/recovery",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/transcript",
+            "/api/v1/sessions/probe/transcript",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/checkpoints",
+            "/api/v1/sessions/probe/checkpoints",
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/v1/sessions/{id}/share-links",
+            "/api/v1/sessions/probe/share-links",
+            Some(json!({"role": "viewer"})),
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/share-links",
+            "/api/v1/sessions/probe/share-links",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/members",
+            "/api/v1/sessions/probe/members",
+            None,
+        ),
+        (
+            Method::GET,
+            "/api/v1/sessions/{id}/entries",
+            "/api/v1/sessions/probe/entries?after=x",
+            None,
+        ),
+    ];
+    for (method, template, url, body) in calls {
+        let mut req = server
+            .http
+            .request(method.clone(), server.url(url))
+            .bearer_auth(TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let media = resp.headers()[reqwest::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let text = resp.text().await.unwrap();
+        let expected = if url.ends_with("after=x") {
+            StatusCode::BAD_REQUEST
+        } else if method == Method::POST && template.ends_with("share-links") {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(status, expected, "{method} {url}: {text}");
+        assert!(
+            check_answer(&doc, &method, template, status, &media, &text),
+            "{method} {url} has no JSON schema"
+        );
+    }
 }
