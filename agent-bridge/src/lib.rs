@@ -25,4 +25,5 @@ pub mod tls;
 
 pub use bridge::{run, Bridge, BridgeExit, BridgeHandle};
 pub use config::{BridgeConfig, LinkConfig, Token};
-pub use error::{BridgeError, ConnectError};
+pub use error::BridgeError;
+pub use link::ConnectError;

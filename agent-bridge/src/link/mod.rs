@@ -6,6 +6,7 @@
 //! [`InputLedger`]. So dropping a connection at any point loses nothing: the next `Welcome`
 //! says where to resume.
 
+mod error;
 mod frames;
 mod session;
 
@@ -17,9 +18,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use self::error::ConnectError;
 use crate::backoff::Backoff;
 use crate::config::{LinkConfig, Token};
-use crate::error::ConnectError;
 use crate::inputs::{InputLedger, Receipt, RECEIPT_QUEUE};
 use crate::spool::Spool;
 use crate::status::Status;

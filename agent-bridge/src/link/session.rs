@@ -16,9 +16,9 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
+use super::error::ConnectError;
 use super::frames::{decode, encode, entries_message, Incoming};
 use super::{Closed, Link, Ws};
-use crate::error::ConnectError;
 
 /// How long a polite close on shutdown may take.
 const CLOSE_GRACE: Duration = Duration::from_millis(250);
