@@ -12,6 +12,7 @@ pub mod adapter;
 pub mod backoff;
 mod bridge;
 pub mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod inputs;
