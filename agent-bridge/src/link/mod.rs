@@ -6,10 +6,12 @@
 //! [`InputLedger`]. So dropping a connection at any point loses nothing: the next `Welcome`
 //! says where to resume.
 
+mod dial;
 mod error;
 mod frames;
 mod session;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use moor_protocol::bridge::AgentInfo;
@@ -18,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use self::dial::{Dial, DialFuture, Io, TcpDial};
 pub use self::error::ConnectError;
 use crate::backoff::Backoff;
 use crate::config::{LinkConfig, Token};
@@ -26,8 +29,7 @@ use crate::spool::Spool;
 use crate::status::Status;
 
 /// The WebSocket type of one connection.
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<Box<dyn Io>>>;
 
 /// Everything a link needs.
 #[derive(Debug, Clone)]
@@ -97,6 +99,8 @@ pub struct Link {
     /// When the current or last connection was welcomed (for the backoff's stability rule).
     welcomed_at: Option<Instant>,
     session_id: watch::Sender<Option<SessionId>>,
+    /// Opens each connection's byte stream.
+    dial: Arc<dyn Dial>,
 }
 
 impl Link {
@@ -117,6 +121,7 @@ impl Link {
             end_sent: false,
             welcomed_at: None,
             session_id,
+            dial: Arc::new(TcpDial),
         };
         (
             link,
@@ -126,6 +131,13 @@ impl Link {
                 finish,
             },
         )
+    }
+
+    /// Connect through `dial` instead of TCP (tests use in-memory pipes, so the link's timing
+    /// runs on tokio's paused clock).
+    pub fn with_dial(mut self, dial: Arc<dyn Dial>) -> Self {
+        self.dial = dial;
+        self
     }
 
     /// Watch the session id, known after the first `Welcome`.

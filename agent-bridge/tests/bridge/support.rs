@@ -2,6 +2,10 @@
 //! cumulative acks after "commit", dedupe of replayed producer seqs, 4005 on a gap, 4004 after
 //! `End`. The real server is exercised by the workspace's e2e suite; this one lets the bridge's
 //! own tests inject faults (drops, 401s, silence, `Move`, terminal closes) precisely.
+//!
+//! It listens on TCP, and [`FakeServer::dial`] also connects a link to it over in-memory pipes:
+//! then nothing leaves the runtime, so timing tests run on tokio's paused clock and read the
+//! [`Seen::log`] timeline in virtual time.
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
@@ -9,10 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use moor_bridge::link::{Dial, DialFuture, Io};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::{close, Entry, NewEntry, Seq, SessionId};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -56,11 +63,45 @@ pub struct Seen {
     pub gaps: u32,
     /// Entries received on `no_ack_on` connections (never committed).
     pub uncommitted: Vec<NewEntry>,
+    /// What happened when, on tokio's clock (virtual under paused time).
+    pub log: Vec<(Instant, Event)>,
+}
+
+/// A point on the fake server's timeline; numbers are upgrade numbers (1-based, refused ones
+/// included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A WebSocket upgrade request arrived.
+    Upgrade(u32),
+    /// The connection got its `Welcome`.
+    Welcomed(u32),
+    /// A heartbeat arrived from the bridge.
+    Heartbeat(u32),
+    /// The bridge's side of the connection went away (or the server closed it).
+    Gone(u32),
 }
 
 impl Seen {
     pub fn mark(&self) -> u64 {
         self.entries.len() as u64
+    }
+
+    /// When `event` happened (the first time).
+    pub fn at(&self, event: Event) -> Instant {
+        self.log
+            .iter()
+            .find(|(_, e)| *e == event)
+            .unwrap_or_else(|| panic!("{event:?} never happened: {:#?}", self.log))
+            .0
+    }
+
+    /// The times of every event `pick` selects, in order.
+    pub fn times(&self, pick: impl Fn(&Event) -> bool) -> Vec<Instant> {
+        self.log
+            .iter()
+            .filter(|(_, e)| pick(e))
+            .map(|(t, _)| *t)
+            .collect()
     }
 
     pub fn texts(&self) -> Vec<String> {
@@ -77,6 +118,7 @@ pub struct FakeServer {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Seen>>,
     changed: watch::Receiver<u64>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -114,17 +156,24 @@ impl FakeServer {
             changed: tx,
             session_id: SessionId::new(),
         });
+        let accepting = shared.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(connection(stream, shared.clone()));
+                tokio::spawn(connection(stream, accepting.clone()));
             }
         });
         Self {
             addr,
             seen,
             changed,
+            shared,
             task,
         }
+    }
+
+    /// Connects to this server over in-memory pipes instead of TCP (whatever the URL says).
+    pub fn dial(&self) -> Arc<dyn Dial> {
+        Arc::new(MemoryDial(self.shared.clone()))
     }
 
     pub fn url(&self) -> String {
@@ -154,11 +203,28 @@ impl FakeServer {
     }
 }
 
-async fn connection(stream: TcpStream, shared: Arc<Shared>) {
+#[derive(Debug)]
+struct MemoryDial(Arc<Shared>);
+
+impl Dial for MemoryDial {
+    fn dial<'a>(&'a self, _host: &'a str, _port: u16) -> DialFuture<'a> {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(connection(theirs, self.0.clone()));
+        Box::pin(async move { Ok(Box::new(ours) as Box<dyn Io>) })
+    }
+}
+
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, shared: Arc<Shared>) {
     let upgrade = shared.update(|s| {
         s.upgrades += 1;
+        s.log.push((Instant::now(), Event::Upgrade(s.upgrades)));
         s.upgrades
     });
+    serve(stream, upgrade, &shared).await;
+    shared.update(|s| s.log.push((Instant::now(), Event::Gone(upgrade))));
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, shared: &Shared) {
     let reject = upgrade <= shared.script.reject_first;
     let auth = Arc::new(Mutex::new(String::new()));
     let auth_seen = auth.clone();
@@ -221,6 +287,7 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
         web_url: "http://fake/s/fake".into(),
     });
     send(&mut ws, &welcome).await;
+    shared.update(|s| s.log.push((Instant::now(), Event::Welcomed(upgrade))));
     if script.silent_on.contains(&n) {
         // Hold the socket open and say nothing, like a half-open connection.
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -278,7 +345,10 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
             Ok(BridgeToServer::Receipt { input_seq, status }) => {
                 shared.update(|s| s.receipts.push((input_seq, status)))
             }
-            Ok(BridgeToServer::Heartbeat) => send(&mut ws, &ServerToBridge::Heartbeat).await,
+            Ok(BridgeToServer::Heartbeat) => {
+                shared.update(|s| s.log.push((Instant::now(), Event::Heartbeat(upgrade))));
+                send(&mut ws, &ServerToBridge::Heartbeat).await
+            }
             Ok(BridgeToServer::End) => {
                 shared.update(|s| s.ended = true);
                 let frame = CloseFrame {
@@ -311,7 +381,10 @@ fn commit(seen: &mut Seen, entries: Vec<NewEntry>) -> Result<(), u16> {
     Ok(())
 }
 
-async fn send(ws: &mut WebSocketStream<TcpStream>, frame: &ServerToBridge) {
+async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    frame: &ServerToBridge,
+) {
     let _ = ws
         .send(Message::text(serde_json::to_string(frame).unwrap()))
         .await;
