@@ -230,6 +230,48 @@ async fn refused_reconnects_wait_a_jittered_delay_that_doubles_up_to_the_cap() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn only_a_connection_that_stayed_up_past_stable_after_resets_the_backoff() {
+    // arrange: two refusals grow the delay; the first accepted connection is closed at once
+    // (not stable), the second after 20 s (stable past 10 s)
+    let server = FakeServer::start(Script {
+        reject_first: 2,
+        close_after_ms: vec![(1, 0), (2, 20_000)],
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let mut config = fast_link();
+    config.backoff.initial = Duration::from_secs(1);
+    config.backoff.max = Duration::from_secs(60);
+    config.backoff.stable_after = Duration::from_secs(10);
+    let (link, ports) = memory_link(&server, &dir, config);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(link.run(shutdown.clone()));
+    // act
+    server
+        .wait_until("a connection after the stable one", |s| s.upgrades >= 5)
+        .await;
+    ports.finish.send_replace(true);
+    shutdown.cancel();
+    within("link stops", running).await.unwrap().unwrap();
+    // assert: upgrades 3 and 4 are the accepted connections 1 and 2; the third delay (ceiling
+    // 4 s) follows the first, a fresh first delay (ceiling 1 s) the second
+    let seen = server.seen.lock().unwrap();
+    let after_short = seen.at(Event::Upgrade(4)) - seen.at(Event::Gone(3));
+    let after_stable = seen.at(Event::Upgrade(5)) - seen.at(Event::Gone(4));
+    let secs = Duration::from_secs;
+    assert!(
+        after_short >= secs(2) && after_short <= secs(4),
+        "after a connection that closed at once the delay kept growing: {after_short:?}"
+    );
+    assert!(
+        after_stable >= Duration::from_millis(500) && after_stable <= secs(1),
+        "after a stable connection the delay started again from the first: {after_stable:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_quiet_link_sends_a_heartbeat_each_interval_and_stays_up() {
     // arrange: nothing to send, a server that answers heartbeats
     let server = FakeServer::start(Script {

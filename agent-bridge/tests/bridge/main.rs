@@ -80,7 +80,7 @@ pub fn bare_link_to(servers: &str, dir: &SessionDir, config: LinkConfig) -> (Lin
 
 /// Guard against hangs; the timeout is never the synchronisation itself.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(20), fut).await {
+    match tokio::time::timeout(Duration::from_secs(60), fut).await {
         Ok(out) => out,
         Err(_) => panic!("timed out: {what}"),
     }

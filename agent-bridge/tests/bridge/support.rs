@@ -41,6 +41,9 @@ pub struct Script {
     pub no_ack_on: Vec<u32>,
     /// On these connection numbers, send `Move` right after `Welcome`.
     pub move_on: Vec<u32>,
+    /// On these connection numbers, serve for this many ms after `Welcome`, then close with
+    /// 4009 (lifetime).
+    pub close_after_ms: Vec<(u32, u64)>,
     /// Close the first connection with this code right after `Welcome`.
     pub close_first_with: Option<u16>,
     /// Inputs to offer in `Welcome.pending_inputs` (those above `last_applied_input`).
@@ -180,7 +183,7 @@ impl FakeServer {
         format!("http://{}", self.addr)
     }
 
-    /// Wait (at most 10 s, a failure guard) until `cond` holds.
+    /// Wait (at most 60 s, a failure guard; virtual seconds on paused time) until `cond` holds.
     pub async fn wait_until(&self, what: &str, cond: impl Fn(&Seen) -> bool) {
         let mut changed = self.changed.clone();
         let wait = async {
@@ -191,7 +194,7 @@ impl FakeServer {
                 changed.changed().await.unwrap();
             }
         };
-        if tokio::time::timeout(Duration::from_secs(10), wait)
+        if tokio::time::timeout(Duration::from_secs(60), wait)
             .await
             .is_err()
         {
@@ -315,7 +318,31 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
         }
     }
     let mut received = 0u64;
-    while let Some(Ok(msg)) = ws.next().await {
+    let lifetime = script
+        .close_after_ms
+        .iter()
+        .find(|(on, _)| *on == n)
+        .map(|(_, ms)| Duration::from_millis(*ms));
+    let closing = async {
+        match lifetime {
+            Some(lifetime) => tokio::time::sleep(lifetime).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(closing);
+    loop {
+        let msg = tokio::select! {
+            msg = ws.next() => msg,
+            () = &mut closing => {
+                let frame = CloseFrame {
+                    code: CloseCode::from(close::LIFETIME),
+                    reason: "lifetime".into(),
+                };
+                let _ = ws.close(Some(frame)).await;
+                return;
+            }
+        };
+        let Some(Ok(msg)) = msg else { break };
         let Message::Text(text) = msg else { continue };
         match serde_json::from_str::<BridgeToServer>(text.as_str()) {
             Ok(BridgeToServer::Entries { entries }) => {
