@@ -173,7 +173,7 @@ pub async fn device_login(
         writeln!(out, "{art}")?;
     }
     out.flush()?;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let interval = Duration::from_secs(grant.interval.max(1));
     while started.elapsed() < LOGIN_WAIT {
         tokio::time::sleep(interval).await;
