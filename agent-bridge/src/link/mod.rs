@@ -5,6 +5,10 @@
 //! it only on `Ack`; inputs go to the adapter through a channel and their accounting lives in the
 //! [`InputLedger`]. So dropping a connection at any point loses nothing: the next `Welcome`
 //! says where to resume.
+//!
+//! Time enters only through tokio's clock (timeouts, the heartbeat interval, the idle watchdog,
+//! backoff sleeps), and bytes only through a [`Dial`], so with in-memory pipes the whole link
+//! runs on paused time in tests.
 
 mod dial;
 mod error;
@@ -22,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::dial::{Dial, DialFuture, Io, TcpDial};
 pub use self::error::ConnectError;
+
 use crate::backoff::Backoff;
 use crate::config::{LinkConfig, Token};
 use crate::inputs::{InputLedger, Receipt, RECEIPT_QUEUE};
