@@ -272,6 +272,37 @@ async fn only_a_connection_that_stayed_up_past_stable_after_resets_the_backoff()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_the_upgrade_is_given_up_after_the_connect_timeout() {
+    // arrange: the first connection is accepted and then ignored
+    let server = FakeServer::start(Script {
+        unanswered_first: 1,
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let config = fast_link();
+    let (link, ports) = memory_link(&server, &dir, config.clone());
+    dir.spool.append(lines(0..5)).await.unwrap();
+    ports.finish.send_replace(true);
+    // act
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert: the bridge hung up on the mute server at the connect timeout, and the retry
+    // (one backoff delay later) delivered everything
+    assert_eq!(end, LinkEnd::Ended);
+    let seen = server.seen.lock().unwrap();
+    let gave_up = seen.at(Event::Gone(1)) - seen.at(Event::Upgrade(1));
+    assert_eq!(gave_up, config.connect_timeout);
+    let retry = seen.at(Event::Upgrade(2)) - seen.at(Event::Gone(1));
+    assert!(retry <= config.backoff.initial, "{retry:?}");
+    assert_eq!((seen.upgrades, seen.accepted), (2, 1));
+    drop(seen);
+    assert_exactly_once_in_order(&server, 5);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_quiet_link_sends_a_heartbeat_each_interval_and_stays_up() {
     // arrange: nothing to send, a server that answers heartbeats
     let server = FakeServer::start(Script {

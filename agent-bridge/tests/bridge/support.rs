@@ -31,7 +31,9 @@ use tokio_tungstenite::WebSocketStream;
 /// that were not refused).
 #[derive(Debug, Clone, Default)]
 pub struct Script {
-    /// Refuse this many upgrades with HTTP 401 first.
+    /// Leave this many connections unanswered first: no upgrade response, nothing at all.
+    pub unanswered_first: u32,
+    /// Refuse this many upgrades with HTTP 401 first (after the unanswered ones).
     pub reject_first: u32,
     /// Drop the TCP connection (no close frame, no ack) once a connection got this many entries.
     pub drop_after_entries: Option<u64>,
@@ -228,7 +230,14 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, shared: Arc<Sh
 }
 
 async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, shared: &Shared) {
-    let reject = upgrade <= shared.script.reject_first;
+    let unanswered = shared.script.unanswered_first;
+    if upgrade <= unanswered {
+        // Hold the connection and say nothing until the bridge gives up on it.
+        let mut stream = stream;
+        let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+        return;
+    }
+    let reject = upgrade <= unanswered + shared.script.reject_first;
     let auth = Arc::new(Mutex::new(String::new()));
     let auth_seen = auth.clone();
     // The signature is tungstenite's; the large error type is not ours to shrink.
