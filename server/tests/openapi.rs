@@ -354,8 +354,14 @@ async fn the_served_description_is_a_valid_openapi_document_whose_references_res
         })
         .collect();
     assert_eq!(ids.len(), ops.len(), "operationIds repeat");
+    let tags: BTreeSet<&str> = spec.tags.iter().map(|t| t.name.as_str()).collect();
     let mut json_errors = 0;
     for (path, method, op) in &ops {
+        assert!(
+            !op.tags.is_empty() && op.tags.iter().all(|t| tags.contains(t.as_str())),
+            "{method} {path} has tags {:?}, not among {tags:?}",
+            op.tags
+        );
         let params = op.parameters(&spec).unwrap();
         let in_path: BTreeSet<String> = params
             .iter()
