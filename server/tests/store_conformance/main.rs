@@ -12,9 +12,8 @@ mod pg;
 mod stories;
 
 use std::future::Future;
-use std::sync::Arc;
 
-use moor_server::store::{self, Store};
+use moor_server::store::{self, Stores};
 
 /// A database the stories can open store handles ("nodes") on.
 #[derive(Debug)]
@@ -22,7 +21,7 @@ pub struct Db {
     /// Its URL.
     pub url: String,
     /// SQLite is one node: one process owns the file, so every "node" shares its handle.
-    single: tokio::sync::OnceCell<Arc<dyn Store>>,
+    single: tokio::sync::OnceCell<Stores>,
 }
 
 impl Db {
@@ -35,7 +34,7 @@ impl Db {
     }
 
     /// A store handle on this database, as node `node`.
-    pub async fn open(&self, node: &str) -> Arc<dyn Store> {
+    pub async fn open(&self, node: &str) -> Stores {
         let connect = || async {
             store::connect_as(&self.url, node)
                 .await
@@ -161,9 +160,18 @@ mod blob_backfill {
         let store = moor_server::store::connect(url).await.unwrap();
         let session: moor_protocol::SessionId = session.parse().unwrap();
         for sha in ["p1", "f1"] {
-            assert_eq!(store.blob_sessions(sha).await.unwrap(), [session], "{sha}");
+            assert_eq!(
+                store.checkpoints.blob_sessions(sha).await.unwrap(),
+                [session],
+                "{sha}"
+            );
         }
-        assert!(store.blob_sessions("null").await.unwrap().is_empty());
+        assert!(store
+            .checkpoints
+            .blob_sessions("null")
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
