@@ -125,3 +125,34 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::to_bytes;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unavailable_store_is_a_retryable_503_with_retry_after() {
+        // arrange
+        let err: ApiError = StoreError::Unavailable(anyhow::anyhow!("connection refused")).into();
+        // act
+        let resp = err.into_response();
+        // assert
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some(RETRY_UNAVAILABLE.as_secs().to_string())
+        );
+        let body = to_bytes(resp.into_body(), 4096).await.unwrap();
+        let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body.code, ErrorCode::Unavailable);
+        assert!(
+            !body.message.contains("refused"),
+            "the cause stays in the log: {}",
+            body.message
+        );
+    }
+}

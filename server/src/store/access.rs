@@ -535,3 +535,25 @@ macro_rules! access_store {
 }
 
 pub(crate) use access_store;
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    #[tokio::test]
+    async fn sqlite_binds_numbered_dollar_placeholders_by_number_in_any_order_and_repeated() {
+        // arrange
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}?mode=rwc", dir.path().join("p.db").display());
+        let pool = SqlitePoolOptions::new().connect(&url).await.unwrap();
+        // act: $2 appears before $1, and $1 twice
+        let (a, b): (String, i64) = sqlx::query_as("SELECT $2 || '-' || $1, $1 + 0")
+            .bind(7_i64)
+            .bind("x")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        // assert
+        assert_eq!((a.as_str(), b), ("x-7", 7));
+    }
+}

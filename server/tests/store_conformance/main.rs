@@ -131,6 +131,22 @@ async fn postgres_feed_resyncs_after_its_connection_is_terminated() {
         .await;
 }
 
+/// Postgres only: a database that refuses connections makes the store unavailable, not broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_closed_to_connections_is_unavailable_until_it_reopens() {
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    let admin = db.admin_url().to_owned();
+    db.run(|url| {
+        stories::a_database_closed_to_connections_is_unavailable_until_it_reopens(
+            Db::new(url),
+            admin,
+        )
+    })
+    .await;
+}
+
 /// Migration 0007 on a database holding checkpoints from before it: each one's patch and file
 /// blobs are recorded, so their readers keep reading them.
 mod blob_backfill {

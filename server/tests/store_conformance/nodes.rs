@@ -1,11 +1,13 @@
 //! Stories about several nodes on one database: racing appenders, notices of appends and
-//! bridge claims, a lost listen connection, and moving a SQLite log to Postgres.
+//! bridge claims, a lost listen connection, a database closed to connections, and moving a
+//! SQLite log to Postgres.
 
 use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Appended, CheckpointRow, IdemKey, Notice, RefreshOutcome, RefreshRow, Role, StoreError, Stores,
+    Appended, CheckpointRow, IdemKey, Notice, Range, RefreshOutcome, RefreshRow, Role, StoreError,
+    Stores,
 };
 
 use crate::stories::{all, input, next, output, produced, receipt, share_link, stored_seq};
@@ -450,4 +452,62 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
         redeemed, 20,
         "a link with 20 uses is redeemed 20 times in 40 tries"
     );
+}
+
+/// Postgres: while the database refuses new connections and the node's open ones are gone,
+/// every call reports the store unavailable (retry later), not broken; once the database
+/// accepts connections again the same calls succeed.
+pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
+    db: Db,
+    admin_url: String,
+) {
+    // arrange
+    let store = db.open("node-a").await;
+    let s = store.log.open_session("outage", None).await.unwrap().id;
+    store
+        .access
+        .set_member(s, "mem", Role::Viewer)
+        .await
+        .unwrap();
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    let allow = |yes: bool| {
+        let (admin, name) = (admin.clone(), name.clone());
+        async move {
+            sqlx::query(&format!(
+                "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {yes}"
+            ))
+            .execute(&admin)
+            .await
+            .unwrap();
+        }
+    };
+
+    // act: close the database, end the node's connections (waiting until they are gone)
+    allow(false).await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+         WHERE datname = $1 AND application_name = 'moord node-a'",
+    )
+    .bind(&name)
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    let read = store.log.read(s, Range::After(Seq::ZERO), 10).await;
+    let removed = store.access.remove_member(s, "mem").await;
+    allow(true).await;
+
+    // assert
+    assert!(!killed.is_empty(), "the node had connections to end");
+    assert!(
+        matches!(read, Err(StoreError::Unavailable(_))),
+        "a read while closed: {read:?}"
+    );
+    assert!(
+        matches!(removed, Err(StoreError::Unavailable(_))),
+        "a write while closed: {removed:?}"
+    );
+    store.access.remove_member(s, "mem").await.unwrap();
+    assert_eq!(store.access.member_role(s, "mem").await.unwrap(), None);
+    assert!(store.log.read(s, Range::After(Seq::ZERO), 10).await.is_ok());
 }
