@@ -98,17 +98,18 @@ macro_rules! access_store {
                 }
 
                 async fn has_admin(&self) -> StoreResult<bool> {
-                    let row = sqlx::query("SELECT 1 FROM users WHERE admin_since IS NOT NULL LIMIT 1")
-                        .fetch_optional(self.writes())
-                        .await
-                        .map_err(db_error)?;
+                    let row =
+                        sqlx::query("SELECT 1 FROM users WHERE admin_since IS NOT NULL LIMIT 1")
+                            .fetch_optional(self.writes())
+                            .await
+                            .map_err(db_error)?;
                     Ok(row.is_some())
                 }
 
                 async fn user(&self, name: &str) -> StoreResult<UserRow> {
                     let row = sqlx::query(
-                        "SELECT name, password_hash, created_at, revoked_at, admin_since FROM users \
-                         WHERE name = $1",
+                        "SELECT name, password_hash, created_at, revoked_at, admin_since \
+                         FROM users WHERE name = $1",
                     )
                     .bind(name)
                     .fetch_one(self.reads())
@@ -286,7 +287,11 @@ macro_rules! access_store {
                     Ok(())
                 }
 
-                async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
+                async fn claim_session(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<bool> {
                     let sid = session.to_string();
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     // Claims of one session are serialised, so only the first finds no members.
@@ -307,13 +312,19 @@ macro_rules! access_store {
                     Ok(n == 1)
                 }
 
-                async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
-                    sqlx::query("DELETE FROM session_members WHERE session_id = $1 AND principal = $2")
-                        .bind(session.to_string())
-                        .bind(principal)
-                        .execute(self.writes())
-                        .await
-                        .map_err(db_error)?;
+                async fn remove_member(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<()> {
+                    sqlx::query(
+                        "DELETE FROM session_members WHERE session_id = $1 AND principal = $2",
+                    )
+                    .bind(session.to_string())
+                    .bind(principal)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
                     Ok(())
                 }
 
@@ -335,7 +346,8 @@ macro_rules! access_store {
 
                 async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
                     let rows = sqlx::query(
-                        "SELECT principal, role, via_link FROM session_members WHERE session_id = $1",
+                        "SELECT principal, role, via_link FROM session_members \
+                         WHERE session_id = $1",
                     )
                     .bind(session.to_string())
                     .fetch_all(self.reads())
@@ -356,13 +368,17 @@ macro_rules! access_store {
                     Ok(members)
                 }
 
-                async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, Role)>> {
-                    let rows =
-                        sqlx::query("SELECT session_id, role FROM session_members WHERE principal = $1")
-                            .bind(principal)
-                            .fetch_all(self.reads())
-                            .await
-                            .map_err(db_error)?;
+                async fn memberships(
+                    &self,
+                    principal: &str,
+                ) -> StoreResult<Vec<(SessionId, Role)>> {
+                    let rows = sqlx::query(
+                        "SELECT session_id, role FROM session_members WHERE principal = $1",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
                     rows.iter()
                         .map(|r| {
                             Ok((
@@ -450,8 +466,8 @@ macro_rules! access_store {
                 ) -> StoreResult<(SessionId, Vec<String>)> {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     let session: String = sqlx::query_scalar(
-                        "UPDATE share_links SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 \
-                         RETURNING session_id",
+                        "UPDATE share_links SET revoked_at = COALESCE(revoked_at, $1) \
+                         WHERE id = $2 RETURNING session_id",
                     )
                     .bind(at)
                     .bind(id)

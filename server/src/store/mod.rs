@@ -215,7 +215,9 @@ pub trait CheckpointStore: Send + Sync + Debug + 'static {
 }
 
 /// Who may do what: users, refresh-token families (logins and devices), session members and
-/// share links. Secrets arrive hashed; nothing here sees a password or a token.
+/// share links. Secrets arrive hashed; nothing here sees a password or a token. Roles are stored
+/// by their wire names ([`Role::as_str`]); a stored name this server does not know is an error,
+/// never a guess.
 #[async_trait]
 pub trait AccessStore: Send + Sync + Debug + 'static {
     /// Adds a user with an argon2id password hash (an administrator when `admin`); an existing
