@@ -50,7 +50,7 @@ pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db)
     let ((), on_a, on_b) = tokio::join!(producer, inputs(a.clone(), "a"), inputs(b.clone(), "b"));
 
     // assert
-    let entries = all(&b, s).await;
+    let entries = all(&*b.log, s).await;
     let seqs: Vec<u64> = entries.iter().map(|e| e.seq.0).collect();
     assert_eq!(
         seqs,
@@ -302,7 +302,11 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         src.log.list_sessions().await.unwrap()
     );
     for s in [a, b] {
-        assert_eq!(all(&dst, s).await, all(&src, s).await, "the same entries");
+        assert_eq!(
+            all(&*dst.log, s).await,
+            all(&*src.log, s).await,
+            "the same entries"
+        );
     }
     assert_eq!(dst.log.producer_mark(a, p).await.unwrap(), 7000);
     assert_eq!(
@@ -462,13 +466,9 @@ pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
     admin_url: String,
 ) {
     // arrange
-    let store = db.open("node-a").await;
-    let s = store.log.open_session("outage", None).await.unwrap().id;
-    store
-        .access
-        .set_member(s, "mem", Role::Viewer)
-        .await
-        .unwrap();
+    let Stores { log, access, .. } = db.open("node-a").await;
+    let s = log.open_session("outage", None).await.unwrap().id;
+    access.set_member(s, "mem", Role::Viewer).await.unwrap();
     let name = db.url.rsplit('/').next().unwrap().to_owned();
     let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
     let allow = |yes: bool| {
@@ -493,8 +493,8 @@ pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
     .fetch_all(&admin)
     .await
     .unwrap();
-    let read = store.log.read(s, Range::After(Seq::ZERO), 10).await;
-    let removed = store.access.remove_member(s, "mem").await;
+    let read = log.read(s, Range::After(Seq::ZERO), 10).await;
+    let removed = access.remove_member(s, "mem").await;
     allow(true).await;
 
     // assert
@@ -507,7 +507,7 @@ pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
         matches!(removed, Err(StoreError::Unavailable(_))),
         "a write while closed: {removed:?}"
     );
-    store.access.remove_member(s, "mem").await.unwrap();
-    assert_eq!(store.access.member_role(s, "mem").await.unwrap(), None);
-    assert!(store.log.read(s, Range::After(Seq::ZERO), 10).await.is_ok());
+    access.remove_member(s, "mem").await.unwrap();
+    assert_eq!(access.member_role(s, "mem").await.unwrap(), None);
+    assert!(log.read(s, Range::After(Seq::ZERO), 10).await.is_ok());
 }
