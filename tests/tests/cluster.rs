@@ -6,6 +6,7 @@
 //! skip loudly (see `moor_e2e::pg`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use moor_e2e::assert::{agent_texts, assert_counted_prefix, input_seq, of_kind, summary};
 use moor_e2e::http::RawBody;
@@ -374,7 +375,8 @@ impl Streams {
 }
 
 /// `method /api/v1{path}` on `node`, with an optional bearer and JSON body: the status and the
-/// answer.
+/// answer. As every client does, a 503 (the node cannot reach its database right now) is
+/// retried after its `Retry-After`, until [`WAIT`] has passed.
 async fn call(
     node: &TestServer,
     method: reqwest::Method,
@@ -382,16 +384,25 @@ async fn call(
     bearer: Option<&str>,
     body: Option<serde_json::Value>,
 ) -> (reqwest::StatusCode, serde_json::Value) {
-    let r = node
-        .api()
-        .raw(
-            method,
-            &format!("/api/v1{path}"),
-            bearer,
-            body.map(RawBody::Json),
-        )
-        .await;
-    (r.status, r.body)
+    let give_up = tokio::time::Instant::now() + WAIT;
+    loop {
+        let r = node
+            .api()
+            .raw(
+                method.clone(),
+                &format!("/api/v1{path}"),
+                bearer,
+                body.clone().map(RawBody::Json),
+            )
+            .await;
+        if r.status != reqwest::StatusCode::SERVICE_UNAVAILABLE
+            || tokio::time::Instant::now() >= give_up
+        {
+            return (r.status, r.body);
+        }
+        let backoff = Duration::from_secs(r.retry_after.unwrap_or(1));
+        tokio::time::sleep(backoff).await;
+    }
 }
 
 /// `POST /api/v1{path}` on `node` (see [`call`]).
@@ -581,4 +592,64 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
     })
     .await;
     assert_eq!(got, Ok(true), "a viewer nobody revoked keeps its stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_database_refuses_connections_answers_a_retryable_503_until_it_reopens() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: a node that has served a request (so its pool holds connections)
+    let admin_token = token();
+    let a = TestServer::start(db.node_opts("a", &admin_token)).await;
+    let (s, _) = call(
+        &a,
+        reqwest::Method::GET,
+        "/sessions",
+        Some(&admin_token),
+        None,
+    )
+    .await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+    let admin = db.admin().await;
+
+    // act: the database refuses new connections and the node's open ones are gone
+    db.allow_connections(&admin, false).await;
+    assert!(
+        db.kill_pool(&admin, "a").await > 0,
+        "the node had connections"
+    );
+    let during = a
+        .api()
+        .raw(
+            reqwest::Method::GET,
+            "/api/v1/sessions",
+            Some(&admin_token),
+            None,
+        )
+        .await;
+    db.allow_connections(&admin, true).await;
+    let (after, _) = call(
+        &a,
+        reqwest::Method::GET,
+        "/sessions",
+        Some(&admin_token),
+        None,
+    )
+    .await;
+
+    // assert
+    assert_eq!(
+        during.status,
+        reqwest::StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        during.body
+    );
+    assert_eq!(during.error_code(), Some("unavailable"));
+    assert!(during.retry_after.is_some(), "a 503 says when to retry");
+    assert_eq!(
+        after,
+        reqwest::StatusCode::OK,
+        "served again once it reopens"
+    );
 }
