@@ -72,7 +72,8 @@ pub const COOKIE: &str = "cookie";
 /// Completes the document `routes!` assembled: adds the security schemes and makes any one of
 /// them the default requirement (the public routes say `security(())` in their annotation), and
 /// gives every operation the errors any route may answer: 429 from the rate limit in front of
-/// every route, and 500. `access_cookie` names the access-token cookie.
+/// every route, 503 when the database cannot be reached, and 500. `access_cookie` names the
+/// access-token cookie.
 pub(crate) fn finish(doc: &mut Document, access_cookie: &str) {
     let components = doc.components.get_or_insert_with(Default::default);
     components.add_security_scheme(
@@ -150,6 +151,14 @@ enum Common {
         headers(("Retry-After" = u64, description = "Seconds to wait"))
     )]
     RateLimited(ErrorBody),
+    /// `unavailable`: the server cannot reach its database right now; retry after
+    /// `Retry-After` seconds (another node may answer at once).
+    #[response(
+        status = 503,
+        example = json!({"code": "unavailable", "message": "the server cannot reach its database right now; retry in a moment"}),
+        headers(("Retry-After" = u64, description = "Seconds to wait"))
+    )]
+    Unavailable(ErrorBody),
     /// `internal`: the server failed; details are in its log, never in the answer.
     #[response(
         status = 500,

@@ -377,7 +377,7 @@ async fn the_served_description_is_a_valid_openapi_document_whose_references_res
                 .any(|s| s.starts_with('2') || s.starts_with('3') || s == "101"),
             "{method} {path} has no success response"
         );
-        for status in ["429", "500"] {
+        for status in ["429", "500", "503"] {
             assert!(
                 responses.contains_key(status),
                 "{method} {path}: no {status}"
