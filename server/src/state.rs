@@ -1,15 +1,18 @@
-//! Shared handles every handler gets: cheap to clone, no globals.
+//! Shared handles every handler gets: cheap to clone, no globals. Sits above `access`, the
+//! session core, `hub` and `store`, and below the transports; it calls none of them.
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::Auth;
+use crate::access::Auth;
 use crate::config::ServerConfig;
+use crate::extract::BodyLimit;
 use crate::hub::Hub;
-use crate::log::Log;
-use crate::states::States;
+use crate::session::log::Log;
+use crate::session::states::States;
 use crate::store::Store;
 
 /// State shared by all handlers and connection loops.
@@ -41,5 +44,23 @@ impl AppState {
     /// Link to a session in the web client.
     pub fn session_url(&self, id: impl std::fmt::Display) -> String {
         format!("{}/#/s/{id}", self.public_url)
+    }
+}
+
+impl FromRef<AppState> for Auth {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<dyn Store> {
+    fn from_ref(state: &AppState) -> Self {
+        state.store.clone()
+    }
+}
+
+impl FromRef<AppState> for BodyLimit {
+    fn from_ref(state: &AppState) -> Self {
+        BodyLimit(state.config.max_body_bytes)
     }
 }

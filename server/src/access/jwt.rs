@@ -154,7 +154,7 @@ impl Keys {
         };
         let tmp = path.with_extension("json.tmp");
         let _ = std::fs::remove_file(&tmp);
-        crate::auth::write_private(&tmp, &serde_json::to_string_pretty(&file)?)
+        crate::util::write_private(&tmp, &serde_json::to_string_pretty(&file)?)
             .with_context(|| format!("write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("replace {}", path.display()))
     }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use moor_protocol::SessionId;
 
-use crate::auth::Principal;
+use super::principal::Principal;
 use crate::store::Revocation;
 
 #[derive(Debug, Default)]

@@ -1,7 +1,7 @@
 //! `GET /healthz`: the only route that answers without a token.
 
+use crate::extract::Json;
 use axum::extract::State;
-use axum::Json;
 use moor_protocol::api::Health;
 
 use crate::error::ApiError;

@@ -22,13 +22,12 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::text;
-use crate::access::{role_on, Role};
-use crate::auth::{AuthUser, Principal};
+use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::hub::{BridgeControl, Frame};
-use crate::log::Pending;
-use crate::sse::sleep_until_opt;
+use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
+use crate::util::sleep_until_opt;
 
 /// Most entries merged from consecutive ready frames into one append.
 const MAX_MERGED_ENTRIES: usize = 4096;
@@ -63,7 +62,7 @@ async fn may_attach(
         return Ok(true);
     }
     let row = state.store.find_session(&session.to_string()).await?;
-    Ok(role_on(state, who, &row).await? == Some(Role::Owner))
+    Ok(role_on(state.store.as_ref(), who, &row).await? == Some(Role::Owner))
 }
 
 /// Why a connection ended: the close code sent (if any) and a reason for the log.

@@ -16,13 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{text, tune};
 
-use crate::access::{role_on, session_for, Role};
-use crate::auth::{AuthUser, Principal};
+use crate::access::{role_on, session_for, AuthUser, Principal, Role};
 use crate::error::ApiError;
-use crate::http::inputs::submit;
-use crate::sse::{check_cursor, cursor};
+use crate::session::cursor::{check_cursor, cursor};
+use crate::session::input::submit;
+use crate::session::tail::Tail;
 use crate::state::AppState;
-use crate::tail::Tail;
 
 /// Upgrades after checking the token, the session and the cursor.
 pub async fn upgrade(
@@ -34,8 +33,8 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
-    let may_input = role_on(&state, &who, &session).await? >= Some(Role::Controller);
+    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let may_input = role_on(state.store.as_ref(), &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
         role_stop: state.auth.revocations.member_token(&who, session.id),
@@ -163,20 +162,22 @@ async fn on_frame(
         })),
         ViewerToServer::Input(req) => {
             let id = req.client_msg_id.clone();
-            Ok(Some(match submit(state, session, &viewer.who, req).await {
-                Ok(accepted) => ServerToViewer::InputAccepted {
-                    client_msg_id: id,
-                    accepted,
-                },
-                Err(e) => ServerToViewer::Error {
-                    code: match e {
-                        ApiError::SessionEnded => ErrorCode::SessionEnded,
-                        ApiError::Internal(_) => ErrorCode::Internal,
-                        _ => ErrorCode::BadRequest,
+            Ok(Some(
+                match submit(&state.log, session, viewer.who.author(), req).await {
+                    Ok(accepted) => ServerToViewer::InputAccepted {
+                        client_msg_id: id,
+                        accepted,
                     },
-                    message: e.to_string(),
+                    Err(e) => ServerToViewer::Error {
+                        code: match e {
+                            ApiError::SessionEnded => ErrorCode::SessionEnded,
+                            ApiError::Internal(_) => ErrorCode::Internal,
+                            _ => ErrorCode::BadRequest,
+                        },
+                        message: e.to_string(),
+                    },
                 },
-            }))
+            ))
         }
     }
 }

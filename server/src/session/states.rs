@@ -21,10 +21,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::log::Log;
+use super::tail::Tail;
 use crate::hub::Hub;
-use crate::log::Log;
 use crate::store::{Append, IdemKey, Store, StoreError, StoreResult};
-use crate::tail::Tail;
 
 /// Entries folded between two stored snapshots.
 pub const SNAPSHOT_EVERY: u64 = 1000;
