@@ -18,6 +18,7 @@
 pub mod access;
 mod app;
 pub mod blobs;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod extract;
