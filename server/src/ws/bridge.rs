@@ -11,8 +11,7 @@ use std::sync::Arc;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
@@ -21,7 +20,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::text;
+use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::hub::{BridgeControl, Frame};
 use crate::session::log::Pending;
@@ -98,7 +97,7 @@ struct Conn {
     state: AppState,
     session: SessionId,
     hello: Hello,
-    tx: SplitSink<WebSocket, Message>,
+    tx: Tx,
     /// Highest input seq sent to this bridge.
     delivered: Seq,
     /// Seq up to which every committed entry has been looked at for inputs (`None`: unknown, the
@@ -110,9 +109,20 @@ struct Conn {
     role_stop: CancellationToken,
 }
 
-#[tracing::instrument(skip_all)]
 async fn run(socket: WebSocket, state: AppState, who: Principal) {
-    let (mut tx, mut rx) = socket.split();
+    let (tx, rx) = socket.split();
+    serve(tx, rx, state, who).await
+}
+
+/// One bridge connection over any pair of socket halves (a WebSocket's, or in-memory channels
+/// in tests): handshake, the connection loop, and the disconnect record.
+#[tracing::instrument(skip_all)]
+pub(crate) async fn serve<W, R>(tx: W, rx: R, state: AppState, who: Principal)
+where
+    W: Sink<Message, Error = axum::Error> + Send + 'static,
+    R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
+{
+    let (mut tx, mut rx) = halves(tx, rx);
     let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,
@@ -239,7 +249,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
 }
 
 /// Reads and checks `Hello`.
-async fn handshake(state: &AppState, rx: &mut SplitStream<WebSocket>) -> Result<Hello, Ending> {
+async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     let first = tokio::time::timeout(state.config.idle_timeout, rx.next())
         .await
         .map_err(|_| Ending::close(close::HEARTBEAT_TIMEOUT, "no hello within the idle timeout"))?;
@@ -366,7 +376,7 @@ impl Conn {
 
     async fn serve(
         &mut self,
-        rx: &mut SplitStream<WebSocket>,
+        rx: &mut Rx,
         mut inputs: broadcast::Receiver<Arc<Frame>>,
         mut control: mpsc::UnboundedReceiver<BridgeControl>,
     ) -> Ending {
@@ -521,7 +531,7 @@ impl Conn {
         &mut self,
         raw: &str,
         lookahead: &mut Lookahead,
-        rx: &mut SplitStream<WebSocket>,
+        rx: &mut Rx,
     ) -> Result<(), Ending> {
         let frame: BridgeToServer = serde_json::from_str(raw)
             .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
@@ -716,7 +726,7 @@ async fn next_commit(inflight: &mut VecDeque<InFlight>) -> (StoreResult<Vec<Appe
 /// The next message: one already looked at, else the socket's.
 async fn next_message(
     lookahead: &mut Lookahead,
-    rx: &mut SplitStream<WebSocket>,
+    rx: &mut Rx,
 ) -> Option<Result<Message, axum::Error>> {
     match lookahead.pop_front() {
         Some(m) => m,
@@ -732,7 +742,7 @@ type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 fn merge_ready(
     entries: &mut Vec<NewEntry>,
     lookahead: &mut Lookahead,
-    rx: &mut SplitStream<WebSocket>,
+    rx: &mut Rx,
     max_frame_bytes: usize,
 ) {
     while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
@@ -766,5 +776,208 @@ fn store_ending(e: StoreError) -> Ending {
                 "server could not store entries; reconnect",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use moor_protocol::bridge::AgentInfo;
+    use moor_protocol::ProducerId;
+    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+    use super::*;
+    use crate::state::testing;
+
+    /// What the bridge saw, and when (virtual time since the first frame after the welcome).
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Heartbeat,
+        Move { close_in_ms: u64 },
+        Close(u16),
+    }
+
+    /// Connects a bridge to session `name` and reads the `Welcome` (on real time: the
+    /// handshake reads and writes the store); returns the peer's ends.
+    async fn attach(
+        state: &AppState,
+        name: &str,
+        who: Principal,
+    ) -> (UnboundedSender<Message>, UnboundedReceiver<Message>) {
+        let ((tx, rx), to_server, mut from_server) = testing::socket();
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            session: name.into(),
+            producer: ProducerId::new(),
+            last_applied_input: Seq::ZERO,
+            uncertain_inputs: vec![],
+            agent: AgentInfo::default(),
+        };
+        to_server.send(text(&BridgeToServer::Hello(hello))).unwrap();
+        tokio::spawn(serve(tx, rx, state.clone(), who));
+        match from_server.recv().await {
+            Some(Message::Text(t)) => assert!(matches!(
+                serde_json::from_str(&t).unwrap(),
+                ServerToBridge::Welcome(_)
+            )),
+            other => panic!("expected a welcome, got {other:?}"),
+        }
+        (to_server, from_server)
+    }
+
+    /// Every frame until the close, with its virtual arrival time relative to the first.
+    async fn frames_until_close(
+        from_server: &mut UnboundedReceiver<Message>,
+    ) -> Vec<(Duration, Seen)> {
+        let mut seen = Vec::new();
+        let mut first = None;
+        while let Some(m) = from_server.recv().await {
+            let at = *first.get_or_insert_with(Instant::now);
+            let frame = match m {
+                Message::Text(t) => match serde_json::from_str(&t).unwrap() {
+                    ServerToBridge::Heartbeat => Seen::Heartbeat,
+                    ServerToBridge::Move { close_in_ms, .. } => Seen::Move { close_in_ms },
+                    other => panic!("unexpected frame {other:?}"),
+                },
+                Message::Close(Some(f)) => Seen::Close(f.code),
+                other => panic!("unexpected message {other:?}"),
+            };
+            let done = matches!(frame, Seen::Close(_));
+            seen.push((Instant::now() - at, frame));
+            if done {
+                break;
+            }
+        }
+        seen
+    }
+
+    /// `a` and `b` are the same instant, give or take the real time the setup took.
+    fn about(a: Duration, b: Duration) -> bool {
+        a.abs_diff(b) < Duration::from_millis(100)
+    }
+
+    // The close frame goes out after the disconnect is recorded, and the store's I/O lets paused
+    // time run on to its next timer: when the loop ended is read from the heartbeats, which stop.
+
+    #[tokio::test]
+    async fn a_silent_bridge_gets_heartbeats_at_the_interval_then_is_closed_at_the_idle_timeout() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(10);
+            c.idle_timeout = Duration::from_secs(35);
+        })
+        .await;
+        let (_to_server, mut from_server) = attach(&t.state, "quiet", Principal::bootstrap()).await;
+        // act: the bridge says nothing for a long (virtual) while
+        tokio::time::pause();
+        let seen = frames_until_close(&mut from_server).await;
+        // assert: heartbeats at 0, 10, 20 and 30 s, no heartbeat at 40 s (the loop ended in
+        // between), and the idle-timeout close no earlier than 35 s
+        let kinds: Vec<&Seen> = seen.iter().map(|(_, s)| s).collect();
+        assert_eq!(
+            kinds,
+            [
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Close(close::HEARTBEAT_TIMEOUT)
+            ]
+        );
+        for (i, (at, _)) in seen.iter().take(4).enumerate() {
+            assert!(about(*at, Duration::from_secs(10) * i as u32), "{seen:?}");
+        }
+        assert!(seen[4].0 >= Duration::from_secs(35), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_bridge_that_keeps_talking_is_never_timed_out_and_silence_after_is() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(7);
+            c.idle_timeout = Duration::from_secs(30);
+        })
+        .await;
+        let (to_server, mut from_server) = attach(&t.state, "chatty", Principal::bootstrap()).await;
+        tokio::time::pause();
+        let reader = tokio::spawn(async move { frames_until_close(&mut from_server).await });
+        // act: a heartbeat every 20 s for two minutes, then silence
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            to_server.send(text(&BridgeToServer::Heartbeat)).unwrap();
+        }
+        // assert: the server's heartbeats (every 7 s) go on through 147 s, 27 s into the
+        // silence, and stop before 154 s: the watchdog fired at 150 s, 30 s after the last frame
+        let seen = reader.await.unwrap();
+        let (closed_at, last) = seen.last().unwrap();
+        assert_eq!(last, &Seen::Close(close::HEARTBEAT_TIMEOUT), "{seen:?}");
+        let beats: Vec<Duration> = seen
+            .iter()
+            .filter(|(_, s)| *s == Seen::Heartbeat)
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(beats.len(), 22, "{seen:?}");
+        assert!(about(beats[21], Duration::from_secs(147)), "{seen:?}");
+        assert!(*closed_at >= Duration::from_secs(150), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn the_lifetime_cap_sends_the_move_notice_then_closes_with_lifetime() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(25);
+            c.idle_timeout = Duration::from_secs(600);
+            c.bridge_max_lifetime = Duration::from_secs(60);
+            c.move_notice = Duration::from_secs(5);
+        })
+        .await;
+        let (_to_server, mut from_server) =
+            attach(&t.state, "capped", Principal::bootstrap()).await;
+        // act
+        tokio::time::pause();
+        let seen = frames_until_close(&mut from_server).await;
+        // assert: heartbeats at 0, 25, 50 s; the move at 55 s; then (no heartbeat at 75 s) the
+        // lifetime close, no earlier than 60 s
+        let expected = [
+            (0, Seen::Heartbeat),
+            (25, Seen::Heartbeat),
+            (50, Seen::Heartbeat),
+            (55, Seen::Move { close_in_ms: 5000 }),
+            (60, Seen::Close(close::LIFETIME)),
+        ];
+        assert_eq!(seen.len(), expected.len(), "{seen:?}");
+        for ((at, got), (secs, want)) in seen.iter().zip(expected) {
+            assert_eq!(got, &want, "{seen:?}");
+            if secs < 60 {
+                assert!(about(*at, Duration::from_secs(secs)), "{seen:?}");
+            } else {
+                assert!(*at >= Duration::from_secs(secs), "{seen:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_revoked_credential_closes_the_bridge_with_unauthorized() {
+        // arrange
+        let t = testing::state(|c| c.idle_timeout = Duration::from_secs(600)).await;
+        let (_to_server, mut from_server) = attach(
+            &t.state,
+            "revoked",
+            Principal::for_user("ann".into(), Some("f1".into())),
+        )
+        .await;
+        tokio::time::pause();
+        // act
+        t.state
+            .auth
+            .revocations
+            .apply(&crate::store::Revocation::User("ann".into()));
+        // assert
+        let seen = frames_until_close(&mut from_server).await;
+        assert_eq!(
+            seen.last().map(|(_, s)| s),
+            Some(&Seen::Close(close::UNAUTHORIZED))
+        );
     }
 }

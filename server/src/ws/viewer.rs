@@ -7,7 +7,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
 use moor_protocol::{close, Seq, SessionId};
@@ -49,7 +49,7 @@ pub async fn upgrade(
 }
 
 /// Who is on the other end of a viewer socket, and what they may do.
-struct Viewer {
+pub(crate) struct Viewer {
     who: Principal,
     /// Controller or owner: may send input.
     may_input: bool,
@@ -59,9 +59,26 @@ struct Viewer {
     role_stop: CancellationToken,
 }
 
-#[tracing::instrument(skip_all, fields(session.id = %session))]
 async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
-    let (mut tx, mut rx) = socket.split();
+    let (tx, rx) = socket.split();
+    serve(tx, rx, state, viewer, session, cursor).await
+}
+
+/// One viewer connection over any pair of socket halves (a WebSocket's, or in-memory channels
+/// in tests).
+#[tracing::instrument(skip_all, fields(session.id = %session))]
+pub(crate) async fn serve<W, R>(
+    tx: W,
+    rx: R,
+    state: AppState,
+    viewer: Viewer,
+    session: SessionId,
+    cursor: Seq,
+) where
+    W: Sink<Message, Error = axum::Error> + Send + 'static,
+    R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
+{
+    let (mut tx, mut rx) = super::halves(tx, rx);
     let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
     let _watching = state.hub.watching(session);
     let head = match state.store.find_session(&session.to_string()).await {
@@ -178,6 +195,72 @@ async fn on_frame(
                     },
                 },
             ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::close;
+
+    use super::*;
+    use crate::state::testing;
+
+    #[tokio::test]
+    async fn a_silent_viewer_gets_heartbeats_at_the_keepalive_then_is_closed_at_the_idle_timeout() {
+        // arrange
+        let t = testing::state(|c| {
+            c.keepalive = Duration::from_secs(15);
+            c.idle_timeout = Duration::from_secs(40);
+        })
+        .await;
+        let session = t.state.store.open_session("watched", None).await.unwrap();
+        let ((tx, rx), _to_server, mut from_server) = testing::socket();
+        let viewer = Viewer {
+            who: Principal::bootstrap(),
+            may_input: false,
+            stop: CancellationToken::new(),
+            role_stop: CancellationToken::new(),
+        };
+        tokio::spawn(serve(
+            tx,
+            rx,
+            t.state.clone(),
+            viewer,
+            session.id,
+            Seq::ZERO,
+        ));
+        // The first heartbeat goes out at once, once the backlog (none) is read on real time.
+        let first = from_server.recv().await;
+        assert!(matches!(first, Some(Message::Text(_))), "{first:?}");
+        // act: the viewer stays silent
+        tokio::time::pause();
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        while let Some(m) = from_server.recv().await {
+            let closed = matches!(m, Message::Close(_));
+            seen.push((Instant::now() - start, m));
+            if closed {
+                break;
+            }
+        }
+        // assert: heartbeats at 15 and 30 s, then the idle-timeout close at 40 s (nothing is
+        // written to the store on the way out, so the close is on time)
+        let beat = |at: u64| (Duration::from_secs(at), text(&ServerToViewer::Heartbeat));
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for (i, want) in [beat(15), beat(30)].into_iter().enumerate() {
+            assert_eq!(seen[i].1, want.1);
+            assert!(
+                seen[i].0.abs_diff(want.0) < Duration::from_millis(100),
+                "{seen:?}"
+            );
+        }
+        match &seen[2] {
+            (at, Message::Close(Some(f))) => {
+                assert_eq!(f.code, close::HEARTBEAT_TIMEOUT);
+                assert!(at.abs_diff(Duration::from_secs(40)) < Duration::from_millis(100));
+            }
+            other => panic!("expected the close, got {other:?}"),
         }
     }
 }
