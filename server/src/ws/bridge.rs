@@ -6,7 +6,6 @@
 //! and shutdown. Every way out records a `bridge.disconnected` entry.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -16,13 +15,13 @@ use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge
 use moor_protocol::error::ErrorCode;
 use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use serde_json::json;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
-use crate::hub::{BridgeControl, Frame};
+use crate::hub::{input_feed, BridgeControl, InputFeed};
 use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
@@ -100,9 +99,9 @@ struct Conn {
     tx: Tx,
     /// Highest input seq sent to this bridge.
     delivered: Seq,
-    /// Seq up to which every committed entry has been looked at for inputs (`None`: unknown, the
-    /// next live frame re-reads the inputs from the store).
-    seen: Option<Seq>,
+    /// Inputs after `delivered` may be in the store but not in the feed (the welcome's page was
+    /// full, or a re-read failed): the next feed item re-reads them from the store.
+    behind: bool,
     /// Cancelled at shutdown and when the bridge's credential is revoked.
     stop: CancellationToken,
     /// Cancelled when the bridge's principal stops owning the session.
@@ -203,14 +202,17 @@ where
         None => 0,
     };
     let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let (conn_id, old) = state.hub.attach_bridge(session.id, control_tx, epoch);
+    let (inputs_tx, inputs) = input_feed();
+    let (conn_id, old) =
+        state
+            .hub
+            .attach_bridge(session.id, control_tx, inputs_tx, epoch, session.head_seq);
     if let Some(old) = old {
         let _ = old.send(BridgeControl::Close {
             code: close::SUPERSEDED,
             reason: "a newer bridge connection for this session took over".into(),
         });
     }
-    let inputs = state.hub.subscribe(session.id);
     // Keep the session's state current while a bridge feeds it (interruption records need it).
     state.states.watch(session.id);
     let mut conn = Conn {
@@ -220,7 +222,7 @@ where
         hello,
         tx,
         delivered: Seq::ZERO,
-        seen: None,
+        behind: false,
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
@@ -338,18 +340,13 @@ impl Conn {
             kinds::BRIDGE_CONNECTED,
             json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
         ));
-        let settled = self.state.log.append(self.session, settle).await?;
+        self.state.log.append(self.session, settle).await?;
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
             .await?;
-        // Everything committed up to our own `bridge.connected` is covered by that read (unless
-        // the page was full): later frames at or below it are old news.
-        if pending.len() < WELCOME_INPUTS as usize {
-            self.seen = settled.iter().rev().find_map(|o| match o {
-                Appended::Stored(e) => Some(e.seq),
-                _ => None,
-            });
-        }
+        // Everything committed up to our own `bridge.connected` is covered by that read, and
+        // the feed (attached before it) has everything later, unless the page was full.
+        self.behind = pending.len() >= WELCOME_INPUTS as usize;
         self.delivered = pending
             .last()
             .map(|e| e.seq)
@@ -377,7 +374,7 @@ impl Conn {
     async fn serve(
         &mut self,
         rx: &mut Rx,
-        mut inputs: broadcast::Receiver<Arc<Frame>>,
+        mut inputs: mpsc::Receiver<InputFeed>,
         mut control: mpsc::UnboundedReceiver<BridgeControl>,
     ) -> Ending {
         let cfg = self.state.config.clone();
@@ -392,6 +389,7 @@ impl Conn {
         let shutdown = self.state.shutdown.clone();
         let stop = self.stop.clone();
         let role_stop = self.role_stop.clone();
+        let mut inputs_open = true;
         loop {
             let result = tokio::select! {
                 biased;
@@ -426,7 +424,14 @@ impl Conn {
                     self.send(&ServerToBridge::Move { reason: "connection lifetime cap".into(), close_in_ms }).await
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
-                input = inputs.recv() => self.forward_input(input).await,
+                input = inputs.recv(), if inputs_open => match input {
+                    Some(input) => self.forward_input(input).await,
+                    // Detached by a newer connection, which also tells this one to close.
+                    None => {
+                        inputs_open = false;
+                        Ok(())
+                    }
+                },
                 committed = next_commit(&mut self.inflight), if !self.inflight.is_empty() => {
                     // A slow commit is not silence from the bridge.
                     last_rx = Instant::now();
@@ -474,33 +479,21 @@ impl Conn {
         self.tx.send(text(frame)).await
     }
 
-    /// Sends live inputs the bridge has not had yet. Live frames come in seq order from this
-    /// node's commits, but entries committed on other nodes are relayed later and may arrive
-    /// after higher seqs: a frame that skips ahead (or a lag) re-reads the inputs from the store,
-    /// which holds everything up to that frame, and anything at or below `seen` is old news.
-    async fn forward_input(
-        &mut self,
-        input: Result<Arc<Frame>, broadcast::error::RecvError>,
-    ) -> Result<(), axum::Error> {
+    /// Sends live inputs the bridge has not had yet: the feed's input, or after a gap (or
+    /// while `behind`) every input after the last one delivered, from the store. Anything at or
+    /// below `delivered` is old news (the welcome's page and the feed overlap).
+    async fn forward_input(&mut self, input: InputFeed) -> Result<(), axum::Error> {
         let entries = match input {
-            Ok(f) if self.seen.is_some_and(|s| f.seq() <= s) => return Ok(()),
-            Ok(f) if self.seen.is_some_and(|s| f.seq() == s.next()) => {
-                self.seen = Some(f.seq());
-                if !kinds::is_input(&f.entry.kind) || f.seq() <= self.delivered {
+            InputFeed::Input(f) if !self.behind => {
+                if f.seq() <= self.delivered {
                     return Ok(());
                 }
                 vec![(*f.entry).clone()]
             }
-            Ok(f) => {
-                self.seen = Some(f.seq());
+            InputFeed::Input(_) | InputFeed::Resync => {
+                self.behind = false;
                 self.reread_inputs().await
             }
-            // Frames were dropped, and newer ones are queued: the next one re-reads the store.
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                self.seen = None;
-                return Ok(());
-            }
-            Err(broadcast::error::RecvError::Closed) => return Ok(()),
         };
         for entry in entries {
             self.delivered = entry.seq;
@@ -519,8 +512,8 @@ impl Conn {
         {
             Ok(entries) => entries,
             Err(e) => {
-                // The next frame that skips ahead tries again.
-                self.seen = None;
+                // The next feed item tries again.
+                self.behind = true;
                 tracing::error!(error = ?e, "could not re-read inputs");
                 Vec::new()
             }
