@@ -207,3 +207,65 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use moor_protocol::{kinds, Seq};
+
+    use super::*;
+    use crate::state::testing;
+    use crate::store::{Append, IdemKey};
+
+    #[tokio::test]
+    async fn an_idle_stream_sends_keep_alives_at_the_interval_and_ends_at_its_lifetime() {
+        // arrange: a session with one entry, tailed past it on real time (the store read)
+        let t = testing::state(|c| {
+            c.keepalive = Duration::from_secs(15);
+            c.sse_lifetime = Duration::from_secs(40);
+        })
+        .await;
+        let state = &t.state;
+        let session = state.store.open_session("s", None).await.unwrap().id;
+        let entry = Append {
+            ts: 0,
+            kind: kinds::BRIDGE_CONNECTED.into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: serde_json::json!({}),
+            key: IdemKey::None,
+        };
+        state.log.append(session, vec![entry]).await.unwrap();
+        let mut tail = Tail::new(state.store.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // act: nothing happens on the session for a long (virtual) while
+        tokio::time::pause();
+        let start = Instant::now();
+        let body = stream(
+            tail,
+            None,
+            state,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let mut body = std::pin::pin!(body);
+        let mut seen = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = String::from_utf8(chunk.unwrap().to_vec()).unwrap();
+            seen.push((start.elapsed().as_secs(), chunk));
+        }
+        let ended = start.elapsed();
+        // assert: the retry hint at once, keep-alives at 15 and 30 s, the end at 40 s
+        let expect = [
+            (0, "retry: 1000\n\n"),
+            (15, ": keep-alive\n\n"),
+            (30, ": keep-alive\n\n"),
+        ];
+        let seen: Vec<(u64, &str)> = seen.iter().map(|(at, c)| (*at, c.as_str())).collect();
+        assert_eq!(seen, expect);
+        // (Timers have millisecond resolution.)
+        assert!(
+            ended.abs_diff(Duration::from_secs(40)) <= Duration::from_millis(2),
+            "{ended:?}"
+        );
+    }
+}
