@@ -4,6 +4,8 @@
 //! Entries are published only after they are committed (write, then fan out), in seq order, by
 //! the session's committer. Subscribers subscribe *before* reading the backlog and drop what
 //! they already have by seq. The hub never does I/O while holding its lock.
+//!
+//! Calls nothing in the crate: the session core and the relay publish to it, transports subscribe.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

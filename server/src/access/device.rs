@@ -2,6 +2,8 @@
 //! grant and shows its short user code; a logged-in user approves the code (web UI or API);
 //! the program polls and receives its own token family. Pending grants live in memory for ten
 //! minutes: a restart only means running `moor login` again. The endpoints are `http::device`.
+//!
+//! Calls nothing above `error`; no HTTP, no state.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

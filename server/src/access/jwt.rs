@@ -2,6 +2,8 @@
 //! the token), `exp`, `nbf`, `iss` and `aud` always checked, no leeway (this server both issues
 //! and checks them). Keys carry an id (`kid`) so they can be rotated: new tokens are signed with
 //! the current key, older keys keep verifying until they are retired.
+//!
+//! Calls only `util`; no HTTP, no store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Rate limits kept across requests: token buckets per credential (or client address) and for
 //! failed logins. Plain data; the HTTP layer decides which key a request is counted under.
+//!
+//! Calls only `config`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -6,6 +6,8 @@
 //!
 //! Tokens form a tree under the server's shutdown token: shutdown → user → token family. So
 //! revoking a user ends all their families' connections, and shutdown ends everything.
+//!
+//! Calls only `access::principal` and `store` types; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

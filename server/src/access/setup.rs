@@ -3,6 +3,8 @@
 //! administrator. The code lives in memory, only hashed, until it is used or expires; a restart
 //! makes a new one. Once an administrator exists, setup is over for good (410). The endpoints are
 //! `http::setup`.
+//!
+//! Calls nothing above `access`; no HTTP, no store.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

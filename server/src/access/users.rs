@@ -1,5 +1,7 @@
 //! Accounts: which names are valid, password checks and hashes, and adding a user (shared by
 //! the API and `moord user add`). Never logs a password.
+//!
+//! Calls `store` and `error` only; no HTTP.
 
 use moor_protocol::now_ms;
 

@@ -1,4 +1,6 @@
 //! `moord keys rotate|retire`: the JWT signing keys in `<data-dir>/jwt-keys.json`.
+//!
+//! Calls `access::jwt` only.
 
 use crate::access::jwt::Keys;
 use crate::ServerConfig;

@@ -1,4 +1,6 @@
 //! `moord migrate-store`: copies a SQLite database into an empty Postgres database.
+//!
+//! Calls `store` only.
 
 /// Copies `from` into `to` and says what it copied.
 pub(crate) async fn run(from: &str, to: &str) -> anyhow::Result<()> {

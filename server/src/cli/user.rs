@@ -1,5 +1,7 @@
 //! `moord user add|revoke`: account administration from the command line, through the same
 //! library calls as the API ([`Server::add_user`], [`Server::revoke_user`]).
+//!
+//! Calls the library's `Server` only.
 
 use anyhow::Context;
 

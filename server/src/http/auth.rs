@@ -1,5 +1,7 @@
 //! Login endpoints: password login, refresh (rotating), logout, and the token pair and cookies
 //! every login answers with. Passwords and tokens pass through here and are never logged.
+//!
+//! Part of the HTTP transport: calls `access`, `store` and `extract`; never `sse` or `ws`.
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};

@@ -3,6 +3,8 @@
 //! (`PUT /sessions/{id}/checkpoints/{checkpoint}`); anyone with access lists them, reads one,
 //! gets its diff as a patch, or downloads its files as a tar archive. A blob is read only by
 //! someone who may read a session with a checkpoint naming it.
+//!
+//! Part of the HTTP transport: calls `access`, `blobs`, `store`; never `sse` or `ws`.
 
 use crate::extract::Json;
 use axum::body::Body;

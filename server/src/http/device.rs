@@ -1,5 +1,7 @@
 //! Device login endpoints (RFC 8628 in spirit): start a grant, approve or deny it (a logged-in
 //! user), and poll for the token pair. The grants themselves are `access::device`.
+//!
+//! Part of the HTTP transport: calls `access`; never `sse` or `ws`.
 
 use std::time::Instant;
 

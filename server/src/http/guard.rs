@@ -3,6 +3,8 @@
 //! origins, WebSocket `Origin` checks, and rate limits (per credential, else per client address)
 //! answered with `429` and `Retry-After`. Client addresses come from the socket, or from
 //! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
+//!
+//! Part of the HTTP transport: calls `access` and `state`; never `sse` or `ws`.
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -1,4 +1,6 @@
 //! `GET /healthz`: the only route that answers without a token.
+//!
+//! Part of the HTTP transport: calls `store`; never `sse` or `ws`.
 
 use crate::extract::Json;
 use axum::extract::State;

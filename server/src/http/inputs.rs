@@ -1,5 +1,7 @@
 //! `POST /api/v1/sessions/{id}/inputs`: remote input over HTTP (controllers). Validation and
 //! the append are the session core's (`session::input`).
+//!
+//! Part of the HTTP transport: never `sse` or `ws`.
 
 use axum::extract::{Path, State};
 use moor_protocol::api::{InputAccepted, InputRequest};

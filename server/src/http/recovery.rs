@@ -1,5 +1,7 @@
 //! What was in flight: `GET /sessions/{id}/recovery` (the brief, JSON or Markdown) and
 //! `GET /sessions/{id}/transcript` (the repaired conversation, Messages API shape or Markdown).
+//!
+//! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};

@@ -1,4 +1,6 @@
 //! Session resources: list, get, history paging, and closing a live bridge (operators).
+//!
+//! Part of the HTTP transport: calls `access`, `store` and `hub`; never `sse` or `ws`.
 
 use std::collections::HashMap;
 

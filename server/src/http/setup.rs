@@ -1,5 +1,7 @@
 //! First-start setup endpoints: whether setup is open, and creating the first administrator
 //! with the one-time code (`access::setup`).
+//!
+//! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 
 use axum::extract::State;
 use axum::response::Response;

@@ -1,5 +1,7 @@
 //! User management endpoints (administrators): add a user, revoke a user. Names and passwords
 //! are checked by `access::users`; nothing here logs a password.
+//!
+//! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -1,6 +1,8 @@
 //! Viewer cursors, for every transport that resumes a viewer (SSE, viewer WebSockets): the
 //! cursor a request names (`Last-Event-ID` wins over `?after=`), and the reset a cursor the log
 //! cannot honour gets instead of a silent partial replay (G3).
+//!
+//! Part of the session core: calls `error` and `util`; never a transport.
 
 use axum::http::HeaderMap;
 use moor_protocol::web::Reset;

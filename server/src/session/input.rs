@@ -2,6 +2,8 @@
 //! WebSockets): validates one input and appends it through the [`Log`]. Idempotent by
 //! `client_msg_id`; the bridge picks inputs up from the log when it is connected, or at its next
 //! handshake. The caller has checked the role already.
+//!
+//! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
 use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::{kinds, now_ms, SessionId};

@@ -7,6 +7,8 @@
 //! map and exits, and the next append starts a new one. Appends are queued while holding the
 //! map's lock and a committer retires only under that lock with its queue empty, so an append
 //! never lands in a queue nobody reads, and there is never more than one committer per session.
+//!
+//! Part of the session core: calls `store` and `hub`; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -9,6 +9,8 @@
 //!
 //! A follower stops once its session has ended and nobody watches its state any more; the
 //! next watcher starts a new one from the latest snapshot.
+//!
+//! Part of the session core: calls `session::{log, tail}`, `store` and `hub`; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,8 @@
 //! entry batches (committed, then acked), receipts, heartbeats both ways, an idle watchdog, the
 //! lifetime cap (`Move`, then close), control requests from the hub (superseded, operator close)
 //! and shutdown. Every way out records a `bridge.disconnected` entry.
+//!
+//! A transport: calls the session core, `access`, `hub` and `store`; never `http` or `sse`.
 
 use std::collections::VecDeque;
 

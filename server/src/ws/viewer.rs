@@ -1,5 +1,7 @@
 //! `GET /api/v1/sessions/{id}/ws`: a viewer socket. The same cursor semantics as SSE (`?after=`),
 //! entries as `ServerToViewer::Entry` frames, and inputs accepted in the other direction.
+//!
+//! A transport: calls the session core and `access`; never `http` or `sse`.
 
 use std::time::Duration;
 
