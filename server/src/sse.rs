@@ -42,13 +42,13 @@ pub async fn events(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
-    let tail = Tail::new(state.store.clone(), &state.hub, session.id, cursor);
+    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor);
     // Read the head after subscribing, so the check cannot race a commit.
-    let head = state.store.find_session(&key).await?.head_seq;
+    let head = state.store.log.find_session(&key).await?.head_seq;
     let body = match check_cursor(cursor, head) {
         Some(reset) => Body::from(format!(
             "event: {RESET_EVENT}\ndata: {}\n\n",
@@ -226,7 +226,7 @@ mod tests {
         })
         .await;
         let state = &t.state;
-        let session = state.store.open_session("s", None).await.unwrap().id;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
         let entry = Append {
             ts: 0,
             kind: kinds::BRIDGE_CONNECTED.into(),
@@ -235,7 +235,7 @@ mod tests {
             key: IdemKey::None,
         };
         state.log.append(session, vec![entry]).await.unwrap();
-        let mut tail = Tail::new(state.store.clone(), &state.hub, session, Seq::ZERO);
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
         assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
         // act: nothing happens on the session for a long (virtual) while
         tokio::time::pause();

@@ -13,15 +13,15 @@ use crate::extract::BodyLimit;
 use crate::hub::Hub;
 use crate::session::log::Log;
 use crate::session::states::States;
-use crate::store::Store;
+use crate::store::{AccessStore, Stores};
 
 /// State shared by all handlers and connection loops.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// Group-committing writer in front of the store.
     pub log: Log,
-    /// The durable log, for reads.
-    pub store: Arc<dyn Store>,
+    /// The database, by role (the log for reads, access, checkpoints, the cluster).
+    pub store: Stores,
     /// Live fan-out and bridge registry.
     pub hub: Hub,
     /// Credential checks.
@@ -53,9 +53,9 @@ impl FromRef<AppState> for Auth {
     }
 }
 
-impl FromRef<AppState> for Arc<dyn Store> {
+impl FromRef<AppState> for Arc<dyn AccessStore> {
     fn from_ref(state: &AppState) -> Self {
-        state.store.clone()
+        state.store.access.clone()
     }
 }
 
@@ -96,9 +96,9 @@ pub(crate) mod testing {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let hub = Hub::default();
-        let log = Log::new(store.clone(), hub.clone(), tasks.clone());
+        let log = Log::new(store.log.clone(), hub.clone(), tasks.clone());
         let states = States::new(
-            store.clone(),
+            store.log.clone(),
             hub.clone(),
             log.clone(),
             tasks.clone(),

@@ -21,7 +21,7 @@ use super::principal::Principal;
 use super::revocations::Revocations;
 use super::setup::SetupCode;
 use crate::error::ApiError;
-use crate::store::Store;
+use crate::store::AccessStore;
 use crate::util::{cookie, query_param, write_private};
 
 /// Audience of access tokens this server issues.
@@ -143,7 +143,7 @@ impl Auth {
     }
 
     /// The principal a presented token belongs to, checking revocation in the store.
-    pub async fn principal(&self, store: &dyn Store, token: &str) -> Option<Principal> {
+    pub async fn principal(&self, store: &dyn AccessStore, token: &str) -> Option<Principal> {
         if self.is_admin_token(token) {
             return Some(Principal::bootstrap());
         }
@@ -177,7 +177,7 @@ pub struct AuthUser(pub Principal);
 impl<S> FromRequestParts<S> for AuthUser
 where
     Auth: FromRef<S>,
-    Arc<dyn Store>: FromRef<S>,
+    Arc<dyn AccessStore>: FromRef<S>,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -196,7 +196,7 @@ where
             return Err(ApiError::Unauthorized);
         };
         let auth = Auth::from_ref(state);
-        let store = <Arc<dyn Store>>::from_ref(state);
+        let store = <Arc<dyn AccessStore>>::from_ref(state);
         auth.principal(store.as_ref(), token.trim())
             .await
             .map(AuthUser)

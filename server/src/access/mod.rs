@@ -26,7 +26,7 @@ pub use auth::{Auth, AuthUser, ACCESS_COOKIE, AUDIENCE, ISSUER, REFRESH_COOKIE};
 pub use principal::Principal;
 
 use crate::error::ApiError;
-use crate::store::{RefreshRow, Revocation, SessionRow, Store};
+use crate::store::{RefreshRow, Revocation, SessionRow, Stores};
 
 /// What a principal may do on one session (the wire type: ordered, each role includes the ones
 /// below it).
@@ -34,22 +34,21 @@ pub use moor_protocol::api::Role;
 
 /// The role `who` has on a session, if any. Administrators own every session.
 pub async fn role_on(
-    store: &dyn Store,
+    store: &Stores,
     who: &Principal,
     session: &SessionRow,
 ) -> Result<Option<Role>, ApiError> {
     if who.admin {
         return Ok(Some(Role::Owner));
     }
-    let role = store.member_role(session.id, &who.name).await?;
-    Ok(role.as_deref().and_then(Role::parse))
+    Ok(store.access.member_role(session.id, &who.name).await?)
 }
 
 /// The session `key` names, if `who` may act on it with at least `need`. A session the caller
 /// has no role on is answered as missing (404), so its existence does not leak; a role too low
 /// is 403.
 pub async fn session_for(
-    store: &dyn Store,
+    store: &Stores,
     who: &Principal,
     key: &str,
     need: Role,
@@ -59,12 +58,12 @@ pub async fn session_for(
 
 /// [`session_for`], with the caller's role on it.
 pub async fn session_with_role(
-    store: &dyn Store,
+    store: &Stores,
     who: &Principal,
     key: &str,
     need: Role,
 ) -> Result<(SessionRow, Role), ApiError> {
-    let session = store.find_session(key).await?;
+    let session = store.log.find_session(key).await?;
     match role_on(store, who, &session).await? {
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
@@ -75,7 +74,7 @@ pub async fn session_with_role(
 /// Ends the live connections `revocation` names on this node and, on a store shared by
 /// several nodes, on every other node too. Call it after the revocation is stored, so a
 /// connection reopened anywhere is refused.
-pub async fn revoke(auth: &Auth, store: &dyn Store, revocation: Revocation) {
+pub async fn revoke(auth: &Auth, store: &Stores, revocation: Revocation) {
     auth.revocations.apply(&revocation);
     announce(store, &revocation).await;
 }
@@ -83,8 +82,8 @@ pub async fn revoke(auth: &Auth, store: &dyn Store, revocation: Revocation) {
 /// Tells the other nodes sharing `store` (if any) about `revocation`. A failure is logged, not
 /// returned: the revocation is stored and applied here already, and other nodes refuse the
 /// credential at its next request anyway.
-pub async fn announce(store: &dyn Store, revocation: &Revocation) {
-    if let Some(cluster) = store.cluster() {
+pub async fn announce(store: &Stores, revocation: &Revocation) {
+    if let Some(cluster) = &store.cluster {
         if let Err(e) = cluster.announce_revocation(revocation).await {
             tracing::warn!(error = ?e, "could not tell the other nodes about a revocation");
         }

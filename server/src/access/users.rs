@@ -7,7 +7,7 @@ use moor_protocol::now_ms;
 
 use super::password;
 use crate::error::ApiError;
-use crate::store::{Store, StoreError};
+use crate::store::{AccessStore, StoreError};
 
 /// Longest user name.
 const MAX_NAME: usize = 64;
@@ -34,7 +34,7 @@ pub(crate) async fn check_password(password: String, phc: String) -> bool {
 /// Validates and stores a new user, an administrator when `admin` (shared by the API and
 /// `moord user add`).
 pub async fn add_user(
-    store: &dyn Store,
+    store: &dyn AccessStore,
     name: &str,
     password: String,
     admin: bool,

@@ -40,7 +40,11 @@ impl std::fmt::Debug for Credentials {
 pub(crate) async fn start_family(state: &AppState, user: &str) -> Result<Response, ApiError> {
     let family = random_secret();
     let (refresh, row) = new_refresh(user, state.auth.refresh_ttl);
-    state.store.create_token_family(&family, &row).await?;
+    state
+        .store
+        .access
+        .create_token_family(&family, &row)
+        .await?;
     tokens_response(state, user, &family, refresh)
 }
 
@@ -115,7 +119,7 @@ pub(crate) async fn login(
     if req.password.len() > MAX_PASSWORD {
         return Err(ApiError::Unauthorized);
     }
-    let user = match state.store.user(&req.name).await {
+    let user = match state.store.access.user(&req.name).await {
         Ok(u) => Some(u),
         Err(StoreError::NotFound) => None,
         Err(e) => return Err(e.into()),
@@ -163,18 +167,14 @@ pub(crate) async fn refresh(
     let (next, row) = new_refresh("", state.auth.refresh_ttl);
     match state
         .store
+        .access
         .rotate_refresh(&token_hash(&token), &row, now_ms())
         .await?
     {
         RefreshOutcome::Rotated { family, user } => tokens_response(&state, &user, &family, next),
         RefreshOutcome::Reused { family, user } => {
             tracing::warn!(%user, "refresh token reused: its family is revoked");
-            revoke(
-                &state.auth,
-                state.store.as_ref(),
-                Revocation::Family(family),
-            )
-            .await;
+            revoke(&state.auth, &state.store, Revocation::Family(family)).await;
             Err(ApiError::Unauthorized)
         }
         RefreshOutcome::Invalid => Err(ApiError::Unauthorized),
@@ -188,10 +188,14 @@ pub(crate) async fn logout(
     AuthUser(who): AuthUser,
 ) -> Result<Response, ApiError> {
     if let Some(family) = &who.family {
-        state.store.revoke_token_family(family, now_ms()).await?;
+        state
+            .store
+            .access
+            .revoke_token_family(family, now_ms())
+            .await?;
         revoke(
             &state.auth,
-            state.store.as_ref(),
+            &state.store,
             Revocation::Family(family.clone()),
         )
         .await;

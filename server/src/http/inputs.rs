@@ -19,7 +19,7 @@ pub(super) async fn create(
     Path(key): Path<String>,
     Json(req): Json<InputRequest>,
 ) -> Result<Json<InputAccepted>, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Controller).await?;
+    let session = session_for(&state.store, &who, &key, Role::Controller).await?;
     Ok(Json(
         submit(&state.log, session.id, who.author(), req).await?,
     ))

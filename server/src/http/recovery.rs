@@ -58,7 +58,7 @@ pub(super) async fn brief(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let current = state.states.current(session.id, session.head_seq).await?;
     let brief = make_brief(&current, RetryPolicy::default());
     Ok(if md {
@@ -77,13 +77,14 @@ pub(super) async fn transcript(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     // The conversation needs the whole log; other kinds are skipped as they are read.
     let mut entries = Vec::new();
     let mut cursor = Seq::ZERO;
     loop {
         let page = state
             .store
+            .log
             .read(session.id, Range::After(cursor), PAGE)
             .await?;
         let Some(last) = page.last() else { break };

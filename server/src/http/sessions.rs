@@ -59,17 +59,17 @@ pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    let rows = state.store.list_sessions().await?;
+    let rows = state.store.log.list_sessions().await?;
     let roles: Option<HashMap<_, _>> = if who.admin {
         None
     } else {
         Some(
             state
                 .store
+                .access
                 .memberships(&who.name)
                 .await?
                 .into_iter()
-                .filter_map(|(id, role)| Some((id, Role::parse(&role)?)))
                 .collect(),
         )
     };
@@ -89,7 +89,7 @@ pub(super) async fn get(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let (row, role) = session_with_role(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let (row, role) = session_with_role(&state.store, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
     let mut info = info(&state, row, role);
     info.state = Some((*derived).clone());
@@ -113,7 +113,7 @@ pub(super) async fn entries(
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<EntriesPage>, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let query = query.unwrap_or_default();
     let limit = match query_param(&query, "limit") {
         None => DEFAULT_PAGE,
@@ -137,7 +137,7 @@ pub(super) async fn entries(
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
     };
     // One more than asked tells whether there is more.
-    let mut entries = state.store.read(session.id, range, limit + 1).await?;
+    let mut entries = state.store.log.read(session.id, range, limit + 1).await?;
     let has_more = entries.len() > limit as usize;
     if has_more {
         match range {
@@ -172,7 +172,7 @@ pub(super) async fn close_bridge(
     Path(key): Path<String>,
     Json(req): Json<CloseBridge>,
 ) -> Result<StatusCode, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     if !(1000..=4999).contains(&req.code) || matches!(req.code, 1004..=1006 | 1015) {
         return Err(ApiError::Invalid {
             field: "code",

@@ -24,9 +24,9 @@ pub(crate) async fn list_members(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<Vec<SessionMember>>, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
-    let rows = state.store.members(session.id).await?;
-    Ok(Json(rows.into_iter().filter_map(member).collect()))
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
+    let rows = state.store.access.members(session.id).await?;
+    Ok(Json(rows.into_iter().map(member).collect()))
 }
 
 /// `GET /api/v1/sessions/{id}/share-links` (owner): the session's links, live or not, newest
@@ -36,23 +36,22 @@ pub(crate) async fn list_share_links(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<Vec<ShareLinkInfo>>, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
-    let rows = state.store.share_links(session.id).await?;
-    Ok(Json(rows.into_iter().filter_map(link).collect()))
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
+    let rows = state.store.access.share_links(session.id).await?;
+    Ok(Json(rows.into_iter().map(link).collect()))
 }
 
-/// A stored role the server does not know is skipped: it grants nothing (`role_on`).
-fn member(row: MemberRow) -> Option<SessionMember> {
-    Some(SessionMember {
-        role: Role::parse(&row.role)?,
+fn member(row: MemberRow) -> SessionMember {
+    SessionMember {
+        role: row.role,
         principal: row.principal,
         via_link: row.via_link,
-    })
+    }
 }
 
-fn link(row: ShareLinkRow) -> Option<ShareLinkInfo> {
-    Some(ShareLinkInfo {
-        role: Role::parse(&row.role)?,
+fn link(row: ShareLinkRow) -> ShareLinkInfo {
+    ShareLinkInfo {
+        role: row.role,
         id: row.id,
         created_by: row.created_by,
         created_at: row.created_at,
@@ -60,7 +59,7 @@ fn link(row: ShareLinkRow) -> Option<ShareLinkInfo> {
         uses_left: row.uses_left,
         max_uses: row.max_uses,
         revoked_at: row.revoked_at,
-    })
+    }
 }
 
 #[derive(Deserialize)]
@@ -79,22 +78,23 @@ pub(crate) async fn put_member(
         field: "role",
         reason: "one of viewer, controller, owner".into(),
     })?;
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
-    match state.store.user(&user).await {
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
+    match state.store.access.user(&user).await {
         Ok(u) if u.revoked_at.is_none() => {}
         Ok(_) | Err(StoreError::NotFound) => return Err(ApiError::NotFound("user")),
         Err(e) => return Err(e.into()),
     }
     state
         .store
-        .set_member(session.id, &user, role.as_str())
+        .access
+        .set_member(session.id, &user, role)
         .await?;
     // Their open connections carry the old role: end them (they reconnect with the new one).
     let member = Revocation::Member {
         session: session.id,
         principal: user,
     };
-    revoke(&state.auth, state.store.as_ref(), member).await;
+    revoke(&state.auth, &state.store, member).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -104,13 +104,13 @@ pub(crate) async fn delete_member(
     AuthUser(who): AuthUser,
     Path((key, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
-    state.store.remove_member(session.id, &user).await?;
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
+    state.store.access.remove_member(session.id, &user).await?;
     let member = Revocation::Member {
         session: session.id,
         principal: user,
     };
-    revoke(&state.auth, state.store.as_ref(), member).await;
+    revoke(&state.auth, &state.store, member).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -138,7 +138,7 @@ pub(crate) async fn create_share_link(
     Path(key): Path<String>,
     Json(req): Json<NewShareLink>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Owner).await?;
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     let role = Role::parse(&req.role).ok_or_else(|| ApiError::Invalid {
         field: "role",
         reason: "one of viewer, controller, owner".into(),
@@ -157,7 +157,7 @@ pub(crate) async fn create_share_link(
         id: uuid::Uuid::new_v4().to_string(),
         token_hash: token_hash(&secret),
         session: session.id,
-        role: role.as_str().to_owned(),
+        role,
         created_by: who.name.clone(),
         created_at: now,
         expires_at: now.saturating_add(ttl.as_millis() as i64),
@@ -165,7 +165,7 @@ pub(crate) async fn create_share_link(
         max_uses: Some(uses),
         revoked_at: None,
     };
-    state.store.create_share_link(&row).await?;
+    state.store.access.create_share_link(&row).await?;
     Ok((
         StatusCode::CREATED,
         Json(serde_json::json!({
@@ -199,6 +199,7 @@ pub(crate) async fn redeem_share_link(
     }
     let (session, role) = state
         .store
+        .access
         .redeem_share_link(&token_hash(&req.token), &who.name, now_ms())
         .await?
         .ok_or(ApiError::NotFound("share link"))?;
@@ -214,27 +215,22 @@ pub(crate) async fn revoke_share_link(
     AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let session = match state.store.share_link_session(&id).await {
+    let session = match state.store.access.share_link_session(&id).await {
         Ok(s) => s,
         Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
         Err(e) => return Err(e.into()),
     };
-    session_for(
-        state.store.as_ref(),
-        &who,
-        &session.to_string(),
-        Role::Owner,
-    )
-    .await
-    .map_err(|e| match e {
-        ApiError::NotFound(_) => ApiError::NotFound("share link"),
-        e => e,
-    })?;
-    let (session, members) = state.store.revoke_share_link(&id, now_ms()).await?;
+    session_for(&state.store, &who, &session.to_string(), Role::Owner)
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound(_) => ApiError::NotFound("share link"),
+            e => e,
+        })?;
+    let (session, members) = state.store.access.revoke_share_link(&id, now_ms()).await?;
     for principal in members {
         revoke(
             &state.auth,
-            state.store.as_ref(),
+            &state.store,
             Revocation::Member { session, principal },
         )
         .await;

@@ -41,7 +41,13 @@ pub(crate) async fn create_user(
     if !who.admin {
         return Err(ApiError::Forbidden);
     }
-    add_user(state.store.as_ref(), &req.name, req.password, req.admin).await?;
+    add_user(
+        state.store.access.as_ref(),
+        &req.name,
+        req.password,
+        req.admin,
+    )
+    .await?;
     Ok(StatusCode::CREATED)
 }
 
@@ -57,12 +63,13 @@ pub(crate) async fn revoke_user(
     }
     state
         .store
+        .access
         .revoke_user(&name, now_ms())
         .await
         .map_err(|e| match e {
             StoreError::NotFound => ApiError::NotFound("user"),
             e => e.into(),
         })?;
-    revoke(&state.auth, state.store.as_ref(), Revocation::User(name)).await;
+    revoke(&state.auth, &state.store, Revocation::User(name)).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::hub::{Frame, Hub};
-use crate::store::{Append, Appended, Store, StoreError, StoreResult};
+use crate::store::{Append, Appended, LogStore, StoreError, StoreResult};
 
 /// Most entries committed in one transaction; more waits for the next one.
 const MAX_GROUP_ENTRIES: usize = 8192;
@@ -50,7 +50,7 @@ struct Request {
 /// Appends to session logs with group commit, then fans out. Cheap to clone.
 #[derive(Clone)]
 pub struct Log {
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     tasks: TaskTracker,
     /// `None` once closed.
@@ -65,7 +65,7 @@ impl std::fmt::Debug for Log {
 
 impl Log {
     /// A log over `store` publishing to `hub`; committer tasks are spawned on `tasks`.
-    pub fn new(store: Arc<dyn Store>, hub: Hub, tasks: TaskTracker) -> Self {
+    pub fn new(store: Arc<dyn LogStore>, hub: Hub, tasks: TaskTracker) -> Self {
         Self {
             store,
             hub,
@@ -148,7 +148,7 @@ fn retire(
 }
 
 async fn commit_loop(
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     queues: Arc<Mutex<Option<Queues>>>,
     session: SessionId,
@@ -219,6 +219,7 @@ fn copy_error(e: &StoreError) -> StoreError {
         StoreError::NotFound => StoreError::NotFound,
         StoreError::SessionEnded => StoreError::SessionEnded,
         StoreError::Conflict(c) => StoreError::Conflict(c),
+        StoreError::Unavailable(e) => StoreError::Unavailable(anyhow!("{e:#}")),
         StoreError::Other(e) => StoreError::Other(anyhow!("{e:#}")),
     }
 }
@@ -252,7 +253,7 @@ mod tests {
         // arrange: a real SQLite store (opened on real time), then paused time
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap();
+        let store = crate::store::connect(&url).await.unwrap().log;
         let session = store.open_session("s", None).await.unwrap().id;
         let log = Log::new(store, Hub::default(), TaskTracker::new());
         assert_eq!(
@@ -282,7 +283,7 @@ mod tests {
         // arrange
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap();
+        let store = crate::store::connect(&url).await.unwrap().log;
         let session = store.open_session("s", None).await.unwrap().id;
         let log = Log::new(store, Hub::default(), TaskTracker::new());
         // act: each round lets the committer reach its idle deadline on paused time and submits

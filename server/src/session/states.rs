@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use super::log::Log;
 use super::tail::Tail;
 use crate::hub::Hub;
-use crate::store::{Append, IdemKey, Store, StoreError, StoreResult};
+use crate::store::{Append, IdemKey, LogStore, StoreError, StoreResult};
 
 /// Entries folded between two stored snapshots.
 pub const SNAPSHOT_EVERY: u64 = 1000;
@@ -34,7 +34,7 @@ pub const SNAPSHOT_EVERY: u64 = 1000;
 /// Per-session state followers. Cheap to clone.
 #[derive(Clone)]
 pub struct States {
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     log: Log,
     tasks: TaskTracker,
@@ -54,7 +54,7 @@ impl std::fmt::Debug for States {
 impl States {
     /// Followers read from `store` and `hub` and append through `log`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn LogStore>,
         hub: Hub,
         log: Log,
         tasks: TaskTracker,
@@ -257,7 +257,7 @@ mod tests {
         // arrange: a real SQLite store, two sessions with followers
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap();
+        let store = crate::store::connect(&url).await.unwrap().log;
         let hub = Hub::default();
         let tasks = TaskTracker::new();
         let log = Log::new(store.clone(), hub.clone(), tasks.clone());

@@ -35,8 +35,8 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(state.store.as_ref(), &who, &key, Role::Viewer).await?;
-    let may_input = role_on(state.store.as_ref(), &who, &session).await? >= Some(Role::Controller);
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let may_input = role_on(&state.store, &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
         role_stop: state.auth.revocations.member_token(&who, session.id),
@@ -81,9 +81,9 @@ pub(crate) async fn serve<W, R>(
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
     let (mut tx, mut rx) = super::halves(tx, rx);
-    let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
+    let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor);
     let _watching = state.hub.watching(session);
-    let head = match state.store.find_session(&session.to_string()).await {
+    let head = match state.store.log.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
         Err(e) => {
             tracing::error!(error = ?e, "viewer socket could not read the session");
@@ -216,7 +216,13 @@ mod tests {
             c.idle_timeout = Duration::from_secs(40);
         })
         .await;
-        let session = t.state.store.open_session("watched", None).await.unwrap();
+        let session = t
+            .state
+            .store
+            .log
+            .open_session("watched", None)
+            .await
+            .unwrap();
         let ((tx, rx), _to_server, mut from_server) = testing::socket();
         let viewer = Viewer {
             who: Principal::bootstrap(),
