@@ -9,6 +9,8 @@
 //!
 //! A follower stops once its session has ended and nobody watches its state any more; the
 //! next watcher starts a new one from the latest snapshot.
+//!
+//! Part of the session core: calls `session::{log, tail}`, `store` and `hub`; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,10 +23,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::log::Log;
+use super::tail::Tail;
 use crate::hub::Hub;
-use crate::log::Log;
 use crate::store::{Append, IdemKey, LogStore, StoreError, StoreResult};
-use crate::tail::Tail;
 
 /// Entries folded between two stored snapshots.
 pub const SNAPSHOT_EVERY: u64 = 1000;
