@@ -12,12 +12,14 @@ pub mod entry;
 pub mod error;
 pub mod ids;
 pub mod kinds;
+pub mod payload;
 pub mod recovery;
 pub mod state;
 pub mod transcript;
 pub mod web;
 
 pub use entry::{Entry, NewEntry};
+pub use payload::{BodyError, EntryBody};
 pub use error::ErrorCode;
 pub use ids::{ProducerId, Seq, SessionId};
 
