@@ -19,9 +19,9 @@ pub mod transcript;
 pub mod web;
 
 pub use entry::{Entry, NewEntry};
-pub use payload::{BodyError, EntryBody};
 pub use error::ErrorCode;
 pub use ids::{ProducerId, Seq, SessionId};
+pub use payload::{BodyError, EntryBody};
 
 /// Version of the bridge and viewer wire protocol. Sent in the first frame of every connection;
 /// a peer with a different major version is refused with [`close::VERSION_MISMATCH`].

@@ -243,7 +243,11 @@ pub struct Todo {
     #[serde(default)]
     pub status: String,
     /// The item in the present continuous ("Running the tests").
-    #[serde(rename = "activeForm", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "activeForm",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub active_form: Option<String>,
 }
@@ -522,8 +526,10 @@ pub enum PermissionDecision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct InputPermission {
-    /// The request.
-    pub request_id: String,
+    /// The request; may be left out while exactly one request is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub request_id: Option<String>,
     /// The answer.
     pub decision: PermissionDecision,
     /// Told to the agent on deny.

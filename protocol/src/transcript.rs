@@ -179,21 +179,20 @@ pub fn repaired(entries: &[Entry]) -> Vec<Message> {
                 }
                 b.push(Role::Assistant, Block::Text { text: p.text });
             }
-            EntryBody::AgentToolUse(p) => {
-                if b.seen.insert(p.id.clone()) {
-                    let input = Some(p.input)
-                        .filter(Value::is_object)
-                        .unwrap_or(Value::Object(Default::default()));
-                    b.push(
-                        Role::Assistant,
-                        Block::ToolUse {
-                            id: p.id.clone(),
-                            name: p.name,
-                            input,
-                        },
-                    );
-                    b.open.push(p.id);
-                }
+            // A call id seen before is a repeat: skipped.
+            EntryBody::AgentToolUse(p) if b.seen.insert(p.id.clone()) => {
+                let input = Some(p.input)
+                    .filter(Value::is_object)
+                    .unwrap_or(Value::Object(Default::default()));
+                b.push(
+                    Role::Assistant,
+                    Block::ToolUse {
+                        id: p.id.clone(),
+                        name: p.name,
+                        input,
+                    },
+                );
+                b.open.push(p.id);
             }
             EntryBody::AgentToolResult(p) => {
                 // Only a call of the latest assistant message can still be answered.

@@ -6,9 +6,9 @@ import type { PermissionDecision } from "./PermissionDecision";
  */
 export type InputPermission = { 
 /**
- * The request.
+ * The request; may be left out while exactly one request is pending.
  */
-request_id: string, 
+request_id?: string, 
 /**
  * The answer.
  */

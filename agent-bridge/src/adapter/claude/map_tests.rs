@@ -195,7 +195,7 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
     assert_eq!(kinds_of(&todo.drafts), ["agent.todos", "agent.tool_use"]);
     assert_eq!(todo.drafts[0].payload["todos"][0]["content"], "a");
     let long = "é".repeat(kinds::TOOL_RESULT_SUMMARY_CHARS + 10);
-    let line = json!({"type":"user","message":{"role":"user","content":[
+    let line = serde_json::json!({"type":"user","message":{"role":"user","content":[
         {"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text": long}]}]}});
     let m = mapper.map_line(&line.to_string());
     let p = &m.drafts[0].payload;
@@ -211,10 +211,9 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
 /// turn), then the mapped entries, numbered as the server would.
 fn as_log(name: &str) -> Vec<moor_protocol::Entry> {
     let (drafts, _) = map_all(name);
-    let prompt = Draft::new(
-        kinds::INPUT_TEXT,
-        serde_json::json!({"text": "do the task"}),
-    );
+    let prompt = Draft::new(moor_protocol::payload::InputText {
+        text: "do the task".into(),
+    });
     std::iter::once(prompt)
         .chain(drafts)
         .enumerate()
