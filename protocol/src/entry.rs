@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::Seq;
-use crate::payload::{BodyError, EntryBody};
 
 /// One stored entry of a session's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,31 +33,4 @@ pub struct NewEntry {
     pub kind: String,
     /// Kind-specific body.
     pub payload: Value,
-}
-
-impl Entry {
-    /// The typed body of this entry: [`BodyError::UnknownKind`] for a kind this crate does not
-    /// model (kept and forwarded as it is), [`BodyError::Malformed`] for a known kind whose
-    /// payload has the wrong shape.
-    pub fn body(&self) -> Result<EntryBody, BodyError> {
-        EntryBody::decode(&self.kind, &self.payload)
-    }
-}
-
-impl NewEntry {
-    /// An entry of `body`'s kind with its payload, as a producer writes it.
-    pub fn typed(producer_seq: u64, ts: i64, body: impl Into<EntryBody>) -> Self {
-        let body = body.into();
-        Self {
-            producer_seq,
-            ts,
-            kind: body.kind().to_owned(),
-            payload: body.payload(),
-        }
-    }
-
-    /// The typed body of this entry, as [`Entry::body`].
-    pub fn body(&self) -> Result<EntryBody, BodyError> {
-        EntryBody::decode(&self.kind, &self.payload)
-    }
 }

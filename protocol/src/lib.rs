@@ -17,6 +17,7 @@ pub mod recovery;
 pub mod state;
 pub mod transcript;
 pub mod web;
+pub mod work;
 
 pub use entry::{Entry, NewEntry};
 pub use error::ErrorCode;

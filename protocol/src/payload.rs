@@ -12,9 +12,10 @@ use serde_json::Value;
 
 use crate::bridge::AgentInfo;
 use crate::checkpoint::CheckpointSummary;
+use crate::entry::{Entry, NewEntry};
 use crate::ids::{ProducerId, Seq};
 use crate::kinds as k;
-use crate::state::{self, OpenTool, PendingPermission, Phase};
+use crate::work::{OpenTool, PendingPermission, Phase};
 
 /// Which of the agent's output streams a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -735,8 +736,8 @@ entry_bodies! {
     AgentStalled(AgentStalled) = k::AGENT_STALLED => "agent.stalled",
     AgentActive(AgentActive) = k::AGENT_ACTIVE => "agent.active",
     AgentRestart(AgentRestart) = k::AGENT_RESTART => "agent.restart",
-    ToolIntent(ToolIntent) = state::TOOL_INTENT => "agent.tool.intent",
-    ToolIntentChecked(ToolIntentChecked) = state::TOOL_INTENT_CHECKED => "agent.tool.intent_checked",
+    ToolIntent(ToolIntent) = k::TOOL_INTENT => "agent.tool.intent",
+    ToolIntentChecked(ToolIntentChecked) = k::TOOL_INTENT_CHECKED => "agent.tool.intent_checked",
     InputText(InputText) = k::INPUT_TEXT => "input.text",
     InputKeys(InputKeys) = k::INPUT_KEYS => "input.keys",
     InputResize(InputResize) = k::INPUT_RESIZE => "input.resize",
@@ -748,9 +749,36 @@ entry_bodies! {
     InputUncertain(InputUncertain) = k::INPUT_UNCERTAIN => "input.uncertain",
     BridgeConnected(BridgeConnected) = k::BRIDGE_CONNECTED => "bridge.connected",
     BridgeDisconnected(BridgeDisconnected) = k::BRIDGE_DISCONNECTED => "bridge.disconnected",
-    CheckpointCreated(CheckpointSummary) = state::CHECKPOINT_CREATED => "checkpoint.created",
-    SessionInterrupted(SessionInterrupted) = state::SESSION_INTERRUPTED => "session.interrupted",
+    CheckpointCreated(CheckpointSummary) = k::CHECKPOINT_CREATED => "checkpoint.created",
+    SessionInterrupted(SessionInterrupted) = k::SESSION_INTERRUPTED => "session.interrupted",
     SessionEnded(SessionEnded) = k::SESSION_ENDED => "session.ended",
+}
+
+impl Entry {
+    /// The typed body of this entry: [`BodyError::UnknownKind`] for a kind this crate does not
+    /// model (kept and forwarded as it is), [`BodyError::Malformed`] for a known kind whose
+    /// payload has the wrong shape.
+    pub fn body(&self) -> Result<EntryBody, BodyError> {
+        EntryBody::decode(&self.kind, &self.payload)
+    }
+}
+
+impl NewEntry {
+    /// An entry of `body`'s kind with its payload, as a producer writes it.
+    pub fn typed(producer_seq: u64, ts: i64, body: impl Into<EntryBody>) -> Self {
+        let body = body.into();
+        Self {
+            producer_seq,
+            ts,
+            kind: body.kind().to_owned(),
+            payload: body.payload(),
+        }
+    }
+
+    /// The typed body of this entry, as [`Entry::body`].
+    pub fn body(&self) -> Result<EntryBody, BodyError> {
+        EntryBody::decode(&self.kind, &self.payload)
+    }
 }
 
 #[cfg(test)]

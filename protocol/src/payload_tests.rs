@@ -14,13 +14,13 @@ fn sample(kind: &str) -> Value {
         k::AGENT_TODOS => json!({"todos": [{"content": "a", "status": "pending"}]}),
         k::AGENT_PERMISSION_REQUEST => json!({"request_id": "r1"}),
         k::AGENT_PERMISSION_RESOLVED => json!({"request_id": "r1", "decision": "cancelled"}),
-        state::TOOL_INTENT | state::TOOL_INTENT_CHECKED => json!({"tool_use_id": "t1"}),
+        k::TOOL_INTENT | k::TOOL_INTENT_CHECKED => json!({"tool_use_id": "t1"}),
         k::INPUT_RESIZE => json!({"cols": 80, "rows": 24}),
         k::INPUT_PERMISSION => json!({"request_id": "r1", "decision": "allow"}),
         k::INPUT_DELIVERED | k::INPUT_APPLIED | k::INPUT_FAILED | k::INPUT_UNCERTAIN => {
             json!({"input_seq": 3})
         }
-        state::CHECKPOINT_CREATED => json!({
+        k::CHECKPOINT_CREATED => json!({
             "id": "c1", "created_at": 1, "reason": "tool", "base": null, "branch": null,
             "commit": "abc", "repo_state": null,
             "diffstat": {"files": 0, "insertions": 0, "deletions": 0},

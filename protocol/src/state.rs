@@ -15,19 +15,8 @@ use crate::ids::Seq;
 use crate::kinds as k;
 use crate::payload::{AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted};
 
-/// Kind of the server-written entry that records an interruption. Payload: `{"cause":
-/// "link"|"agent", "phase": Phase, "open_tools": [OpenTool], "pending_permissions": [...],
-/// "partial_text": ...}`.
-pub const SESSION_INTERRUPTED: &str = "session.interrupted";
-/// Kind of the bridge entry that records a file mutation's intent before the tool runs.
-/// Payload: `{"tool_use_id": ..., "path": ..., "before": <sha256 hex>|null}`; the outcome,
-/// once known, as `{"tool_use_id": ..., "path": ..., "after": ..., "verdict":
-/// "applied"|"not_applied"|"changed_elsewhere"}` under [`TOOL_INTENT_CHECKED`].
-pub const TOOL_INTENT: &str = "agent.tool.intent";
-/// Kind of the bridge entry that reports the intent check of a file mutation.
-pub const TOOL_INTENT_CHECKED: &str = "agent.tool.intent_checked";
-/// Kind of a checkpoint entry (see the checkpoints work); the fold keeps the last one.
-pub const CHECKPOINT_CREATED: &str = "checkpoint.created";
+pub use crate::kinds::{CHECKPOINT_CREATED, SESSION_INTERRUPTED, TOOL_INTENT, TOOL_INTENT_CHECKED};
+pub use crate::work::{OpenTool, PendingPermission, Phase, ToolClass};
 
 /// Most characters of partial assistant text kept in the state.
 pub const PARTIAL_TEXT_CHARS: usize = 4000;
@@ -37,85 +26,6 @@ pub const PROMPTS_KEPT: usize = 3;
 pub const COMPLETED_KEPT: usize = 20;
 /// Most recent inputs kept once settled (unsettled ones are always kept).
 pub const SETTLED_INPUTS_KEPT: usize = 20;
-
-/// What the session is doing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Waiting for a prompt.
-    #[default]
-    Idle,
-    /// The model is producing a response.
-    ModelStreaming,
-    /// A tool call is running.
-    ToolRunning,
-    /// A tool call waits for a permission decision.
-    AwaitingPermission,
-    /// The link or the agent died mid-work; see the interruption record.
-    Interrupted,
-    /// The session has ended.
-    Ended,
-}
-
-/// What a tool call may have changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "snake_case")]
-pub enum ToolClass {
-    /// Reads only; safe to repeat.
-    ReadOnly,
-    /// Writes one file; the intent check tells whether it landed.
-    FileMutation,
-    /// Runs something with unknown side effects; never repeat without asking.
-    Command,
-}
-
-impl ToolClass {
-    /// Classifies a tool by name (Claude Code's tool names; anything unknown is a command).
-    pub fn of(tool: &str) -> Self {
-        match tool {
-            "Read"
-            | "Glob"
-            | "Grep"
-            | "LS"
-            | "WebFetch"
-            | "WebSearch"
-            | "TodoWrite"
-            | "TodoRead"
-            | "NotebookRead"
-            | "BashOutput"
-            | "ListMcpResourcesTool"
-            | "ReadMcpResourceTool" => ToolClass::ReadOnly,
-            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => ToolClass::FileMutation,
-            _ => ToolClass::Command,
-        }
-    }
-}
-
-/// A tool call that started and has no result yet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-pub struct OpenTool {
-    /// The agent's tool_use id.
-    pub id: String,
-    /// Tool name.
-    pub tool: String,
-    /// The file it targets, or the command it runs.
-    pub target: Option<String>,
-    /// What it may change.
-    pub class: ToolClass,
-    /// When it started (ms).
-    pub started_at: i64,
-    /// Seq of its `agent.tool_use` entry.
-    pub seq: Seq,
-    /// The tool's input as the agent gave it.
-    pub input: Value,
-    /// Content hash of the target file before the call, when the bridge recorded one.
-    pub intent_before: Option<String>,
-    /// Outcome of the intent check, when known (`applied`, `not_applied`, `changed_elsewhere`).
-    pub intent_verdict: Option<String>,
-}
 
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,22 +38,6 @@ pub struct CompletedTool {
     pub is_error: bool,
     /// Bounded summary of its result.
     pub summary: String,
-}
-
-/// A permission request nobody has decided yet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-pub struct PendingPermission {
-    /// The agent's request id.
-    pub request_id: String,
-    /// Tool asking.
-    pub tool_name: String,
-    /// Its tool_use id, if given.
-    pub tool_use_id: Option<String>,
-    /// File it targets, if any.
-    pub path: Option<String>,
-    /// Seq of the request entry.
-    pub seq: Seq,
 }
 
 /// Where a remote input is.
