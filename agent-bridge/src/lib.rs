@@ -12,6 +12,7 @@ pub mod adapter;
 pub mod backoff;
 mod bridge;
 pub mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod inputs;
@@ -25,4 +26,5 @@ pub mod tls;
 
 pub use bridge::{run, Bridge, BridgeExit, BridgeHandle};
 pub use config::{BridgeConfig, LinkConfig, Token};
-pub use error::{BridgeError, ConnectError};
+pub use error::BridgeError;
+pub use link::ConnectError;

@@ -173,7 +173,7 @@ pub async fn device_login(
         writeln!(out, "{art}")?;
     }
     out.flush()?;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let interval = Duration::from_secs(grant.interval.max(1));
     while started.elapsed() < LOGIN_WAIT {
         tokio::time::sleep(interval).await;
@@ -263,24 +263,45 @@ impl Refresher {
 
     /// Refreshes when two thirds of each token's lifetime have passed, until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        loop {
-            let wait = {
-                let c = self.creds.lock().await;
-                let refresh_at = c.expires_at.saturating_sub(c.lifetime / 3);
-                let secs = refresh_at.saturating_sub(unix_now());
-                // Whole-second expiries: refresh a little early rather than a little late.
-                Duration::from_millis((secs * 1000).saturating_sub(500).max(200))
-            };
+        let this = &self;
+        let wait = move || async move {
+            let c = this.creds.lock().await;
+            renew_in(c.expires_at, c.lifetime, unix_now())
+        };
+        keep_renewing(wait, move || this.refresh(), shutdown).await;
+    }
+}
+
+/// How long before renewing a token that expires at `expires_at` (unix seconds) after a life of
+/// `lifetime` seconds, seen at `now`: two thirds into its life, half a second early because
+/// expiries are whole seconds (a little early beats a little late), never sooner than 200 ms.
+fn renew_in(expires_at: u64, lifetime: u64, now: u64) -> Duration {
+    let refresh_at = expires_at.saturating_sub(lifetime / 3);
+    let secs = refresh_at.saturating_sub(now);
+    Duration::from_millis((secs * 1000).saturating_sub(500).max(200))
+}
+
+/// The renewal schedule, apart from HTTP and the wall clock so its timing runs on tokio's
+/// (paused, in tests) clock: sleep as long as `wait` says, `renew`, and after a failed renewal
+/// try again [`RETRY`] later, until `shutdown`.
+async fn keep_renewing<W, WF, R, RF>(mut wait: W, mut renew: R, shutdown: CancellationToken)
+where
+    W: FnMut() -> WF,
+    WF: std::future::Future<Output = Duration>,
+    R: FnMut() -> RF,
+    RF: std::future::Future<Output = anyhow::Result<()>>,
+{
+    loop {
+        let wait = wait().await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if let Err(e) = renew().await {
+            tracing::warn!(error = %e, "token refresh failed; retrying");
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
-            }
-            if let Err(e) = self.refresh().await {
-                tracing::warn!(error = %e, "token refresh failed; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(RETRY) => {}
-                }
+                _ = tokio::time::sleep(RETRY) => {}
             }
         }
     }
@@ -315,5 +336,70 @@ mod tests {
         }
         assert!(!format!("{:?}", c("x", "secret")).contains("secret"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A token issuer on tokio's clock: whole-second expiries, like the server's.
+    #[derive(Default)]
+    struct Issuer {
+        /// Expiry of the current token, seconds since the test started.
+        expires_at: u64,
+        /// Renewal attempts: (when, whether it succeeded).
+        attempts: Vec<(Duration, bool)>,
+        /// How many of the next attempts fail.
+        failing: u32,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_are_renewed_two_thirds_into_their_life_and_a_failed_renewal_is_retried_before_expiry(
+    ) {
+        // arrange: 900 s tokens; the first renewal attempt fails (server unreachable)
+        const LIFETIME: u64 = 900;
+        let start = tokio::time::Instant::now();
+        let secs = move || start.elapsed().as_secs();
+        let issuer = std::sync::Mutex::new(Issuer {
+            expires_at: LIFETIME,
+            failing: 1,
+            ..Issuer::default()
+        });
+        let shutdown = CancellationToken::new();
+        let wait = || async { renew_in(issuer.lock().unwrap().expires_at, LIFETIME, secs()) };
+        let renew = || async {
+            let mut i = issuer.lock().unwrap();
+            let ok = i.failing == 0;
+            i.failing = i.failing.saturating_sub(1);
+            i.attempts.push((start.elapsed(), ok));
+            if ok {
+                i.expires_at = secs() + LIFETIME;
+                if i.attempts.len() == 3 {
+                    shutdown.cancel();
+                }
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("moord unreachable"))
+            }
+        };
+        // act
+        keep_renewing(wait, renew, shutdown.clone()).await;
+        // assert
+        let attempts = issuer.lock().unwrap().attempts.clone();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            attempts,
+            [
+                (ms(599_500), false),
+                // after the retry pause the token is due: the shortest wait
+                (ms(599_500) + RETRY + ms(200), true),
+                // two thirds into the new token's life (issued at 600 s, whole seconds)
+                (ms(1_200_200), true),
+            ]
+        );
+        // every successful renewal came before the token it replaced expired
+        assert!(attempts[1].0 < Duration::from_secs(LIFETIME));
+        assert!(attempts[2].0 < Duration::from_secs(600 + LIFETIME));
+    }
+
+    #[test]
+    fn an_overdue_token_is_renewed_almost_at_once() {
+        assert_eq!(renew_in(100, 900, 5_000), Duration::from_millis(200));
     }
 }

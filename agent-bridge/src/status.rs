@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use moor_protocol::bridge::Welcome;
 use tokio::sync::watch;
 
-use crate::error::ConnectError;
+use crate::link::ConnectError;
 
 /// Prints status lines; cheap to clone. Silent when disabled (tests, embedding).
 #[derive(Debug, Clone)]

@@ -35,6 +35,8 @@ pub enum ErrorCode {
     RateLimited,
     /// The server is shutting down.
     ShuttingDown,
+    /// The server cannot reach its database right now; retry after the `Retry-After` delay.
+    Unavailable,
     /// Internal error; details are in the server log.
     Internal,
 }

@@ -203,7 +203,7 @@ impl Auth {
                 return None;
             }
         };
-        match state.store.active_family(&claims.fam).await {
+        match state.store.access.active_family(&claims.fam).await {
             // The name comes from the signed claims; the store confirms it is the family's.
             Ok(Some(user)) if user.name == claims.sub => {
                 Some(Principal::for_user(claims.sub, Some(claims.fam)).as_admin(user.admin))

@@ -1,11 +1,16 @@
 //! `ApiError`: every HTTP error response, as `{ "code", "message" }` JSON.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use moor_protocol::error::{ErrorBody, ErrorCode};
 
 use crate::store::StoreError;
+
+/// How long a client should wait before retrying a request the database could not serve.
+pub const RETRY_UNAVAILABLE: Duration = Duration::from_secs(1);
 
 /// Errors handlers return; each variant names the response it becomes.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +54,9 @@ pub enum ApiError {
     /// 503: the server is shutting down.
     #[error("server is shutting down; retry on another node or in a moment")]
     ShuttingDown,
+    /// 503: the database cannot be reached right now; retry in [`RETRY_UNAVAILABLE`].
+    #[error("the server cannot reach its database right now; retry in a moment")]
+    Unavailable(#[source] anyhow::Error),
     /// 500: details go to the log, never to the client.
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
@@ -60,6 +68,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::NotFound("session"),
             StoreError::SessionEnded => ApiError::SessionEnded,
             StoreError::Conflict(c) => ApiError::Conflict(c.to_owned()),
+            StoreError::Unavailable(e) => ApiError::Unavailable(e),
             StoreError::Other(e) => ApiError::Internal(e),
         }
     }
@@ -79,6 +88,7 @@ impl ApiError {
             ApiError::InvalidCursor(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidCursor),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::TooLarge),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
@@ -87,8 +97,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if let ApiError::Internal(e) = &self {
-            tracing::error!(error = ?e, "request failed");
+        match &self {
+            ApiError::Internal(e) => tracing::error!(error = ?e, "request failed"),
+            ApiError::Unavailable(e) => tracing::warn!(error = ?e, "database unavailable"),
+            _ => {}
         }
         let body = ErrorBody {
             code,
@@ -101,10 +113,46 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static("Bearer"),
             );
         }
-        if let ApiError::RateLimited(secs) = self {
+        let retry_after = match self {
+            ApiError::RateLimited(secs) => Some(secs.max(1)),
+            ApiError::Unavailable(_) => Some(RETRY_UNAVAILABLE.as_secs()),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             resp.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, secs.max(1).into());
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::to_bytes;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unavailable_store_is_a_retryable_503_with_retry_after() {
+        // arrange
+        let err: ApiError = StoreError::Unavailable(anyhow::anyhow!("connection refused")).into();
+        // act
+        let resp = err.into_response();
+        // assert
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some(RETRY_UNAVAILABLE.as_secs().to_string())
+        );
+        let body = to_bytes(resp.into_body(), 4096).await.unwrap();
+        let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body.code, ErrorCode::Unavailable);
+        assert!(
+            !body.message.contains("refused"),
+            "the cause stays in the log: {}",
+            body.message
+        );
     }
 }

@@ -39,7 +39,7 @@ use state::AppState;
 #[derive(Debug)]
 pub struct Server {
     config: ServerConfig,
-    store: Arc<dyn store::Store>,
+    store: store::Stores,
     auth: auth::Auth,
     token_created: bool,
     setup_code: Option<String>,
@@ -71,7 +71,7 @@ impl Server {
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let node_id = config.node_id();
         let store = store::connect_as(&config.database_url(), &node_id).await?;
-        let setup_code = if store.has_admin().await? {
+        let setup_code = if store.access.has_admin().await? {
             None
         } else {
             Some(auth.setup.issue(config.setup_code_ttl))
@@ -107,7 +107,7 @@ impl Server {
 
     /// Adds a user, an administrator when `admin` (`moord user add [--admin]`).
     pub async fn add_user(&self, name: &str, password: String, admin: bool) -> anyhow::Result<()> {
-        access::http::add_user(self.store.as_ref(), name, password, admin)
+        access::http::add_user(self.store.access.as_ref(), name, password, admin)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -117,19 +117,16 @@ impl Server {
     /// SQLite, only a revocation through the API does).
     pub async fn revoke_user(&self, name: &str) -> anyhow::Result<()> {
         self.store
+            .access
             .revoke_user(name, moor_protocol::now_ms())
             .await
             .with_context(|| format!("revoke user {name:?}"))?;
-        access::announce(
-            self.store.as_ref(),
-            &store::Revocation::User(name.to_owned()),
-        )
-        .await;
+        access::announce(&self.store, &store::Revocation::User(name.to_owned())).await;
         Ok(())
     }
 
-    /// The store, for tools and tests.
-    pub fn store(&self) -> Arc<dyn store::Store> {
+    /// The store's roles, for tools and tests.
+    pub fn store(&self) -> store::Stores {
         self.store.clone()
     }
 
@@ -145,7 +142,7 @@ impl Server {
         let conns = TaskTracker::new();
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
-        let log = log::Log::new(self.store.clone(), hub.clone(), tasks.clone());
+        let log = log::Log::new(self.store.log.clone(), hub.clone(), tasks.clone());
         let revocations = access::revocations::Revocations::new(shutdown.clone());
         // Several nodes on one database: follow the others' notices (returns at once otherwise).
         tasks.spawn(relay::run(
@@ -155,7 +152,7 @@ impl Server {
             shutdown.clone(),
         ));
         let states = states::States::new(
-            self.store.clone(),
+            self.store.log.clone(),
             hub.clone(),
             log.clone(),
             tasks.clone(),

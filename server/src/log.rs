@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::hub::{Frame, Hub};
-use crate::store::{Append, Appended, Store, StoreError, StoreResult};
+use crate::store::{Append, Appended, LogStore, StoreError, StoreResult};
 
 /// Most entries committed in one transaction; more waits for the next one.
 const MAX_GROUP_ENTRIES: usize = 8192;
@@ -40,7 +40,7 @@ struct Request {
 /// Appends to session logs with group commit, then fans out. Cheap to clone.
 #[derive(Clone)]
 pub struct Log {
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     tasks: TaskTracker,
     /// `None` once closed.
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Log {
 
 impl Log {
     /// A log over `store` publishing to `hub`; committer tasks are spawned on `tasks`.
-    pub fn new(store: Arc<dyn Store>, hub: Hub, tasks: TaskTracker) -> Self {
+    pub fn new(store: Arc<dyn LogStore>, hub: Hub, tasks: TaskTracker) -> Self {
         Self {
             store,
             hub,
@@ -114,7 +114,7 @@ impl Log {
 }
 
 async fn commit_loop(
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     session: SessionId,
     mut rx: mpsc::UnboundedReceiver<Request>,
@@ -172,6 +172,7 @@ fn copy_error(e: &StoreError) -> StoreError {
         StoreError::NotFound => StoreError::NotFound,
         StoreError::SessionEnded => StoreError::SessionEnded,
         StoreError::Conflict(c) => StoreError::Conflict(c),
+        StoreError::Unavailable(e) => StoreError::Unavailable(anyhow!("{e:#}")),
         StoreError::Other(e) => StoreError::Other(anyhow!("{e:#}")),
     }
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
-use crate::store::{Notice, Range, Revocation, Store, StoreError, StoreResult};
+use crate::store::{Cluster, Notice, Range, Revocation, StoreError, StoreResult, Stores};
 
 /// Entries read per query when relaying a range.
 const PAGE: u32 = 1000;
@@ -27,18 +27,14 @@ const RETRY: Duration = Duration::from_millis(500);
 
 /// Runs until `shutdown`; returns at once for a single-node store. Revocations announced by
 /// other nodes end the matching connections in `revocations`.
-pub async fn run(
-    store: Arc<dyn Store>,
-    hub: Hub,
-    revocations: Revocations,
-    shutdown: CancellationToken,
-) {
-    let Some(cluster) = store.cluster() else {
+pub async fn run(store: Stores, hub: Hub, revocations: Revocations, shutdown: CancellationToken) {
+    let Some(cluster) = store.cluster.as_deref() else {
         return;
     };
     let mut feed = cluster.feed();
     let relay = Relay {
-        store: &*store,
+        store: &store,
+        cluster,
         hub,
         revocations,
     };
@@ -80,7 +76,8 @@ pub async fn run(
 }
 
 struct Relay<'a> {
-    store: &'a dyn Store,
+    store: &'a Stores,
+    cluster: &'a dyn Cluster,
     hub: Hub,
     revocations: Revocations,
 }
@@ -92,7 +89,11 @@ impl Relay<'_> {
         // Bounded: each page moves the cursor forward by at least one.
         while cursor < last && self.hub.is_watched(session) {
             let want = (last.0 - cursor.0).min(u64::from(PAGE)) as u32;
-            let page = self.store.read(session, Range::After(cursor), want).await?;
+            let page = self
+                .store
+                .log
+                .read(session, Range::After(cursor), want)
+                .await?;
             let Some(end) = page.last().map(|e| e.seq) else {
                 break;
             };
@@ -115,19 +116,18 @@ impl Relay<'_> {
         for session in self.hub.watched() {
             let newest = self
                 .store
+                .log
                 .read(session, Range::Before(Seq(i64::MAX as u64)), 1)
                 .await?;
             self.hub
                 .publish(session, newest.into_iter().map(|e| Frame::new(Arc::new(e))));
         }
         let local = self.hub.bridge_epochs();
-        if let Some(cluster) = self.store.cluster() {
-            if !local.is_empty() {
-                let sessions: Vec<SessionId> = local.iter().map(|(s, _)| *s).collect();
-                for (session, epoch) in cluster.bridge_epochs(&sessions).await? {
-                    if local.iter().any(|(s, e)| *s == session && *e < epoch) {
-                        self.hub.supersede_bridge(session, epoch);
-                    }
+        if !local.is_empty() {
+            let sessions: Vec<SessionId> = local.iter().map(|(s, _)| *s).collect();
+            for (session, epoch) in self.cluster.bridge_epochs(&sessions).await? {
+                if local.iter().any(|(s, e)| *s == session && *e < epoch) {
+                    self.hub.supersede_bridge(session, epoch);
                 }
             }
         }
@@ -141,15 +141,20 @@ impl Relay<'_> {
     async fn recheck_revocations(&self) -> StoreResult<()> {
         for held in self.revocations.held() {
             let revoked = match &held {
-                Revocation::User(name) => match self.store.user(name).await {
+                Revocation::User(name) => match self.store.access.user(name).await {
                     Ok(user) => user.revoked_at.is_some(),
                     Err(StoreError::NotFound) => true,
                     Err(e) => return Err(e),
                 },
-                Revocation::Family(family) => self.store.active_family(family).await?.is_none(),
-                Revocation::Member { session, principal } => {
-                    self.store.member_role(*session, principal).await?.is_none()
+                Revocation::Family(family) => {
+                    self.store.access.active_family(family).await?.is_none()
                 }
+                Revocation::Member { session, principal } => self
+                    .store
+                    .access
+                    .member_role(*session, principal)
+                    .await?
+                    .is_none(),
             };
             if revoked {
                 self.revocations.apply(&held);

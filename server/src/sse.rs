@@ -70,9 +70,9 @@ pub async fn events(
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
-    let tail = Tail::new(state.store.clone(), &state.hub, session.id, cursor);
+    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor);
     // Read the head after subscribing, so the check cannot race a commit.
-    let head = state.store.find_session(&key).await?.head_seq;
+    let head = state.store.log.find_session(&key).await?.head_seq;
     let body = match check_cursor(cursor, head) {
         Some(reset) => Body::from(format!(
             "event: {RESET_EVENT}\ndata: {}\n\n",

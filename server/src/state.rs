@@ -10,15 +10,15 @@ use crate::config::ServerConfig;
 use crate::hub::Hub;
 use crate::log::Log;
 use crate::states::States;
-use crate::store::Store;
+use crate::store::Stores;
 
 /// State shared by all handlers and connection loops.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// Group-committing writer in front of the store.
     pub log: Log,
-    /// The durable log, for reads.
-    pub store: Arc<dyn Store>,
+    /// The database, by role (the log for reads, access, checkpoints, the cluster).
+    pub store: Stores,
     /// Live fan-out and bridge registry.
     pub hub: Hub,
     /// Credential checks.

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::hub::Hub;
 use crate::log::Log;
-use crate::store::{Append, IdemKey, Store, StoreError, StoreResult};
+use crate::store::{Append, IdemKey, LogStore, StoreError, StoreResult};
 use crate::tail::Tail;
 
 /// Entries folded between two stored snapshots.
@@ -31,7 +31,7 @@ pub const SNAPSHOT_EVERY: u64 = 1000;
 /// Per-session state followers. Cheap to clone.
 #[derive(Clone)]
 pub struct States {
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     hub: Hub,
     log: Log,
     tasks: TaskTracker,
@@ -51,7 +51,7 @@ impl std::fmt::Debug for States {
 impl States {
     /// Followers read from `store` and `hub` and append through `log`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn LogStore>,
         hub: Hub,
         log: Log,
         tasks: TaskTracker,
@@ -253,7 +253,7 @@ mod tests {
         // arrange: a real SQLite store, two sessions with followers
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap();
+        let store = crate::store::connect(&url).await.unwrap().log;
         let hub = Hub::default();
         let tasks = TaskTracker::new();
         let log = Log::new(store.clone(), hub.clone(), tasks.clone());

@@ -12,7 +12,7 @@ use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
-use crate::store::{Range, Store, StoreError, StoreResult};
+use crate::store::{LogStore, Range, StoreError, StoreResult};
 
 /// Entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -21,7 +21,7 @@ const PAGE: u32 = 1000;
 #[derive(Debug)]
 pub struct Tail {
     hub: Hub,
-    store: Arc<dyn Store>,
+    store: Arc<dyn LogStore>,
     session: SessionId,
     cursor: Seq,
     rx: broadcast::Receiver<Arc<Frame>>,
@@ -37,7 +37,7 @@ impl Drop for Tail {
 
 impl Tail {
     /// Starts tailing `session` after `cursor`. Subscribes immediately.
-    pub fn new(store: Arc<dyn Store>, hub: &Hub, session: SessionId, cursor: Seq) -> Self {
+    pub fn new(store: Arc<dyn LogStore>, hub: &Hub, session: SessionId, cursor: Seq) -> Self {
         let rx = hub.subscribe(session);
         Self {
             hub: hub.clone(),

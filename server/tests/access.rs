@@ -1468,7 +1468,7 @@ async fn no_setup_code_once_an_administrator_exists_and_user_add_admin_makes_one
     let again = Server::build(config).await.unwrap();
     // assert
     assert_eq!(again.setup_code(), None);
-    assert!(again.store().user("ops").await.unwrap().admin);
+    assert!(again.store().access.user("ops").await.unwrap().admin);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

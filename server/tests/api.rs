@@ -25,7 +25,7 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 
 struct TestServer {
-    store: std::sync::Arc<dyn moor_server::store::Store>,
+    store: moor_server::store::Stores,
     addr: std::net::SocketAddr,
     token: String,
     http: reqwest::Client,
@@ -668,6 +668,7 @@ async fn long_sessions_are_snapshotted_and_state_matches_a_fold_of_the_whole_log
     // A snapshot exists, so a new follower starts from it instead of entry 1.
     let (at, json) = server
         .store
+        .log
         .latest_snapshot(info.id)
         .await
         .unwrap()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use moor_protocol::{now_ms, Seq, SessionId};
 use moor_server::hub::Hub;
 use moor_server::log::Log;
-use moor_server::store::{self, Append, IdemKey, Range, Store};
+use moor_server::store::{self, Append, IdemKey, LogStore, Range};
 use moor_server::tail::Tail;
 use proptest::prelude::*;
 use serde_json::json;
@@ -48,9 +48,11 @@ fn line(i: usize) -> Append {
 async fn scenario(ops: Vec<Op>, capacity: usize) {
     let dir = std::env::temp_dir().join(format!("moor-replay-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> = store::connect(&format!("sqlite:{}", dir.join("t.db").display()))
-        .await
-        .unwrap();
+    let store: Arc<dyn LogStore> =
+        store::connect(&format!("sqlite:{}", dir.join("t.db").display()))
+            .await
+            .unwrap()
+            .log;
     let session: SessionId = store.open_session("replay", None).await.unwrap().id;
     let hub = Hub::with_capacity(capacity);
     let tasks = TaskTracker::new();

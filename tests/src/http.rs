@@ -32,6 +32,8 @@ pub struct RawResponse {
     pub status: StatusCode,
     /// `Content-Type` header, if any.
     pub content_type: Option<String>,
+    /// `Retry-After` header in seconds, if any (429 and 503 carry one).
+    pub retry_after: Option<u64>,
     /// Parsed body (a JSON string holding the text when it is not JSON).
     pub body: Value,
 }
@@ -108,11 +110,16 @@ impl Api {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
         let text = resp.text().await.unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
         RawResponse {
             status,
             content_type,
+            retry_after,
             body,
         }
     }

@@ -119,6 +119,21 @@ impl TestDb {
         killed.into_iter().filter(|k| *k).count()
     }
 
+    /// `pg_terminate_backend` on node `node`'s pooled connections (not its listen connection),
+    /// waiting until each is gone; returns how many there were.
+    pub async fn kill_pool(&self, admin: &PgPool, node: &str) -> usize {
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+             WHERE datname = $1 AND application_name = $2",
+        )
+        .bind(&self.name)
+        .bind(format!("moord {node}"))
+        .fetch_all(admin)
+        .await
+        .expect("terminate pooled connections");
+        killed.into_iter().filter(|k| *k).count()
+    }
+
     /// Allows or refuses new connections to the test database (open ones are not affected).
     pub async fn allow_connections(&self, admin: &PgPool, allow: bool) {
         sqlx::query(&format!(

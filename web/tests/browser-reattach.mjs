@@ -186,11 +186,18 @@ scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its s
   try {
     const first = await chromium.newPage(bannerRecorder);
     await first.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
-    await viewPast(first, id, 400);
+    // Shown means saved: whenever the page holds an entry (in one task, with no event run in
+    // between), its stored cursor is already that entry's seq. Sampled while the agent prints.
+    let hiAtFreeze = 0;
+    for (let i = 0; i < 8; i++) {
+      await viewPast(first, id, Math.max(400, hiAtFreeze));
+      const held = await first.evaluate((id) => ({ hi: window.__moor.hi(), stored: Number(localStorage.getItem(`moor.cursor.${id}`)) }), id);
+      assert(held.stored === held.hi, `the page holds entries up to ${held.hi}, its stored cursor says ${held.stored}`);
+      hiAtFreeze = held.hi;
+    }
     // What Chromium does to a background tab it discards: hide and freeze it, then drop it
-    // without running it again (no pagehide, no unload). Hidden and freeze are the last
-    // events the page gets.
-    const hiAtFreeze = await first.evaluate(() => window.__moor.hi());
+    // without running it again (no pagehide, no unload). Nothing the page saves depends on
+    // these last events running.
     await first.freeze();
     await first.discard();
     // The same browser profile (storage survives), the same URL, after the agent wrote more.

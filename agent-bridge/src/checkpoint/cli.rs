@@ -7,10 +7,11 @@ use moor_protocol::checkpoint::{CheckpointManifest, CheckpointReason, Checkpoint
 use tokio::runtime::Handle;
 
 use super::client::Client;
+use super::commit::{checkpoint_commit, list_ids};
 use super::describe::describe;
 use super::git::Repo;
 use super::restore::{import, restore as restore_to, Restored, Target};
-use super::snapshot::{checkpoint_commit, list_ids, take, TakeOptions, Taken};
+use super::snapshot::{take, TakeOptions, Taken};
 use super::upload::{self, UploadStats};
 use super::{CheckpointError, DEFAULT_MAX_FILE_BYTES};
 use crate::config::Token;

@@ -9,8 +9,8 @@ use std::process::Stdio;
 use moor_protocol::checkpoint::{BlobRef, ChangeStatus, CheckpointManifest, DiffStat, FileChange};
 use sha2::{Digest, Sha256};
 
+use super::commit::{checkpoint_commit, CommitMeta};
 use super::git::{nul_split, GitError, Repo};
-use super::snapshot::{checkpoint_commit, CommitMeta};
 use super::CheckpointError;
 
 /// Mode of a submodule entry: its "content" is a commit in another repository.

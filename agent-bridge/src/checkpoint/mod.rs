@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod commit;
 pub mod describe;
 pub mod git;
 pub mod restore;

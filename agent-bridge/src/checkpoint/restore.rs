@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 
 use moor_protocol::checkpoint::{BlobRef, CheckpointManifest, CheckpointReason};
 
+use super::commit::{checkpoint_commit, REF_PREFIX};
 use super::describe::{changes, sha256_hex, GITLINK};
 use super::git::{lossy_line, GitError, Repo};
-use super::snapshot::{checkpoint_commit, take, TakeOptions, Taken, TempIndex, REF_PREFIX};
+use super::snapshot::{take, TakeOptions, Taken, TempIndex};
 use super::CheckpointError;
 
 /// Where a restore puts the checkpoint.

@@ -11,14 +11,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use moor_protocol::checkpoint::{CheckpointReason, SkippedFile};
-use serde::{Deserialize, Serialize};
 
+use super::commit::{CommitMeta, REF_PREFIX};
 use super::describe::{describe, Described};
 use super::git::{lossy_line, nul_split, GitError, Repo};
 use super::CheckpointError;
 
-/// Ref namespace of checkpoints.
-pub const REF_PREFIX: &str = "refs/moor/checkpoints/";
 /// Most skipped files recorded in the commit message.
 const SKIPPED_RECORDED: usize = 1000;
 /// Identity of checkpoint commits (they are nobody's work but the user's; this says who
@@ -50,27 +48,6 @@ pub enum Taken {
     },
     /// A new checkpoint.
     New(Box<Described>),
-}
-
-/// What the commit message records beyond what git already has.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CommitMeta {
-    /// Checkpoint id.
-    pub id: String,
-    /// Why it was taken.
-    pub reason: CheckpointReason,
-    /// ms since the epoch.
-    pub created_at: i64,
-    /// The session.
-    pub session: String,
-    /// Branch HEAD was on.
-    pub branch: Option<String>,
-    /// Operation in progress.
-    pub repo_state: Option<String>,
-    /// The work tree's path.
-    pub work_tree: String,
-    /// Files left out.
-    pub skipped: Vec<SkippedFile>,
 }
 
 /// A temporary index file in moor's directory of the repository, removed when dropped.
@@ -321,36 +298,4 @@ fn keep_base_version(
             .run()?;
     }
     Ok(())
-}
-
-/// The commit a checkpoint id names, if it exists here.
-pub fn checkpoint_commit(repo: &Repo, id: &str) -> Result<Option<String>, GitError> {
-    let out = repo
-        .git()
-        .args([
-            "rev-parse",
-            "--verify",
-            "-q",
-            &format!("{REF_PREFIX}{id}^{{commit}}"),
-        ])
-        .run_allow(&[1])?;
-    Ok(out.map(|o| lossy_line(&o)).filter(|s| !s.is_empty()))
-}
-
-/// Ids of the checkpoints in this repository, newest first.
-pub fn list_ids(repo: &Repo) -> Result<Vec<String>, GitError> {
-    let out = repo
-        .git()
-        .args([
-            "for-each-ref",
-            "--sort=-committerdate",
-            "--format=%(refname)",
-            REF_PREFIX,
-        ])
-        .run()?;
-    Ok(String::from_utf8_lossy(&out)
-        .lines()
-        .filter_map(|l| l.strip_prefix(REF_PREFIX))
-        .map(str::to_owned)
-        .collect())
 }

@@ -8,10 +8,11 @@ use std::process::Command;
 
 use moor_protocol::checkpoint::{BlobRef, ChangeStatus, CheckpointReason};
 
+use super::commit::list_ids;
 use super::describe::{cat_blobs, describe, Described};
 use super::git::{ProbeError, Repo};
 use super::restore::{import, restore, Target};
-use super::snapshot::{list_ids, take, TakeOptions, Taken};
+use super::snapshot::{take, TakeOptions, Taken};
 use super::CheckpointError;
 
 fn git(dir: &Path, args: &[&str]) -> String {

@@ -4,7 +4,7 @@
 use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::error::ConnectError;
+use super::error::ConnectError;
 use crate::spool::Batch;
 
 /// What one WebSocket message from the server means to the link.

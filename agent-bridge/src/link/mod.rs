@@ -5,10 +5,17 @@
 //! it only on `Ack`; inputs go to the adapter through a channel and their accounting lives in the
 //! [`InputLedger`]. So dropping a connection at any point loses nothing: the next `Welcome`
 //! says where to resume.
+//!
+//! Time enters only through tokio's clock (timeouts, the heartbeat interval, the idle watchdog,
+//! backoff sleeps), and bytes only through a [`Dial`], so with in-memory pipes the whole link
+//! runs on paused time in tests.
 
+mod dial;
+mod error;
 mod frames;
 mod session;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use moor_protocol::bridge::AgentInfo;
@@ -17,16 +24,17 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use self::dial::{Dial, DialFuture, Io, TcpDial};
+pub use self::error::ConnectError;
+
 use crate::backoff::Backoff;
 use crate::config::{LinkConfig, Token};
-use crate::error::ConnectError;
 use crate::inputs::{InputLedger, Receipt, RECEIPT_QUEUE};
 use crate::spool::Spool;
 use crate::status::Status;
 
 /// The WebSocket type of one connection.
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<Box<dyn Io>>>;
 
 /// Everything a link needs.
 #[derive(Debug, Clone)]
@@ -96,6 +104,8 @@ pub struct Link {
     /// When the current or last connection was welcomed (for the backoff's stability rule).
     welcomed_at: Option<Instant>,
     session_id: watch::Sender<Option<SessionId>>,
+    /// Opens each connection's byte stream.
+    dial: Arc<dyn Dial>,
 }
 
 impl Link {
@@ -116,6 +126,7 @@ impl Link {
             end_sent: false,
             welcomed_at: None,
             session_id,
+            dial: Arc::new(TcpDial),
         };
         (
             link,
@@ -125,6 +136,13 @@ impl Link {
                 finish,
             },
         )
+    }
+
+    /// Connect through `dial` instead of TCP (tests use in-memory pipes, so the link's timing
+    /// runs on tokio's paused clock).
+    pub fn with_dial(mut self, dial: Arc<dyn Dial>) -> Self {
+        self.dial = dial;
+        self
     }
 
     /// Watch the session id, known after the first `Welcome`.

@@ -11,14 +11,16 @@ use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge
 use moor_protocol::{kinds, Entry, PROTOCOL_VERSION};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, UrlError};
+use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
+use super::error::ConnectError;
 use super::frames::{decode, encode, entries_message, Incoming};
-use super::{Closed, Link, Ws};
-use crate::error::ConnectError;
+use super::{Closed, Io, Link, Ws};
 
 /// How long a polite close on shutdown may take.
 const CLOSE_GRACE: Duration = Duration::from_millis(250);
@@ -57,9 +59,10 @@ impl Link {
         let bearer = HeaderValue::from_str(&format!("Bearer {}", self.p.token.expose()))
             .map_err(|_| ConnectError::InvalidToken)?;
         request.headers_mut().insert(AUTHORIZATION, bearer);
+        let stream = self.dial_server(&request).await?;
         let connector = crate::tls::ws_connector();
         let (mut ws, _response) =
-            tokio_tungstenite::connect_async_tls_with_config(request, None, true, connector)
+            tokio_tungstenite::client_async_tls_with_config(request, stream, None, connector)
                 .await?;
         let hello = BridgeToServer::Hello(Hello {
             version: PROTOCOL_VERSION,
@@ -102,6 +105,24 @@ impl Link {
                 Incoming::Other => {}
             }
         }
+    }
+
+    /// The byte stream to the server `request` goes to (port by scheme when the URL has none).
+    async fn dial_server(&self, request: &Request) -> Result<Box<dyn Io>, ConnectError> {
+        let uri = request.uri();
+        let bad_url = |e| ConnectError::from(WsError::Url(e));
+        let host = uri.host().ok_or_else(|| bad_url(UrlError::NoHostName))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = match (uri.port_u16(), uri.scheme_str()) {
+            (Some(port), _) => port,
+            (None, Some("wss")) => 443,
+            (None, Some("ws")) => 80,
+            (None, _) => return Err(bad_url(UrlError::UnsupportedUrlScheme)),
+        };
+        self.dial
+            .dial(host, port)
+            .await
+            .map_err(|e| ConnectError::from(WsError::Io(e)))
     }
 
     /// Check the welcome, trim the spool to the server's mark, and take the pending inputs.

@@ -1,6 +1,6 @@
 //! The link and spool driven directly, without an agent process.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use moor_bridge::link::LinkEnd;
 use moor_bridge::session_dir::SessionDir;
@@ -10,8 +10,8 @@ use moor_protocol::payload::{AgentOutput, OutputStream};
 use moor_protocol::{close, Seq};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{FakeServer, Script};
-use crate::{bare_link, bare_link_to, fast_link, within, TOKEN};
+use crate::support::{Event, FakeServer, Script};
+use crate::{bare_link, bare_link_to, fast_link, memory_link, within, TOKEN};
 
 fn lines(range: std::ops::Range<u64>) -> Vec<Draft> {
     range
@@ -115,34 +115,44 @@ async fn http_401_on_upgrade_is_retried_until_the_server_accepts() {
     assert_exactly_once_in_order(&server, 5);
 }
 
-#[tokio::test]
-async fn a_silent_server_is_declared_dead_and_the_link_rebuilt() {
+#[tokio::test(start_paused = true)]
+async fn a_silent_server_is_declared_dead_after_its_idle_timeout_and_the_link_rebuilt() {
     // arrange: the first connection is welcomed and then hears nothing, like a half-open socket
     let script = Script {
         silent_on: vec![1],
-        heartbeat_ms: 100,
-        idle_ms: 400,
+        heartbeat_ms: 1_000,
+        idle_ms: 4_000,
         ..Script::default()
     };
     let server = FakeServer::start(script).await;
     let state = tempfile::tempdir().unwrap();
     let dir = SessionDir::open(state.path(), "s1").unwrap();
-    let (link, ports) = bare_link(&server, &dir, fast_link());
+    let config = fast_link();
+    let (link, ports) = memory_link(&server, &dir, config.clone());
     dir.spool.append(lines(0..10)).await.unwrap();
     ports.finish.send_replace(true);
     // act
     let end = within("link ends", link.run(CancellationToken::new()))
         .await
         .unwrap();
-    // assert
+    // assert: the link gave up on the silent one only once the idle timeout had passed, then
+    // reconnected after one backoff delay and delivered everything there
     assert_eq!(end, LinkEnd::Ended);
-    assert_eq!(server.seen.lock().unwrap().accepted, 2);
+    let seen = server.seen.lock().unwrap();
+    let silence = seen.at(Event::Upgrade(2)) - seen.at(Event::Welcomed(1));
+    let idle = Duration::from_millis(4_000);
+    assert!(
+        silence >= idle && silence <= idle + config.backoff.initial,
+        "reconnected {silence:?} after the last word from the server"
+    );
+    assert_eq!(seen.accepted, 2);
+    drop(seen);
     assert_exactly_once_in_order(&server, 10);
 }
 
-#[tokio::test]
-async fn move_opens_a_new_connection_at_once_without_backoff() {
-    // arrange: a backoff so long that using it would time the test out
+#[tokio::test(start_paused = true)]
+async fn move_opens_the_new_connection_at_once_and_leaves_the_old_one_only_after_its_welcome() {
+    // arrange: a backoff of a minute, which a move must not wait for
     let server = FakeServer::start(Script {
         move_on: vec![1],
         ..Script::default()
@@ -153,19 +163,180 @@ async fn move_opens_a_new_connection_at_once_without_backoff() {
     let mut config = fast_link();
     config.backoff.initial = Duration::from_secs(60);
     config.backoff.max = Duration::from_secs(60);
-    let (link, ports) = bare_link(&server, &dir, config);
+    let (link, ports) = memory_link(&server, &dir, config);
     dir.spool.append(lines(0..20)).await.unwrap();
     ports.finish.send_replace(true);
     // act
-    let started = Instant::now();
     let end = within("link ends", link.run(CancellationToken::new()))
         .await
         .unwrap();
     // assert
     assert_eq!(end, LinkEnd::Ended);
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(server.seen.lock().unwrap().accepted, 2);
+    let seen = server.seen.lock().unwrap();
+    assert_eq!(
+        seen.at(Event::Upgrade(2)),
+        seen.at(Event::Welcomed(1)),
+        "no delay between the move notice and the new connection"
+    );
+    let order: Vec<Event> = seen
+        .log
+        .iter()
+        .map(|(_, e)| *e)
+        .filter(|e| matches!(e, Event::Welcomed(2) | Event::Gone(1)))
+        .collect();
+    assert_eq!(order, [Event::Welcomed(2), Event::Gone(1)]);
+    assert_eq!(seen.accepted, 2);
+    drop(seen);
     assert_exactly_once_in_order(&server, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_reconnects_wait_a_jittered_delay_that_doubles_up_to_the_cap() {
+    // arrange: five refusals before the server lets the bridge in
+    let server = FakeServer::start(Script {
+        reject_first: 5,
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let mut config = fast_link();
+    config.backoff.initial = Duration::from_secs(1);
+    config.backoff.max = Duration::from_secs(4);
+    let (link, ports) = memory_link(&server, &dir, config);
+    dir.spool.append(lines(0..3)).await.unwrap();
+    ports.finish.send_replace(true);
+    // act
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert
+    assert_eq!(end, LinkEnd::Ended);
+    let seen = server.seen.lock().unwrap();
+    let attempts = seen.times(|e| matches!(e, Event::Upgrade(_)));
+    let delays: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    let ceilings = [1, 2, 4, 4, 4].map(Duration::from_secs);
+    assert_eq!(delays.len(), ceilings.len(), "{delays:?}");
+    for (delay, ceiling) in delays.iter().zip(ceilings) {
+        assert!(
+            *delay >= ceiling / 2 && *delay <= ceiling,
+            "delay {delay:?} outside [{:?}, {ceiling:?}]: {delays:?}",
+            ceiling / 2
+        );
+    }
+    assert_eq!((seen.upgrades, seen.accepted), (6, 1));
+    drop(seen);
+    assert_exactly_once_in_order(&server, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_a_connection_that_stayed_up_past_stable_after_resets_the_backoff() {
+    // arrange: two refusals grow the delay; the first accepted connection is closed at once
+    // (not stable), the second after 20 s (stable past 10 s)
+    let server = FakeServer::start(Script {
+        reject_first: 2,
+        close_after_ms: vec![(1, 0), (2, 20_000)],
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let mut config = fast_link();
+    config.backoff.initial = Duration::from_secs(1);
+    config.backoff.max = Duration::from_secs(60);
+    config.backoff.stable_after = Duration::from_secs(10);
+    let (link, ports) = memory_link(&server, &dir, config);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(link.run(shutdown.clone()));
+    // act
+    server
+        .wait_until("a connection after the stable one", |s| s.upgrades >= 5)
+        .await;
+    ports.finish.send_replace(true);
+    shutdown.cancel();
+    within("link stops", running).await.unwrap().unwrap();
+    // assert: upgrades 3 and 4 are the accepted connections 1 and 2; the third delay (ceiling
+    // 4 s) follows the first, a fresh first delay (ceiling 1 s) the second
+    let seen = server.seen.lock().unwrap();
+    let after_short = seen.at(Event::Upgrade(4)) - seen.at(Event::Gone(3));
+    let after_stable = seen.at(Event::Upgrade(5)) - seen.at(Event::Gone(4));
+    let secs = Duration::from_secs;
+    assert!(
+        after_short >= secs(2) && after_short <= secs(4),
+        "after a connection that closed at once the delay kept growing: {after_short:?}"
+    );
+    assert!(
+        after_stable >= Duration::from_millis(500) && after_stable <= secs(1),
+        "after a stable connection the delay started again from the first: {after_stable:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_the_upgrade_is_given_up_after_the_connect_timeout() {
+    // arrange: the first connection is accepted and then ignored
+    let server = FakeServer::start(Script {
+        unanswered_first: 1,
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let config = fast_link();
+    let (link, ports) = memory_link(&server, &dir, config.clone());
+    dir.spool.append(lines(0..5)).await.unwrap();
+    ports.finish.send_replace(true);
+    // act
+    let end = within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    // assert: the bridge hung up on the mute server at the connect timeout, and the retry
+    // (one backoff delay later) delivered everything
+    assert_eq!(end, LinkEnd::Ended);
+    let seen = server.seen.lock().unwrap();
+    let gave_up = seen.at(Event::Gone(1)) - seen.at(Event::Upgrade(1));
+    assert_eq!(gave_up, config.connect_timeout);
+    let retry = seen.at(Event::Upgrade(2)) - seen.at(Event::Gone(1));
+    assert!(retry <= config.backoff.initial, "{retry:?}");
+    assert_eq!((seen.upgrades, seen.accepted), (2, 1));
+    drop(seen);
+    assert_exactly_once_in_order(&server, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_link_sends_a_heartbeat_each_interval_and_stays_up() {
+    // arrange: nothing to send, a server that answers heartbeats
+    let server = FakeServer::start(Script {
+        heartbeat_ms: 1_000,
+        idle_ms: 3_000,
+        ..Script::default()
+    })
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (link, _ports) = memory_link(&server, &dir, fast_link());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(link.run(shutdown.clone()));
+    // act: five heartbeat intervals of silence
+    server
+        .wait_until("five heartbeats", |s| {
+            s.times(|e| matches!(e, Event::Heartbeat(_))).len() >= 5
+        })
+        .await;
+    shutdown.cancel();
+    let end = within("link stops", running).await.unwrap().unwrap();
+    // assert: one heartbeat per interval, all on the first connection
+    assert_eq!(end, LinkEnd::Shutdown);
+    let seen = server.seen.lock().unwrap();
+    let beats = seen.times(|e| matches!(e, Event::Heartbeat(1)));
+    assert!(beats.len() >= 5, "{:#?}", seen.log);
+    assert_eq!(
+        beats[0] - seen.at(Event::Welcomed(1)),
+        Duration::from_secs(1)
+    );
+    for gap in beats.windows(2).map(|w| w[1] - w[0]) {
+        assert_eq!(gap, Duration::from_secs(1));
+    }
+    assert_eq!(seen.accepted, 1);
 }
 
 #[tokio::test]

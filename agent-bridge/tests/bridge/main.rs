@@ -56,6 +56,13 @@ pub fn bare_link(server: &FakeServer, dir: &SessionDir, config: LinkConfig) -> (
     bare_link_to(&server.url(), dir, config)
 }
 
+/// A link to `server` over in-memory pipes: nothing leaves the runtime, so the test can run on
+/// paused time (`#[tokio::test(start_paused = true)]`) and read the server's timeline.
+pub fn memory_link(server: &FakeServer, dir: &SessionDir, config: LinkConfig) -> (Link, LinkPorts) {
+    let (link, ports) = bare_link(server, dir, config);
+    (link.with_dial(server.dial()), ports)
+}
+
 /// A link to `servers` (one base URL, or several separated by commas).
 pub fn bare_link_to(servers: &str, dir: &SessionDir, config: LinkConfig) -> (Link, LinkPorts) {
     Link::new(LinkParams {
@@ -73,7 +80,7 @@ pub fn bare_link_to(servers: &str, dir: &SessionDir, config: LinkConfig) -> (Lin
 
 /// Guard against hangs; the timeout is never the synchronisation itself.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(20), fut).await {
+    match tokio::time::timeout(Duration::from_secs(60), fut).await {
         Ok(out) => out,
         Err(_) => panic!("timed out: {what}"),
     }

@@ -2,6 +2,10 @@
 //! cumulative acks after "commit", dedupe of replayed producer seqs, 4005 on a gap, 4004 after
 //! `End`. The real server is exercised by the workspace's e2e suite; this one lets the bridge's
 //! own tests inject faults (drops, 401s, silence, `Move`, terminal closes) precisely.
+//!
+//! It listens on TCP, and [`FakeServer::dial`] also connects a link to it over in-memory pipes:
+//! then nothing leaves the runtime, so timing tests run on tokio's paused clock and read the
+//! [`Seen::log`] timeline in virtual time.
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
@@ -9,10 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use moor_bridge::link::{Dial, DialFuture, Io};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::{close, Entry, NewEntry, Seq, SessionId};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -24,7 +31,9 @@ use tokio_tungstenite::WebSocketStream;
 /// that were not refused).
 #[derive(Debug, Clone, Default)]
 pub struct Script {
-    /// Refuse this many upgrades with HTTP 401 first.
+    /// Leave this many connections unanswered first: no upgrade response, nothing at all.
+    pub unanswered_first: u32,
+    /// Refuse this many upgrades with HTTP 401 first (after the unanswered ones).
     pub reject_first: u32,
     /// Drop the TCP connection (no close frame, no ack) once a connection got this many entries.
     pub drop_after_entries: Option<u64>,
@@ -34,6 +43,9 @@ pub struct Script {
     pub no_ack_on: Vec<u32>,
     /// On these connection numbers, send `Move` right after `Welcome`.
     pub move_on: Vec<u32>,
+    /// On these connection numbers, serve for this many ms after `Welcome`, then close with
+    /// 4009 (lifetime).
+    pub close_after_ms: Vec<(u32, u64)>,
     /// Close the first connection with this code right after `Welcome`.
     pub close_first_with: Option<u16>,
     /// Inputs to offer in `Welcome.pending_inputs` (those above `last_applied_input`).
@@ -56,11 +68,45 @@ pub struct Seen {
     pub gaps: u32,
     /// Entries received on `no_ack_on` connections (never committed).
     pub uncommitted: Vec<NewEntry>,
+    /// What happened when, on tokio's clock (virtual under paused time).
+    pub log: Vec<(Instant, Event)>,
+}
+
+/// A point on the fake server's timeline; numbers are upgrade numbers (1-based, refused ones
+/// included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A WebSocket upgrade request arrived.
+    Upgrade(u32),
+    /// The connection got its `Welcome`.
+    Welcomed(u32),
+    /// A heartbeat arrived from the bridge.
+    Heartbeat(u32),
+    /// The bridge's side of the connection went away (or the server closed it).
+    Gone(u32),
 }
 
 impl Seen {
     pub fn mark(&self) -> u64 {
         self.entries.len() as u64
+    }
+
+    /// When `event` happened (the first time).
+    pub fn at(&self, event: Event) -> Instant {
+        self.log
+            .iter()
+            .find(|(_, e)| *e == event)
+            .unwrap_or_else(|| panic!("{event:?} never happened: {:#?}", self.log))
+            .0
+    }
+
+    /// The times of every event `pick` selects, in order.
+    pub fn times(&self, pick: impl Fn(&Event) -> bool) -> Vec<Instant> {
+        self.log
+            .iter()
+            .filter(|(_, e)| pick(e))
+            .map(|(t, _)| *t)
+            .collect()
     }
 
     pub fn texts(&self) -> Vec<String> {
@@ -77,6 +123,7 @@ pub struct FakeServer {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Seen>>,
     changed: watch::Receiver<u64>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -114,24 +161,31 @@ impl FakeServer {
             changed: tx,
             session_id: SessionId::new(),
         });
+        let accepting = shared.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(connection(stream, shared.clone()));
+                tokio::spawn(connection(stream, accepting.clone()));
             }
         });
         Self {
             addr,
             seen,
             changed,
+            shared,
             task,
         }
+    }
+
+    /// Connects to this server over in-memory pipes instead of TCP (whatever the URL says).
+    pub fn dial(&self) -> Arc<dyn Dial> {
+        Arc::new(MemoryDial(self.shared.clone()))
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// Wait (at most 10 s, a failure guard) until `cond` holds.
+    /// Wait (at most 60 s, a failure guard; virtual seconds on paused time) until `cond` holds.
     pub async fn wait_until(&self, what: &str, cond: impl Fn(&Seen) -> bool) {
         let mut changed = self.changed.clone();
         let wait = async {
@@ -142,7 +196,7 @@ impl FakeServer {
                 changed.changed().await.unwrap();
             }
         };
-        if tokio::time::timeout(Duration::from_secs(10), wait)
+        if tokio::time::timeout(Duration::from_secs(60), wait)
             .await
             .is_err()
         {
@@ -154,12 +208,36 @@ impl FakeServer {
     }
 }
 
-async fn connection(stream: TcpStream, shared: Arc<Shared>) {
+#[derive(Debug)]
+struct MemoryDial(Arc<Shared>);
+
+impl Dial for MemoryDial {
+    fn dial<'a>(&'a self, _host: &'a str, _port: u16) -> DialFuture<'a> {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(connection(theirs, self.0.clone()));
+        Box::pin(async move { Ok(Box::new(ours) as Box<dyn Io>) })
+    }
+}
+
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(stream: S, shared: Arc<Shared>) {
     let upgrade = shared.update(|s| {
         s.upgrades += 1;
+        s.log.push((Instant::now(), Event::Upgrade(s.upgrades)));
         s.upgrades
     });
-    let reject = upgrade <= shared.script.reject_first;
+    serve(stream, upgrade, &shared).await;
+    shared.update(|s| s.log.push((Instant::now(), Event::Gone(upgrade))));
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, shared: &Shared) {
+    let unanswered = shared.script.unanswered_first;
+    if upgrade <= unanswered {
+        // Hold the connection and say nothing until the bridge gives up on it.
+        let mut stream = stream;
+        let _ = tokio::io::copy(&mut stream, &mut tokio::io::sink()).await;
+        return;
+    }
+    let reject = upgrade <= unanswered + shared.script.reject_first;
     let auth = Arc::new(Mutex::new(String::new()));
     let auth_seen = auth.clone();
     // The signature is tungstenite's; the large error type is not ours to shrink.
@@ -221,6 +299,7 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
         web_url: "http://fake/s/fake".into(),
     });
     send(&mut ws, &welcome).await;
+    shared.update(|s| s.log.push((Instant::now(), Event::Welcomed(upgrade))));
     if script.silent_on.contains(&n) {
         // Hold the socket open and say nothing, like a half-open connection.
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -248,7 +327,31 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
         }
     }
     let mut received = 0u64;
-    while let Some(Ok(msg)) = ws.next().await {
+    let lifetime = script
+        .close_after_ms
+        .iter()
+        .find(|(on, _)| *on == n)
+        .map(|(_, ms)| Duration::from_millis(*ms));
+    let closing = async {
+        match lifetime {
+            Some(lifetime) => tokio::time::sleep(lifetime).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(closing);
+    loop {
+        let msg = tokio::select! {
+            msg = ws.next() => msg,
+            () = &mut closing => {
+                let frame = CloseFrame {
+                    code: CloseCode::from(close::LIFETIME),
+                    reason: "lifetime".into(),
+                };
+                let _ = ws.close(Some(frame)).await;
+                return;
+            }
+        };
+        let Some(Ok(msg)) = msg else { break };
         let Message::Text(text) = msg else { continue };
         match serde_json::from_str::<BridgeToServer>(text.as_str()) {
             Ok(BridgeToServer::Entries { entries }) => {
@@ -278,7 +381,10 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
             Ok(BridgeToServer::Receipt { input_seq, status }) => {
                 shared.update(|s| s.receipts.push((input_seq, status)))
             }
-            Ok(BridgeToServer::Heartbeat) => send(&mut ws, &ServerToBridge::Heartbeat).await,
+            Ok(BridgeToServer::Heartbeat) => {
+                shared.update(|s| s.log.push((Instant::now(), Event::Heartbeat(upgrade))));
+                send(&mut ws, &ServerToBridge::Heartbeat).await
+            }
             Ok(BridgeToServer::End) => {
                 shared.update(|s| s.ended = true);
                 let frame = CloseFrame {
@@ -311,7 +417,10 @@ fn commit(seen: &mut Seen, entries: Vec<NewEntry>) -> Result<(), u16> {
     Ok(())
 }
 
-async fn send(ws: &mut WebSocketStream<TcpStream>, frame: &ServerToBridge) {
+async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    frame: &ServerToBridge,
+) {
     let _ = ws
         .send(Message::text(serde_json::to_string(frame).unwrap()))
         .await;

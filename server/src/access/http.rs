@@ -62,7 +62,11 @@ async fn check_password(password: String, phc: String) -> bool {
 pub(crate) async fn start_family(state: &AppState, user: &str) -> Result<Response, ApiError> {
     let family = random_secret();
     let (refresh, row) = new_refresh(user, state.auth.refresh_ttl);
-    state.store.create_token_family(&family, &row).await?;
+    state
+        .store
+        .access
+        .create_token_family(&family, &row)
+        .await?;
     tokens_response(state, user, &family, refresh)
 }
 
@@ -138,7 +142,7 @@ pub(crate) async fn login(
     if req.password.len() > MAX_PASSWORD {
         return Err(ApiError::Unauthorized);
     }
-    let user = match state.store.user(&req.name).await {
+    let user = match state.store.access.user(&req.name).await {
         Ok(u) => Some(u),
         Err(StoreError::NotFound) => None,
         Err(e) => return Err(e.into()),
@@ -191,6 +195,7 @@ pub(crate) async fn refresh(
     let (next, row) = new_refresh("", state.auth.refresh_ttl);
     match state
         .store
+        .access
         .rotate_refresh(&token_hash(&token), &row, now_ms())
         .await?
     {
@@ -211,7 +216,11 @@ pub(crate) async fn logout(
     AuthUser(who): AuthUser,
 ) -> Result<Response, ApiError> {
     if let Some(family) = &who.family {
-        state.store.revoke_token_family(family, now_ms()).await?;
+        state
+            .store
+            .access
+            .revoke_token_family(family, now_ms())
+            .await?;
         revoke(&state, Revocation::Family(family.clone())).await;
     }
     let clear = |name: &str, path: &str| {
@@ -257,14 +266,20 @@ pub(crate) async fn create_user(
         return Err(ApiError::Forbidden);
     }
     let req: NewUser = parse_json(body, state.config.max_body_bytes)?;
-    add_user(state.store.as_ref(), &req.name, req.password, req.admin).await?;
+    add_user(
+        state.store.access.as_ref(),
+        &req.name,
+        req.password,
+        req.admin,
+    )
+    .await?;
     Ok(StatusCode::CREATED)
 }
 
 /// Validates and stores a new user, an administrator when `admin` (shared by the API and
 /// `moord user add`).
 pub async fn add_user(
-    store: &dyn crate::store::Store,
+    store: &dyn crate::store::AccessStore,
     name: &str,
     password: String,
     admin: bool,
@@ -311,6 +326,7 @@ pub(crate) async fn revoke_user(
     }
     state
         .store
+        .access
         .revoke_user(&name, now_ms())
         .await
         .map_err(|e| match e {
@@ -339,14 +355,15 @@ pub(crate) async fn put_member(
         reason: "one of viewer, controller, owner".into(),
     })?;
     let session = session_for(&state, &who, &key, Role::Owner).await?;
-    match state.store.user(&user).await {
+    match state.store.access.user(&user).await {
         Ok(u) if u.revoked_at.is_none() => {}
         Ok(_) | Err(StoreError::NotFound) => return Err(ApiError::NotFound("user")),
         Err(e) => return Err(e.into()),
     }
     state
         .store
-        .set_member(session.id, &user, role.as_str())
+        .access
+        .set_member(session.id, &user, role)
         .await?;
     // Their open connections carry the old role: end them (they reconnect with the new one).
     let member = Revocation::Member {
@@ -364,7 +381,7 @@ pub(crate) async fn delete_member(
     Path((key, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
-    state.store.remove_member(session.id, &user).await?;
+    state.store.access.remove_member(session.id, &user).await?;
     let member = Revocation::Member {
         session: session.id,
         principal: user,
@@ -417,7 +434,7 @@ pub(crate) async fn create_share_link(
         id: uuid::Uuid::new_v4().to_string(),
         token_hash: token_hash(&secret),
         session: session.id,
-        role: role.as_str().to_owned(),
+        role,
         created_by: who.name.clone(),
         created_at: now,
         expires_at: now.saturating_add(ttl.as_millis() as i64),
@@ -425,7 +442,7 @@ pub(crate) async fn create_share_link(
         max_uses: Some(uses),
         revoked_at: None,
     };
-    state.store.create_share_link(&row).await?;
+    state.store.access.create_share_link(&row).await?;
     Ok((
         StatusCode::CREATED,
         Json(serde_json::json!({
@@ -460,6 +477,7 @@ pub(crate) async fn redeem_share_link(
     }
     let (session, role) = state
         .store
+        .access
         .redeem_share_link(&token_hash(&req.token), &who.name, now_ms())
         .await?
         .ok_or(ApiError::NotFound("share link"))?;
@@ -475,7 +493,7 @@ pub(crate) async fn revoke_share_link(
     AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let session = match state.store.share_link_session(&id).await {
+    let session = match state.store.access.share_link_session(&id).await {
         Ok(s) => s,
         Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
         Err(e) => return Err(e.into()),
@@ -486,7 +504,7 @@ pub(crate) async fn revoke_share_link(
             ApiError::NotFound(_) => ApiError::NotFound("share link"),
             e => e,
         })?;
-    let (session, members) = state.store.revoke_share_link(&id, now_ms()).await?;
+    let (session, members) = state.store.access.revoke_share_link(&id, now_ms()).await?;
     for principal in members {
         revoke(&state, Revocation::Member { session, principal }).await;
     }

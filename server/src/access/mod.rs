@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::{RefreshRow, Revocation, SessionRow, Store};
+use crate::store::{RefreshRow, Revocation, SessionRow, Stores};
 
 /// What a principal may do on one session (the wire type: ordered, each role includes the ones
 /// below it).
@@ -35,8 +35,11 @@ pub async fn role_on(
     if who.admin {
         return Ok(Some(Role::Owner));
     }
-    let role = state.store.member_role(session.id, &who.name).await?;
-    Ok(role.as_deref().and_then(Role::parse))
+    Ok(state
+        .store
+        .access
+        .member_role(session.id, &who.name)
+        .await?)
 }
 
 /// The session `key` names, if `who` may act on it with at least `need`. A session the caller
@@ -58,7 +61,7 @@ pub async fn session_with_role(
     key: &str,
     need: Role,
 ) -> Result<(SessionRow, Role), ApiError> {
-    let session = state.store.find_session(key).await?;
+    let session = state.store.log.find_session(key).await?;
     match role_on(state, who, &session).await? {
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
@@ -71,14 +74,14 @@ pub async fn session_with_role(
 /// connection reopened anywhere is refused.
 pub async fn revoke(state: &AppState, revocation: Revocation) {
     state.auth.revocations.apply(&revocation);
-    announce(state.store.as_ref(), &revocation).await;
+    announce(&state.store, &revocation).await;
 }
 
 /// Tells the other nodes sharing `store` (if any) about `revocation`. A failure is logged, not
 /// returned: the revocation is stored and applied here already, and other nodes refuse the
 /// credential at its next request anyway.
-pub async fn announce(store: &dyn Store, revocation: &Revocation) {
-    if let Some(cluster) = store.cluster() {
+pub async fn announce(store: &Stores, revocation: &Revocation) {
+    if let Some(cluster) = &store.cluster {
         if let Err(e) = cluster.announce_revocation(revocation).await {
             tracing::warn!(error = ?e, "could not tell the other nodes about a revocation");
         }

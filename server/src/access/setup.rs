@@ -96,7 +96,7 @@ impl SetupCode {
 pub(crate) async fn status(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let open = state.auth.setup.is_live() && !state.store.has_admin().await?;
+    let open = state.auth.setup.is_live() && !state.store.access.has_admin().await?;
     Ok(Json(serde_json::json!({ "open": open })))
 }
 
@@ -134,7 +134,7 @@ pub(crate) async fn setup(
     let throttle = format!("setup-ip:{}", ip.map(|i| i.to_string()).unwrap_or_default());
     let limits = &state.auth.limits.logins;
     limits.peek(&throttle).map_err(ApiError::RateLimited)?;
-    if state.store.has_admin().await? {
+    if state.store.access.has_admin().await? {
         return Err(setup_done());
     }
     match state.auth.setup.check(&req.code) {
@@ -148,6 +148,7 @@ pub(crate) async fn setup(
     let phc = validated_user(&req.name, req.password).await?;
     match state
         .store
+        .access
         .create_first_admin(&req.name, &phc, now_ms())
         .await
     {

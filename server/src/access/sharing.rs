@@ -19,8 +19,8 @@ pub(crate) async fn list_members(
     Path(key): Path<String>,
 ) -> Result<Json<Vec<SessionMember>>, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
-    let rows = state.store.members(session.id).await?;
-    Ok(Json(rows.into_iter().filter_map(member).collect()))
+    let rows = state.store.access.members(session.id).await?;
+    Ok(Json(rows.into_iter().map(member).collect()))
 }
 
 /// `GET /api/v1/sessions/{id}/share-links` (owner): the session's links, live or not, newest
@@ -31,22 +31,21 @@ pub(crate) async fn list_share_links(
     Path(key): Path<String>,
 ) -> Result<Json<Vec<ShareLinkInfo>>, ApiError> {
     let session = session_for(&state, &who, &key, Role::Owner).await?;
-    let rows = state.store.share_links(session.id).await?;
-    Ok(Json(rows.into_iter().filter_map(link).collect()))
+    let rows = state.store.access.share_links(session.id).await?;
+    Ok(Json(rows.into_iter().map(link).collect()))
 }
 
-/// A stored role the server does not know is skipped: it grants nothing (`role_on`).
-fn member(row: MemberRow) -> Option<SessionMember> {
-    Some(SessionMember {
-        role: Role::parse(&row.role)?,
+fn member(row: MemberRow) -> SessionMember {
+    SessionMember {
+        role: row.role,
         principal: row.principal,
         via_link: row.via_link,
-    })
+    }
 }
 
-fn link(row: ShareLinkRow) -> Option<ShareLinkInfo> {
-    Some(ShareLinkInfo {
-        role: Role::parse(&row.role)?,
+fn link(row: ShareLinkRow) -> ShareLinkInfo {
+    ShareLinkInfo {
+        role: row.role,
         id: row.id,
         created_by: row.created_by,
         created_at: row.created_at,
@@ -54,5 +53,5 @@ fn link(row: ShareLinkRow) -> Option<ShareLinkInfo> {
         uses_left: row.uses_left,
         max_uses: row.max_uses,
         revoked_at: row.revoked_at,
-    })
+    }
 }

@@ -128,11 +128,11 @@ async fn may_read_blob(state: &AppState, who: &Principal, sha256: &str) -> Resul
     if who.admin {
         return Ok(true);
     }
-    let sessions = state.store.blob_sessions(sha256).await?;
+    let sessions = state.store.checkpoints.blob_sessions(sha256).await?;
     if sessions.is_empty() {
         return Ok(false);
     }
-    let mine = state.store.memberships(&who.name).await?;
+    let mine = state.store.access.memberships(&who.name).await?;
     Ok(mine.iter().any(|(s, _)| sessions.contains(s)))
 }
 
@@ -210,7 +210,7 @@ pub(super) async fn put(
         manifest: serde_json::to_string(&manifest).map_err(anyhow::Error::from)?,
         blobs: manifest.blobs().into_iter().map(|b| b.sha256).collect(),
     };
-    let created = state.store.save_checkpoint(&row).await?;
+    let created = state.store.checkpoints.save_checkpoint(&row).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -226,7 +226,7 @@ pub(super) async fn list(
     Path(key): Path<String>,
 ) -> Result<Json<Vec<CheckpointSummary>>, ApiError> {
     let session = session_for(&state, &who, &key, Role::Viewer).await?;
-    let rows = state.store.list_checkpoints(session.id).await?;
+    let rows = state.store.checkpoints.list_checkpoints(session.id).await?;
     let summaries = rows
         .iter()
         .map(|r| serde_json::from_str(&r.summary))
@@ -240,6 +240,7 @@ async fn stored(state: &AppState, who: &Principal, id: &str) -> Result<StoredChe
     checked_id(id)?;
     let row = state
         .store
+        .checkpoints
         .checkpoint(id)
         .await
         .map_err(not_found_as_checkpoint)?;

@@ -9,7 +9,7 @@ use crate::state::AppState;
 
 /// Healthy when the store answers.
 pub(super) async fn get(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    state.store.list_sessions().await?;
+    state.store.log.list_sessions().await?;
     Ok(Json(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),

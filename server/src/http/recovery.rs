@@ -81,6 +81,7 @@ pub(super) async fn transcript(
     loop {
         let page = state
             .store
+            .log
             .read(session.id, Range::After(cursor), PAGE)
             .await?;
         let Some(last) = page.last() else { break };

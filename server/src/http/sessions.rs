@@ -56,17 +56,17 @@ pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    let rows = state.store.list_sessions().await?;
+    let rows = state.store.log.list_sessions().await?;
     let roles: Option<HashMap<_, _>> = if who.admin {
         None
     } else {
         Some(
             state
                 .store
+                .access
                 .memberships(&who.name)
                 .await?
                 .into_iter()
-                .filter_map(|(id, role)| Some((id, Role::parse(&role)?)))
                 .collect(),
         )
     };
@@ -134,7 +134,7 @@ pub(super) async fn entries(
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
     };
     // One more than asked tells whether there is more.
-    let mut entries = state.store.read(session.id, range, limit + 1).await?;
+    let mut entries = state.store.log.read(session.id, range, limit + 1).await?;
     let has_more = entries.len() > limit as usize;
     if has_more {
         match range {

@@ -1,12 +1,17 @@
-//! The durable log: `trait Store` and its implementations.
+//! The durable store, by role: [`LogStore`] (the log and session metadata), [`AccessStore`]
+//! (accounts, tokens, members, share links), [`CheckpointStore`] and, when several nodes share
+//! the database, [`Cluster`]. SQLite and Postgres implement each role directly; SQL the two
+//! dialects agree on is written once (`access.rs`).
 //!
-//! A store is a generic durable-stream engine — append with idempotency keys, read from an
+//! The log is a generic durable-stream engine — append with idempotency keys, read from an
 //! offset — with sessions as metadata on top. It owns seq allocation: seqs are assigned inside the
 //! appending transaction from the session row, so any number of processes may append. It must not
 //! leak `sqlx` types upward, and it does no fan-out (that is the hub's job, after commit).
 
+mod access;
 mod append;
 mod cluster;
+mod errors;
 pub mod migrate;
 mod plan;
 mod postgres;
@@ -22,6 +27,8 @@ use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
+/// Roles are stored by their wire names; the store encodes and decodes them.
+pub use moor_protocol::api::Role;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -37,7 +44,12 @@ pub enum StoreError {
     /// A uniqueness rule was violated.
     #[error("conflict: {0}")]
     Conflict(&'static str),
-    /// Anything else: the database is unreachable, corrupt, full…
+    /// The database cannot be reached right now (refused or lost connections, a pool that
+    /// timed out, a server starting or shutting down, SQLite busy past its timeout): retrying
+    /// later may succeed.
+    #[error("database unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    /// Anything else: the database is corrupt, full, or holds what it should not…
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -137,9 +149,9 @@ pub enum Range {
     Before(Seq),
 }
 
-/// The durable log and session metadata.
+/// The durable log: sessions, append with producer idempotency, reads, inputs and snapshots.
 #[async_trait]
-pub trait Store: Send + Sync + Debug + 'static {
+pub trait LogStore: Send + Sync + Debug + 'static {
     /// The session named or identified by `key`; a name not seen before creates it.
     /// `agent` replaces the stored agent description when given.
     async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow>;
@@ -176,50 +188,38 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Stores `state` (JSON) as the session's latest state snapshot, taken at `head`; an older
     /// snapshot than the stored one is ignored.
-    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
-        let _ = (session, head, state);
-        Ok(())
-    }
+    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()>;
 
     /// The session's latest state snapshot: the seq it was taken at and the state JSON.
-    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
-        let _ = session;
-        Ok(None)
-    }
+    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>>;
 
     /// Marks the session ended (idempotent).
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
+}
 
-    /// Coordination with the other nodes sharing this store; `None` for a single-node store.
-    fn cluster(&self) -> Option<&dyn Cluster> {
-        None
-    }
-
+/// Uploaded checkpoints (G7) and the blobs they name.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync + Debug + 'static {
     /// Stores an uploaded checkpoint. Returns false if the same id was already stored with the
     /// same manifest; another manifest under a stored id is a [`StoreError::Conflict`].
-    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
-        let _ = row;
-        Err(unsupported("checkpoints"))
-    }
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool>;
 
     /// The checkpoint with this id, manifest included.
-    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
-        let _ = id;
-        Err(unsupported("checkpoints"))
-    }
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow>;
 
     /// A session's checkpoints, newest first, without their manifests (empty strings).
-    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
-        let _ = session;
-        Err(unsupported("checkpoints"))
-    }
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>>;
 
     /// The sessions that have a checkpoint naming the blob `sha256`.
-    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
-        let _ = sha256;
-        Err(unsupported("checkpoints"))
-    }
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>>;
+}
 
+/// Who may do what: users, refresh-token families (logins and devices), session members and
+/// share links. Secrets arrive hashed; nothing here sees a password or a token. Roles are stored
+/// by their wire names ([`Role::as_str`]); a stored name this server does not know is an error,
+/// never a guess.
+#[async_trait]
+pub trait AccessStore: Send + Sync + Debug + 'static {
     /// Adds a user with an argon2id password hash (an administrator when `admin`); an existing
     /// name is a [`StoreError::Conflict`].
     async fn create_user(
@@ -228,10 +228,7 @@ pub trait Store: Send + Sync + Debug + 'static {
         password_hash: &str,
         admin: bool,
         at: i64,
-    ) -> StoreResult<()> {
-        let _ = (name, password_hash, admin, at);
-        Err(unsupported("accounts"))
-    }
+    ) -> StoreResult<()>;
 
     /// Adds the first administrator: only while no administrator exists (checked and inserted
     /// atomically, also against other nodes). Returns false when one exists already; an
@@ -241,33 +238,19 @@ pub trait Store: Send + Sync + Debug + 'static {
         name: &str,
         password_hash: &str,
         at: i64,
-    ) -> StoreResult<bool> {
-        let _ = (name, password_hash, at);
-        Err(unsupported("accounts"))
-    }
+    ) -> StoreResult<bool>;
 
     /// Whether any administrator exists (revoked ones count: setup happens once).
-    async fn has_admin(&self) -> StoreResult<bool> {
-        Err(unsupported("accounts"))
-    }
+    async fn has_admin(&self) -> StoreResult<bool>;
 
     /// The user with this name.
-    async fn user(&self, name: &str) -> StoreResult<UserRow> {
-        let _ = name;
-        Err(unsupported("accounts"))
-    }
+    async fn user(&self, name: &str) -> StoreResult<UserRow>;
 
     /// Revokes a user and every token family of theirs (idempotent).
-    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
-        let _ = (name, at);
-        Err(unsupported("accounts"))
-    }
+    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()>;
 
     /// Starts a token family (one login or device) with its first refresh token.
-    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
-        let _ = (family, first);
-        Err(unsupported("accounts"))
-    }
+    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()>;
 
     /// Rotates a refresh token: marks `old_hash` used and stores `next` in the same family, in
     /// one transaction. A token already used (or of a revoked family) revokes the whole family
@@ -277,56 +260,34 @@ pub trait Store: Send + Sync + Debug + 'static {
         old_hash: &str,
         next: &RefreshRow,
         at: i64,
-    ) -> StoreResult<RefreshOutcome> {
-        let _ = (old_hash, next, at);
-        Err(unsupported("accounts"))
-    }
+    ) -> StoreResult<RefreshOutcome>;
 
     /// Revokes a token family (idempotent); returns its user.
-    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
-        let _ = (family, at);
-        Err(unsupported("accounts"))
-    }
+    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String>;
 
     /// The family's user, if the family exists, is not revoked, and its user is not revoked.
-    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
-        let _ = family;
-        Err(unsupported("accounts"))
-    }
+    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>>;
 
     /// Sets a principal's role on a session (replacing any other).
-    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
-        let _ = (session, principal, role);
-        Err(unsupported("session roles"))
-    }
+    async fn set_member(&self, session: SessionId, principal: &str, role: Role) -> StoreResult<()>;
 
     /// Makes `principal` the owner of a session that has no members yet; returns whether it did.
-    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
-        let _ = (session, principal);
-        Err(unsupported("session roles"))
-    }
+    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool>;
 
     /// Removes a principal's role on a session (idempotent).
-    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
-        let _ = (session, principal);
-        Err(unsupported("session roles"))
-    }
+    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()>;
 
     /// A principal's role on a session, if any.
-    async fn member_role(
-        &self,
-        session: SessionId,
-        principal: &str,
-    ) -> StoreResult<Option<String>> {
-        let _ = (session, principal);
-        Err(unsupported("session roles"))
-    }
+    async fn member_role(&self, session: SessionId, principal: &str) -> StoreResult<Option<Role>>;
+
+    /// Everyone with a role on a session, by name (byte order).
+    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>>;
+
+    /// Every session a principal has a role on, with the role.
+    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, Role)>>;
 
     /// Stores a new share link.
-    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
-        let _ = link;
-        Err(unsupported("share links"))
-    }
+    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()>;
 
     /// Spends one use of the link whose secret hashes to `token_hash` (if it is live) and gives
     /// `principal` its role, unless they already have a role on the session. Returns the
@@ -336,40 +297,54 @@ pub trait Store: Send + Sync + Debug + 'static {
         token_hash: &str,
         principal: &str,
         at: i64,
-    ) -> StoreResult<Option<(SessionId, String)>> {
-        let _ = (token_hash, principal, at);
-        Err(unsupported("share links"))
-    }
+    ) -> StoreResult<Option<(SessionId, Role)>>;
 
     /// Revokes a link and removes the members who joined through it. Returns the link's
     /// session and those members.
-    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
-        let _ = (id, at);
-        Err(unsupported("share links"))
-    }
+    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)>;
 
     /// The session a share link belongs to.
-    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
-        let _ = id;
-        Err(unsupported("share links"))
-    }
-
-    /// Everyone with a role on a session, by name.
-    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
-        let _ = session;
-        Err(unsupported("session roles"))
-    }
+    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId>;
 
     /// A session's share links, live or not, newest first.
-    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
-        let _ = session;
-        Err(unsupported("share links"))
+    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>>;
+}
+
+/// One open database, by role: what each part of the server needs from it.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// The log and session metadata.
+    pub log: Arc<dyn LogStore>,
+    /// Accounts, tokens, members and share links.
+    pub access: Arc<dyn AccessStore>,
+    /// Checkpoint records.
+    pub checkpoints: Arc<dyn CheckpointStore>,
+    /// Coordination with the other nodes sharing the database; `None` for a single-node
+    /// store (SQLite).
+    pub cluster: Option<Arc<dyn Cluster>>,
+}
+
+impl Stores {
+    /// The roles of a store only one node uses.
+    fn single<S: LogStore + AccessStore + CheckpointStore>(store: S) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store,
+            cluster: None,
+        }
     }
 
-    /// Every session a principal has a role on, with the role.
-    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
-        let _ = principal;
-        Err(unsupported("session roles"))
+    /// The roles of a store several nodes share.
+    fn shared<S: LogStore + AccessStore + CheckpointStore + Cluster>(store: S) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store.clone(),
+            cluster: Some(store),
+        }
     }
 }
 
@@ -383,7 +358,7 @@ pub struct ShareLinkRow {
     /// The session it shares.
     pub session: SessionId,
     /// The role it grants.
-    pub role: String,
+    pub role: Role,
     /// Who made it.
     pub created_by: String,
     /// Creation time (ms).
@@ -404,7 +379,7 @@ pub struct MemberRow {
     /// The user name.
     pub principal: String,
     /// The role.
-    pub role: String,
+    pub role: Role,
     /// The share link they joined through, if they did.
     pub via_link: Option<String>,
 }
@@ -485,24 +460,36 @@ pub struct CheckpointRow {
     pub blobs: Vec<String>,
 }
 
-/// The error of a feature an implementation does not have (yet).
-fn unsupported(what: &str) -> StoreError {
-    StoreError::Other(anyhow!("{what} are not supported by this store"))
+/// The outcome of storing a checkpoint whose id was taken (or whose session is missing), from
+/// what is `stored` under its id: the same upload retried is a no-op (`false`), other content
+/// a conflict.
+pub(crate) fn checkpoint_retried(
+    stored: StoreResult<CheckpointRow>,
+    row: &CheckpointRow,
+) -> StoreResult<bool> {
+    let stored = stored?;
+    if stored.manifest == row.manifest && stored.session == row.session {
+        Ok(false)
+    } else {
+        Err(StoreError::Conflict(
+            "checkpoint id already stored with other content",
+        ))
+    }
 }
 
 /// Opens the store a database URL names and runs its migrations: `sqlite:` (the default
 /// engine, one node) or `postgres:`/`postgresql:` (any number of nodes). Anything else is refused
 /// with a clear message. On Postgres this node gets a generated name; see [`connect_as`].
-pub async fn connect(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn connect(url: &str) -> anyhow::Result<Stores> {
     connect_as(url, &format!("node-{:08x}", rand::random::<u32>())).await
 }
 
 /// Like [`connect`], naming this node `node_id` to the others (Postgres only: in notices and in
 /// `pg_stat_activity.application_name`).
-pub async fn connect_as(url: &str, node_id: &str) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn connect_as(url: &str, node_id: &str) -> anyhow::Result<Stores> {
     match Engine::of(url)? {
-        Engine::Sqlite => Ok(Arc::new(SqliteStore::connect(url).await?)),
-        Engine::Postgres => Ok(Arc::new(PgStore::connect(url, node_id).await?)),
+        Engine::Sqlite => Ok(Stores::single(SqliteStore::connect(url).await?)),
+        Engine::Postgres => Ok(Stores::shared(PgStore::connect(url, node_id).await?)),
     }
 }
 

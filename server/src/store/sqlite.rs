@@ -14,19 +14,18 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
+use super::access::{access_store, AccessDialect};
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
-use super::{
-    Append, Appended, CheckpointRow, FamilyUser, IdemKey, MemberRow, Range, RefreshOutcome,
-    RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
-};
+use super::errors::db_error;
+use super::{Append, Appended, IdemKey, LogStore, Range, SessionRow, StoreError, StoreResult};
 
-mod access;
 mod checkpoints;
 
 /// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
 const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
 
-/// SQLite implementation of [`Store`].
+/// SQLite implementation of [`LogStore`], [`AccessStore`](super::AccessStore) and
+/// [`CheckpointStore`](super::CheckpointStore).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -63,17 +62,33 @@ impl SqliteStore {
             .context("open sqlite read pool")?;
         Ok(Self { writer, readers })
     }
-}
 
-fn other(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::RowNotFound => StoreError::NotFound,
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            StoreError::Conflict("unique key already stored")
-        }
-        e => StoreError::Other(e.into()),
+    /// Where writes go: the one writer connection.
+    fn writes(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    /// Where reads go that need not see the writer's latest commit at once.
+    fn reads(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    /// Setups need no lock: the single writer runs one transaction at a time.
+    async fn lock_first_admin(_tx: &mut sqlx::Transaction<'_, Sqlite>) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Claims need no lock: the single writer runs one transaction at a time.
+    async fn lock_session(_tx: &mut sqlx::Transaction<'_, Sqlite>, _sid: &str) -> StoreResult<()> {
+        Ok(())
     }
 }
+
+impl AccessDialect for SqliteStore {
+    const TOKEN_ROW_LOCK: &'static str = "";
+}
+
+access_store!(SqliteStore, sqlx::Sqlite);
 
 fn session_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<SessionRow> {
     let id: String = row.get("id");
@@ -103,7 +118,7 @@ fn entry_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Entry> {
 const SESSION_COLS: &str = "id, name, created_at, head_seq, last_ts, ended_at, agent";
 
 #[async_trait]
-impl Store for SqliteStore {
+impl LogStore for SqliteStore {
     async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
         let agent_json = agent
             .map(serde_json::to_string)
@@ -119,7 +134,7 @@ impl Store for SqliteStore {
         .bind(now_ms())
         .execute(&self.writer)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         if let Some(agent_json) = agent_json {
             sqlx::query("UPDATE sessions SET agent = ? WHERE id = ? OR name = ?")
                 .bind(agent_json)
@@ -127,7 +142,7 @@ impl Store for SqliteStore {
                 .bind(key)
                 .execute(&self.writer)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
         }
         self.find_session_in(&self.writer, key).await
     }
@@ -142,17 +157,17 @@ impl Store for SqliteStore {
         ))
         .fetch_all(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(session_row).collect()
     }
 
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
-        let mut tx = self.writer.begin().await.map_err(other)?;
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
         let row = sqlx::query("SELECT pk, head_seq, ended_at FROM sessions WHERE id = ?")
             .bind(session.to_string())
             .fetch_optional(&mut *tx)
             .await
-            .map_err(other)?
+            .map_err(db_error)?
             .ok_or(StoreError::NotFound)?;
         if row.get::<Option<i64>, _>("ended_at").is_some()
             && batch.iter().any(super::Append::is_new_work)
@@ -182,7 +197,7 @@ impl Store for SqliteStore {
                     .bind(producer_pks.get(&producer).copied().unwrap_or_default())
                     .execute(&mut *tx)
                     .await
-                    .map_err(other)?;
+                    .map_err(db_error)?;
             }
             sqlx::query("UPDATE sessions SET head_seq = ?, last_ts = ? WHERE pk = ?")
                 .bind(head)
@@ -190,9 +205,9 @@ impl Store for SqliteStore {
                 .bind(spk)
                 .execute(&mut *tx)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
         }
-        tx.commit().await.map_err(other)?;
+        tx.commit().await.map_err(db_error)?;
         let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
         Ok(append::outcomes(batch, decided, stored_seqs))
     }
@@ -215,7 +230,7 @@ impl Store for SqliteStore {
             .bind(limit as i64)
             .fetch_all(&self.readers)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         let mut entries = rows
             .iter()
             .map(entry_row)
@@ -235,7 +250,7 @@ impl Store for SqliteStore {
         .bind(producer.to_string())
         .fetch_optional(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(mark.unwrap_or(0) as u64)
     }
 
@@ -254,7 +269,7 @@ impl Store for SqliteStore {
         .bind(limit as i64)
         .fetch_all(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(entry_row).collect()
     }
 
@@ -272,7 +287,7 @@ impl Store for SqliteStore {
         .bind(kinds::INPUT_UNCERTAIN)
         .fetch_all(&self.writer)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
     }
 
@@ -288,7 +303,7 @@ impl Store for SqliteStore {
         .bind(session.to_string())
         .execute(&self.writer)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(())
     }
 
@@ -300,7 +315,7 @@ impl Store for SqliteStore {
         .bind(session.to_string())
         .fetch_optional(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(row.map(|r| (Seq(r.get::<i64, _>("head_seq") as u64), r.get("state"))))
     }
 
@@ -310,129 +325,8 @@ impl Store for SqliteStore {
             .bind(session.to_string())
             .execute(&self.writer)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         Ok(())
-    }
-
-    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
-        self.save_checkpoint_row(row).await
-    }
-
-    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
-        self.checkpoint_row(id).await
-    }
-
-    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
-        self.checkpoint_rows(session).await
-    }
-
-    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
-        self.sessions_naming_blob(sha256).await
-    }
-
-    async fn create_user(
-        &self,
-        name: &str,
-        password_hash: &str,
-        admin: bool,
-        at: i64,
-    ) -> StoreResult<()> {
-        self.insert_user(name, password_hash, admin, at).await
-    }
-
-    async fn create_first_admin(
-        &self,
-        name: &str,
-        password_hash: &str,
-        at: i64,
-    ) -> StoreResult<bool> {
-        self.insert_first_admin(name, password_hash, at).await
-    }
-
-    async fn has_admin(&self) -> StoreResult<bool> {
-        self.any_admin().await
-    }
-
-    async fn user(&self, name: &str) -> StoreResult<UserRow> {
-        self.user_row(name).await
-    }
-
-    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
-        self.revoke_user_rows(name, at).await
-    }
-
-    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
-        self.insert_family(family, first).await
-    }
-
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        next: &RefreshRow,
-        at: i64,
-    ) -> StoreResult<RefreshOutcome> {
-        self.rotate(old_hash, next, at).await
-    }
-
-    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
-        self.revoke_family(family, at).await
-    }
-
-    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
-        self.family_user(family).await
-    }
-
-    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
-        self.upsert_member(session, principal, role).await
-    }
-
-    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
-        self.claim(session, principal).await
-    }
-
-    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
-        self.delete_member(session, principal).await
-    }
-
-    async fn member_role(
-        &self,
-        session: SessionId,
-        principal: &str,
-    ) -> StoreResult<Option<String>> {
-        self.role_of(session, principal).await
-    }
-
-    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
-        self.insert_share_link(link).await
-    }
-
-    async fn redeem_share_link(
-        &self,
-        token_hash: &str,
-        principal: &str,
-        at: i64,
-    ) -> StoreResult<Option<(SessionId, String)>> {
-        self.redeem_link(token_hash, principal, at).await
-    }
-
-    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
-        self.revoke_link(id, at).await
-    }
-
-    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
-        self.link_session(id).await
-    }
-
-    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
-        self.roles_of(principal).await
-    }
-
-    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
-        self.member_rows(session).await
-    }
-
-    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
-        self.link_rows(session).await
     }
 }
 
@@ -445,7 +339,7 @@ impl SqliteStore {
         .bind(key)
         .fetch_optional(pool)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .ok_or(StoreError::NotFound)?;
         session_row(&row)
     }
@@ -466,14 +360,14 @@ async fn ensure_producer(
     .bind(&id)
     .execute(&mut **tx)
     .await
-    .map_err(other)?;
+    .map_err(db_error)?;
     let row =
         sqlx::query("SELECT pk, last_seq FROM producers WHERE session_pk = ? AND producer_id = ?")
             .bind(spk)
             .bind(&id)
             .fetch_one(&mut **tx)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
     Ok((row.get("pk"), row.get::<i64, _>("last_seq") as u64))
 }
 
@@ -511,7 +405,7 @@ impl Lookup for SqliteLookup<'_, '_> {
         .bind(seq as i64)
         .fetch_optional(&mut **self.tx)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(row.map(|r| StoredEntry {
             seq: r.get("seq"),
             kind: r.get("kind"),
@@ -525,7 +419,7 @@ impl Lookup for SqliteLookup<'_, '_> {
             .bind(id)
             .fetch_optional(&mut **self.tx)
             .await
-            .map_err(other)
+            .map_err(db_error)
     }
 
     async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
@@ -537,7 +431,7 @@ impl Lookup for SqliteLookup<'_, '_> {
         .bind(input.0 as i64)
         .fetch_optional(&mut **self.tx)
         .await
-        .map_err(other)
+        .map_err(db_error)
     }
 }
 
@@ -587,7 +481,7 @@ async fn insert_rows(
             .persistent(true)
             .execute(&mut **tx)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
     }
     Ok(())
 }

@@ -62,10 +62,10 @@ async fn may_attach(
     who: &Principal,
     session: SessionId,
 ) -> Result<bool, crate::error::ApiError> {
-    if state.store.claim_session(session, &who.name).await? {
+    if state.store.access.claim_session(session, &who.name).await? {
         return Ok(true);
     }
-    let row = state.store.find_session(&session.to_string()).await?;
+    let row = state.store.log.find_session(&session.to_string()).await?;
     Ok(role_on(state, who, &row).await? == Some(Role::Owner))
 }
 
@@ -128,7 +128,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         }
     };
     // Someone else's session is refused before anything of this bridge is written to it.
-    let existing = match state.store.find_session(&hello.session).await {
+    let existing = match state.store.log.find_session(&hello.session).await {
         Ok(s) => Some(s.id),
         Err(StoreError::NotFound) => None,
         Err(e) => {
@@ -149,6 +149,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
     }
     let session = match state
         .store
+        .log
         .open_session(&hello.session, Some(&hello.agent))
         .await
     {
@@ -180,7 +181,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         }
     };
     // With several nodes, the claim tells the others to close their connection for the session.
-    let epoch = match state.store.cluster() {
+    let epoch = match &state.store.cluster {
         Some(cluster) => match cluster.claim_bridge(session.id).await {
             Ok(epoch) => epoch,
             Err(e) => {
@@ -309,7 +310,7 @@ fn receipt(input: Seq, body: impl Into<EntryBody>) -> Append {
 impl Conn {
     /// Settles inputs the bridge reported, records the connection and sends `Welcome`.
     async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<()> {
-        let store = self.state.store.clone();
+        let store = self.state.store.log.clone();
         let hello = &self.hello;
         let mut settle: Vec<Append> = hello
             .uncertain_inputs
@@ -512,6 +513,7 @@ impl Conn {
         match self
             .state
             .store
+            .log
             .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
             .await
         {
@@ -566,7 +568,7 @@ impl Conn {
                 self.settle_all().await?;
                 // From here new inputs are refused; those stored after the last one this bridge
                 // was sent never reached the agent and are failed, so none is left unaccounted.
-                let store = self.state.store.clone();
+                let store = self.state.store.log.clone();
                 store
                     .end_session(self.session, now_ms())
                     .await

@@ -63,9 +63,9 @@ struct Viewer {
 #[tracing::instrument(skip_all, fields(session.id = %session))]
 async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
     let (mut tx, mut rx) = socket.split();
-    let mut tail = Tail::new(state.store.clone(), &state.hub, session, cursor);
+    let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor);
     let _watching = state.hub.watching(session);
-    let head = match state.store.find_session(&session.to_string()).await {
+    let head = match state.store.log.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
         Err(e) => {
             tracing::error!(error = ?e, "viewer socket could not read the session");

@@ -12,9 +12,8 @@ mod pg;
 mod stories;
 
 use std::future::Future;
-use std::sync::Arc;
 
-use moor_server::store::{self, Store};
+use moor_server::store::{self, Stores};
 
 /// A database the stories can open store handles ("nodes") on.
 #[derive(Debug)]
@@ -22,7 +21,7 @@ pub struct Db {
     /// Its URL.
     pub url: String,
     /// SQLite is one node: one process owns the file, so every "node" shares its handle.
-    single: tokio::sync::OnceCell<Arc<dyn Store>>,
+    single: tokio::sync::OnceCell<Stores>,
 }
 
 impl Db {
@@ -35,7 +34,7 @@ impl Db {
     }
 
     /// A store handle on this database, as node `node`.
-    pub async fn open(&self, node: &str) -> Arc<dyn Store> {
+    pub async fn open(&self, node: &str) -> Stores {
         let connect = || async {
             store::connect_as(&self.url, node)
                 .await
@@ -132,6 +131,22 @@ async fn postgres_feed_resyncs_after_its_connection_is_terminated() {
         .await;
 }
 
+/// Postgres only: a database that refuses connections makes the store unavailable, not broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_closed_to_connections_is_unavailable_until_it_reopens() {
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    let admin = db.admin_url().to_owned();
+    db.run(|url| {
+        stories::a_database_closed_to_connections_is_unavailable_until_it_reopens(
+            Db::new(url),
+            admin,
+        )
+    })
+    .await;
+}
+
 /// Migration 0007 on a database holding checkpoints from before it: each one's patch and file
 /// blobs are recorded, so their readers keep reading them.
 mod blob_backfill {
@@ -161,9 +176,18 @@ mod blob_backfill {
         let store = moor_server::store::connect(url).await.unwrap();
         let session: moor_protocol::SessionId = session.parse().unwrap();
         for sha in ["p1", "f1"] {
-            assert_eq!(store.blob_sessions(sha).await.unwrap(), [session], "{sha}");
+            assert_eq!(
+                store.checkpoints.blob_sessions(sha).await.unwrap(),
+                [session],
+                "{sha}"
+            );
         }
-        assert!(store.blob_sessions("null").await.unwrap().is_empty());
+        assert!(store
+            .checkpoints
+            .blob_sessions("null")
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

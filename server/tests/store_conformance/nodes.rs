@@ -1,11 +1,13 @@
 //! Stories about several nodes on one database: racing appenders, notices of appends and
-//! bridge claims, a lost listen connection, and moving a SQLite log to Postgres.
+//! bridge claims, a lost listen connection, a database closed to connections, and moving a
+//! SQLite log to Postgres.
 
 use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Appended, CheckpointRow, IdemKey, Notice, RefreshOutcome, RefreshRow, Store, StoreError,
+    Appended, CheckpointRow, IdemKey, Notice, Range, RefreshOutcome, RefreshRow, Role, StoreError,
+    Stores,
 };
 
 use crate::stories::{all, input, next, output, produced, receipt, share_link, stored_seq};
@@ -15,7 +17,7 @@ pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db)
     // arrange: two handles on one database, as two nodes would have
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
-    let s = a.open_session("race", None).await.unwrap().id;
+    let s = a.log.open_session("race", None).await.unwrap().id;
     let p = ProducerId::new();
     const ROUNDS: u64 = 40;
 
@@ -27,20 +29,20 @@ pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db)
                 let batch = (1..=5)
                     .map(|j| produced(p, i * 5 + j, &format!("p{}", i * 5 + j)))
                     .collect();
-                for o in a.append(s, batch).await.unwrap() {
+                for o in a.log.append(s, batch).await.unwrap() {
                     assert!(matches!(o, Appended::Stored(_)), "{o:?}");
                 }
             }
         }
     };
-    let inputs = |store: std::sync::Arc<dyn Store>, node: &'static str| async move {
+    let inputs = |store: Stores, node: &'static str| async move {
         let mut stored = 0;
         for i in 0..ROUNDS {
             let batch = vec![
                 input(&format!("shared-{i}"), "x"),
                 output(node, IdemKey::None),
             ];
-            let out = store.append(s, batch).await.unwrap();
+            let out = store.log.append(s, batch).await.unwrap();
             stored += matches!(out[0], Appended::Stored(_)) as u32;
         }
         stored
@@ -48,7 +50,7 @@ pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db)
     let ((), on_a, on_b) = tokio::join!(producer, inputs(a.clone(), "a"), inputs(b.clone(), "b"));
 
     // assert
-    let entries = all(&*b, s).await;
+    let entries = all(&*b.log, s).await;
     let seqs: Vec<u64> = entries.iter().map(|e| e.seq.0).collect();
     assert_eq!(
         seqs,
@@ -84,24 +86,24 @@ pub async fn appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique(db: Db)
         "producer order kept"
     );
     assert_eq!(
-        a.find_session("race").await.unwrap().head_seq.0,
+        a.log.find_session("race").await.unwrap().head_seq.0,
         entries.len() as u64
     );
-    assert_eq!(b.producer_mark(s, p).await.unwrap(), ROUNDS * 5);
+    assert_eq!(b.log.producer_mark(s, p).await.unwrap(), ROUNDS * 5);
 }
 
 pub async fn other_nodes_hear_of_appends_and_bridge_claims(db: Db) {
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
-    let (Some(ca), Some(cb)) = (a.cluster(), b.cluster()) else {
+    let (Some(ca), Some(cb)) = (a.cluster.as_deref(), b.cluster.as_deref()) else {
         // A single-node store: nothing to announce, and it says so.
-        assert!(a.cluster().is_none() && b.cluster().is_none());
+        assert!(a.cluster.as_deref().is_none() && b.cluster.as_deref().is_none());
         assert!(db.url.starts_with("sqlite:"), "only SQLite is single-node");
         return;
     };
     // arrange
     assert_eq!(cb.node_id(), "node-b");
-    let s = a.open_session("notices", None).await.unwrap().id;
+    let s = a.log.open_session("notices", None).await.unwrap().id;
     let mut feed = cb.feed();
     assert_eq!(
         next(&mut feed).await,
@@ -110,15 +112,17 @@ pub async fn other_nodes_hear_of_appends_and_bridge_claims(db: Db) {
     );
 
     // act
-    b.append(s, vec![output("own", IdemKey::None)])
+    b.log
+        .append(s, vec![output("own", IdemKey::None)])
         .await
         .unwrap();
-    a.append(
-        s,
-        vec![output("x", IdemKey::None), output("y", IdemKey::None)],
-    )
-    .await
-    .unwrap();
+    a.log
+        .append(
+            s,
+            vec![output("x", IdemKey::None), output("y", IdemKey::None)],
+        )
+        .await
+        .unwrap();
     let e1 = ca.claim_bridge(s).await.unwrap();
     let e2 = ca.claim_bridge(s).await.unwrap();
 
@@ -158,8 +162,12 @@ pub async fn feed_resyncs_after_termination(db: Db, admin_url: String) {
     // arrange
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
-    let s = a.open_session("terminate", None).await.unwrap().id;
-    let mut feed = b.cluster().expect("postgres is a cluster store").feed();
+    let s = a.log.open_session("terminate", None).await.unwrap().id;
+    let mut feed = b
+        .cluster
+        .as_deref()
+        .expect("postgres is a cluster store")
+        .feed();
     assert_eq!(next(&mut feed).await, Notice::Resync);
     let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
 
@@ -170,7 +178,8 @@ pub async fn feed_resyncs_after_termination(db: Db, admin_url: String) {
     .fetch_all(&admin)
     .await
     .unwrap();
-    a.append(s, vec![output("while reconnecting", IdemKey::None)])
+    a.log
+        .append(s, vec![output("while reconnecting", IdemKey::None)])
         .await
         .unwrap();
 
@@ -192,7 +201,8 @@ pub async fn feed_resyncs_after_termination(db: Db, admin_url: String) {
         saw_resync,
         "a lost listen connection is followed by a resync"
     );
-    a.append(s, vec![output("after", IdemKey::None)])
+    a.log
+        .append(s, vec![output("after", IdemKey::None)])
         .await
         .unwrap();
     assert_eq!(
@@ -214,27 +224,31 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     let sqlite = Db::new(format!("sqlite:{}", dir.path().join("old.db").display()));
     let src = sqlite.open("old").await;
     let p = ProducerId::new();
-    let a = src.open_session("first", None).await.unwrap().id;
-    let b = src.open_session("second", None).await.unwrap().id;
-    src.append(
-        a,
-        (1..=7000)
-            .map(|i| produced(p, i, &format!("l{i}")))
-            .collect(),
-    )
-    .await
-    .unwrap();
-    src.append(
-        a,
-        vec![input("m1", "hi"), receipt(kinds::INPUT_APPLIED, Seq(7001))],
-    )
-    .await
-    .unwrap();
-    src.append(b, vec![output("b", IdemKey::None)])
+    let a = src.log.open_session("first", None).await.unwrap().id;
+    let b = src.log.open_session("second", None).await.unwrap().id;
+    src.log
+        .append(
+            a,
+            (1..=7000)
+                .map(|i| produced(p, i, &format!("l{i}")))
+                .collect(),
+        )
         .await
         .unwrap();
-    src.end_session(b, 42).await.unwrap();
-    src.save_snapshot(a, Seq(5000), r#"{"head":5000}"#)
+    src.log
+        .append(
+            a,
+            vec![input("m1", "hi"), receipt(kinds::INPUT_APPLIED, Seq(7001))],
+        )
+        .await
+        .unwrap();
+    src.log
+        .append(b, vec![output("b", IdemKey::None)])
+        .await
+        .unwrap();
+    src.log.end_session(b, 42).await.unwrap();
+    src.log
+        .save_snapshot(a, Seq(5000), r#"{"head":5000}"#)
         .await
         .unwrap();
     let checkpoint = CheckpointRow {
@@ -245,20 +259,30 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         manifest: r#"{"files":[]}"#.into(),
         blobs: vec!["patch-sha".into()],
     };
-    src.save_checkpoint(&checkpoint).await.unwrap();
-    src.create_user("ann", "hash", true, 1).await.unwrap();
+    src.checkpoints.save_checkpoint(&checkpoint).await.unwrap();
+    src.access
+        .create_user("ann", "hash", true, 1)
+        .await
+        .unwrap();
     let refresh = RefreshRow {
         token_hash: "h1".into(),
         user: "ann".into(),
         created_at: 1,
         expires_at: i64::MAX,
     };
-    src.create_token_family("f1", &refresh).await.unwrap();
-    src.set_member(a, "ann", "owner").await.unwrap();
-    src.create_share_link(&share_link("l1", a, "viewer", 3))
+    src.access
+        .create_token_family("f1", &refresh)
         .await
         .unwrap();
-    src.redeem_share_link("hash-l1", "bob", 2).await.unwrap();
+    src.access.set_member(a, "ann", Role::Owner).await.unwrap();
+    src.access
+        .create_share_link(&share_link("l1", a, Role::Viewer, 3))
+        .await
+        .unwrap();
+    src.access
+        .redeem_share_link("hash-l1", "bob", 2)
+        .await
+        .unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -274,54 +298,66 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     );
     let dst = pg.open("new").await;
     assert_eq!(
-        dst.list_sessions().await.unwrap(),
-        src.list_sessions().await.unwrap()
+        dst.log.list_sessions().await.unwrap(),
+        src.log.list_sessions().await.unwrap()
     );
     for s in [a, b] {
-        assert_eq!(all(&*dst, s).await, all(&*src, s).await, "the same entries");
+        assert_eq!(
+            all(&*dst.log, s).await,
+            all(&*src.log, s).await,
+            "the same entries"
+        );
     }
-    assert_eq!(dst.producer_mark(a, p).await.unwrap(), 7000);
+    assert_eq!(dst.log.producer_mark(a, p).await.unwrap(), 7000);
     assert_eq!(
-        dst.checkpoint("cp-1").await.unwrap(),
+        dst.checkpoints.checkpoint("cp-1").await.unwrap(),
         CheckpointRow {
             blobs: vec![],
             ..checkpoint
         }
     );
-    assert_eq!(dst.blob_sessions("patch-sha").await.unwrap(), [a]);
+    assert_eq!(
+        dst.checkpoints.blob_sessions("patch-sha").await.unwrap(),
+        [a]
+    );
     assert_eq!(
         copied.accounts, 7,
         "a user, a family, a token, a link, two roles, a checkpoint's blob"
     );
-    assert!(dst.user("ann").await.unwrap().admin, "administrators stay");
-    let (_, removed) = dst.revoke_share_link("l1", 3).await.unwrap();
+    assert!(
+        dst.access.user("ann").await.unwrap().admin,
+        "administrators stay"
+    );
+    let (_, removed) = dst.access.revoke_share_link("l1", 3).await.unwrap();
     assert_eq!(removed, ["bob"], "who joined through a link is still known");
     assert_eq!(
-        dst.user("ann").await.unwrap(),
-        src.user("ann").await.unwrap()
+        dst.access.user("ann").await.unwrap(),
+        src.access.user("ann").await.unwrap()
     );
     assert_eq!(
-        dst.memberships("ann").await.unwrap(),
-        [(a, "owner".to_owned())]
+        dst.access.memberships("ann").await.unwrap(),
+        [(a, Role::Owner)]
     );
     assert!(matches!(
-        dst.rotate_refresh(
-            "h1",
-            &RefreshRow {
-                token_hash: "h2".into(),
-                ..refresh
-            },
-            2
-        )
-        .await
-        .unwrap(),
+        dst.access
+            .rotate_refresh(
+                "h1",
+                &RefreshRow {
+                    token_hash: "h2".into(),
+                    ..refresh
+                },
+                2
+            )
+            .await
+            .unwrap(),
         RefreshOutcome::Rotated { .. }
     ));
     assert_eq!(
-        dst.latest_snapshot(a).await.unwrap(),
-        src.latest_snapshot(a).await.unwrap()
+        dst.log.latest_snapshot(a).await.unwrap(),
+        src.log.latest_snapshot(a).await.unwrap()
     );
     let replay = dst
+        .log
         .append(
             a,
             vec![
@@ -349,7 +385,7 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     );
     assert!(
         matches!(
-            dst.append(b, vec![input("x", "late")]).await,
+            dst.log.append(b, vec![input("x", "late")]).await,
             Err(StoreError::SessionEnded)
         ),
         "the end came along"
@@ -366,25 +402,27 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
         created_at: 1,
         expires_at: i64::MAX,
     };
-    a.create_user("ann", "hash", false, 1).await.unwrap();
-    let s = a.open_session("claimed", None).await.unwrap().id;
+    a.access.create_user("ann", "hash", false, 1).await.unwrap();
+    let s = a.log.open_session("claimed", None).await.unwrap().id;
 
     // act: the same token, and the same unclaimed session, on both nodes at once, many times
     let mut rotated = 0;
     let mut owners = 0;
-    a.create_share_link(&share_link("once", s, "viewer", 20))
+    a.access
+        .create_share_link(&share_link("once", s, Role::Viewer, 20))
         .await
         .unwrap();
     let mut redeemed = 0;
     for i in 0..20 {
         let old = format!("t{i}");
-        a.create_token_family(&format!("f{i}"), &token(&old))
+        a.access
+            .create_token_family(&format!("f{i}"), &token(&old))
             .await
             .unwrap();
         let (next_a, next_b) = (token(&format!("a{i}")), token(&format!("b{i}")));
         let (x, y) = tokio::join!(
-            a.rotate_refresh(&old, &next_a, 2),
-            b.rotate_refresh(&old, &next_b, 2)
+            a.access.rotate_refresh(&old, &next_a, 2),
+            b.access.rotate_refresh(&old, &next_b, 2)
         );
         let outcomes = [x.unwrap(), y.unwrap()];
         rotated += outcomes
@@ -398,12 +436,15 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
             "the loser sees reuse: {outcomes:?}"
         );
         let (who_a, who_b) = (format!("a{i}"), format!("b{i}"));
-        let claims = tokio::join!(a.claim_session(s, &who_a), b.claim_session(s, &who_b));
+        let claims = tokio::join!(
+            a.access.claim_session(s, &who_a),
+            b.access.claim_session(s, &who_b)
+        );
         owners += claims.0.unwrap() as u32 + claims.1.unwrap() as u32;
         let (who_a, who_b) = (format!("la{i}"), format!("lb{i}"));
         let (x, y) = tokio::join!(
-            a.redeem_share_link("hash-once", &who_a, 2),
-            b.redeem_share_link("hash-once", &who_b, 2)
+            a.access.redeem_share_link("hash-once", &who_a, 2),
+            b.access.redeem_share_link("hash-once", &who_b, 2)
         );
         redeemed += x.unwrap().is_some() as u32 + y.unwrap().is_some() as u32;
     }
@@ -415,4 +456,58 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
         redeemed, 20,
         "a link with 20 uses is redeemed 20 times in 40 tries"
     );
+}
+
+/// Postgres: while the database refuses new connections and the node's open ones are gone,
+/// every call reports the store unavailable (retry later), not broken; once the database
+/// accepts connections again the same calls succeed.
+pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
+    db: Db,
+    admin_url: String,
+) {
+    // arrange
+    let Stores { log, access, .. } = db.open("node-a").await;
+    let s = log.open_session("outage", None).await.unwrap().id;
+    access.set_member(s, "mem", Role::Viewer).await.unwrap();
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    let allow = |yes: bool| {
+        let (admin, name) = (admin.clone(), name.clone());
+        async move {
+            sqlx::query(&format!(
+                "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {yes}"
+            ))
+            .execute(&admin)
+            .await
+            .unwrap();
+        }
+    };
+
+    // act: close the database, end the node's connections (waiting until they are gone)
+    allow(false).await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+         WHERE datname = $1 AND application_name = 'moord node-a'",
+    )
+    .bind(&name)
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    let read = log.read(s, Range::After(Seq::ZERO), 10).await;
+    let removed = access.remove_member(s, "mem").await;
+    allow(true).await;
+
+    // assert
+    assert!(!killed.is_empty(), "the node had connections to end");
+    assert!(
+        matches!(read, Err(StoreError::Unavailable(_))),
+        "a read while closed: {read:?}"
+    );
+    assert!(
+        matches!(removed, Err(StoreError::Unavailable(_))),
+        "a write while closed: {removed:?}"
+    );
+    access.remove_member(s, "mem").await.unwrap();
+    assert_eq!(access.member_role(s, "mem").await.unwrap(), None);
+    assert!(log.read(s, Range::After(Seq::ZERO), 10).await.is_ok());
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Append, Appended, CheckpointRow, FamilyUser, IdemKey, MemberRow, Notice, NoticeFeed, Range,
-    RefreshOutcome, RefreshRow, ShareLinkRow, Store, StoreError,
+    Append, Appended, CheckpointRow, FamilyUser, IdemKey, LogStore, MemberRow, Notice, NoticeFeed,
+    Range, RefreshOutcome, RefreshRow, Role, ShareLinkRow, StoreError, Stores,
 };
 use serde_json::json;
 
@@ -64,16 +64,15 @@ pub(crate) async fn next(feed: &mut Box<dyn NoticeFeed>) -> Notice {
         .expect("a notice in time")
 }
 
-pub(crate) async fn all(store: &dyn Store, session: SessionId) -> Vec<moor_protocol::Entry> {
-    store
-        .read(session, Range::After(Seq::ZERO), 100_000)
+pub(crate) async fn all(log: &dyn LogStore, session: SessionId) -> Vec<moor_protocol::Entry> {
+    log.read(session, Range::After(Seq::ZERO), 100_000)
         .await
         .unwrap()
 }
 
 pub async fn sessions_are_created_once_and_found_by_id_or_name(db: Db) {
     // arrange
-    let store = db.open("a").await;
+    let Stores { log, .. } = db.open("a").await;
     let agent = moor_protocol::bridge::AgentInfo {
         command: vec!["claude".into()],
         adapter: "lines".into(),
@@ -82,12 +81,11 @@ pub async fn sessions_are_created_once_and_found_by_id_or_name(db: Db) {
     };
 
     // act
-    let first = store.open_session("alpha", None).await.unwrap();
-    let again = store.open_session("alpha", Some(&agent)).await.unwrap();
-    let by_id = store.find_session(&first.id.to_string()).await.unwrap();
-    let other = store.open_session("beta", None).await.unwrap();
-    store
-        .append(other.id, vec![output("x", IdemKey::None)])
+    let first = log.open_session("alpha", None).await.unwrap();
+    let again = log.open_session("alpha", Some(&agent)).await.unwrap();
+    let by_id = log.find_session(&first.id.to_string()).await.unwrap();
+    let other = log.open_session("beta", None).await.unwrap();
+    log.append(other.id, vec![output("x", IdemKey::None)])
         .await
         .unwrap();
 
@@ -100,16 +98,16 @@ pub async fn sessions_are_created_once_and_found_by_id_or_name(db: Db) {
     assert_eq!(first.head_seq, Seq::ZERO);
     assert_eq!(again.agent.as_ref(), Some(&agent), "the agent is recorded");
     assert_eq!(by_id, again, "found by id as opened by name");
-    assert_eq!(store.find_session("alpha").await.unwrap().id, first.id);
+    assert_eq!(log.find_session("alpha").await.unwrap().id, first.id);
     assert!(matches!(
-        store.find_session("nope").await,
+        log.find_session("nope").await,
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
-        store.find_session(&SessionId::new().to_string()).await,
+        log.find_session(&SessionId::new().to_string()).await,
         Err(StoreError::NotFound)
     ));
-    let listed: Vec<String> = store
+    let listed: Vec<String> = log
         .list_sessions()
         .await
         .unwrap()
@@ -121,8 +119,8 @@ pub async fn sessions_are_created_once_and_found_by_id_or_name(db: Db) {
 
 pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("log", None).await.unwrap().id;
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("log", None).await.unwrap().id;
 
     // act
     let mut seqs = Vec::new();
@@ -130,16 +128,9 @@ pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db
         let appends = (0..batch)
             .map(|i| output(&format!("b{batch}-{i}"), IdemKey::None))
             .collect();
-        seqs.extend(
-            store
-                .append(s, appends)
-                .await
-                .unwrap()
-                .iter()
-                .map(stored_seq),
-        );
+        seqs.extend(log.append(s, appends).await.unwrap().iter().map(stored_seq));
     }
-    let empty = store.append(s, Vec::new()).await.unwrap();
+    let empty = log.append(s, Vec::new()).await.unwrap();
 
     // assert
     assert!(empty.is_empty());
@@ -148,10 +139,10 @@ pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db
         (1..=306).map(Seq).collect::<Vec<_>>(),
         "contiguous from 1"
     );
-    let session = store.find_session("log").await.unwrap();
+    let session = log.find_session("log").await.unwrap();
     assert_eq!(session.head_seq, Seq(306));
     assert!(session.last_ts.is_some());
-    let after = store.read(s, Range::After(Seq(300)), 100).await.unwrap();
+    let after = log.read(s, Range::After(Seq(300)), 100).await.unwrap();
     assert_eq!(
         after.iter().map(|e| e.seq.0).collect::<Vec<_>>(),
         (301..=306).collect::<Vec<_>>()
@@ -159,22 +150,19 @@ pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db
     assert_eq!(after[0].payload["text"], "b300-294", "payload round-trips");
     assert_eq!(after[0].kind, kinds::AGENT_OUTPUT);
     assert_eq!(after[0].author, kinds::AUTHOR_BRIDGE);
-    let before = store.read(s, Range::Before(Seq(11)), 4).await.unwrap();
+    let before = log.read(s, Range::Before(Seq(11)), 4).await.unwrap();
     assert_eq!(
         before.iter().map(|e| e.seq.0).collect::<Vec<_>>(),
         [7, 8, 9, 10],
         "newest of those before, ascending"
     );
-    let newest = store
-        .read(s, Range::Before(Seq(u64::MAX)), 1)
-        .await
-        .unwrap();
+    let newest = log.read(s, Range::Before(Seq(u64::MAX)), 1).await.unwrap();
     assert_eq!(
         newest.iter().map(|e| e.seq.0).collect::<Vec<_>>(),
         [306],
         "a cursor beyond the head means the end"
     );
-    assert!(store
+    assert!(log
         .read(s, Range::After(Seq(306)), 10)
         .await
         .unwrap()
@@ -183,10 +171,10 @@ pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db
 
 pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("producer", None).await.unwrap().id;
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("producer", None).await.unwrap().id;
     let p = ProducerId::new();
-    let first = store
+    let first = log
         .append(
             s,
             (1..=3).map(|i| produced(p, i, &format!("l{i}"))).collect(),
@@ -195,7 +183,7 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         .unwrap();
 
     // act
-    let replay = store
+    let replay = log
         .append(
             s,
             vec![
@@ -206,11 +194,11 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         )
         .await
         .unwrap();
-    let resent = store
+    let resent = log
         .append(s, vec![produced(p, 4, "l4"), produced(p, 5, "l5")])
         .await
         .unwrap();
-    let gapped = store
+    let gapped = log
         .append(
             s,
             vec![
@@ -265,9 +253,9 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
         },
         "nothing after a gap"
     );
-    assert_eq!(store.producer_mark(s, p).await.unwrap(), 6);
-    assert_eq!(store.producer_mark(s, ProducerId::new()).await.unwrap(), 0);
-    let texts: Vec<String> = all(&*store, s)
+    assert_eq!(log.producer_mark(s, p).await.unwrap(), 6);
+    assert_eq!(log.producer_mark(s, ProducerId::new()).await.unwrap(), 0);
+    let texts: Vec<String> = all(&*log, s)
         .await
         .iter()
         .map(|e| e.payload["text"].as_str().unwrap().to_owned())
@@ -277,8 +265,10 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
 
 pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("checkpoints", None).await.unwrap().id;
+    let Stores {
+        log, checkpoints, ..
+    } = db.open("a").await;
+    let s = log.open_session("checkpoints", None).await.unwrap().id;
     let row = |id: &str, at: i64, manifest: &str| CheckpointRow {
         id: id.into(),
         session: s,
@@ -289,10 +279,19 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
     };
 
     // act
-    let first = store.save_checkpoint(&row("c1", 10, "m1")).await.unwrap();
-    let retried = store.save_checkpoint(&row("c1", 10, "m1")).await.unwrap();
-    let other = store.save_checkpoint(&row("c1", 10, "changed")).await;
-    store.save_checkpoint(&row("c2", 20, "m2")).await.unwrap();
+    let first = checkpoints
+        .save_checkpoint(&row("c1", 10, "m1"))
+        .await
+        .unwrap();
+    let retried = checkpoints
+        .save_checkpoint(&row("c1", 10, "m1"))
+        .await
+        .unwrap();
+    let other = checkpoints.save_checkpoint(&row("c1", 10, "changed")).await;
+    checkpoints
+        .save_checkpoint(&row("c2", 20, "m2"))
+        .await
+        .unwrap();
     let orphan = CheckpointRow {
         session: SessionId::new(),
         ..row("c3", 30, "m3")
@@ -303,15 +302,18 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
     assert!(!retried, "the same upload again is not stored twice");
     assert!(matches!(other, Err(StoreError::Conflict(_))), "{other:?}");
     assert!(matches!(
-        store.save_checkpoint(&orphan).await,
+        checkpoints.save_checkpoint(&orphan).await,
         Err(StoreError::NotFound)
     ));
-    assert_eq!(store.checkpoint("c1").await.unwrap(), row("c1", 10, "m1"));
+    assert_eq!(
+        checkpoints.checkpoint("c1").await.unwrap(),
+        row("c1", 10, "m1")
+    );
     assert!(matches!(
-        store.checkpoint("nope").await,
+        checkpoints.checkpoint("nope").await,
         Err(StoreError::NotFound)
     ));
-    let listed = store.list_checkpoints(s).await.unwrap();
+    let listed = checkpoints.list_checkpoints(s).await.unwrap();
     assert_eq!(
         listed,
         [row("c2", 20, ""), row("c1", 10, "")],
@@ -321,9 +323,11 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
 
 pub async fn checkpoints_record_the_blobs_they_name(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s1 = store.open_session("blobs-1", None).await.unwrap().id;
-    let s2 = store.open_session("blobs-2", None).await.unwrap().id;
+    let Stores {
+        log, checkpoints, ..
+    } = db.open("a").await;
+    let s1 = log.open_session("blobs-1", None).await.unwrap().id;
+    let s2 = log.open_session("blobs-2", None).await.unwrap().id;
     let row = |id: &str, session, blobs: &[&str]| CheckpointRow {
         id: id.into(),
         session,
@@ -334,34 +338,38 @@ pub async fn checkpoints_record_the_blobs_they_name(db: Db) {
     };
 
     // act
-    store
+    checkpoints
         .save_checkpoint(&row("k1", s1, &["shared", "only-1"]))
         .await
         .unwrap();
-    store
+    checkpoints
         .save_checkpoint(&row("k2", s2, &["shared"]))
         .await
         .unwrap();
-    store
+    checkpoints
         .save_checkpoint(&row("k3", s1, &["shared"]))
         .await
         .unwrap();
-    let retried = store
+    let retried = checkpoints
         .save_checkpoint(&row("k1", s1, &["shared", "only-1"]))
         .await
         .unwrap();
 
     // assert
     assert!(!retried);
-    let mut shared = store.blob_sessions("shared").await.unwrap();
+    let mut shared = checkpoints.blob_sessions("shared").await.unwrap();
     shared.sort();
     let mut both = vec![s1, s2];
     both.sort();
     assert_eq!(shared, both, "each session once, however many checkpoints");
-    assert_eq!(store.blob_sessions("only-1").await.unwrap(), [s1]);
-    assert!(store.blob_sessions("unknown").await.unwrap().is_empty());
+    assert_eq!(checkpoints.blob_sessions("only-1").await.unwrap(), [s1]);
+    assert!(checkpoints
+        .blob_sessions("unknown")
+        .await
+        .unwrap()
+        .is_empty());
     assert!(
-        store.checkpoint("k1").await.unwrap().blobs.is_empty(),
+        checkpoints.checkpoint("k1").await.unwrap().blobs.is_empty(),
         "reads do not list blobs"
     );
 }
@@ -370,17 +378,21 @@ pub async fn the_first_admin_is_created_once(db: Db) {
     // arrange
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
-    a.create_user("ann", "hash", false, 1).await.unwrap();
-    let before = a.has_admin().await.unwrap();
-    let taken = a.create_first_admin("ann", "hash", 2).await;
+    a.access.create_user("ann", "hash", false, 1).await.unwrap();
+    let before = a.access.has_admin().await.unwrap();
+    let taken = a.access.create_first_admin("ann", "hash", 2).await;
 
     // act: two setups at once, from two nodes
     let (x, y) = tokio::join!(
-        a.create_first_admin("root", "hash", 3),
-        b.create_first_admin("boss", "hash", 3)
+        a.access.create_first_admin("root", "hash", 3),
+        b.access.create_first_admin("boss", "hash", 3)
     );
-    let later = a.create_first_admin("late", "hash", 4).await.unwrap();
-    a.create_user("ops", "hash", true, 5).await.unwrap();
+    let later = a
+        .access
+        .create_first_admin("late", "hash", 4)
+        .await
+        .unwrap();
+    a.access.create_user("ops", "hash", true, 5).await.unwrap();
 
     // assert
     assert!(!before, "an ordinary user is no administrator");
@@ -388,29 +400,38 @@ pub async fn the_first_admin_is_created_once(db: Db) {
     let (x, y) = (x.unwrap(), y.unwrap());
     assert!(x ^ y, "exactly one first administrator: {x} {y}");
     assert!(!later, "setup is over once an administrator exists");
-    assert!(b.has_admin().await.unwrap());
+    assert!(b.access.has_admin().await.unwrap());
     let first = if x { "root" } else { "boss" };
-    assert!(a.user(first).await.unwrap().admin);
-    assert!(a.user("ops").await.unwrap().admin);
-    assert!(!a.user("ann").await.unwrap().admin);
-    assert!(matches!(a.user("late").await, Err(StoreError::NotFound)));
+    assert!(a.access.user(first).await.unwrap().admin);
+    assert!(a.access.user("ops").await.unwrap().admin);
+    assert!(!a.access.user("ann").await.unwrap().admin);
+    assert!(matches!(
+        a.access.user("late").await,
+        Err(StoreError::NotFound)
+    ));
     let family = |user: &str| RefreshRow {
         token_hash: format!("h-{user}"),
         user: user.into(),
         created_at: 1,
         expires_at: i64::MAX,
     };
-    a.create_token_family("fo", &family("ops")).await.unwrap();
-    a.create_token_family("fa", &family("ann")).await.unwrap();
+    a.access
+        .create_token_family("fo", &family("ops"))
+        .await
+        .unwrap();
+    a.access
+        .create_token_family("fa", &family("ann"))
+        .await
+        .unwrap();
     assert_eq!(
-        b.active_family("fo").await.unwrap(),
+        b.access.active_family("fo").await.unwrap(),
         Some(FamilyUser {
             name: "ops".into(),
             admin: true
         })
     );
     assert_eq!(
-        b.active_family("fa").await.unwrap(),
+        b.access.active_family("fa").await.unwrap(),
         Some(FamilyUser {
             name: "ann".into(),
             admin: false
@@ -420,49 +441,40 @@ pub async fn the_first_admin_is_created_once(db: Db) {
 
 pub async fn state_snapshots_keep_the_newest(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("snap", None).await.unwrap().id;
-    let none = store.latest_snapshot(s).await.unwrap();
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("snap", None).await.unwrap().id;
+    let none = log.latest_snapshot(s).await.unwrap();
 
     // act
-    store
-        .save_snapshot(s, Seq(10), r#"{"at":10}"#)
-        .await
-        .unwrap();
-    store
-        .save_snapshot(s, Seq(30), r#"{"at":30}"#)
-        .await
-        .unwrap();
-    store
-        .save_snapshot(s, Seq(20), r#"{"at":20}"#)
-        .await
-        .unwrap();
+    log.save_snapshot(s, Seq(10), r#"{"at":10}"#).await.unwrap();
+    log.save_snapshot(s, Seq(30), r#"{"at":30}"#).await.unwrap();
+    log.save_snapshot(s, Seq(20), r#"{"at":20}"#).await.unwrap();
 
     // assert
     assert_eq!(none, None);
     assert_eq!(
-        store.latest_snapshot(s).await.unwrap(),
+        log.latest_snapshot(s).await.unwrap(),
         Some((Seq(30), r#"{"at":30}"#.to_owned())),
         "an older snapshot never replaces a newer one"
     );
-    assert_eq!(store.latest_snapshot(SessionId::new()).await.unwrap(), None);
+    assert_eq!(log.latest_snapshot(SessionId::new()).await.unwrap(), None);
 }
 
 pub async fn client_msg_ids_and_receipts_are_stored_once(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("inputs", None).await.unwrap().id;
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("inputs", None).await.unwrap().id;
 
     // act
-    let first = store
+    let first = log
         .append(
             s,
             vec![input("m1", "hi"), input("m1", "hi"), input("m2", "yo")],
         )
         .await
         .unwrap();
-    let retry = store.append(s, vec![input("m2", "yo")]).await.unwrap();
-    let receipts = store
+    let retry = log.append(s, vec![input("m2", "yo")]).await.unwrap();
+    let receipts = log
         .append(
             s,
             vec![
@@ -473,7 +485,7 @@ pub async fn client_msg_ids_and_receipts_are_stored_once(db: Db) {
         )
         .await
         .unwrap();
-    let late = store
+    let late = log
         .append(s, vec![receipt(kinds::INPUT_APPLIED, Seq(1))])
         .await
         .unwrap();
@@ -499,92 +511,88 @@ pub async fn client_msg_ids_and_receipts_are_stored_once(db: Db) {
         "another kind of receipt for the same input"
     );
     assert_eq!(late[0], Appended::Duplicate(Seq(4)));
-    assert_eq!(store.find_session("inputs").await.unwrap().head_seq, Seq(4));
+    assert_eq!(log.find_session("inputs").await.unwrap().head_seq, Seq(4));
 }
 
 pub async fn inputs_and_their_settling_receipts_are_tracked(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("settle", None).await.unwrap().id;
-    store
-        .append(
-            s,
-            vec![
-                input("a", "1"),                // 1
-                output("noise", IdemKey::None), // 2
-                input("b", "2"),                // 3
-                input("c", "3"),                // 4
-                input("d", "4"),                // 5
-            ],
-        )
-        .await
-        .unwrap();
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("settle", None).await.unwrap().id;
+    log.append(
+        s,
+        vec![
+            input("a", "1"),                // 1
+            output("noise", IdemKey::None), // 2
+            input("b", "2"),                // 3
+            input("c", "3"),                // 4
+            input("d", "4"),                // 5
+        ],
+    )
+    .await
+    .unwrap();
 
     // act
-    store
-        .append(
-            s,
-            vec![
-                receipt(kinds::INPUT_DELIVERED, Seq(1)),
-                receipt(kinds::INPUT_APPLIED, Seq(1)),
-                receipt(kinds::INPUT_FAILED, Seq(3)),
-                receipt(kinds::INPUT_DELIVERED, Seq(4)),
-            ],
-        )
-        .await
-        .unwrap();
+    log.append(
+        s,
+        vec![
+            receipt(kinds::INPUT_DELIVERED, Seq(1)),
+            receipt(kinds::INPUT_APPLIED, Seq(1)),
+            receipt(kinds::INPUT_FAILED, Seq(3)),
+            receipt(kinds::INPUT_DELIVERED, Seq(4)),
+        ],
+    )
+    .await
+    .unwrap();
 
     // assert
-    let inputs = store.inputs_after(s, Seq(1), 10).await.unwrap();
+    let inputs = log.inputs_after(s, Seq(1), 10).await.unwrap();
     assert_eq!(
         inputs.iter().map(|e| e.seq.0).collect::<Vec<_>>(),
         [3, 4, 5],
         "only inputs, after the cursor"
     );
     assert_eq!(
-        store.inputs_after(s, Seq::ZERO, 2).await.unwrap().len(),
+        log.inputs_after(s, Seq::ZERO, 2).await.unwrap().len(),
         2,
         "limit holds"
     );
     assert_eq!(
-        store.unsettled_inputs(s, Seq(4)).await.unwrap(),
+        log.unsettled_inputs(s, Seq(4)).await.unwrap(),
         [Seq(4)],
         "delivered is not settled"
     );
     assert_eq!(
-        store.unsettled_inputs(s, Seq(100)).await.unwrap(),
+        log.unsettled_inputs(s, Seq(100)).await.unwrap(),
         [Seq(4), Seq(5)]
     );
 }
 
 pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("ending", None).await.unwrap().id;
-    store
-        .append(s, vec![output("last words", IdemKey::None)])
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("ending", None).await.unwrap().id;
+    log.append(s, vec![output("last words", IdemKey::None)])
         .await
         .unwrap();
 
     // act
-    store.end_session(s, 1234).await.unwrap();
-    store.end_session(s, 9999).await.unwrap();
+    log.end_session(s, 1234).await.unwrap();
+    log.end_session(s, 9999).await.unwrap();
 
     // assert
     assert_eq!(
-        store.find_session("ending").await.unwrap().ended_at,
+        log.find_session("ending").await.unwrap().ended_at,
         Some(1234),
         "the first end counts"
     );
     for new_work in [produced(ProducerId::new(), 1, "more"), input("late", "hi")] {
         assert!(matches!(
-            store
-                .append(s, vec![output("bookkeeping", IdemKey::None), new_work])
+            log.append(s, vec![output("bookkeeping", IdemKey::None), new_work])
                 .await,
             Err(StoreError::SessionEnded)
         ));
     }
-    let bookkeeping = store
+    let bookkeeping = log
         .append(
             s,
             vec![
@@ -600,50 +608,55 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         "the server's own entries are still written after the end"
     );
     assert!(matches!(
-        store
-            .append(SessionId::new(), vec![output("x", IdemKey::None)])
+        log.append(SessionId::new(), vec![output("x", IdemKey::None)])
             .await,
         Err(StoreError::NotFound)
     ));
-    assert_eq!(all(&*store, s).await.len(), 3);
+    assert_eq!(all(&*log, s).await.len(), 3);
 }
 
 pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
     // arrange
-    let store = db.open("a").await;
+    let Stores { log, access, .. } = db.open("a").await;
     let token = |hash: &str, expires_at: i64| RefreshRow {
         token_hash: hash.into(),
         user: "ann".into(),
         created_at: 1,
         expires_at,
     };
-    let s = store.open_session("owned", None).await.unwrap().id;
+    let s = log.open_session("owned", None).await.unwrap().id;
 
     // act and assert: accounts
-    store
+    access
         .create_user("ann", "argon-hash", false, 1)
         .await
         .unwrap();
     assert!(matches!(
-        store.create_user("ann", "other", false, 2).await,
+        access.create_user("ann", "other", false, 2).await,
         Err(StoreError::Conflict(_))
     ));
-    assert_eq!(store.user("ann").await.unwrap().password_hash, "argon-hash");
-    assert!(matches!(store.user("bob").await, Err(StoreError::NotFound)));
+    assert_eq!(
+        access.user("ann").await.unwrap().password_hash,
+        "argon-hash"
+    );
+    assert!(matches!(
+        access.user("bob").await,
+        Err(StoreError::NotFound)
+    ));
 
     // refresh tokens: rotation, reuse, expiry
-    store
+    access
         .create_token_family("f1", &token("h1", 1000))
         .await
         .unwrap();
     assert_eq!(
-        store.active_family("f1").await.unwrap(),
+        access.active_family("f1").await.unwrap(),
         Some(FamilyUser {
             name: "ann".into(),
             admin: false
         })
     );
-    let rotated = store
+    let rotated = access
         .rotate_refresh("h1", &token("h2", 1000), 10)
         .await
         .unwrap();
@@ -655,7 +668,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
             user: user.clone()
         }
     );
-    let reused = store
+    let reused = access
         .rotate_refresh("h1", &token("h9", 1000), 11)
         .await
         .unwrap();
@@ -664,72 +677,72 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         RefreshOutcome::Reused { family, user },
         "a spent token revokes its family"
     );
-    assert_eq!(store.active_family("f1").await.unwrap(), None);
+    assert_eq!(access.active_family("f1").await.unwrap(), None);
     assert_eq!(
-        store
+        access
             .rotate_refresh("nope", &token("h8", 1000), 12)
             .await
             .unwrap(),
         RefreshOutcome::Invalid
     );
-    store
+    access
         .create_token_family("f2", &token("h3", 5))
         .await
         .unwrap();
     assert_eq!(
-        store
+        access
             .rotate_refresh("h3", &token("h4", 1000), 10)
             .await
             .unwrap(),
         RefreshOutcome::Invalid,
         "expired"
     );
-    assert_eq!(store.revoke_token_family("f2", 20).await.unwrap(), "ann");
-    store
+    assert_eq!(access.revoke_token_family("f2", 20).await.unwrap(), "ann");
+    access
         .create_token_family("f3", &token("h5", 1000))
         .await
         .unwrap();
-    store.revoke_user("ann", 30).await.unwrap();
+    access.revoke_user("ann", 30).await.unwrap();
     assert!(
-        store.active_family("f3").await.unwrap().is_none(),
+        access.active_family("f3").await.unwrap().is_none(),
         "a revoked user's families end"
     );
-    assert_eq!(store.user("ann").await.unwrap().revoked_at, Some(30));
+    assert_eq!(access.user("ann").await.unwrap().revoked_at, Some(30));
     assert!(matches!(
-        store.revoke_user("bob", 30).await,
+        access.revoke_user("bob", 30).await,
         Err(StoreError::NotFound)
     ));
 
     // session roles
     assert!(
-        store.claim_session(s, "ann").await.unwrap(),
+        access.claim_session(s, "ann").await.unwrap(),
         "the first claim owns it"
     );
     assert!(
-        !store.claim_session(s, "bob").await.unwrap(),
+        !access.claim_session(s, "bob").await.unwrap(),
         "a claimed session stays claimed"
     );
-    store.set_member(s, "bob", "viewer").await.unwrap();
-    store.set_member(s, "bob", "controller").await.unwrap();
+    access.set_member(s, "bob", Role::Viewer).await.unwrap();
+    access.set_member(s, "bob", Role::Controller).await.unwrap();
     assert_eq!(
-        store.member_role(s, "ann").await.unwrap().as_deref(),
-        Some("owner")
+        access.member_role(s, "ann").await.unwrap(),
+        Some(Role::Owner)
     );
     assert_eq!(
-        store.memberships("bob").await.unwrap(),
-        [(s, "controller".to_owned())]
+        access.memberships("bob").await.unwrap(),
+        [(s, Role::Controller)]
     );
-    store.remove_member(s, "bob").await.unwrap();
-    assert_eq!(store.member_role(s, "bob").await.unwrap(), None);
+    access.remove_member(s, "bob").await.unwrap();
+    assert_eq!(access.member_role(s, "bob").await.unwrap(), None);
 }
 
 /// A share link on `session` granting `role`, `uses` times, until `expires_at`.
-pub(crate) fn share_link(id: &str, session: SessionId, role: &str, uses: i64) -> ShareLinkRow {
+pub(crate) fn share_link(id: &str, session: SessionId, role: Role, uses: i64) -> ShareLinkRow {
     ShareLinkRow {
         id: id.into(),
         token_hash: format!("hash-{id}"),
         session,
-        role: role.into(),
+        role,
         created_by: "ann".into(),
         created_at: 1,
         expires_at: 1000,
@@ -741,36 +754,51 @@ pub(crate) fn share_link(id: &str, session: SessionId, role: &str, uses: i64) ->
 
 pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("shared", None).await.unwrap().id;
-    store.set_member(s, "ann", "owner").await.unwrap();
-    store
-        .create_share_link(&share_link("l1", s, "viewer", 2))
+    let Stores { log, access, .. } = db.open("a").await;
+    let s = log.open_session("shared", None).await.unwrap().id;
+    access.set_member(s, "ann", Role::Owner).await.unwrap();
+    access
+        .create_share_link(&share_link("l1", s, Role::Viewer, 2))
         .await
         .unwrap();
-    store
-        .create_share_link(&share_link("l2", s, "controller", 5))
+    access
+        .create_share_link(&share_link("l2", s, Role::Controller, 5))
         .await
         .unwrap();
 
     // act
-    let bob = store.redeem_share_link("hash-l1", "bob", 10).await.unwrap();
-    let ann = store.redeem_share_link("hash-l1", "ann", 10).await.unwrap();
-    let spent = store.redeem_share_link("hash-l1", "cat", 10).await.unwrap();
-    let expired = store
+    let bob = access
+        .redeem_share_link("hash-l1", "bob", 10)
+        .await
+        .unwrap();
+    let ann = access
+        .redeem_share_link("hash-l1", "ann", 10)
+        .await
+        .unwrap();
+    let spent = access
+        .redeem_share_link("hash-l1", "cat", 10)
+        .await
+        .unwrap();
+    let expired = access
         .redeem_share_link("hash-l2", "dan", 2000)
         .await
         .unwrap();
-    let unknown = store.redeem_share_link("nope", "dan", 10).await.unwrap();
-    store.redeem_share_link("hash-l2", "eve", 10).await.unwrap();
-    let (session, removed) = store.revoke_share_link("l2", 20).await.unwrap();
-    let revoked = store.redeem_share_link("hash-l2", "fay", 30).await.unwrap();
+    let unknown = access.redeem_share_link("nope", "dan", 10).await.unwrap();
+    access
+        .redeem_share_link("hash-l2", "eve", 10)
+        .await
+        .unwrap();
+    let (session, removed) = access.revoke_share_link("l2", 20).await.unwrap();
+    let revoked = access
+        .redeem_share_link("hash-l2", "fay", 30)
+        .await
+        .unwrap();
 
     // assert
-    assert_eq!(bob, Some((s, "viewer".to_owned())));
+    assert_eq!(bob, Some((s, Role::Viewer)));
     assert_eq!(
         ann,
-        Some((s, "owner".to_owned())),
+        Some((s, Role::Owner)),
         "a link never changes an existing role"
     );
     assert_eq!((spent, expired, unknown, revoked), (None, None, None, None));
@@ -779,71 +807,74 @@ pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
         (s, vec!["eve".to_owned()]),
         "revoking removes its members"
     );
-    assert_eq!(store.member_role(s, "eve").await.unwrap(), None);
+    assert_eq!(access.member_role(s, "eve").await.unwrap(), None);
     assert_eq!(
-        store.member_role(s, "bob").await.unwrap().as_deref(),
-        Some("viewer")
+        access.member_role(s, "bob").await.unwrap(),
+        Some(Role::Viewer)
     );
-    assert_eq!(store.share_link_session("l1").await.unwrap(), s);
+    assert_eq!(access.share_link_session("l1").await.unwrap(), s);
     assert!(matches!(
-        store.share_link_session("nope").await,
+        access.share_link_session("nope").await,
         Err(StoreError::NotFound)
     ));
 }
 
 pub async fn a_sessions_members_and_share_links_are_listed(db: Db) {
     // arrange
-    let store = db.open("a").await;
-    let s = store.open_session("listed", None).await.unwrap().id;
-    let other = store.open_session("elsewhere", None).await.unwrap().id;
-    store.set_member(s, "ann", "owner").await.unwrap();
-    store.set_member(s, "cole", "controller").await.unwrap();
-    store.set_member(other, "ola", "owner").await.unwrap();
+    let Stores { log, access, .. } = db.open("a").await;
+    let s = log.open_session("listed", None).await.unwrap().id;
+    let other = log.open_session("elsewhere", None).await.unwrap().id;
+    access.set_member(s, "ann", Role::Owner).await.unwrap();
+    access
+        .set_member(s, "cole", Role::Controller)
+        .await
+        .unwrap();
+    access.set_member(other, "ola", Role::Owner).await.unwrap();
     let older = ShareLinkRow {
         created_at: 1,
-        ..share_link("old", s, "controller", 1)
+        ..share_link("old", s, Role::Controller, 1)
     };
     let newer = ShareLinkRow {
         created_at: 5,
-        ..share_link("new", s, "viewer", 3)
+        ..share_link("new", s, Role::Viewer, 3)
     };
-    store.create_share_link(&older).await.unwrap();
-    store.create_share_link(&newer).await.unwrap();
-    store
-        .create_share_link(&share_link("theirs", other, "viewer", 1))
+    access.create_share_link(&older).await.unwrap();
+    access.create_share_link(&newer).await.unwrap();
+    access
+        .create_share_link(&share_link("theirs", other, Role::Viewer, 1))
         .await
         .unwrap();
-    assert!(store
+    assert!(access
         .share_links(SessionId::new())
         .await
         .unwrap()
         .is_empty());
 
     // act
-    store
+    access
         .redeem_share_link("hash-new", "bob", 10)
         .await
         .unwrap();
-    store
+    access
         .redeem_share_link("hash-new", "ann", 10)
         .await
         .unwrap();
-    store.revoke_share_link("old", 20).await.unwrap();
-    let members = store.members(s).await.unwrap();
-    let links = store.share_links(s).await.unwrap();
+    access.revoke_share_link("old", 20).await.unwrap();
+    let members = access.members(s).await.unwrap();
+    let links = access.share_links(s).await.unwrap();
 
     // assert
-    let member = |principal: &str, role: &str, via_link: Option<&str>| MemberRow {
+    let member = |principal: &str, role: Role, via_link: Option<&str>| MemberRow {
         principal: principal.into(),
-        role: role.into(),
+        role,
         via_link: via_link.map(Into::into),
     };
     assert_eq!(
         members,
         [
-            member("ann", "owner", None),
-            member("bob", "viewer", Some("new")),
-            member("cole", "controller", None),
+            member("ann", Role::Owner, None),
+            member("bob", Role::Viewer, Some("new")),
+            member("cole", Role::Controller, None),
         ],
         "by name, with the link each joined through; not other sessions' members"
     );

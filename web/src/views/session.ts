@@ -277,25 +277,19 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
 
   // ---- cursor persistence
-  let saveTimer: ReturnType<typeof setTimeout> | null = null;
+  // The cursor is written in the same task that adds entries to the window (localStorage writes
+  // are synchronous), before the render that shows them: whatever the page holds, its stored
+  // cursor already covers. A discarded tab or a killed phone browser may run no further event
+  // (no pagehide, no freeze), so no save waits for one.
   const saveCursor = () => {
-    saveTimer = null;
     if (win.hi > 0) localStorage.setItem(cursorKey(id), String(win.hi));
   };
-  // A discarded tab or a killed phone browser gets no pagehide: the cursor is also kept when
-  // the page is hidden or frozen, the last moments it is sure to run.
-  const onHide = () => saveCursor();
-  const onHidden = () => {
-    if (document.visibilityState === "hidden") saveCursor();
-  };
-  window.addEventListener("pagehide", onHide);
-  document.addEventListener("freeze", onHide);
-  document.addEventListener("visibilitychange", onHidden);
 
   // ---- live entries
   const onEntries = (batch: Entry[]) => {
     const added = win.append(batch);
     if (!added.length) return;
+    saveCursor();
     for (const e of added) {
       const b = typed(e);
       if (b?.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
@@ -309,7 +303,6 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     model.apply(added);
     vl.appended();
     vl.changed();
-    if (!saveTimer) saveTimer = setTimeout(saveCursor, 200);
     void deps.outbox.settle(id, win.hi);
     drawPending();
   };
@@ -429,9 +422,6 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     saveCursor();
     offOutbox();
     clearInterval(backTimer);
-    window.removeEventListener("pagehide", onHide);
-    document.removeEventListener("freeze", onHide);
-    document.removeEventListener("visibilitychange", onHidden);
     term?.dispose();
   };
 }

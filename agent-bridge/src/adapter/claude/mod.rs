@@ -95,7 +95,7 @@ impl ClaudeAgent {
             watchdog: Watchdog::new(
                 self.spec.options.stall_timeout,
                 self.spec.options.tool_timeout,
-                Instant::now().into_std(),
+                Instant::now(),
             ),
             spec: self.spec,
             pid: self.pid,
@@ -119,7 +119,7 @@ impl ClaudeAgent {
             false => None,
         };
         let exit = loop {
-            let deadline = run.watchdog.deadline().map(Instant::from_std);
+            let deadline = run.watchdog.deadline();
             tokio::select! {
                 out = process.out.recv(), if !process.out_closed => match out {
                     Some(out) => run.output_burst(&mut process, out).await?,
@@ -176,8 +176,9 @@ struct Run {
 }
 
 impl Run {
-    fn now() -> std::time::Instant {
-        std::time::Instant::now()
+    /// Tokio's clock, the one the loop sleeps on (paused and advanced in tests).
+    fn now() -> Instant {
+        Instant::now()
     }
 
     fn next_control_id(&mut self, what: &str) -> String {

@@ -1,14 +1,15 @@
 //! The stall watchdog: knows what the agent should be doing (waiting for the model, running a
 //! tool, waiting for a person, idle) and when its silence stops being normal.
 //!
-//! Pure and clock-injected: the adapter feeds it signals with the time they happened and asks
-//! for the next deadline, so tests need no sleeping. A running tool gets the (longer) tool limit,
+//! Pure and clock-injected: the adapter feeds it signals with the time they happened on tokio's
+//! clock and sleeps until the next deadline, so tests run it on paused time without sleeping. A running tool gets the (longer) tool limit,
 //! a pending permission request none at all (a person is deciding), an idle agent none either.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use moor_protocol::payload::{AgentStalled, StalledTool};
+use tokio::time::Instant;
 
 use super::map::Signal;
 
@@ -257,5 +258,38 @@ mod tests {
         w.observe(&[Signal::TurnEnded { success: true }], at(t0, 701));
         assert_eq!(w.phase(), Phase::Idle);
         assert_eq!(w.deadline(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleeping_until_the_deadline_finds_a_stall_only_once_the_model_went_silent_for_the_limit(
+    ) {
+        // arrange: a turn whose tool runs longer than the stall limit
+        let mut w = Watchdog::new(STALL, TOOL, Instant::now());
+        w.turn_started(Instant::now());
+        let tool = Signal::ToolStarted {
+            id: "t1".into(),
+            name: "Bash".into(),
+        };
+        w.observe(&[tool], Instant::now());
+        tokio::time::advance(STALL * 2).await;
+        assert!(
+            w.check(Instant::now()).is_none(),
+            "a long tool is not a stall"
+        );
+        w.observe(&[Signal::ToolFinished { id: "t1".into() }], Instant::now());
+        let tool_done = Instant::now();
+        // act: what the adapter's loop does, on tokio's clock
+        tokio::time::sleep_until(w.deadline().unwrap()).await;
+        let stall = w.check(Instant::now());
+        // assert
+        let stall = stall.expect("the model stream went silent for the stall limit");
+        assert_eq!(stall.phase, Phase::Streaming);
+        assert_eq!(Instant::now() - tool_done, STALL);
+        assert_eq!(stall.silent, STALL);
+        assert_eq!(
+            w.deadline(),
+            None,
+            "reported once, then no deadline until activity"
+        );
     }
 }

@@ -1,17 +1,20 @@
 //! The Postgres side of checkpoints: one row per uploaded checkpoint, keyed by its id.
 
 use anyhow::Context;
+use async_trait::async_trait;
 use moor_protocol::SessionId;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{other, PgStore};
-use crate::store::{CheckpointRow, StoreError, StoreResult};
+use super::PgStore;
+use crate::store::errors::db_error;
+use crate::store::{checkpoint_retried, CheckpointRow, CheckpointStore, StoreError, StoreResult};
 
-impl PgStore {
-    pub(super) async fn save_checkpoint_row(&self, row: &CheckpointRow) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await.map_err(other)?;
+#[async_trait]
+impl CheckpointStore for PgStore {
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
         let inserted = sqlx::query(
             "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
              SELECT $1, id, $2, $3, $4 FROM sessions WHERE id = $5::uuid \
@@ -24,7 +27,7 @@ impl PgStore {
         .bind(row.session.to_string())
         .execute(&mut *tx)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .rows_affected();
         if inserted == 1 {
             sqlx::query(
@@ -35,25 +38,17 @@ impl PgStore {
             .bind(&row.id)
             .execute(&mut *tx)
             .await
-            .map_err(other)?;
-            tx.commit().await.map_err(other)?;
+            .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
             return Ok(true);
         }
         drop(tx);
         // Either the id is taken (by this upload retried, or by other content) or the session
         // does not exist.
-        match self.checkpoint_row(&row.id).await {
-            Ok(stored) if stored.manifest == row.manifest && stored.session == row.session => {
-                Ok(false)
-            }
-            Ok(_) => Err(StoreError::Conflict(
-                "checkpoint id already stored with other content",
-            )),
-            Err(e) => Err(e),
-        }
+        checkpoint_retried(self.checkpoint(&row.id).await, row)
     }
 
-    pub(super) async fn checkpoint_row(&self, id: &str) -> StoreResult<CheckpointRow> {
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
         let row = sqlx::query(
             "SELECT id, session_id::text AS session, created_at, summary, manifest \
              FROM checkpoints WHERE id = $1",
@@ -61,15 +56,12 @@ impl PgStore {
         .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .ok_or(StoreError::NotFound)?;
         checkpoint_from(&row, true)
     }
 
-    pub(super) async fn checkpoint_rows(
-        &self,
-        session: SessionId,
-    ) -> StoreResult<Vec<CheckpointRow>> {
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
         let rows = sqlx::query(
             "SELECT id, session_id::text AS session, created_at, summary FROM checkpoints \
              WHERE session_id = $1::uuid ORDER BY created_at DESC, id DESC",
@@ -77,11 +69,11 @@ impl PgStore {
         .bind(session.to_string())
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(|r| checkpoint_from(r, false)).collect()
     }
 
-    pub(super) async fn sessions_naming_blob(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
         let rows = sqlx::query(
             "SELECT DISTINCT c.session_id::text AS id FROM checkpoint_blobs b \
              JOIN checkpoints c ON c.id = b.checkpoint_id WHERE b.sha256 = $1",
@@ -89,10 +81,10 @@ impl PgStore {
         .bind(sha256)
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter()
             .map(|r| {
-                let id: String = r.try_get("id").map_err(other)?;
+                let id: String = r.try_get("id").map_err(db_error)?;
                 Ok(SessionId(
                     Uuid::parse_str(&id).context("stored session id")?,
                 ))
@@ -102,14 +94,14 @@ impl PgStore {
 }
 
 fn checkpoint_from(row: &PgRow, manifest: bool) -> StoreResult<CheckpointRow> {
-    let session: String = row.try_get("session").map_err(other)?;
+    let session: String = row.try_get("session").map_err(db_error)?;
     Ok(CheckpointRow {
-        id: row.try_get("id").map_err(other)?,
+        id: row.try_get("id").map_err(db_error)?,
         session: SessionId(Uuid::parse_str(&session).context("stored session id")?),
-        created_at: row.try_get("created_at").map_err(other)?,
-        summary: row.try_get("summary").map_err(other)?,
+        created_at: row.try_get("created_at").map_err(db_error)?,
+        summary: row.try_get("summary").map_err(db_error)?,
         manifest: if manifest {
-            row.try_get("manifest").map_err(other)?
+            row.try_get("manifest").map_err(db_error)?
         } else {
             String::new()
         },

@@ -8,7 +8,8 @@ use moor_protocol::{Seq, SessionId};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
-use super::{other, PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL, REVOCATIONS_CHANNEL};
+use super::{PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL, REVOCATIONS_CHANNEL};
+use crate::store::errors::db_error;
 use crate::store::{Cluster, Notice, NoticeFeed, Revocation, StoreResult};
 
 /// First pause before reconnecting the listen connection; doubles up to [`RELISTEN_MAX`].
@@ -38,7 +39,7 @@ impl Cluster for PgStore {
         .bind(&*self.node)
         .fetch_one(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(epoch as u64)
     }
 
@@ -56,7 +57,7 @@ impl Cluster for PgStore {
             .bind(payload)
             .execute(&self.pool)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         Ok(())
     }
 
@@ -68,11 +69,11 @@ impl Cluster for PgStore {
         .bind(ids)
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter()
             .map(|r| {
-                let id: String = r.try_get("id").map_err(other)?;
-                let epoch: i64 = r.try_get("bridge_epoch").map_err(other)?;
+                let id: String = r.try_get("id").map_err(db_error)?;
+                let epoch: i64 = r.try_get("bridge_epoch").map_err(db_error)?;
                 let id = id
                     .parse::<SessionId>()
                     .map_err(|e| anyhow::anyhow!("stored session id {id:?}: {e}"))?;

@@ -4,8 +4,8 @@
 use moor_protocol::{ProducerId, Seq};
 use sqlx::{PgConnection, Row};
 
-use super::other;
 use crate::store::append::{Lookup, StoredEntry};
+use crate::store::errors::db_error;
 use crate::store::StoreResult;
 
 /// [`Lookup`] over a Postgres connection inside the appending transaction.
@@ -33,7 +33,7 @@ pub(super) async fn producer_mark(
     .bind(producer.to_string())
     .fetch_optional(conn)
     .await
-    .map_err(other)?;
+    .map_err(db_error)?;
     Ok(mark.unwrap_or(0) as u64)
 }
 
@@ -56,12 +56,12 @@ impl Lookup for PgLookup<'_> {
         .bind(seq as i64)
         .fetch_optional(&mut *self.conn)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         row.map(|r| {
             Ok(StoredEntry {
-                seq: r.try_get("seq").map_err(other)?,
-                kind: r.try_get("kind").map_err(other)?,
-                payload: r.try_get("payload").map_err(other)?,
+                seq: r.try_get("seq").map_err(db_error)?,
+                kind: r.try_get("kind").map_err(db_error)?,
+                payload: r.try_get("payload").map_err(db_error)?,
             })
         })
         .transpose()
@@ -75,7 +75,7 @@ impl Lookup for PgLookup<'_> {
         .bind(id)
         .fetch_optional(&mut *self.conn)
         .await
-        .map_err(other)
+        .map_err(db_error)
     }
 
     async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
@@ -87,6 +87,6 @@ impl Lookup for PgLookup<'_> {
         .bind(input.0 as i64)
         .fetch_optional(&mut *self.conn)
         .await
-        .map_err(other)
+        .map_err(db_error)
     }
 }

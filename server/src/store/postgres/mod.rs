@@ -5,12 +5,10 @@
 //! the database and seq order is commit order. Each append announces its range with `NOTIFY`
 //! (delivered at commit); `cluster.rs` holds the listening side and bridge claims.
 
-mod access;
 mod checkpoints;
 mod cluster;
 mod lookup;
 mod rows;
-mod share_links;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -22,21 +20,24 @@ use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row};
+use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use self::lookup::PgLookup;
 use self::rows::{entry_row, insert_rows, session_row};
+use super::access::{access_store, AccessDialect};
 use super::append::{self, Decision};
+use super::errors::db_error;
 use super::{
-    redact_url, seq_bind, Append, Appended, CheckpointRow, Cluster, FamilyUser, MemberRow, Range,
-    RefreshOutcome, RefreshRow, SessionRow, ShareLinkRow, Store, StoreError, StoreResult, UserRow,
+    redact_url, seq_bind, Append, Appended, LogStore, Range, SessionRow, StoreError, StoreResult,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
 const POOL_SIZE: u32 = 8;
 /// How long a query waits for a free (or new) connection before failing.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Advisory lock key serialising first-administrator setups across nodes.
+const FIRST_ADMIN_LOCK: i64 = 0x6d6f_6f72_0001;
 /// Channel announcing appended ranges: `"<session> <first> <last> <node>"`.
 pub(crate) const ENTRIES_CHANNEL: &str = "moor_entries";
 /// Channel announcing bridge claims: `"<session> <epoch> <node>"`.
@@ -48,7 +49,8 @@ pub(crate) const REVOCATIONS_CHANNEL: &str = "moor_revocations";
 const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
 const ENTRY_COLS: &str = "seq, ts, kind, author, payload";
 
-/// Postgres implementation of [`Store`] and [`Cluster`].
+/// Postgres implementation of [`LogStore`], [`AccessStore`](super::AccessStore),
+/// [`CheckpointStore`](super::CheckpointStore) and [`Cluster`](super::Cluster).
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
@@ -99,9 +101,41 @@ impl PgStore {
         })
     }
 
-    /// The connection pool, for tools working below the [`Store`] interface (`migrate-store`).
+    /// The connection pool, for tools working below the store's roles (`migrate-store`).
     pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Where writes go.
+    fn writes(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Where reads go (the same pool: every node reads its own and the others' commits).
+    fn reads(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Serialises first-administrator setups on every node: under READ COMMITTED two nodes'
+    /// `NOT EXISTS` could both pass, so a transaction-scoped advisory lock makes the first
+    /// setup the only one.
+    async fn lock_first_admin(tx: &mut Transaction<'_, Postgres>) -> StoreResult<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(FIRST_ADMIN_LOCK)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Locks the session's row until commit, so claims of one session serialise on any node.
+    async fn lock_session(tx: &mut Transaction<'_, Postgres>, sid: &str) -> StoreResult<()> {
+        sqlx::query("SELECT 1 FROM sessions WHERE id = $1::uuid FOR UPDATE")
+            .bind(sid)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
     }
 
     async fn find_session_by(&self, key: &str) -> StoreResult<SessionRow> {
@@ -112,11 +146,17 @@ impl PgStore {
         .bind(uuid_text(key))
         .fetch_optional(&self.pool)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .ok_or(StoreError::NotFound)?;
         session_row(&row)
     }
 }
+
+impl AccessDialect for PgStore {
+    const TOKEN_ROW_LOCK: &'static str = " FOR UPDATE OF t";
+}
+
+access_store!(PgStore, sqlx::Postgres);
 
 /// `application_name` of a node's connections: `<role> <node>`, within Postgres' 63 bytes.
 pub(crate) fn app_name(role: &str, node: &str) -> String {
@@ -132,19 +172,8 @@ fn uuid_text(key: &str) -> Option<String> {
     Uuid::parse_str(key).ok().map(|u| u.to_string())
 }
 
-/// Maps driver errors: no row is `NotFound`, a unique violation is `Conflict`.
-pub(crate) fn other(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::RowNotFound => StoreError::NotFound,
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            StoreError::Conflict("unique key already stored")
-        }
-        e => StoreError::Other(e.into()),
-    }
-}
-
 #[async_trait]
-impl Store for PgStore {
+impl LogStore for PgStore {
     async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
         let agent_json = agent
             .map(serde_json::to_string)
@@ -161,7 +190,7 @@ impl Store for PgStore {
         .bind(now_ms())
         .execute(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         if let Some(agent_json) = agent_json {
             sqlx::query("UPDATE sessions SET agent = $1 WHERE name = $2 OR id = $3::uuid")
                 .bind(agent_json)
@@ -169,7 +198,7 @@ impl Store for PgStore {
                 .bind(uuid_text(key))
                 .execute(&self.pool)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
         }
         self.find_session_by(key).await
     }
@@ -184,30 +213,30 @@ impl Store for PgStore {
         ))
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(session_row).collect()
     }
 
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
         let sid = session.to_string();
-        let mut tx = self.pool.begin().await.map_err(other)?;
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
         // The row lock serialises appenders on every node until commit.
         let row =
             sqlx::query("SELECT head_seq, ended_at FROM sessions WHERE id = $1::uuid FOR UPDATE")
                 .bind(&sid)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(other)?
+                .map_err(db_error)?
                 .ok_or(StoreError::NotFound)?;
         // An ended session takes no new work, but the server's bookkeeping is still written.
         let ended = row
             .try_get::<Option<i64>, _>("ended_at")
-            .map_err(other)?
+            .map_err(db_error)?
             .is_some();
         if ended && batch.iter().any(Append::is_new_work) {
             return Err(StoreError::SessionEnded);
         }
-        let head: i64 = row.try_get("head_seq").map_err(other)?;
+        let head: i64 = row.try_get("head_seq").map_err(db_error)?;
         let mut lookup = PgLookup::new(&mut tx, &sid);
         let Decision {
             decided,
@@ -233,7 +262,7 @@ impl Store for PgStore {
                 .bind(marks)
                 .execute(&mut *tx)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
             }
             // The notice is delivered at commit, so whoever reads after it sees the rows.
             sqlx::query(
@@ -247,9 +276,9 @@ impl Store for PgStore {
             .bind(format!("{sid} {first} {head} {}", self.node))
             .execute(&mut *tx)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         }
-        tx.commit().await.map_err(other)?;
+        tx.commit().await.map_err(db_error)?;
         let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
         Ok(append::outcomes(batch, decided, stored_seqs))
     }
@@ -272,7 +301,7 @@ impl Store for PgStore {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         let mut entries = rows
             .iter()
             .map(entry_row)
@@ -284,7 +313,7 @@ impl Store for PgStore {
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
-        let mut conn = self.pool.acquire().await.map_err(other)?;
+        let mut conn = self.pool.acquire().await.map_err(db_error)?;
         lookup::producer_mark(&mut conn, &session.to_string(), producer).await
     }
 
@@ -303,7 +332,7 @@ impl Store for PgStore {
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(entry_row).collect()
     }
 
@@ -321,7 +350,7 @@ impl Store for PgStore {
         .bind(kinds::INPUT_UNCERTAIN)
         .fetch_all(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
     }
 
@@ -337,7 +366,7 @@ impl Store for PgStore {
         .bind(state)
         .execute(&self.pool)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         Ok(())
     }
 
@@ -347,10 +376,10 @@ impl Store for PgStore {
                 .bind(session.to_string())
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
         row.map(|r| {
-            let head: i64 = r.try_get("head_seq").map_err(other)?;
-            Ok((Seq(head as u64), r.try_get("state").map_err(other)?))
+            let head: i64 = r.try_get("head_seq").map_err(db_error)?;
+            Ok((Seq(head as u64), r.try_get("state").map_err(db_error)?))
         })
         .transpose()
     }
@@ -361,132 +390,7 @@ impl Store for PgStore {
             .bind(session.to_string())
             .execute(&self.pool)
             .await
-            .map_err(other)?;
+            .map_err(db_error)?;
         Ok(())
-    }
-
-    fn cluster(&self) -> Option<&dyn Cluster> {
-        Some(self)
-    }
-
-    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
-        self.save_checkpoint_row(row).await
-    }
-
-    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
-        self.checkpoint_row(id).await
-    }
-
-    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
-        self.checkpoint_rows(session).await
-    }
-
-    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
-        self.sessions_naming_blob(sha256).await
-    }
-
-    async fn create_user(
-        &self,
-        name: &str,
-        password_hash: &str,
-        admin: bool,
-        at: i64,
-    ) -> StoreResult<()> {
-        self.insert_user(name, password_hash, admin, at).await
-    }
-
-    async fn create_first_admin(
-        &self,
-        name: &str,
-        password_hash: &str,
-        at: i64,
-    ) -> StoreResult<bool> {
-        self.insert_first_admin(name, password_hash, at).await
-    }
-
-    async fn has_admin(&self) -> StoreResult<bool> {
-        self.any_admin().await
-    }
-
-    async fn user(&self, name: &str) -> StoreResult<UserRow> {
-        self.user_row(name).await
-    }
-
-    async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
-        self.revoke_user_rows(name, at).await
-    }
-
-    async fn create_token_family(&self, family: &str, first: &RefreshRow) -> StoreResult<()> {
-        self.insert_family(family, first).await
-    }
-
-    async fn rotate_refresh(
-        &self,
-        old_hash: &str,
-        next: &RefreshRow,
-        at: i64,
-    ) -> StoreResult<RefreshOutcome> {
-        self.rotate(old_hash, next, at).await
-    }
-
-    async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
-        self.revoke_family(family, at).await
-    }
-
-    async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
-        self.family_user(family).await
-    }
-
-    async fn set_member(&self, session: SessionId, principal: &str, role: &str) -> StoreResult<()> {
-        self.upsert_member(session, principal, role).await
-    }
-
-    async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool> {
-        self.claim(session, principal).await
-    }
-
-    async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()> {
-        self.delete_member(session, principal).await
-    }
-
-    async fn member_role(
-        &self,
-        session: SessionId,
-        principal: &str,
-    ) -> StoreResult<Option<String>> {
-        self.role_of(session, principal).await
-    }
-
-    async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, String)>> {
-        self.roles_of(principal).await
-    }
-
-    async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
-        self.member_rows(session).await
-    }
-
-    async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
-        self.link_rows(session).await
-    }
-
-    async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
-        self.insert_share_link(link).await
-    }
-
-    async fn redeem_share_link(
-        &self,
-        token_hash: &str,
-        principal: &str,
-        at: i64,
-    ) -> StoreResult<Option<(SessionId, String)>> {
-        self.redeem_link(token_hash, principal, at).await
-    }
-
-    async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)> {
-        self.revoke_link(id, at).await
-    }
-
-    async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
-        self.link_session(id).await
     }
 }

@@ -7,31 +7,31 @@ use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
-use super::other;
 use crate::store::append::NewRow;
+use crate::store::errors::db_error;
 use crate::store::{SessionRow, StoreResult};
 
 pub(super) fn session_row(row: &PgRow) -> StoreResult<SessionRow> {
-    let id: String = row.try_get("id").map_err(other)?;
-    let agent: Option<String> = row.try_get("agent").map_err(other)?;
+    let id: String = row.try_get("id").map_err(db_error)?;
+    let agent: Option<String> = row.try_get("agent").map_err(db_error)?;
     Ok(SessionRow {
         id: SessionId(Uuid::parse_str(&id).context("stored session id")?),
-        name: row.try_get("name").map_err(other)?,
-        created_at: row.try_get("created_at").map_err(other)?,
-        head_seq: Seq(row.try_get::<i64, _>("head_seq").map_err(other)? as u64),
-        last_ts: row.try_get("last_ts").map_err(other)?,
-        ended_at: row.try_get("ended_at").map_err(other)?,
+        name: row.try_get("name").map_err(db_error)?,
+        created_at: row.try_get("created_at").map_err(db_error)?,
+        head_seq: Seq(row.try_get::<i64, _>("head_seq").map_err(db_error)? as u64),
+        last_ts: row.try_get("last_ts").map_err(db_error)?,
+        ended_at: row.try_get("ended_at").map_err(db_error)?,
         agent: agent.and_then(|a| serde_json::from_str(&a).ok()),
     })
 }
 
 pub(super) fn entry_row(row: &PgRow) -> StoreResult<Entry> {
-    let payload: String = row.try_get("payload").map_err(other)?;
+    let payload: String = row.try_get("payload").map_err(db_error)?;
     Ok(Entry {
-        seq: Seq(row.try_get::<i64, _>("seq").map_err(other)? as u64),
-        ts: row.try_get("ts").map_err(other)?,
-        kind: row.try_get("kind").map_err(other)?,
-        author: row.try_get("author").map_err(other)?,
+        seq: Seq(row.try_get::<i64, _>("seq").map_err(db_error)? as u64),
+        ts: row.try_get("ts").map_err(db_error)?,
+        kind: row.try_get("kind").map_err(db_error)?,
+        author: row.try_get("author").map_err(db_error)?,
         payload: serde_json::from_str(&payload).context("stored payload is not json")?,
     })
 }
@@ -83,6 +83,6 @@ pub(super) async fn insert_rows(
     .bind(ref_seqs)
     .execute(&mut **tx)
     .await
-    .map_err(other)?;
+    .map_err(db_error)?;
     Ok(())
 }

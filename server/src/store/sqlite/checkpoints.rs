@@ -1,16 +1,19 @@
 //! The SQLite side of checkpoints: one row per uploaded checkpoint, keyed by its id.
 
 use anyhow::Context;
+use async_trait::async_trait;
 use moor_protocol::SessionId;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{other, SqliteStore};
-use crate::store::{CheckpointRow, StoreError, StoreResult};
+use super::SqliteStore;
+use crate::store::errors::db_error;
+use crate::store::{checkpoint_retried, CheckpointRow, CheckpointStore, StoreError, StoreResult};
 
-impl SqliteStore {
-    pub(super) async fn save_checkpoint_row(&self, row: &CheckpointRow) -> StoreResult<bool> {
-        let mut tx = self.writer.begin().await.map_err(other)?;
+#[async_trait]
+impl CheckpointStore for SqliteStore {
+    async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
         let inserted = sqlx::query(
             "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
              SELECT ?, pk, ?, ?, ? FROM sessions WHERE id = ? \
@@ -23,7 +26,7 @@ impl SqliteStore {
         .bind(row.session.to_string())
         .execute(&mut *tx)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .rows_affected();
         if inserted == 1 {
             for sha in &row.blobs {
@@ -34,27 +37,16 @@ impl SqliteStore {
                 .bind(&row.id)
                 .execute(&mut *tx)
                 .await
-                .map_err(other)?;
+                .map_err(db_error)?;
             }
-            tx.commit().await.map_err(other)?;
+            tx.commit().await.map_err(db_error)?;
             return Ok(true);
         }
         drop(tx);
-        // Either the id is taken or the session does not exist.
-        let stored = self.checkpoint_row(&row.id).await;
-        match stored {
-            Ok(stored) if stored.manifest == row.manifest && stored.session == row.session => {
-                Ok(false)
-            }
-            Ok(_) => Err(StoreError::Conflict(
-                "checkpoint id already stored with other content",
-            )),
-            Err(StoreError::NotFound) => Err(StoreError::NotFound),
-            Err(e) => Err(e),
-        }
+        checkpoint_retried(self.checkpoint(&row.id).await, row)
     }
 
-    pub(super) async fn checkpoint_row(&self, id: &str) -> StoreResult<CheckpointRow> {
+    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow> {
         let row = sqlx::query(
             "SELECT c.id, s.id AS session, c.created_at, c.summary, c.manifest \
              FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk WHERE c.id = ?",
@@ -62,15 +54,12 @@ impl SqliteStore {
         .bind(id)
         .fetch_optional(&self.writer)
         .await
-        .map_err(other)?
+        .map_err(db_error)?
         .ok_or(StoreError::NotFound)?;
         checkpoint_from(&row, true)
     }
 
-    pub(super) async fn checkpoint_rows(
-        &self,
-        session: SessionId,
-    ) -> StoreResult<Vec<CheckpointRow>> {
+    async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>> {
         let rows = sqlx::query(
             "SELECT c.id, s.id AS session, c.created_at, c.summary \
              FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk \
@@ -79,11 +68,11 @@ impl SqliteStore {
         .bind(session.to_string())
         .fetch_all(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter().map(|r| checkpoint_from(r, false)).collect()
     }
 
-    pub(super) async fn sessions_naming_blob(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
+    async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
         let rows = sqlx::query(
             "SELECT DISTINCT s.id FROM checkpoint_blobs b \
              JOIN checkpoints c ON c.id = b.checkpoint_id \
@@ -92,7 +81,7 @@ impl SqliteStore {
         .bind(sha256)
         .fetch_all(&self.readers)
         .await
-        .map_err(other)?;
+        .map_err(db_error)?;
         rows.iter()
             .map(|r| {
                 let id: String = r.get("id");
@@ -123,7 +112,7 @@ fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::store::LogStore;
 
     #[tokio::test]
     async fn checkpoints_are_stored_once_listed_newest_first_and_never_overwritten() {

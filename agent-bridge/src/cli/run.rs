@@ -1,0 +1,207 @@
+//! `moor run` and `moor login`: the bridge in a terminal (flags to [`BridgeConfig`], the token
+//! of `moor login` when none is given, and the Ctrl-C handling a terminal user expects: the first
+//! one goes to the agent, the second stops `moor`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::adapter::{terminal, AdapterKind, AdapterMode, AgentOptions, AgentSignal};
+use crate::backoff::BackoffConfig;
+use crate::checkpoint::{self, CheckpointConfig};
+use crate::config::parse_duration;
+use crate::login;
+use crate::{Bridge, BridgeConfig, BridgeHandle, LinkConfig, Token};
+
+#[derive(Debug, clap::Args)]
+pub(super) struct RunArgs {
+    /// moord base URL (http(s):// or ws(s)://).
+    #[arg(long, env = "MOOR_SERVER", default_value = crate::config::DEFAULT_SERVER)]
+    server: String,
+    /// Bearer token for moord.
+    #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Session name or id (default: <command>-<6 hex>). Reuse it to resume after a crash.
+    #[arg(long, env = "MOOR_SESSION")]
+    session: Option<String>,
+    /// Where spools live (default: $XDG_STATE_HOME/moor or ~/.local/state/moor).
+    #[arg(long, env = "MOOR_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// First reconnect delay ceiling, ms.
+    #[arg(long, env = "MOOR_BACKOFF_INITIAL_MS", default_value_t = 1000)]
+    backoff_initial_ms: u64,
+    /// Largest reconnect delay, ms.
+    #[arg(long, env = "MOOR_BACKOFF_MAX_MS", default_value_t = 30_000)]
+    backoff_max_ms: u64,
+    /// A connection that lived this long resets the backoff, ms.
+    #[arg(long, env = "MOOR_STABLE_AFTER_MS", default_value_t = 10_000)]
+    stable_after_ms: u64,
+    /// TCP connect + WebSocket upgrade + welcome must finish within this, ms.
+    #[arg(long, env = "MOOR_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
+    connect_timeout_ms: u64,
+    /// Most entries per frame.
+    #[arg(long, env = "MOOR_BATCH_MAX", default_value_t = 1000)]
+    batch_max: usize,
+    /// Most entries sent and not yet acknowledged.
+    #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
+    window: u64,
+    /// How the agent runs: auto (claude for `claude`, pty when stdin is a terminal, else lines),
+    /// pty, claude or lines.
+    #[arg(long, env = "MOOR_MODE", default_value = "auto", value_parser = parse_mode)]
+    mode: AdapterMode,
+    /// Silence while a model response streams that is reported as a stall (e.g. 60s, 1500ms).
+    #[arg(long, env = "MOOR_STALL_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    stall_timeout: Duration,
+    /// Silence while a tool runs that is reported as a stall.
+    #[arg(long, env = "MOOR_TOOL_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    tool_timeout: Duration,
+    /// Restart a stalled or crashed Claude Code on the same session (`claude --resume <id>`)
+    /// with a short recovery prompt.
+    #[arg(long, env = "MOOR_AUTO_RESUME")]
+    auto_resume: bool,
+    /// Checkpoint the work tree this often when it changed (besides after file-changing tool
+    /// calls, when the link drops and when the agent exits).
+    #[arg(long, env = "MOOR_CHECKPOINT_INTERVAL", default_value = "2m", value_parser = parse_duration)]
+    checkpoint_interval: Duration,
+    /// Files larger than this many bytes are left out of checkpoints (and listed).
+    #[arg(long, env = "MOOR_CHECKPOINT_MAX_FILE_BYTES", default_value_t = checkpoint::DEFAULT_MAX_FILE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=checkpoint::MAX_FILE_BYTES_LIMIT))]
+    checkpoint_max_file_bytes: u64,
+    /// Do not checkpoint the work tree.
+    #[arg(long, env = "MOOR_NO_CHECKPOINTS")]
+    no_checkpoints: bool,
+    /// The agent command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(super) command: Vec<String>,
+}
+
+impl RunArgs {
+    fn checkpoints(&self) -> Option<CheckpointConfig> {
+        (!self.no_checkpoints).then(|| CheckpointConfig {
+            interval: self.checkpoint_interval.max(Duration::from_millis(100)),
+            max_file_bytes: self.checkpoint_max_file_bytes,
+            ..CheckpointConfig::default()
+        })
+    }
+
+    fn into_config(self) -> anyhow::Result<BridgeConfig> {
+        let token = match self.token.filter(|t| !t.trim().is_empty()) {
+            Some(t) => Token::new(t),
+            None => login_token(&self.server)?,
+        };
+        let link = LinkConfig {
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(self.backoff_initial_ms),
+                max: Duration::from_millis(self.backoff_max_ms),
+                stable_after: Duration::from_millis(self.stable_after_ms),
+            },
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            batch_max: self.batch_max,
+            window: self.window,
+            ..LinkConfig::default()
+        };
+        Ok(BridgeConfig {
+            server: self.server,
+            token,
+            session: self.session,
+            state_dir: self.state_dir,
+            command: self.command,
+            link,
+            print_status: true,
+            mode: self.mode,
+            agent: AgentOptions {
+                interactive: terminal::stdin_is_terminal(),
+                stall_timeout: self.stall_timeout,
+                tool_timeout: self.tool_timeout,
+                auto_resume: self.auto_resume,
+                ..AgentOptions::default()
+            },
+        })
+    }
+}
+
+fn parse_mode(s: &str) -> Result<AdapterMode, String> {
+    match s {
+        "auto" => Ok(AdapterMode::Auto),
+        "pty" => Ok(AdapterMode::Fixed(AdapterKind::Pty)),
+        "claude" => Ok(AdapterMode::Fixed(AdapterKind::Claude)),
+        "lines" => Ok(AdapterMode::Fixed(AdapterKind::Lines)),
+        other => Err(format!("{other:?}: use auto, pty, claude or lines")),
+    }
+}
+
+/// `moor run -- COMMAND`.
+pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let checkpoints = args.checkpoints();
+    let config = args.into_config()?;
+    let runtime = super::runtime()?;
+    run_bridge(&runtime, config, checkpoints)
+}
+
+/// `moor login SERVER`: the device flow, then the credentials saved (0600).
+pub(super) fn login(server: &str) -> anyhow::Result<i32> {
+    let path = login::credentials_path().context("no config dir: set MOOR_CONFIG_DIR or HOME")?;
+    let runtime = super::runtime()?;
+    let creds = runtime.block_on(login::device_login(server, &mut std::io::stdout()))?;
+    login::save(&path, &creds)?;
+    println!("logged in; credentials saved in {}", path.display());
+    Ok(0)
+}
+
+/// The token of `moor login` for `server`, renewing itself.
+fn login_token(server: &str) -> anyhow::Result<Token> {
+    let creds = login::credentials_path()
+        .map(|p| login::load(&p, server).map(|c| c.map(|c| (c, p))))
+        .transpose()?
+        .flatten();
+    let Some((creds, path)) = creds else {
+        bail!("not logged in to {server}: run `moor login {server}`, or pass --token / set MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
+    };
+    Ok(Token::refreshing(login::Refresher::new(creds, Some(path))))
+}
+
+/// Runs a bridge until it ends, with the terminal's signal handling.
+pub(super) fn run_bridge(
+    runtime: &tokio::runtime::Runtime,
+    config: BridgeConfig,
+    checkpoints: Option<CheckpointConfig>,
+) -> anyhow::Result<i32> {
+    runtime.block_on(async {
+        let token = config.token.clone();
+        let mut bridge = Bridge::new(config);
+        if let Some(c) = checkpoints {
+            bridge = bridge.with_checkpoints(c);
+        }
+        let shutdown = CancellationToken::new();
+        token.keep_fresh(shutdown.clone());
+        let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
+        let result = bridge.run(shutdown.clone()).await;
+        signals.abort();
+        Ok(result?.exit_code())
+    })
+}
+
+/// First SIGINT/SIGTERM while the agent runs goes to the agent; the bridge then ends the session
+/// normally once the agent exits. Any further signal (or one after the agent is gone) stops
+/// `moor` at once, leaving undelivered entries in the spool.
+async fn handle_signals(bridge: BridgeHandle, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
+    let mut forwarded = false;
+    loop {
+        let (sig, name) = tokio::select! {
+            _ = interrupt.recv() => (AgentSignal::Interrupt, "SIGINT"),
+            _ = terminate.recv() => (AgentSignal::Terminate, "SIGTERM"),
+        };
+        if !forwarded && bridge.forward_signal(sig) {
+            forwarded = true;
+            eprintln!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)");
+        } else {
+            shutdown.cancel();
+            return Ok(());
+        }
+    }
+}

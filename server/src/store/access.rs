@@ -1,0 +1,575 @@
+//! [`AccessStore`](super::AccessStore), written once for both engines.
+//!
+//! The access tables (users, token families, refresh tokens, session members, share links) have
+//! the same columns on SQLite and Postgres, and both drivers take `$n` placeholders, so every
+//! query here runs as written on either. [`access_store!`] expands this one implementation for
+//! each store type; the few places where the engines really differ are the store's own
+//! [`AccessDialect`] items: how concurrent setups and claims are serialised, and how a refresh
+//! token's row is locked while it is rotated.
+
+use anyhow::anyhow;
+
+use super::{Role, StoreError, StoreResult};
+
+/// What [`access_store!`] needs from a store besides its pools.
+pub(crate) trait AccessDialect {
+    /// Appended to the query that reads a refresh token before rotating it, to lock its row
+    /// until commit (empty where the single writer already serialises rotations).
+    const TOKEN_ROW_LOCK: &'static str;
+}
+
+/// A role as stored; a name this server does not know means the row was not written by it.
+pub(crate) fn stored_role(name: &str) -> StoreResult<Role> {
+    Role::parse(name)
+        .ok_or_else(|| StoreError::Other(anyhow!("stored role {name:?} is not a known role")))
+}
+
+/// A session id as stored in the access tables (text on both engines).
+pub(crate) fn stored_session(id: &str) -> StoreResult<moor_protocol::SessionId> {
+    id.parse()
+        .map_err(|e| StoreError::Other(anyhow!("stored session id {id:?}: {e}")))
+}
+
+/// Implements [`AccessStore`](crate::store::AccessStore) for `$store`, a store over `$db`
+/// with inherent `writes()` and `reads()` pools, `lock_first_admin(&mut tx)` and
+/// `lock_session(&mut tx, &sid)` (each serialises its transaction against other nodes, or
+/// does nothing where one writer already does), and [`AccessDialect`].
+macro_rules! access_store {
+    ($store:ident, $db:ty) => {
+        mod access_store {
+            use moor_protocol::SessionId;
+            use sqlx::Row;
+
+            use super::$store;
+            use $crate::store::access::{stored_role, stored_session, AccessDialect as _};
+            use $crate::store::errors::db_error;
+            use $crate::store::{
+                AccessStore, FamilyUser, MemberRow, RefreshOutcome, RefreshRow, Role,
+                ShareLinkRow, StoreError, StoreResult, UserRow,
+            };
+
+            #[async_trait::async_trait]
+            impl AccessStore for $store {
+                async fn create_user(
+                    &self,
+                    name: &str,
+                    password_hash: &str,
+                    admin: bool,
+                    at: i64,
+                ) -> StoreResult<()> {
+                    sqlx::query(
+                        "INSERT INTO users (name, password_hash, created_at, admin_since) \
+                         VALUES ($1, $2, $3, $4)",
+                    )
+                    .bind(name)
+                    .bind(password_hash)
+                    .bind(at)
+                    .bind(admin.then_some(at))
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn create_first_admin(
+                    &self,
+                    name: &str,
+                    password_hash: &str,
+                    at: i64,
+                ) -> StoreResult<bool> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // The check and the insert are one statement, and setups are serialised, so two
+                    // of them (on any nodes) cannot both pass it.
+                    Self::lock_first_admin(&mut tx).await?;
+                    let n = sqlx::query(
+                        "INSERT INTO users (name, password_hash, created_at, admin_since) \
+                         SELECT $1, $2, $3, $3 WHERE NOT EXISTS \
+                         (SELECT 1 FROM users WHERE admin_since IS NOT NULL)",
+                    )
+                    .bind(name)
+                    .bind(password_hash)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(n == 1)
+                }
+
+                async fn has_admin(&self) -> StoreResult<bool> {
+                    let row =
+                        sqlx::query("SELECT 1 FROM users WHERE admin_since IS NOT NULL LIMIT 1")
+                            .fetch_optional(self.writes())
+                            .await
+                            .map_err(db_error)?;
+                    Ok(row.is_some())
+                }
+
+                async fn user(&self, name: &str) -> StoreResult<UserRow> {
+                    let row = sqlx::query(
+                        "SELECT name, password_hash, created_at, revoked_at, admin_since \
+                         FROM users WHERE name = $1",
+                    )
+                    .bind(name)
+                    .fetch_one(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(UserRow {
+                        name: row.try_get("name").map_err(db_error)?,
+                        password_hash: row.try_get("password_hash").map_err(db_error)?,
+                        created_at: row.try_get("created_at").map_err(db_error)?,
+                        revoked_at: row.try_get("revoked_at").map_err(db_error)?,
+                        admin: row
+                            .try_get::<Option<i64>, _>("admin_since")
+                            .map_err(db_error)?
+                            .is_some(),
+                    })
+                }
+
+                async fn revoke_user(&self, name: &str, at: i64) -> StoreResult<()> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    let n = sqlx::query(
+                        "UPDATE users SET revoked_at = COALESCE(revoked_at, $1) WHERE name = $2",
+                    )
+                    .bind(at)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    if n == 0 {
+                        return Err(StoreError::NotFound);
+                    }
+                    sqlx::query(
+                        "UPDATE token_families SET revoked_at = COALESCE(revoked_at, $1) \
+                         WHERE user_name = $2",
+                    )
+                    .bind(at)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)
+                }
+
+                async fn create_token_family(
+                    &self,
+                    family: &str,
+                    first: &RefreshRow,
+                ) -> StoreResult<()> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    sqlx::query(
+                        "INSERT INTO token_families (family, user_name, created_at) \
+                         VALUES ($1, $2, $3)",
+                    )
+                    .bind(family)
+                    .bind(&first.user)
+                    .bind(first.created_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    insert_refresh(&mut tx, family, first).await?;
+                    tx.commit().await.map_err(db_error)
+                }
+
+                async fn rotate_refresh(
+                    &self,
+                    old_hash: &str,
+                    next: &RefreshRow,
+                    at: i64,
+                ) -> StoreResult<RefreshOutcome> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // The token's row stays locked until commit: a concurrent rotation of the same
+                    // token (on this node or another) waits, then sees it used.
+                    let row = sqlx::query(&format!(
+                        "SELECT t.family, t.user_name, t.expires_at, t.used_at, \
+                         f.revoked_at AS fam_revoked, u.revoked_at AS user_revoked \
+                         FROM refresh_tokens t JOIN token_families f ON f.family = t.family \
+                         JOIN users u ON u.name = t.user_name WHERE t.token_hash = $1{}",
+                        Self::TOKEN_ROW_LOCK
+                    ))
+                    .bind(old_hash)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let Some(row) = row else {
+                        return Ok(RefreshOutcome::Invalid);
+                    };
+                    let family: String = row.try_get("family").map_err(db_error)?;
+                    let user: String = row.try_get("user_name").map_err(db_error)?;
+                    let used: Option<i64> = row.try_get("used_at").map_err(db_error)?;
+                    let fam_revoked: Option<i64> = row.try_get("fam_revoked").map_err(db_error)?;
+                    let user_revoked: Option<i64> = row.try_get("user_revoked").map_err(db_error)?;
+                    if used.is_some() || fam_revoked.is_some() || user_revoked.is_some() {
+                        sqlx::query(
+                            "UPDATE token_families SET revoked_at = COALESCE(revoked_at, $1) \
+                             WHERE family = $2",
+                        )
+                        .bind(at)
+                        .bind(&family)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                        tx.commit().await.map_err(db_error)?;
+                        return Ok(RefreshOutcome::Reused { family, user });
+                    }
+                    if row.try_get::<i64, _>("expires_at").map_err(db_error)? <= at {
+                        return Ok(RefreshOutcome::Invalid);
+                    }
+                    sqlx::query("UPDATE refresh_tokens SET used_at = $1 WHERE token_hash = $2")
+                        .bind(at)
+                        .bind(old_hash)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                    let next = RefreshRow {
+                        user: user.clone(),
+                        ..next.clone()
+                    };
+                    insert_refresh(&mut tx, &family, &next).await?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(RefreshOutcome::Rotated { family, user })
+                }
+
+                async fn revoke_token_family(&self, family: &str, at: i64) -> StoreResult<String> {
+                    let row = sqlx::query(
+                        "UPDATE token_families SET revoked_at = COALESCE(revoked_at, $1) \
+                         WHERE family = $2 RETURNING user_name",
+                    )
+                    .bind(at)
+                    .bind(family)
+                    .fetch_one(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    row.try_get("user_name").map_err(db_error)
+                }
+
+                async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>> {
+                    let row = sqlx::query(
+                        "SELECT u.name, u.admin_since FROM token_families f JOIN users u \
+                         ON u.name = f.user_name \
+                         WHERE f.family = $1 AND f.revoked_at IS NULL AND u.revoked_at IS NULL",
+                    )
+                    .bind(family)
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    row.map(|r| {
+                        Ok(FamilyUser {
+                            name: r.try_get("name").map_err(db_error)?,
+                            admin: r
+                                .try_get::<Option<i64>, _>("admin_since")
+                                .map_err(db_error)?
+                                .is_some(),
+                        })
+                    })
+                    .transpose()
+                }
+
+                async fn set_member(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                    role: Role,
+                ) -> StoreResult<()> {
+                    sqlx::query(
+                        "INSERT INTO session_members (session_id, principal, role) \
+                         VALUES ($1, $2, $3) \
+                         ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
+                    )
+                    .bind(session.to_string())
+                    .bind(principal)
+                    .bind(role.as_str())
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn claim_session(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<bool> {
+                    let sid = session.to_string();
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // Claims of one session are serialised, so only the first finds no members.
+                    Self::lock_session(&mut tx, &sid).await?;
+                    let n = sqlx::query(
+                        "INSERT INTO session_members (session_id, principal, role) \
+                         SELECT $1, $2, $3 WHERE NOT EXISTS \
+                         (SELECT 1 FROM session_members WHERE session_id = $1)",
+                    )
+                    .bind(&sid)
+                    .bind(principal)
+                    .bind(Role::Owner.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(n == 1)
+                }
+
+                async fn remove_member(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<()> {
+                    sqlx::query(
+                        "DELETE FROM session_members WHERE session_id = $1 AND principal = $2",
+                    )
+                    .bind(session.to_string())
+                    .bind(principal)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn member_role(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<Option<Role>> {
+                    let role: Option<String> = sqlx::query_scalar(
+                        "SELECT role FROM session_members WHERE session_id = $1 AND principal = $2",
+                    )
+                    .bind(session.to_string())
+                    .bind(principal)
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    role.as_deref().map(stored_role).transpose()
+                }
+
+                async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>> {
+                    let rows = sqlx::query(
+                        "SELECT principal, role, via_link FROM session_members \
+                         WHERE session_id = $1",
+                    )
+                    .bind(session.to_string())
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let mut members = rows
+                        .iter()
+                        .map(|r| {
+                            Ok(MemberRow {
+                                principal: r.try_get("principal").map_err(db_error)?,
+                                role: stored_role(r.try_get("role").map_err(db_error)?)?,
+                                via_link: r.try_get("via_link").map_err(db_error)?,
+                            })
+                        })
+                        .collect::<StoreResult<Vec<_>>>()?;
+                    // Byte order, whatever the database's collation.
+                    members.sort_by(|a, b| a.principal.cmp(&b.principal));
+                    Ok(members)
+                }
+
+                async fn memberships(
+                    &self,
+                    principal: &str,
+                ) -> StoreResult<Vec<(SessionId, Role)>> {
+                    let rows = sqlx::query(
+                        "SELECT session_id, role FROM session_members WHERE principal = $1",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok((
+                                stored_session(r.try_get("session_id").map_err(db_error)?)?,
+                                stored_role(r.try_get("role").map_err(db_error)?)?,
+                            ))
+                        })
+                        .collect()
+                }
+
+                async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()> {
+                    sqlx::query(
+                        "INSERT INTO share_links (id, token_hash, session_id, role, created_by, \
+                         created_at, expires_at, uses_left, max_uses) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    )
+                    .bind(&link.id)
+                    .bind(&link.token_hash)
+                    .bind(link.session.to_string())
+                    .bind(link.role.as_str())
+                    .bind(&link.created_by)
+                    .bind(link.created_at)
+                    .bind(link.expires_at)
+                    .bind(link.uses_left)
+                    .bind(link.max_uses)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn redeem_share_link(
+                    &self,
+                    token_hash: &str,
+                    principal: &str,
+                    at: i64,
+                ) -> StoreResult<Option<(SessionId, Role)>> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // One conditional UPDATE spends the use and locks the link's row: links
+                    // redeemed on several nodes at once never go below zero uses.
+                    let row = sqlx::query(
+                        "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
+                         AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 \
+                         RETURNING id, session_id, role",
+                    )
+                    .bind(token_hash)
+                    .bind(at)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let Some(row) = row else {
+                        return Ok(None);
+                    };
+                    let id: String = row.try_get("id").map_err(db_error)?;
+                    let session: String = row.try_get("session_id").map_err(db_error)?;
+                    let role: String = row.try_get("role").map_err(db_error)?;
+                    // An existing role is kept: a link never lowers (or raises) a member's role.
+                    sqlx::query(
+                        "INSERT INTO session_members (session_id, principal, role, via_link) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, principal) DO NOTHING",
+                    )
+                    .bind(&session)
+                    .bind(principal)
+                    .bind(&role)
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let now: String = sqlx::query_scalar(
+                        "SELECT role FROM session_members WHERE session_id = $1 AND principal = $2",
+                    )
+                    .bind(&session)
+                    .bind(principal)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(Some((stored_session(&session)?, stored_role(&now)?)))
+                }
+
+                async fn revoke_share_link(
+                    &self,
+                    id: &str,
+                    at: i64,
+                ) -> StoreResult<(SessionId, Vec<String>)> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    let session: String = sqlx::query_scalar(
+                        "UPDATE share_links SET revoked_at = COALESCE(revoked_at, $1) \
+                         WHERE id = $2 RETURNING session_id",
+                    )
+                    .bind(at)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let members: Vec<String> = sqlx::query_scalar(
+                        "DELETE FROM session_members WHERE session_id = $1 AND via_link = $2 \
+                         RETURNING principal",
+                    )
+                    .bind(&session)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok((stored_session(&session)?, members))
+                }
+
+                async fn share_link_session(&self, id: &str) -> StoreResult<SessionId> {
+                    let session: String =
+                        sqlx::query_scalar("SELECT session_id FROM share_links WHERE id = $1")
+                            .bind(id)
+                            .fetch_one(self.reads())
+                            .await
+                            .map_err(db_error)?;
+                    stored_session(&session)
+                }
+
+                async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
+                    let rows = sqlx::query(
+                        "SELECT id, token_hash, role, created_by, created_at, expires_at, \
+                         uses_left, max_uses, revoked_at FROM share_links WHERE session_id = $1 \
+                         ORDER BY created_at DESC, id",
+                    )
+                    .bind(session.to_string())
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(ShareLinkRow {
+                                id: r.try_get("id").map_err(db_error)?,
+                                token_hash: r.try_get("token_hash").map_err(db_error)?,
+                                session,
+                                role: stored_role(r.try_get("role").map_err(db_error)?)?,
+                                created_by: r.try_get("created_by").map_err(db_error)?,
+                                created_at: r.try_get("created_at").map_err(db_error)?,
+                                expires_at: r.try_get("expires_at").map_err(db_error)?,
+                                uses_left: r.try_get("uses_left").map_err(db_error)?,
+                                max_uses: r.try_get("max_uses").map_err(db_error)?,
+                                revoked_at: r.try_get("revoked_at").map_err(db_error)?,
+                            })
+                        })
+                        .collect()
+                }
+            }
+
+            /// Stores a refresh token's hash in `family`, inside the caller's transaction.
+            async fn insert_refresh(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                family: &str,
+                row: &RefreshRow,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO refresh_tokens (token_hash, family, user_name, created_at, \
+                     expires_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(&row.token_hash)
+                .bind(family)
+                .bind(&row.user)
+                .bind(row.created_at)
+                .bind(row.expires_at)
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use access_store;
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    #[tokio::test]
+    async fn sqlite_binds_numbered_dollar_placeholders_by_number_in_any_order_and_repeated() {
+        // arrange
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}?mode=rwc", dir.path().join("p.db").display());
+        let pool = SqlitePoolOptions::new().connect(&url).await.unwrap();
+        // act: $2 appears before $1, and $1 twice
+        let (a, b): (String, i64) = sqlx::query_as("SELECT $2 || '-' || $1, $1 + 0")
+            .bind(7_i64)
+            .bind("x")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        // assert
+        assert_eq!((a.as_str(), b), ("x-7", 7));
+    }
+}
