@@ -211,7 +211,8 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use futures_util::StreamExt;
-    use moor_protocol::{kinds, Seq};
+    use moor_protocol::payload::BridgeConnected;
+    use moor_protocol::{kinds, EntryBody, Seq};
 
     use super::*;
     use crate::state::testing;
@@ -231,7 +232,12 @@ mod tests {
             ts: 0,
             kind: kinds::BRIDGE_CONNECTED.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: serde_json::json!({}),
+            payload: EntryBody::from(BridgeConnected {
+                connection: 1,
+                producer: None,
+                agent: None,
+            })
+            .payload(),
             key: IdemKey::None,
         };
         state.log.append(session, vec![entry]).await.unwrap();

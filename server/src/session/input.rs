@@ -6,7 +6,7 @@
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
 use moor_protocol::api::{InputAccepted, InputRequest};
-use moor_protocol::{kinds, now_ms, SessionId};
+use moor_protocol::{kinds, now_ms, BodyError, EntryBody, SessionId};
 
 use super::log::Log;
 use crate::error::ApiError;
@@ -65,7 +65,12 @@ fn validate(req: &InputRequest) -> Result<(), ApiError> {
             ),
         });
     }
-    if req.kind == kinds::INPUT_TEXT && !req.payload.get("text").is_some_and(|t| t.is_string()) {
+    // Other input kinds are checked by the bridge, which reports a malformed one as failed.
+    let malformed = matches!(
+        EntryBody::decode(&req.kind, &req.payload),
+        Err(BodyError::Malformed(_))
+    );
+    if req.kind == kinds::INPUT_TEXT && malformed {
         return Err(ApiError::Invalid {
             field: "payload",
             reason: "input.text needs a string field \"text\"".into(),

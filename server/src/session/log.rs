@@ -226,7 +226,8 @@ fn copy_error(e: &StoreError) -> StoreError {
 
 #[cfg(test)]
 mod tests {
-    use moor_protocol::{kinds, Seq};
+    use moor_protocol::payload::InputText;
+    use moor_protocol::{kinds, EntryBody, Seq};
 
     use super::*;
     use crate::store::IdemKey;
@@ -236,7 +237,10 @@ mod tests {
             ts: 0,
             kind: kinds::INPUT_TEXT.into(),
             author: "user:test".into(),
-            payload: serde_json::json!({ "text": n.to_string() }),
+            payload: EntryBody::from(InputText {
+                text: n.to_string(),
+            })
+            .payload(),
             key: IdemKey::ClientMsg(format!("m{n}")),
         }
     }

@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moor_protocol::state::{Phase, SessionState, SESSION_INTERRUPTED};
-use moor_protocol::{close, kinds, now_ms, Entry, Seq, SessionId};
-use serde_json::Value;
+use moor_protocol::{close, kinds, now_ms, Entry, EntryBody, Seq, SessionId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -185,7 +184,7 @@ impl States {
             ts: now_ms(),
             kind: SESSION_INTERRUPTED.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: before.interruption(cause),
+            payload: EntryBody::from(before.interruption(cause)).payload(),
             key: IdemKey::Receipt(at),
         };
         // Not awaited: the follower must not wait on the committer that feeds it.
@@ -203,11 +202,10 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
     match entry.kind.as_str() {
         kinds::BRIDGE_DISCONNECTED => {
             // Planned moves are not interruptions: the bridge reconnects at once.
-            let code = entry
-                .payload
-                .get("close_code")
-                .and_then(Value::as_u64)
-                .map(|c| c as u16);
+            let code = match entry.body() {
+                Ok(EntryBody::BridgeDisconnected(d)) => d.close_code,
+                _ => None,
+            };
             let planned = matches!(
                 code,
                 Some(
@@ -233,7 +231,7 @@ mod tests {
             ts: now_ms(),
             kind: kind.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: serde_json::json!({}),
+            payload: serde_json::Value::Object(Default::default()),
             key: IdemKey::Receipt(Seq(seq)),
         }
     }

@@ -15,8 +15,11 @@ use axum::response::Response;
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
-use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
-use serde_json::json;
+use moor_protocol::payload::{
+    BridgeConnected, BridgeDisconnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
+    SessionEnded,
+};
+use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use tokio::sync::mpsc;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -240,10 +243,11 @@ where
     state
         .hub
         .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
-    let entry = server_entry(
-        kinds::BRIDGE_DISCONNECTED,
-        json!({"connection": conn_id, "reason": ending.reason, "close_code": ending.code}),
-    );
+    let entry = server_entry(BridgeDisconnected {
+        connection: conn_id,
+        reason: Some(ending.reason.clone()),
+        close_code: ending.code,
+    });
     match state.log.append(session.id, vec![entry]).await {
         Ok(_) | Err(StoreError::SessionEnded) => {}
         Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
@@ -296,27 +300,23 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     Ok(hello)
 }
 
-fn server_entry(kind: &str, payload: serde_json::Value) -> Append {
+fn server_entry(body: impl Into<EntryBody>) -> Append {
+    let body = body.into();
     Append {
         ts: now_ms(),
-        kind: kind.into(),
+        kind: body.kind().into(),
         author: kinds::AUTHOR_SERVER.into(),
-        payload,
+        payload: body.payload(),
         key: IdemKey::None,
     }
 }
 
-fn receipt(kind: &str, input: Seq, extra: serde_json::Value) -> Append {
-    let mut payload = json!({"input_seq": input});
-    if let (Some(p), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
-        p.extend(e.clone());
-    }
+/// A receipt for the input at `input`; `body` is one of the receipt payloads, which name the
+/// same seq.
+fn receipt(input: Seq, body: impl Into<EntryBody>) -> Append {
     Append {
-        ts: now_ms(),
-        kind: kind.into(),
-        author: kinds::AUTHOR_SERVER.into(),
-        payload,
         key: IdemKey::Receipt(input),
+        ..server_entry(body)
     }
 }
 
@@ -328,7 +328,7 @@ impl Conn {
         let mut settle: Vec<Append> = hello
             .uncertain_inputs
             .iter()
-            .map(|s| receipt(kinds::INPUT_UNCERTAIN, *s, json!({})))
+            .map(|s| receipt(*s, InputUncertain { input_seq: *s }))
             .collect();
         let unsettled = store
             .unsettled_inputs(self.session, hello.last_applied_input)
@@ -337,12 +337,19 @@ impl Conn {
             unsettled
                 .into_iter()
                 .filter(|s| !hello.uncertain_inputs.contains(s))
-                .map(|s| receipt(kinds::INPUT_APPLIED, s, json!({"reported": "handshake"}))),
+                .map(|s| {
+                    let applied = InputApplied {
+                        input_seq: s,
+                        reported: Some("handshake".into()),
+                    };
+                    receipt(s, applied)
+                }),
         );
-        settle.push(server_entry(
-            kinds::BRIDGE_CONNECTED,
-            json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
-        ));
+        settle.push(server_entry(BridgeConnected {
+            connection: conn_id,
+            producer: Some(hello.producer),
+            agent: Some(hello.agent.clone()),
+        }));
         self.state.log.append(self.session, settle).await?;
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
@@ -543,16 +550,18 @@ impl Conn {
                 self.submit_entries(entries).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
-                let (kind, extra) = match status {
-                    ReceiptStatus::Delivered => (kinds::INPUT_DELIVERED, json!({})),
-                    ReceiptStatus::Applied => (kinds::INPUT_APPLIED, json!({})),
-                    ReceiptStatus::Failed { reason } => {
-                        (kinds::INPUT_FAILED, json!({"reason": reason}))
+                let body: EntryBody = match status {
+                    ReceiptStatus::Delivered => InputDelivered { input_seq }.into(),
+                    ReceiptStatus::Applied => InputApplied {
+                        input_seq,
+                        reported: None,
                     }
+                    .into(),
+                    ReceiptStatus::Failed { reason } => InputFailed { input_seq, reason }.into(),
                 };
                 self.state
                     .log
-                    .append(self.session, vec![receipt(kind, input_seq, extra)])
+                    .append(self.session, vec![receipt(input_seq, body)])
                     .await
                     .map_err(store_ending)?;
                 Ok(())
@@ -575,17 +584,16 @@ impl Conn {
                 let mut closing: Vec<Append> = undelivered
                     .iter()
                     .map(|e| {
-                        receipt(
-                            kinds::INPUT_FAILED,
-                            e.seq,
-                            json!({"reason": "the agent had exited"}),
-                        )
+                        let failed = InputFailed {
+                            input_seq: e.seq,
+                            reason: "the agent had exited".into(),
+                        };
+                        receipt(e.seq, failed)
                     })
                     .collect();
-                closing.push(server_entry(
-                    kinds::SESSION_ENDED,
-                    json!({"reason": "agent exited"}),
-                ));
+                closing.push(server_entry(SessionEnded {
+                    reason: Some("agent exited".into()),
+                }));
                 self.state
                     .log
                     .append(self.session, closing)
