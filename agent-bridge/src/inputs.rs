@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use moor_protocol::bridge::ReceiptStatus;
-use moor_protocol::{Entry, Seq};
+use moor_protocol::{BodyError, Entry, EntryBody, Seq};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -241,6 +241,11 @@ pub struct PendingInput {
 }
 
 impl PendingInput {
+    /// The typed input, as [`moor_protocol::Entry::body`].
+    pub fn body(&self) -> Result<EntryBody, BodyError> {
+        EntryBody::decode(&self.kind, &self.payload)
+    }
+
     /// The agent got it.
     pub async fn applied(self) -> Result<(), LedgerError> {
         self.finish(ReceiptStatus::Applied).await
@@ -280,8 +285,6 @@ async fn blocking(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     fn input(seq: u64, text: &str) -> Entry {
@@ -290,7 +293,8 @@ mod tests {
             ts: 0,
             kind: "input.text".into(),
             author: "user:a".into(),
-            payload: json!({"text": text}),
+            payload: EntryBody::from(moor_protocol::payload::InputText { text: text.into() })
+                .payload(),
         }
     }
 

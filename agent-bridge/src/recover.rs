@@ -9,11 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use moor_protocol::api::{InputAccepted, InputRequest, SessionInfo, SessionStatus};
-use moor_protocol::kinds;
+use moor_protocol::payload::InputText;
 use moor_protocol::recovery::{mutation_advice, resume_prompt, RecoveryBrief, RetryPolicy};
 use moor_protocol::state::ToolClass;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::adapter::claude::intent::Intent;
 use crate::config::BRIDGE_PATH;
@@ -82,11 +81,10 @@ impl Api {
         client_msg_id: &str,
         text: &str,
     ) -> anyhow::Result<InputAccepted> {
-        let req = InputRequest {
-            client_msg_id: client_msg_id.to_owned(),
-            kind: kinds::INPUT_TEXT.to_owned(),
-            payload: json!({ "text": text }),
+        let text = InputText {
+            text: text.to_owned(),
         };
+        let req = InputRequest::typed(client_msg_id, text);
         let resp = self
             .http
             .post(format!("{}/api/v1/sessions/{key}/inputs", self.base))
@@ -228,7 +226,7 @@ mod tests {
     fn a_local_check_settles_an_interrupted_write() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.txt"), "new").unwrap();
-        let mut brief: RecoveryBrief = serde_json::from_value(json!({
+        let mut brief: RecoveryBrief = serde_json::from_value(serde_json::json!({
             "phase": "interrupted", "goal": ["g"], "completed": [], "partial_answer": null, "todos": null,
             "files_changed": [], "pending_permissions": [], "agent_session_id": "s", "resume_prompt": "",
             "uncertain": [{"id": "t", "tool": "Write", "target": "a.txt", "class": "file_mutation", "note": "", "advice": "",

@@ -165,6 +165,18 @@ pub struct InputRequest {
     pub payload: Value,
 }
 
+impl InputRequest {
+    /// A request to post `body` (an input kind such as [`crate::payload::InputText`]).
+    pub fn typed(client_msg_id: impl Into<String>, body: impl Into<crate::EntryBody>) -> Self {
+        let body = body.into();
+        Self {
+            client_msg_id: client_msg_id.into(),
+            kind: body.kind().to_owned(),
+            payload: body.payload(),
+        }
+    }
+}
+
 /// Answer to an input post.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 
-pub use crate::state::CHECKPOINT_CREATED;
+pub use crate::kinds::CHECKPOINT_CREATED;
 
 /// Most changed files listed in a [`CHECKPOINT_CREATED`] entry; the manifest has them all.
 pub const ENTRY_FILES_MAX: usize = 500;

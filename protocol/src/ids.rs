@@ -41,6 +41,7 @@ impl std::str::FromStr for SessionId {
 /// The identity of one bridge installation feeding a session. Producer seqs are counted per
 /// `(session, producer)`; the pair is the idempotency key of everything a bridge sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct ProducerId(pub Uuid);

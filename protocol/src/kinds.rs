@@ -102,6 +102,20 @@ pub const BRIDGE_DISCONNECTED: &str = "bridge.disconnected";
 /// The session ended: the agent is gone and everything it produced is stored.
 pub const SESSION_ENDED: &str = "session.ended";
 
+/// Kind of the server-written entry that records an interruption. Payload: `{"cause":
+/// "link"|"agent", "phase": Phase, "open_tools": [OpenTool], "pending_permissions": [...],
+/// "partial_text": ...}`.
+pub const SESSION_INTERRUPTED: &str = "session.interrupted";
+/// Kind of the bridge entry that records a file mutation's intent before the tool runs.
+/// Payload: `{"tool_use_id": ..., "path": ..., "before": <sha256 hex>|null}`; the outcome,
+/// once known, as `{"tool_use_id": ..., "path": ..., "after": ..., "verdict":
+/// "applied"|"not_applied"|"changed_elsewhere"}` under [`TOOL_INTENT_CHECKED`].
+pub const TOOL_INTENT: &str = "agent.tool.intent";
+/// Kind of the bridge entry that reports the intent check of a file mutation.
+pub const TOOL_INTENT_CHECKED: &str = "agent.tool.intent_checked";
+/// Kind of a checkpoint entry (see the checkpoints work); the fold keeps the last one.
+pub const CHECKPOINT_CREATED: &str = "checkpoint.created";
+
 /// Receipt kinds: entries about an input, keyed by the input's seq (at most one of each kind
 /// per input).
 pub const RECEIPTS: [&str; 4] = [

@@ -12,14 +12,17 @@ pub mod entry;
 pub mod error;
 pub mod ids;
 pub mod kinds;
+pub mod payload;
 pub mod recovery;
 pub mod state;
 pub mod transcript;
 pub mod web;
+pub mod work;
 
 pub use entry::{Entry, NewEntry};
 pub use error::ErrorCode;
 pub use ids::{ProducerId, Seq, SessionId};
+pub use payload::{BodyError, EntryBody};
 
 /// Version of the bridge and viewer wire protocol. Sent in the first frame of every connection;
 /// a peer with a different major version is refused with [`close::VERSION_MISMATCH`].

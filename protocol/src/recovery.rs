@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::payload::Todo;
 use crate::state::{Phase, SessionState, ToolClass};
 
 /// Most characters of a completed tool's result quoted in the brief.
@@ -260,12 +261,11 @@ impl RecoveryBrief {
         if let Some(p) = &self.partial_answer {
             md.push_str(&format!("\n## Partial answer\n\n{p}\n"));
         }
-        if let Some(todos) = self.todos.as_array().filter(|t| !t.is_empty()) {
+        let todos = Vec::<Todo>::deserialize(&self.todos).unwrap_or_default();
+        if !todos.is_empty() {
             md.push_str("\n## Todo list\n\n");
             for t in todos {
-                let status = t.get("status").and_then(Value::as_str).unwrap_or("");
-                let content = t.get("content").and_then(Value::as_str).unwrap_or("");
-                md.push_str(&format!("- [{status}] {content}\n"));
+                md.push_str(&format!("- [{}] {}\n", t.status, t.content));
             }
         }
         if !self.files_changed.is_empty() {

@@ -13,20 +13,10 @@ use serde_json::Value;
 use crate::entry::Entry;
 use crate::ids::Seq;
 use crate::kinds as k;
+use crate::payload::{AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted};
 
-/// Kind of the server-written entry that records an interruption. Payload: `{"cause":
-/// "link"|"agent", "phase": Phase, "open_tools": [OpenTool], "pending_permissions": [...],
-/// "partial_text": ...}`.
-pub const SESSION_INTERRUPTED: &str = "session.interrupted";
-/// Kind of the bridge entry that records a file mutation's intent before the tool runs.
-/// Payload: `{"tool_use_id": ..., "path": ..., "before": <sha256 hex>|null}`; the outcome,
-/// once known, as `{"tool_use_id": ..., "path": ..., "after": ..., "verdict":
-/// "applied"|"not_applied"|"changed_elsewhere"}` under [`TOOL_INTENT_CHECKED`].
-pub const TOOL_INTENT: &str = "agent.tool.intent";
-/// Kind of the bridge entry that reports the intent check of a file mutation.
-pub const TOOL_INTENT_CHECKED: &str = "agent.tool.intent_checked";
-/// Kind of a checkpoint entry (see the checkpoints work); the fold keeps the last one.
-pub const CHECKPOINT_CREATED: &str = "checkpoint.created";
+pub use crate::kinds::{CHECKPOINT_CREATED, SESSION_INTERRUPTED, TOOL_INTENT, TOOL_INTENT_CHECKED};
+pub use crate::work::{OpenTool, PendingPermission, Phase, ToolClass};
 
 /// Most characters of partial assistant text kept in the state.
 pub const PARTIAL_TEXT_CHARS: usize = 4000;
@@ -36,88 +26,6 @@ pub const PROMPTS_KEPT: usize = 3;
 pub const COMPLETED_KEPT: usize = 20;
 /// Most recent inputs kept once settled (unsettled ones are always kept).
 pub const SETTLED_INPUTS_KEPT: usize = 20;
-
-/// What the session is doing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Waiting for a prompt.
-    #[default]
-    Idle,
-    /// The model is producing a response.
-    ModelStreaming,
-    /// A tool call is running.
-    ToolRunning,
-    /// A tool call waits for a permission decision.
-    AwaitingPermission,
-    /// The link or the agent died mid-work; see the interruption record.
-    Interrupted,
-    /// The session has ended.
-    Ended,
-}
-
-/// What a tool call may have changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum ToolClass {
-    /// Reads only; safe to repeat.
-    ReadOnly,
-    /// Writes one file; the intent check tells whether it landed.
-    FileMutation,
-    /// Runs something with unknown side effects; never repeat without asking.
-    Command,
-}
-
-impl ToolClass {
-    /// Classifies a tool by name (Claude Code's tool names; anything unknown is a command).
-    pub fn of(tool: &str) -> Self {
-        match tool {
-            "Read"
-            | "Glob"
-            | "Grep"
-            | "LS"
-            | "WebFetch"
-            | "WebSearch"
-            | "TodoWrite"
-            | "TodoRead"
-            | "NotebookRead"
-            | "BashOutput"
-            | "ListMcpResourcesTool"
-            | "ReadMcpResourceTool" => ToolClass::ReadOnly,
-            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => ToolClass::FileMutation,
-            _ => ToolClass::Command,
-        }
-    }
-}
-
-/// A tool call that started and has no result yet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct OpenTool {
-    /// The agent's tool_use id.
-    pub id: String,
-    /// Tool name.
-    pub tool: String,
-    /// The file it targets, or the command it runs.
-    pub target: Option<String>,
-    /// What it may change.
-    pub class: ToolClass,
-    /// When it started (ms).
-    pub started_at: i64,
-    /// Seq of its `agent.tool_use` entry.
-    pub seq: Seq,
-    /// The tool's input as the agent gave it.
-    pub input: Value,
-    /// Content hash of the target file before the call, when the bridge recorded one.
-    pub intent_before: Option<String>,
-    /// Outcome of the intent check, when known (`applied`, `not_applied`, `changed_elsewhere`).
-    pub intent_verdict: Option<String>,
-}
 
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,23 +39,6 @@ pub struct CompletedTool {
     pub is_error: bool,
     /// Bounded summary of its result.
     pub summary: String,
-}
-
-/// A permission request nobody has decided yet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct PendingPermission {
-    /// The agent's request id.
-    pub request_id: String,
-    /// Tool asking.
-    pub tool_name: String,
-    /// Its tool_use id, if given.
-    pub tool_use_id: Option<String>,
-    /// File it targets, if any.
-    pub path: Option<String>,
-    /// Seq of the request entry.
-    pub seq: Seq,
 }
 
 /// Where a remote input is.
@@ -296,10 +187,6 @@ pub struct SessionState {
     pub counts: Counts,
 }
 
-fn str_field(p: &Value, key: &str) -> Option<String> {
-    p.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
 fn push_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
     v.push(item);
     if v.len() > max {
@@ -308,14 +195,14 @@ fn push_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
     }
 }
 
-/// The tool's target: the file for file tools, the command for shell tools.
-fn tool_target(payload: &Value) -> Option<String> {
-    str_field(payload, "path").or_else(|| {
-        let input = payload.get("input")?;
-        str_field(input, "file_path")
-            .or_else(|| str_field(input, "notebook_path"))
-            .or_else(|| str_field(input, "command"))
-            .or_else(|| str_field(input, "pattern"))
+/// The tool's target: the file for file tools, else what the tool's input (an agent-defined
+/// object) names: a notebook, a command, a pattern.
+fn tool_target(call: &AgentToolUse) -> Option<String> {
+    call.path.clone().or_else(|| {
+        ["file_path", "notebook_path", "command", "pattern"]
+            .into_iter()
+            .find_map(|key| call.input.get(key).and_then(Value::as_str))
+            .map(str::to_owned)
     })
 }
 
@@ -336,147 +223,128 @@ impl SessionState {
         }
         self.head = e.seq;
         self.counts.entries += 1;
-        let p = &e.payload;
-        let ok = match e.kind.as_str() {
-            k::AGENT_START => {
+        let ok = match e.body() {
+            Ok(body) => self.apply_body(e, body),
+            // An input kind nobody models yet is still an input with a receipt state.
+            Err(BodyError::UnknownKind) if k::is_input(&e.kind) => self.on_input(e, None),
+            Err(BodyError::UnknownKind) => {
+                self.counts.unknown_kinds += 1;
+                true
+            }
+            Err(BodyError::Malformed(_)) => false,
+        };
+        if !ok {
+            self.counts.malformed += 1;
+        }
+    }
+
+    /// Folds a decoded entry; false when it cannot be placed (a result for an unseen call).
+    fn apply_body(&mut self, e: &Entry, body: EntryBody) -> bool {
+        match body {
+            EntryBody::AgentStart(p) => {
                 self.agent.running = true;
-                self.agent.cwd = str_field(p, "cwd").or(self.agent.cwd.take());
-                self.agent.adapter = str_field(p, "adapter").or(self.agent.adapter.take());
+                self.agent.cwd = p.cwd.or(self.agent.cwd.take());
+                self.agent.adapter = p.adapter.or(self.agent.adapter.take());
                 if self.phase == Phase::Ended || self.phase == Phase::Interrupted {
                     self.phase = Phase::Idle;
                 }
-                true
             }
-            k::AGENT_EXIT => {
+            EntryBody::AgentExit(p) => {
                 self.agent.running = false;
-                self.agent.exit_code = p.get("code").and_then(Value::as_i64);
-                self.agent.exit_signal = p.get("signal").and_then(Value::as_i64);
-                true
+                self.agent.exit_code = p.code.map(i64::from);
+                self.agent.exit_signal = p.signal.map(i64::from);
             }
-            k::AGENT_RESTART => {
+            EntryBody::AgentRestart(_) => {
                 self.agent.restarts += 1;
                 self.agent.stalled = false;
-                true
             }
-            k::AGENT_SESSION => {
-                self.agent.agent_session_id = str_field(p, "agent_session_id");
-                self.agent.model = str_field(p, "model");
-                self.agent.cwd = str_field(p, "cwd").or(self.agent.cwd.take());
-                true
+            EntryBody::AgentSession(p) => {
+                self.agent.agent_session_id = p.agent_session_id;
+                self.agent.model = p.model;
+                self.agent.cwd = p.cwd.or(self.agent.cwd.take());
             }
-            k::AGENT_TEXT_DELTA => self.on_text(p, true),
-            k::AGENT_TEXT => self.on_text(p, false),
-            k::AGENT_THINKING => {
-                self.set_working();
-                true
+            EntryBody::AgentTextDelta(p) => self.on_text(&p.text, true),
+            EntryBody::AgentText(p) => self.on_text(&p.text, false),
+            EntryBody::AgentThinking(_) => self.set_working(),
+            EntryBody::AgentToolUse(p) => self.on_tool_use(e, p),
+            EntryBody::AgentToolResult(p) => return self.on_tool_result(p),
+            EntryBody::ToolIntent(p) => return self.on_intent(&p.tool_use_id, p.before, None),
+            EntryBody::ToolIntentChecked(p) => {
+                return self.on_intent(&p.tool_use_id, None, p.verdict)
             }
-            k::AGENT_TOOL_USE => self.on_tool_use(e),
-            k::AGENT_TOOL_RESULT => self.on_tool_result(p),
-            TOOL_INTENT | TOOL_INTENT_CHECKED => self.on_intent(p),
-            k::AGENT_TODOS => match p.get("todos") {
-                Some(t) => {
-                    self.todos = t.clone();
-                    true
-                }
-                None => false,
-            },
-            k::AGENT_RESULT => {
+            EntryBody::AgentTodos(p) => {
+                self.todos = serde_json::to_value(p.todos).unwrap_or(Value::Null);
+            }
+            EntryBody::AgentResult(_) => {
                 self.turn.finished = true;
                 self.counts.turns += 1;
                 // Results end the turn; anything still open will never get a result.
                 self.open_tools.clear();
                 self.pending_permissions.clear();
                 self.phase = Phase::Idle;
-                true
             }
-            k::AGENT_ERROR => {
-                self.counts.errors += 1;
-                true
+            EntryBody::AgentError(_) => self.counts.errors += 1,
+            EntryBody::AgentPermissionRequest(p) => {
+                self.pending_permissions.push(PendingPermission {
+                    request_id: p.request_id,
+                    tool_name: p.tool_name,
+                    tool_use_id: p.tool_use_id,
+                    path: p.path,
+                    seq: e.seq,
+                });
+                self.phase = Phase::AwaitingPermission;
             }
-            k::AGENT_PERMISSION_REQUEST => match str_field(p, "request_id") {
-                Some(request_id) => {
-                    self.pending_permissions.push(PendingPermission {
-                        request_id,
-                        tool_name: str_field(p, "tool_name").unwrap_or_default(),
-                        tool_use_id: str_field(p, "tool_use_id"),
-                        path: str_field(p, "path"),
-                        seq: e.seq,
-                    });
-                    self.phase = Phase::AwaitingPermission;
-                    true
+            EntryBody::AgentPermissionResolved(p) => {
+                self.pending_permissions
+                    .retain(|r| r.request_id != p.request_id);
+                if self.phase == Phase::AwaitingPermission && self.pending_permissions.is_empty() {
+                    self.phase = self.working_phase();
                 }
-                None => false,
-            },
-            k::AGENT_PERMISSION_RESOLVED => match str_field(p, "request_id") {
-                Some(id) => {
-                    self.pending_permissions.retain(|r| r.request_id != id);
-                    if self.phase == Phase::AwaitingPermission
-                        && self.pending_permissions.is_empty()
-                    {
-                        self.phase = self.working_phase();
-                    }
-                    true
-                }
-                None => false,
-            },
-            k::AGENT_STALLED => {
-                self.agent.stalled = true;
-                true
             }
-            k::AGENT_ACTIVE => {
-                self.agent.stalled = false;
-                true
-            }
-            k::AGENT_OUTPUT
-            | k::AGENT_PTY_OUTPUT
-            | k::AGENT_PTY_RESIZE
-            | k::AGENT_USER
-            | k::AGENT_EVENT => true,
-            k::BRIDGE_CONNECTED => {
+            EntryBody::AgentStalled(_) => self.agent.stalled = true,
+            EntryBody::AgentActive(_) => self.agent.stalled = false,
+            EntryBody::AgentOutput(_)
+            | EntryBody::AgentPtyOutput(_)
+            | EntryBody::AgentPtyResize(_)
+            | EntryBody::AgentUser(_)
+            | EntryBody::AgentEvent(_) => {}
+            EntryBody::BridgeConnected(_) => {
                 self.link = LinkState {
                     up: true,
                     since: Some(e.ts),
                     reason: None,
                     close_code: None,
                 };
-                true
             }
-            k::BRIDGE_DISCONNECTED => {
+            EntryBody::BridgeDisconnected(p) => {
                 self.link = LinkState {
                     up: false,
                     since: Some(e.ts),
-                    reason: str_field(p, "reason"),
-                    close_code: p
-                        .get("close_code")
-                        .and_then(Value::as_u64)
-                        .map(|c| c as u16),
+                    reason: p.reason,
+                    close_code: p.close_code,
                 };
-                true
             }
-            SESSION_INTERRUPTED => {
+            EntryBody::SessionInterrupted(_) => {
                 self.counts.interruptions += 1;
                 self.phase = Phase::Interrupted;
-                true
             }
-            CHECKPOINT_CREATED => {
-                self.last_checkpoint = Some(p.clone());
+            EntryBody::CheckpointCreated(_) => {
+                // The stored payload as it came, so fields a newer bridge adds are kept.
+                self.last_checkpoint = Some(e.payload.clone());
                 self.files_since_checkpoint.clear();
-                true
             }
-            k::SESSION_ENDED => {
-                self.phase = Phase::Ended;
-                true
-            }
-            kind if k::is_input(kind) => self.on_input(e),
-            kind if k::RECEIPTS.contains(&kind) => self.on_receipt(kind, p),
-            _ => {
-                self.counts.unknown_kinds += 1;
-                true
-            }
-        };
-        if !ok {
-            self.counts.malformed += 1;
+            EntryBody::SessionEnded(_) => self.phase = Phase::Ended,
+            EntryBody::InputText(p) => return self.on_input(e, Some(p.text)),
+            EntryBody::InputKeys(_)
+            | EntryBody::InputResize(_)
+            | EntryBody::InputInterrupt(_)
+            | EntryBody::InputPermission(_) => return self.on_input(e, None),
+            EntryBody::InputDelivered(p) => self.on_receipt(InputStatus::Delivered, p.input_seq),
+            EntryBody::InputApplied(p) => self.on_receipt(InputStatus::Applied, p.input_seq),
+            EntryBody::InputFailed(p) => self.on_receipt(InputStatus::Failed, p.input_seq),
+            EntryBody::InputUncertain(p) => self.on_receipt(InputStatus::Uncertain, p.input_seq),
         }
+        true
     }
 
     /// The phase while work goes on: a tool if one is open, else the model.
@@ -494,10 +362,7 @@ impl SessionState {
         }
     }
 
-    fn on_text(&mut self, p: &Value, delta: bool) -> bool {
-        let Some(text) = p.get("text").and_then(Value::as_str) else {
-            return false;
-        };
+    fn on_text(&mut self, text: &str, delta: bool) {
         self.set_working();
         if delta {
             self.turn.partial_text.push_str(text);
@@ -509,16 +374,11 @@ impl SessionState {
             let skip = self.turn.partial_text.chars().count() - PARTIAL_TEXT_CHARS;
             self.turn.partial_text = self.turn.partial_text.chars().skip(skip).collect();
         }
-        true
     }
 
-    fn on_tool_use(&mut self, e: &Entry) -> bool {
-        let p = &e.payload;
-        let (Some(id), Some(tool)) = (str_field(p, "id"), str_field(p, "name")) else {
-            return false;
-        };
-        let class = ToolClass::of(&tool);
-        let target = tool_target(p);
+    fn on_tool_use(&mut self, e: &Entry, call: AgentToolUse) {
+        let class = ToolClass::of(&call.name);
+        let target = tool_target(&call);
         if class == ToolClass::FileMutation {
             if let Some(path) = &target {
                 self.files_touched.insert(path.clone());
@@ -527,26 +387,23 @@ impl SessionState {
         }
         self.counts.tool_calls += 1;
         self.open_tools.push(OpenTool {
-            id,
-            tool,
+            id: call.id,
+            tool: call.name,
             target,
             class,
             started_at: e.ts,
             seq: e.seq,
-            input: p.get("input").cloned().unwrap_or(Value::Null),
+            input: call.input,
             intent_before: None,
             intent_verdict: None,
         });
         if self.phase != Phase::AwaitingPermission {
             self.phase = Phase::ToolRunning;
         }
-        true
     }
 
-    fn on_tool_result(&mut self, p: &Value) -> bool {
-        let Some(id) = str_field(p, "tool_use_id") else {
-            return false;
-        };
+    fn on_tool_result(&mut self, result: AgentToolResult) -> bool {
+        let id = result.tool_use_id;
         let Some(pos) = self.open_tools.iter().position(|t| t.id == id) else {
             // A result for a call we never saw (e.g. before a snapshot boundary bug): count it.
             return false;
@@ -554,8 +411,8 @@ impl SessionState {
         let call = self.open_tools.remove(pos);
         let done = CompletedTool {
             call,
-            is_error: p.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-            summary: str_field(p, "summary").unwrap_or_default(),
+            is_error: result.is_error,
+            summary: result.summary,
         };
         push_bounded(&mut self.completed_tools, done, COMPLETED_KEPT);
         // A result after an interruption means the agent is alive and working again.
@@ -565,10 +422,7 @@ impl SessionState {
         true
     }
 
-    fn on_intent(&mut self, p: &Value) -> bool {
-        let Some(id) = str_field(p, "tool_use_id") else {
-            return false;
-        };
+    fn on_intent(&mut self, id: &str, before: Option<String>, verdict: Option<String>) -> bool {
         let tool = self
             .open_tools
             .iter_mut()
@@ -576,11 +430,11 @@ impl SessionState {
             .find(|t| t.id == id);
         match tool {
             Some(t) => {
-                if let Some(before) = str_field(p, "before") {
-                    t.intent_before = Some(before);
+                if before.is_some() {
+                    t.intent_before = before;
                 }
-                if let Some(verdict) = str_field(p, "verdict") {
-                    t.intent_verdict = Some(verdict);
+                if verdict.is_some() {
+                    t.intent_verdict = verdict;
                 }
                 true
             }
@@ -588,19 +442,15 @@ impl SessionState {
         }
     }
 
-    fn on_input(&mut self, e: &Entry) -> bool {
-        if e.kind == k::INPUT_TEXT {
-            match str_field(&e.payload, "text") {
-                Some(text) => {
-                    push_bounded(&mut self.prompts, text.clone(), PROMPTS_KEPT);
-                    self.turn = TurnState {
-                        prompt: Some(text),
-                        partial_text: String::new(),
-                        finished: false,
-                    };
-                }
-                None => return false,
-            }
+    /// Records a remote input; `prompt` is the text of an `input.text`, which starts a turn.
+    fn on_input(&mut self, e: &Entry, prompt: Option<String>) -> bool {
+        if let Some(text) = prompt {
+            push_bounded(&mut self.prompts, text.clone(), PROMPTS_KEPT);
+            self.turn = TurnState {
+                prompt: Some(text),
+                partial_text: String::new(),
+                finished: false,
+            };
         }
         self.inputs.push(InputState {
             seq: e.seq,
@@ -612,18 +462,9 @@ impl SessionState {
         true
     }
 
-    fn on_receipt(&mut self, kind: &str, p: &Value) -> bool {
-        let Some(seq) = p.get("input_seq").and_then(Value::as_u64).map(Seq) else {
-            return false;
-        };
-        let status = match kind {
-            k::INPUT_DELIVERED => InputStatus::Delivered,
-            k::INPUT_APPLIED => InputStatus::Applied,
-            k::INPUT_FAILED => InputStatus::Failed,
-            _ => InputStatus::Uncertain,
-        };
+    fn on_receipt(&mut self, status: InputStatus, seq: Seq) {
         let Some(input) = self.inputs.iter_mut().find(|i| i.seq == seq) else {
-            return true;
+            return;
         };
         // A late `delivered` never downgrades a settled input.
         if !(status == InputStatus::Delivered && input.status != InputStatus::Queued) {
@@ -640,7 +481,6 @@ impl SessionState {
             self.phase = Phase::ModelStreaming;
         }
         self.trim_inputs();
-        true
     }
 
     fn trim_inputs(&mut self) {
@@ -669,13 +509,13 @@ impl SessionState {
     }
 
     /// The payload of a `session.interrupted` entry for an interruption happening now.
-    pub fn interruption(&self, cause: &str) -> Value {
-        serde_json::json!({
-            "cause": cause,
-            "phase": self.phase,
-            "open_tools": self.open_tools,
-            "pending_permissions": self.pending_permissions,
-            "partial_text": self.turn.partial_text,
-        })
+    pub fn interruption(&self, cause: &str) -> SessionInterrupted {
+        SessionInterrupted {
+            cause: cause.to_owned(),
+            phase: self.phase,
+            open_tools: self.open_tools.clone(),
+            pending_permissions: self.pending_permissions.clone(),
+            partial_text: self.turn.partial_text.clone(),
+        }
     }
 }

@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::entry::Entry;
-use crate::kinds as k;
-use crate::state::SESSION_INTERRUPTED;
+use crate::payload::EntryBody;
 
 /// The text of a synthetic result for a tool call that never returned.
 pub const INTERRUPTED_RESULT: &str =
@@ -160,75 +159,62 @@ impl Builder {
     }
 }
 
-fn text(p: &Value, key: &str) -> Option<String> {
-    p.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-/// Builds the repaired conversation from a session's entries (other kinds are skipped).
+/// Builds the repaired conversation from a session's entries (other kinds, and entries whose
+/// payload does not decode, are skipped).
 pub fn repaired(entries: &[Entry]) -> Vec<Message> {
     let mut b = Builder::default();
     for e in entries {
-        let p = &e.payload;
-        match e.kind.as_str() {
-            k::INPUT_TEXT => {
-                if let Some(t) = text(p, "text") {
-                    b.flush_partial();
-                    b.close_open();
-                    b.push(Role::User, Block::Text { text: t });
+        let Ok(body) = e.body() else { continue };
+        match body {
+            EntryBody::InputText(p) => {
+                b.flush_partial();
+                b.close_open();
+                b.push(Role::User, Block::Text { text: p.text });
+            }
+            EntryBody::AgentTextDelta(p) => {
+                if let Some(id) = p.message_id {
+                    b.partial.entry(id).or_default().push_str(&p.text);
                 }
             }
-            k::AGENT_TEXT_DELTA => {
-                if let (Some(id), Some(t)) = (text(p, "message_id"), text(p, "text")) {
-                    b.partial.entry(id).or_default().push_str(&t);
+            EntryBody::AgentText(p) => {
+                if let Some(id) = &p.message_id {
+                    b.partial.remove(id);
+                }
+                b.push(Role::Assistant, Block::Text { text: p.text });
+            }
+            // A call id seen before is a repeat: skipped.
+            EntryBody::AgentToolUse(p) if b.seen.insert(p.id.clone()) => {
+                let input = Some(p.input)
+                    .filter(Value::is_object)
+                    .unwrap_or(Value::Object(Default::default()));
+                b.push(
+                    Role::Assistant,
+                    Block::ToolUse {
+                        id: p.id.clone(),
+                        name: p.name,
+                        input,
+                    },
+                );
+                b.open.push(p.id);
+            }
+            EntryBody::AgentToolResult(p) => {
+                // Only a call of the latest assistant message can still be answered.
+                if let Some(pos) = b.open.iter().position(|o| *o == p.tool_use_id) {
+                    b.open.remove(pos);
+                    b.push(
+                        Role::User,
+                        Block::ToolResult {
+                            tool_use_id: p.tool_use_id,
+                            content: p.summary,
+                            is_error: p.is_error,
+                        },
+                    );
                 }
             }
-            k::AGENT_TEXT => {
-                if let Some(t) = text(p, "text") {
-                    if let Some(id) = text(p, "message_id") {
-                        b.partial.remove(&id);
-                    }
-                    b.push(Role::Assistant, Block::Text { text: t });
-                }
-            }
-            k::AGENT_TOOL_USE => {
-                if let (Some(id), Some(name)) = (text(p, "id"), text(p, "name")) {
-                    if b.seen.insert(id.clone()) {
-                        let input = p
-                            .get("input")
-                            .cloned()
-                            .filter(Value::is_object)
-                            .unwrap_or(Value::Object(Default::default()));
-                        b.push(
-                            Role::Assistant,
-                            Block::ToolUse {
-                                id: id.clone(),
-                                name,
-                                input,
-                            },
-                        );
-                        b.open.push(id);
-                    }
-                }
-            }
-            k::AGENT_TOOL_RESULT => {
-                if let Some(id) = text(p, "tool_use_id") {
-                    // Only a call of the latest assistant message can still be answered.
-                    if let Some(pos) = b.open.iter().position(|o| *o == id) {
-                        b.open.remove(pos);
-                        let content = text(p, "summary").unwrap_or_default();
-                        let is_error = p.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-                        b.push(
-                            Role::User,
-                            Block::ToolResult {
-                                tool_use_id: id,
-                                content,
-                                is_error,
-                            },
-                        );
-                    }
-                }
-            }
-            SESSION_INTERRUPTED | k::AGENT_RESTART | k::AGENT_EXIT | k::AGENT_RESULT => {
+            EntryBody::SessionInterrupted(_)
+            | EntryBody::AgentRestart(_)
+            | EntryBody::AgentExit(_)
+            | EntryBody::AgentResult(_) => {
                 b.flush_partial();
                 b.close_open();
             }

@@ -7,6 +7,7 @@ use moor_protocol::api::{EntriesPage, InputAccepted, SessionInfo};
 use moor_protocol::error::ErrorBody;
 use moor_protocol::recovery::RecoveryBrief;
 use moor_protocol::web::Reset;
+use moor_protocol::EntryBody;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -31,4 +32,25 @@ fn golden_encodings_round_trip() {
     round_trips::<RecoveryBrief>("recovery_brief");
     round_trips::<ErrorBody>("error_body");
     round_trips::<Reset>("reset");
+}
+
+/// Entries as moor's Claude Code adapter maps two recorded captures (written by
+/// `moor-bridge`'s `mapped_captures_are_the_golden_typed_entries_both_sides_check`): each
+/// decodes as its kind's payload type and encodes back unchanged, and each typed decode agrees
+/// with decoding the same kind and payload as a stored entry would.
+#[test]
+fn golden_typed_entries_round_trip_and_decode_as_stored_entries() {
+    round_trips::<Vec<EntryBody>>("entry_body_list");
+    let path = format!(
+        "{}/tests/fixtures/entry_body_list.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let list: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for item in list {
+        let kind = item["kind"].as_str().unwrap();
+        let body =
+            EntryBody::decode(kind, &item["payload"]).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(body.kind(), kind);
+        assert_eq!(body.payload(), item["payload"], "{kind}");
+    }
 }

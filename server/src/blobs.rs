@@ -5,6 +5,8 @@
 //! place only if the hash is the name it was uploaded under; so a stored blob is always whole
 //! and always what its name says, and a corrupted upload leaves nothing behind. It holds no
 //! locks and knows nothing about checkpoints or sessions.
+//!
+//! Calls nothing in the crate; the HTTP layer maps its errors.
 
 use std::path::{Path, PathBuf};
 

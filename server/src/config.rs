@@ -1,7 +1,13 @@
 //! The library's configuration: plain data, built by `main` from flags or by tests directly.
+//! Imports nothing from the crate but the TLS file names; everything may read it.
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::tls::TlsFiles;
+
+/// Issuer of access tokens unless configured otherwise.
+pub const DEFAULT_TOKEN_ISSUER: &str = "moord";
 
 /// Everything `serve` needs to know. `Default` is the zero-configuration setup.
 #[derive(Debug, Clone)]
@@ -55,7 +61,7 @@ pub struct ServerConfig {
     /// How long the first-start setup code stays valid.
     pub setup_code_ttl: Duration,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
-    pub tls: Option<crate::tls::TlsFiles>,
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for ServerConfig {
@@ -77,7 +83,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             access_token_ttl: Duration::from_secs(15 * 60),
             refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
-            token_issuer: crate::auth::ISSUER.to_owned(),
+            token_issuer: DEFAULT_TOKEN_ISSUER.to_owned(),
             allowed_origins: Vec::new(),
             trust_forwarded: false,
             rate_limit_per_sec: 200.0,

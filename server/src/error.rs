@@ -1,4 +1,6 @@
 //! `ApiError`: every HTTP error response, as `{ "code", "message" }` JSON.
+//!
+//! Calls only `store` (for `StoreError`); every layer may return it.
 
 use std::time::Duration;
 

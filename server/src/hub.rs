@@ -1,9 +1,11 @@
 //! Live fan-out: per-session broadcast of committed entries, and the registry of live bridge
-//! connections.
+//! connections, each of which gets its session's inputs (and nothing else) on its own channel.
 //!
 //! Entries are published only after they are committed (write, then fan out), in seq order, by
 //! the session's committer. Subscribers subscribe *before* reading the backlog and drop what
 //! they already have by seq. The hub never does I/O while holding its lock.
+//!
+//! Calls nothing in the crate: the session core and the relay publish to it, transports subscribe.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -61,6 +63,29 @@ impl Frame {
     }
 }
 
+/// Inputs waiting for a live bridge connection before the hub stops queueing them and asks it
+/// to read the store instead.
+const BRIDGE_INPUT_CAPACITY: usize = 256;
+
+/// What the hub hands the live bridge connection of a session: its inputs, in seq order.
+#[derive(Debug, Clone)]
+pub enum InputFeed {
+    /// A committed input; every entry before it has been looked at.
+    Input(Arc<Frame>),
+    /// Entries were skipped (relayed from another node after a higher seq, or not queued while
+    /// the channel was full): read the inputs after the last one delivered from the store,
+    /// which holds everything up to the entry that revealed the gap.
+    Resync,
+}
+
+/// The sending end of a bridge connection's input feed.
+pub type InputSender = mpsc::Sender<InputFeed>;
+
+/// A bridge connection's input feed, with room for [`BRIDGE_INPUT_CAPACITY`] inputs.
+pub fn input_feed() -> (InputSender, mpsc::Receiver<InputFeed>) {
+    mpsc::channel(BRIDGE_INPUT_CAPACITY)
+}
+
 /// What the hub can ask a live bridge connection to do.
 #[derive(Debug, Clone)]
 pub enum BridgeControl {
@@ -87,7 +112,42 @@ struct Link {
     /// superseded.
     claimed_elsewhere: u64,
     control: Option<mpsc::UnboundedSender<BridgeControl>>,
+    /// The connection's input feed, while it is attached here.
+    inputs: Option<InputSender>,
+    /// Highest seq looked at for the feed: everything up to it was handed over or covered by
+    /// a `Resync`.
+    seen: Seq,
+    /// A feed item was dropped on a full channel: the next one must be a `Resync`.
+    overflowed: bool,
     status: BridgeStatus,
+}
+
+impl Link {
+    /// Hands `frame` to the bridge's input feed if it is an input; a gap before it becomes a
+    /// `Resync`. Never blocks (called under the hub's lock).
+    fn feed(&mut self, frame: &Arc<Frame>) {
+        let Some(tx) = &self.inputs else {
+            return;
+        };
+        let seq = frame.seq();
+        if seq <= self.seen {
+            return;
+        }
+        let contiguous = seq == self.seen.next();
+        self.seen = seq;
+        let item = if self.overflowed || !contiguous {
+            InputFeed::Resync
+        } else if moor_protocol::kinds::is_input(&frame.entry.kind) {
+            InputFeed::Input(frame.clone())
+        } else {
+            return;
+        };
+        self.overflowed = match tx.try_send(item) {
+            Ok(()) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        };
+    }
 }
 
 #[derive(Debug)]
@@ -147,12 +207,19 @@ impl Hub {
             .subscribe()
     }
 
-    /// Announces committed entries, in seq order.
+    /// Announces committed entries, in seq order: to the session's subscribers, and its inputs
+    /// to its live bridge connection here, if any.
     pub fn publish(&self, session: SessionId, frames: impl IntoIterator<Item = Arc<Frame>>) {
-        let tx = {
-            let inner = self.lock();
+        let (tx, frames) = {
+            let mut inner = self.lock();
+            let frames: Vec<Arc<Frame>> = frames.into_iter().collect();
+            if let Some(link) = inner.links.get_mut(&session) {
+                for f in &frames {
+                    link.feed(f);
+                }
+            }
             match inner.topics.get(&session) {
-                Some(t) if t.tx.receiver_count() > 0 => t.tx.clone(),
+                Some(t) if t.tx.receiver_count() > 0 => (t.tx.clone(), frames),
                 _ => return,
             }
         };
@@ -178,12 +245,15 @@ impl Hub {
     /// Registers a new bridge connection for `session` with its claim `epoch` (0 on a single
     /// node), returning its connection number and the control channel of the connection it
     /// supersedes, if any. A connection whose epoch another node has already outbid is told to
-    /// close at once.
+    /// close at once. The session's inputs committed after `head` (its head when the connection
+    /// read it, before attaching) go to `inputs`.
     pub fn attach_bridge(
         &self,
         session: SessionId,
         control: mpsc::UnboundedSender<BridgeControl>,
+        inputs: InputSender,
         epoch: u64,
+        head: Seq,
     ) -> (u64, Option<mpsc::UnboundedSender<BridgeControl>>) {
         let mut inner = self.lock();
         inner.next_conn += 1;
@@ -199,6 +269,9 @@ impl Hub {
                 epoch,
                 claimed_elsewhere,
                 control: Some(control),
+                inputs: Some(inputs),
+                seen: head,
+                overflowed: false,
                 status: BridgeStatus {
                     online: true,
                     since: Some(now_ms()),
@@ -219,6 +292,9 @@ impl Hub {
             epoch: 0,
             claimed_elsewhere: 0,
             control: None,
+            inputs: None,
+            seen: Seq::ZERO,
+            overflowed: false,
             status: offline(),
         });
         link.claimed_elsewhere = link.claimed_elsewhere.max(epoch);
@@ -240,24 +316,36 @@ impl Hub {
             .collect()
     }
 
-    /// Whether anyone on this node follows `session`'s entries.
+    /// Whether anyone on this node follows `session`'s entries (a subscriber, or its bridge).
     pub fn is_watched(&self, session: SessionId) -> bool {
         let inner = self.lock();
         inner
             .topics
             .get(&session)
             .is_some_and(|t| t.tx.receiver_count() > 0)
+            || inner
+                .links
+                .get(&session)
+                .is_some_and(|l| l.inputs.is_some())
     }
 
-    /// The sessions someone on this node follows.
+    /// The sessions someone on this node follows (subscribers or a bridge).
     pub fn watched(&self) -> Vec<SessionId> {
         let inner = self.lock();
-        inner
+        let sessions: std::collections::HashSet<SessionId> = inner
             .topics
             .iter()
             .filter(|(_, t)| t.tx.receiver_count() > 0)
             .map(|(s, _)| *s)
-            .collect()
+            .chain(
+                inner
+                    .links
+                    .iter()
+                    .filter(|(_, l)| l.inputs.is_some())
+                    .map(|(s, _)| *s),
+            )
+            .collect();
+        sessions.into_iter().collect()
     }
 
     /// Records that connection `conn` ended, unless a newer one has taken its place.
@@ -272,6 +360,7 @@ impl Hub {
         if let Some(link) = inner.links.get_mut(&session) {
             if link.conn == conn {
                 link.control = None;
+                link.inputs = None;
                 link.status = BridgeStatus {
                     online: false,
                     since: Some(now_ms()),
@@ -349,5 +438,96 @@ impl Drop for Watching {
                 inner.viewers.remove(&self.session);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::kinds;
+
+    use super::*;
+
+    fn frame(seq: u64, kind: &str) -> Arc<Frame> {
+        Frame::new(Arc::new(Entry {
+            seq: Seq(seq),
+            ts: 0,
+            kind: kind.into(),
+            author: "test".into(),
+            payload: serde_json::Value::Null,
+        }))
+    }
+
+    fn attach(hub: &Hub, session: SessionId, head: u64) -> mpsc::Receiver<InputFeed> {
+        let (control, _) = mpsc::unbounded_channel();
+        let (tx, rx) = input_feed();
+        hub.attach_bridge(session, control, tx, 0, Seq(head));
+        rx
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<InputFeed>) -> Vec<Option<u64>> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|f| match f {
+                InputFeed::Input(f) => Some(f.seq().0),
+                InputFeed::Resync => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_bridge_gets_its_sessions_inputs_and_nothing_else() {
+        // arrange
+        let hub = Hub::default();
+        let (mine, other) = (SessionId::new(), SessionId::new());
+        let mut rx = attach(&hub, mine, 2);
+        // act
+        hub.publish(other, [frame(1, kinds::INPUT_TEXT)]);
+        hub.publish(
+            mine,
+            [
+                frame(3, "agent.text"),
+                frame(4, kinds::INPUT_TEXT),
+                frame(5, kinds::INPUT_DELIVERED),
+                frame(6, kinds::INPUT_TEXT),
+            ],
+        );
+        // assert: seqs 4 and 6 only, in order; the session counts as followed for the relay
+        assert_eq!(drain(&mut rx), [Some(4), Some(6)]);
+        assert!(hub.is_watched(mine) && !hub.is_watched(other));
+    }
+
+    #[test]
+    fn a_gap_or_a_full_feed_becomes_one_resync_and_old_frames_are_ignored() {
+        // arrange
+        let hub = Hub::default();
+        let session = SessionId::new();
+        let mut rx = attach(&hub, session, 0);
+        // act: seq 3 arrives before 2 (relayed late), then 2, then a duplicate of 3
+        hub.publish(session, [frame(1, kinds::INPUT_TEXT)]);
+        hub.publish(session, [frame(3, kinds::INPUT_TEXT)]);
+        hub.publish(
+            session,
+            [frame(2, kinds::INPUT_TEXT), frame(3, kinds::INPUT_TEXT)],
+        );
+        // assert
+        assert_eq!(drain(&mut rx), [Some(1), None]);
+        // act: more inputs than the feed holds, then one more once it has room
+        let n = BRIDGE_INPUT_CAPACITY as u64 + 10;
+        hub.publish(session, (4..4 + n).map(|s| frame(s, kinds::INPUT_TEXT)));
+        let queued = drain(&mut rx);
+        hub.publish(session, [frame(4 + n, kinds::INPUT_TEXT)]);
+        // assert: what fitted, then a resync in place of the rest
+        assert_eq!(queued.len(), BRIDGE_INPUT_CAPACITY);
+        assert_eq!(drain(&mut rx), [None]);
+    }
+
+    #[test]
+    fn a_detached_bridge_gets_nothing_more() {
+        let hub = Hub::default();
+        let session = SessionId::new();
+        let mut rx = attach(&hub, session, 0);
+        hub.detach_bridge(session, 1, None, "gone");
+        hub.publish(session, [frame(1, kinds::INPUT_TEXT)]);
+        assert!(drain(&mut rx).is_empty());
+        assert!(!hub.is_watched(session));
     }
 }

@@ -3,26 +3,36 @@
 //! [`Server::build`] opens the store and the credentials; [`Server::serve`] runs until the
 //! shutdown token is cancelled, then drains: bridges are told to move, viewer streams end so
 //! clients resume elsewhere, and queued commits finish before it returns.
+//!
+//! Layers, each calling only the ones below it:
+//! - the application (`Server` here, `app` for the router, `cli` for the subcommands);
+//! - transports: `http` (JSON API), `sse`, `ws` (viewer and bridge sockets), `web` (the web
+//!   client); they never call each other;
+//! - `state`, the handles every transport gets;
+//! - `session` (the session core: log, tail, cursors, input, state followers), `relay` and
+//!   `access` (who is calling and what they may do);
+//! - `hub`, `store`, `blobs`, `extract`, `error`, `config`, `tls`, `util`.
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod access;
-pub mod auth;
+mod app;
 pub mod blobs;
+pub mod cli;
 pub mod config;
 pub mod error;
+pub mod extract;
 pub mod http;
 pub mod hub;
-pub mod log;
 pub mod openapi;
 pub mod relay;
 pub mod serve;
+pub mod session;
 pub mod sse;
 pub mod state;
-pub mod states;
 pub mod store;
-pub mod tail;
 pub mod tls;
+mod util;
 mod web;
 pub mod ws;
 
@@ -41,7 +51,7 @@ use state::AppState;
 pub struct Server {
     config: ServerConfig,
     store: store::Stores,
-    auth: auth::Auth,
+    auth: access::Auth,
     token_created: bool,
     setup_code: Option<String>,
     tls: Option<tls::Acceptor>,
@@ -60,15 +70,15 @@ impl Server {
                 "the admin token (--admin-token / MOOR_ADMIN_TOKEN) is set but empty; \
                  give a long random one, or unset it to use <data-dir>/admin.token"
             ),
-            Some(t) => (auth::Auth::with_admin_token(t.clone()), false),
-            None => auth::Auth::load_or_create(&config.data_dir)?,
+            Some(t) => (access::Auth::with_admin_token(t.clone()), false),
+            None => access::Auth::load_or_create(&config.data_dir)?,
         };
         let mut auth = auth
             .with_keys(access::jwt::Keys::load_or_create(&config.data_dir)?)
             .with_issuer(&config.token_issuer);
         auth.access_ttl = config.access_token_ttl;
         auth.refresh_ttl = config.refresh_token_ttl;
-        auth.limits = access::guard::Limits::new(&config);
+        auth.limits = access::limits::Limits::new(&config);
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let node_id = config.node_id();
         let store = store::connect_as(&config.database_url(), &node_id).await?;
@@ -108,7 +118,7 @@ impl Server {
 
     /// Adds a user, an administrator when `admin` (`moord user add [--admin]`).
     pub async fn add_user(&self, name: &str, password: String, admin: bool) -> anyhow::Result<()> {
-        access::http::add_user(self.store.access.as_ref(), name, password, admin)
+        access::users::add_user(self.store.access.as_ref(), name, password, admin)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -143,7 +153,7 @@ impl Server {
         let conns = TaskTracker::new();
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
-        let log = log::Log::new(self.store.log.clone(), hub.clone(), tasks.clone());
+        let log = session::log::Log::new(self.store.log.clone(), hub.clone(), tasks.clone());
         let revocations = access::revocations::Revocations::new(shutdown.clone());
         // Several nodes on one database: follow the others' notices (returns at once otherwise).
         tasks.spawn(relay::run(
@@ -152,7 +162,7 @@ impl Server {
             revocations.clone(),
             shutdown.clone(),
         ));
-        let states = states::States::new(
+        let states = session::states::States::new(
             self.store.log.clone(),
             hub.clone(),
             log.clone(),
@@ -173,7 +183,7 @@ impl Server {
         };
         serve::serve(
             listener,
-            http::router(state),
+            app::router(state),
             self.tls.map(|a| a.0),
             shutdown.clone(),
             grace,

@@ -9,6 +9,8 @@
 //! relay publishes each watched session's newest entry, which makes every consumer behind it
 //! catch up from the store, and re-checks its bridges' claims and its live connections'
 //! credentials. It does no I/O under hub locks.
+//!
+//! Calls `store`, `hub` and `access::revocations`; never a transport or the session core.
 
 use std::sync::Arc;
 use std::time::Duration;

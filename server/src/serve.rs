@@ -6,6 +6,8 @@
 //! holds thousands of long-lived viewer streams and speaks HTTP/1.1 only (HTTP/2 belongs to a
 //! reverse proxy in front, if any), so it serves connections with hyper's HTTP/1 builder
 //! directly. The TLS handshake runs in the connection's own task, never in the accept loop.
+//!
+//! Calls nothing in the crate: it gets the finished router from `lib`.
 
 use std::time::Duration;
 

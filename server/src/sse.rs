@@ -4,7 +4,8 @@
 //! (which wins, since `EventSource` resends it on the original URL) or `?after=`. Entries ready
 //! at the same time are written in one chunk. The stream ends at shutdown or after the
 //! configured lifetime, and the client resumes from its last id; it never buffers without bound
-//! because it pulls from a [`Tail`].
+//! because it pulls from a [`Tail`]. A transport: it calls the session core and `access`, never
+//! `http` or `ws`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -14,8 +15,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use moor_protocol::web::{Reset, RESET_EVENT};
-use moor_protocol::Seq;
+use moor_protocol::web::RESET_EVENT;
 use std::sync::Arc;
 
 use moor_protocol::state::SessionState;
@@ -23,39 +23,15 @@ use tokio::sync::watch;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{session_for, Role};
-use crate::auth::{query_param, AuthUser};
+use crate::access::{session_for, AuthUser, Role};
 use crate::error::ApiError;
+use crate::session::cursor::{check_cursor, cursor};
+use crate::session::tail::Tail;
 use crate::state::AppState;
-use crate::tail::Tail;
+use crate::util::{query_param, sleep_until_opt};
 
 /// Flush a chunk once it holds this much.
 const CHUNK_BYTES: usize = 64 * 1024;
-
-/// The client's cursor: `Last-Event-ID` header, else `?after=`, else 0.
-pub(crate) fn cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Seq, ApiError> {
-    let raw = headers
-        .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("?").to_owned())
-        .or_else(|| query_param(query.unwrap_or(""), "after"));
-    match raw {
-        None => Ok(Seq::ZERO),
-        Some(s) if s.trim().is_empty() => Ok(Seq::ZERO),
-        Some(s) => s
-            .trim()
-            .parse::<u64>()
-            .map(Seq)
-            .map_err(|_| ApiError::InvalidCursor(s)),
-    }
-}
-
-/// The reset payload for a cursor the server cannot honour, or `None` if it can.
-pub(crate) fn check_cursor(cursor: Seq, head: Seq) -> Option<Reset> {
-    (cursor > head).then(|| Reset {
-        reason: format!("cursor {cursor} is ahead of the log head {head}; start again from 0"),
-        head_seq: head,
-    })
-}
 
 /// The SSE handler.
 #[utoipa::path(
@@ -82,7 +58,7 @@ pub async fn events(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
@@ -248,39 +224,70 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
     }
 }
 
-pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use futures_util::StreamExt;
+    use moor_protocol::payload::BridgeConnected;
+    use moor_protocol::{kinds, EntryBody, Seq};
+
     use super::*;
+    use crate::state::testing;
+    use crate::store::{Append, IdemKey};
 
-    #[test]
-    fn last_event_id_wins_over_after() {
-        let mut h = HeaderMap::new();
-        assert_eq!(cursor(&h, Some("after=5")).unwrap(), Seq(5));
-        h.insert("last-event-id", HeaderValue::from_static("9"));
-        assert_eq!(cursor(&h, Some("after=5")).unwrap(), Seq(9));
-        assert!(matches!(
-            cursor(&HeaderMap::new(), Some("after=abc")),
-            Err(ApiError::InvalidCursor(_))
-        ));
-        assert!(matches!(
-            cursor(&HeaderMap::new(), Some("after=-1")),
-            Err(ApiError::InvalidCursor(_))
-        ));
-    }
-
-    #[test]
-    fn a_cursor_ahead_of_the_head_is_reset() {
-        assert!(check_cursor(Seq(3), Seq(3)).is_none());
-        assert_eq!(
-            check_cursor(Seq(4), Seq(3)).map(|r| r.head_seq),
-            Some(Seq(3))
+    #[tokio::test]
+    async fn an_idle_stream_sends_keep_alives_at_the_interval_and_ends_at_its_lifetime() {
+        // arrange: a session with one entry, tailed past it on real time (the store read)
+        let t = testing::state(|c| {
+            c.keepalive = Duration::from_secs(15);
+            c.sse_lifetime = Duration::from_secs(40);
+        })
+        .await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        let entry = Append {
+            ts: 0,
+            kind: kinds::BRIDGE_CONNECTED.into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: EntryBody::from(BridgeConnected {
+                connection: 1,
+                producer: None,
+                agent: None,
+            })
+            .payload(),
+            key: IdemKey::None,
+        };
+        state.log.append(session, vec![entry]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // act: nothing happens on the session for a long (virtual) while
+        tokio::time::pause();
+        let start = Instant::now();
+        let body = stream(
+            tail,
+            None,
+            state,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let mut body = std::pin::pin!(body);
+        let mut seen = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = String::from_utf8(chunk.unwrap().to_vec()).unwrap();
+            seen.push((start.elapsed().as_secs(), chunk));
+        }
+        let ended = start.elapsed();
+        // assert: the retry hint at once, keep-alives at 15 and 30 s, the end at 40 s
+        let expect = [
+            (0, "retry: 1000\n\n"),
+            (15, ": keep-alive\n\n"),
+            (30, ": keep-alive\n\n"),
+        ];
+        let seen: Vec<(u64, &str)> = seen.iter().map(|(at, c)| (*at, c.as_str())).collect();
+        assert_eq!(seen, expect);
+        // (Timers have millisecond resolution.)
+        assert!(
+            ended.abs_diff(Duration::from_secs(40)) <= Duration::from_millis(2),
+            "{ended:?}"
         );
     }
 }

@@ -1,16 +1,19 @@
-//! Shared handles every handler gets: cheap to clone, no globals.
+//! Shared handles every handler gets: cheap to clone, no globals. Sits above `access`, the
+//! session core, `hub` and `store`, and below the transports; it calls none of them.
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::Auth;
+use crate::access::Auth;
 use crate::config::ServerConfig;
+use crate::extract::BodyLimit;
 use crate::hub::Hub;
-use crate::log::Log;
-use crate::states::States;
-use crate::store::Stores;
+use crate::session::log::Log;
+use crate::session::states::States;
+use crate::store::{AccessStore, Stores};
 
 /// State shared by all handlers and connection loops.
 #[derive(Debug, Clone)]
@@ -41,5 +44,104 @@ impl AppState {
     /// Link to a session in the web client.
     pub fn session_url(&self, id: impl std::fmt::Display) -> String {
         format!("{}/#/s/{id}", self.public_url)
+    }
+}
+
+impl FromRef<AppState> for Auth {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<dyn AccessStore> {
+    fn from_ref(state: &AppState) -> Self {
+        state.store.access.clone()
+    }
+}
+
+impl FromRef<AppState> for BodyLimit {
+    fn from_ref(state: &AppState) -> Self {
+        BodyLimit(state.config.max_body_bytes)
+    }
+}
+
+/// An application state on a fresh SQLite file and in-memory sockets, for connection-loop
+/// tests that run on paused time.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::pin::Pin;
+
+    use axum::extract::ws::Message;
+    use futures_util::{Sink, Stream};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::access::revocations::Revocations;
+
+    /// A state and the directory its database lives in (removed on drop).
+    pub(crate) struct TestState {
+        pub(crate) state: AppState,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A state with `config` (changed by `edit`) over a fresh SQLite database.
+    pub(crate) async fn state(edit: impl FnOnce(&mut ServerConfig)) -> TestState {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig {
+            data_dir: dir.path().to_owned(),
+            ..ServerConfig::default()
+        };
+        edit(&mut config);
+        let store = crate::store::connect(&config.database_url()).await.unwrap();
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let hub = Hub::default();
+        let log = Log::new(store.log.clone(), hub.clone(), tasks.clone());
+        let states = States::new(
+            store.log.clone(),
+            hub.clone(),
+            log.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        );
+        let auth = Auth::with_admin_token("test-token".into())
+            .with_revocations(Revocations::new(shutdown.clone()));
+        let state = AppState {
+            log,
+            store,
+            hub,
+            auth,
+            config: Arc::new(config),
+            shutdown,
+            tasks,
+            conns: TaskTracker::new(),
+            states,
+            public_url: "http://moor.test".into(),
+        };
+        TestState { state, _dir: dir }
+    }
+
+    /// The server's end of an in-memory socket.
+    pub(crate) type ServerEnd = (
+        Pin<Box<dyn Sink<Message, Error = axum::Error> + Send>>,
+        Pin<Box<dyn Stream<Item = Result<Message, axum::Error>> + Send>>,
+    );
+
+    /// An in-memory socket: the server's halves, and the peer's sender and receiver.
+    pub(crate) fn socket() -> (
+        ServerEnd,
+        mpsc::UnboundedSender<Message>,
+        mpsc::UnboundedReceiver<Message>,
+    ) {
+        let (to_server, from_peer) = mpsc::unbounded_channel::<Message>();
+        let (to_peer, from_server) = mpsc::unbounded_channel::<Message>();
+        let sink = futures_util::sink::unfold(to_peer, |tx, m: Message| async move {
+            tx.send(m).map_err(axum::Error::new)?;
+            Ok::<_, axum::Error>(tx)
+        });
+        let stream = futures_util::stream::unfold(from_peer, |mut rx| async move {
+            rx.recv().await.map(|m| (Ok(m), rx))
+        });
+        ((Box::pin(sink), Box::pin(stream)), to_server, from_server)
     }
 }

@@ -1,6 +1,8 @@
 //! HTTPS served by `moord` itself: a certificate chain and its private key (PEM files) become a
 //! rustls server configuration (ring provider, HTTP/1.1 over ALPN). Anything wrong with either
 //! file fails start-up with a message naming the file and what is wrong with it.
+//!
+//! Calls nothing in the crate.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

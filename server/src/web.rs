@@ -2,6 +2,8 @@
 //! served with their content types, long-lived caching for hashed assets and a strict CSP. The
 //! client holds no data and needs no token to load; everything it shows comes from the
 //! authenticated API. `/app-config.json` tells it the keep-alive interval its watchdog uses.
+//!
+//! A transport: calls only `state`; never `http`, `sse` or `ws`.
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode, Uri};

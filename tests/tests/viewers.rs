@@ -6,9 +6,12 @@ use std::time::Duration;
 use moor_e2e::assert::summary;
 use moor_e2e::sse::ViewerState;
 use moor_e2e::{
-    assert_contiguous, lines, FaultProxy, Rig, ServerOpts, SseClient, SseOpts, WsViewer, WAIT,
+    assert_contiguous, eventually_some, lines, FaultProxy, RawBridge, Rig, ServerOpts, SseClient,
+    SseOpts, TestServer, WsViewer, WAIT,
 };
-use moor_protocol::Entry;
+use moor_protocol::bridge::BridgeToServer;
+use moor_protocol::{kinds, BodyError, Entry, EntryBody, NewEntry, ProducerId};
+use serde_json::json;
 
 /// The viewer received exactly `log`: every entry once, in order, identical.
 #[track_caller]
@@ -245,4 +248,66 @@ async fn websocket_viewer_gets_the_same_entries_as_sse() {
     assert_contiguous(&ws_state.entries);
     assert_saw_exactly("websocket viewer", &ws_state, &log);
     assert_saw_exactly("sse viewer", &sse.snapshot(), &log);
+}
+
+/// Forward compatibility: an entry of a kind nothing in this tree models, with an arbitrary
+/// payload, is stored and streamed exactly as the producer wrote it, and the state fold counts
+/// it as unknown rather than malformed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_of_a_kind_nobody_knows_reaches_sse_viewers_unchanged() {
+    // arrange: a raw bridge, a viewer, and a kind from some newer producer.
+    let server = TestServer::start(ServerOpts::new()).await;
+    let mut bridge = RawBridge::connect(server.addr(), Some(server.token()))
+        .await
+        .expect("bridge socket");
+    let session = bridge.hello("future", ProducerId::new()).await.session_id;
+    let viewer = SseClient::connect(&server.url(), server.token(), session, SseOpts::default());
+    let kind = "agent.future_thing";
+    let payload = json!({
+        "nested": {"list": [1, "two", null, {"x": 1.5, "neg": -3}], "flag": true},
+        "text": "quotes \" and é and \u{1}",
+        "empty": {},
+    });
+    assert!(
+        matches!(
+            EntryBody::decode(kind, &payload),
+            Err(BodyError::UnknownKind)
+        ),
+        "the test needs a kind nobody models"
+    );
+    let future = NewEntry {
+        producer_seq: 1,
+        ts: moor_protocol::now_ms(),
+        kind: kind.into(),
+        payload: payload.clone(),
+    };
+
+    // act
+    bridge
+        .send(&BridgeToServer::Entries {
+            entries: vec![future],
+        })
+        .await;
+    bridge.wait_ack(1, WAIT).await;
+
+    // assert: the viewer got it as sent, and it is what the log stores.
+    viewer
+        .wait_for(WAIT, "the future entry", |s| {
+            s.entries.iter().any(|e| e.kind == kind)
+        })
+        .await;
+    let seen = viewer.snapshot().entries;
+    let seen = seen.iter().find(|e| e.kind == kind).expect("seen");
+    assert_eq!(seen.payload, payload, "payload changed on the way");
+    assert_eq!(seen.author, kinds::AUTHOR_BRIDGE);
+    let stored = server.entries_all(session).await;
+    assert_eq!(stored.iter().find(|e| e.kind == kind), Some(seen));
+    let api = server.api();
+    let counts = eventually_some(WAIT, "the state to fold the entry", || async {
+        let state = api.session(&session.to_string()).await?.state?;
+        (state.head >= seen.seq).then_some(state.counts)
+    })
+    .await;
+    assert_eq!(counts.unknown_kinds, 1, "{counts:?}");
+    assert_eq!(counts.malformed, 0, "{counts:?}");
 }

@@ -3,8 +3,11 @@
 // card its resolution updates, an input carries its receipts. Unknown kinds are shown, not
 // dropped. Every item remembers the seq that created it and counts the entries folded into it.
 
+import { typed } from "./entries";
+import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { Entry } from "./protocol/Entry";
 import type { JsonValue } from "./protocol/serde_json/JsonValue";
+import type { Todo } from "./protocol/Todo";
 
 export type Receipt = "queued" | "delivered" | "applied" | "failed" | "uncertain";
 
@@ -39,21 +42,19 @@ export type Item = Base &
         decision: string | null;
         by: string | null;
       }
-    | { t: "todos"; todos: { content: string; status: string }[] }
+    | { t: "todos"; todos: Todo[] }
     | { t: "input"; kind: string; text: string; author: string; receipt: Receipt; reason: string | null }
     | { t: "sys"; text: string; level: "info" | "warn" | "bad" | "ok" }
-    | { t: "checkpoint"; payload: Record<string, JsonValue> }
+    | { t: "checkpoint"; payload: CheckpointSummary }
     | { t: "raw"; kind: string; payload: JsonValue }
   );
 
 type P = Record<string, JsonValue>;
+
+/** A tool input as an object (an agent-defined shape). */
+const asObject = (v: JsonValue | undefined): P => (v && typeof v === "object" && !Array.isArray(v) ? (v as P) : {});
 type Body = Item extends unknown ? (Item extends infer I ? (I extends Item ? Omit<I, keyof Base> : never) : never) : never;
 
-const str = (p: P, k: string): string | null => (typeof p[k] === "string" ? (p[k] as string) : null);
-const num = (p: P, k: string): number | null => (typeof p[k] === "number" ? (p[k] as number) : null);
-
-/** Kinds that draw nothing in the transcript (shown elsewhere, or noise). */
-const SILENT = new Set(["agent.pty.output", "agent.pty.resize"]);
 
 export class ItemModel {
   items: Item[] = [];
@@ -95,44 +96,44 @@ export class ItemModel {
   }
 
   private one(e: Entry): Item | null {
-    const p = (e.payload && typeof e.payload === "object" && !Array.isArray(e.payload) ? e.payload : {}) as P;
-    switch (e.kind) {
+    const b = typed(e);
+    if (!b) return this.untyped(e);
+    switch (b.kind) {
       case "agent.output":
-        return this.push(e, { t: "line", text: str(p, "text") ?? "", stream: str(p, "stream") ?? "stdout" });
-      case "agent.text.delta":
-      case "agent.text":
-      case "agent.thinking": {
-        const mid = str(p, "message_id") ?? "?";
-        const text = str(p, "text") ?? "";
-        if (e.kind === "agent.text.delta") {
-          const cur = this.texts.get(mid);
-          if (cur && !cur.final) {
-            cur.text += text;
-            return cur;
-          }
-          const it = this.push(e, { t: "text", messageId: mid, text, final: false, thinking: false }) as Item & { t: "text" };
-          this.texts.set(mid, it);
-          return it;
+        return this.push(e, { t: "line", text: b.payload.text ?? "", stream: b.payload.stream ?? "stdout" });
+      case "agent.text.delta": {
+        const mid = b.payload.message_id ?? "?";
+        const text = b.payload.text ?? "";
+        const cur = this.texts.get(mid);
+        if (cur && !cur.final) {
+          cur.text += text;
+          return cur;
         }
-        if (e.kind === "agent.text") {
-          const cur = this.texts.get(mid);
-          if (cur && !cur.final) {
-            cur.text = text;
-            cur.final = true;
-            return cur;
-          }
-        }
-        const it = this.push(e, { t: "text", messageId: mid, text, final: true, thinking: e.kind === "agent.thinking" });
+        const it = this.push(e, { t: "text", messageId: mid, text, final: false, thinking: false }) as Item & { t: "text" };
+        this.texts.set(mid, it);
         return it;
       }
+      case "agent.text": {
+        const mid = b.payload.message_id ?? "?";
+        const text = b.payload.text ?? "";
+        const cur = this.texts.get(mid);
+        if (cur && !cur.final) {
+          cur.text = text;
+          cur.final = true;
+          return cur;
+        }
+        return this.push(e, { t: "text", messageId: mid, text, final: true, thinking: false });
+      }
+      case "agent.thinking":
+        return this.push(e, { t: "text", messageId: b.payload.message_id ?? "?", text: b.payload.text ?? "", final: true, thinking: true });
       case "agent.tool_use": {
-        const id = str(p, "id") ?? `?${e.seq}`;
+        const id = b.payload.id ?? `?${e.seq}`;
         const it = this.push(e, {
           t: "tool",
           id,
-          name: str(p, "name") ?? "tool",
-          input: (p.input && typeof p.input === "object" ? p.input : {}) as P,
-          path: str(p, "path"),
+          name: b.payload.name ?? "tool",
+          input: asObject(b.payload.input),
+          path: b.payload.path ?? null,
           status: "running",
           result: null,
         }) as Item & { t: "tool" };
@@ -140,21 +141,21 @@ export class ItemModel {
         return it;
       }
       case "agent.tool_result": {
-        const tool = this.tools.get(str(p, "tool_use_id") ?? "");
+        const tool = this.tools.get(b.payload.tool_use_id ?? "");
         if (!tool) return this.push(e, { t: "raw", kind: e.kind, payload: e.payload });
-        tool.status = p.is_error === true ? "error" : "ok";
-        tool.result = str(p, "summary");
+        tool.status = b.payload.is_error === true ? "error" : "ok";
+        tool.result = b.payload.summary ?? null;
         return tool;
       }
       case "agent.permission.request": {
-        const requestId = str(p, "request_id") ?? `?${e.seq}`;
+        const requestId = b.payload.request_id ?? `?${e.seq}`;
         const it = this.push(e, {
           t: "perm",
           requestId,
-          toolName: str(p, "tool_name") ?? "tool",
-          input: (p.input && typeof p.input === "object" ? p.input : {}) as P,
-          path: str(p, "path"),
-          description: str(p, "description"),
+          toolName: b.payload.tool_name ?? "tool",
+          input: asObject(b.payload.input),
+          path: b.payload.path ?? null,
+          description: b.payload.description ?? null,
           decision: null,
           by: null,
         }) as Item & { t: "perm" };
@@ -162,23 +163,21 @@ export class ItemModel {
         return it;
       }
       case "agent.permission.resolved": {
-        const perm = this.perms.get(str(p, "request_id") ?? "");
-        if (!perm) return this.push(e, { t: "sys", text: `permission ${str(p, "decision") ?? "resolved"}`, level: "info" });
-        perm.decision = str(p, "decision") ?? "resolved";
-        perm.by = str(p, "by");
+        const perm = this.perms.get(b.payload.request_id ?? "");
+        if (!perm) return this.push(e, { t: "sys", text: `permission ${b.payload.decision ?? "resolved"}`, level: "info" });
+        perm.decision = b.payload.decision ?? "resolved";
+        perm.by = b.payload.by ?? null;
         return perm;
       }
-      case "agent.todos": {
-        const todos = Array.isArray(p.todos) ? (p.todos as { content: string; status: string }[]) : [];
-        return this.push(e, { t: "todos", todos });
-      }
+      case "agent.todos":
+        return this.push(e, { t: "todos", todos: Array.isArray(b.payload.todos) ? b.payload.todos : [] });
       case "agent.start": {
-        const cmd = Array.isArray(p.command) ? (p.command as string[]).join(" ") : "";
+        const cmd = Array.isArray(b.payload.command) ? b.payload.command.join(" ") : "";
         return this.push(e, { t: "sys", text: `agent started${cmd ? `: ${cmd}` : ""}`, level: "ok" });
       }
       case "agent.exit": {
-        const code = num(p, "code");
-        const sig = num(p, "signal");
+        const code = b.payload.code ?? null;
+        const sig = b.payload.signal ?? null;
         return this.push(e, {
           t: "sys",
           text: `agent exited${code !== null ? ` with code ${code}` : ""}${sig !== null ? ` by signal ${sig}` : ""}`,
@@ -186,70 +185,93 @@ export class ItemModel {
         });
       }
       case "agent.session":
-        return this.push(e, { t: "sys", text: `Claude Code session${str(p, "model") ? ` · ${str(p, "model")}` : ""}`, level: "info" });
+        return this.push(e, { t: "sys", text: `Claude Code session${b.payload.model ? ` · ${b.payload.model}` : ""}`, level: "info" });
       case "agent.result": {
-        const secs = num(p, "duration_ms");
-        const cost = num(p, "cost_usd");
-        const bits = [p.is_error === true ? "turn failed" : "turn finished"];
+        const secs = b.payload.duration_ms ?? null;
+        const cost = b.payload.cost_usd ?? null;
+        const bits = [b.payload.is_error === true ? "turn failed" : "turn finished"];
         if (secs !== null) bits.push(`${(secs / 1000).toFixed(1)} s`);
         if (cost !== null) bits.push(`$${cost.toFixed(4)}`);
-        return this.push(e, { t: "sys", text: bits.join(" · "), level: p.is_error === true ? "bad" : "ok" });
+        return this.push(e, { t: "sys", text: bits.join(" · "), level: b.payload.is_error === true ? "bad" : "ok" });
       }
       case "agent.user":
-        return this.push(e, { t: "sys", text: str(p, "text") ?? "", level: "info" });
+        return this.push(e, { t: "sys", text: b.payload.text ?? "", level: "info" });
       case "agent.error":
-        return this.push(e, { t: "sys", text: `agent error: ${str(p, "message") ?? ""}`, level: "bad" });
+        return this.push(e, { t: "sys", text: `agent error: ${b.payload.message ?? ""}`, level: "bad" });
       case "agent.stalled":
-        return this.push(e, { t: "sys", text: `agent silent for ${Math.round((num(p, "silent_ms") ?? 0) / 1000)} s (stalled)`, level: "warn" });
+        return this.push(e, { t: "sys", text: `agent silent for ${Math.round((b.payload.silent_ms ?? 0) / 1000)} s (stalled)`, level: "warn" });
       case "agent.active":
         return this.push(e, { t: "sys", text: "agent active again", level: "ok" });
       case "agent.restart":
-        return this.push(e, { t: "sys", text: `agent restarted (${str(p, "reason") ?? "?"}, attempt ${num(p, "attempt") ?? "?"})`, level: "warn" });
+        return this.push(e, { t: "sys", text: `agent restarted (${b.payload.reason || "?"}, attempt ${b.payload.attempt ?? "?"})`, level: "warn" });
       case "bridge.connected":
         return this.push(e, { t: "sys", text: "bridge connected", level: "ok" });
       case "bridge.disconnected":
-        return this.push(e, { t: "sys", text: `bridge disconnected${str(p, "reason") ? `: ${str(p, "reason")}` : ""}`, level: "warn" });
+        return this.push(e, { t: "sys", text: `bridge disconnected${b.payload.reason ? `: ${b.payload.reason}` : ""}`, level: "warn" });
       case "session.ended":
         return this.push(e, { t: "sys", text: "session ended", level: "info" });
       case "session.interrupted":
-        return this.push(e, { t: "sys", text: `interrupted (${str(p, "cause") ?? "?"}) while ${String(p.phase ?? "?").replace("_", " ")}`, level: "bad" });
+        return this.push(e, { t: "sys", text: `interrupted (${b.payload.cause || "?"}) while ${String(b.payload.phase ?? "?").replace("_", " ")}`, level: "bad" });
       case "input.delivered":
       case "input.applied":
+      case "input.uncertain":
+        return this.receipt(b.kind, b.payload.input_seq, null);
       case "input.failed":
-      case "input.uncertain": {
-        const seq = num(p, "input_seq");
-        const receipt = e.kind.slice("input.".length) as Receipt;
-        if (seq === null) return null;
-        const input = this.inputs.get(seq);
-        if (!input) {
-          this.orphanReceipts.set(seq, [receipt, str(p, "reason")]);
-          return null;
-        }
-        // A late "delivered" never downgrades a settled input.
-        if (!(receipt === "delivered" && input.receipt !== "queued")) input.receipt = receipt;
-        if (receipt === "failed") input.reason = str(p, "reason");
-        return input;
-      }
+        return this.receipt(b.kind, b.payload.input_seq, b.payload.reason ?? null);
+      case "checkpoint.created":
+        return this.push(e, { t: "checkpoint", payload: b.payload });
+      case "input.text":
+        return this.input(e, b.payload.text ?? "");
+      case "input.permission":
+        return this.input(e, `${b.payload.decision ?? "?"} permission request`);
+      case "input.interrupt":
+        return this.input(e, "interrupt");
+      case "input.resize":
+        return this.input(e, `resize to ${b.payload.cols}×${b.payload.rows}`);
+      case "input.keys":
+        return this.input(e, `keys ${JSON.stringify(b.payload.text ?? "…")}`);
+      // Drawn by the terminal, not the transcript.
+      case "agent.pty.output":
+      case "agent.pty.resize":
+        return null;
+      case "agent.event":
+      case "agent.tool.intent":
+      case "agent.tool.intent_checked":
+        return this.push(e, { t: "raw", kind: e.kind, payload: e.payload });
+      default:
+        // A kind added to the protocol without a case here fails tsc.
+        return b satisfies never;
     }
-    if (e.kind === "checkpoint.created") return this.push(e, { t: "checkpoint", payload: p });
+  }
+
+  /** Kinds the protocol does not type (from a newer moor): shown, never dropped. */
+  private untyped(e: Entry): Item | null {
+    const p = (e.payload && typeof e.payload === "object" && !Array.isArray(e.payload) ? e.payload : {}) as P;
     if (e.kind.startsWith("checkpoint.")) {
-      return this.push(e, { t: "sys", text: `${e.kind.replace(".", " ")}${str(p, "id") ? ` ${str(p, "id")}` : ""}`, level: "info" });
+      const id = typeof p.id === "string" ? ` ${p.id}` : "";
+      return this.push(e, { t: "sys", text: `${e.kind.replace(".", " ")}${id}`, level: "info" });
     }
-    if (e.kind.startsWith("input.")) {
-      let text: string;
-      if (e.kind === "input.text") text = str(p, "text") ?? "";
-      else if (e.kind === "input.permission") text = `${str(p, "decision") ?? "?"} permission request`;
-      else if (e.kind === "input.interrupt") text = "interrupt";
-      else if (e.kind === "input.resize") text = `resize to ${num(p, "cols")}×${num(p, "rows")}`;
-      else if (e.kind === "input.keys") text = `keys ${JSON.stringify(str(p, "text") ?? "…")}`;
-      else text = JSON.stringify(p);
-      const it = this.push(e, { t: "input", kind: e.kind, text, author: e.author, receipt: "queued", reason: null }) as Item & {
-        t: "input";
-      };
-      this.inputs.set(e.seq, it);
-      return it;
-    }
-    if (SILENT.has(e.kind)) return null;
+    if (e.kind.startsWith("input.")) return this.input(e, JSON.stringify(e.payload));
     return this.push(e, { t: "raw", kind: e.kind, payload: e.payload });
+  }
+
+  private input(e: Entry, text: string): Item {
+    const it = this.push(e, { t: "input", kind: e.kind, text, author: e.author, receipt: "queued", reason: null }) as Item & { t: "input" };
+    this.inputs.set(e.seq, it);
+    return it;
+  }
+
+  private receipt(kind: `input.${Receipt}`, seq: number | undefined, reason: string | null): Item | null {
+    const receipt = kind.slice("input.".length) as Receipt;
+    if (typeof seq !== "number") return null;
+    const input = this.inputs.get(seq);
+    if (!input) {
+      this.orphanReceipts.set(seq, [receipt, reason]);
+      return null;
+    }
+    // A late "delivered" never downgrades a settled input.
+    if (!(receipt === "delivered" && input.receipt !== "queued")) input.receipt = receipt;
+    if (receipt === "failed") input.reason = reason;
+    return input;
   }
 }

@@ -7,11 +7,12 @@ import type { InputAccepted } from "./protocol/InputAccepted";
 import type { InputRequest } from "./protocol/InputRequest";
 import type { JsonValue } from "./protocol/serde_json/JsonValue";
 import { randomId } from "./dom";
+import type { InputKind, PayloadOf } from "./entries";
 
 export interface OutboxRecord {
   client_msg_id: string;
   session: string;
-  kind: string;
+  kind: InputKind;
   payload: JsonValue;
   created_at: number;
   /** The input's seq once the server stored it. */
@@ -139,12 +140,13 @@ export class Outbox {
   }
 
   /** Keeps the message durably, then starts sending it. */
-  async send(session: string, kind: string, payload: JsonValue): Promise<OutboxRecord> {
+  async send<K extends InputKind>(session: string, kind: K, payload: PayloadOf<K>): Promise<OutboxRecord> {
     const rec: OutboxRecord = {
       client_msg_id: `web-${randomId(12)}`,
       session,
       kind,
-      payload,
+      // Payload types are JSON objects; optional fields are left out, never `undefined`.
+      payload: payload as unknown as JsonValue,
       created_at: Date.now(),
       seq: null,
       error: null,

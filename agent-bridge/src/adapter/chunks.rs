@@ -8,7 +8,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use moor_protocol::kinds;
-use serde_json::json;
+use moor_protocol::payload::{AgentPtyOutput, InputKeys};
 use tokio::sync::mpsc;
 
 use crate::spool::{Draft, Spool, SpoolError};
@@ -21,10 +21,9 @@ pub fn output_drafts(bytes: &[u8]) -> Vec<Draft> {
     bytes
         .chunks(kinds::PTY_OUTPUT_MAX_BYTES)
         .map(|piece| {
-            Draft::new(
-                kinds::AGENT_PTY_OUTPUT,
-                json!({ "data": STANDARD.encode(piece) }),
-            )
+            Draft::new(AgentPtyOutput {
+                data: STANDARD.encode(piece),
+            })
         })
         .collect()
 }
@@ -48,21 +47,21 @@ pub async fn spool_chunks(
     Ok(total)
 }
 
-/// Decode the bytes of an `agent.pty.output` or `input.keys` payload: `data` (base64) or `text`.
-pub fn payload_bytes(payload: &serde_json::Value) -> Result<Vec<u8>, String> {
-    if let Some(data) = payload.get("data").and_then(|d| d.as_str()) {
-        return STANDARD
+/// Decode the bytes of an `input.keys` payload: `data` (base64) or `text`.
+pub fn key_bytes(keys: &InputKeys) -> Result<Vec<u8>, String> {
+    match (&keys.data, &keys.text) {
+        (Some(data), _) => STANDARD
             .decode(data)
-            .map_err(|e| format!("\"data\" is not valid base64: {e}"));
+            .map_err(|e| format!("\"data\" is not valid base64: {e}")),
+        (None, Some(text)) => Ok(text.as_bytes().to_vec()),
+        (None, None) => Err("payload needs \"data\" (base64) or \"text\"".into()),
     }
-    if let Some(text) = payload.get("text").and_then(|t| t.as_str()) {
-        return Ok(text.as_bytes().to_vec());
-    }
-    Err("payload needs \"data\" (base64) or \"text\"".into())
 }
 
 #[cfg(test)]
 mod tests {
+    use moor_protocol::EntryBody;
+
     use super::*;
 
     #[test]
@@ -74,23 +73,26 @@ mod tests {
         assert_eq!(drafts.len(), 3);
         let mut back = Vec::new();
         for d in &drafts {
-            assert_eq!(d.kind, kinds::AGENT_PTY_OUTPUT);
-            back.extend(payload_bytes(&d.payload).unwrap());
+            let Ok(EntryBody::AgentPtyOutput(out)) = d.body() else {
+                panic!("not agent.pty.output: {d:?}")
+            };
+            back.extend(STANDARD.decode(out.data).unwrap());
         }
         assert_eq!(back, bytes);
     }
 
     #[test]
     fn key_payloads_take_text_or_base64() {
+        let keys = |text: Option<&str>, data: Option<&str>| InputKeys {
+            text: text.map(str::to_owned),
+            data: data.map(str::to_owned),
+        };
         assert_eq!(
-            payload_bytes(&json!({"text": "ls\r"})).unwrap(),
+            key_bytes(&keys(Some("ls\r"), None)).unwrap(),
             b"ls\r".to_vec()
         );
-        assert_eq!(
-            payload_bytes(&json!({"data": "/wA="})).unwrap(),
-            vec![0xff, 0]
-        );
-        assert!(payload_bytes(&json!({"data": "%%"})).is_err());
-        assert!(payload_bytes(&json!({})).is_err());
+        assert_eq!(key_bytes(&keys(None, Some("/wA="))).unwrap(), vec![0xff, 0]);
+        assert!(key_bytes(&keys(None, Some("%%"))).is_err());
+        assert!(key_bytes(&keys(None, None)).is_err());
     }
 }

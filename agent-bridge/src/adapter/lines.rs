@@ -9,7 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use moor_protocol::kinds;
-use serde_json::json;
+use moor_protocol::payload::{AgentOutput, AgentStart, OutputStream};
+use moor_protocol::{BodyError, EntryBody};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -98,18 +99,19 @@ impl LinesAgent {
             return Err(missing());
         };
 
-        let start = json!({
-            "command": spec.command, "cwd": spec.cwd.display().to_string(), "pid": pid,
-            "adapter": "lines",
-        });
-        spool
-            .append(vec![Draft::new(kinds::AGENT_START, start)])
-            .await?;
+        let start = AgentStart {
+            command: spec.command.clone(),
+            cwd: Some(spec.cwd.display().to_string()),
+            pid: Some(pid),
+            adapter: Some("lines".into()),
+            ..AgentStart::default()
+        };
+        spool.append(vec![Draft::new(start)]).await?;
 
         let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
         let mut readers = JoinSet::new();
-        readers.spawn(read_lines(stdout, "stdout", line_tx.clone()));
-        readers.spawn(read_lines(stderr, "stderr", line_tx));
+        readers.spawn(read_lines(stdout, OutputStream::Stdout, line_tx.clone()));
+        readers.spawn(read_lines(stderr, OutputStream::Stderr, line_tx));
         let mut writer = tokio::spawn(spool_lines(line_rx, spool.clone()));
         let exited = CancellationToken::new();
         let feeder = tokio::spawn(feed_inputs(stdin, inputs, status, exited.clone()));
@@ -158,9 +160,7 @@ impl LinesAgent {
                 .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
         }
         let exit = AgentExit::from_status(status);
-        spool
-            .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
-            .await?;
+        spool.append(vec![Draft::new(exit.payload())]).await?;
         let inputs = feeder
             .await
             .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;
@@ -224,14 +224,14 @@ impl LineSplitter {
     }
 }
 
-fn output(stream: &'static str, line: &[u8]) -> Draft {
-    Draft::new(
-        kinds::AGENT_OUTPUT,
-        json!({ "stream": stream, "text": String::from_utf8_lossy(line) }),
-    )
+fn output(stream: OutputStream, line: &[u8]) -> Draft {
+    Draft::new(AgentOutput {
+        stream,
+        text: String::from_utf8_lossy(line).into_owned(),
+    })
 }
 
-async fn read_lines(pipe: impl AsyncRead + Unpin, stream: &'static str, tx: mpsc::Sender<Draft>) {
+async fn read_lines(pipe: impl AsyncRead + Unpin, stream: OutputStream, tx: mpsc::Sender<Draft>) {
     let mut reader = BufReader::with_capacity(64 * 1024, pipe);
     let mut splitter = LineSplitter::new(MAX_LINE_BYTES);
     let mut lines = Vec::new();
@@ -240,7 +240,7 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, stream: &'static str, tx: mpsc
             Ok([]) => break,
             Ok(chunk) => chunk,
             Err(e) => {
-                tracing::warn!(error = %e, stream, "reading agent output failed");
+                tracing::warn!(error = %e, ?stream, "reading agent output failed");
                 break;
             }
         };
@@ -292,12 +292,9 @@ async fn feed_inputs(
                 }
             },
         };
-        let text = match (
-            pending.kind.as_str(),
-            pending.payload.get("text").and_then(|t| t.as_str()),
-        ) {
-            (kinds::INPUT_TEXT, Some(text)) => text.to_owned(),
-            (kinds::INPUT_TEXT, None) => {
+        let text = match pending.body() {
+            Ok(EntryBody::InputText(input)) => input.text,
+            Err(BodyError::Malformed(_)) if pending.kind == kinds::INPUT_TEXT => {
                 report(
                     pending
                         .failed("input.text payload has no \"text\" string")
@@ -305,8 +302,8 @@ async fn feed_inputs(
                 );
                 continue;
             }
-            (kind, _) => {
-                let reason = format!("the lines adapter does not take {kind} inputs");
+            _ => {
+                let reason = format!("the lines adapter does not take {} inputs", pending.kind);
                 report(pending.failed(reason).await);
                 continue;
             }

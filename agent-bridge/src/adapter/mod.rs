@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use moor_protocol::payload;
 use rustix::process::{kill_process_group, Pid, Signal};
-use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::inputs::{Inputs, LedgerError};
@@ -168,8 +168,11 @@ impl AgentExit {
     }
 
     /// The `agent.exit` payload.
-    pub fn payload(&self) -> Value {
-        json!({ "code": self.code, "signal": self.signal })
+    pub fn payload(&self) -> payload::AgentExit {
+        payload::AgentExit {
+            code: self.code,
+            signal: self.signal,
+        }
     }
 
     /// The exit code `moor` passes on: the agent's, or 128 + signal like a shell.
@@ -331,7 +334,10 @@ mod tests {
                 signal: Some(9)
             }
             .payload(),
-            json!({"code": null, "signal": 9})
+            payload::AgentExit {
+                code: None,
+                signal: Some(9)
+            }
         );
     }
 }

@@ -9,15 +9,16 @@
 use std::time::Duration;
 
 use moor_protocol::kinds;
+use moor_protocol::payload::{AgentPtyResize, AgentStart, ResizeSource};
+use moor_protocol::{BodyError, EntryBody};
 use pty_process::{OwnedReadPty, OwnedWritePty, Pty, Size};
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::chunks::{payload_bytes, spool_chunks};
+use super::chunks::{key_bytes, spool_chunks};
 use super::terminal::{self, RawMode, TermSize};
 use super::{
     signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
@@ -114,13 +115,15 @@ impl PtyAgent {
             mut signals,
             status,
         } = io;
-        let start = json!({
-            "command": spec.command, "cwd": spec.cwd.display().to_string(), "pid": pid,
-            "adapter": "pty", "cols": size.cols, "rows": size.rows,
-        });
-        spool
-            .append(vec![Draft::new(kinds::AGENT_START, start)])
-            .await?;
+        let start = AgentStart {
+            command: spec.command.clone(),
+            cwd: Some(spec.cwd.display().to_string()),
+            pid: Some(pid),
+            adapter: Some("pty".into()),
+            cols: Some(size.cols),
+            rows: Some(size.rows),
+        };
+        spool.append(vec![Draft::new(start)]).await?;
 
         let raw = if spec.options.interactive {
             RawMode::enter()?
@@ -197,9 +200,7 @@ impl PtyAgent {
                 .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
         }
         let exit = AgentExit::from_status(status_code);
-        spool
-            .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
-            .await?;
+        spool.append(vec![Draft::new(exit.payload())]).await?;
         let inputs = feeder
             .await
             .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;
@@ -295,7 +296,7 @@ impl Feeder {
                 },
                 Some(()) = recv_winch(&mut winch) => {
                     if let Some(size) = terminal::local_size() {
-                        let _ = self.resize(size, "local").await;
+                        let _ = self.resize(size, ResizeSource::Local).await;
                     }
                 }
             }
@@ -308,37 +309,45 @@ impl Feeder {
         self.writer.flush().await
     }
 
-    async fn resize(&mut self, size: TermSize, source: &str) -> Result<(), String> {
+    async fn resize(&mut self, size: TermSize, source: ResizeSource) -> Result<(), String> {
         self.writer
             .resize(Size::new(size.rows, size.cols))
             .map_err(|e| format!("could not resize the terminal: {e}"))?;
-        let entry = json!({ "cols": size.cols, "rows": size.rows, "source": source });
+        let entry = AgentPtyResize {
+            cols: size.cols,
+            rows: size.rows,
+            source,
+        };
         self.spool
-            .append(vec![Draft::new(kinds::AGENT_PTY_RESIZE, entry)])
+            .append(vec![Draft::new(entry)])
             .await
             .map(|_| ())
             .map_err(|e| format!("could not record the resize: {e}"))
     }
 
     async fn apply(&mut self, pending: PendingInput) {
-        let result = match pending.kind.as_str() {
-            kinds::INPUT_KEYS => match payload_bytes(&pending.payload) {
+        let result = match pending.body() {
+            Ok(EntryBody::InputKeys(keys)) => match key_bytes(&keys) {
                 Ok(bytes) => self.write(&bytes).await.map_err(write_failed),
                 Err(e) => Err(e),
             },
-            kinds::INPUT_TEXT => match pending.payload.get("text").and_then(|t| t.as_str()) {
-                Some(text) => {
-                    let line = format!("{}\r", text.trim_end_matches(['\r', '\n']));
-                    self.write(line.as_bytes()).await.map_err(write_failed)
-                }
-                None => Err("input.text payload has no \"text\" string".into()),
+            Ok(EntryBody::InputText(input)) => {
+                let line = format!("{}\r", input.text.trim_end_matches(['\r', '\n']));
+                self.write(line.as_bytes()).await.map_err(write_failed)
+            }
+            Ok(EntryBody::InputInterrupt(_)) => self.write(&[ETX]).await.map_err(write_failed),
+            Ok(EntryBody::InputResize(r)) => match TermSize::new(r.cols.into(), r.rows.into()) {
+                Some(size) => self.resize(size, ResizeSource::Remote).await,
+                None => Err(RESIZE_RANGE.into()),
             },
-            kinds::INPUT_INTERRUPT => self.write(&[ETX]).await.map_err(write_failed),
-            kinds::INPUT_RESIZE => match remote_size(&pending.payload) {
-                Some(size) => self.resize(size, "remote").await,
-                None => Err("input.resize needs \"cols\" and \"rows\" between 1 and 10000".into()),
-            },
-            kind => Err(format!("the pty adapter does not take {kind} inputs")),
+            Err(BodyError::Malformed(e)) => Err(match pending.kind.as_str() {
+                kinds::INPUT_RESIZE => RESIZE_RANGE.into(),
+                kind => format!("malformed {kind} payload: {e}"),
+            }),
+            Ok(_) | Err(BodyError::UnknownKind) => Err(format!(
+                "the pty adapter does not take {} inputs",
+                pending.kind
+            )),
         };
         self.status.input_outcome(&pending, result.as_ref().err());
         let recorded = match result {
@@ -355,10 +364,8 @@ fn write_failed(e: std::io::Error) -> String {
     format!("could not write to the terminal: {e}")
 }
 
-fn remote_size(payload: &serde_json::Value) -> Option<TermSize> {
-    let field = |name| payload.get(name).and_then(|v| v.as_u64());
-    TermSize::new(field("cols")?, field("rows")?)
-}
+/// Why an `input.resize` was refused.
+const RESIZE_RANGE: &str = "input.resize needs \"cols\" and \"rows\" between 1 and 10000";
 
 async fn recv_winch(winch: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
     match winch {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use moor_protocol::checkpoint::{CheckpointReason, CHECKPOINT_CREATED};
+use moor_protocol::checkpoint::CheckpointReason;
 use moor_protocol::state::ToolClass;
 use moor_protocol::{kinds, NewEntry};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -284,11 +284,10 @@ impl Taker {
             Taken::New(d) => {
                 self.last_tree = Some(d.manifest.tree.clone());
                 let summary = d.manifest.summary();
-                let payload = serde_json::to_value(&summary).unwrap_or_default();
                 if let Err(e) = self
                     .ctx
                     .spool
-                    .append(vec![Draft::new(CHECKPOINT_CREATED, payload)])
+                    .append(vec![Draft::new(summary.clone())])
                     .await
                 {
                     tracing::warn!(error = %e, "could not spool checkpoint.created");

@@ -78,8 +78,8 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use moor_protocol::close;
+    use moor_protocol::payload::{AgentExit, AgentOutput, OutputStream};
     use moor_protocol::NewEntry;
-    use serde_json::json;
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
@@ -91,18 +91,15 @@ mod tests {
         // arrange
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path()).unwrap();
-        let drafts = vec![
-            Draft {
-                ts: 1,
-                kind: "agent.output".into(),
-                payload: json!({"stream": "stdout", "text": "a\"b"}),
-            },
-            Draft {
-                ts: 2,
-                kind: "agent.exit".into(),
-                payload: json!({"code": 0, "signal": null}),
-            },
-        ];
+        let output = AgentOutput {
+            stream: OutputStream::Stdout,
+            text: "a\"b".into(),
+        };
+        let exit = AgentExit {
+            code: Some(0),
+            signal: None,
+        };
+        let drafts = vec![Draft::at(1, output.clone()), Draft::at(2, exit)];
         spool.append_batch(drafts).unwrap();
         let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
         // act
@@ -112,20 +109,7 @@ mod tests {
         // assert
         let frame: BridgeToServer = serde_json::from_str(text.as_str()).unwrap();
         let want = BridgeToServer::Entries {
-            entries: vec![
-                NewEntry {
-                    producer_seq: 1,
-                    ts: 1,
-                    kind: "agent.output".into(),
-                    payload: json!({"stream": "stdout", "text": "a\"b"}),
-                },
-                NewEntry {
-                    producer_seq: 2,
-                    ts: 2,
-                    kind: "agent.exit".into(),
-                    payload: json!({"code": 0, "signal": null}),
-                },
-            ],
+            entries: vec![NewEntry::typed(1, 1, output), NewEntry::typed(2, 2, exit)],
         };
         assert_eq!(frame, want);
     }

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use moor_protocol::NewEntry;
+use moor_protocol::{BodyError, EntryBody, NewEntry};
 use serde_json::Value;
 
 use super::SpoolError;
@@ -19,13 +19,24 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// A draft stamped with the current time.
-    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+    /// A draft of `body`'s kind and payload, stamped with the current time.
+    pub fn new(body: impl Into<EntryBody>) -> Self {
+        Self::at(moor_protocol::now_ms(), body)
+    }
+
+    /// A draft of `body` stamped `ts`.
+    pub fn at(ts: i64, body: impl Into<EntryBody>) -> Self {
+        let body = body.into();
         Self {
-            ts: moor_protocol::now_ms(),
-            kind: kind.into(),
-            payload,
+            ts,
+            kind: body.kind().to_owned(),
+            payload: body.payload(),
         }
+    }
+
+    /// The typed body, as [`moor_protocol::Entry::body`].
+    pub fn body(&self) -> Result<EntryBody, BodyError> {
+        EntryBody::decode(&self.kind, &self.payload)
     }
 }
 

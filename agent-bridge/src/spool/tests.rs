@@ -1,16 +1,20 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 
-use serde_json::json;
+use moor_protocol::payload::{AgentOutput, OutputStream};
 
 use super::segment::{encode, segment_name};
 use super::*;
 
 fn drafts(texts: &[&str]) -> Vec<Draft> {
-    texts
-        .iter()
-        .map(|t| Draft::new("agent.output", json!({"text": t})))
-        .collect()
+    texts.iter().map(|t| Draft::new(output(t))).collect()
+}
+
+fn output(text: &str) -> AgentOutput {
+    AgentOutput {
+        stream: OutputStream::Stdout,
+        text: text.into(),
+    }
 }
 
 fn texts(spool: &Spool, from: u64) -> Vec<String> {
@@ -217,19 +221,10 @@ fn resume_after_a_mark_beyond_the_spool_skips_ahead_instead_of_reusing_seqs() {
 fn spooled_bytes_are_exactly_the_new_entry_json() {
     let dir = tempfile::tempdir().unwrap();
     let spool = Spool::open(dir.path()).unwrap();
-    let draft = Draft {
-        ts: 5,
-        kind: "agent.output".into(),
-        payload: json!({"text": "é\u{1}"}),
-    };
+    let draft = Draft::at(5, output("é\u{1}"));
     spool.append_batch(vec![draft]).unwrap();
     let batch = spool.read_batch(1, 1, usize::MAX).unwrap().unwrap();
-    let want = NewEntry {
-        producer_seq: 1,
-        ts: 5,
-        kind: "agent.output".into(),
-        payload: json!({"text": "é\u{1}"}),
-    };
+    let want = NewEntry::typed(1, 5, output("é\u{1}"));
     assert_eq!(
         batch.bodies().next().unwrap(),
         serde_json::to_vec(&want).unwrap()

@@ -6,8 +6,8 @@ use moor_bridge::link::LinkEnd;
 use moor_bridge::session_dir::SessionDir;
 use moor_bridge::spool::Draft;
 use moor_bridge::ConnectError;
+use moor_protocol::payload::{AgentOutput, OutputStream};
 use moor_protocol::{close, Seq};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{Event, FakeServer, Script};
@@ -16,10 +16,10 @@ use crate::{bare_link, bare_link_to, fast_link, memory_link, within, TOKEN};
 fn lines(range: std::ops::Range<u64>) -> Vec<Draft> {
     range
         .map(|i| {
-            Draft::new(
-                "agent.output",
-                json!({"stream": "stdout", "text": i.to_string()}),
-            )
+            Draft::new(AgentOutput {
+                stream: OutputStream::Stdout,
+                text: i.to_string(),
+            })
         })
         .collect()
 }

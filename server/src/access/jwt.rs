@@ -2,6 +2,8 @@
 //! the token), `exp`, `nbf`, `iss` and `aud` always checked, no leeway (this server both issues
 //! and checks them). Keys carry an id (`kid`) so they can be rotated: new tokens are signed with
 //! the current key, older keys keep verifying until they are retired.
+//!
+//! Calls only `util`; no HTTP, no store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -154,7 +156,7 @@ impl Keys {
         };
         let tmp = path.with_extension("json.tmp");
         let _ = std::fs::remove_file(&tmp);
-        crate::auth::write_private(&tmp, &serde_json::to_string_pretty(&file)?)
+        crate::util::write_private(&tmp, &serde_json::to_string_pretty(&file)?)
             .with_context(|| format!("write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("replace {}", path.display()))
     }

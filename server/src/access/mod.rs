@@ -1,15 +1,20 @@
-//! Access control: accounts, tokens and per-session roles. `auth` says who is calling; this
-//! module says what they may do, issues and rotates their tokens, and ends their connections
-//! when a credential is revoked. It never logs a password or a token.
+//! Access control, all of it: who is calling (`auth`, `principal`, `jwt`), accounts and
+//! passwords (`users`, `password`), per-session roles (here), token families and refresh tokens,
+//! revocations of live connections, device grants, the first-start setup code and rate limits.
+//! It sits below the transports and the application state: it takes the store and an [`Auth`]
+//! as arguments and never calls `state`, `http`, `sse`, `ws` or the session core. Its HTTP
+//! endpoints live in `http::{auth, device, setup, users, sharing}`. It never logs a password or
+//! a token.
 
+pub mod auth;
 pub mod device;
-pub mod guard;
-pub mod http;
 pub mod jwt;
+pub mod limits;
 pub mod password;
+pub mod principal;
 pub mod revocations;
 pub mod setup;
-pub mod sharing;
+pub mod users;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,9 +22,10 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::auth::Principal;
+pub use auth::{Auth, AuthUser, ACCESS_COOKIE, AUDIENCE, ISSUER, REFRESH_COOKIE};
+pub use principal::Principal;
+
 use crate::error::ApiError;
-use crate::state::AppState;
 use crate::store::{RefreshRow, Revocation, SessionRow, Stores};
 
 /// What a principal may do on one session (the wire type: ordered, each role includes the ones
@@ -28,41 +34,37 @@ pub use moor_protocol::api::Role;
 
 /// The role `who` has on a session, if any. Administrators own every session.
 pub async fn role_on(
-    state: &AppState,
+    store: &Stores,
     who: &Principal,
     session: &SessionRow,
 ) -> Result<Option<Role>, ApiError> {
     if who.admin {
         return Ok(Some(Role::Owner));
     }
-    Ok(state
-        .store
-        .access
-        .member_role(session.id, &who.name)
-        .await?)
+    Ok(store.access.member_role(session.id, &who.name).await?)
 }
 
 /// The session `key` names, if `who` may act on it with at least `need`. A session the caller
 /// has no role on is answered as missing (404), so its existence does not leak; a role too low
 /// is 403.
 pub async fn session_for(
-    state: &AppState,
+    store: &Stores,
     who: &Principal,
     key: &str,
     need: Role,
 ) -> Result<SessionRow, ApiError> {
-    Ok(session_with_role(state, who, key, need).await?.0)
+    Ok(session_with_role(store, who, key, need).await?.0)
 }
 
 /// [`session_for`], with the caller's role on it.
 pub async fn session_with_role(
-    state: &AppState,
+    store: &Stores,
     who: &Principal,
     key: &str,
     need: Role,
 ) -> Result<(SessionRow, Role), ApiError> {
-    let session = state.store.log.find_session(key).await?;
-    match role_on(state, who, &session).await? {
+    let session = store.log.find_session(key).await?;
+    match role_on(store, who, &session).await? {
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
         Some(r) => Ok((session, r)),
@@ -72,9 +74,9 @@ pub async fn session_with_role(
 /// Ends the live connections `revocation` names on this node and, on a store shared by
 /// several nodes, on every other node too. Call it after the revocation is stored, so a
 /// connection reopened anywhere is refused.
-pub async fn revoke(state: &AppState, revocation: Revocation) {
-    state.auth.revocations.apply(&revocation);
-    announce(&state.store, &revocation).await;
+pub async fn revoke(auth: &Auth, store: &Stores, revocation: Revocation) {
+    auth.revocations.apply(&revocation);
+    announce(store, &revocation).await;
 }
 
 /// Tells the other nodes sharing `store` (if any) about `revocation`. A failure is logged, not
@@ -109,6 +111,14 @@ pub(crate) fn token_hash(token: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// Compares two secrets in time independent of where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// An access token and its refresh token, as handed to a client.

@@ -1,5 +1,7 @@
 //! Password hashes: argon2id with the crate's default (OWASP) parameters, as PHC strings.
 //! Hashing is slow on purpose, so callers run it on the blocking pool.
+//!
+//! Calls nothing in the crate.
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};

@@ -6,6 +6,8 @@
 //!
 //! Tokens form a tree under the server's shutdown token: shutdown → user → token family. So
 //! revoking a user ends all their families' connections, and shutdown ends everything.
+//!
+//! Calls only `access::principal` and `store` types; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use moor_protocol::SessionId;
 
-use crate::auth::Principal;
+use super::principal::Principal;
 use crate::store::Revocation;
 
 #[derive(Debug, Default)]

@@ -1,27 +1,15 @@
 //! First start: while no administrator exists, `moord` holds a one-time setup code (printed in
 //! its startup message as `{public_url}/#/setup&code=…`) and whoever presents it creates the first
 //! administrator. The code lives in memory, only hashed, until it is used or expires; a restart
-//! makes a new one. Once an administrator exists, setup is over for good (410).
+//! makes a new one. Once an administrator exists, setup is over for good (410). The endpoints are
+//! `http::setup`.
+//!
+//! Calls nothing above `access`; no HTTP, no store.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::response::Response;
-use axum::{Extension, Json};
-use moor_protocol::now_ms;
-use serde::Deserialize;
-
-use super::guard::ClientIp;
-use super::http::{start_family, validated_user};
-use super::{random_secret, token_hash};
-use crate::auth::constant_time_eq;
-use crate::error::ApiError;
-use crate::http::parse_json;
-use crate::state::AppState;
-use crate::store::StoreError;
-
-type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
+use super::{constant_time_eq, random_secret, token_hash};
 
 #[derive(Debug)]
 struct Pending {
@@ -88,106 +76,6 @@ impl SetupCode {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// `GET /api/v1/auth/setup`: `{"open": bool}`: whether the setup page can create the first
-/// administrator here (none exists and this server holds a live code). No credentials needed,
-/// no secrets answered.
-#[utoipa::path(
-    get, path = "/auth/setup", operation_id = "getSetupStatus", tag = "access", security(()),
-    responses(
-        (status = 200, description = "Whether first-start setup is open", body = crate::openapi::SetupStatus),
-    )
-)]
-pub(crate) async fn status(
-    State(state): State<AppState>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let open = state.auth.setup.is_live() && !state.store.access.has_admin().await?;
-    Ok(Json(serde_json::json!({ "open": open })))
-}
-
-/// `POST /api/v1/auth/setup`.
-#[derive(Deserialize, utoipa::ToSchema)]
-pub(crate) struct SetupRequest {
-    /// The setup code `moord` printed at start.
-    code: String,
-    /// The first administrator's user name.
-    name: String,
-    /// Their password.
-    password: String,
-}
-
-impl std::fmt::Debug for SetupRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SetupRequest")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-fn setup_done() -> ApiError {
-    ApiError::Gone(
-        "setup is done: an administrator exists; log in (POST /api/v1/auth/login)".to_owned(),
-    )
-}
-
-/// `POST /api/v1/auth/setup` `{code, name, password}`: creates the first administrator and
-/// logs them in, answering exactly like `POST /api/v1/auth/login`. A wrong or expired code is
-/// 401 (and throttled like a failed login); once an administrator exists, 410.
-#[utoipa::path(
-    post, path = "/auth/setup", operation_id = "setup", tag = "access", security(()),
-    request_body = SetupRequest,
-    responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = super::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Conflict,
-        crate::openapi::Gone,
-        crate::openapi::TooLarge,
-    )
-)]
-pub(crate) async fn setup(
-    State(state): State<AppState>,
-    ip: Option<Extension<ClientIp>>,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let req: SetupRequest = parse_json(body, state.config.max_body_bytes)?;
-    let ip = ip.and_then(|Extension(ClientIp(ip))| ip);
-    let throttle = format!("setup-ip:{}", ip.map(|i| i.to_string()).unwrap_or_default());
-    let limits = &state.auth.limits.logins;
-    limits.peek(&throttle).map_err(ApiError::RateLimited)?;
-    if state.store.access.has_admin().await? {
-        return Err(setup_done());
-    }
-    match state.auth.setup.check(&req.code) {
-        CodeCheck::Valid => {}
-        check => {
-            let _ = limits.check(&throttle);
-            tracing::info!(expired = check == CodeCheck::Expired, "setup code refused");
-            return Err(ApiError::Unauthorized);
-        }
-    }
-    let phc = validated_user(&req.name, req.password).await?;
-    match state
-        .store
-        .access
-        .create_first_admin(&req.name, &phc, now_ms())
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => return Err(setup_done()),
-        Err(StoreError::Conflict(_)) => {
-            return Err(ApiError::Conflict(format!(
-                "user {:?} already exists; choose another name",
-                req.name
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    }
-    state.auth.setup.consume();
-    limits.clear(&throttle);
-    tracing::info!(user = %req.name, "first administrator created");
-    start_family(&state, &req.name).await
 }
 
 #[cfg(test)]

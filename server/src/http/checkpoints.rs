@@ -3,19 +3,21 @@
 //! (`PUT /sessions/{id}/checkpoints/{checkpoint}`); anyone with access lists them, reads one,
 //! gets its diff as a patch, or downloads its files as a tar archive. A blob is read only by
 //! someone who may read a session with a checkpoint naming it.
+//!
+//! Part of the HTTP transport: calls `access`, `blobs`, `store`; never `sse` or `ws`.
 
+use crate::extract::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use moor_protocol::checkpoint::{
     is_checkpoint_id, is_sha256_hex, BlobStored, CheckpointManifest, CheckpointSummary,
     MissingBlobs, MissingBlobsRequest, StoredCheckpoint, MISSING_QUERY_MAX,
 };
 
 use crate::access::{session_for, Role};
-use crate::auth::{AuthUser, Principal};
+use crate::access::{AuthUser, Principal};
 use crate::blobs::{BlobError, BlobStore, MAX_BLOB_BYTES};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -73,9 +75,8 @@ fn not_found_as_checkpoint(e: StoreError) -> ApiError {
 pub(super) async fn missing(
     State(state): State<AppState>,
     _who: AuthUser,
-    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+    Json(req): Json<MissingBlobsRequest>,
 ) -> Result<Json<MissingBlobs>, ApiError> {
-    let req: MissingBlobsRequest = super::parse_json(body, state.config.max_body_bytes)?;
     if req.sha256.len() > MISSING_QUERY_MAX {
         return Err(ApiError::Invalid {
             field: "sha256",
@@ -243,7 +244,7 @@ pub(super) async fn put(
         )));
     }
     // Checkpoints are taken by the session's bridge, which runs as its owner.
-    let session = session_for(&state, &who, &key, Role::Owner).await?;
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     let summary = manifest.summary();
     let row = CheckpointRow {
         id: id.clone(),
@@ -277,7 +278,7 @@ pub(super) async fn list(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<Vec<CheckpointSummary>>, ApiError> {
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let rows = state.store.checkpoints.list_checkpoints(session.id).await?;
     let summaries = rows
         .iter()
@@ -298,7 +299,7 @@ async fn stored(state: &AppState, who: &Principal, id: &str) -> Result<StoredChe
         .map_err(not_found_as_checkpoint)?;
     let manifest = serde_json::from_str(&row.manifest)
         .map_err(|e| anyhow::Error::new(e).context("stored checkpoint manifest"))?;
-    session_for(state, who, &row.session.to_string(), Role::Viewer)
+    session_for(&state.store, who, &row.session.to_string(), Role::Viewer)
         .await
         .map_err(|e| match e {
             ApiError::NotFound(_) => ApiError::NotFound("checkpoint"),

@@ -1,7 +1,9 @@
 //! `GET /healthz`: the only route that answers without a token.
+//!
+//! Part of the HTTP transport: calls `store`; never `sse` or `ws`.
 
+use crate::extract::Json;
 use axum::extract::State;
-use axum::Json;
 use moor_protocol::api::Health;
 
 use crate::error::ApiError;

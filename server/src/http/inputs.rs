@@ -1,20 +1,16 @@
-//! Remote input: `POST /api/v1/sessions/{id}/inputs`, also used by viewer WebSockets.
-//! Idempotent by `client_msg_id`; the bridge picks inputs up from the log when it is connected,
-//! or at its next handshake.
+//! `POST /api/v1/sessions/{id}/inputs`: remote input over HTTP (controllers). Validation and
+//! the append are the session core's (`session::input`).
+//!
+//! Part of the HTTP transport: never `sse` or `ws`.
 
 use axum::extract::{Path, State};
-use axum::Json;
 use moor_protocol::api::{InputAccepted, InputRequest};
-use moor_protocol::{kinds, now_ms, SessionId};
 
-use crate::access::{session_for, Role};
-use crate::auth::{AuthUser, Principal};
+use crate::access::{session_for, AuthUser, Role};
 use crate::error::ApiError;
+use crate::extract::Json;
+use crate::session::input::submit;
 use crate::state::AppState;
-use crate::store::{Append, Appended, IdemKey};
-
-/// Longest accepted `client_msg_id`.
-const MAX_CLIENT_MSG_ID: usize = 128;
 
 /// `POST /api/v1/sessions/{id}/inputs`.
 #[utoipa::path(
@@ -35,66 +31,10 @@ pub(super) async fn create(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
-    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+    Json(req): Json<InputRequest>,
 ) -> Result<Json<InputAccepted>, ApiError> {
-    let session = session_for(&state, &who, &key, Role::Controller).await?;
-    let req: InputRequest = super::parse_json(body, state.config.max_body_bytes)?;
-    Ok(Json(submit(&state, session.id, &who, req).await?))
-}
-
-/// Validates and appends one input.
-pub(crate) async fn submit(
-    state: &AppState,
-    session: SessionId,
-    who: &Principal,
-    req: InputRequest,
-) -> Result<InputAccepted, ApiError> {
-    validate(&req)?;
-    let append = Append {
-        ts: now_ms(),
-        kind: req.kind,
-        author: who.author(),
-        payload: req.payload,
-        key: IdemKey::ClientMsg(req.client_msg_id),
-    };
-    let outcome = state.log.append(session, vec![append]).await?.pop();
-    match outcome {
-        Some(Appended::Stored(e)) => Ok(InputAccepted {
-            seq: e.seq,
-            duplicate: false,
-        }),
-        Some(Appended::Duplicate(seq)) => Ok(InputAccepted {
-            seq,
-            duplicate: true,
-        }),
-        other => Err(ApiError::Internal(anyhow::anyhow!(
-            "unexpected input outcome {other:?}"
-        ))),
-    }
-}
-
-fn validate(req: &InputRequest) -> Result<(), ApiError> {
-    if req.client_msg_id.is_empty() || req.client_msg_id.len() > MAX_CLIENT_MSG_ID {
-        return Err(ApiError::Invalid {
-            field: "client_msg_id",
-            reason: format!("must be 1 to {MAX_CLIENT_MSG_ID} characters"),
-        });
-    }
-    if !kinds::is_input(&req.kind) || !kinds::is_valid(&req.kind) {
-        return Err(ApiError::Invalid {
-            field: "kind",
-            reason: format!(
-                "{:?} is not an input kind (e.g. {:?})",
-                req.kind,
-                kinds::INPUT_TEXT
-            ),
-        });
-    }
-    if req.kind == kinds::INPUT_TEXT && !req.payload.get("text").is_some_and(|t| t.is_string()) {
-        return Err(ApiError::Invalid {
-            field: "payload",
-            reason: "input.text needs a string field \"text\"".into(),
-        });
-    }
-    Ok(())
+    let session = session_for(&state.store, &who, &key, Role::Controller).await?;
+    Ok(Json(
+        submit(&state.log, session.id, who.author(), req).await?,
+    ))
 }

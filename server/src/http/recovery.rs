@@ -1,20 +1,23 @@
 //! What was in flight: `GET /sessions/{id}/recovery` (the brief, JSON or Markdown) and
 //! `GET /sessions/{id}/transcript` (the repaired conversation, Messages API shape or Markdown).
+//!
+//! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 
+use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use moor_protocol::recovery::{brief as make_brief, RetryPolicy};
 use moor_protocol::transcript::{markdown, repaired};
 use moor_protocol::Seq;
 use serde_json::json;
 
+use crate::access::AuthUser;
 use crate::access::{session_for, Role};
-use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::Range;
+use crate::util::query_param;
 
 /// Entries read per query when building a transcript.
 const PAGE: u32 = 1000;
@@ -66,7 +69,7 @@ pub(super) async fn brief(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let current = state.states.current(session.id, session.head_seq).await?;
     let brief = make_brief(&current, RetryPolicy::default());
     Ok(if md {
@@ -96,7 +99,7 @@ pub(super) async fn transcript(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let md = wants_markdown(&headers, query.as_deref().unwrap_or(""))?;
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     // The conversation needs the whole log; other kinds are skipped as they are read.
     let mut entries = Vec::new();
     let mut cursor = Seq::ZERO;

@@ -1,20 +1,23 @@
 //! Session resources: list, get, history paging, and closing a live bridge (operators).
+//!
+//! Part of the HTTP transport: calls `access`, `store` and `hub`; never `sse` or `ws`.
 
 use std::collections::HashMap;
 
+use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use axum::Json;
 use moor_protocol::api::{EntriesPage, Me, Role, SessionInfo, SessionStatus};
 use moor_protocol::Seq;
 use serde::Deserialize;
 
+use crate::access::AuthUser;
 use crate::access::{session_for, session_with_role};
-use crate::auth::{query_param, AuthUser};
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
 use crate::store::{Range, SessionRow};
+use crate::util::query_param;
 
 /// Largest page of `/entries`.
 const MAX_PAGE: u32 = 1000;
@@ -106,7 +109,7 @@ pub(super) async fn get(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let (row, role) = session_with_role(&state, &who, &key, Role::Viewer).await?;
+    let (row, role) = session_with_role(&state.store, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
     let mut info = info(&state, row, role);
     info.state = Some((*derived).clone());
@@ -145,7 +148,7 @@ pub(super) async fn entries(
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<EntriesPage>, ApiError> {
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let query = query.unwrap_or_default();
     let limit = match query_param(&query, "limit") {
         None => DEFAULT_PAGE,
@@ -217,10 +220,9 @@ pub(super) async fn close_bridge(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
-    body: Result<bytes::Bytes, axum::extract::rejection::BytesRejection>,
+    Json(req): Json<CloseBridge>,
 ) -> Result<StatusCode, ApiError> {
-    let session = session_for(&state, &who, &key, Role::Owner).await?;
-    let req: CloseBridge = super::parse_json(body, state.config.max_body_bytes)?;
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     if !(1000..=4999).contains(&req.code) || matches!(req.code, 1004..=1006 | 1015) {
         return Err(ApiError::Invalid {
             field: "code",

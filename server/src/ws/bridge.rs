@@ -4,31 +4,33 @@
 //! entry batches (committed, then acked), receipts, heartbeats both ways, an idle watchdog, the
 //! lifetime cap (`Move`, then close), control requests from the hub (superseded, operator close)
 //! and shutdown. Every way out records a `bridge.disconnected` entry.
+//!
+//! A transport: calls the session core, `access`, `hub` and `store`; never `http` or `sse`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
-use moor_protocol::{close, kinds, now_ms, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
-use serde_json::json;
-use tokio::sync::{broadcast, mpsc};
+use moor_protocol::payload::{
+    BridgeConnected, BridgeDisconnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
+    SessionEnded,
+};
+use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
+use tokio::sync::mpsc;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::text;
-use crate::access::{role_on, Role};
-use crate::auth::{AuthUser, Principal};
-use crate::hub::{BridgeControl, Frame};
-use crate::log::Pending;
-use crate::sse::sleep_until_opt;
+use super::{halves, text, Rx, Tx};
+use crate::access::{role_on, AuthUser, Principal, Role};
+use crate::hub::{input_feed, BridgeControl, InputFeed};
+use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
+use crate::util::sleep_until_opt;
 
 /// Most entries merged from consecutive ready frames into one append.
 const MAX_MERGED_ENTRIES: usize = 4096;
@@ -75,7 +77,7 @@ async fn may_attach(
         return Ok(true);
     }
     let row = state.store.log.find_session(&session.to_string()).await?;
-    Ok(role_on(state, who, &row).await? == Some(Role::Owner))
+    Ok(role_on(&state.store, who, &row).await? == Some(Role::Owner))
 }
 
 /// Why a connection ended: the close code sent (if any) and a reason for the log.
@@ -111,21 +113,32 @@ struct Conn {
     state: AppState,
     session: SessionId,
     hello: Hello,
-    tx: SplitSink<WebSocket, Message>,
+    tx: Tx,
     /// Highest input seq sent to this bridge.
     delivered: Seq,
-    /// Seq up to which every committed entry has been looked at for inputs (`None`: unknown, the
-    /// next live frame re-reads the inputs from the store).
-    seen: Option<Seq>,
+    /// Inputs after `delivered` may be in the store but not in the feed (the welcome's page was
+    /// full, or a re-read failed): the next feed item re-reads them from the store.
+    behind: bool,
     /// Cancelled at shutdown and when the bridge's credential is revoked.
     stop: CancellationToken,
     /// Cancelled when the bridge's principal stops owning the session.
     role_stop: CancellationToken,
 }
 
-#[tracing::instrument(skip_all)]
 async fn run(socket: WebSocket, state: AppState, who: Principal) {
-    let (mut tx, mut rx) = socket.split();
+    let (tx, rx) = socket.split();
+    serve(tx, rx, state, who).await
+}
+
+/// One bridge connection over any pair of socket halves (a WebSocket's, or in-memory channels
+/// in tests): handshake, the connection loop, and the disconnect record.
+#[tracing::instrument(skip_all)]
+pub(crate) async fn serve<W, R>(tx: W, rx: R, state: AppState, who: Principal)
+where
+    W: Sink<Message, Error = axum::Error> + Send + 'static,
+    R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
+{
+    let (mut tx, mut rx) = halves(tx, rx);
     let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,
@@ -207,14 +220,17 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         None => 0,
     };
     let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let (conn_id, old) = state.hub.attach_bridge(session.id, control_tx, epoch);
+    let (inputs_tx, inputs) = input_feed();
+    let (conn_id, old) =
+        state
+            .hub
+            .attach_bridge(session.id, control_tx, inputs_tx, epoch, session.head_seq);
     if let Some(old) = old {
         let _ = old.send(BridgeControl::Close {
             code: close::SUPERSEDED,
             reason: "a newer bridge connection for this session took over".into(),
         });
     }
-    let inputs = state.hub.subscribe(session.id);
     // Keep the session's state current while a bridge feeds it (interruption records need it).
     state.states.watch(session.id);
     let mut conn = Conn {
@@ -224,7 +240,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
         hello,
         tx,
         delivered: Seq::ZERO,
-        seen: None,
+        behind: false,
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
@@ -239,10 +255,11 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
     state
         .hub
         .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
-    let entry = server_entry(
-        kinds::BRIDGE_DISCONNECTED,
-        json!({"connection": conn_id, "reason": ending.reason, "close_code": ending.code}),
-    );
+    let entry = server_entry(BridgeDisconnected {
+        connection: conn_id,
+        reason: Some(ending.reason.clone()),
+        close_code: ending.code,
+    });
     match state.log.append(session.id, vec![entry]).await {
         Ok(_) | Err(StoreError::SessionEnded) => {}
         Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
@@ -253,7 +270,7 @@ async fn run(socket: WebSocket, state: AppState, who: Principal) {
 }
 
 /// Reads and checks `Hello`.
-async fn handshake(state: &AppState, rx: &mut SplitStream<WebSocket>) -> Result<Hello, Ending> {
+async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     let first = tokio::time::timeout(state.config.idle_timeout, rx.next())
         .await
         .map_err(|_| Ending::close(close::HEARTBEAT_TIMEOUT, "no hello within the idle timeout"))?;
@@ -295,27 +312,23 @@ async fn handshake(state: &AppState, rx: &mut SplitStream<WebSocket>) -> Result<
     Ok(hello)
 }
 
-fn server_entry(kind: &str, payload: serde_json::Value) -> Append {
+fn server_entry(body: impl Into<EntryBody>) -> Append {
+    let body = body.into();
     Append {
         ts: now_ms(),
-        kind: kind.into(),
+        kind: body.kind().into(),
         author: kinds::AUTHOR_SERVER.into(),
-        payload,
+        payload: body.payload(),
         key: IdemKey::None,
     }
 }
 
-fn receipt(kind: &str, input: Seq, extra: serde_json::Value) -> Append {
-    let mut payload = json!({"input_seq": input});
-    if let (Some(p), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
-        p.extend(e.clone());
-    }
+/// A receipt for the input at `input`; `body` is one of the receipt payloads, which name the
+/// same seq.
+fn receipt(input: Seq, body: impl Into<EntryBody>) -> Append {
     Append {
-        ts: now_ms(),
-        kind: kind.into(),
-        author: kinds::AUTHOR_SERVER.into(),
-        payload,
         key: IdemKey::Receipt(input),
+        ..server_entry(body)
     }
 }
 
@@ -327,7 +340,7 @@ impl Conn {
         let mut settle: Vec<Append> = hello
             .uncertain_inputs
             .iter()
-            .map(|s| receipt(kinds::INPUT_UNCERTAIN, *s, json!({})))
+            .map(|s| receipt(*s, InputUncertain { input_seq: *s }))
             .collect();
         let unsettled = store
             .unsettled_inputs(self.session, hello.last_applied_input)
@@ -336,24 +349,26 @@ impl Conn {
             unsettled
                 .into_iter()
                 .filter(|s| !hello.uncertain_inputs.contains(s))
-                .map(|s| receipt(kinds::INPUT_APPLIED, s, json!({"reported": "handshake"}))),
+                .map(|s| {
+                    let applied = InputApplied {
+                        input_seq: s,
+                        reported: Some("handshake".into()),
+                    };
+                    receipt(s, applied)
+                }),
         );
-        settle.push(server_entry(
-            kinds::BRIDGE_CONNECTED,
-            json!({"connection": conn_id, "producer": hello.producer, "agent": hello.agent}),
-        ));
-        let settled = self.state.log.append(self.session, settle).await?;
+        settle.push(server_entry(BridgeConnected {
+            connection: conn_id,
+            producer: Some(hello.producer),
+            agent: Some(hello.agent.clone()),
+        }));
+        self.state.log.append(self.session, settle).await?;
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
             .await?;
-        // Everything committed up to our own `bridge.connected` is covered by that read (unless
-        // the page was full): later frames at or below it are old news.
-        if pending.len() < WELCOME_INPUTS as usize {
-            self.seen = settled.iter().rev().find_map(|o| match o {
-                Appended::Stored(e) => Some(e.seq),
-                _ => None,
-            });
-        }
+        // Everything committed up to our own `bridge.connected` is covered by that read, and
+        // the feed (attached before it) has everything later, unless the page was full.
+        self.behind = pending.len() >= WELCOME_INPUTS as usize;
         self.delivered = pending
             .last()
             .map(|e| e.seq)
@@ -380,8 +395,8 @@ impl Conn {
 
     async fn serve(
         &mut self,
-        rx: &mut SplitStream<WebSocket>,
-        mut inputs: broadcast::Receiver<Arc<Frame>>,
+        rx: &mut Rx,
+        mut inputs: mpsc::Receiver<InputFeed>,
         mut control: mpsc::UnboundedReceiver<BridgeControl>,
     ) -> Ending {
         let cfg = self.state.config.clone();
@@ -396,6 +411,7 @@ impl Conn {
         let shutdown = self.state.shutdown.clone();
         let stop = self.stop.clone();
         let role_stop = self.role_stop.clone();
+        let mut inputs_open = true;
         loop {
             let result = tokio::select! {
                 biased;
@@ -430,7 +446,14 @@ impl Conn {
                     self.send(&ServerToBridge::Move { reason: "connection lifetime cap".into(), close_in_ms }).await
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
-                input = inputs.recv() => self.forward_input(input).await,
+                input = inputs.recv(), if inputs_open => match input {
+                    Some(input) => self.forward_input(input).await,
+                    // Detached by a newer connection, which also tells this one to close.
+                    None => {
+                        inputs_open = false;
+                        Ok(())
+                    }
+                },
                 committed = next_commit(&mut self.inflight), if !self.inflight.is_empty() => {
                     // A slow commit is not silence from the bridge.
                     last_rx = Instant::now();
@@ -478,33 +501,21 @@ impl Conn {
         self.tx.send(text(frame)).await
     }
 
-    /// Sends live inputs the bridge has not had yet. Live frames come in seq order from this
-    /// node's commits, but entries committed on other nodes are relayed later and may arrive
-    /// after higher seqs: a frame that skips ahead (or a lag) re-reads the inputs from the store,
-    /// which holds everything up to that frame, and anything at or below `seen` is old news.
-    async fn forward_input(
-        &mut self,
-        input: Result<Arc<Frame>, broadcast::error::RecvError>,
-    ) -> Result<(), axum::Error> {
+    /// Sends live inputs the bridge has not had yet: the feed's input, or after a gap (or
+    /// while `behind`) every input after the last one delivered, from the store. Anything at or
+    /// below `delivered` is old news (the welcome's page and the feed overlap).
+    async fn forward_input(&mut self, input: InputFeed) -> Result<(), axum::Error> {
         let entries = match input {
-            Ok(f) if self.seen.is_some_and(|s| f.seq() <= s) => return Ok(()),
-            Ok(f) if self.seen.is_some_and(|s| f.seq() == s.next()) => {
-                self.seen = Some(f.seq());
-                if !kinds::is_input(&f.entry.kind) || f.seq() <= self.delivered {
+            InputFeed::Input(f) if !self.behind => {
+                if f.seq() <= self.delivered {
                     return Ok(());
                 }
                 vec![(*f.entry).clone()]
             }
-            Ok(f) => {
-                self.seen = Some(f.seq());
+            InputFeed::Input(_) | InputFeed::Resync => {
+                self.behind = false;
                 self.reread_inputs().await
             }
-            // Frames were dropped, and newer ones are queued: the next one re-reads the store.
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                self.seen = None;
-                return Ok(());
-            }
-            Err(broadcast::error::RecvError::Closed) => return Ok(()),
         };
         for entry in entries {
             self.delivered = entry.seq;
@@ -524,8 +535,8 @@ impl Conn {
         {
             Ok(entries) => entries,
             Err(e) => {
-                // The next frame that skips ahead tries again.
-                self.seen = None;
+                // The next feed item tries again.
+                self.behind = true;
                 tracing::error!(error = ?e, "could not re-read inputs");
                 Vec::new()
             }
@@ -536,7 +547,7 @@ impl Conn {
         &mut self,
         raw: &str,
         lookahead: &mut Lookahead,
-        rx: &mut SplitStream<WebSocket>,
+        rx: &mut Rx,
     ) -> Result<(), Ending> {
         let frame: BridgeToServer = serde_json::from_str(raw)
             .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
@@ -551,16 +562,18 @@ impl Conn {
                 self.submit_entries(entries).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
-                let (kind, extra) = match status {
-                    ReceiptStatus::Delivered => (kinds::INPUT_DELIVERED, json!({})),
-                    ReceiptStatus::Applied => (kinds::INPUT_APPLIED, json!({})),
-                    ReceiptStatus::Failed { reason } => {
-                        (kinds::INPUT_FAILED, json!({"reason": reason}))
+                let body: EntryBody = match status {
+                    ReceiptStatus::Delivered => InputDelivered { input_seq }.into(),
+                    ReceiptStatus::Applied => InputApplied {
+                        input_seq,
+                        reported: None,
                     }
+                    .into(),
+                    ReceiptStatus::Failed { reason } => InputFailed { input_seq, reason }.into(),
                 };
                 self.state
                     .log
-                    .append(self.session, vec![receipt(kind, input_seq, extra)])
+                    .append(self.session, vec![receipt(input_seq, body)])
                     .await
                     .map_err(store_ending)?;
                 Ok(())
@@ -583,17 +596,16 @@ impl Conn {
                 let mut closing: Vec<Append> = undelivered
                     .iter()
                     .map(|e| {
-                        receipt(
-                            kinds::INPUT_FAILED,
-                            e.seq,
-                            json!({"reason": "the agent had exited"}),
-                        )
+                        let failed = InputFailed {
+                            input_seq: e.seq,
+                            reason: "the agent had exited".into(),
+                        };
+                        receipt(e.seq, failed)
                     })
                     .collect();
-                closing.push(server_entry(
-                    kinds::SESSION_ENDED,
-                    json!({"reason": "agent exited"}),
-                ));
+                closing.push(server_entry(SessionEnded {
+                    reason: Some("agent exited".into()),
+                }));
                 self.state
                     .log
                     .append(self.session, closing)
@@ -731,7 +743,7 @@ async fn next_commit(inflight: &mut VecDeque<InFlight>) -> (StoreResult<Vec<Appe
 /// The next message: one already looked at, else the socket's.
 async fn next_message(
     lookahead: &mut Lookahead,
-    rx: &mut SplitStream<WebSocket>,
+    rx: &mut Rx,
 ) -> Option<Result<Message, axum::Error>> {
     match lookahead.pop_front() {
         Some(m) => m,
@@ -747,7 +759,7 @@ type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 fn merge_ready(
     entries: &mut Vec<NewEntry>,
     lookahead: &mut Lookahead,
-    rx: &mut SplitStream<WebSocket>,
+    rx: &mut Rx,
     max_frame_bytes: usize,
 ) {
     while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
@@ -781,5 +793,208 @@ fn store_ending(e: StoreError) -> Ending {
                 "server could not store entries; reconnect",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use moor_protocol::bridge::AgentInfo;
+    use moor_protocol::ProducerId;
+    use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+    use super::*;
+    use crate::state::testing;
+
+    /// What the bridge saw, and when (virtual time since the first frame after the welcome).
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Heartbeat,
+        Move { close_in_ms: u64 },
+        Close(u16),
+    }
+
+    /// Connects a bridge to session `name` and reads the `Welcome` (on real time: the
+    /// handshake reads and writes the store); returns the peer's ends.
+    async fn attach(
+        state: &AppState,
+        name: &str,
+        who: Principal,
+    ) -> (UnboundedSender<Message>, UnboundedReceiver<Message>) {
+        let ((tx, rx), to_server, mut from_server) = testing::socket();
+        let hello = Hello {
+            version: PROTOCOL_VERSION,
+            session: name.into(),
+            producer: ProducerId::new(),
+            last_applied_input: Seq::ZERO,
+            uncertain_inputs: vec![],
+            agent: AgentInfo::default(),
+        };
+        to_server.send(text(&BridgeToServer::Hello(hello))).unwrap();
+        tokio::spawn(serve(tx, rx, state.clone(), who));
+        match from_server.recv().await {
+            Some(Message::Text(t)) => assert!(matches!(
+                serde_json::from_str(&t).unwrap(),
+                ServerToBridge::Welcome(_)
+            )),
+            other => panic!("expected a welcome, got {other:?}"),
+        }
+        (to_server, from_server)
+    }
+
+    /// Every frame until the close, with its virtual arrival time relative to the first.
+    async fn frames_until_close(
+        from_server: &mut UnboundedReceiver<Message>,
+    ) -> Vec<(Duration, Seen)> {
+        let mut seen = Vec::new();
+        let mut first = None;
+        while let Some(m) = from_server.recv().await {
+            let at = *first.get_or_insert_with(Instant::now);
+            let frame = match m {
+                Message::Text(t) => match serde_json::from_str(&t).unwrap() {
+                    ServerToBridge::Heartbeat => Seen::Heartbeat,
+                    ServerToBridge::Move { close_in_ms, .. } => Seen::Move { close_in_ms },
+                    other => panic!("unexpected frame {other:?}"),
+                },
+                Message::Close(Some(f)) => Seen::Close(f.code),
+                other => panic!("unexpected message {other:?}"),
+            };
+            let done = matches!(frame, Seen::Close(_));
+            seen.push((Instant::now() - at, frame));
+            if done {
+                break;
+            }
+        }
+        seen
+    }
+
+    /// `a` and `b` are the same instant, give or take the real time the setup took.
+    fn about(a: Duration, b: Duration) -> bool {
+        a.abs_diff(b) < Duration::from_millis(100)
+    }
+
+    // The close frame goes out after the disconnect is recorded, and the store's I/O lets paused
+    // time run on to its next timer: when the loop ended is read from the heartbeats, which stop.
+
+    #[tokio::test]
+    async fn a_silent_bridge_gets_heartbeats_at_the_interval_then_is_closed_at_the_idle_timeout() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(10);
+            c.idle_timeout = Duration::from_secs(35);
+        })
+        .await;
+        let (_to_server, mut from_server) = attach(&t.state, "quiet", Principal::bootstrap()).await;
+        // act: the bridge says nothing for a long (virtual) while
+        tokio::time::pause();
+        let seen = frames_until_close(&mut from_server).await;
+        // assert: heartbeats at 0, 10, 20 and 30 s, no heartbeat at 40 s (the loop ended in
+        // between), and the idle-timeout close no earlier than 35 s
+        let kinds: Vec<&Seen> = seen.iter().map(|(_, s)| s).collect();
+        assert_eq!(
+            kinds,
+            [
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Heartbeat,
+                &Seen::Close(close::HEARTBEAT_TIMEOUT)
+            ]
+        );
+        for (i, (at, _)) in seen.iter().take(4).enumerate() {
+            assert!(about(*at, Duration::from_secs(10) * i as u32), "{seen:?}");
+        }
+        assert!(seen[4].0 >= Duration::from_secs(35), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_bridge_that_keeps_talking_is_never_timed_out_and_silence_after_is() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(7);
+            c.idle_timeout = Duration::from_secs(30);
+        })
+        .await;
+        let (to_server, mut from_server) = attach(&t.state, "chatty", Principal::bootstrap()).await;
+        tokio::time::pause();
+        let reader = tokio::spawn(async move { frames_until_close(&mut from_server).await });
+        // act: a heartbeat every 20 s for two minutes, then silence
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            to_server.send(text(&BridgeToServer::Heartbeat)).unwrap();
+        }
+        // assert: the server's heartbeats (every 7 s) go on through 147 s, 27 s into the
+        // silence, and stop before 154 s: the watchdog fired at 150 s, 30 s after the last frame
+        let seen = reader.await.unwrap();
+        let (closed_at, last) = seen.last().unwrap();
+        assert_eq!(last, &Seen::Close(close::HEARTBEAT_TIMEOUT), "{seen:?}");
+        let beats: Vec<Duration> = seen
+            .iter()
+            .filter(|(_, s)| *s == Seen::Heartbeat)
+            .map(|(at, _)| *at)
+            .collect();
+        assert_eq!(beats.len(), 22, "{seen:?}");
+        assert!(about(beats[21], Duration::from_secs(147)), "{seen:?}");
+        assert!(*closed_at >= Duration::from_secs(150), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn the_lifetime_cap_sends_the_move_notice_then_closes_with_lifetime() {
+        // arrange
+        let t = testing::state(|c| {
+            c.heartbeat_interval = Duration::from_secs(25);
+            c.idle_timeout = Duration::from_secs(600);
+            c.bridge_max_lifetime = Duration::from_secs(60);
+            c.move_notice = Duration::from_secs(5);
+        })
+        .await;
+        let (_to_server, mut from_server) =
+            attach(&t.state, "capped", Principal::bootstrap()).await;
+        // act
+        tokio::time::pause();
+        let seen = frames_until_close(&mut from_server).await;
+        // assert: heartbeats at 0, 25, 50 s; the move at 55 s; then (no heartbeat at 75 s) the
+        // lifetime close, no earlier than 60 s
+        let expected = [
+            (0, Seen::Heartbeat),
+            (25, Seen::Heartbeat),
+            (50, Seen::Heartbeat),
+            (55, Seen::Move { close_in_ms: 5000 }),
+            (60, Seen::Close(close::LIFETIME)),
+        ];
+        assert_eq!(seen.len(), expected.len(), "{seen:?}");
+        for ((at, got), (secs, want)) in seen.iter().zip(expected) {
+            assert_eq!(got, &want, "{seen:?}");
+            if secs < 60 {
+                assert!(about(*at, Duration::from_secs(secs)), "{seen:?}");
+            } else {
+                assert!(*at >= Duration::from_secs(secs), "{seen:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_revoked_credential_closes_the_bridge_with_unauthorized() {
+        // arrange
+        let t = testing::state(|c| c.idle_timeout = Duration::from_secs(600)).await;
+        let (_to_server, mut from_server) = attach(
+            &t.state,
+            "revoked",
+            Principal::for_user("ann".into(), Some("f1".into())),
+        )
+        .await;
+        tokio::time::pause();
+        // act
+        t.state
+            .auth
+            .revocations
+            .apply(&crate::store::Revocation::User("ann".into()));
+        // assert
+        let seen = frames_until_close(&mut from_server).await;
+        assert_eq!(
+            seen.last().map(|(_, s)| s),
+            Some(&Seen::Close(close::UNAUTHORIZED))
+        );
     }
 }

@@ -1,12 +1,15 @@
 //! WebSocket ingress: the bridge link and viewer sockets. Upgrade, handshake, decode, dispatch,
-//! close codes. Knows nothing about the storage dialect.
+//! close codes. Knows nothing about the storage dialect. A transport: calls the session core,
+//! `access` and the hub, never `http` or `sse`. The loops run over [`Tx`]/[`Rx`], so tests drive
+//! them in memory on paused time.
 
 pub mod bridge;
 pub mod viewer;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use std::pin::Pin;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 
 use crate::config::ServerConfig;
 
@@ -14,6 +17,21 @@ use crate::config::ServerConfig;
 /// 1009 close; only larger ones hit the transport's hard limit, which cannot be answered as
 /// cleanly because the rest of the frame is left unread.
 const HARD_LIMIT_FACTOR: usize = 8;
+
+/// The sending half of a socket the connection loops write to: a WebSocket's, or an in-memory
+/// channel's in tests (the loops never know which).
+pub(crate) type Tx = Pin<Box<dyn Sink<Message, Error = axum::Error> + Send>>;
+/// The receiving half of a socket the connection loops read from.
+pub(crate) type Rx = Pin<Box<dyn Stream<Item = Result<Message, axum::Error>> + Send>>;
+
+/// Boxes the two halves of a socket for the connection loops.
+pub(crate) fn halves<W, R>(tx: W, rx: R) -> (Tx, Rx)
+where
+    W: Sink<Message, Error = axum::Error> + Send + 'static,
+    R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
+{
+    (Box::pin(tx), Box::pin(rx))
+}
 
 /// Applies the configured limits and small buffers (axum's defaults cost ~130 KiB a socket).
 pub(crate) fn tune(ws: WebSocketUpgrade, cfg: &ServerConfig) -> WebSocketUpgrade {
@@ -33,12 +51,7 @@ const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// Dropping the socket straight after the close frame would let the kernel answer the peer's
 /// unread bytes with a TCP reset, which can overtake the close frame: the peer would see a reset
 /// instead of the code, and retry where it should have stopped (superseded, content mismatch).
-pub(crate) async fn close(
-    tx: &mut SplitSink<WebSocket, Message>,
-    rx: &mut SplitStream<WebSocket>,
-    code: u16,
-    reason: &str,
-) {
+pub(crate) async fn close(tx: &mut Tx, rx: &mut Rx, code: u16, reason: &str) {
     // Close reasons are limited to 123 bytes by the protocol.
     let mut reason = reason.to_owned();
     while reason.len() > 123 {

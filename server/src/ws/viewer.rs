@@ -1,5 +1,7 @@
 //! `GET /api/v1/sessions/{id}/ws`: a viewer socket. The same cursor semantics as SSE (`?after=`),
 //! entries as `ServerToViewer::Entry` frames, and inputs accepted in the other direction.
+//!
+//! A transport: calls the session core and `access`; never `http` or `sse`.
 
 use std::time::Duration;
 
@@ -7,7 +9,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
 use moor_protocol::{close, Seq, SessionId};
@@ -16,13 +18,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{text, tune};
 
-use crate::access::{role_on, session_for, Role};
-use crate::auth::{AuthUser, Principal};
+use crate::access::{role_on, session_for, AuthUser, Principal, Role};
 use crate::error::ApiError;
-use crate::http::inputs::submit;
-use crate::sse::{check_cursor, cursor};
+use crate::session::cursor::{check_cursor, cursor};
+use crate::session::input::submit;
+use crate::session::tail::Tail;
 use crate::state::AppState;
-use crate::tail::Tail;
 
 /// Upgrades after checking the token, the session and the cursor.
 #[utoipa::path(
@@ -53,8 +54,8 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(&state, &who, &key, Role::Viewer).await?;
-    let may_input = role_on(&state, &who, &session).await? >= Some(Role::Controller);
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let may_input = role_on(&state.store, &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
         role_stop: state.auth.revocations.member_token(&who, session.id),
@@ -69,7 +70,7 @@ pub async fn upgrade(
 }
 
 /// Who is on the other end of a viewer socket, and what they may do.
-struct Viewer {
+pub(crate) struct Viewer {
     who: Principal,
     /// Controller or owner: may send input.
     may_input: bool,
@@ -79,9 +80,26 @@ struct Viewer {
     role_stop: CancellationToken,
 }
 
-#[tracing::instrument(skip_all, fields(session.id = %session))]
 async fn run(socket: WebSocket, state: AppState, viewer: Viewer, session: SessionId, cursor: Seq) {
-    let (mut tx, mut rx) = socket.split();
+    let (tx, rx) = socket.split();
+    serve(tx, rx, state, viewer, session, cursor).await
+}
+
+/// One viewer connection over any pair of socket halves (a WebSocket's, or in-memory channels
+/// in tests).
+#[tracing::instrument(skip_all, fields(session.id = %session))]
+pub(crate) async fn serve<W, R>(
+    tx: W,
+    rx: R,
+    state: AppState,
+    viewer: Viewer,
+    session: SessionId,
+    cursor: Seq,
+) where
+    W: Sink<Message, Error = axum::Error> + Send + 'static,
+    R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
+{
+    let (mut tx, mut rx) = super::halves(tx, rx);
     let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor);
     let _watching = state.hub.watching(session);
     let head = match state.store.log.find_session(&session.to_string()).await {
@@ -182,20 +200,94 @@ async fn on_frame(
         })),
         ViewerToServer::Input(req) => {
             let id = req.client_msg_id.clone();
-            Ok(Some(match submit(state, session, &viewer.who, req).await {
-                Ok(accepted) => ServerToViewer::InputAccepted {
-                    client_msg_id: id,
-                    accepted,
-                },
-                Err(e) => ServerToViewer::Error {
-                    code: match e {
-                        ApiError::SessionEnded => ErrorCode::SessionEnded,
-                        ApiError::Internal(_) => ErrorCode::Internal,
-                        _ => ErrorCode::BadRequest,
+            Ok(Some(
+                match submit(&state.log, session, viewer.who.author(), req).await {
+                    Ok(accepted) => ServerToViewer::InputAccepted {
+                        client_msg_id: id,
+                        accepted,
                     },
-                    message: e.to_string(),
+                    Err(e) => ServerToViewer::Error {
+                        code: match e {
+                            ApiError::SessionEnded => ErrorCode::SessionEnded,
+                            ApiError::Internal(_) => ErrorCode::Internal,
+                            _ => ErrorCode::BadRequest,
+                        },
+                        message: e.to_string(),
+                    },
                 },
-            }))
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::close;
+
+    use super::*;
+    use crate::state::testing;
+
+    #[tokio::test]
+    async fn a_silent_viewer_gets_heartbeats_at_the_keepalive_then_is_closed_at_the_idle_timeout() {
+        // arrange
+        let t = testing::state(|c| {
+            c.keepalive = Duration::from_secs(15);
+            c.idle_timeout = Duration::from_secs(40);
+        })
+        .await;
+        let session = t
+            .state
+            .store
+            .log
+            .open_session("watched", None)
+            .await
+            .unwrap();
+        let ((tx, rx), _to_server, mut from_server) = testing::socket();
+        let viewer = Viewer {
+            who: Principal::bootstrap(),
+            may_input: false,
+            stop: CancellationToken::new(),
+            role_stop: CancellationToken::new(),
+        };
+        tokio::spawn(serve(
+            tx,
+            rx,
+            t.state.clone(),
+            viewer,
+            session.id,
+            Seq::ZERO,
+        ));
+        // The first heartbeat goes out at once, once the backlog (none) is read on real time.
+        let first = from_server.recv().await;
+        assert!(matches!(first, Some(Message::Text(_))), "{first:?}");
+        // act: the viewer stays silent
+        tokio::time::pause();
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        while let Some(m) = from_server.recv().await {
+            let closed = matches!(m, Message::Close(_));
+            seen.push((Instant::now() - start, m));
+            if closed {
+                break;
+            }
+        }
+        // assert: heartbeats at 15 and 30 s, then the idle-timeout close at 40 s (nothing is
+        // written to the store on the way out, so the close is on time)
+        let beat = |at: u64| (Duration::from_secs(at), text(&ServerToViewer::Heartbeat));
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for (i, want) in [beat(15), beat(30)].into_iter().enumerate() {
+            assert_eq!(seen[i].1, want.1);
+            assert!(
+                seen[i].0.abs_diff(want.0) < Duration::from_millis(100),
+                "{seen:?}"
+            );
+        }
+        match &seen[2] {
+            (at, Message::Close(Some(f))) => {
+                assert_eq!(f.code, close::HEARTBEAT_TIMEOUT);
+                assert!(at.abs_diff(Duration::from_secs(40)) < Duration::from_millis(100));
+            }
+            other => panic!("expected the close, got {other:?}"),
         }
     }
 }

@@ -135,7 +135,7 @@ export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
       row.append(h(`div.sys.${it.level}`, null, it.text, h("span.muted", null, ` · ${clock(it.ts)}`)));
       break;
     case "checkpoint":
-      row.append(checkpointCard(it.payload as unknown as CheckpointSummary));
+      row.append(checkpointCard(it.payload));
       break;
     case "raw":
       row.append(h("div.sys.info", null, h("code", null, it.kind), " ", h("span.muted", null, JSON.stringify(it.payload).slice(0, 300))));

@@ -3,12 +3,12 @@
 
 import { api, ApiError, canControl, type Role } from "../api";
 import { clock, h, themeButton } from "../dom";
+import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
 import { ItemModel } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
-import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
@@ -211,7 +211,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     pending.hidden = recs.length === 0;
   };
   const pendingRow = (r: OutboxRecord) => {
-    const what = r.kind === "input.text" ? String((r.payload as { text?: string }).text ?? "") : r.kind;
+    const what = r.kind === "input.text" ? String((r.payload as PayloadOf<"input.text">).text ?? "") : r.kind;
     const state = r.error ? "refused" : r.seq === null ? "sending" : "queued";
     const label = r.error ? `refused: ${r.error}` : r.seq === null ? "waiting to send (kept on this device)" : "queued";
     return h(
@@ -223,7 +223,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
   const offOutbox = deps.outbox.onChange(drawPending);
 
-  async function send(kind: string, payload: JsonValue): Promise<void> {
+  async function send<K extends InputKind>(kind: K, payload: PayloadOf<K>): Promise<void> {
     await deps.outbox.send(id, kind, payload);
   }
   composer.addEventListener("submit", (e) => {
@@ -291,11 +291,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     if (!added.length) return;
     saveCursor();
     for (const e of added) {
-      if (e.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
-      else if (e.kind === "bridge.disconnected") {
-        const p = e.payload as { reason?: string };
-        setBridge(false, e.ts, p?.reason ?? null, e.seq);
-      } else if (e.kind === "session.ended") {
+      const b = typed(e);
+      if (b?.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
+      else if (b?.kind === "bridge.disconnected") setBridge(false, e.ts, b.payload.reason ?? null, e.seq);
+      else if (b?.kind === "session.ended") {
         ended = true;
         drawBridge();
       }
@@ -402,7 +401,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const probe: SessionProbe = {
     id,
     seqs: () => win.entries.map((e) => e.seq),
-    lines: () => win.entries.filter((e) => e.kind === "agent.output").map((e) => String((e.payload as { text?: string }).text)),
+    lines: () => win.entries.flatMap((e) => payloadOf(e, "agent.output") ?? []).map((p) => String(p.text)),
     hi: () => win.hi,
     lo: () => win.lo,
     hasOlder: () => win.hasOlder,

@@ -3,6 +3,7 @@
 import qrcode from "qrcode-generator";
 import { api, ApiError, explain, type Role, type SessionMember, type ShareLink, type ShareLinkInfo } from "../api";
 import { clock, h } from "../dom";
+import { payloadOf } from "../entries";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
 import type { SessionState } from "../protocol/SessionState";
@@ -116,7 +117,7 @@ export async function checkpointsPanel(sessionId: string, entries: Entry[], last
     listError = (e as Error).message;
   }
   const known = new Set(stored.map((c) => c.id));
-  const announced = entries.filter((e) => e.kind === "checkpoint.created").map((e) => e.payload as unknown as CheckpointSummary);
+  const announced = entries.flatMap((e) => payloadOf(e, "checkpoint.created") ?? []);
   if (last) announced.push(last as unknown as CheckpointSummary);
   const pending: CheckpointSummary[] = [];
   for (const c of announced.reverse()) {

@@ -6,10 +6,10 @@ import { FitAddon } from "@xterm/addon-fit";
 import { Terminal as XTerm } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
 import { h } from "../dom";
+import { typed, type InputKind, type PayloadOf } from "../entries";
 import type { Entry } from "../protocol/Entry";
-import type { JsonValue } from "../protocol/serde_json/JsonValue";
 
-type Send = (kind: string, payload: JsonValue) => void;
+type Send = <K extends InputKind>(kind: K, payload: PayloadOf<K>) => void;
 
 function b64(data: string): Uint8Array {
   const bin = atob(data);
@@ -69,9 +69,9 @@ export class Terminal {
   /** Writes the bytes of new entries. */
   write(entries: Entry[]): void {
     for (const e of entries) {
-      const p = e.payload as { data?: string; cols?: number; rows?: number };
-      if (e.kind === "agent.pty.output" && typeof p.data === "string") this.xterm.write(b64(p.data));
-      else if (e.kind === "agent.pty.resize" && p.cols && p.rows) this.xterm.resize(p.cols, p.rows);
+      const b = typed(e);
+      if (b?.kind === "agent.pty.output" && typeof b.payload.data === "string") this.xterm.write(b64(b.payload.data));
+      else if (b?.kind === "agent.pty.resize" && b.payload.cols && b.payload.rows) this.xterm.resize(b.payload.cols, b.payload.rows);
     }
   }
 

@@ -1,35 +1,33 @@
 //! Permission requests: a remote or local decision answers one, nothing answers it by default,
 //! and an agent that goes away withdraws what it asked.
 
-use serde_json::json;
+use moor_protocol::payload::{
+    AgentPermissionResolved, InputPermission, PermissionDecision, Resolution,
+};
+use moor_protocol::Seq;
 
 use super::process::Process;
 use super::{control, Run};
 use crate::adapter::AdapterError;
 use crate::spool::Draft;
-use moor_protocol::kinds;
 
 impl Run {
     pub(super) async fn permission_input(
         &mut self,
         process: &mut Process,
-        payload: &serde_json::Value,
+        input: InputPermission,
         by: &str,
         input_seq: Option<u64>,
     ) -> Result<(), String> {
-        let request_id = match payload.get("request_id").and_then(|r| r.as_str()) {
-            Some(id) => id.to_owned(),
+        let request_id = match input.request_id {
+            Some(id) => id,
             None if self.pending.len() == 1 => {
                 self.pending.keys().next().cloned().unwrap_or_default()
             }
             None => return Err("input.permission needs \"request_id\"".into()),
         };
-        let allow = match payload.get("decision").and_then(|d| d.as_str()) {
-            Some("allow") => true,
-            Some("deny") => false,
-            _ => return Err("input.permission needs \"decision\": \"allow\" or \"deny\"".into()),
-        };
-        let message = payload.get("message").and_then(|m| m.as_str());
+        let allow = input.decision == PermissionDecision::Allow;
+        let message = input.message.as_deref();
         self.decide(process, &request_id, allow, message, by, input_seq)
             .await
     }
@@ -60,7 +58,11 @@ impl Run {
         process.send(&answer).await?;
         self.pending.remove(request_id);
         self.watchdog.permission_done(Self::now());
-        let decision = if allow { "allow" } else { "deny" };
+        let decision = if allow {
+            Resolution::Allow
+        } else {
+            Resolution::Deny
+        };
         let entry = resolved(request_id, decision, Some(by), input_seq, message);
         self.record(vec![entry])
             .await
@@ -70,7 +72,7 @@ impl Run {
     pub(super) async fn cancel_pending(&mut self, why: &str) -> Result<(), AdapterError> {
         let drafts: Vec<Draft> = std::mem::take(&mut self.pending)
             .into_keys()
-            .map(|id| resolved(&id, "cancelled", None, None, Some(why)))
+            .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
             .collect();
         self.record(drafts).await
     }
@@ -79,14 +81,16 @@ impl Run {
 /// An `agent.permission.resolved` entry.
 pub(super) fn resolved(
     request_id: &str,
-    decision: &str,
+    decision: Resolution,
     by: Option<&str>,
     input_seq: Option<u64>,
     reason: Option<&str>,
 ) -> Draft {
-    Draft::new(
-        kinds::AGENT_PERMISSION_RESOLVED,
-        json!({"request_id": request_id, "decision": decision, "by": by,
-               "input_seq": input_seq, "reason": reason}),
-    )
+    Draft::new(AgentPermissionResolved {
+        request_id: request_id.to_owned(),
+        decision,
+        by: by.map(str::to_owned),
+        input_seq: input_seq.map(Seq),
+        reason: reason.map(str::to_owned),
+    })
 }

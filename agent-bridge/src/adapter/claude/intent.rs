@@ -9,8 +9,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use moor_protocol::state::{ToolClass, TOOL_INTENT, TOOL_INTENT_CHECKED};
-use serde_json::{json, Value};
+use moor_protocol::payload::{AgentToolUse, ToolIntent, ToolIntentChecked};
+use moor_protocol::state::ToolClass;
+use moor_protocol::{kinds, EntryBody};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::spool::Draft;
@@ -123,29 +125,29 @@ impl Intents {
     /// and checks it when its result comes; appends the resulting entries to `drafts`.
     pub fn observe(&mut self, drafts: &mut Vec<Draft>, cwd: &Path) {
         let mut extra = Vec::new();
-        for d in drafts.iter() {
-            match d.kind.as_str() {
-                moor_protocol::kinds::AGENT_TOOL_USE => {
-                    if let Some((id, intent)) = intent_for(&d.payload, cwd) {
-                        extra.push(Draft::new(
-                            TOOL_INTENT,
-                            json!({"tool_use_id": id, "path": intent.path, "before": intent.before}),
-                        ));
+        // Only tool calls and results matter; other drafts are not decoded.
+        let tools = [kinds::AGENT_TOOL_USE, kinds::AGENT_TOOL_RESULT];
+        for d in drafts.iter().filter(|d| tools.contains(&d.kind.as_str())) {
+            match d.body() {
+                Ok(EntryBody::AgentToolUse(call)) => {
+                    if let Some((id, intent)) = intent_for(&call, cwd) {
+                        extra.push(Draft::new(ToolIntent {
+                            tool_use_id: id.clone(),
+                            path: intent.path.display().to_string(),
+                            before: intent.before.clone(),
+                        }));
                         self.open.insert(id, intent);
                     }
                 }
-                moor_protocol::kinds::AGENT_TOOL_RESULT => {
-                    let id = d
-                        .payload
-                        .get("tool_use_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    if let Some(intent) = self.open.remove(id) {
+                Ok(EntryBody::AgentToolResult(result)) => {
+                    if let Some(intent) = self.open.remove(&result.tool_use_id) {
                         let (after, verdict) = intent.check();
-                        extra.push(Draft::new(
-                            TOOL_INTENT_CHECKED,
-                            json!({"tool_use_id": id, "path": intent.path, "after": after, "verdict": verdict.name()}),
-                        ));
+                        extra.push(Draft::new(ToolIntentChecked {
+                            tool_use_id: result.tool_use_id,
+                            path: intent.path.display().to_string(),
+                            after,
+                            verdict: Some(verdict.name().into()),
+                        }));
                     }
                 }
                 _ => {}
@@ -156,27 +158,25 @@ impl Intents {
 }
 
 /// The intent of a tool_use payload, if it mutates a file.
-fn intent_for(payload: &Value, cwd: &Path) -> Option<(String, Intent)> {
-    let tool = payload.get("name")?.as_str()?;
-    if ToolClass::of(tool) != ToolClass::FileMutation {
+fn intent_for(call: &AgentToolUse, cwd: &Path) -> Option<(String, Intent)> {
+    if ToolClass::of(&call.name) != ToolClass::FileMutation {
         return None;
     }
-    let id = payload.get("id")?.as_str()?.to_owned();
-    let input = payload.get("input").cloned().unwrap_or(Value::Null);
-    let path = payload
-        .get("path")
-        .and_then(Value::as_str)
-        .or_else(|| input.get("file_path").and_then(Value::as_str))
-        .or_else(|| input.get("notebook_path").and_then(Value::as_str))?;
+    // The tool's input is Claude Code's own object; `path` is the bridge's reading of it.
+    let path = call.path.as_deref().or_else(|| {
+        ["file_path", "notebook_path"]
+            .into_iter()
+            .find_map(|key| call.input.get(key).and_then(Value::as_str))
+    })?;
     let path = cwd.join(path);
     let before = file_hash(&path);
     Some((
-        id,
+        call.id.clone(),
         Intent {
             path,
             before,
-            tool: tool.to_owned(),
-            input,
+            tool: call.name.clone(),
+            input: call.input.clone(),
         },
     ))
 }
@@ -185,8 +185,26 @@ fn intent_for(payload: &Value, cwd: &Path) -> Option<(String, Intent)> {
 mod tests {
     use super::*;
 
-    fn write_call(dir: &Path, content: &str) -> Value {
-        json!({"id": "t1", "name": "Write", "input": {"file_path": dir.join("a.txt"), "content": content}})
+    use moor_protocol::payload::AgentToolResult;
+    use moor_protocol::state::{TOOL_INTENT, TOOL_INTENT_CHECKED};
+    use serde_json::json;
+
+    fn call(id: &str, name: &str, input: Value) -> AgentToolUse {
+        AgentToolUse {
+            id: id.into(),
+            name: name.into(),
+            path: None,
+            input,
+            parent_tool_use_id: None,
+        }
+    }
+
+    fn write_call(dir: &Path, content: &str) -> AgentToolUse {
+        call(
+            "t1",
+            "Write",
+            json!({"file_path": dir.join("a.txt"), "content": content}),
+        )
     }
 
     #[test]
@@ -207,8 +225,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("b.rs");
         std::fs::write(&file, "fn a() {}\n").unwrap();
-        let call = json!({"id": "t2", "name": "Edit", "input": {"file_path": file, "old_string": "fn a", "new_string": "fn b"}});
-        let (_, intent) = intent_for(&call, dir.path()).unwrap();
+        let edit = call(
+            "t2",
+            "Edit",
+            json!({"file_path": file, "old_string": "fn a", "new_string": "fn b"}),
+        );
+        let (_, intent) = intent_for(&edit, dir.path()).unwrap();
         assert_eq!(intent.check().1, Verdict::NotApplied);
         std::fs::write(&file, "fn b() {}\n").unwrap();
         assert_eq!(intent.check().1, Verdict::Applied);
@@ -221,27 +243,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut intents = Intents::default();
         let mut drafts = vec![
-            Draft::new(
-                moor_protocol::kinds::AGENT_TOOL_USE,
-                write_call(dir.path(), "x"),
-            ),
-            Draft::new(
-                moor_protocol::kinds::AGENT_TOOL_USE,
-                json!({"id": "r", "name": "Read", "input": {"file_path": "a"}}),
-            ),
+            Draft::new(write_call(dir.path(), "x")),
+            Draft::new(call("r", "Read", json!({"file_path": "a"}))),
         ];
         intents.observe(&mut drafts, dir.path());
         assert_eq!(drafts.iter().filter(|d| d.kind == TOOL_INTENT).count(), 1);
         std::fs::write(dir.path().join("a.txt"), "x").unwrap();
-        let mut drafts = vec![Draft::new(
-            moor_protocol::kinds::AGENT_TOOL_RESULT,
-            json!({"tool_use_id": "t1"}),
-        )];
+        let result = AgentToolResult {
+            tool_use_id: "t1".into(),
+            is_error: false,
+            summary: String::new(),
+            bytes: 0,
+            truncated: false,
+        };
+        let mut drafts = vec![Draft::new(result)];
         intents.observe(&mut drafts, dir.path());
         let checked = drafts
             .iter()
             .find(|d| d.kind == TOOL_INTENT_CHECKED)
             .unwrap();
-        assert_eq!(checked.payload["verdict"], "applied");
+        let Ok(EntryBody::ToolIntentChecked(checked)) = checked.body() else {
+            panic!("not an intent check: {checked:?}")
+        };
+        assert_eq!(checked.verdict.as_deref(), Some("applied"));
     }
 }

@@ -1,14 +1,13 @@
 //! The person at `moor`'s terminal in claude mode: a typed line is a prompt, `y`/`n` answers a
 //! pending permission request, EOF (Ctrl-D) lets the agent finish and exit.
 
-use serde_json::json;
+use moor_protocol::payload::AgentUser;
 use tokio::sync::mpsc;
 
 use super::process::Process;
 use super::Run;
 use crate::adapter::{terminal, AdapterError};
 use crate::spool::Draft;
-use moor_protocol::kinds;
 
 impl Run {
     /// A line typed at `moor`'s terminal: y/n for a pending request, else a prompt. `None`
@@ -34,9 +33,11 @@ impl Run {
             (Some(allow), Some(id)) => self.decide(process, &id, allow, None, "local", None).await,
             _ if text.is_empty() => Ok(()),
             _ => {
-                let entry = json!({"text": text, "source": "local"});
-                self.record(vec![Draft::new(kinds::AGENT_USER, entry)])
-                    .await?;
+                let entry = AgentUser {
+                    text: text.to_owned(),
+                    source: Some("local".into()),
+                };
+                self.record(vec![Draft::new(entry)]).await?;
                 self.prompt(process, text).await
             }
         };

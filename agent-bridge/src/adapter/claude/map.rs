@@ -6,7 +6,12 @@
 //! `agent.event` with the raw event, a line that is not JSON becomes `agent.error`.
 
 use moor_protocol::kinds;
-use serde_json::{json, Map, Value};
+use moor_protocol::payload::{
+    AgentError, AgentEvent, AgentPermissionRequest, AgentResult, AgentSession, AgentText,
+    AgentTextDelta, AgentThinking, AgentTodos, AgentToolResult, AgentToolUse, AgentUser, Todo,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::spool::Draft;
 
@@ -85,7 +90,7 @@ pub struct Mapped {
 /// Maps lines; keeps the little state needed to avoid repeating the per-turn `init`.
 #[derive(Debug, Default)]
 pub struct Mapper {
-    last_init: Option<Value>,
+    last_init: Option<AgentSession>,
 }
 
 impl Mapper {
@@ -126,7 +131,7 @@ impl Mapper {
                     });
                 }
             }
-            _ => out.drafts.push(unknown(&event)),
+            _ => out.drafts.push(unknown(&event, None)),
         }
         out
     }
@@ -134,18 +139,19 @@ impl Mapper {
     fn system(&mut self, event: &Value, out: &mut Mapped) {
         match str_of(event, "subtype") {
             Some("init") => {
-                let session = json!({
-                    "agent_session_id": event.get("session_id"),
-                    "model": event.get("model"),
-                    "cwd": event.get("cwd"),
-                    "tools": event.get("tools"),
-                    "permission_mode": event.get("permissionMode"),
-                    "version": event.get("claude_code_version"),
-                });
+                let session = AgentSession {
+                    agent_session_id: string(event, "session_id"),
+                    model: string(event, "model"),
+                    cwd: string(event, "cwd"),
+                    tools: event
+                        .get("tools")
+                        .and_then(|t| Vec::<String>::deserialize(t).ok()),
+                    permission_mode: string(event, "permissionMode"),
+                    version: string(event, "claude_code_version"),
+                };
                 // In stream-json input mode every turn starts with the same init; log changes only.
                 if self.last_init.as_ref() != Some(&session) {
-                    out.drafts
-                        .push(Draft::new(kinds::AGENT_SESSION, session.clone()));
+                    out.drafts.push(Draft::new(session.clone()));
                     self.last_init = Some(session);
                 }
                 out.signals.push(Signal::Alive);
@@ -156,7 +162,7 @@ impl Mapper {
             Some("status") => out.signals.push(Signal::Alive),
             _ => {
                 out.signals.push(Signal::Alive);
-                out.drafts.push(unknown(event));
+                out.drafts.push(unknown(event, None));
             }
         }
     }
@@ -165,20 +171,20 @@ impl Mapper {
 fn stream_event(event: &Value, out: &mut Mapped) {
     out.signals.push(Signal::Model);
     let Some(inner) = event.get("event") else {
-        return out.drafts.push(unknown(event));
+        return out.drafts.push(unknown(event, None));
     };
     let delta = inner.get("delta");
     if str_of(inner, "type") == Some("content_block_delta")
         && delta.and_then(|d| str_of(d, "type")) == Some("text_delta")
     {
-        out.drafts.push(Draft::new(
-            kinds::AGENT_TEXT_DELTA,
-            json!({
-                "message_id": event.get("api_message_id"),
-                "index": inner.get("index"),
-                "text": delta.and_then(|d| d.get("text")),
-            }),
-        ));
+        out.drafts.push(Draft::new(AgentTextDelta {
+            message_id: string(event, "api_message_id"),
+            index: inner
+                .get("index")
+                .and_then(Value::as_u64)
+                .and_then(|i| u32::try_from(i).ok()),
+            text: delta.and_then(|d| string(d, "text")).unwrap_or_default(),
+        }));
     }
     // Every other stream event (block starts and stops, tool input JSON, thinking deltas) is
     // repeated whole in the assistant message that follows; it only proves the model is alive.
@@ -187,21 +193,23 @@ fn stream_event(event: &Value, out: &mut Mapped) {
 fn assistant(event: &Value, out: &mut Mapped) {
     out.signals.push(Signal::Model);
     let message = event.get("message");
-    let message_id = message.and_then(|m| m.get("id")).cloned();
-    let parent = event.get("parent_tool_use_id").filter(|p| !p.is_null());
+    let message_id = message.and_then(|m| string(m, "id"));
+    let parent = string(event, "parent_tool_use_id");
     let blocks = message
         .and_then(|m| m.get("content"))
         .and_then(Value::as_array);
     for block in blocks.into_iter().flatten() {
-        let mut payload = match str_of(block, "type").unwrap_or_default() {
-            "text" => Draft::new(
-                kinds::AGENT_TEXT,
-                json!({"message_id": message_id, "text": block.get("text")}),
-            ),
-            "thinking" => Draft::new(
-                kinds::AGENT_THINKING,
-                json!({"message_id": message_id, "text": block.get("thinking")}),
-            ),
+        let draft = match str_of(block, "type").unwrap_or_default() {
+            "text" => Draft::new(AgentText {
+                message_id: message_id.clone(),
+                text: string(block, "text").unwrap_or_default(),
+                parent_tool_use_id: parent.clone(),
+            }),
+            "thinking" => Draft::new(AgentThinking {
+                message_id: message_id.clone(),
+                text: string(block, "thinking").unwrap_or_default(),
+                parent_tool_use_id: parent.clone(),
+            }),
             "tool_use" => {
                 let id = str_of(block, "id").unwrap_or_default().to_owned();
                 let name = str_of(block, "name").unwrap_or_default().to_owned();
@@ -211,30 +219,32 @@ fn assistant(event: &Value, out: &mut Mapped) {
                     name: name.clone(),
                 });
                 if name == "TodoWrite" {
-                    if let Some(todos) = input.get("todos") {
-                        out.drafts
-                            .push(Draft::new(kinds::AGENT_TODOS, json!({ "todos": todos })));
+                    let todos = input.get("todos").map(Vec::<Todo>::deserialize);
+                    if let Some(Ok(todos)) = todos {
+                        out.drafts.push(Draft::new(AgentTodos { todos }));
                     }
                 }
-                Draft::new(
-                    kinds::AGENT_TOOL_USE,
-                    json!({"id": id, "name": name, "path": file_path(&input), "input": input}),
-                )
+                Draft::new(AgentToolUse {
+                    id,
+                    name,
+                    path: file_path(&input),
+                    input,
+                    parent_tool_use_id: parent.clone(),
+                })
             }
-            _ => unknown(block),
+            _ => unknown(block, parent.clone()),
         };
-        if let (Some(parent), Value::Object(map)) = (parent, &mut payload.payload) {
-            map.insert("parent_tool_use_id".into(), parent.clone());
-        }
-        out.drafts.push(payload);
+        out.drafts.push(draft);
     }
 }
 
 fn user(event: &Value, out: &mut Mapped) {
     let content = event.get("message").and_then(|m| m.get("content"));
     if let Some(text) = content.and_then(Value::as_str) {
-        out.drafts
-            .push(Draft::new(kinds::AGENT_USER, json!({ "text": text })));
+        out.drafts.push(Draft::new(AgentUser {
+            text: text.to_owned(),
+            source: None,
+        }));
         return;
     }
     for block in content.and_then(Value::as_array).into_iter().flatten() {
@@ -243,20 +253,22 @@ fn user(event: &Value, out: &mut Mapped) {
                 let id = str_of(block, "tool_use_id").unwrap_or_default().to_owned();
                 let (summary, bytes, truncated) = summarize(block.get("content"));
                 out.signals.push(Signal::ToolFinished { id: id.clone() });
-                out.drafts.push(Draft::new(
-                    kinds::AGENT_TOOL_RESULT,
-                    json!({
-                        "tool_use_id": id,
-                        "is_error": block.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                        "summary": summary, "bytes": bytes, "truncated": truncated,
-                    }),
-                ));
+                out.drafts.push(Draft::new(AgentToolResult {
+                    tool_use_id: id,
+                    is_error: block
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    summary,
+                    bytes: bytes as u64,
+                    truncated,
+                }));
             }
-            "text" => out.drafts.push(Draft::new(
-                kinds::AGENT_USER,
-                json!({ "text": block.get("text") }),
-            )),
-            _ => out.drafts.push(unknown(block)),
+            "text" => out.drafts.push(Draft::new(AgentUser {
+                text: string(block, "text").unwrap_or_default(),
+                source: None,
+            })),
+            _ => out.drafts.push(unknown(block, None)),
         }
     }
 }
@@ -272,22 +284,20 @@ fn result(event: &Value, out: &mut Mapped) {
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
     let text = str_of(event, "result").map(|r| bounded(r, RAW_CHARS).0);
-    out.drafts.push(Draft::new(
-        kinds::AGENT_RESULT,
-        json!({
-            "subtype": event.get("subtype"),
-            "is_error": is_error,
-            "duration_ms": event.get("duration_ms"),
-            "duration_api_ms": event.get("duration_api_ms"),
-            "num_turns": event.get("num_turns"),
-            "cost_usd": event.get("total_cost_usd"),
-            "result": text,
-            "errors": event.get("errors"),
-            "terminal_reason": event.get("terminal_reason"),
-            "agent_session_id": event.get("session_id"),
-            "permission_denials": denials,
-        }),
-    ));
+    let number = |key| event.get(key).and_then(Value::as_u64);
+    out.drafts.push(Draft::new(AgentResult {
+        subtype: string(event, "subtype"),
+        is_error,
+        duration_ms: number("duration_ms"),
+        duration_api_ms: number("duration_api_ms"),
+        num_turns: number("num_turns").and_then(|n| u32::try_from(n).ok()),
+        cost_usd: event.get("total_cost_usd").and_then(Value::as_f64),
+        result: text,
+        errors: event.get("errors").cloned(),
+        terminal_reason: string(event, "terminal_reason"),
+        agent_session_id: string(event, "session_id"),
+        permission_denials: u32::try_from(denials).unwrap_or(u32::MAX),
+    }));
 }
 
 fn control_request(event: &Value, out: &mut Mapped) {
@@ -295,26 +305,26 @@ fn control_request(event: &Value, out: &mut Mapped) {
     let request = event.get("request").cloned().unwrap_or(Value::Null);
     let subtype = str_of(&request, "subtype").unwrap_or_default().to_owned();
     if subtype != "can_use_tool" || request_id.is_empty() {
-        out.drafts.push(unknown(event));
+        out.drafts.push(unknown(event, None));
         out.signals.push(Signal::UnsupportedControl {
             request_id,
             subtype,
         });
         return;
     }
-    let input = request.get("input").cloned().unwrap_or(json!({}));
+    let input = request
+        .get("input")
+        .cloned()
+        .unwrap_or(Value::Object(Map::new()));
     let tool_name = str_of(&request, "tool_name").unwrap_or_default().to_owned();
-    out.drafts.push(Draft::new(
-        kinds::AGENT_PERMISSION_REQUEST,
-        json!({
-            "request_id": request_id,
-            "tool_name": tool_name,
-            "tool_use_id": request.get("tool_use_id"),
-            "input": input,
-            "path": file_path(&input).or_else(|| str_of(&request, "blocked_path").map(str::to_owned)),
-            "description": request.get("description"),
-        }),
-    ));
+    out.drafts.push(Draft::new(AgentPermissionRequest {
+        request_id: request_id.clone(),
+        tool_name: tool_name.clone(),
+        tool_use_id: string(&request, "tool_use_id"),
+        input: input.clone(),
+        path: file_path(&input).or_else(|| string(&request, "blocked_path")),
+        description: string(&request, "description"),
+    }));
     out.signals.push(Signal::Permission(PermissionRequest {
         request_id,
         tool_name,
@@ -381,33 +391,33 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-/// An event kept as it came (bounded), for types nobody modelled.
-fn unknown(event: &Value) -> Draft {
+fn string(v: &Value, key: &str) -> Option<String> {
+    str_of(v, key).map(str::to_owned)
+}
+
+/// An event kept as it came (bounded), for types nobody modelled; `parent` is the tool call
+/// (a subagent) it came under.
+fn unknown(event: &Value, parent: Option<String>) -> Draft {
     let raw = event.to_string();
     let raw = if raw.len() > RAW_CHARS {
         Value::String(bounded(&raw, RAW_CHARS).0)
     } else {
         event.clone()
     };
-    let mut payload = Map::new();
-    payload.insert(
-        "type".into(),
-        event.get("type").cloned().unwrap_or(Value::Null),
-    );
-    payload.insert(
-        "subtype".into(),
-        event.get("subtype").cloned().unwrap_or(Value::Null),
-    );
-    payload.insert("raw".into(), raw);
-    Draft::new(kinds::AGENT_EVENT, Value::Object(payload))
+    Draft::new(AgentEvent {
+        event_type: string(event, "type"),
+        subtype: string(event, "subtype"),
+        raw,
+        parent_tool_use_id: parent,
+    })
 }
 
 /// An `agent.error` entry.
 pub fn error(message: &str, line: Option<&str>) -> Draft {
-    Draft::new(
-        kinds::AGENT_ERROR,
-        json!({ "message": message, "line": line.map(|l| bounded(l, RAW_CHARS).0) }),
-    )
+    Draft::new(AgentError {
+        message: message.to_owned(),
+        line: line.map(|l| bounded(l, RAW_CHARS).0),
+    })
 }
 
 #[cfg(test)]

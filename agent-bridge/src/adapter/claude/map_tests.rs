@@ -195,7 +195,7 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
     assert_eq!(kinds_of(&todo.drafts), ["agent.todos", "agent.tool_use"]);
     assert_eq!(todo.drafts[0].payload["todos"][0]["content"], "a");
     let long = "é".repeat(kinds::TOOL_RESULT_SUMMARY_CHARS + 10);
-    let line = json!({"type":"user","message":{"role":"user","content":[
+    let line = serde_json::json!({"type":"user","message":{"role":"user","content":[
         {"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text": long}]}]}});
     let m = mapper.map_line(&line.to_string());
     let p = &m.drafts[0].payload;
@@ -211,10 +211,9 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
 /// turn), then the mapped entries, numbered as the server would.
 fn as_log(name: &str) -> Vec<moor_protocol::Entry> {
     let (drafts, _) = map_all(name);
-    let prompt = Draft::new(
-        kinds::INPUT_TEXT,
-        serde_json::json!({"text": "do the task"}),
-    );
+    let prompt = Draft::new(moor_protocol::payload::InputText {
+        text: "do the task".into(),
+    });
     std::iter::once(prompt)
         .chain(drafts)
         .enumerate()
@@ -260,4 +259,39 @@ fn every_prefix_of_every_real_capture_gives_a_valid_transcript_and_a_consistent_
         }
         assert_eq!(all.counts.malformed, 0, "{name}: {:?}", all.counts);
     }
+}
+
+/// The entries mapped from two captures are the golden typed entries in
+/// `protocol/tests/fixtures/entry_body_list.json`, which the protocol round-trips and the web
+/// client type-checks (`scripts/gen-ts`). `MOOR_BLESS=1` rewrites the file after a deliberate
+/// change to the mapping.
+#[test]
+fn mapped_captures_are_the_golden_typed_entries_both_sides_check() {
+    // arrange
+    let path = format!(
+        "{}/../protocol/tests/fixtures/entry_body_list.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut drafts = map_all("08_persistent_stdio_permissions.OUT.jsonl").0;
+    drafts.extend(map_all("06_bash_include_partial_messages.stream.jsonl").0);
+    // act
+    let bodies: Vec<moor_protocol::EntryBody> = drafts
+        .iter()
+        .map(|d| d.body().unwrap_or_else(|e| panic!("{}: {e}", d.kind)))
+        .collect();
+    let encoded = serde_json::to_value(&bodies).unwrap();
+    // assert
+    for (d, body) in drafts.iter().zip(&encoded.as_array().unwrap()[..]) {
+        assert_eq!(
+            body["payload"], d.payload,
+            "{} re-encodes as spooled",
+            d.kind
+        );
+    }
+    if std::env::var_os("MOOR_BLESS").is_some() {
+        let text = serde_json::to_string_pretty(&encoded).unwrap();
+        std::fs::write(&path, text + "\n").unwrap();
+    }
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(encoded, golden, "{path} (MOOR_BLESS=1 rewrites it)");
 }

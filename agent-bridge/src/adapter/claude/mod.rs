@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moor_protocol::kinds;
-use serde_json::json;
+use moor_protocol::payload::{AgentActive, AgentOutput, AgentStart, OutputStream, Resolution};
+use moor_protocol::{BodyError, EntryBody};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -142,9 +143,7 @@ impl ClaudeAgent {
                 _ = sleep_until(deadline) => run.deadline(&mut process).await?,
             }
         };
-        run.spool
-            .append(vec![Draft::new(kinds::AGENT_EXIT, exit.payload())])
-            .await?;
+        run.spool.append(vec![Draft::new(exit.payload())]).await?;
         drop(run.screen);
         if let Some(thread) = screen_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
@@ -205,12 +204,14 @@ impl Run {
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let start = json!({
-            "command": self.spec.command, "cwd": self.spec.cwd.display().to_string(),
-            "pid": process.pid, "adapter": "claude",
-        });
-        self.record(vec![Draft::new(kinds::AGENT_START, start)])
-            .await?;
+        let start = AgentStart {
+            command: self.spec.command.clone(),
+            cwd: Some(self.spec.cwd.display().to_string()),
+            pid: Some(process.pid),
+            adapter: Some("claude".into()),
+            ..AgentStart::default()
+        };
+        self.record(vec![Draft::new(start)]).await?;
         let id = self.next_control_id("init");
         if let Err(e) = process.send(&control::initialize(&id)).await {
             self.record(vec![map::error(&e, None)]).await?;
@@ -240,8 +241,11 @@ impl Run {
         let line = match out {
             Out::Stdout(line) => line,
             Out::Stderr(text) => {
-                let entry = json!({"stream": "stderr", "text": text});
-                return drafts.push(Draft::new(kinds::AGENT_OUTPUT, entry));
+                let entry = AgentOutput {
+                    stream: OutputStream::Stderr,
+                    text,
+                };
+                return drafts.push(Draft::new(entry));
             }
         };
         let mapped = self.mapper.map_line(&line);
@@ -250,8 +254,10 @@ impl Run {
         }
         let revived = self.watchdog.observe(&mapped.signals, Self::now());
         if revived {
-            let silent = json!({"after": "stall"});
-            drafts.push(Draft::new(kinds::AGENT_ACTIVE, silent));
+            let active = AgentActive {
+                after: "stall".into(),
+            };
+            drafts.push(Draft::new(active));
             self.status.note("Claude Code is producing output again");
         }
         let mut mapped_drafts = mapped.drafts;
@@ -266,7 +272,13 @@ impl Run {
                 Signal::PermissionCancelled { request_id }
                     if self.pending.remove(request_id).is_some() =>
                 {
-                    drafts.push(resolved(request_id, "cancelled", None, None, None));
+                    drafts.push(resolved(
+                        request_id,
+                        Resolution::Cancelled,
+                        None,
+                        None,
+                        None,
+                    ));
                 }
                 Signal::ControlResponse {
                     request_id,
@@ -295,22 +307,22 @@ impl Run {
     /// Apply a remote input and report it.
     async fn remote(&mut self, process: &mut Process, input: PendingInput) {
         let by = input.author.clone();
-        let result = match input.kind.as_str() {
-            kinds::INPUT_TEXT => match input.payload.get("text").and_then(|t| t.as_str()) {
-                Some(text) => self.prompt(process, text).await,
-                None => Err("input.text payload has no \"text\" string".into()),
-            },
-            kinds::INPUT_INTERRUPT => {
+        let result = match input.body() {
+            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
+            Ok(EntryBody::InputInterrupt(_)) => {
                 let id = self.next_control_id("interrupt");
                 process.send(&control::interrupt(&id)).await
             }
-            kinds::INPUT_PERMISSION => {
+            Ok(EntryBody::InputPermission(decision)) => {
                 let seq = Some(input.seq.0);
-                self.permission_input(process, &input.payload, &by, seq)
-                    .await
+                self.permission_input(process, decision, &by, seq).await
             }
-            kind => Err(format!(
-                "the claude adapter takes input.text (prompts), input.interrupt and input.permission, not {kind}"
+            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
+                Err(format!("malformed {} payload: {e}", input.kind))
+            }
+            Ok(_) | Err(_) => Err(format!(
+                "the claude adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
+                input.kind
             )),
         };
         self.status.input_outcome(&input, result.as_ref().err());

@@ -1,7 +1,8 @@
 //! A plain-text rendering of the typed entries for the person at `moor`'s terminal: streamed
 //! text as it comes, one line per tool call and result, permission requests with how to answer.
 
-use moor_protocol::kinds;
+use moor_protocol::payload::Resolution;
+use moor_protocol::EntryBody;
 use serde_json::Value;
 
 use crate::spool::Draft;
@@ -9,60 +10,66 @@ use crate::spool::Draft;
 /// Turns entries into terminal text; remembers whether a message's text was already streamed.
 #[derive(Debug, Default)]
 pub(super) struct Renderer {
-    streamed: Option<Value>,
+    streamed: Option<Option<String>>,
 }
 
 impl Renderer {
     /// The text to print for `draft`, if any.
     pub(super) fn render(&mut self, draft: &Draft) -> Option<String> {
-        let p = &draft.payload;
-        let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or_default();
-        match draft.kind.as_str() {
-            kinds::AGENT_SESSION => Some(format!(
+        let or_empty = |s: &Option<String>| s.clone().unwrap_or_default();
+        match draft.body().ok()? {
+            EntryBody::AgentSession(p) => Some(format!(
                 "● Claude Code {} ({}), session {}\n",
-                s("version"),
-                s("model"),
-                s("agent_session_id")
+                or_empty(&p.version),
+                or_empty(&p.model),
+                or_empty(&p.agent_session_id)
             )),
-            kinds::AGENT_TEXT_DELTA => {
-                self.streamed = p.get("message_id").cloned();
-                Some(s("text").to_owned())
+            EntryBody::AgentTextDelta(p) => {
+                self.streamed = Some(p.message_id);
+                Some(p.text)
             }
-            kinds::AGENT_TEXT => {
-                if self.streamed.is_some() && self.streamed.as_ref() == p.get("message_id") {
+            EntryBody::AgentText(p) => {
+                if self.streamed.is_some() && self.streamed.as_ref() == Some(&p.message_id) {
                     self.streamed = None;
                     Some("\n".into())
                 } else {
-                    Some(format!("{}\n", s("text")))
+                    Some(format!("{}\n", p.text))
                 }
             }
-            kinds::AGENT_TOOL_USE => Some(format!("⏺ {}({})\n", s("name"), brief(&p["input"]))),
-            kinds::AGENT_TOOL_RESULT => {
-                let first = s("summary").lines().next().unwrap_or_default().to_owned();
-                let mark = if p["is_error"] == true { "✗" } else { "⎿" };
+            EntryBody::AgentToolUse(p) => Some(format!("⏺ {}({})\n", p.name, brief(&p.input))),
+            EntryBody::AgentToolResult(p) => {
+                let first = p.summary.lines().next().unwrap_or_default().to_owned();
+                let mark = if p.is_error { "✗" } else { "⎿" };
                 Some(format!("  {mark} {}\n", clip(&first, 160)))
             }
-            kinds::AGENT_PERMISSION_REQUEST => Some(format!(
+            EntryBody::AgentPermissionRequest(p) => Some(format!(
                 "? {} wants to run {}({}). Type y or n here, or decide from a viewer (request {}).\n",
                 "Claude",
-                s("tool_name"),
-                brief(&p["input"]),
-                s("request_id")
+                p.tool_name,
+                brief(&p.input),
+                p.request_id
             )),
-            kinds::AGENT_PERMISSION_RESOLVED => Some(format!(
-                "  permission {}: {}\n",
-                s("request_id"),
-                s("decision")
-            )),
-            kinds::AGENT_RESULT => Some(match p["is_error"] == true {
+            EntryBody::AgentPermissionResolved(p) => {
+                let decision = match p.decision {
+                    Resolution::Allow => "allow",
+                    Resolution::Deny => "deny",
+                    Resolution::Cancelled => "cancelled",
+                };
+                Some(format!("  permission {}: {decision}\n", p.request_id))
+            }
+            EntryBody::AgentResult(p) => Some(match p.is_error {
                 false => format!(
                     "✓ turn done in {:.1} s, ${}\n",
-                    p["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-                    p["cost_usd"]
+                    p.duration_ms.unwrap_or(0) as f64 / 1000.0,
+                    p.cost_usd.map_or("null".into(), |c| c.to_string())
                 ),
-                true => format!("✗ turn ended: {} {}\n", s("subtype"), p["errors"]),
+                true => format!(
+                    "✗ turn ended: {} {}\n",
+                    or_empty(&p.subtype),
+                    p.errors.unwrap_or(Value::Null)
+                ),
             }),
-            kinds::AGENT_ERROR => Some(format!("! {}\n", s("message"))),
+            EntryBody::AgentError(p) => Some(format!("! {}\n", p.message)),
             _ => None,
         }
     }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::process::Process;
@@ -11,7 +10,7 @@ use super::recovery::{Interruption, RestartReason};
 use super::{map, watchdog, Run, STOP_GRACE};
 use crate::adapter::{signal_agent, AdapterError, AgentExit, AgentSignal};
 use crate::spool::Draft;
-use moor_protocol::kinds;
+use moor_protocol::payload::AgentRestart;
 
 impl Run {
     /// The watchdog's deadline passed: report the stall, and restart if asked to.
@@ -28,8 +27,7 @@ impl Run {
                 "the model responds"
             }
         ));
-        self.record(vec![Draft::new(kinds::AGENT_STALLED, stall.payload())])
-            .await?;
+        self.record(vec![Draft::new(stall.payload())]).await?;
         if self.spec.options.auto_resume {
             let open_tool = stall.tool.clone();
             self.restart(
@@ -139,12 +137,14 @@ impl Run {
             reason.name(),
             self.restarts
         ));
-        let entry = json!({
-            "reason": reason.name(), "agent_session_id": session_id, "attempt": self.restarts,
-            "prompt": prompt, "previous_exit": previous.map(|e| e.payload()),
-        });
-        self.record(vec![Draft::new(kinds::AGENT_RESTART, entry)])
-            .await?;
+        let entry = AgentRestart {
+            reason: reason.name().into(),
+            agent_session_id: session_id.clone(),
+            attempt: self.restarts,
+            prompt: prompt.clone(),
+            previous_exit: previous.map(|e| e.payload()),
+        };
+        self.record(vec![Draft::new(entry)]).await?;
         *process = Process::spawn(&self.spec, Some(&session_id))?;
         self.pid.set(process.pid);
         self.watchdog.reset(Self::now());

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use moor_protocol::payload::{AgentStalled, StalledTool};
 use tokio::time::Instant;
 
 use super::map::Signal;
@@ -52,13 +52,16 @@ pub struct Stall {
 
 impl Stall {
     /// The `agent.stalled` payload.
-    pub fn payload(&self) -> Value {
-        json!({
-            "phase": self.phase.name(),
-            "silent_ms": self.silent.as_millis() as u64,
-            "timeout_ms": self.timeout.as_millis() as u64,
-            "tool": self.tool.as_ref().map(|(id, name)| json!({"id": id, "name": name})),
-        })
+    pub fn payload(&self) -> AgentStalled {
+        AgentStalled {
+            phase: self.phase.name().into(),
+            silent_ms: self.silent.as_millis() as u64,
+            timeout_ms: self.timeout.as_millis() as u64,
+            tool: self.tool.as_ref().map(|(id, name)| StalledTool {
+                id: id.clone(),
+                name: name.clone(),
+            }),
+        }
     }
 }
 
@@ -221,7 +224,7 @@ mod tests {
         assert!(w.check(at(t0, 59)).is_none());
         let stall = w.check(at(t0, 61)).unwrap();
         assert_eq!(stall.phase, Phase::Streaming);
-        assert_eq!(stall.payload()["silent_ms"], 61_000);
+        assert_eq!(stall.payload().silent_ms, 61_000);
         assert!(w.check(at(t0, 500)).is_none(), "reported once");
         assert!(w.observe(&[Signal::Model], at(t0, 501)), "activity ends it");
         assert_eq!(w.deadline(), Some(at(t0, 561)));
@@ -246,7 +249,7 @@ mod tests {
         let permission = Signal::Permission(super::super::map::PermissionRequest {
             request_id: "r".into(),
             tool_name: "Bash".into(),
-            input: Value::Null,
+            input: serde_json::Value::Null,
         });
         w.observe(&[permission], at(t0, 603));
         assert_eq!(w.deadline(), None, "a person is deciding");

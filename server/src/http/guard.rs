@@ -1,12 +1,12 @@
-//! Request hardening in front of every route: security headers (HSTS when serving TLS), CORS for an allow-list of
+//! Request hardening in front of every route (HTTP middleware; the limits themselves are
+//! `access::limits`): security headers (HSTS when serving TLS), CORS for an allow-list of
 //! origins, WebSocket `Origin` checks, and rate limits (per credential, else per client address)
 //! answered with `429` and `Retry-After`. Client addresses come from the socket, or from
 //! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
+//!
+//! Part of the HTTP transport: calls `access` and `state`; never `sse` or `ws`.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -14,83 +14,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use crate::access::ACCESS_COOKIE;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::util::{cookie, query_param};
 
 /// The web app's content security policy: only its own scripts, connections and workers,
 /// never framed.
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
                    img-src 'self' data: blob:; connect-src 'self'; worker-src 'self'; \
                    frame-ancestors 'none'; base-uri 'none'; object-src 'none'; form-action 'self'";
-
-/// Most buckets kept; beyond it, full (idle) buckets are dropped first.
-const MAX_BUCKETS: usize = 100_000;
-
-/// Token buckets by key (credential hash or client address).
-#[derive(Debug, Clone)]
-pub struct RateLimiter {
-    per_sec: f64,
-    burst: f64,
-    buckets: Arc<Mutex<HashMap<String, (f64, Instant)>>>,
-}
-
-impl RateLimiter {
-    /// `per_sec` requests a second on average, bursts of up to `burst`.
-    pub fn new(per_sec: f64, burst: f64) -> Self {
-        Self {
-            per_sec: per_sec.max(0.001),
-            burst: burst.max(1.0),
-            buckets: Arc::default(),
-        }
-    }
-
-    /// Takes one request from `key`'s bucket; `Err(seconds to wait)` when it is empty.
-    pub fn check(&self, key: &str) -> Result<(), u64> {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(key) {
-            let (per_sec, burst) = (self.per_sec, self.burst);
-            buckets.retain(|_, (tokens, at)| {
-                *tokens + now.duration_since(*at).as_secs_f64() * per_sec < burst
-            });
-        }
-        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((self.burst, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_sec).min(self.burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(((1.0 - *tokens) / self.per_sec).ceil().max(1.0) as u64)
-        }
-    }
-
-    /// Forgets `key` (a successful login clears its failures).
-    pub fn clear(&self, key: &str) {
-        self.buckets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-
-    /// Whether `key` has a request left, without taking one.
-    pub fn peek(&self, key: &str) -> Result<(), u64> {
-        let now = Instant::now();
-        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        match buckets.get(key) {
-            Some((tokens, at)) => {
-                let t =
-                    (tokens + now.duration_since(*at).as_secs_f64() * self.per_sec).min(self.burst);
-                if t >= 1.0 {
-                    Ok(())
-                } else {
-                    Err(((1.0 - t) / self.per_sec).ceil().max(1.0) as u64)
-                }
-            }
-            None => Ok(()),
-        }
-    }
-}
 
 /// The client's address: the socket peer, or with `trust_forwarded` the address the (one,
 /// trusted) reverse proxy appended last to `X-Forwarded-For`.
@@ -120,8 +53,8 @@ fn credential_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned)
-        .or_else(|| crate::auth::query_param(query.unwrap_or(""), "access_token"))
-        .or_else(|| crate::auth::cookie(headers, crate::auth::ACCESS_COOKIE))?;
+        .or_else(|| query_param(query.unwrap_or(""), "access_token"))
+        .or_else(|| cookie(headers, ACCESS_COOKIE))?;
     let digest = Sha256::digest(token.trim().as_bytes());
     Some(format!("t:{:x}", digest))
 }
@@ -268,48 +201,9 @@ fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool, tls:
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub Option<IpAddr>);
 
-/// Limits kept across requests.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Requests per credential (or per client address without one).
-    pub requests: RateLimiter,
-    /// Failed logins per client address and per user name.
-    pub logins: RateLimiter,
-}
-
-impl Limits {
-    /// Limits from the configuration.
-    pub fn new(cfg: &crate::config::ServerConfig) -> Self {
-        Self {
-            requests: RateLimiter::new(cfg.rate_limit_per_sec, cfg.rate_limit_burst),
-            // Five tries, then one every 12 s.
-            logins: RateLimiter::new(1.0 / 12.0, 5.0),
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self::new(&crate::config::ServerConfig::default())
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-
-    #[test]
-    fn a_bucket_empties_and_says_how_long_to_wait() {
-        let r = RateLimiter::new(0.5, 2.0);
-        assert!(r.check("a").is_ok());
-        assert!(r.check("a").is_ok());
-        assert_eq!(r.check("a"), Err(2));
-        assert!(r.check("b").is_ok());
-        r.clear("a");
-        assert!(r.check("a").is_ok());
-    }
 
     #[test]
     fn origins_compare_by_scheme_host_and_port() {
@@ -318,17 +212,5 @@ mod tests {
             "https://moor.example"
         );
         assert_eq!(url_origin("http://127.0.0.1:7070"), "http://127.0.0.1:7070");
-    }
-
-    #[test]
-    fn elapsed_time_refills() {
-        let r = RateLimiter::new(1000.0, 1.0);
-        assert!(r.check("a").is_ok());
-        let t0 = Instant::now();
-        // Bounded: at 1000/s a token is back within a few ms.
-        while r.check("a").is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(5));
-            std::thread::yield_now();
-        }
     }
 }

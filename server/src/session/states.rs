@@ -9,22 +9,23 @@
 //!
 //! A follower stops once its session has ended and nobody watches its state any more; the
 //! next watcher starts a new one from the latest snapshot.
+//!
+//! Part of the session core: calls `session::{log, tail}`, `store` and `hub`; never a transport.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moor_protocol::state::{Phase, SessionState, SESSION_INTERRUPTED};
-use moor_protocol::{close, kinds, now_ms, Entry, Seq, SessionId};
-use serde_json::Value;
+use moor_protocol::{close, kinds, now_ms, Entry, EntryBody, Seq, SessionId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::log::Log;
+use super::tail::Tail;
 use crate::hub::Hub;
-use crate::log::Log;
 use crate::store::{Append, IdemKey, LogStore, StoreError, StoreResult};
-use crate::tail::Tail;
 
 /// Entries folded between two stored snapshots.
 pub const SNAPSHOT_EVERY: u64 = 1000;
@@ -183,7 +184,7 @@ impl States {
             ts: now_ms(),
             kind: SESSION_INTERRUPTED.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: before.interruption(cause),
+            payload: EntryBody::from(before.interruption(cause)).payload(),
             key: IdemKey::Receipt(at),
         };
         // Not awaited: the follower must not wait on the committer that feeds it.
@@ -201,11 +202,10 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
     match entry.kind.as_str() {
         kinds::BRIDGE_DISCONNECTED => {
             // Planned moves are not interruptions: the bridge reconnects at once.
-            let code = entry
-                .payload
-                .get("close_code")
-                .and_then(Value::as_u64)
-                .map(|c| c as u16);
+            let code = match entry.body() {
+                Ok(EntryBody::BridgeDisconnected(d)) => d.close_code,
+                _ => None,
+            };
             let planned = matches!(
                 code,
                 Some(
@@ -231,7 +231,7 @@ mod tests {
             ts: now_ms(),
             kind: kind.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: serde_json::json!({}),
+            payload: serde_json::Value::Object(Default::default()),
             key: IdemKey::Receipt(Seq(seq)),
         }
     }

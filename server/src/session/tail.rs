@@ -4,6 +4,8 @@
 //! The subscription is made before the first store read, so nothing committed in between can be
 //! missed; live entries at or below the cursor are dropped. A gap in the live stream (a lagged
 //! receiver) switches back to reading the store from the cursor. `next` is cancel-safe.
+//!
+//! Part of the session core: calls `store` and `hub`; never a transport.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

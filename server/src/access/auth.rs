@@ -1,7 +1,9 @@
 //! Who is calling: the bootstrap admin (the token in `<data-dir>/admin.token`) or a user (an
-//! administrator or not) with a JWT access token (`access::jwt`), presented as a bearer header, an `access_token` query
-//! parameter or the `moor_access` cookie. What they may do is `access`'s business. Tokens are
-//! never logged.
+//! administrator or not) with a JWT access token (`access::jwt`), presented as a bearer header,
+//! an `access_token` query parameter or the `moor_access` cookie. [`Auth`] holds the key
+//! material; [`AuthUser`] is the extractor, generic over any state that yields an [`Auth`] and
+//! the store (`FromRef`), so this module never names the application state. Tokens are never
+//! logged.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,18 +14,20 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use rand::RngCore;
 
-use crate::access::device::DeviceGrants;
-use crate::access::guard::Limits;
-use crate::access::jwt::{Claims, JwtError, Keys};
-use crate::access::revocations::Revocations;
-use crate::access::setup::SetupCode;
+use super::device::DeviceGrants;
+use super::jwt::{Claims, JwtError, Keys};
+use super::limits::Limits;
+use super::principal::Principal;
+use super::revocations::Revocations;
+use super::setup::SetupCode;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::store::AccessStore;
+use crate::util::{cookie, query_param, write_private};
 
 /// Audience of access tokens this server issues.
 pub const AUDIENCE: &str = "moor";
 /// Default issuer of access tokens.
-pub const ISSUER: &str = "moord";
+pub const ISSUER: &str = crate::config::DEFAULT_TOKEN_ISSUER;
 /// Name of the cookie holding the browser's access token.
 pub const ACCESS_COOKIE: &str = "moor_access";
 /// Name of the cookie holding the browser's refresh token.
@@ -52,59 +56,6 @@ pub struct Auth {
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Auth { .. }")
-    }
-}
-
-/// A verified caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// Name written as the author of what this caller appends (`user:<name>`).
-    pub name: String,
-    /// An administrator (the bootstrap admin, or a user made one): owner of every session, may
-    /// manage users.
-    pub admin: bool,
-    /// The bootstrap admin token: no account behind it, so nothing to revoke but the token.
-    pub bootstrap: bool,
-    /// The token family (login or device) a user's access token belongs to.
-    pub family: Option<String>,
-}
-
-impl Principal {
-    /// The bootstrap admin.
-    pub fn bootstrap() -> Self {
-        Self {
-            name: "admin".to_owned(),
-            admin: true,
-            bootstrap: true,
-            family: None,
-        }
-    }
-
-    /// A user, with the token family their credential belongs to.
-    pub fn for_user(name: String, family: Option<String>) -> Self {
-        Self {
-            name,
-            admin: false,
-            bootstrap: false,
-            family,
-        }
-    }
-
-    /// Makes this user an administrator.
-    pub fn as_admin(mut self, admin: bool) -> Self {
-        self.admin = admin;
-        self
-    }
-
-    /// The user name, unless this is the bootstrap admin (administrators are users too: their
-    /// revocation ends their connections like anyone's).
-    pub fn user(&self) -> Option<&str> {
-        (!self.bootstrap).then_some(self.name.as_str())
-    }
-
-    /// The `author` of entries this caller writes.
-    pub fn author(&self) -> String {
-        format!("user:{}", self.name)
     }
 }
 
@@ -144,7 +95,7 @@ impl Auth {
 
     /// Signs an access token for `user` in token family `family`.
     pub fn issue(&self, user: &str, family: &str) -> anyhow::Result<String> {
-        let now = crate::access::unix_now();
+        let now = super::unix_now();
         self.keys.sign(&Claims {
             sub: user.to_owned(),
             fam: family.to_owned(),
@@ -188,11 +139,11 @@ impl Auth {
 
     /// Whether `token` is the bootstrap admin token.
     pub fn is_admin_token(&self, token: &str) -> bool {
-        constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
+        super::constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
     }
 
     /// The principal a presented token belongs to, checking revocation in the store.
-    pub async fn principal(&self, state: &AppState, token: &str) -> Option<Principal> {
+    pub async fn principal(&self, store: &dyn AccessStore, token: &str) -> Option<Principal> {
         if self.is_admin_token(token) {
             return Some(Principal::bootstrap());
         }
@@ -203,7 +154,7 @@ impl Auth {
                 return None;
             }
         };
-        match state.store.access.active_family(&claims.fam).await {
+        match store.active_family(&claims.fam).await {
             // The name comes from the signed claims; the store confirms it is the family's.
             Ok(Some(user)) if user.name == claims.sub => {
                 Some(Principal::for_user(claims.sub, Some(claims.fam)).as_admin(user.admin))
@@ -217,25 +168,6 @@ impl Auth {
     }
 }
 
-/// Writes a new file readable only by its owner (mode 0600); an existing file is an error.
-pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path)?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()
-}
-
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Extractor for an authenticated caller: `Authorization: Bearer <token>`, or an
 /// `access_token` query parameter for clients that cannot set headers (`EventSource`,
 /// browser WebSockets).
@@ -244,13 +176,13 @@ pub struct AuthUser(pub Principal);
 
 impl<S> FromRequestParts<S> for AuthUser
 where
-    AppState: FromRef<S>,
+    Auth: FromRef<S>,
+    Arc<dyn AccessStore>: FromRef<S>,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let state = AppState::from_ref(state);
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -263,83 +195,18 @@ where
         let Some(token) = token else {
             return Err(ApiError::Unauthorized);
         };
-        let auth = state.auth.clone();
-        auth.principal(&state, token.trim())
+        let auth = Auth::from_ref(state);
+        let store = <Arc<dyn AccessStore>>::from_ref(state);
+        auth.principal(store.as_ref(), token.trim())
             .await
             .map(AuthUser)
             .ok_or(ApiError::Unauthorized)
     }
 }
 
-/// The value of cookie `name`, if the request carries it.
-pub(crate) fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(axum::http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
-}
-
-/// The value of `name` in a query string, percent-decoded.
-pub(crate) fn query_param(query: &str, name: &str) -> Option<String> {
-    url_pairs(query).find(|(k, _)| k == name).map(|(_, v)| v)
-}
-
-fn url_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k), percent_decode(v))
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        (b as char).to_digit(16).map(|d| d as u8)
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let decoded = match bytes[i] {
-            b'%' if i + 2 < bytes.len() => hex(bytes[i + 1])
-                .zip(hex(bytes[i + 2]))
-                .map(|(h, l)| h * 16 + l),
-            _ => None,
-        };
-        match (decoded, bytes[i]) {
-            (Some(b), _) => {
-                out.push(b);
-                i += 3;
-            }
-            (None, b'+') => {
-                out.push(b' ');
-                i += 1;
-            }
-            (None, b) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_params_are_percent_decoded() {
-        assert_eq!(
-            query_param("a=1&access_token=ab%2Fc+d&x", "access_token").as_deref(),
-            Some("ab/c d")
-        );
-        assert_eq!(query_param("t=%zz%", "t").as_deref(), Some("%zz%"));
-        assert_eq!(query_param("", "t"), None);
-    }
 
     #[test]
     fn only_the_admin_token_is_the_admin_token() {

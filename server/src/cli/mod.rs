@@ -1,0 +1,240 @@
+//! `moord`'s command line: the flags and environment variables (`Config`), serving, and the
+//! administration subcommands (`user`, `keys`, `migrate-store`). `main` only parses and calls
+//! [`Config::run`]; everything here goes through the library's public API ([`Server`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Server, ServerConfig};
+
+mod keys;
+mod migrate;
+mod user;
+
+/// Installs the log subscriber: `RUST_LOG`, else `moor_server=info`, written to `writer`.
+pub fn init_tracing<W>(writer: W)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "moor_server=info".into()),
+        )
+        .with_writer(writer)
+        .init();
+}
+
+/// The Mooring relay server.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "MOOR_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: String,
+    /// Directory for the SQLite database and the admin token.
+    #[arg(
+        long,
+        env = "MOOR_DATA_DIR",
+        default_value = "moor-data",
+        global = true
+    )]
+    data_dir: PathBuf,
+    /// Database URL (default: sqlite:<data-dir>/moor.db).
+    #[arg(long, env = "MOOR_DATABASE_URL", hide_env_values = true, global = true)]
+    database_url: Option<String>,
+    /// This node's name among nodes sharing a Postgres database (default: generated).
+    #[arg(long, env = "MOOR_NODE_ID")]
+    node_id: Option<String>,
+    /// Admin token to use instead of <data-dir>/admin.token.
+    #[arg(long, env = "MOOR_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// URL people open, if not http://<listen>.
+    #[arg(long, env = "MOOR_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Heartbeat interval on bridge sockets.
+    #[arg(long, env = "MOOR_HEARTBEAT_INTERVAL_MS", default_value_t = 10_000)]
+    heartbeat_interval_ms: u64,
+    /// Silence after which a socket is considered dead.
+    #[arg(long, env = "MOOR_IDLE_TIMEOUT_MS", default_value_t = 30_000)]
+    idle_timeout_ms: u64,
+    /// Maximum bridge connection lifetime (0 = none); the bridge is told to move before it.
+    #[arg(long, env = "MOOR_BRIDGE_MAX_LIFETIME_MS", default_value_t = 0)]
+    bridge_max_lifetime_ms: u64,
+    /// How long before the lifetime cap the bridge is told to move.
+    #[arg(long, env = "MOOR_MOVE_NOTICE_MS", default_value_t = 5_000)]
+    move_notice_ms: u64,
+    /// Maximum SSE stream lifetime (0 = none); clients resume with Last-Event-ID.
+    #[arg(long, env = "MOOR_SSE_LIFETIME_MS", default_value_t = 0)]
+    sse_lifetime_ms: u64,
+    /// Keep-alive interval for SSE and viewer sockets.
+    #[arg(long, env = "MOOR_KEEPALIVE_MS", default_value_t = 15_000)]
+    keepalive_ms: u64,
+    /// Largest WebSocket message accepted.
+    #[arg(long, env = "MOOR_MAX_FRAME_BYTES", default_value_t = 4 << 20)]
+    max_frame_bytes: usize,
+    /// Largest HTTP request body accepted.
+    #[arg(long, env = "MOOR_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Lifetime of access tokens, in seconds.
+    #[arg(long, env = "MOOR_ACCESS_TOKEN_TTL_SECS", default_value_t = 900)]
+    access_token_ttl_secs: u64,
+    /// Lifetime of refresh tokens, in seconds (each use replaces the token).
+    #[arg(long, env = "MOOR_REFRESH_TOKEN_TTL_SECS", default_value_t = 30 * 24 * 3600)]
+    refresh_token_ttl_secs: u64,
+    /// Browser origins besides the public URL's allowed to call the API and open sockets
+    /// (comma-separated, e.g. https://app.example).
+    #[arg(long, env = "MOOR_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Trust X-Forwarded-For for client addresses (only behind a reverse proxy that sets it).
+    #[arg(long, env = "MOOR_TRUST_FORWARDED")]
+    trust_forwarded: bool,
+    /// Requests a second per credential or client address (average; bursts of 10x).
+    #[arg(long, env = "MOOR_RATE_LIMIT", default_value_t = 200.0)]
+    rate_limit: f64,
+    /// Lifetime of the first-start setup link, in seconds (a restart prints a new one).
+    #[arg(long, env = "MOOR_SETUP_CODE_TTL_SECS", default_value_t = 3600)]
+    setup_code_ttl_secs: u64,
+    /// Serve HTTPS and WSS with this PEM certificate chain (with --tls-key).
+    #[arg(long, env = "MOOR_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "MOOR_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Administration; without a subcommand, moord serves.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        cmd: user::UserCommand,
+    },
+    /// Manage the JWT signing keys in <data-dir>/jwt-keys.json.
+    Keys {
+        #[command(subcommand)]
+        cmd: keys::KeysCommand,
+    },
+    /// Copy a SQLite database into an empty Postgres database (stop moord first).
+    MigrateStore {
+        /// Source, e.g. sqlite:moor-data/moor.db
+        #[arg(long)]
+        from: String,
+        /// Destination, e.g. postgres://moor@db/moor
+        #[arg(long)]
+        to: String,
+    },
+}
+
+impl Config {
+    /// The library configuration these flags describe.
+    pub fn into_server_config(self) -> ServerConfig {
+        let ms = Duration::from_millis;
+        ServerConfig {
+            data_dir: self.data_dir,
+            database_url: self.database_url,
+            node_id: self.node_id,
+            admin_token: self.admin_token,
+            public_url: self.public_url,
+            heartbeat_interval: ms(self.heartbeat_interval_ms.max(1)),
+            idle_timeout: ms(self.idle_timeout_ms.max(1)),
+            bridge_max_lifetime: ms(self.bridge_max_lifetime_ms),
+            move_notice: ms(self.move_notice_ms),
+            sse_lifetime: ms(self.sse_lifetime_ms),
+            keepalive: ms(self.keepalive_ms.max(1)),
+            max_frame_bytes: self.max_frame_bytes,
+            max_body_bytes: self.max_body_bytes,
+            access_token_ttl: Duration::from_secs(self.access_token_ttl_secs.max(1)),
+            refresh_token_ttl: Duration::from_secs(self.refresh_token_ttl_secs.max(1)),
+            allowed_origins: self.allowed_origins,
+            trust_forwarded: self.trust_forwarded,
+            rate_limit_per_sec: self.rate_limit,
+            rate_limit_burst: self.rate_limit * 10.0,
+            setup_code_ttl: Duration::from_secs(self.setup_code_ttl_secs.max(1)),
+            tls: self
+                .tls_cert
+                .zip(self.tls_key)
+                .map(|(cert, key)| crate::tls::TlsFiles { cert, key }),
+            ..ServerConfig::default()
+        }
+    }
+
+    /// Runs what the flags ask for: an administration command, else the server until SIGTERM
+    /// or SIGINT.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let mut config = self;
+        if let Some(command) = config.command.take() {
+            let server_config = config.into_server_config();
+            return match command {
+                Command::MigrateStore { from, to } => migrate::run(&from, &to).await,
+                Command::Keys { cmd } => keys::run(cmd, server_config),
+                Command::User { cmd } => user::run(cmd, server_config).await,
+            };
+        }
+        let listen = config.listen.clone();
+        let data_dir = config.data_dir.clone();
+        let server_config = config.into_server_config();
+        let tls = server_config.tls.is_some();
+        let server = Server::build(server_config.clone()).await?;
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("listen on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let scheme = if tls { "https" } else { "http" };
+        let public_url = server_config.public_url_for(addr);
+        println!("moord listening on {scheme}://{addr}");
+        match server.setup_link(addr) {
+            Some(link) => println!(
+                "first start: create the administrator account at {link} (one use, valid {}; \
+             a restart prints a new link)",
+                human(server_config.setup_code_ttl)
+            ),
+            None => println!("web: {public_url}/"),
+        }
+        let token_file = data_dir.join("admin.token");
+        if server.new_admin_token().is_some() {
+            println!(
+                "bootstrap admin token (for scripts) saved in {}",
+                token_file.display()
+            );
+        }
+        println!(
+            "attach an agent: moor login {public_url} && moor run -- <command> \
+         (or MOOR_TOKEN=$(cat {}) moor run --server {public_url} -- <command>)",
+            token_file.display()
+        );
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signal_shutdown(shutdown.clone()));
+        server.serve(listener, shutdown).await
+    }
+}
+
+/// `1 h`, `15 min`, `30 s`.
+fn human(d: Duration) -> String {
+    match d.as_secs() {
+        s if s >= 3600 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+async fn signal_shutdown(token: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    tracing::info!("shutting down: moving bridges, ending streams, finishing commits");
+    token.cancel();
+}
