@@ -3,7 +3,7 @@
 //! It is generated, not written: every route is registered through `utoipa_axum`'s
 //! `routes!(handler)`, which takes the method and the path from the handler's
 //! `#[utoipa::path]` annotation and adds the same operation to the document, so a route cannot
-//! exist without its description (`http::router` adds routes no other way). The payload schemas
+//! exist without its description (`app::routes` adds routes no other way). The payload schemas
 //! are the `moor-protocol` types (its `openapi` feature). This module holds what the handlers'
 //! annotations share: the document's frame (security schemes, tags), the error responses, and
 //! the schemas of the few bodies that have no type of their own in `moor-protocol`.
@@ -32,7 +32,7 @@ pub const ACCESS: &str = "access";
 /// Tag of the web client's files and the server's own description.
 pub const SERVER: &str = "server";
 
-/// The document's frame; `http::router` adds every operation to it.
+/// The document's frame; `app::routes` adds every operation to it.
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(
