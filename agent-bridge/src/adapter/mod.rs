@@ -10,6 +10,7 @@
 pub mod chunks;
 pub mod claude;
 pub mod lines;
+mod process;
 pub mod pty;
 pub mod terminal;
 

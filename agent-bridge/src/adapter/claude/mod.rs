@@ -325,14 +325,7 @@ impl Run {
                 input.kind
             )),
         };
-        self.status.input_outcome(&input, result.as_ref().err());
-        let recorded = match result {
-            Ok(()) => input.applied().await,
-            Err(reason) => input.failed(reason).await,
-        };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, "could not record an input's outcome");
-        }
+        input.settle(&self.status, result).await;
     }
 
     async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
