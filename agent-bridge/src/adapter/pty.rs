@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{key_bytes, spool_chunks};
-use super::terminal::{self, RawMode, TermSize};
 use super::process::{child_pid, join_writer, program_and_args, spawn_error, wait_for_exit};
+use super::terminal::{self, RawMode, TermSize};
 use super::{AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool};
@@ -59,7 +59,8 @@ impl PtyAgent {
     /// Open a PTY the size of the local terminal (80×24 without one) and start the program on it.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
         let (program, args) = program_and_args(spec, &spec.command)?;
-        let pty_err = |e: pty_process::Error| spawn_error(spec, std::io::Error::other(e.to_string()));
+        let pty_err =
+            |e: pty_process::Error| spawn_error(spec, std::io::Error::other(e.to_string()));
         let (pty, pts) = pty_process::open().map_err(pty_err)?;
         let size = terminal::local_size().unwrap_or(TermSize::DEFAULT);
         pty.resize(Size::new(size.rows, size.cols))
@@ -145,8 +146,14 @@ impl PtyAgent {
             .run(inputs, exited.clone()),
         );
 
-        let exit_wait =
-            wait_for_exit(&mut child, pid, &mut signals, &mut spooler, "terminal output").await?;
+        let exit_wait = wait_for_exit(
+            &mut child,
+            pid,
+            &mut signals,
+            &mut spooler,
+            "terminal output",
+        )
+        .await?;
         exited.cancel();
         if let Some(err) = exit_wait.spool_failure {
             drop(raw);
