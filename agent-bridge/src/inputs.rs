@@ -251,19 +251,6 @@ impl PendingInput {
         self.finish(ReceiptStatus::Applied).await
     }
 
-    /// Record `result` (applied, or failed with its reason) and tell the person at the terminal;
-    /// a ledger that cannot record it is logged, the input then stays in flight.
-    pub async fn settle(self, status: &crate::status::Status, result: Result<(), String>) {
-        status.input_outcome(&self, result.as_ref().err());
-        let recorded = match result {
-            Ok(()) => self.applied().await,
-            Err(reason) => self.failed(reason).await,
-        };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, "could not record an input's outcome");
-        }
-    }
-
     /// It could not be applied; it still counts as consumed.
     pub async fn failed(self, reason: impl Into<String>) -> Result<(), LedgerError> {
         self.finish(ReceiptStatus::Failed {

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::chunks::{key_bytes, spool_chunks};
 use super::process::{child_pid, join_writer, program_and_args, spawn_error, wait_for_exit};
 use super::terminal::{self, RawMode, TermSize};
-use super::{AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
+use super::{settle, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
@@ -320,7 +320,7 @@ impl Feeder {
                 pending.kind
             )),
         };
-        pending.settle(&self.status, result).await;
+        settle(pending, &self.status, result).await;
     }
 }
 

@@ -511,14 +511,20 @@ fn fresh_clone(origin: &Path) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
-#[test]
-fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
-    // arrange
+/// A repository with every kind of change, its checkpoint, and the blobs a server holds for it.
+fn checkpoint_with_blobs() -> (tempfile::TempDir, Described, HashMap<String, Vec<u8>>) {
     let origin = repo_with_history();
     change_everything(origin.path());
     let repo = Repo::probe(origin.path()).unwrap();
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     let blobs = blobs_of(&repo, &cp);
+    (origin, cp, blobs)
+}
+
+#[test]
+fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
+    // arrange
+    let (origin, cp, blobs) = checkpoint_with_blobs();
     let (_keep, clone) = fresh_clone(origin.path());
     let there = Repo::probe(&clone).unwrap();
     assert!(
@@ -542,11 +548,7 @@ fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
 
 #[test]
 fn a_corrupted_blob_is_refused_and_nothing_is_written() {
-    let origin = repo_with_history();
-    change_everything(origin.path());
-    let repo = Repo::probe(origin.path()).unwrap();
-    let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
-    let mut blobs = blobs_of(&repo, &cp);
+    let (origin, cp, mut blobs) = checkpoint_with_blobs();
     let victim = cp
         .manifest
         .files

@@ -37,7 +37,8 @@ use self::render::Renderer;
 use self::watchdog::Watchdog;
 use super::terminal;
 use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal, AgentSpec,
+    settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal,
+    AgentSpec,
 };
 use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
@@ -325,7 +326,7 @@ impl Run {
                 input.kind
             )),
         };
-        input.settle(&self.status, result).await;
+        settle(input, &self.status, result).await;
     }
 
     async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
