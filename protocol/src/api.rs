@@ -168,11 +168,11 @@ pub struct InputRequest {
 impl InputRequest {
     /// A request to post `body` (an input kind such as [`crate::payload::InputText`]).
     pub fn typed(client_msg_id: impl Into<String>, body: impl Into<crate::EntryBody>) -> Self {
-        let body = body.into();
+        let (kind, payload) = body.into().to_parts();
         Self {
             client_msg_id: client_msg_id.into(),
-            kind: body.kind().to_owned(),
-            payload: body.payload(),
+            kind,
+            payload,
         }
     }
 }

@@ -12,32 +12,6 @@ use uuid::Uuid;
 #[serde(transparent)]
 pub struct SessionId(pub Uuid);
 
-impl SessionId {
-    /// A fresh random id.
-    pub fn new() -> Self {
-        Self(Uuid::new_v4())
-    }
-}
-
-impl Default for SessionId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::str::FromStr for SessionId {
-    type Err = uuid::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Uuid::parse_str(s).map(Self)
-    }
-}
-
 /// The identity of one bridge installation feeding a session. Producer seqs are counted per
 /// `(session, producer)`; the pair is the idempotency key of everything a bridge sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,24 +20,39 @@ impl std::str::FromStr for SessionId {
 #[serde(transparent)]
 pub struct ProducerId(pub Uuid);
 
-impl ProducerId {
-    /// A fresh random id.
-    pub fn new() -> Self {
-        Self(Uuid::new_v4())
-    }
+/// What a random UUID id has: `new` makes a fresh one (so does `Default`: an id is never a
+/// placeholder), and it reads and prints as its UUID.
+macro_rules! uuid_ids {
+    ($($id:ident),*) => {$(
+        impl $id {
+            /// A fresh random id.
+            pub fn new() -> Self {
+                Self(Uuid::new_v4())
+            }
+        }
+
+        impl Default for $id {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $id {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl std::str::FromStr for $id {
+            type Err = uuid::Error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self)
+            }
+        }
+    )*};
 }
 
-impl Default for ProducerId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for ProducerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+uuid_ids!(SessionId, ProducerId);
 
 /// Position of an entry in a session's log: contiguous from 1, assigned by the server in commit
 /// order. `Seq(0)` is the cursor "before the first entry".

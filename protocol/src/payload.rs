@@ -737,6 +737,11 @@ macro_rules! entry_bodies {
                 decoded.map_err(BodyError::Malformed)
             }
 
+            /// The `(kind, payload)` pair of an entry with this body.
+            pub fn to_parts(&self) -> (String, Value) {
+                (self.kind().to_owned(), self.payload())
+            }
+
             /// The payload as JSON, as it goes on the wire.
             pub fn payload(&self) -> Value {
                 let encoded = match self {
@@ -809,12 +814,12 @@ impl Entry {
 impl NewEntry {
     /// An entry of `body`'s kind with its payload, as a producer writes it.
     pub fn typed(producer_seq: u64, ts: i64, body: impl Into<EntryBody>) -> Self {
-        let body = body.into();
+        let (kind, payload) = body.into().to_parts();
         Self {
             producer_seq,
             ts,
-            kind: body.kind().to_owned(),
-            payload: body.payload(),
+            kind,
+            payload,
         }
     }
 

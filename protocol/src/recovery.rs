@@ -235,49 +235,93 @@ impl RecoveryBrief {
     /// The brief for people.
     pub fn to_markdown(&self) -> String {
         let mut md = format!("# Recovery brief\n\nPhase when read: {:?}\n", self.phase);
-        md.push_str("\n## Goal\n\n");
-        for g in &self.goal {
-            md.push_str(&format!("- {g}\n"));
-        }
-        md.push_str("\n## Completed\n\n");
-        for t in &self.completed {
-            md.push_str(&format!(
-                "- {} {} — {}\n",
-                t.tool,
-                t.target.as_deref().unwrap_or(""),
-                t.note
-            ));
-        }
-        md.push_str("\n## Uncertain\n\n");
-        for t in &self.uncertain {
-            md.push_str(&format!(
-                "- **{}** {} — {}; **{}**\n",
-                t.tool,
-                t.target.as_deref().unwrap_or(""),
-                t.note,
-                t.advice
-            ));
-        }
+        push_list(&mut md, "Goal", self.goal.iter().cloned());
+        let completed = self.completed.iter().map(|t| {
+            let target = t.target.as_deref().unwrap_or("");
+            format!("{} {target} — {}", t.tool, t.note)
+        });
+        push_list(&mut md, "Completed", completed);
+        let uncertain = self.uncertain.iter().map(|t| {
+            let target = t.target.as_deref().unwrap_or("");
+            format!("**{}** {target} — {}; **{}**", t.tool, t.note, t.advice)
+        });
+        push_list(&mut md, "Uncertain", uncertain);
         if let Some(p) = &self.partial_answer {
             md.push_str(&format!("\n## Partial answer\n\n{p}\n"));
         }
         let todos = Vec::<Todo>::deserialize(&self.todos).unwrap_or_default();
         if !todos.is_empty() {
-            md.push_str("\n## Todo list\n\n");
-            for t in todos {
-                md.push_str(&format!("- [{}] {}\n", t.status, t.content));
-            }
+            let items = todos
+                .iter()
+                .map(|t| format!("[{}] {}", t.status, t.content));
+            push_list(&mut md, "Todo list", items);
         }
         if !self.files_changed.is_empty() {
-            md.push_str("\n## Files changed since the last checkpoint\n\n");
-            for f in &self.files_changed {
-                md.push_str(&format!("- {f}\n"));
-            }
+            let title = "Files changed since the last checkpoint";
+            push_list(&mut md, title, self.files_changed.iter().cloned());
         }
         md.push_str(&format!(
             "\n## Resume prompt\n\n```\n{}\n```\n",
             self.resume_prompt
         ));
         md
+    }
+}
+
+/// Appends a `## title` section with one `- item` line per item.
+fn push_list(md: &mut String, title: &str, items: impl IntoIterator<Item = String>) {
+    md.push_str(&format!("\n## {title}\n\n"));
+    for item in items {
+        md.push_str(&format!("- {item}\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(tool: &str, target: Option<&str>, note: &str, advice: &str) -> BriefTool {
+        BriefTool {
+            id: format!("{tool}-1"),
+            tool: tool.into(),
+            target: target.map(Into::into),
+            class: ToolClass::Command,
+            note: note.into(),
+            advice: advice.into(),
+            auto_retry: false,
+            input: Value::Null,
+            intent_before: None,
+        }
+    }
+
+    #[test]
+    fn the_markdown_brief_lists_each_section_and_leaves_out_empty_optional_ones() {
+        // arrange
+        let brief = RecoveryBrief {
+            phase: Phase::ToolRunning,
+            goal: vec!["fix the build".into()],
+            completed: vec![tool("Read", Some("a.rs"), "12 lines", "")],
+            uncertain: vec![tool("Bash", None, "no result", "ask first")],
+            partial_answer: None,
+            todos: json!([{"content": "run tests", "status": "pending"}]),
+            files_changed: vec![],
+            pending_permissions: vec![],
+            agent_session_id: None,
+            resume_prompt: "go on".into(),
+        };
+        // act
+        let md = brief.to_markdown();
+        // assert
+        assert_eq!(
+            md,
+            "# Recovery brief\n\nPhase when read: ToolRunning\n\
+             \n## Goal\n\n- fix the build\n\
+             \n## Completed\n\n- Read a.rs — 12 lines\n\
+             \n## Uncertain\n\n- **Bash**  — no result; **ask first**\n\
+             \n## Todo list\n\n- [pending] run tests\n\
+             \n## Resume prompt\n\n```\ngo on\n```\n"
+        );
     }
 }

@@ -5,21 +5,19 @@
 //! previous fsync ran, so a chatty agent costs one fsync per burst, not one per line. Stdin is
 //! written by its own task, so an agent that stops reading its input cannot stall its output.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use moor_protocol::kinds;
 use moor_protocol::payload::{AgentOutput, AgentStart, OutputStream};
 use moor_protocol::{BodyError, EntryBody};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
-};
+use super::process::{join_writer, spawn_piped, wait_for_exit};
+use super::{AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
 use crate::inputs::Inputs;
 use crate::spool::{Draft, Spool, SpoolError};
 use crate::status::Status;
@@ -42,31 +40,9 @@ pub struct LinesAgent {
 }
 
 impl LinesAgent {
-    /// Spawn the agent in its own process group, so a terminal's Ctrl-C reaches only `moor`,
-    /// which forwards it once (a doubled SIGINT means "quit now" to many agents).
+    /// Spawn the agent with piped stdio in its own process group.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let spawn_err = |source| AdapterError::Spawn {
-            command: spec.command.join(" "),
-            source,
-        };
-        let (program, args) = spec
-            .command
-            .split_first()
-            .ok_or_else(|| spawn_err(std::io::Error::other("no command given")))?;
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(&spec.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // The agent has no business with the bridge's credentials.
-            .env_remove("MOOR_TOKEN")
-            .process_group(0)
-            .spawn()
-            .map_err(spawn_err)?;
-        let pid = child
-            .id()
-            .ok_or_else(|| spawn_err(std::io::Error::other("exited at once")))?;
+        let (child, pid) = spawn_piped(spec, &spec.command, false)?;
         Ok(Self {
             child,
             pid,
@@ -116,34 +92,10 @@ impl LinesAgent {
         let exited = CancellationToken::new();
         let feeder = tokio::spawn(feed_inputs(stdin, inputs, status, exited.clone()));
 
-        let mut spool_failure = None;
-        let mut writer_done = false;
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break status?,
-                Some(signal) = signals.recv() => {
-                    if let Err(e) = signal_agent(pid, signal) {
-                        tracing::warn!(error = %e, ?signal, "could not signal the agent");
-                    }
-                }
-                result = &mut writer, if !writer_done => {
-                    writer_done = true;
-                    // Ok: both pipes reached EOF before the exit status came in.
-                    let err = match result {
-                        Ok(Ok(())) => continue,
-                        Ok(Err(e)) => e,
-                        Err(e) => SpoolError::Encode(format!("output writer failed: {e}")),
-                    };
-                    // Output can no longer be kept; an agent running unrecorded is worse than
-                    // a stopped one.
-                    tracing::error!(error = %err, "cannot spool agent output; stopping the agent");
-                    let _ = signal_agent(pid, AgentSignal::Terminate);
-                    spool_failure = Some(err);
-                }
-            }
-        };
+        let exit_wait =
+            wait_for_exit(&mut child, pid, &mut signals, &mut writer, "agent output").await?;
         exited.cancel();
-        if let Some(err) = spool_failure {
+        if let Some(err) = exit_wait.spool_failure {
             return Err(err.into());
         }
         // Lines written just before exit may still be in the pipes; read them to EOF, but a
@@ -154,12 +106,8 @@ impl LinesAgent {
             readers.abort_all();
             while readers.join_next().await.is_some() {}
         }
-        if !writer_done {
-            writer
-                .await
-                .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
-        }
-        let exit = AgentExit::from_status(status);
+        join_writer(writer, &exit_wait).await?;
+        let exit = AgentExit::from_status(exit_wait.status);
         spool.append(vec![Draft::new(exit.payload())]).await?;
         let inputs = feeder
             .await

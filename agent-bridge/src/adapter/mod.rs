@@ -10,6 +10,7 @@
 pub mod chunks;
 pub mod claude;
 pub mod lines;
+mod process;
 pub mod pty;
 pub mod terminal;
 
@@ -23,7 +24,7 @@ use moor_protocol::payload;
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::sync::mpsc;
 
-use crate::inputs::{Inputs, LedgerError};
+use crate::inputs::{Inputs, LedgerError, PendingInput};
 use crate::spool::{Spool, SpoolError};
 use crate::status::Status;
 
@@ -182,6 +183,20 @@ impl AgentExit {
             (None, Some(signal)) => 128 + signal,
             (None, None) => 1,
         }
+    }
+}
+
+/// Record an input's outcome (applied, or failed with its reason) and tell the person at the
+/// terminal. A ledger that cannot record it is logged: the input then stays in flight, and the
+/// next start of `moor` reports it as uncertain.
+pub(crate) async fn settle(input: PendingInput, status: &Status, result: Result<(), String>) {
+    status.input_outcome(&input, result.as_ref().err());
+    let recorded = match result {
+        Ok(()) => input.applied().await,
+        Err(reason) => input.failed(reason).await,
+    };
+    if let Err(e) = recorded {
+        tracing::error!(error = %e, "could not record an input's outcome");
     }
 }
 

@@ -19,12 +19,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{key_bytes, spool_chunks};
+use super::process::{child_pid, join_writer, program_and_args, spawn_error, wait_for_exit};
 use super::terminal::{self, RawMode, TermSize};
-use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
-};
+use super::{settle, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
 use crate::inputs::{Inputs, PendingInput};
-use crate::spool::{Draft, Spool, SpoolError};
+use crate::spool::{Draft, Spool};
 use crate::status::Status;
 
 /// Size of one read from the PTY.
@@ -59,15 +58,9 @@ impl std::fmt::Debug for PtyAgent {
 impl PtyAgent {
     /// Open a PTY the size of the local terminal (80×24 without one) and start the program on it.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let spawn_err = |source| AdapterError::Spawn {
-            command: spec.command.join(" "),
-            source,
-        };
-        let (program, args) = spec
-            .command
-            .split_first()
-            .ok_or_else(|| spawn_err(std::io::Error::other("no command given")))?;
-        let pty_err = |e: pty_process::Error| spawn_err(std::io::Error::other(e.to_string()));
+        let (program, args) = program_and_args(spec, &spec.command)?;
+        let pty_err =
+            |e: pty_process::Error| spawn_error(spec, std::io::Error::other(e.to_string()));
         let (pty, pts) = pty_process::open().map_err(pty_err)?;
         let size = terminal::local_size().unwrap_or(TermSize::DEFAULT);
         pty.resize(Size::new(size.rows, size.cols))
@@ -80,12 +73,10 @@ impl PtyAgent {
             cmd = cmd.env("TERM", "xterm-256color");
         }
         let child = cmd.spawn(pts).map_err(|e| match e {
-            pty_process::Error::Io(io) => spawn_err(io),
+            pty_process::Error::Io(io) => spawn_error(spec, io),
             other => pty_err(other),
         })?;
-        let pid = child
-            .id()
-            .ok_or_else(|| spawn_err(std::io::Error::other("exited at once")))?;
+        let pid = child_pid(spec, &child)?;
         Ok(Self {
             child,
             pid,
@@ -155,32 +146,16 @@ impl PtyAgent {
             .run(inputs, exited.clone()),
         );
 
-        let mut spool_failure = None;
-        let mut spooler_done = false;
-        let status_code = loop {
-            tokio::select! {
-                s = child.wait() => break s?,
-                Some(signal) = signals.recv() => {
-                    if let Err(e) = signal_agent(pid, signal) {
-                        tracing::warn!(error = %e, ?signal, "could not signal the agent");
-                    }
-                }
-                result = &mut spooler, if !spooler_done => {
-                    spooler_done = true;
-                    let err = match result {
-                        // The terminal closed before the exit status came in: all is spooled.
-                        Ok(Ok(_)) => continue,
-                        Ok(Err(e)) => e,
-                        Err(e) => SpoolError::Encode(format!("output writer failed: {e}")),
-                    };
-                    tracing::error!(error = %err, "cannot spool terminal output; stopping the agent");
-                    let _ = signal_agent(pid, AgentSignal::Terminate);
-                    spool_failure = Some(err);
-                }
-            }
-        };
+        let exit_wait = wait_for_exit(
+            &mut child,
+            pid,
+            &mut signals,
+            &mut spooler,
+            "terminal output",
+        )
+        .await?;
         exited.cancel();
-        if let Some(err) = spool_failure {
+        if let Some(err) = exit_wait.spool_failure {
             drop(raw);
             status.set_raw(false);
             return Err(err.into());
@@ -194,12 +169,8 @@ impl PtyAgent {
             pump.abort();
             let _ = (&mut pump).await;
         }
-        if !spooler_done {
-            spooler
-                .await
-                .map_err(|e| SpoolError::Encode(format!("output writer failed: {e}")))??;
-        }
-        let exit = AgentExit::from_status(status_code);
+        join_writer(spooler, &exit_wait).await?;
+        let exit = AgentExit::from_status(exit_wait.status);
         spool.append(vec![Draft::new(exit.payload())]).await?;
         let inputs = feeder
             .await
@@ -349,14 +320,7 @@ impl Feeder {
                 pending.kind
             )),
         };
-        self.status.input_outcome(&pending, result.as_ref().err());
-        let recorded = match result {
-            Ok(()) => pending.applied().await,
-            Err(reason) => pending.failed(reason).await,
-        };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, "could not record an input's outcome");
-        }
+        settle(pending, &self.status, result).await;
     }
 }
 

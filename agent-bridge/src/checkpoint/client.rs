@@ -160,52 +160,53 @@ impl Client {
 
     /// A stored checkpoint.
     pub async fn checkpoint(&self, id: &str) -> Result<StoredCheckpoint, CheckpointError> {
+        let path = format!("/checkpoints/{id}");
         let resp = self
-            .send(|http| http.get(self.url(&format!("/checkpoints/{id}"))))
+            .get(&path, Some(id), &format!("fetching checkpoint {id}"))
             .await?;
-        if resp.status() == StatusCode::NOT_FOUND {
-            return Err(CheckpointError::NotFound(id.to_owned()));
-        }
-        if !resp.status().is_success() {
-            return Err(Self::fail(&format!("fetching checkpoint {id}"), resp).await);
-        }
         resp.json().await.map_err(net)
     }
 
     /// A session's stored checkpoints, newest first.
     pub async fn list(&self, session: &str) -> Result<Vec<CheckpointSummary>, CheckpointError> {
-        let resp = self
-            .send(|http| http.get(self.url(&format!("/sessions/{session}/checkpoints"))))
-            .await?;
-        if !resp.status().is_success() {
-            return Err(Self::fail(&format!("listing the checkpoints of {session}"), resp).await);
-        }
+        let path = format!("/sessions/{session}/checkpoints");
+        let doing = format!("listing the checkpoints of {session}");
+        let resp = self.get(&path, None, &doing).await?;
         resp.json().await.map_err(net)
     }
 
     /// A checkpoint's patch.
     pub async fn diff(&self, id: &str) -> Result<Vec<u8>, CheckpointError> {
+        let path = format!("/checkpoints/{id}/diff");
         let resp = self
-            .send(|http| http.get(self.url(&format!("/checkpoints/{id}/diff"))))
+            .get(&path, Some(id), &format!("fetching the diff of {id}"))
             .await?;
-        if resp.status() == StatusCode::NOT_FOUND {
-            return Err(CheckpointError::NotFound(id.to_owned()));
-        }
-        if !resp.status().is_success() {
-            return Err(Self::fail(&format!("fetching the diff of {id}"), resp).await);
-        }
         Ok(resp.bytes().await.map_err(net)?.to_vec())
     }
 
     /// One blob's content (checked by the caller).
     pub async fn blob(&self, sha256: &str) -> Result<Vec<u8>, CheckpointError> {
+        let path = format!("/blobs/{sha256}");
         let resp = self
-            .send(|http| http.get(self.url(&format!("/blobs/{sha256}"))))
+            .get(&path, None, &format!("downloading blob {sha256}"))
             .await?;
-        if !resp.status().is_success() {
-            return Err(Self::fail(&format!("downloading blob {sha256}"), resp).await);
-        }
         Ok(resp.bytes().await.map_err(net)?.to_vec())
+    }
+
+    /// GET `path` and keep only a success: a 404 is [`CheckpointError::NotFound`] when the
+    /// checkpoint `id` is what the path names, any other failure a server error about `doing`.
+    async fn get(
+        &self,
+        path: &str,
+        id: Option<&str>,
+        doing: &str,
+    ) -> Result<reqwest::Response, CheckpointError> {
+        let resp = self.send(|http| http.get(self.url(path))).await?;
+        match (resp.status(), id) {
+            (StatusCode::NOT_FOUND, Some(id)) => Err(CheckpointError::NotFound(id.to_owned())),
+            (status, _) if !status.is_success() => Err(Self::fail(doing, resp).await),
+            _ => Ok(resp),
+        }
     }
 }
 

@@ -196,19 +196,17 @@ impl Repo {
 
     /// The commit HEAD points to, `None` on an unborn branch.
     pub fn head(&self) -> Result<Option<String>, GitError> {
-        let out = self
-            .git()
-            .args(["rev-parse", "--verify", "-q", "HEAD^{commit}"])
-            .run_allow(&[1])?;
-        Ok(out.map(|o| lossy_line(&o)).filter(|s| !s.is_empty()))
+        self.optional_line(&["rev-parse", "--verify", "-q", "HEAD^{commit}"])
     }
 
     /// The branch HEAD is on (short name), if any.
     pub fn branch(&self) -> Result<Option<String>, GitError> {
-        let out = self
-            .git()
-            .args(["symbolic-ref", "-q", "--short", "HEAD"])
-            .run_allow(&[1])?;
+        self.optional_line(&["symbolic-ref", "-q", "--short", "HEAD"])
+    }
+
+    /// The line a query prints; `None` when it exits 1 (git's "there is none") or prints nothing.
+    fn optional_line(&self, args: &[&str]) -> Result<Option<String>, GitError> {
+        let out = self.git().args(args).run_allow(&[1])?;
         Ok(out.map(|o| lossy_line(&o)).filter(|s| !s.is_empty()))
     }
 

@@ -117,13 +117,7 @@ fn rebuild(
                             f.path
                         )));
                     }
-                    let written = lossy_line(
-                        &repo
-                            .git()
-                            .args(["hash-object", "-w", "-t", "blob", "--no-filters", "--stdin"])
-                            .stdin(bytes)
-                            .run()?,
-                    );
+                    let written = write_object(repo, "blob", bytes)?;
                     if written != *oid {
                         return Err(CheckpointError::Corrupt(format!(
                             "the content of {} hashes to git object {written}, not {oid}",
@@ -157,13 +151,7 @@ fn rebuild(
             manifest.tree
         )));
     }
-    let commit = lossy_line(
-        &repo
-            .git()
-            .args(["hash-object", "-w", "-t", "commit", "--stdin"])
-            .stdin(manifest.commit_object.clone())
-            .run()?,
-    );
+    let commit = write_object(repo, "commit", manifest.commit_object.clone())?;
     if commit != manifest.commit {
         return Err(CheckpointError::Corrupt(format!(
             "the rebuilt commit is {commit}, not the checkpoint's {}",
@@ -171,6 +159,24 @@ fn rebuild(
         )));
     }
     Ok(())
+}
+
+/// Writes `bytes` into `repo` as an object of `object_type`, as they are (no attribute filters),
+/// and returns its id.
+fn write_object(
+    repo: &Repo,
+    object_type: &str,
+    bytes: impl Into<Vec<u8>>,
+) -> Result<String, GitError> {
+    let args = [
+        "hash-object",
+        "-w",
+        "-t",
+        object_type,
+        "--no-filters",
+        "--stdin",
+    ];
+    Ok(lossy_line(&repo.git().args(args).stdin(bytes).run()?))
 }
 
 /// Restores checkpoint `id` (already in `repo`: see [`import`]) to `target`. `safety` says how

@@ -219,38 +219,27 @@ fn update_index(
         update.push(0);
     }
     if !update.is_empty() {
-        let result = repo
-            .git()
-            .index(index)
-            .args([
-                "update-index",
-                "--add",
-                "--remove",
-                "--replace",
-                "-z",
-                "--stdin",
-            ])
-            .stdin(update.clone())
-            .run();
-        if result.is_err() {
+        // `git update-index` reading NUL-terminated paths: adds, updates or removes each.
+        let update_index = |paths: Vec<u8>| {
+            repo.git()
+                .index(index)
+                .args([
+                    "update-index",
+                    "--add",
+                    "--remove",
+                    "--replace",
+                    "-z",
+                    "--stdin",
+                ])
+                .stdin(paths)
+                .run()
+        };
+        if update_index(update.clone()).is_err() {
             // One bad path (unreadable, vanished mid-way into a directory…) must not lose the
             // rest: add them one by one and list the ones git refuses.
             for raw in nul_split(&update) {
                 let path = String::from_utf8_lossy(raw).into_owned();
-                if let Err(e) = repo
-                    .git()
-                    .index(index)
-                    .args([
-                        "update-index",
-                        "--add",
-                        "--remove",
-                        "--replace",
-                        "-z",
-                        "--stdin",
-                    ])
-                    .stdin([raw, b"\0"].concat())
-                    .run()
-                {
+                if let Err(e) = update_index([raw, b"\0"].concat()) {
                     skipped.push(SkippedFile {
                         path: path.clone(),
                         size: None,

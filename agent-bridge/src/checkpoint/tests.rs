@@ -11,7 +11,7 @@ use moor_protocol::checkpoint::{BlobRef, ChangeStatus, CheckpointReason};
 use super::commit::list_ids;
 use super::describe::{cat_blobs, describe, Described};
 use super::git::{ProbeError, Repo};
-use super::restore::{import, restore, Target};
+use super::restore::{import, restore, Restored, Target};
 use super::snapshot::{take, TakeOptions, Taken};
 use super::CheckpointError;
 
@@ -93,6 +93,16 @@ fn opts(reason: CheckpointReason) -> TakeOptions {
         only_if_changed: true,
         last_tree: None,
     }
+}
+
+/// Restore `id` over the work tree, as `moor checkpoint restore` does without `--force`.
+fn restore_in_place(repo: &Repo, id: &str) -> Result<Restored, CheckpointError> {
+    restore(
+        repo,
+        id,
+        &Target::InPlace { force: false },
+        opts(CheckpointReason::Manual),
+    )
 }
 
 fn new_checkpoint(repo: &Repo, o: &TakeOptions) -> Described {
@@ -371,13 +381,7 @@ fn restoring_in_place_saves_the_current_state_first() {
     let later = work_files(d, &[]);
     let before = git_state(d);
     // act
-    let done = restore(
-        &repo,
-        &cp.manifest.id,
-        &Target::InPlace { force: false },
-        opts(CheckpointReason::Manual),
-    )
-    .unwrap();
+    let done = restore_in_place(&repo, &cp.manifest.id).unwrap();
     // assert
     assert_eq!(work_files(d, &[]), wanted);
     assert_eq!(git_state(d), before);
@@ -403,13 +407,7 @@ fn restoring_refuses_to_overwrite_an_ignored_file() {
     std::fs::remove_file(d.join("notes.txt")).unwrap();
     write(d, ".gitignore", "*.log\ntarget/\nnotes.txt\n");
     write(d, "notes.txt", "precious, ignored\n");
-    let err = restore(
-        &repo,
-        &cp.manifest.id,
-        &Target::InPlace { force: false },
-        opts(CheckpointReason::Manual),
-    )
-    .unwrap_err();
+    let err = restore_in_place(&repo, &cp.manifest.id).unwrap_err();
     assert!(matches!(err, CheckpointError::Unsafe(_)), "{err}");
     assert_eq!(
         std::fs::read_to_string(d.join("notes.txt")).unwrap(),
@@ -421,13 +419,7 @@ fn restoring_refuses_to_overwrite_an_ignored_file() {
 fn an_unknown_checkpoint_id_is_a_clear_error() {
     let dir = repo_with_history();
     let repo = Repo::probe(dir.path()).unwrap();
-    let err = restore(
-        &repo,
-        "0123456789abcdef",
-        &Target::InPlace { force: false },
-        opts(CheckpointReason::Manual),
-    )
-    .unwrap_err();
+    let err = restore_in_place(&repo, "0123456789abcdef").unwrap_err();
     assert_eq!(err.to_string(), "no checkpoint 0123456789abcdef");
     assert!(matches!(
         describe(&repo, "0123456789abcdef"),
@@ -463,13 +455,7 @@ fn mid_merge_a_checkpoint_is_taken_without_touching_the_merge_and_a_restore_is_r
     assert!(String::from_utf8_lossy(&files["modified.txt"].1).contains("<<<<<<<"));
     assert_eq!(git_state(d), before);
     let on_disk = work_files(d, &[]);
-    let err = restore(
-        &repo,
-        &cp.manifest.id,
-        &Target::InPlace { force: false },
-        opts(CheckpointReason::Manual),
-    )
-    .unwrap_err();
+    let err = restore_in_place(&repo, &cp.manifest.id).unwrap_err();
     assert!(matches!(err, CheckpointError::Busy { .. }), "{err}");
     assert!(err.to_string().contains("a merge is in progress"), "{err}");
     assert_eq!(work_files(d, &[]), on_disk, "nothing was overwritten");
@@ -525,14 +511,20 @@ fn fresh_clone(origin: &Path) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
-#[test]
-fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
-    // arrange
+/// A repository with every kind of change, its checkpoint, and the blobs a server holds for it.
+fn checkpoint_with_blobs() -> (tempfile::TempDir, Described, HashMap<String, Vec<u8>>) {
     let origin = repo_with_history();
     change_everything(origin.path());
     let repo = Repo::probe(origin.path()).unwrap();
     let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
     let blobs = blobs_of(&repo, &cp);
+    (origin, cp, blobs)
+}
+
+#[test]
+fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
+    // arrange
+    let (origin, cp, blobs) = checkpoint_with_blobs();
     let (_keep, clone) = fresh_clone(origin.path());
     let there = Repo::probe(&clone).unwrap();
     assert!(
@@ -544,13 +536,7 @@ fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
         Ok(blobs[&b.sha256].clone())
     })
     .unwrap();
-    restore(
-        &there,
-        &cp.manifest.id,
-        &Target::InPlace { force: false },
-        opts(CheckpointReason::Manual),
-    )
-    .unwrap();
+    restore_in_place(&there, &cp.manifest.id).unwrap();
     // assert
     assert!(!there.has_object(&cp.manifest.commit).unwrap() || commit == cp.manifest.commit);
     assert_eq!(commit, cp.manifest.commit, "the same commit, byte for byte");
@@ -562,11 +548,7 @@ fn a_fresh_clone_rebuilds_the_checkpoint_from_its_manifest_and_blobs_alone() {
 
 #[test]
 fn a_corrupted_blob_is_refused_and_nothing_is_written() {
-    let origin = repo_with_history();
-    change_everything(origin.path());
-    let repo = Repo::probe(origin.path()).unwrap();
-    let cp = new_checkpoint(&repo, &opts(CheckpointReason::Tool));
-    let mut blobs = blobs_of(&repo, &cp);
+    let (origin, cp, mut blobs) = checkpoint_with_blobs();
     let victim = cp
         .manifest
         .files

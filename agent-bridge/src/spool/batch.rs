@@ -26,12 +26,8 @@ impl Draft {
 
     /// A draft of `body` stamped `ts`.
     pub fn at(ts: i64, body: impl Into<EntryBody>) -> Self {
-        let body = body.into();
-        Self {
-            ts,
-            kind: body.kind().to_owned(),
-            payload: body.payload(),
-        }
+        let (kind, payload) = body.into().to_parts();
+        Self { ts, kind, payload }
     }
 
     /// The typed body, as [`moor_protocol::Entry::body`].

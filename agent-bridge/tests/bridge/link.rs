@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use moor_bridge::link::LinkEnd;
+use moor_bridge::link::{Link, LinkEnd, LinkPorts};
 use moor_bridge::session_dir::SessionDir;
 use moor_bridge::spool::Draft;
 use moor_bridge::ConnectError;
@@ -24,6 +24,22 @@ fn lines(range: std::ops::Range<u64>) -> Vec<Draft> {
         .collect()
 }
 
+/// A session directory for one bridge, in a state directory of its own (kept while it lives).
+fn session_dir() -> (tempfile::TempDir, SessionDir) {
+    let state = tempfile::tempdir().unwrap();
+    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    (state, dir)
+}
+
+/// Spool `count` lines, tell the link the session is over, and run it until it ends.
+async fn deliver(link: Link, ports: &LinkPorts, dir: &SessionDir, count: u64) -> LinkEnd {
+    dir.spool.append(lines(0..count)).await.unwrap();
+    ports.finish.send_replace(true);
+    within("link ends", link.run(CancellationToken::new()))
+        .await
+        .unwrap()
+}
+
 fn assert_exactly_once_in_order(server: &FakeServer, count: u64) {
     let seen = server.seen.lock().unwrap();
     let seqs: Vec<u64> = seen.entries.iter().map(|e| e.producer_seq).collect();
@@ -39,8 +55,7 @@ async fn link_resends_after_abrupt_drops_without_loss_or_duplicates() {
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let config = moor_bridge::LinkConfig {
         batch_max: 64,
         ..fast_link()
@@ -77,8 +92,7 @@ async fn with_several_servers_the_link_moves_past_one_that_is_down() {
     let dead_url = format!("http://{}", dead.local_addr().unwrap());
     drop(dead);
     let server = FakeServer::start(Script::default()).await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let servers = format!("{dead_url}, {}", server.url());
     let (link, ports) = bare_link_to(&servers, &dir, fast_link());
     let running = tokio::spawn(link.run(CancellationToken::new()));
@@ -98,15 +112,10 @@ async fn http_401_on_upgrade_is_retried_until_the_server_accepts() {
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let (link, ports) = bare_link(&server, &dir, fast_link());
-    dir.spool.append(lines(0..5)).await.unwrap();
-    ports.finish.send_replace(true);
 
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 5).await;
 
     assert_eq!(end, LinkEnd::Ended);
     let seen = server.seen.lock().unwrap();
@@ -125,16 +134,11 @@ async fn a_silent_server_is_declared_dead_after_its_idle_timeout_and_the_link_re
         ..Script::default()
     };
     let server = FakeServer::start(script).await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let config = fast_link();
     let (link, ports) = memory_link(&server, &dir, config.clone());
-    dir.spool.append(lines(0..10)).await.unwrap();
-    ports.finish.send_replace(true);
     // act
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 10).await;
     // assert: the link gave up on the silent one only once the idle timeout had passed, then
     // reconnected after one backoff delay and delivered everything there
     assert_eq!(end, LinkEnd::Ended);
@@ -158,18 +162,13 @@ async fn move_opens_the_new_connection_at_once_and_leaves_the_old_one_only_after
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let mut config = fast_link();
     config.backoff.initial = Duration::from_secs(60);
     config.backoff.max = Duration::from_secs(60);
     let (link, ports) = memory_link(&server, &dir, config);
-    dir.spool.append(lines(0..20)).await.unwrap();
-    ports.finish.send_replace(true);
     // act
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 20).await;
     // assert
     assert_eq!(end, LinkEnd::Ended);
     let seen = server.seen.lock().unwrap();
@@ -198,18 +197,13 @@ async fn refused_reconnects_wait_a_jittered_delay_that_doubles_up_to_the_cap() {
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let mut config = fast_link();
     config.backoff.initial = Duration::from_secs(1);
     config.backoff.max = Duration::from_secs(4);
     let (link, ports) = memory_link(&server, &dir, config);
-    dir.spool.append(lines(0..3)).await.unwrap();
-    ports.finish.send_replace(true);
     // act
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 3).await;
     // assert
     assert_eq!(end, LinkEnd::Ended);
     let seen = server.seen.lock().unwrap();
@@ -239,8 +233,7 @@ async fn only_a_connection_that_stayed_up_past_stable_after_resets_the_backoff()
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let mut config = fast_link();
     config.backoff.initial = Duration::from_secs(1);
     config.backoff.max = Duration::from_secs(60);
@@ -279,16 +272,11 @@ async fn a_server_that_never_answers_the_upgrade_is_given_up_after_the_connect_t
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let config = fast_link();
     let (link, ports) = memory_link(&server, &dir, config.clone());
-    dir.spool.append(lines(0..5)).await.unwrap();
-    ports.finish.send_replace(true);
     // act
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 5).await;
     // assert: the bridge hung up on the mute server at the connect timeout, and the retry
     // (one backoff delay later) delivered everything
     assert_eq!(end, LinkEnd::Ended);
@@ -311,8 +299,7 @@ async fn a_quiet_link_sends_a_heartbeat_each_interval_and_stays_up() {
         ..Script::default()
     })
     .await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let (link, _ports) = memory_link(&server, &dir, fast_link());
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(link.run(shutdown.clone()));
@@ -346,8 +333,7 @@ async fn superseded_is_terminal_and_reported_as_such() {
         ..Script::default()
     };
     let server = FakeServer::start(script).await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let (link, _ports) = bare_link(&server, &dir, fast_link());
 
     let err = within("link stops", link.run(CancellationToken::new()))
@@ -375,15 +361,10 @@ async fn a_non_terminal_close_is_retried() {
         ..Script::default()
     };
     let server = FakeServer::start(script).await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let (link, ports) = bare_link(&server, &dir, fast_link());
-    dir.spool.append(lines(0..3)).await.unwrap();
-    ports.finish.send_replace(true);
 
-    let end = within("link ends", link.run(CancellationToken::new()))
-        .await
-        .unwrap();
+    let end = deliver(link, &ports, &dir, 3).await;
 
     assert_eq!(end, LinkEnd::Ended);
     assert_eq!(server.seen.lock().unwrap().accepted, 2);
@@ -415,8 +396,7 @@ async fn a_restarted_bridge_delivers_what_the_previous_one_spooled_with_the_same
 #[tokio::test]
 async fn an_input_in_flight_at_a_crash_is_reported_uncertain_not_replayed() {
     // arrange: the ledger of a bridge that died while writing input 4
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (state, dir) = session_dir();
     let ledger_path = dir.path().join("inputs.json");
     drop(dir);
     std::fs::write(&ledger_path, r#"{"last_applied":3,"in_flight":4}"#).unwrap();
@@ -443,8 +423,7 @@ async fn shutdown_leaves_unacked_entries_in_the_spool() {
         ..Script::default()
     };
     let server = FakeServer::start(script).await;
-    let state = tempfile::tempdir().unwrap();
-    let dir = SessionDir::open(state.path(), "s1").unwrap();
+    let (_state, dir) = session_dir();
     let (link, _ports) = bare_link(&server, &dir, fast_link());
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(link.run(shutdown.clone()));

@@ -22,20 +22,30 @@ fn input(seq: u64, kind: &str, payload: serde_json::Value) -> Entry {
     }
 }
 
+/// Run a bridge for `argv` against `server` until it stops, with a fresh shutdown token.
+async fn run_bridge(
+    server: &FakeServer,
+    state: &std::path::Path,
+    argv: &[&str],
+) -> Result<BridgeExit, BridgeError> {
+    let config = bridge_config(server, state, argv);
+    within(
+        "bridge stops",
+        Bridge::new(config).run(CancellationToken::new()),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn agent_output_is_delivered_and_the_session_ends_with_the_agents_exit_code() {
     // arrange
     let server = FakeServer::start(Script::default()).await;
     let state = tempfile::tempdir().unwrap();
-    let config = bridge_config(
+    // act
+    let exit = run_bridge(
         &server,
         state.path(),
         &["sh", "-c", "echo hello; echo oops >&2; printf tail; exit 3"],
-    );
-    // act
-    let exit = within(
-        "bridge ends",
-        Bridge::new(config).run(CancellationToken::new()),
     )
     .await
     .unwrap();
@@ -86,15 +96,11 @@ async fn text_input_reaches_the_agent_and_every_input_gets_receipts() {
     };
     let server = FakeServer::start(script).await;
     let state = tempfile::tempdir().unwrap();
-    let config = bridge_config(
+    // act
+    let exit = run_bridge(
         &server,
         state.path(),
         &["sh", "-c", "read line; echo \"got:$line\""],
-    );
-    // act
-    let exit = within(
-        "bridge ends",
-        Bridge::new(config).run(CancellationToken::new()),
     )
     .await
     .unwrap();
@@ -128,14 +134,9 @@ async fn a_terminal_close_stops_the_agent_and_fails_the_run() {
     let server = FakeServer::start(script).await;
     let state = tempfile::tempdir().unwrap();
     // an agent that would outlast the test's failure guard unless moor stops it
-    let config = bridge_config(&server, state.path(), &["sleep", "600"]);
-
-    let err = within(
-        "bridge stops",
-        Bridge::new(config).run(CancellationToken::new()),
-    )
-    .await
-    .unwrap_err();
+    let err = run_bridge(&server, state.path(), &["sleep", "600"])
+        .await
+        .unwrap_err();
 
     assert!(
         matches!(

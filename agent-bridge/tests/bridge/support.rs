@@ -317,12 +317,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
     }
     if n == 1 {
         if let Some(code) = script.close_first_with {
-            let _ = ws
-                .close(Some(CloseFrame {
-                    code: CloseCode::from(code),
-                    reason: "scripted".into(),
-                }))
-                .await;
+            close_with(&mut ws, code, "scripted").await;
             return;
         }
     }
@@ -343,11 +338,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
         let msg = tokio::select! {
             msg = ws.next() => msg,
             () = &mut closing => {
-                let frame = CloseFrame {
-                    code: CloseCode::from(close::LIFETIME),
-                    reason: "lifetime".into(),
-                };
-                let _ = ws.close(Some(frame)).await;
+                close_with(&mut ws, close::LIFETIME, "lifetime").await;
                 return;
             }
         };
@@ -367,12 +358,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
                     return; // abrupt drop: no ack, no close frame
                 }
                 if let Err(code) = shared.update(|s| commit(s, entries)) {
-                    let _ = ws
-                        .close(Some(CloseFrame {
-                            code: CloseCode::from(code),
-                            reason: "".into(),
-                        }))
-                        .await;
+                    close_with(&mut ws, code, "").await;
                     return;
                 }
                 let mark = shared.seen.lock().unwrap().mark();
@@ -387,11 +373,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
             }
             Ok(BridgeToServer::End) => {
                 shared.update(|s| s.ended = true);
-                let frame = CloseFrame {
-                    code: CloseCode::from(close::SESSION_ENDED),
-                    reason: "ended".into(),
-                };
-                let _ = ws.close(Some(frame)).await;
+                close_with(&mut ws, close::SESSION_ENDED, "ended").await;
                 return;
             }
             Ok(BridgeToServer::Hello(_)) | Err(_) => return,
@@ -424,4 +406,17 @@ async fn send<S: AsyncRead + AsyncWrite + Unpin>(
     let _ = ws
         .send(Message::text(serde_json::to_string(frame).unwrap()))
         .await;
+}
+
+/// Close the connection with `code`; a bridge already gone is fine.
+async fn close_with<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    code: u16,
+    reason: &str,
+) {
+    let frame = CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    };
+    let _ = ws.close(Some(frame)).await;
 }

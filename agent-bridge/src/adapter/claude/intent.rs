@@ -207,17 +207,23 @@ mod tests {
         )
     }
 
+    /// `intent` is not applied while `file` is untouched, applied once it holds `applied`, and
+    /// changed elsewhere once it holds `other`.
+    fn assert_verdicts(intent: &Intent, file: &Path, applied: &str, other: &str) {
+        assert_eq!(intent.check().1, Verdict::NotApplied);
+        std::fs::write(file, applied).unwrap();
+        assert_eq!(intent.check().1, Verdict::Applied);
+        std::fs::write(file, other).unwrap();
+        assert_eq!(intent.check().1, Verdict::ChangedElsewhere);
+    }
+
     #[test]
     fn a_write_is_applied_not_applied_or_changed_elsewhere() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.txt");
         std::fs::write(&file, "old").unwrap();
         let (_, intent) = intent_for(&write_call(dir.path(), "new"), dir.path()).unwrap();
-        assert_eq!(intent.check().1, Verdict::NotApplied);
-        std::fs::write(&file, "new").unwrap();
-        assert_eq!(intent.check().1, Verdict::Applied);
-        std::fs::write(&file, "someone else").unwrap();
-        assert_eq!(intent.check().1, Verdict::ChangedElsewhere);
+        assert_verdicts(&intent, &file, "new", "someone else");
     }
 
     #[test]
@@ -231,11 +237,7 @@ mod tests {
             json!({"file_path": file, "old_string": "fn a", "new_string": "fn b"}),
         );
         let (_, intent) = intent_for(&edit, dir.path()).unwrap();
-        assert_eq!(intent.check().1, Verdict::NotApplied);
-        std::fs::write(&file, "fn b() {}\n").unwrap();
-        assert_eq!(intent.check().1, Verdict::Applied);
-        std::fs::write(&file, "fn c() {}\n").unwrap();
-        assert_eq!(intent.check().1, Verdict::ChangedElsewhere);
+        assert_verdicts(&intent, &file, "fn b() {}\n", "fn c() {}\n");
     }
 
     #[test]

@@ -37,7 +37,8 @@ use self::render::Renderer;
 use self::watchdog::Watchdog;
 use super::terminal;
 use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal, AgentSpec,
+    settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal,
+    AgentSpec,
 };
 use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
@@ -325,14 +326,7 @@ impl Run {
                 input.kind
             )),
         };
-        self.status.input_outcome(&input, result.as_ref().err());
-        let recorded = match result {
-            Ok(()) => input.applied().await,
-            Err(reason) => input.failed(reason).await,
-        };
-        if let Err(e) = recorded {
-            tracing::error!(error = %e, "could not record an input's outcome");
-        }
+        settle(input, &self.status, result).await;
     }
 
     async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {

@@ -1,14 +1,14 @@
 //! One Claude Code process in stream-json mode: spawned in its own process group with piped
 //! stdio; its stdout and stderr lines arrive on one channel, its stdin takes JSON lines.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 use super::control;
+use crate::adapter::process::spawn_piped;
 use crate::adapter::{AdapterError, AgentSpec};
 
 /// Longest a write to the agent's stdin may take before it counts as failed.
@@ -43,27 +43,7 @@ impl Process {
     /// Start `spec.command` in structured mode, resuming `resume` when given.
     pub(super) fn spawn(spec: &AgentSpec, resume: Option<&str>) -> Result<Self, AdapterError> {
         let argv = control::command_line(&spec.command, resume);
-        let spawn_err = |source| AdapterError::Spawn {
-            command: spec.command.join(" "),
-            source,
-        };
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| spawn_err(std::io::Error::other("no command given")))?;
-        let mut child = Command::new(program)
-            .args(args)
-            .current_dir(&spec.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env_remove("MOOR_TOKEN")
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(spawn_err)?;
-        let pid = child
-            .id()
-            .ok_or_else(|| spawn_err(std::io::Error::other("exited at once")))?;
+        let (mut child, pid) = spawn_piped(spec, &argv, true)?;
         let (tx, out) = mpsc::channel(LINE_QUEUE);
         if let Some(stdout) = child.stdout.take() {
             tokio::spawn(read_lines(stdout, tx.clone(), Out::Stdout));
