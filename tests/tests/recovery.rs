@@ -6,12 +6,14 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use moor_e2e::claude::ClaudeSession;
 use moor_e2e::util::bin_path;
 use moor_e2e::{ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestServer, WAIT};
-use moor_protocol::kinds;
+use moor_protocol::payload::PermissionDecision;
 use moor_protocol::recovery::RecoveryBrief;
 use moor_protocol::state::ToolClass;
 use moor_protocol::transcript::{validate, Message};
+use moor_protocol::{kinds, Entry};
 use serde_json::{json, Value};
 
 const FINISH: Duration = Duration::from_secs(60);
@@ -45,6 +47,20 @@ async fn moor(
         .expect("moor ran")
 }
 
+/// SIGKILL to the agent; waits for the session to be marked interrupted (after `seq`) and for
+/// `moor` to exit. Returns the `session.interrupted` entry.
+async fn kill_agent(claude: &mut ClaudeSession, seq: u64) -> Entry {
+    claude
+        .signal_agent(rustix::process::Signal::KILL)
+        .expect("kill claude");
+    let interrupted = claude
+        .tail
+        .wait_kind("session.interrupted", seq, FINISH, |_| true)
+        .await;
+    claude.bridge.wait_exit(FINISH).await;
+    interrupted
+}
+
 async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
     let resp = server
         .api()
@@ -64,12 +80,14 @@ async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recov
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
     let proxy = FaultProxy::start(server.addr()).await;
-    let name = format!("rec-{}", uuid::Uuid::new_v4().simple());
     let target = env.file("notes.txt");
-    let mut bridge = env.bridge(&proxy.url(), server.token(), &name, &[]).spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let ClaudeSession {
+        name,
+        id,
+        mut bridge,
+        mut tail,
+        ..
+    } = env.session(&server, &proxy.url(), "rec", &[], |o| o).await;
     let prompt = format!("[[write:{}:hello]]", target.display());
     let seq = server
         .api()
@@ -127,14 +145,11 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     // arrange: an approved command that runs for a while
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("kill-{}", uuid::Uuid::new_v4().simple());
     let marker = env.file("ran.txt");
-    let mut bridge = env
-        .bridge(&server.url(), server.token(), &name, &[])
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let mut claude = env
+        .session(&server, &server.url(), "kill", &[], |o| o)
+        .await;
+    let (name, id) = (claude.name.clone(), claude.id);
     let prompt = format!("[[bash:echo run >> {} && sleep 30]]", marker.display());
     let seq = server
         .api()
@@ -142,17 +157,13 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         .await
         .seq
         .0;
-    let req = tail
+    let req = claude
+        .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
         .await;
     server
         .api()
-        .post_input_kind(
-            id,
-            "c2",
-            kinds::INPUT_PERMISSION,
-            json!({"request_id": req.payload["request_id"], "decision": "allow"}),
-        )
+        .answer_permission(id, "c2", &req, PermissionDecision::Allow)
         .await;
     // The command has started once the marker file has its line.
     moor_e2e::eventually(FINISH, "the command to start", || async {
@@ -161,13 +172,7 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     .await;
 
     // act: the agent dies with the command running
-    let pid = start.payload["pid"].as_i64().expect("agent pid") as i32;
-    let pid = rustix::process::Pid::from_raw(pid).expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
-    let interrupted = tail
-        .wait_kind("session.interrupted", seq, FINISH, |_| true)
-        .await;
-    bridge.wait_exit(FINISH).await;
+    let interrupted = kill_agent(&mut claude, seq).await;
 
     // assert: the brief says the command's effects are unknown
     assert_eq!(interrupted.payload["cause"], "agent");
@@ -267,13 +272,10 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
     // arrange: the model starts answering, then goes silent mid-response
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("partial-{}", uuid::Uuid::new_v4().simple());
-    let mut bridge = env
-        .bridge(&server.url(), server.token(), &name, &[])
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let mut claude = env
+        .session(&server, &server.url(), "partial", &[], |o| o)
+        .await;
+    let (name, id) = (claude.name.clone(), claude.id);
     let seq = server
         .api()
         .post_input_kind(
@@ -285,17 +287,13 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
         .await
         .seq
         .0;
-    tail.wait_kind(kinds::AGENT_TEXT_DELTA, seq, FINISH, |_| true)
+    claude
+        .tail
+        .wait_kind(kinds::AGENT_TEXT_DELTA, seq, FINISH, |_| true)
         .await;
 
     // act: the agent dies mid-answer
-    let pid = rustix::process::Pid::from_raw(start.payload["pid"].as_i64().expect("pid") as i32)
-        .expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
-    let interrupted = tail
-        .wait_kind("session.interrupted", seq, FINISH, |_| true)
-        .await;
-    bridge.wait_exit(FINISH).await;
+    let interrupted = kill_agent(&mut claude, seq).await;
 
     // assert: the brief holds what had been said, and the transcript marks it interrupted
     assert_eq!(interrupted.payload["cause"], "agent");
