@@ -7,15 +7,11 @@
 // Prints one line per scenario and "N passed, M failed"; screenshots go to $MOOR_ARTIFACTS.
 // MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it.
 
-import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, linesSession, numbered, phone, rpc, runScenarios, sessionByName,
-  TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
+  allEntries, api, assert, assertExact, banner, everything, launch, linesSession, numbered, phone, rpc, runScenarios,
+  sessionByName, shot, TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 import { rawChromium } from "./cdp.mjs";
-
-mkdirSync(ARTIFACTS, { recursive: true });
-const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });

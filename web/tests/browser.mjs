@@ -3,19 +3,14 @@
 // condition with a timeout as a failure guard. Prints one line per scenario and
 // "N passed, M failed"; screenshots at phone size go to $MOOR_ARTIFACTS.
 
-import { mkdirSync } from "node:fs";
 import {
-  addUser, allEntries, api, ARTIFACTS, assert, assertExact, banner, echoSessionOnPhone, launch, linesSession, loginContext,
-  loginForm, openOnPhone, openSession, numbered, PASSWORD, phone, rpc, runScenarios, sessionByName, share, SHORT, shortApi,
-  TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
+  addUser, allEntries, api, assert, assertExact, banner, echoSessionOnPhone, launch, linesSession, loginContext, loginForm,
+  openOnPhone, openSession, numbered, PASSWORD, phone, rpc, runScenarios, sessionByName, share, shot, SHORT, shortApi, TOKEN,
+  untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
-
-mkdirSync(ARTIFACTS, { recursive: true });
-const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
-
 
 scenario("first admin: the one-time setup link creates the admin account and logs it in", async ({ browser }) => {
   const { link } = await rpc("setup_link");

@@ -1,6 +1,7 @@
 // Shared plumbing of the browser scenarios and the benchmark: Chromium, the moord API, bounded
 // waits, and the line protocol to the Rust test that owns the processes (tests/tests/web.rs).
 
+import { mkdirSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
 
@@ -13,6 +14,12 @@ export const KEEPALIVE_MS = Number(process.env.MOOR_KEEPALIVE_MS ?? 15000);
 /** The page's watchdog interval for this server (see src/stream.ts watchdogFor). */
 export const WATCHDOG_MS = KEEPALIVE_MS * 2 + 1000;
 export const ARTIFACTS = process.env.MOOR_ARTIFACTS ?? new URL("../artifacts", import.meta.url).pathname;
+
+/** A screenshot of `page` as `$MOOR_ARTIFACTS/<name>.png`. */
+export const shot = (page, name) => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  return page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
+};
 export const PHONE = { width: 390, height: 844 };
 
 /** Chromium; `bfcache: true` keeps the back/forward cache on (playwright turns it off). */
