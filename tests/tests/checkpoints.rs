@@ -210,6 +210,13 @@ async fn moor_checkpoints(dir: &Path, server: &TestServer, args: &[&str]) -> Out
         .expect("moor runs")
 }
 
+/// `moor checkpoints restore <id>` in `dir`, which must fail; its standard error.
+async fn restore_refused(dir: &Path, server: &TestServer, id: &str) -> String {
+    let out = moor_checkpoints(dir, server, &["restore", id]).await;
+    assert!(!out.status.success(), "restore {id} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn fresh_clone(origin: &Path) -> (TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     git(
@@ -510,9 +517,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let (_keep, clone) = fresh_clone(&repo);
     let on_disk = files(&clone);
-    let out = moor_checkpoints(&clone, &s.server, &["restore", "0123456789abcdef"]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&clone, &s.server, "0123456789abcdef").await;
     assert!(
         err.contains("no checkpoint 0123456789abcdef: not in this repository, and not on"),
         "{err}"
@@ -580,9 +585,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .unwrap();
     let blob = s.server.dir().join("data/blobs").join(&sha[..2]).join(&sha);
     std::fs::write(&blob, "tampered\n").unwrap();
-    let out = moor_checkpoints(&clone, &s.server, &["restore", &id]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&clone, &s.server, &id).await;
     assert!(
         err.contains("corrupt checkpoint data") && err.contains("mine.txt"),
         "{err}"
@@ -613,9 +616,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .unwrap();
     assert!(!rebase.status.success(), "the rebase stops on a conflict");
     let before = (files(&repo), git_state(&repo));
-    let out = moor_checkpoints(&repo, &s.server, &["restore", &id]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&repo, &s.server, &id).await;
     assert!(
         err.contains("a rebase is in progress") && err.contains("nothing was changed"),
         "{err}"

@@ -63,6 +63,16 @@ impl Claude {
         self.input(kinds::INPUT_TEXT, json!({ "text": text })).await
     }
 
+    /// Prompts for a Bash `touch` of `file`, which needs permission; returns the request.
+    async fn ask_to_touch(&mut self, file: &std::path::Path) -> Entry {
+        let seq = self
+            .prompt(&format!("[[bash:touch {}]]", file.display()))
+            .await;
+        self.tail
+            .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+            .await
+    }
+
     /// Waits for the turn started by the input at `seq` to end; returns its result entry.
     async fn turn_result(&mut self, after: u64) -> Entry {
         self.tail
@@ -206,13 +216,7 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
     let approved = c.env.file("approved.txt");
 
     // a tool call that needs permission: the request is a log entry, pending
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", denied.display()))
-        .await;
-    let request = c
-        .tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
-        .await;
+    let request = c.ask_to_touch(&denied).await;
     assert_eq!(request.payload["tool_name"], "Bash");
     let request_id = request.payload["request_id"].as_str().unwrap().to_owned();
 
@@ -285,13 +289,7 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
     .await;
 
     // approve: the tool runs
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", approved.display()))
-        .await;
-    let request = c
-        .tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
-        .await;
+    let request = c.ask_to_touch(&approved).await;
     let allow = c
         .input(
             kinds::INPUT_PERMISSION,

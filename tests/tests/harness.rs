@@ -47,7 +47,7 @@ async fn proxied_echo(hello: &[u8]) -> (FaultProxy, TcpStream) {
 
 #[tokio::test]
 async fn proxy_forwards_and_counts_connections() {
-    let (proxy, mut a) = proxied_echo(b"hello").await;
+    let (proxy, _conn) = proxied_echo(b"hello").await;
     proxy.wait_connections(1, T).await;
     assert_eq!(proxy.live(), 1);
 }

@@ -14,7 +14,7 @@ use moor_protocol::recovery::RecoveryBrief;
 use moor_protocol::state::ToolClass;
 use moor_protocol::transcript::{validate, Message};
 use moor_protocol::{kinds, Entry};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const FINISH: Duration = Duration::from_secs(60);
 
@@ -61,16 +61,33 @@ async fn kill_agent(claude: &mut ClaudeSession, seq: u64) -> Entry {
     interrupted
 }
 
-async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
+/// `GET /api/v1{path}` on `server`: the answer's body.
+async fn get(server: &TestServer, path: &str) -> Value {
     let resp = server
         .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{session}/recovery"),
-            None,
-        )
+        .authed(reqwest::Method::GET, &format!("/api/v1{path}"), None)
         .await;
-    serde_json::from_value(resp.body).expect("brief json")
+    resp.body
+}
+
+async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
+    let body = get(server, &format!("/sessions/{session}/recovery")).await;
+    serde_json::from_value(body).expect("brief json")
+}
+
+/// The session's transcript as messages; fails unless they are valid.
+async fn valid_transcript(server: &TestServer, session: &str) -> Vec<Message> {
+    let body = get(
+        server,
+        &format!("/sessions/{session}/transcript?format=messages"),
+    )
+    .await;
+    let messages: Vec<Message> =
+        serde_json::from_value(body["messages"].clone()).expect("transcript messages");
+    if let Err(e) = validate(&messages) {
+        panic!("invalid transcript: {e:?}");
+    }
+    messages
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,12 +106,7 @@ async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recov
         ..
     } = env.session(&server, &proxy.url(), "rec", &[], |o| o).await;
     let prompt = format!("[[write:{}:hello]]", target.display());
-    let seq = server
-        .api()
-        .post_input_kind(id, "w1", kinds::INPUT_TEXT, json!({ "text": prompt }))
-        .await
-        .seq
-        .0;
+    let seq = server.api().post_input(id, "w1", &prompt).await.seq.0;
     tail.wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
         .await;
 
@@ -151,12 +163,7 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         .await;
     let (name, id) = (claude.name.clone(), claude.id);
     let prompt = format!("[[bash:echo run >> {} && sleep 30]]", marker.display());
-    let seq = server
-        .api()
-        .post_input_kind(id, "c1", kinds::INPUT_TEXT, json!({ "text": prompt }))
-        .await
-        .seq
-        .0;
+    let seq = server.api().post_input(id, "c1", &prompt).await.seq.0;
     let req = claude
         .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
@@ -216,10 +223,9 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
             .await;
         // Nothing runs before somebody decides: deny it.
         assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().count(), 1);
-        let deny = json!({"request_id": req.payload["request_id"], "decision": "deny"});
         server
             .api()
-            .post_input_kind(resumed.id, "deny", kinds::INPUT_PERMISSION, deny)
+            .answer_permission(resumed.id, "deny", &req, PermissionDecision::Deny)
             .await;
         rtail
             .wait_kind(kinds::AGENT_RESULT, req.seq.0, FINISH, |_| true)
@@ -254,17 +260,7 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         1,
         "the command ran again"
     );
-    let resp = server
-        .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{}/transcript?format=messages", resumed.id),
-            None,
-        )
-        .await;
-    let t = resp.body;
-    let messages: Vec<Message> = serde_json::from_value(t["messages"].clone()).unwrap();
-    validate(&messages).unwrap();
+    valid_transcript(&server, &resumed.id.to_string()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,12 +274,7 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
     let (name, id) = (claude.name.clone(), claude.id);
     let seq = server
         .api()
-        .post_input_kind(
-            id,
-            "p1",
-            kinds::INPUT_TEXT,
-            json!({ "text": "[[stall]] explain" }),
-        )
+        .post_input(id, "p1", "[[stall]] explain")
         .await
         .seq
         .0;
@@ -305,16 +296,7 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
         "{}",
         b.resume_prompt
     );
-    let resp = server
-        .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{name}/transcript?format=messages"),
-            None,
-        )
-        .await;
-    let messages: Vec<Message> = serde_json::from_value(resp.body["messages"].clone()).unwrap();
-    validate(&messages).unwrap();
+    let messages = valid_transcript(&server, &name).await;
     assert!(serde_json::to_string(&messages)
         .unwrap()
         .contains("[interrupted]"));
