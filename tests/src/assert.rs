@@ -11,6 +11,14 @@ pub fn numbered(prefix: &str, from: u64, to: u64) -> Vec<String> {
     (from..=to).map(|i| format!("{prefix}{i}")).collect()
 }
 
+/// One numbered run after another: `[("a-", 2), ("b-", 1)]` is `a-1, a-2, b-1`, what a session
+/// holds when a second agent run (or a second bridge) followed the first.
+pub fn numbered_runs(runs: &[(&str, u64)]) -> Vec<String> {
+    runs.iter()
+        .flat_map(|(prefix, n)| numbered(prefix, 1, *n))
+        .collect()
+}
+
 /// `line-1` … `line-n`, what `moor-test-agent count n` prints.
 pub fn lines(n: u64) -> Vec<String> {
     numbered("line-", 1, n)

@@ -27,14 +27,23 @@ pub fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
 }
 
-/// `--runs N` (at least 1), else `default`.
-pub fn runs(default: usize) -> Result<usize> {
-    Ok(arg("--runs")
+/// The whole number after `name` on the command line (at least 1), else `default`.
+pub fn count_arg<T>(name: &str, default: T) -> Result<T>
+where
+    T: std::str::FromStr + Ord + From<u8>,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    Ok(arg(name)
         .map(|s| s.parse())
         .transpose()
-        .context("--runs takes a whole number")?
+        .with_context(|| format!("{name} takes a whole number"))?
         .unwrap_or(default)
-        .max(1))
+        .max(T::from(1)))
+}
+
+/// `--runs N` (at least 1), else `default`.
+pub fn runs(default: usize) -> Result<usize> {
+    count_arg("--runs", default)
 }
 
 /// The median of `v` (the upper one of an even count). `v` must not be empty.

@@ -7,10 +7,14 @@
 
 use std::path::PathBuf;
 
+use moor_protocol::{kinds, Entry, SessionId};
 use tempfile::TempDir;
 
-use crate::bridge::BridgeOpts;
+use crate::bridge::{BridgeOpts, TestBridge};
 use crate::fake_api::FakeAnthropic;
+use crate::http::LogTail;
+use crate::rig::WAIT;
+use crate::server::TestServer;
 
 /// A fake API plus a private home and project for one Claude Code session.
 #[derive(Debug)]
@@ -20,6 +24,32 @@ pub struct ClaudeEnv {
     /// Where the CLI runs (its working directory, where its tools write).
     pub project: PathBuf,
     dir: TempDir,
+}
+
+/// A Claude Code session under way, started by [`ClaudeEnv::session`].
+#[derive(Debug)]
+pub struct ClaudeSession {
+    /// The session's name.
+    pub name: String,
+    /// The session's id.
+    pub id: SessionId,
+    /// The `moor` running the CLI.
+    pub bridge: TestBridge,
+    /// A poller of the session's log, which has seen the agent start.
+    pub tail: LogTail,
+    /// The `agent.start` entry.
+    pub start: Entry,
+}
+
+impl ClaudeSession {
+    /// Sends `sig` to the Claude Code process itself (not to `moor`).
+    pub fn signal_agent(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
+        let pid = self.start.payload["pid"]
+            .as_i64()
+            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
+        rustix::process::kill_process(pid, sig)
+    }
 }
 
 /// Path of the installed `claude` binary; panics with the fix when it is missing.
@@ -58,6 +88,35 @@ impl ClaudeEnv {
     /// A path in the project directory.
     pub fn file(&self, name: &str) -> PathBuf {
         self.project.join(name)
+    }
+
+    /// Starts `moor run -- claude <args…>` for a new session `<prefix>-<random>` on `server`,
+    /// connecting through `via` (the server's URL, or a proxy's) with the options `adjust` makes,
+    /// and waits for the agent to start.
+    pub async fn session(
+        &self,
+        server: &TestServer,
+        via: &str,
+        prefix: &str,
+        args: &[&str],
+        adjust: impl FnOnce(BridgeOpts) -> BridgeOpts,
+    ) -> ClaudeSession {
+        let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        let bridge = adjust(self.bridge(via, server.token(), &name, args)).spawn();
+        let id = server.api().wait_session(&name, WAIT).await.id;
+        let mut tail = LogTail::new(server.api(), id);
+        let start = tail
+            .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+                e.payload["adapter"] == "claude"
+            })
+            .await;
+        ClaudeSession {
+            name,
+            id,
+            bridge,
+            tail,
+            start,
+        }
     }
 
     /// `moor run … -- claude <args…>` for `session` on `server_url`, with the CLI's environment.

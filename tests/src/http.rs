@@ -8,7 +8,8 @@ use std::time::Duration;
 use moor_protocol::api::{
     EntriesPage, Health, InputAccepted, InputRequest, SessionInfo, SessionStatus,
 };
-use moor_protocol::{Entry, SessionId};
+use moor_protocol::payload::{InputPermission, PermissionDecision};
+use moor_protocol::{kinds, Entry, SessionId};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -232,15 +233,13 @@ impl Api {
         client_msg_id: &str,
         text: &str,
     ) -> InputAccepted {
-        let r = self.post_input_raw(session, client_msg_id, text).await;
-        assert!(
-            r.status.is_success(),
-            "POST inputs: {} {:?}",
-            r.status,
-            r.body
-        );
-        serde_json::from_value(r.body.clone())
-            .unwrap_or_else(|e| panic!("POST inputs: {:?}: {e}", r.body))
+        self.post_input_kind(
+            session,
+            client_msg_id,
+            kinds::INPUT_TEXT,
+            text_payload(text),
+        )
+        .await
     }
 
     /// `POST /inputs` with any input kind; panics unless 200.
@@ -251,18 +250,8 @@ impl Api {
         kind: &str,
         payload: Value,
     ) -> InputAccepted {
-        let req = InputRequest {
-            client_msg_id: client_msg_id.to_owned(),
-            kind: kind.to_owned(),
-            payload,
-        };
-        let body = serde_json::to_value(req).expect("input request serialises");
         let r = self
-            .authed(
-                Method::POST,
-                &format!("/api/v1/sessions/{session}/inputs"),
-                Some(RawBody::Json(body)),
-            )
+            .post_input_kind_raw(session, client_msg_id, kind, payload)
             .await;
         assert!(
             r.status.is_success(),
@@ -274,6 +263,20 @@ impl Api {
             .unwrap_or_else(|e| panic!("POST inputs: {:?}: {e}", r.body))
     }
 
+    /// `POST /inputs` with an `input.permission` answering the `agent.permission.request` entry
+    /// `request`; panics unless 200.
+    pub async fn answer_permission(
+        &self,
+        session: SessionId,
+        client_msg_id: &str,
+        request: &Entry,
+        decision: PermissionDecision,
+    ) -> InputAccepted {
+        let payload = permission_answer(request, decision);
+        self.post_input_kind(session, client_msg_id, kinds::INPUT_PERMISSION, payload)
+            .await
+    }
+
     /// `POST /inputs` with an `input.text`, raw answer.
     pub async fn post_input_raw(
         &self,
@@ -281,10 +284,26 @@ impl Api {
         client_msg_id: &str,
         text: &str,
     ) -> RawResponse {
+        self.post_input_kind_raw(
+            session,
+            client_msg_id,
+            kinds::INPUT_TEXT,
+            text_payload(text),
+        )
+        .await
+    }
+
+    async fn post_input_kind_raw(
+        &self,
+        session: SessionId,
+        client_msg_id: &str,
+        kind: &str,
+        payload: Value,
+    ) -> RawResponse {
         let req = InputRequest {
             client_msg_id: client_msg_id.to_owned(),
-            kind: moor_protocol::kinds::INPUT_TEXT.to_owned(),
-            payload: serde_json::json!({ "text": text }),
+            kind: kind.to_owned(),
+            payload,
         };
         let body = serde_json::to_value(req).expect("input request serialises");
         self.authed(
@@ -409,4 +428,23 @@ impl LogTail {
             .cloned()
             .expect("just found")
     }
+}
+
+/// The payload of an `input.text`.
+fn text_payload(text: &str) -> Value {
+    serde_json::json!({ "text": text })
+}
+
+/// The `input.permission` payload answering the `agent.permission.request` entry `request`.
+pub fn permission_answer(request: &Entry, decision: PermissionDecision) -> Value {
+    let request_id = request.payload["request_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a permission request has an id: {request:?}"))
+        .to_owned();
+    let answer = InputPermission {
+        request_id: Some(request_id),
+        decision,
+        message: None,
+    };
+    serde_json::to_value(answer).expect("input.permission serialises")
 }

@@ -107,30 +107,29 @@ impl TestDb {
 
     /// `pg_terminate_backend` on node `node`'s listen connections; returns how many.
     pub async fn kill_listen(&self, admin: &PgPool, node: &str) -> usize {
-        let killed: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = $1 AND application_name = $2",
-        )
-        .bind(&self.name)
-        .bind(format!("moord-listen {node}"))
-        .fetch_all(admin)
-        .await
-        .expect("terminate listen connections");
-        killed.into_iter().filter(|k| *k).count()
+        self.terminate(admin, &format!("moord-listen {node}"), 0)
+            .await
     }
 
     /// `pg_terminate_backend` on node `node`'s pooled connections (not its listen connection),
     /// waiting until each is gone; returns how many there were.
     pub async fn kill_pool(&self, admin: &PgPool, node: &str) -> usize {
+        self.terminate(admin, &format!("moord {node}"), 5000).await
+    }
+
+    /// `pg_terminate_backend` on this database's connections named `application`, waiting up
+    /// to `wait_ms` for each to go (0: not at all); returns how many were signalled.
+    async fn terminate(&self, admin: &PgPool, application: &str, wait_ms: i64) -> usize {
         let killed: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+            "SELECT pg_terminate_backend(pid, $3) FROM pg_stat_activity \
              WHERE datname = $1 AND application_name = $2",
         )
         .bind(&self.name)
-        .bind(format!("moord {node}"))
+        .bind(application)
+        .bind(wait_ms)
         .fetch_all(admin)
         .await
-        .expect("terminate pooled connections");
+        .unwrap_or_else(|e| panic!("terminate {application} connections: {e}"));
         killed.into_iter().filter(|k| *k).count()
     }
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use moor_protocol::{Entry, SessionId};
+use moor_protocol::{kinds, Entry, SessionId};
 
-use crate::assert::assert_complete_session;
+use crate::assert::{agent_texts, assert_complete_session};
 use crate::bridge::{BridgeOpts, TestBridge};
 use crate::http::{Api, LogTail};
 use crate::proxy::FaultProxy;
@@ -65,6 +65,28 @@ impl Rig {
             id,
             tail,
         }
+    }
+
+    /// Waits for a `bridge.disconnected` after seq `after` that `gone` accepts, then for the
+    /// `bridge.connected` that follows it; returns the disconnect.
+    pub async fn wait_reconnect(&mut self, after: u64, gone: impl Fn(&Entry) -> bool) -> Entry {
+        let disconnected = self
+            .tail
+            .wait_kind(kinds::BRIDGE_DISCONNECTED, after, WAIT, gone)
+            .await;
+        self.tail
+            .wait_kind(kinds::BRIDGE_CONNECTED, disconnected.seq.0, WAIT, |_| true)
+            .await;
+        disconnected
+    }
+
+    /// Once the last bridge has exited: waits for the session to end, and returns the whole log
+    /// and what the agent printed on stdout.
+    pub async fn ended_log(&self) -> (Vec<Entry>, Vec<String>) {
+        self.api.wait_ended(&self.name, WAIT).await;
+        let entries = self.api.entries_all(self.id).await;
+        let stdout = agent_texts(&entries, "stdout");
+        (entries, stdout)
     }
 
     /// The usual ending: the bridge exits 0, the session ends, and the log is contiguous and

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use moor_protocol::api::{InputAccepted, SessionInfo};
+use moor_protocol::api::SessionInfo;
 use moor_protocol::{Entry, SessionId};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
@@ -219,16 +219,6 @@ impl TestServer {
     /// The session named (or with id) `id_or_name`, `None` if unknown.
     pub async fn session(&self, id_or_name: &str) -> Option<SessionInfo> {
         self.api().session(id_or_name).await
-    }
-
-    /// Posts an `input.text`; panics unless accepted.
-    pub async fn post_input(
-        &self,
-        session: SessionId,
-        client_msg_id: &str,
-        text: &str,
-    ) -> InputAccepted {
-        self.api().post_input(session, client_msg_id, text).await
     }
 
     /// Asks the server to close the session's live bridge socket with `code` and `reason`.

@@ -137,37 +137,29 @@ fn assert_json_error(what: &str, r: &RawResponse, status: StatusCode, code: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_json_frame_on_the_bridge_socket_is_closed_with_4000() {
-    // arrange
-    let mut arena = Arena::start(ServerOpts::new()).await;
-
-    // act
-    arena
-        .conn()
-        .send_text("{\"type\": \"entries\", \"entries\": [".into())
-        .await;
-
-    // assert
-    let closed = arena.expect_close().await;
-    assert_eq!(closed.code, close::BAD_FRAME, "close code ({closed:?})");
+    let closed = bad_frame_closes_with_4000("{\"type\": \"entries\", \"entries\": [").await;
     assert!(!closed.reason.is_empty(), "the close carries a reason");
-    arena.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_frame_type_on_the_bridge_socket_is_closed_with_4000() {
+    bad_frame_closes_with_4000("{\"type\": \"launch_missiles\", \"count\": 3}").await;
+}
+
+/// Sends `frame` as the victim bridge's next text frame: the server closes that socket with
+/// 4000 and the bystander is untouched (`Arena::finish`). Returns the close.
+async fn bad_frame_closes_with_4000(frame: &str) -> Closed {
     // arrange
     let mut arena = Arena::start(ServerOpts::new()).await;
 
     // act
-    arena
-        .conn()
-        .send_text("{\"type\": \"launch_missiles\", \"count\": 3}".into())
-        .await;
+    arena.conn().send_text(frame.into()).await;
 
     // assert
     let closed = arena.expect_close().await;
     assert_eq!(closed.code, close::BAD_FRAME, "close code ({closed:?})");
     arena.finish().await;
+    closed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

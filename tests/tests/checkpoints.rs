@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use moor_e2e::util::{bin_path, git};
+use moor_e2e::claude::ClaudeSession;
+use moor_e2e::util::{bin_path, git, git_work_tree};
 use moor_e2e::{
     eventually, eventually_some, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts,
     TestBridge, TestServer, WAIT,
 };
 use moor_protocol::checkpoint::{CheckpointSummary, StoredCheckpoint, CHECKPOINT_CREATED};
+use moor_protocol::payload::PermissionDecision;
 use moor_protocol::{kinds, SessionId};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -206,6 +208,13 @@ async fn moor_checkpoints(dir: &Path, server: &TestServer, args: &[&str]) -> Out
         .output()
         .await
         .expect("moor runs")
+}
+
+/// `moor checkpoints restore <id>` in `dir`, which must fail; its standard error.
+async fn restore_refused(dir: &Path, server: &TestServer, id: &str) -> String {
+    let out = moor_checkpoints(dir, server, &["restore", id]).await;
+    assert!(!out.status.success(), "restore {id} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn fresh_clone(origin: &Path) -> (TempDir, PathBuf) {
@@ -508,9 +517,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let (_keep, clone) = fresh_clone(&repo);
     let on_disk = files(&clone);
-    let out = moor_checkpoints(&clone, &s.server, &["restore", "0123456789abcdef"]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&clone, &s.server, "0123456789abcdef").await;
     assert!(
         err.contains("no checkpoint 0123456789abcdef: not in this repository, and not on"),
         "{err}"
@@ -578,9 +585,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .unwrap();
     let blob = s.server.dir().join("data/blobs").join(&sha[..2]).join(&sha);
     std::fs::write(&blob, "tampered\n").unwrap();
-    let out = moor_checkpoints(&clone, &s.server, &["restore", &id]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&clone, &s.server, &id).await;
     assert!(
         err.contains("corrupt checkpoint data") && err.contains("mine.txt"),
         "{err}"
@@ -611,9 +616,7 @@ async fn bad_input_gets_clear_errors_and_overwrites_nothing() {
         .unwrap();
     assert!(!rebase.status.success(), "the rebase stops on a conflict");
     let before = (files(&repo), git_state(&repo));
-    let out = moor_checkpoints(&repo, &s.server, &["restore", &id]).await;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = restore_refused(&repo, &s.server, &id).await;
     assert!(
         err.contains("a rebase is in progress") && err.contains("nothing was changed"),
         "{err}"
@@ -646,19 +649,18 @@ async fn moor_says_at_start_when_the_directory_is_not_a_git_work_tree() {
 async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
     // arrange: Claude Code's project is a git repository
     let env = ClaudeEnv::start().await;
-    git(&env.project, &["init", "-q"]);
-    write(&env.project, "README.md", "# p\n");
-    git(&env.project, &["add", "-A"]);
-    git(&env.project, &["commit", "-q", "-m", "base"]);
+    git_work_tree(&env.project, &[("README.md", b"# p\n")]);
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("claude-{}", uuid::Uuid::new_v4().simple());
-    let mut bridge = env
-        .bridge(&server.url(), server.token(), &name, &[])
-        .flag("--checkpoint-interval", "1h")
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let ClaudeSession {
+        id,
+        mut bridge,
+        mut tail,
+        ..
+    } = env
+        .session(&server, &server.url(), "claude", &[], |o| {
+            o.flag("--checkpoint-interval", "1h")
+        })
+        .await;
     let file = env.file("hello.txt");
 
     // act
@@ -669,12 +671,7 @@ async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
         .await;
     server
         .api()
-        .post_input_kind(
-            id,
-            "allow-1",
-            kinds::INPUT_PERMISSION,
-            json!({"request_id": request.payload["request_id"], "decision": "allow"}),
-        )
+        .answer_permission(id, "allow-1", &request, PermissionDecision::Allow)
         .await;
 
     // assert: a checkpoint taken because of the tool call, holding the file

@@ -3,7 +3,12 @@
 
 use std::time::Duration;
 
-use moor_e2e::{ClaudeEnv, LogTail, ServerOpts, SseClient, SseOpts, TestBridge, TestServer, WAIT};
+use moor_e2e::claude::ClaudeSession;
+use moor_e2e::http::permission_answer;
+use moor_e2e::{
+    BridgeOpts, ClaudeEnv, LogTail, ServerOpts, SseClient, SseOpts, TestBridge, TestServer, WAIT,
+};
+use moor_protocol::payload::PermissionDecision;
 use moor_protocol::{kinds, Entry, SessionId};
 use serde_json::{json, Value};
 
@@ -23,18 +28,16 @@ impl Claude {
     async fn start(flags: &[(&str, &str)], args: &[&str]) -> Self {
         let env = ClaudeEnv::start().await;
         let server = TestServer::start(ServerOpts::new()).await;
-        let name = format!("claude-{}", uuid::Uuid::new_v4().simple());
-        let mut opts = env.bridge(&server.url(), server.token(), &name, args);
-        for (k, v) in flags {
-            opts = opts.flag(k, v);
-        }
-        let bridge = opts.spawn();
-        let id = server.api().wait_session(&name, WAIT).await.id;
-        let mut tail = LogTail::new(server.api(), id);
-        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
-            e.payload["adapter"] == "claude"
-        })
-        .await;
+        let add_flags = |opts| {
+            flags
+                .iter()
+                .fold(opts, |o: BridgeOpts, (k, v)| o.flag(k, v))
+        };
+        let ClaudeSession {
+            bridge, id, tail, ..
+        } = env
+            .session(&server, &server.url(), "claude", args, add_flags)
+            .await;
         Self {
             env,
             server,
@@ -58,6 +61,16 @@ impl Claude {
 
     async fn prompt(&mut self, text: &str) -> u64 {
         self.input(kinds::INPUT_TEXT, json!({ "text": text })).await
+    }
+
+    /// Prompts for a Bash `touch` of `file`, which needs permission; returns the request.
+    async fn ask_to_touch(&mut self, file: &std::path::Path) -> Entry {
+        let seq = self
+            .prompt(&format!("[[bash:touch {}]]", file.display()))
+            .await;
+        self.tail
+            .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+            .await
     }
 
     /// Waits for the turn started by the input at `seq` to end; returns its result entry.
@@ -203,13 +216,7 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
     let approved = c.env.file("approved.txt");
 
     // a tool call that needs permission: the request is a log entry, pending
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", denied.display()))
-        .await;
-    let request = c
-        .tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
-        .await;
+    let request = c.ask_to_touch(&denied).await;
     assert_eq!(request.payload["tool_name"], "Bash");
     let request_id = request.payload["request_id"].as_str().unwrap().to_owned();
 
@@ -282,17 +289,11 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
     .await;
 
     // approve: the tool runs
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", approved.display()))
-        .await;
-    let request = c
-        .tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
-        .await;
+    let request = c.ask_to_touch(&approved).await;
     let allow = c
         .input(
             kinds::INPUT_PERMISSION,
-            json!({"request_id": request.payload["request_id"], "decision": "allow"}),
+            permission_answer(&request, PermissionDecision::Allow),
         )
         .await;
     c.turn_result(allow).await;
@@ -372,7 +373,7 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
     {
         c.input(
             kinds::INPUT_PERMISSION,
-            json!({"request_id": req.payload["request_id"], "decision": "allow"}),
+            permission_answer(&req, PermissionDecision::Allow),
         )
         .await;
     }

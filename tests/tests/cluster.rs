@@ -13,7 +13,7 @@ use moor_e2e::http::RawBody;
 use moor_e2e::pg::TestDb;
 use moor_e2e::{
     assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, SseClient, SseOpts,
-    TestServer, FINISH, WAIT,
+    TestBridge, TestServer, FINISH, WAIT,
 };
 use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
 use serde_json::json;
@@ -24,6 +24,47 @@ fn token() -> String {
 
 fn session_name() -> String {
     format!("s-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Nodes A and B on `db`, both accepting the returned admin token.
+async fn two_nodes(db: &TestDb) -> (String, TestServer, TestServer) {
+    let token = token();
+    let a = TestServer::start(db.node_opts("a", &token)).await;
+    let b = TestServer::start(db.node_opts("b", &token)).await;
+    (token, a, b)
+}
+
+/// `moor` on `servers` running a test agent that prints `line-1..=lines`, one every
+/// `interval_ms`, and echoes its first `inputs` inputs.
+fn echoing_counter(
+    servers: &str,
+    token: &str,
+    name: &str,
+    lines: u64,
+    interval_ms: u64,
+    inputs: usize,
+) -> TestBridge {
+    let (lines, interval_ms, inputs) = (
+        lines.to_string(),
+        interval_ms.to_string(),
+        inputs.to_string(),
+    );
+    let agent = [
+        "count",
+        &lines,
+        "--interval-ms",
+        &interval_ms,
+        "--echo-inputs",
+        &inputs,
+    ];
+    BridgeOpts::new(servers, token, name, &agent).spawn()
+}
+
+/// A hand-driven bridge connected to `node`.
+async fn raw_bridge(node: &TestServer, token: &str) -> RawBridge {
+    RawBridge::connect(node.addr(), Some(token))
+        .await
+        .unwrap_or_else(|e| panic!("bridge connects to {}: {e:?}", node.url()))
 }
 
 /// Every input was stored once, echoed by the agent once, and settled as applied once.
@@ -96,22 +137,12 @@ async fn a_node_killed_mid_stream_leaves_every_viewer_with_the_whole_log_once() 
     // arrange: nodes A and B; the bridge knows both and starts on A; viewers on both
     const LINES: u64 = 1500;
     const INPUTS: u64 = 10;
-    let token = token();
-    let mut a = TestServer::start(db.node_opts("a", &token)).await;
-    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let (token, mut a, b) = two_nodes(&db).await;
     // What A's viewers connect through, as a load balancer would: it moves them when A dies.
     let balancer = FaultProxy::start(a.addr()).await;
     let name = session_name();
-    let agent = [
-        "count",
-        &LINES.to_string(),
-        "--interval-ms",
-        "4",
-        "--echo-inputs",
-        &INPUTS.to_string(),
-    ];
     let servers = format!("{},{}", a.url(), b.url());
-    let mut bridge = BridgeOpts::new(&servers, &token, &name, &agent).spawn();
+    let mut bridge = echoing_counter(&servers, &token, &name, LINES, 4, INPUTS as usize);
     let id = b.api().wait_session(&name, WAIT).await.id;
     a.api().wait_bridge_online(&name, true, WAIT).await;
     let on_a = SseClient::connect(&balancer.url(), &token, id, SseOpts::default());
@@ -120,7 +151,7 @@ async fn a_node_killed_mid_stream_leaves_every_viewer_with_the_whole_log_once() 
 
     // act: inputs posted on B reach the bridge on A; then A dies mid-stream
     for (i, text) in texts.iter().enumerate().take(INPUTS as usize / 2) {
-        b.post_input(id, &format!("in-{i}"), text).await;
+        b.api().post_input(id, &format!("in-{i}"), text).await;
     }
     on_b.wait_for(WAIT, "output and the first echoes, relayed to B", |s| {
         let t = agent_texts(&s.entries, "stdout");
@@ -130,7 +161,7 @@ async fn a_node_killed_mid_stream_leaves_every_viewer_with_the_whole_log_once() 
     a.kill().await;
     balancer.set_upstream(b.addr());
     for (i, text) in texts.iter().enumerate().skip(INPUTS as usize / 2) {
-        b.post_input(id, &format!("in-{i}"), text).await;
+        b.api().post_input(id, &format!("in-{i}"), text).await;
     }
     bridge.wait_success(FINISH).await;
     b.api().wait_ended(&name, WAIT).await;
@@ -162,19 +193,9 @@ async fn both_nodes_appending_at_once_keep_one_contiguous_log() {
     // arrange: the bridge streams through A while inputs are posted on A and on B
     const LINES: u64 = 3000;
     const PER_NODE: usize = 60;
-    let token = token();
-    let a = TestServer::start(db.node_opts("a", &token)).await;
-    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let (token, a, b) = two_nodes(&db).await;
     let name = session_name();
-    let agent = [
-        "count",
-        &LINES.to_string(),
-        "--interval-ms",
-        "1",
-        "--echo-inputs",
-        &(2 * PER_NODE).to_string(),
-    ];
-    let mut bridge = BridgeOpts::new(&a.url(), &token, &name, &agent).spawn();
+    let mut bridge = echoing_counter(&a.url(), &token, &name, LINES, 1, 2 * PER_NODE);
     let id = a.api().wait_session(&name, WAIT).await.id;
 
     // act: each input goes to one node and is retried on the other, paced over the stream
@@ -235,14 +256,10 @@ async fn a_node_that_lost_its_listen_connection_catches_its_viewers_up_from_the_
         return;
     };
     // arrange: a hand-driven bridge on A, a viewer on B
-    let token = token();
-    let a = TestServer::start(db.node_opts("a", &token)).await;
-    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let (token, a, b) = two_nodes(&db).await;
     let admin = db.admin().await;
     let name = session_name();
-    let mut bridge = RawBridge::connect(a.addr(), Some(&token))
-        .await
-        .expect("bridge connects");
+    let mut bridge = raw_bridge(&a, &token).await;
     let id: SessionId = bridge.hello(&name, ProducerId::new()).await.session_id;
     let viewer = SseClient::connect(&b.url(), &token, id, SseOpts::default());
     let lines: Vec<String> = (1..=30).map(|i| format!("line-{i}")).collect();
@@ -290,20 +307,14 @@ async fn a_bridge_connecting_to_another_node_supersedes_the_one_on_the_first() {
         return;
     };
     // arrange
-    let token = token();
-    let a = TestServer::start(db.node_opts("a", &token)).await;
-    let b = TestServer::start(db.node_opts("b", &token)).await;
+    let (token, a, b) = two_nodes(&db).await;
     let name = session_name();
     let producer = ProducerId::new();
-    let mut first = RawBridge::connect(a.addr(), Some(&token))
-        .await
-        .expect("connects to A");
+    let mut first = raw_bridge(&a, &token).await;
     first.hello(&name, producer).await;
 
     // act
-    let mut second = RawBridge::connect(b.addr(), Some(&token))
-        .await
-        .expect("connects to B");
+    let mut second = raw_bridge(&b, &token).await;
     let welcome = second.hello(&name, producer).await;
 
     // assert
@@ -415,6 +426,13 @@ async fn post(
     call(node, reqwest::Method::POST, path, bearer, Some(body)).await
 }
 
+/// Removes `user` from session `id`'s members, on `node`.
+async fn remove_member(node: &TestServer, admin: &str, id: SessionId, user: &str) {
+    let path = format!("/sessions/{id}/members/{user}");
+    let (s, _) = call(node, reqwest::Method::DELETE, &path, Some(admin), None).await;
+    assert_eq!(s, reqwest::StatusCode::NO_CONTENT, "remove member {user}");
+}
+
 /// Two nodes on one database, a session on A and users watching it as viewers.
 struct Shared {
     a: TestServer,
@@ -435,9 +453,7 @@ async fn shared_session(db: &TestDb, users: &[&'static str]) -> Shared {
     let a = TestServer::start(db.node_opts("a", &admin)).await;
     let keys = a.data_file("jwt-keys.json");
     let b = TestServer::start(db.node_opts("b", &admin).data_file("jwt-keys.json", keys)).await;
-    let mut bridge = RawBridge::connect(a.addr(), Some(&admin))
-        .await
-        .expect("connects to A");
+    let mut bridge = raw_bridge(&a, &admin).await;
     let id = bridge
         .hello(&session_name(), ProducerId::new())
         .await
@@ -523,15 +539,7 @@ async fn revocations_on_one_node_close_live_streams_on_the_other() {
 
     // a member removed on A
     let mem = Streams::open(&b, &access("mem"), id).await;
-    let (s, _) = call(
-        &a,
-        reqwest::Method::DELETE,
-        &format!("/sessions/{id}/members/mem"),
-        Some(&admin),
-        None,
-    )
-    .await;
-    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    remove_member(&a, &admin, id, "mem").await;
     mem.assert_closed(close::UNAUTHORIZED, "member removed on A")
         .await;
 }
@@ -562,15 +570,7 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
     assert_eq!(db.kill_listen(&admin, "b").await, 1);
     let (s, _) = post(&a, "/users/vic/revoke", Some(&admin_token), json!({})).await;
     assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
-    let (s, _) = call(
-        &a,
-        reqwest::Method::DELETE,
-        &format!("/sessions/{id}/members/mem"),
-        Some(&admin_token),
-        None,
-    )
-    .await;
-    assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
+    remove_member(&a, &admin_token, id, "mem").await;
     db.allow_connections(&admin, true).await;
 
     // assert: B checks what it holds against the store once it listens again

@@ -3,7 +3,8 @@
 //! each, in order (G1), and the bridge having reconnected by itself (G4).
 
 use moor_e2e::assert::{
-    agent_texts, assert_counted_prefix, assert_same_lines, numbered, of_kind, summary,
+    agent_texts, assert_counted_prefix, assert_same_lines, numbered, numbered_runs, of_kind,
+    summary,
 };
 use moor_e2e::{
     assert_complete_session, assert_exact_stream, eventually, lines, Rig, ServerOpts, TestBridge,
@@ -35,14 +36,7 @@ async fn bridge_survives_server_close(code: u16) {
         204,
         "bridge/close should find the live bridge"
     );
-    let gone = rig
-        .tail
-        .wait_kind(kinds::BRIDGE_DISCONNECTED, 0, WAIT, |e| {
-            close_code(e) == Some(u64::from(code))
-        })
-        .await;
-    rig.tail
-        .wait_kind(kinds::BRIDGE_CONNECTED, gone.seq.0, WAIT, |_| true)
+    rig.wait_reconnect(0, |e| close_code(e) == Some(u64::from(code)))
         .await;
     rig.finish(&lines(300)).await;
 }
@@ -85,13 +79,7 @@ async fn bridge_reconnects_after_the_connection_drops_without_a_close_frame() {
     // assert
     assert!(cut >= 1, "the bridge's connection was live");
     rig.proxy.wait_connections(conns + 1, WAIT).await;
-    let gone = rig
-        .tail
-        .wait_kind(kinds::BRIDGE_DISCONNECTED, 0, WAIT, |_| true)
-        .await;
-    rig.tail
-        .wait_kind(kinds::BRIDGE_CONNECTED, gone.seq.0, WAIT, |_| true)
-        .await;
+    rig.wait_reconnect(0, |_| true).await;
     rig.finish(&lines(300)).await;
 }
 
@@ -140,19 +128,13 @@ async fn half_open_link_is_detected_as_dead_and_the_bridge_reconnects() {
     // bridge's, whose new connection then supersedes it), then a new one is welcomed, and the
     // stream goes on without a loss. How fast is a latency figure, not a test assertion.
     assert!(stalled >= 1, "the bridge's connection was live");
-    let gone = rig
-        .tail
-        .wait_kind(kinds::BRIDGE_DISCONNECTED, head, WAIT, |_| true)
-        .await;
+    let gone = rig.wait_reconnect(head, |_| true).await;
     let silent_or_superseded = [close::HEARTBEAT_TIMEOUT, close::SUPERSEDED].map(u64::from);
     assert!(
         close_code(&gone).is_some_and(|c| silent_or_superseded.contains(&c)),
         "the dead link was closed as silent or superseded: {}",
         gone.payload
     );
-    rig.tail
-        .wait_kind(kinds::BRIDGE_CONNECTED, gone.seq.0, WAIT, |_| true)
-        .await;
     let entries = rig.finish(&lines(400)).await;
     assert!(of_kind(&entries, kinds::BRIDGE_CONNECTED).len() > connected_before);
 }
@@ -247,9 +229,7 @@ async fn moor_killed_mid_stream_resumes_from_its_spool_after_restart() {
 
     // assert
     second.wait_success(FINISH).await;
-    rig.api.wait_ended(&rig.name, WAIT).await;
-    let entries = rig.api.entries_all(rig.id).await;
-    let texts = agent_texts(&entries, "stdout");
+    let (entries, texts) = rig.ended_log().await;
     let first_run = assert_counted_prefix(&texts, "line-");
     eprintln!(
         "spool check: {stored_at_stall} lines stored at the stall, {printed_before_kill} printed before the kill, \
@@ -266,11 +246,10 @@ async fn moor_killed_mid_stream_resumes_from_its_spool_after_restart() {
         first_run <= printed_before_kill + 3,
         "more first-run lines ({first_run}) than the agent printed"
     );
-    let expected: Vec<String> = numbered("line-", 1, first_run)
-        .into_iter()
-        .chain(numbered("again-", 1, 30))
-        .collect();
-    assert_complete_session(&entries, &expected);
+    assert_complete_session(
+        &entries,
+        &numbered_runs(&[("line-", first_run), ("again-", 30)]),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,9 +317,7 @@ async fn a_second_bridge_supersedes_the_first_which_exits_saying_so() {
     })
     .await;
     b.wait_success(FINISH).await;
-    rig.api.wait_ended(&rig.name, WAIT).await;
-    let entries = rig.api.entries_all(rig.id).await;
-    let texts = agent_texts(&entries, "stdout");
+    let (entries, texts) = rig.ended_log().await;
     let a_lines = assert_counted_prefix(&texts, "a-line-");
     assert!(a_lines >= 30);
     let b_lines: Vec<String> = texts
@@ -363,10 +340,7 @@ async fn a_second_bridge_supersedes_the_first_which_exits_saying_so() {
         "bridge A stored lines after bridge B took over (first: {late_a:?}): A reconnected and superseded B \
          instead of stopping on 4003"
     );
-    let expected: Vec<String> = numbered("a-line-", 1, a_lines)
-        .into_iter()
-        .chain(numbered("b-line-", 1, 200))
-        .collect();
+    let expected = numbered_runs(&[("a-line-", a_lines), ("b-line-", 200)]);
     assert_complete_session(&entries, &expected);
 }
 

@@ -36,20 +36,25 @@ async fn roundtrip(s: &mut TcpStream, msg: &[u8]) {
     assert_eq!(buf, msg);
 }
 
+/// A fault proxy in front of an echo server, and a client connection through it that has
+/// round-tripped `hello`.
+async fn proxied_echo(hello: &[u8]) -> (FaultProxy, TcpStream) {
+    let proxy = FaultProxy::start(echo_server().await).await;
+    let mut conn = TcpStream::connect(proxy.addr()).await.expect("connect");
+    roundtrip(&mut conn, hello).await;
+    (proxy, conn)
+}
+
 #[tokio::test]
 async fn proxy_forwards_and_counts_connections() {
-    let proxy = FaultProxy::start(echo_server().await).await;
-    let mut a = TcpStream::connect(proxy.addr()).await.expect("connect");
-    roundtrip(&mut a, b"hello").await;
+    let (proxy, _conn) = proxied_echo(b"hello").await;
     proxy.wait_connections(1, T).await;
     assert_eq!(proxy.live(), 1);
 }
 
 #[tokio::test]
 async fn proxy_reset_gives_the_client_a_connection_reset() {
-    let proxy = FaultProxy::start(echo_server().await).await;
-    let mut a = TcpStream::connect(proxy.addr()).await.expect("connect");
-    roundtrip(&mut a, b"x").await;
+    let (proxy, mut a) = proxied_echo(b"x").await;
     assert_eq!(proxy.reset_all().await, 1);
     let mut buf = [0u8; 8];
     let r = tokio::time::timeout(T, a.read(&mut buf))
@@ -63,9 +68,7 @@ async fn proxy_reset_gives_the_client_a_connection_reset() {
 
 #[tokio::test]
 async fn proxy_cut_gives_the_client_a_plain_eof() {
-    let proxy = FaultProxy::start(echo_server().await).await;
-    let mut a = TcpStream::connect(proxy.addr()).await.expect("connect");
-    roundtrip(&mut a, b"x").await;
+    let (proxy, mut a) = proxied_echo(b"x").await;
     assert_eq!(proxy.cut_all().await, 1);
     let mut buf = [0u8; 8];
     let n = tokio::time::timeout(T, a.read(&mut buf))
@@ -77,9 +80,7 @@ async fn proxy_cut_gives_the_client_a_plain_eof() {
 
 #[tokio::test]
 async fn proxy_stall_holds_bytes_until_unstalled_and_spares_new_connections() {
-    let proxy = FaultProxy::start(echo_server().await).await;
-    let mut a = TcpStream::connect(proxy.addr()).await.expect("connect");
-    roundtrip(&mut a, b"x").await;
+    let (proxy, mut a) = proxied_echo(b"x").await;
     assert_eq!(proxy.stall().await, 1);
     a.write_all(b"held").await.expect("write");
     let mut buf = [0u8; 4];

@@ -63,6 +63,24 @@ impl Setup {
         id
     }
 
+    /// Waits for the `agent.pty.resize` from `source` to `(cols, rows)`, then has the shell print
+    /// its size (keys input number `n`) and waits for it.
+    async fn assert_resized(
+        &mut self,
+        id: moor_protocol::SessionId,
+        n: u32,
+        source: &str,
+        (cols, rows): (u16, u16),
+    ) {
+        self.tail
+            .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
+                e.payload["source"] == source && e.payload["cols"] == cols
+            })
+            .await;
+        self.keys(id, n, "echo size=$(stty size)\r").await;
+        wait_output(&mut self.tail, &format!("size={rows} {cols}"), WAIT).await;
+    }
+
     async fn keys(&self, id: moor_protocol::SessionId, n: u32, text: &str) {
         self.server
             .api()
@@ -136,23 +154,11 @@ async fn remote_and_local_resizes_reach_the_program() {
             json!({"cols": 132, "rows": 43}),
         )
         .await;
-    s.tail
-        .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
-            e.payload["source"] == "remote" && e.payload["cols"] == 132
-        })
-        .await;
-    s.keys(id, 1, "echo size=$(stty size)\r").await;
-    wait_output(&mut s.tail, "size=43 132", WAIT).await;
+    s.assert_resized(id, 1, "remote", (132, 43)).await;
 
     // local resize of moor's own window
     term.resize(61, 17);
-    s.tail
-        .wait_kind(kinds::AGENT_PTY_RESIZE, 0, WAIT, |e| {
-            e.payload["source"] == "local" && e.payload["cols"] == 61
-        })
-        .await;
-    s.keys(id, 2, "echo size=$(stty size)\r").await;
-    wait_output(&mut s.tail, "size=17 61", WAIT).await;
+    s.assert_resized(id, 2, "local", (61, 17)).await;
 
     // a bad resize is refused with a reason, the session goes on
     let bad = s

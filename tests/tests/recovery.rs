@@ -6,13 +6,15 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use moor_e2e::claude::ClaudeSession;
 use moor_e2e::util::bin_path;
 use moor_e2e::{ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestServer, WAIT};
-use moor_protocol::kinds;
+use moor_protocol::payload::PermissionDecision;
 use moor_protocol::recovery::RecoveryBrief;
 use moor_protocol::state::ToolClass;
 use moor_protocol::transcript::{validate, Message};
-use serde_json::{json, Value};
+use moor_protocol::{kinds, Entry};
+use serde_json::Value;
 
 const FINISH: Duration = Duration::from_secs(60);
 
@@ -45,16 +47,47 @@ async fn moor(
         .expect("moor ran")
 }
 
-async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
+/// SIGKILL to the agent; waits for the session to be marked interrupted (after `seq`) and for
+/// `moor` to exit. Returns the `session.interrupted` entry.
+async fn kill_agent(claude: &mut ClaudeSession, seq: u64) -> Entry {
+    claude
+        .signal_agent(rustix::process::Signal::KILL)
+        .expect("kill claude");
+    let interrupted = claude
+        .tail
+        .wait_kind("session.interrupted", seq, FINISH, |_| true)
+        .await;
+    claude.bridge.wait_exit(FINISH).await;
+    interrupted
+}
+
+/// `GET /api/v1{path}` on `server`: the answer's body.
+async fn get(server: &TestServer, path: &str) -> Value {
     let resp = server
         .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{session}/recovery"),
-            None,
-        )
+        .authed(reqwest::Method::GET, &format!("/api/v1{path}"), None)
         .await;
-    serde_json::from_value(resp.body).expect("brief json")
+    resp.body
+}
+
+async fn brief(server: &TestServer, session: &str) -> RecoveryBrief {
+    let body = get(server, &format!("/sessions/{session}/recovery")).await;
+    serde_json::from_value(body).expect("brief json")
+}
+
+/// The session's transcript as messages; fails unless they are valid.
+async fn valid_transcript(server: &TestServer, session: &str) -> Vec<Message> {
+    let body = get(
+        server,
+        &format!("/sessions/{session}/transcript?format=messages"),
+    )
+    .await;
+    let messages: Vec<Message> =
+        serde_json::from_value(body["messages"].clone()).expect("transcript messages");
+    if let Err(e) = validate(&messages) {
+        panic!("invalid transcript: {e:?}");
+    }
+    messages
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,19 +97,16 @@ async fn a_link_lost_during_a_write_gives_a_brief_naming_the_file_and_moor_recov
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
     let proxy = FaultProxy::start(server.addr()).await;
-    let name = format!("rec-{}", uuid::Uuid::new_v4().simple());
     let target = env.file("notes.txt");
-    let mut bridge = env.bridge(&proxy.url(), server.token(), &name, &[]).spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let ClaudeSession {
+        name,
+        id,
+        mut bridge,
+        mut tail,
+        ..
+    } = env.session(&server, &proxy.url(), "rec", &[], |o| o).await;
     let prompt = format!("[[write:{}:hello]]", target.display());
-    let seq = server
-        .api()
-        .post_input_kind(id, "w1", kinds::INPUT_TEXT, json!({ "text": prompt }))
-        .await
-        .seq
-        .0;
+    let seq = server.api().post_input(id, "w1", &prompt).await.seq.0;
     tail.wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
         .await;
 
@@ -127,32 +157,20 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     // arrange: an approved command that runs for a while
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("kill-{}", uuid::Uuid::new_v4().simple());
     let marker = env.file("ran.txt");
-    let mut bridge = env
-        .bridge(&server.url(), server.token(), &name, &[])
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let mut claude = env
+        .session(&server, &server.url(), "kill", &[], |o| o)
+        .await;
+    let (name, id) = (claude.name.clone(), claude.id);
     let prompt = format!("[[bash:echo run >> {} && sleep 30]]", marker.display());
-    let seq = server
-        .api()
-        .post_input_kind(id, "c1", kinds::INPUT_TEXT, json!({ "text": prompt }))
-        .await
-        .seq
-        .0;
-    let req = tail
+    let seq = server.api().post_input(id, "c1", &prompt).await.seq.0;
+    let req = claude
+        .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
         .await;
     server
         .api()
-        .post_input_kind(
-            id,
-            "c2",
-            kinds::INPUT_PERMISSION,
-            json!({"request_id": req.payload["request_id"], "decision": "allow"}),
-        )
+        .answer_permission(id, "c2", &req, PermissionDecision::Allow)
         .await;
     // The command has started once the marker file has its line.
     moor_e2e::eventually(FINISH, "the command to start", || async {
@@ -161,13 +179,7 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
     .await;
 
     // act: the agent dies with the command running
-    let pid = start.payload["pid"].as_i64().expect("agent pid") as i32;
-    let pid = rustix::process::Pid::from_raw(pid).expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
-    let interrupted = tail
-        .wait_kind("session.interrupted", seq, FINISH, |_| true)
-        .await;
-    bridge.wait_exit(FINISH).await;
+    let interrupted = kill_agent(&mut claude, seq).await;
 
     // assert: the brief says the command's effects are unknown
     assert_eq!(interrupted.payload["cause"], "agent");
@@ -211,10 +223,9 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
             .await;
         // Nothing runs before somebody decides: deny it.
         assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().count(), 1);
-        let deny = json!({"request_id": req.payload["request_id"], "decision": "deny"});
         server
             .api()
-            .post_input_kind(resumed.id, "deny", kinds::INPUT_PERMISSION, deny)
+            .answer_permission(resumed.id, "deny", &req, PermissionDecision::Deny)
             .await;
         rtail
             .wait_kind(kinds::AGENT_RESULT, req.seq.0, FINISH, |_| true)
@@ -249,17 +260,7 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         1,
         "the command ran again"
     );
-    let resp = server
-        .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{}/transcript?format=messages", resumed.id),
-            None,
-        )
-        .await;
-    let t = resp.body;
-    let messages: Vec<Message> = serde_json::from_value(t["messages"].clone()).unwrap();
-    validate(&messages).unwrap();
+    valid_transcript(&server, &resumed.id.to_string()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,35 +268,23 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
     // arrange: the model starts answering, then goes silent mid-response
     let env = ClaudeEnv::start().await;
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("partial-{}", uuid::Uuid::new_v4().simple());
-    let mut bridge = env
-        .bridge(&server.url(), server.token(), &name, &[])
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let mut claude = env
+        .session(&server, &server.url(), "partial", &[], |o| o)
+        .await;
+    let (name, id) = (claude.name.clone(), claude.id);
     let seq = server
         .api()
-        .post_input_kind(
-            id,
-            "p1",
-            kinds::INPUT_TEXT,
-            json!({ "text": "[[stall]] explain" }),
-        )
+        .post_input(id, "p1", "[[stall]] explain")
         .await
         .seq
         .0;
-    tail.wait_kind(kinds::AGENT_TEXT_DELTA, seq, FINISH, |_| true)
+    claude
+        .tail
+        .wait_kind(kinds::AGENT_TEXT_DELTA, seq, FINISH, |_| true)
         .await;
 
     // act: the agent dies mid-answer
-    let pid = rustix::process::Pid::from_raw(start.payload["pid"].as_i64().expect("pid") as i32)
-        .expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill claude");
-    let interrupted = tail
-        .wait_kind("session.interrupted", seq, FINISH, |_| true)
-        .await;
-    bridge.wait_exit(FINISH).await;
+    let interrupted = kill_agent(&mut claude, seq).await;
 
     // assert: the brief holds what had been said, and the transcript marks it interrupted
     assert_eq!(interrupted.payload["cause"], "agent");
@@ -307,16 +296,7 @@ async fn an_agent_killed_mid_answer_leaves_its_partial_answer_in_the_brief() {
         "{}",
         b.resume_prompt
     );
-    let resp = server
-        .api()
-        .authed(
-            reqwest::Method::GET,
-            &format!("/api/v1/sessions/{name}/transcript?format=messages"),
-            None,
-        )
-        .await;
-    let messages: Vec<Message> = serde_json::from_value(resp.body["messages"].clone()).unwrap();
-    validate(&messages).unwrap();
+    let messages = valid_transcript(&server, &name).await;
     assert!(serde_json::to_string(&messages)
         .unwrap()
         .contains("[interrupted]"));

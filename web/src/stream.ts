@@ -52,6 +52,8 @@ export class LiveStream {
   private failures = 0;
   private stopped = false;
   private timer: ReturnType<typeof setInterval> | null = null;
+  /** Owns the window and document listeners added by start. */
+  private readonly listening = new AbortController();
   private wake: (() => void) | null = null;
   private status: StreamStatus = { kind: "connecting" };
   private initial: SessionInfo | null = null;
@@ -94,13 +96,15 @@ export class LiveStream {
   /** Starts; `info`, when given, is used for the first connect instead of asking again. */
   start(info?: SessionInfo): void {
     this.initial = info ?? null;
-    window.addEventListener("online", this.onOnline);
-    window.addEventListener("offline", this.onOffline);
-    document.addEventListener("visibilitychange", this.onVisible);
-    window.addEventListener("pagehide", this.onPageHide);
-    window.addEventListener("pageshow", this.onPageShow);
-    document.addEventListener("freeze", this.onFreeze);
-    document.addEventListener("resume", this.onResume);
+    // Aborting `listening` (in stop) removes every one of these at once.
+    const signal = this.listening.signal;
+    window.addEventListener("online", this.onOnline, { signal });
+    window.addEventListener("offline", this.onOffline, { signal });
+    document.addEventListener("visibilitychange", this.onVisible, { signal });
+    window.addEventListener("pagehide", this.onPageHide, { signal });
+    window.addEventListener("pageshow", this.onPageShow, { signal });
+    document.addEventListener("freeze", this.onFreeze, { signal });
+    document.addEventListener("resume", this.onResume, { signal });
     this.timer = setInterval(() => this.check(), Math.min(500, this.opts.watchdogMs / 4));
     void this.loop();
   }
@@ -108,13 +112,7 @@ export class LiveStream {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    window.removeEventListener("online", this.onOnline);
-    window.removeEventListener("offline", this.onOffline);
-    document.removeEventListener("visibilitychange", this.onVisible);
-    window.removeEventListener("pagehide", this.onPageHide);
-    window.removeEventListener("pageshow", this.onPageShow);
-    document.removeEventListener("freeze", this.onFreeze);
-    document.removeEventListener("resume", this.onResume);
+    this.listening.abort();
     this.ctrl?.abort(new Stop("stopped"));
     this.wakeUp();
     this.setStatus({ kind: "stopped" });

@@ -7,15 +7,11 @@
 // Prints one line per scenario and "N passed, M failed"; screenshots go to $MOOR_ARTIFACTS.
 // MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it.
 
-import { mkdirSync } from "node:fs";
 import {
-  allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, numbered, phone, rpc, runScenarios, sessionByName,
-  TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
+  allEntries, api, assert, assertExact, banner, everything, launch, linesSession, numbered, phone, rpc, runScenarios,
+  sessionByName, shot, TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 import { rawChromium } from "./cdp.mjs";
-
-mkdirSync(ARTIFACTS, { recursive: true });
-const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
@@ -24,15 +20,6 @@ const head = async (id) => (await api(`/sessions/${id}`)).head_seq;
 const cursorOf = (page, id) => page.evaluate((id) => Number(localStorage.getItem(`moor.cursor.${id}`) ?? 0), id);
 
 
-/** Waits until the session ended on the server and the page (showing it) holds its head. */
-async function untilEnded(page, id) {
-  await waitFor(`session ${id} to end`, 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
-  const h = await head(id);
-  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h])).catch(async (e) => {
-    const seen = await page.evaluate(() => ({ id: window.__moor?.id, hi: window.__moor?.hi(), status: window.__moor?.status(), banners: window.__banners, vis: document.visibilityState }));
-    throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
-  });
-}
 
 /** A request for a session's stream (`events`) or history (`entries`), or null. */
 function sessionRequest(url) {
@@ -161,10 +148,7 @@ scenario("back and forward between the list and two streaming sessions: each res
   const same = await page.evaluate(() => ({ same: window.__sameDocument === true, shows: window.__pageshows }));
   assert(same.same && same.shows[same.shows.length - 1] === true, `restored from the back/forward cache (pageshow persisted), not reloaded: ${JSON.stringify(same)}`);
   await resumedFrom(page, log, a, n, a4, "back from another page");
-  const back = await waitFor("the banner to say back", 20000, async () => {
-    const s = await banner(page, "stream");
-    return s.state === "back" ? s : null;
-  });
+  const back = await waitBanner(page, "stream", "back", 20000);
   const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
   assert(k >= 40, `k missed entries replayed after the back/forward cache: ${back.text}`);
   const after = (await banners(page)).slice(mark.length).map((x) => x.state);
@@ -180,8 +164,7 @@ scenario("back and forward between the list and two streaming sessions: each res
 });
 
 scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its stored seq: no gap, no duplicate, no full download", async () => {
-  await rpc("lines", { session: "ra-discard", count: 2000, interval_ms: 8 });
-  const id = (await sessionByName("ra-discard")).id;
+  const { id } = await linesSession("ra-discard", 2000, 8);
   const chromium = await rawChromium();
   try {
     const first = await chromium.newPage(bannerRecorder);
@@ -229,13 +212,12 @@ scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its s
 });
 
 scenario("a phone asleep (page frozen) past the watchdog interval: reconnecting at once on waking, then 'back, k missed', complete", async () => {
-  await rpc("lines", { session: "ra-sleep", count: 1500, interval_ms: 10 });
-  const id = (await sessionByName("ra-sleep")).id;
+  const { id } = await linesSession("ra-sleep", 1500, 10);
   const chromium = await rawChromium();
   try {
     const page = await chromium.newPage(bannerRecorder);
     await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
-    await waitFor("live", 20000, async () => (await banner(page, "stream")).state === "live");
+    await waitBanner(page, "stream", "live", 20000);
     await viewPast(page, id, 100);
     const mark = (await banners(page)).length;
     const hiBefore = await page.evaluate(() => window.__moor.hi());
@@ -253,10 +235,7 @@ scenario("a phone asleep (page frozen) past the watchdog interval: reconnecting 
     assert(firstAfter.state === "reconnecting" || firstAfter.state === "catching-up", `after waking: ${JSON.stringify(firstAfter)}`);
     assert(firstAfter.t - woke < WATCHDOG_MS, `the page saw the sleep at once (${firstAfter.t - woke} ms), not a watchdog interval later`);
     if (firstAfter.state === "reconnecting") assert(/asleep/.test(firstAfter.text), `says why: ${firstAfter.text}`);
-    const back = await waitFor("the banner to say back", 20000, async () => {
-      const s = await banner(page, "stream");
-      return s.state === "back" ? s : null;
-    });
+    const back = await waitBanner(page, "stream", "back", 20000);
     const reopened = streams(rawRequests({ requests: page.requests.slice(requestsBefore) }), id)[0];
     assert(reopened && reopened.after >= hiBefore && reopened.after < headAtWake - 50, `the stream resumed from the page's cursor (${reopened?.after}), not the head (${headAtWake})`);
     const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
@@ -273,13 +252,12 @@ scenario("a phone asleep (page frozen) past the watchdog interval: reconnecting 
 
 scenario("a stream through a fault proxy: half-open (stalled) caught by the watchdog, reset and cut mid-stream; complete", async ({ browser }) => {
   const { url } = await rpc("proxy");
-  await rpc("lines", { session: "ra-proxy", count: 3000, interval_ms: 8 });
-  const id = (await sessionByName("ra-proxy")).id;
+  const { id } = await linesSession("ra-proxy", 3000, 8);
   const ctx = await phone(browser);
   await recordBanners(ctx);
   const page = await ctx.newPage();
   await page.goto(`${url}/#/s/${id}&token=${TOKEN}`);
-  await waitFor("live", 20000, async () => (await banner(page, "stream")).state === "live");
+  await waitBanner(page, "stream", "live", 20000);
   await viewPast(page, id, 100);
 
   // Reset (RST) and cut (FIN) at growing points of the stream.
@@ -297,15 +275,12 @@ scenario("a stream through a fault proxy: half-open (stalled) caught by the watc
   await viewPast(page, id, (await page.evaluate(() => window.__moor.hi())) + 100);
   const t0 = Date.now();
   await rpc("proxy_stall");
-  const down = await waitFor("reconnecting after a stall", WATCHDOG_MS + 3000, async () => {
-    const s = await banner(page, "stream");
-    return s.state === "reconnecting" ? s : null;
-  });
+  const down = await waitBanner(page, "stream", "reconnecting", WATCHDOG_MS + 3000);
   assert(Date.now() - t0 <= WATCHDOG_MS + 2000, `a stalled stream reported after ${Date.now() - t0} ms (watchdog ${WATCHDOG_MS} ms)`);
   assert(/no data for/.test(down.text), `says why: ${down.text}`);
   // Every pooled connection to the proxy is stalled too: each attempt that picks one fails by
   // the watchdog, until the browser opens fresh ones.
-  await waitFor("back after the stall", 60000, async () => (await banner(page, "stream")).state === "back");
+  await waitBanner(page, "stream", "back", 60000);
   console.log(`     back ${Date.now() - t0} ms after the stall`);
   await untilEnded(page, id);
   await assertExact(page, id, numbered(3000));
@@ -314,8 +289,7 @@ scenario("a stream through a fault proxy: half-open (stalled) caught by the watc
 
 scenario("scrolling up a 10,500-entry transcript pages older entries in: no duplicate, no hole, few rows in the DOM", async ({ browser }) => {
   const total = 10500;
-  await rpc("lines", { session: "ra-long", count: total, interval_ms: 0 });
-  const id = (await sessionByName("ra-long")).id;
+  const { id } = await linesSession("ra-long", total, 0);
   await waitFor("the agent to finish", 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
   const h = await head(id);
   const ctx = await phone(browser);
@@ -408,7 +382,7 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
   const ctx = await phone(browser);
   const page = await ctx.newPage();
   await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
-  await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
+  await waitBanner(page, "bridge", "online", 20000);
   const send = async (cmd) => {
     await page.fill("#composer-text", cmd);
     await page.click("#composer button.send");

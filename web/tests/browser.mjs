@@ -3,18 +3,14 @@
 // condition with a timeout as a failure guard. Prints one line per scenario and
 // "N passed, M failed"; screenshots at phone size go to $MOOR_ARTIFACTS.
 
-import { mkdirSync } from "node:fs";
 import {
-  addUser, allEntries, api, ARTIFACTS, assert, assertExact, banner, everything, launch, loginContext, loginForm, openSession,
-  numbered, PASSWORD, phone, rpc, runScenarios, sessionByName, share, SHORT, shortApi, TOKEN, URL_BASE, waitFor, WATCHDOG_MS,
+  addUser, allEntries, api, assert, assertExact, banner, echoSessionOnPhone, launch, linesSession, loginContext, loginForm,
+  openOnPhone, openSession, numbered, PASSWORD, phone, rpc, runScenarios, sessionByName, share, shot, SHORT, shortApi, TOKEN,
+  untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
-
-mkdirSync(ARTIFACTS, { recursive: true });
-const shot = (page, name) => page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
 
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
-
 
 scenario("first admin: the one-time setup link creates the admin account and logs it in", async ({ browser }) => {
   const { link } = await rpc("setup_link");
@@ -40,11 +36,8 @@ scenario("first admin: the one-time setup link creates the admin account and log
 });
 
 scenario("reload mid-stream, five times, while an agent prints 2,000 lines: every entry once, in order", async ({ browser }) => {
-  await rpc("lines", { session: "web-reload", count: 2000, interval_ms: 4 });
-  const info = await sessionByName("web-reload");
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await openSession(page, info.id);
+  const info = await linesSession("web-reload", 2000, 4);
+  const { ctx, page } = await openOnPhone(browser, info.id);
   for (let n = 1; n <= 5; n++) {
     // Reload at growing points of the stream, taken from what the page shows, not from time.
     const at = n * 300;
@@ -52,25 +45,20 @@ scenario("reload mid-stream, five times, while an agent prints 2,000 lines: ever
     await page.reload();
     await page.waitForFunction(() => window.__moor !== undefined);
   }
-  await waitFor("the session to end", 90000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
-  const head = (await api(`/sessions/${info.id}`)).head_seq;
-  await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  await untilEnded(page, info.id);
   await assertExact(page, info.id, numbered(2000));
   await shot(page, "session-lines");
   await ctx.close();
 });
 
 scenario("offline for a while: 'reconnecting' within the watchdog interval, then 'back, k missed entries'", async ({ browser }) => {
-  await rpc("lines", { session: "web-offline", count: 800, interval_ms: 20 });
-  const info = await sessionByName("web-offline");
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await openSession(page, info.id);
-  await waitFor("live", 20000, async () => (await banner(page, "stream")).state === "live");
+  const info = await linesSession("web-offline", 800, 20);
+  const { ctx, page } = await openOnPhone(browser, info.id);
+  await waitBanner(page, "stream", "live", 20000);
   await waitFor("some entries", 20000, () => page.evaluate(() => window.__moor.hi() > 20));
   const t0 = Date.now();
   await ctx.setOffline(true);
-  await waitFor("the banner to say reconnecting", WATCHDOG_MS + 3000, async () => (await banner(page, "stream")).state === "reconnecting");
+  await waitBanner(page, "stream", "reconnecting", WATCHDOG_MS + 3000);
   const took = Date.now() - t0;
   // The watchdog interval, plus slack for a loaded CI machine.
   assert(took <= WATCHDOG_MS + 2000, `reconnecting shown after ${took} ms (watchdog ${WATCHDOG_MS} ms)`);
@@ -82,50 +70,32 @@ scenario("offline for a while: 'reconnecting' within the watchdog interval, then
   const still = await banner(page, "stream");
   assert(still.state === "reconnecting", `still reconnecting while offline, not ${still.state}`);
   await ctx.setOffline(false);
-  const back = await waitFor("the banner to say back", 20000, async () => {
-    const b = await banner(page, "stream");
-    return b.state === "back" ? b : null;
-  });
+  const back = await waitBanner(page, "stream", "back", 20000);
   const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
   assert(k >= 40, `k missed entries replayed: ${back.text}`);
   await shot(page, "session-back");
-  await waitFor("the session to end", 60000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
-  const head = (await api(`/sessions/${info.id}`)).head_seq;
-  await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  await untilEnded(page, info.id);
   await assertExact(page, info.id, numbered(800));
   await ctx.close();
 });
 
 scenario("bridge killed: 'agent offline since …' within seconds; restarted: 'online' again", async ({ browser }) => {
-  await rpc("echo", { session: "web-bridge" });
-  const info = await sessionByName("web-bridge");
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await openSession(page, info.id);
-  await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
+  const { info, ctx, page } = await echoSessionOnPhone(browser, "web-bridge");
   const t0 = Date.now();
   await rpc("kill", { session: "web-bridge" });
-  const off = await waitFor("agent offline", 15000, async () => {
-    const b = await banner(page, "bridge");
-    return b.state === "offline" ? b : null;
-  });
+  const off = await waitBanner(page, "bridge", "offline", 15000);
   assert(/Agent offline since \d/.test(off.text), `banner: ${off.text}`);
   assert(Date.now() - t0 < 8000, `offline shown after ${Date.now() - t0} ms`);
   await shot(page, "session-agent-offline");
   await rpc("restart", { session: "web-bridge" });
-  await waitFor("agent online again", 20000, async () => (await banner(page, "bridge")).state === "online");
+  await waitBanner(page, "bridge", "online", 20000);
   await ctx.close();
 });
 
 scenario("a message sent while the bridge is offline is queued, survives a reload, ends applied once", async ({ browser }) => {
-  await rpc("echo", { session: "web-queued" });
-  const info = await sessionByName("web-queued");
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await openSession(page, info.id);
-  await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
+  const { info, ctx, page } = await echoSessionOnPhone(browser, "web-queued");
   await rpc("kill", { session: "web-queued" });
-  await waitFor("agent offline", 10000, async () => (await banner(page, "bridge")).state === "offline");
+  await waitBanner(page, "bridge", "offline", 10000);
   const text = "hello while the agent is away";
   await page.fill("#composer-text", text);
   await page.click("#composer button.send");
@@ -155,12 +125,7 @@ scenario("a message sent while the bridge is offline is queued, survives a reloa
 });
 
 scenario("a message written while the browser is offline waits in IndexedDB across an offline reload", async ({ browser }) => {
-  await rpc("echo", { session: "web-outbox" });
-  const info = await sessionByName("web-outbox");
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await openSession(page, info.id);
-  await waitFor("agent online", 20000, async () => (await banner(page, "bridge")).state === "online");
+  const { info, ctx, page } = await echoSessionOnPhone(browser, "web-outbox");
   // The service worker caches the shell, so the page reloads without a network.
   await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
   await ctx.setOffline(true);
@@ -192,7 +157,7 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   const ctx = await phone(browser);
   const page = await ctx.newPage();
   await openSession(page, info.id);
-  await waitFor("agent online", 30000, async () => (await banner(page, "bridge")).state === "online");
+  await waitBanner(page, "bridge", "online", 30000);
   const permCard = async (n) =>
     page.evaluate((n) => {
       const cards = document.querySelectorAll(".card.perm");
@@ -332,7 +297,7 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   await waitFor("the session after joining", 15000, () => vera.evaluate((id) => location.hash === `#/s/${id}`, session.id));
   await vera.waitForFunction(() => window.__moor !== undefined);
   await waitFor("the read-only note", 20000, () => vera.evaluate(() => !!document.getElementById("readonly-note")));
-  await waitFor("agent online", 20000, async () => (await banner(vera, "bridge")).state === "online");
+  await waitBanner(vera, "bridge", "online", 20000);
   assert(
     await vera.evaluate(() => !document.querySelector("#composer") && !document.querySelector("button.approve, button.deny") && document.getElementById("share-btn").hidden),
     "a viewer has no composer, no Approve/Deny and no Share",
@@ -420,9 +385,7 @@ scenario("an access token expiring mid-watch is refreshed by the page: no login,
   await waitFor("the list", 10000, () => page.evaluate(() => location.hash === "#/"));
   await page.goto(`${base}/#/s/${info.id}`);
   await page.waitForFunction(() => window.__moor !== undefined);
-  await waitFor("the session to end", 90000, async () => (await shortApi(`/sessions/${info.id}`)).status === "ended");
-  const head = (await shortApi(`/sessions/${info.id}`)).head_seq;
-  await waitFor("the page to reach the head", 30000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  await untilEnded(page, info.id, shortApi);
   const routes = await page.evaluate(() => window.__routes);
   assert(!routes.includes("#/login"), `the page never asked for a login: ${routes}`);
   assert(refreshes.length >= 2 && refreshes.every((s) => s === 200), `the page refreshed its token (${refreshes})`);
@@ -469,9 +432,7 @@ scenario("device login: the real moor login is approved in the page, then stream
   assert(info.role === "owner", "the admin sees the session too");
   await page.click(`.session-card[data-session="${info.id}"]`);
   await page.waitForFunction(() => window.__moor !== undefined);
-  await waitFor("the session to end", 30000, async () => (await api(`/sessions/${info.id}`)).status === "ended");
-  const head = (await api(`/sessions/${info.id}`)).head_seq;
-  await waitFor("the page to reach the head", 20000, () => page.evaluate((h) => window.__moor.hi() === h, head));
+  const head = await untilEnded(page, info.id);
   // The rows are drawn on the next animation frame after the entries arrive.
   await waitFor("the rows drawn", 5000, () => page.evaluate((h) => window.__moor.renderedSeqs().includes(h), head));
   await shot(page, "session-device");

@@ -18,10 +18,7 @@ export const entries_page: EntriesPage = {
       "payload": {
         "agent": {
           "adapter": "lines",
-          "command": [
-            "/work/main/target/debug/moor-test-agent",
-            "echo"
-          ],
+          "command": ["/work/main/target/debug/moor-test-agent", "echo"],
           "cwd": "/tmp/fx",
           "host": "vm"
         },
@@ -35,10 +32,7 @@ export const entries_page: EntriesPage = {
       "kind": "agent.start",
       "author": "bridge",
       "payload": {
-        "command": [
-          "/work/main/target/debug/moor-test-agent",
-          "echo"
-        ],
+        "command": ["/work/main/target/debug/moor-test-agent", "echo"],
         "cwd": "/tmp/fx",
         "pid": 18779
       }
@@ -65,33 +59,7 @@ export const entry_body_list: EntryBody[] = [
       "cwd": "/home/dev/project",
       "model": "claude-opus-5-5",
       "permission_mode": "default",
-      "tools": [
-        "Task",
-        "AskUserQuestion",
-        "Bash",
-        "CronCreate",
-        "CronDelete",
-        "CronList",
-        "Edit",
-        "EnterPlanMode",
-        "EnterWorktree",
-        "ExitPlanMode",
-        "ExitWorktree",
-        "ListAgents",
-        "Monitor",
-        "NotebookEdit",
-        "Read",
-        "ReportFindings",
-        "ScheduleWakeup",
-        "SendMessage",
-        "Skill",
-        "TaskStop",
-        "ToolSearch",
-        "WebFetch",
-        "WebSearch",
-        "Workflow",
-        "Write"
-      ],
+      "tools": ["Task", "AskUserQuestion", "Bash", "CronCreate", "CronDelete", "CronList", "Edit", "EnterPlanMode", "EnterWorktree", "ExitPlanMode", "ExitWorktree", "ListAgents", "Monitor", "NotebookEdit", "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskStop", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write"],
       "version": "2.1.332"
     }
   },
@@ -214,30 +182,7 @@ export const entry_body_list: EntryBody[] = [
       "cwd": "/home/dev/project",
       "model": "claude-opus-5-5",
       "permission_mode": "default",
-      "tools": [
-        "Task",
-        "Bash",
-        "CronCreate",
-        "CronDelete",
-        "CronList",
-        "Edit",
-        "EnterWorktree",
-        "ExitWorktree",
-        "ListAgents",
-        "Monitor",
-        "NotebookEdit",
-        "Read",
-        "ReportFindings",
-        "ScheduleWakeup",
-        "SendMessage",
-        "Skill",
-        "TaskStop",
-        "ToolSearch",
-        "WebFetch",
-        "WebSearch",
-        "Workflow",
-        "Write"
-      ],
+      "tools": ["Task", "Bash", "CronCreate", "CronDelete", "CronList", "Edit", "EnterWorktree", "ExitWorktree", "ListAgents", "Monitor", "NotebookEdit", "Read", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill", "TaskStop", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write"],
       "version": "2.1.332"
     }
   },
@@ -371,9 +316,7 @@ export const input_accepted: InputAccepted = {
 
 export const recovery_brief: RecoveryBrief = {
   "phase": "model_streaming",
-  "goal": [
-    "hello"
-  ],
+  "goal": ["hello"],
   "completed": [],
   "uncertain": [],
   "partial_answer": null,
@@ -404,10 +347,7 @@ export const session_info: SessionInfo = {
   },
   "watchers": 1,
   "agent": {
-    "command": [
-      "/work/main/target/debug/moor-test-agent",
-      "echo"
-    ],
+    "command": ["/work/main/target/debug/moor-test-agent", "echo"],
     "cwd": "/tmp/fx",
     "host": "vm",
     "adapter": "lines"
@@ -438,9 +378,7 @@ export const session_info: SessionInfo = {
       "partial_text": "",
       "finished": false
     },
-    "prompts": [
-      "hello"
-    ],
+    "prompts": ["hello"],
     "open_tools": [],
     "completed_tools": [],
     "pending_permissions": [],

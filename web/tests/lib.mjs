@@ -1,6 +1,7 @@
 // Shared plumbing of the browser scenarios and the benchmark: Chromium, the moord API, bounded
 // waits, and the line protocol to the Rust test that owns the processes (tests/tests/web.rs).
 
+import { mkdirSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
 
@@ -13,6 +14,12 @@ export const KEEPALIVE_MS = Number(process.env.MOOR_KEEPALIVE_MS ?? 15000);
 /** The page's watchdog interval for this server (see src/stream.ts watchdogFor). */
 export const WATCHDOG_MS = KEEPALIVE_MS * 2 + 1000;
 export const ARTIFACTS = process.env.MOOR_ARTIFACTS ?? new URL("../artifacts", import.meta.url).pathname;
+
+/** A screenshot of `page` as `$MOOR_ARTIFACTS/<name>.png`. */
+export const shot = (page, name) => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  return page.screenshot({ path: `${ARTIFACTS}/${name}.png` });
+};
 export const PHONE = { width: 390, height: 844 };
 
 /** Chromium; `bfcache: true` keeps the back/forward cache on (playwright turns it off). */
@@ -149,6 +156,47 @@ export const banner = (page, which) => page.evaluate((w) => {
   const el = document.getElementById(`${w}-banner`);
   return el ? { state: el.dataset.state ?? "", text: el.textContent ?? "" } : { state: "", text: "" };
 }, which);
+
+/** Waits (up to `ms`) until the `which` banner ("stream" or "bridge") is in `state`; returns it. */
+export const waitBanner = (page, which, state, ms) =>
+  waitFor(`the ${which} banner to say ${state}`, ms, async () => {
+    const b = await banner(page, which);
+    return b.state === state ? b : null;
+  });
+
+/** Starts an agent printing `line-1..count`, one every `interval_ms`, for session `name`; its info. */
+export async function linesSession(name, count, interval_ms) {
+  await rpc("lines", { session: name, count, interval_ms });
+  return sessionByName(name);
+}
+
+/** Opens session `id` on a new phone. */
+export async function openOnPhone(browser, id) {
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await openSession(page, id);
+  return { ctx, page };
+}
+
+/** Starts an echo agent for session `name` and opens it on a new phone once the agent is online. */
+export async function echoSessionOnPhone(browser, name) {
+  await rpc("echo", { session: name });
+  const info = await sessionByName(name);
+  const { ctx, page } = await openOnPhone(browser, info.id);
+  await waitBanner(page, "bridge", "online", 20000);
+  return { info, ctx, page };
+}
+
+/** Waits until the session ended on the server (asked through `call`) and the page (showing it) holds its head; returns the head. */
+export async function untilEnded(page, id, call = api) {
+  await waitFor(`session ${id} to end`, 120000, async () => (await call(`/sessions/${id}`)).status === "ended");
+  const h = (await call(`/sessions/${id}`)).head_seq;
+  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h])).catch(async (e) => {
+    const seen = await page.evaluate(() => ({ id: window.__moor?.id, hi: window.__moor?.hi(), status: window.__moor?.status(), banners: window.__banners, vis: document.visibilityState }));
+    throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
+  });
+  return h;
+}
 
 /** Loads every older page into the view; returns the seqs and agent lines it then holds. */
 export async function everything(page) {

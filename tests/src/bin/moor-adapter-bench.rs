@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use futures_util::StreamExt;
+use moor_e2e::bench::{count_arg, median, runs};
 use moor_e2e::{BridgeOpts, ServerOpts, TestServer};
 use moor_protocol::SessionId;
 use tokio::io::AsyncReadExt;
@@ -25,25 +26,11 @@ use tokio::io::AsyncReadExt;
 /// Hard limit on any single measurement.
 const GUARD: Duration = Duration::from_secs(300);
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs = arg("--runs", 3).max(1);
-    let mb = arg("--mb", 100).max(1);
-    let replays = arg("--replays", 1000).max(1);
+    let runs = runs(3)?;
+    let mb: u64 = count_arg("--mb", 100)?;
+    let replays: u64 = count_arg("--replays", 1000)?;
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("random.bin");
     std::fs::write(&file, moor_e2e::util::random_bytes((mb << 20) as usize, 42))?;

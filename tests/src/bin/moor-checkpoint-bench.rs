@@ -17,22 +17,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use moor_e2e::bench::{count_arg, median, runs};
 use moor_e2e::util::bin_path;
 use moor_e2e::{BridgeOpts, ServerOpts, TestServer};
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
-}
 
 fn git(dir: &Path, args: &[&str]) -> Result<()> {
     let out = Command::new("git")
@@ -93,9 +80,9 @@ fn sent(push: &str) -> Result<(u64, u64)> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let files = arg("--files", 10_000).max(1);
-    let changed = arg("--changed", 100).clamp(1, files);
-    let runs = arg("--runs", 5).max(1);
+    let files = count_arg("--files", 10_000)?;
+    let changed = count_arg("--changed", 100)?.min(files);
+    let runs = runs(5)?;
     let server = TestServer::start(ServerOpts::new()).await;
     // The session the checkpoints are uploaded under (it exists once a bridge connected).
     let plain = tempfile::tempdir()?;
