@@ -22,6 +22,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
+mod support;
+
+use support::{serve_on_loopback, Serving};
+
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 const ADMIN: &str = "admin-test-token";
@@ -61,10 +65,7 @@ impl TestServer {
         tweak(&mut config);
         let server = Server::build(config).await.unwrap();
         let setup_code = server.setup_code().map(str::to_owned);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = CancellationToken::new();
-        tokio::spawn(server.serve(listener, shutdown.clone()));
+        let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
             addr,
             dir,

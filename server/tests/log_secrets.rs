@@ -15,7 +15,10 @@ use moor_server::{Server, ServerConfig};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_util::sync::CancellationToken;
+
+mod support;
+
+use support::{serve_on_loopback, Serving};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -65,10 +68,11 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
         .setup_code()
         .expect("no administrator yet")
         .to_owned();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let serving = tokio::spawn(server.serve(listener, shutdown.clone()));
+    let Serving {
+        addr,
+        shutdown,
+        task: serving,
+    } = serve_on_loopback(server).await;
     let http = reqwest::Client::new();
     let url = |p: &str| format!("http://{addr}/api/v1{p}");
     let root_password = "root-password-of-the-first-admin";
