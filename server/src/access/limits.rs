@@ -126,9 +126,10 @@ mod tests {
         let r = RateLimiter::new(1000.0, 1.0);
         assert!(r.check("a").is_ok());
         let t0 = Instant::now();
-        // Bounded: at 1000/s a token is back within a few ms.
+        // At 1000/s a token is back within a few ms; the bound only stops a broken refill from
+        // spinning forever.
         while r.check("a").is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(5));
+            assert!(t0.elapsed() < Duration::from_secs(60), "no token came back");
             std::thread::yield_now();
         }
     }
