@@ -120,7 +120,10 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
             insert_static(
                 resp.headers_mut(),
                 &[
-                    (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, PUT, DELETE"),
+                    (
+                        header::ACCESS_CONTROL_ALLOW_METHODS,
+                        "GET, POST, PUT, DELETE",
+                    ),
                     (
                         header::ACCESS_CONTROL_ALLOW_HEADERS,
                         "authorization, content-type, last-event-id",
@@ -159,7 +162,10 @@ fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool, tls:
     let h = resp.headers_mut();
     if tls {
         // Served over HTTPS by moord itself: browsers must not fall back to plain HTTP.
-        insert_static(h, &[(header::STRICT_TRANSPORT_SECURITY, "max-age=31536000")]);
+        insert_static(
+            h,
+            &[(header::STRICT_TRANSPORT_SECURITY, "max-age=31536000")],
+        );
     }
     let csp = if api {
         "default-src 'none'; frame-ancestors 'none'"

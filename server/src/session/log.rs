@@ -259,7 +259,8 @@ mod tests {
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap().log;
         let session = store.open_session("s", None).await.unwrap().id;
-        (dir, Log::new(store, Hub::default(), TaskTracker::new()), session)
+        let log = Log::new(store, Hub::default(), TaskTracker::new());
+        (dir, log, session)
     }
 
     #[tokio::test]
