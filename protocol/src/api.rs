@@ -10,6 +10,7 @@ use crate::ids::{Seq, SessionId};
 /// A session as listed and fetched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionInfo {
     /// Stable id.
     pub id: SessionId,
@@ -40,6 +41,7 @@ pub struct SessionInfo {
 /// What a caller may do on one session. Ordered: each role includes the ones below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Reads the log, the state and the recovery brief.
@@ -74,6 +76,7 @@ impl Role {
 /// `GET /api/v1/me`: who the caller is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Me {
     /// The user name (`admin` for the bootstrap admin token).
     pub name: String,
@@ -88,6 +91,7 @@ pub struct Me {
 /// `GET /api/v1/sessions/{id}/members` (owners): one principal with a role on the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionMember {
     /// The user name.
     pub principal: String,
@@ -101,6 +105,7 @@ pub struct SessionMember {
 /// not. Its secret is never in it: the server keeps only a hash, and showed the link once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShareLinkInfo {
     /// Its id (`DELETE /api/v1/share-links/{id}` revokes it).
     pub id: String,
@@ -123,6 +128,7 @@ pub struct ShareLinkInfo {
 /// Life of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     /// The agent may still produce entries.
@@ -134,6 +140,7 @@ pub enum SessionStatus {
 /// The state of a session's bridge link.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BridgeStatus {
     /// A bridge is connected now.
     pub online: bool,
@@ -148,6 +155,7 @@ pub struct BridgeStatus {
 /// `POST /api/v1/sessions/{id}/inputs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputRequest {
     /// Client-chosen id, unique per session; retrying with the same id is safe.
     pub client_msg_id: String,
@@ -172,6 +180,7 @@ impl InputRequest {
 /// Answer to an input post.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputAccepted {
     /// The input's seq in the log.
     pub seq: Seq,
@@ -182,6 +191,7 @@ pub struct InputAccepted {
 /// `GET /api/v1/sessions/{id}/entries`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EntriesPage {
     /// Entries in ascending seq order.
     pub entries: Vec<Entry>,
@@ -194,6 +204,7 @@ pub struct EntriesPage {
 /// `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// `ok` when the store answers.
     pub status: String,

@@ -15,6 +15,7 @@ use crate::ids::{ProducerId, Seq, SessionId};
 
 /// Frames the bridge sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BridgeToServer {
     /// First frame of every connection.
@@ -39,6 +40,7 @@ pub enum BridgeToServer {
 
 /// The bridge's opening frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Hello {
     /// [`crate::PROTOCOL_VERSION`] of the bridge.
     pub version: u32,
@@ -59,6 +61,7 @@ pub struct Hello {
 /// What a bridge runs and where.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentInfo {
     /// The command and its arguments.
     pub command: Vec<String>,
@@ -72,6 +75,7 @@ pub struct AgentInfo {
 
 /// What happened to an input on the bridge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum ReceiptStatus {
     /// The bridge has it.
@@ -87,6 +91,7 @@ pub enum ReceiptStatus {
 
 /// Frames the server sends to a bridge.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerToBridge {
     /// Answer to `Hello`.
@@ -121,6 +126,7 @@ pub enum ServerToBridge {
 
 /// The server's answer to `Hello`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Welcome {
     /// [`crate::PROTOCOL_VERSION`] of the server.
     pub version: u32,

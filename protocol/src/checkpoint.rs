@@ -24,6 +24,7 @@ pub const MISSING_QUERY_MAX: usize = 10_000;
 /// Why a checkpoint was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointReason {
     /// `moor run` started on a work tree with uncommitted changes.
@@ -60,6 +61,7 @@ impl CheckpointReason {
 /// How a file differs from the base commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeStatus {
     /// New in the checkpoint.
@@ -76,6 +78,7 @@ pub enum ChangeStatus {
 /// an addition (the patch shows them as renames).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileChange {
     /// Path from the work tree's root, `/`-separated.
     pub path: String,
@@ -104,6 +107,7 @@ pub struct FileChange {
 /// nothing, if it was untracked) in the checkpoint's tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SkippedFile {
     /// Path from the work tree's root.
     pub path: String,
@@ -116,6 +120,7 @@ pub struct SkippedFile {
 /// Totals of a checkpoint against its base.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiffStat {
     /// Changed paths.
     pub files: u64,
@@ -128,6 +133,7 @@ pub struct DiffStat {
 /// A blob the server stores, by content hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlobRef {
     /// SHA-256 of the content, lowercase hex.
     pub sha256: String,
@@ -140,6 +146,7 @@ pub struct BlobRef {
 /// `PUT /api/v1/sessions/{id}/checkpoints/{checkpoint}` once every blob it names is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointManifest {
     /// Checkpoint id (16 lowercase hex digits), unique across sessions.
     pub id: String,
@@ -225,6 +232,7 @@ impl CheckpointManifest {
 /// A changed path as listed in a summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileListed {
     /// Path from the work tree's root.
     pub path: String,
@@ -236,6 +244,7 @@ pub struct FileListed {
 /// checkpoint, before the upload) and an item of `GET /api/v1/sessions/{id}/checkpoints`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointSummary {
     /// Checkpoint id.
     pub id: String,
@@ -266,6 +275,7 @@ pub struct CheckpointSummary {
 /// `GET /api/v1/checkpoints/{id}`: a stored checkpoint and the session it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredCheckpoint {
     /// The session that uploaded it.
     pub session: SessionId,
@@ -275,6 +285,7 @@ pub struct StoredCheckpoint {
 
 /// `POST /api/v1/blobs/missing`: which of these does the server not have?
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MissingBlobsRequest {
     /// SHA-256 hashes, lowercase hex (at most [`MISSING_QUERY_MAX`]).
     pub sha256: Vec<String>,
@@ -282,6 +293,7 @@ pub struct MissingBlobsRequest {
 
 /// Answer to [`MissingBlobsRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MissingBlobs {
     /// The hashes the server does not have, in the order asked.
     pub missing: Vec<String>,
@@ -289,6 +301,7 @@ pub struct MissingBlobs {
 
 /// Answer to `PUT /api/v1/blobs/{sha256}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlobStored {
     /// The blob's hash.
     pub sha256: String,

@@ -8,6 +8,7 @@ use crate::ids::Seq;
 /// One stored entry of a session's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Entry {
     /// Position in the log, contiguous from 1.
     pub seq: Seq,
@@ -24,6 +25,7 @@ pub struct Entry {
 
 /// An entry a bridge produced, before the server gave it a seq.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewEntry {
     /// The bridge's own counter, contiguous from 1 per `(session, producer)`; the idempotency key.
     pub producer_seq: u64,

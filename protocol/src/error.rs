@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Machine-readable error code; every error also carries a human message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request or frame could not be parsed or is invalid.
@@ -44,6 +45,7 @@ pub enum ErrorCode {
 /// The body of every error response and `error` frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Machine-readable code.
     pub code: ErrorCode,

@@ -20,6 +20,7 @@ use crate::work::{OpenTool, PendingPermission, Phase};
 /// Which of the agent's output streams a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OutputStream {
     /// Standard output.
@@ -32,6 +33,7 @@ pub enum OutputStream {
 /// `claude` adapter for Claude Code's stderr.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentOutput {
     /// The stream it came from.
     pub stream: OutputStream,
@@ -42,6 +44,7 @@ pub struct AgentOutput {
 /// `agent.start`: the bridge started the agent process.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentStart {
     /// The command and its arguments.
     #[serde(default)]
@@ -68,6 +71,7 @@ pub struct AgentStart {
 /// `agent.exit`: the agent process ended. Also the `previous_exit` of an [`AgentRestart`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentExit {
     /// Exit code, if it exited.
     #[serde(default)]
@@ -80,6 +84,7 @@ pub struct AgentExit {
 /// `agent.pty.output`: bytes the agent wrote to its terminal (`pty` adapter), batched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentPtyOutput {
     /// Base64 of the raw bytes (at most [`k::PTY_OUTPUT_MAX_BYTES`] of them).
     pub data: String,
@@ -88,6 +93,7 @@ pub struct AgentPtyOutput {
 /// Who changed the terminal's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ResizeSource {
     /// The terminal `moor` runs in.
@@ -101,6 +107,7 @@ pub enum ResizeSource {
 /// `agent.pty.resize`: the agent's terminal changed size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentPtyResize {
     /// Columns.
     pub cols: u16,
@@ -113,6 +120,7 @@ pub struct AgentPtyResize {
 /// `agent.session`: Claude Code announced its session (logged when it changes).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentSession {
     /// Claude Code's own session id, needed to resume it.
     #[serde(default)]
@@ -137,6 +145,7 @@ pub struct AgentSession {
 /// `agent.text.delta`: a piece of assistant text as it streams.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentTextDelta {
     /// The API message it belongs to.
     #[serde(default)]
@@ -151,6 +160,7 @@ pub struct AgentTextDelta {
 /// `agent.text`: a complete assistant text block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentText {
     /// The API message it belongs to.
     #[serde(default)]
@@ -166,6 +176,7 @@ pub struct AgentText {
 /// `agent.thinking`: a complete assistant thinking block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentThinking {
     /// The API message it belongs to.
     #[serde(default)]
@@ -183,6 +194,7 @@ pub struct AgentThinking {
 /// runs (`source: "local"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentUser {
     /// The text.
     #[serde(default)]
@@ -196,6 +208,7 @@ pub struct AgentUser {
 /// `agent.tool_use`: the agent called a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentToolUse {
     /// The call's id; its result names it.
     pub id: String,
@@ -216,6 +229,7 @@ pub struct AgentToolUse {
 /// `agent.tool_result`: a tool finished.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentToolResult {
     /// The call it answers.
     pub tool_use_id: String,
@@ -236,6 +250,7 @@ pub struct AgentToolResult {
 /// One item of the agent's todo list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Todo {
     /// What to do.
     #[serde(default)]
@@ -256,6 +271,7 @@ pub struct Todo {
 /// `agent.todos`: the agent's todo list changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentTodos {
     /// The whole list.
     pub todos: Vec<Todo>,
@@ -264,6 +280,7 @@ pub struct AgentTodos {
 /// `agent.result`: a turn ended.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentResult {
     /// `success` or `error_…`.
     #[serde(default)]
@@ -303,6 +320,7 @@ pub struct AgentResult {
 /// `agent.error`: something went wrong on the agent side that is not a turn result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentError {
     /// What went wrong.
     #[serde(default)]
@@ -315,6 +333,7 @@ pub struct AgentError {
 /// `agent.event`: an agent event of a type the adapter does not model, kept as it came.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentEvent {
     /// The event's `type`.
     #[serde(rename = "type", default)]
@@ -334,6 +353,7 @@ pub struct AgentEvent {
 /// `agent.permission.request`: the agent asks whether it may run a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentPermissionRequest {
     /// The agent's request id, answered by `input.permission`.
     pub request_id: String,
@@ -357,6 +377,7 @@ pub struct AgentPermissionRequest {
 /// How a permission request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Resolution {
     /// The tool may run.
@@ -370,6 +391,7 @@ pub enum Resolution {
 /// `agent.permission.resolved`: a permission request was decided or withdrawn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentPermissionResolved {
     /// The request.
     pub request_id: String,
@@ -389,6 +411,7 @@ pub struct AgentPermissionResolved {
 /// The tool that was running when the agent went silent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StalledTool {
     /// Tool call id.
     pub id: String,
@@ -399,6 +422,7 @@ pub struct StalledTool {
 /// `agent.stalled`: the agent has been silent too long while it should be working.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentStalled {
     /// `streaming` or `tool`.
     #[serde(default)]
@@ -417,6 +441,7 @@ pub struct AgentStalled {
 /// `agent.active`: a stalled agent produced output again.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentActive {
     /// What it recovered from (`stall`).
     #[serde(default)]
@@ -426,6 +451,7 @@ pub struct AgentActive {
 /// `agent.restart`: the bridge stopped and restarted the agent on the same agent session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentRestart {
     /// `stalled` or `crashed`.
     #[serde(default)]
@@ -447,6 +473,7 @@ pub struct AgentRestart {
 /// `agent.tool.intent`: a file mutation's intent, recorded before the tool runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolIntent {
     /// The call.
     pub tool_use_id: String,
@@ -461,6 +488,7 @@ pub struct ToolIntent {
 /// `agent.tool.intent_checked`: whether a file mutation landed, checked after its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolIntentChecked {
     /// The call.
     pub tool_use_id: String,
@@ -478,6 +506,7 @@ pub struct ToolIntentChecked {
 /// `input.text`: remote text for the agent's input (a prompt, or a line).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputText {
     /// The text.
     pub text: String,
@@ -486,6 +515,7 @@ pub struct InputText {
 /// `input.keys`: remote keystrokes for a terminal agent, as text or as raw bytes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputKeys {
     /// UTF-8 keys, sent as they are (Enter is `"\r"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -500,6 +530,7 @@ pub struct InputKeys {
 /// `input.resize`: resize the agent's terminal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputResize {
     /// Columns.
     pub cols: u16,
@@ -510,11 +541,13 @@ pub struct InputResize {
 /// `input.interrupt`: stop the agent's current turn. No fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputInterrupt {}
 
 /// A person's answer to a permission request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionDecision {
     /// Let the tool run.
@@ -526,6 +559,7 @@ pub enum PermissionDecision {
 /// `input.permission`: decide a pending `agent.permission.request`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputPermission {
     /// The request; may be left out while exactly one request is pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -542,6 +576,7 @@ pub struct InputPermission {
 /// `input.delivered`: the bridge received an input. Written by the server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputDelivered {
     /// The input's seq.
     pub input_seq: Seq,
@@ -550,6 +585,7 @@ pub struct InputDelivered {
 /// `input.applied`: the bridge applied an input to the agent. Written by the server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputApplied {
     /// The input's seq.
     pub input_seq: Seq,
@@ -562,6 +598,7 @@ pub struct InputApplied {
 /// `input.failed`: the bridge could not apply an input. Written by the server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputFailed {
     /// The input's seq.
     pub input_seq: Seq,
@@ -573,6 +610,7 @@ pub struct InputFailed {
 /// `input.uncertain`: the bridge crashed while applying an input. Written by the server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputUncertain {
     /// The input's seq.
     pub input_seq: Seq,
@@ -581,6 +619,7 @@ pub struct InputUncertain {
 /// `bridge.connected`: a bridge connection was established. Written by the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BridgeConnected {
     /// The server's id for the connection.
     #[serde(default)]
@@ -596,6 +635,7 @@ pub struct BridgeConnected {
 /// `bridge.disconnected`: a bridge connection ended. Written by the server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BridgeDisconnected {
     /// The server's id for the connection.
     #[serde(default)]
@@ -611,6 +651,7 @@ pub struct BridgeDisconnected {
 /// `session.ended`: the agent is gone and everything it produced is stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionEnded {
     /// Why.
     #[serde(default)]
@@ -621,6 +662,7 @@ pub struct SessionEnded {
 /// the server from the state before the interruption.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionInterrupted {
     /// `link` or `agent`.
     #[serde(default)]
@@ -668,6 +710,7 @@ macro_rules! entry_bodies {
         /// "payload": ...}`, the same two fields as [`crate::Entry`], so an entry narrows into it.
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(tag = "kind", content = "payload")]
         #[allow(missing_docs)]
         pub enum EntryBody {

@@ -15,6 +15,7 @@ const RESULT_QUOTE_CHARS: usize = 300;
 /// One tool call in the brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BriefTool {
     /// Tool call id.
     pub id: String,
@@ -41,6 +42,7 @@ pub struct BriefTool {
 /// The brief, as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecoveryBrief {
     /// Whether the session was interrupted mid-work (or is idle, or ended).
     pub phase: Phase,

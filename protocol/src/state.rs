@@ -30,6 +30,7 @@ pub const SETTLED_INPUTS_KEPT: usize = 20;
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompletedTool {
     /// The call.
     #[serde(flatten)]
@@ -43,6 +44,7 @@ pub struct CompletedTool {
 /// Where a remote input is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InputStatus {
     /// Stored; the bridge has not confirmed it.
@@ -60,6 +62,7 @@ pub enum InputStatus {
 /// A remote input and its receipt state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputState {
     /// Its seq.
     pub seq: Seq,
@@ -74,6 +77,7 @@ pub struct InputState {
 /// The bridge link as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LinkState {
     /// A bridge connection is up.
     pub up: bool,
@@ -88,6 +92,7 @@ pub struct LinkState {
 /// The agent process as the log tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentState {
     /// Started and not exited.
     pub running: bool,
@@ -114,6 +119,7 @@ pub struct AgentState {
 /// The current turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TurnState {
     /// The prompt that started it.
     pub prompt: Option<String>,
@@ -126,6 +132,7 @@ pub struct TurnState {
 /// Counters, including what the fold could not understand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Counts {
     /// Entries folded.
     pub entries: u64,
@@ -146,6 +153,7 @@ pub struct Counts {
 /// Everything the server knows about a session from its log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionState {
     /// Seq of the last entry folded.
     pub head: Seq,

@@ -17,6 +17,7 @@ pub const INTERRUPTED_RESULT: &str =
 
 /// A conversation role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = TranscriptRole))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The person (and tool results).
@@ -27,6 +28,7 @@ pub enum Role {
 
 /// A content block, as the Messages API spells it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Block {
     /// Plain text.
@@ -56,6 +58,7 @@ pub enum Block {
 
 /// One message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     /// Who speaks.
     pub role: Role,

@@ -17,6 +17,7 @@ pub const RESET_EVENT: &str = "reset";
 /// The cursor cannot be honoured: start again from `head_seq` or from 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reset {
     /// Why, in plain words.
     pub reason: String,
@@ -27,6 +28,7 @@ pub struct Reset {
 /// Frames a WebSocket viewer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ViewerToServer {
     /// Post an input, as `POST /inputs` would.
@@ -38,6 +40,7 @@ pub enum ViewerToServer {
 /// Frames the server sends to a WebSocket viewer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerToViewer {
     /// A log entry.

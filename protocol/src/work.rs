@@ -10,6 +10,7 @@ use crate::ids::Seq;
 /// What the session is doing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Waiting for a prompt.
@@ -30,6 +31,7 @@ pub enum Phase {
 /// What a tool call may have changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolClass {
     /// Reads only; safe to repeat.
@@ -65,6 +67,7 @@ impl ToolClass {
 /// A tool call that started and has no result yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OpenTool {
     /// The agent's tool_use id.
     pub id: String,
@@ -89,6 +92,7 @@ pub struct OpenTool {
 /// A permission request nobody has decided yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingPermission {
     /// The agent's request id.
     pub request_id: String,

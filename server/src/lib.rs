@@ -24,6 +24,7 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod hub;
+pub mod openapi;
 pub mod relay;
 pub mod serve;
 pub mod session;

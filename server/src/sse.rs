@@ -34,6 +34,22 @@ use crate::util::{query_param, sleep_until_opt};
 const CHUNK_BYTES: usize = 64 * 1024;
 
 /// The SSE handler.
+#[utoipa::path(
+    get, path = "/sessions/{id}/events", operation_id = "streamEvents", tag = "streams",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("after" = Option<u64>, Query, description = "Start after this seq (default 0)"),
+        ("state" = Option<bool>, Query, description = "`true`: also send coalesced `state` events carrying the `SessionState`"),
+        ("access_token" = Option<String>, Query, description = "The access token, for clients that cannot set headers (see the `access_token` security scheme)"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this seq; wins over `after`"),
+    ),
+    responses(
+        (status = 200, description = "The log as Server-Sent Events: `id:` the seq, `event:` the kind, `data:` the `Entry` as JSON; `event: reset` with a `Reset` for a cursor ahead of the log; `event: state` with a `SessionState` when asked for", content((String = "text/event-stream"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub async fn events(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -6,11 +6,12 @@
 //! A transport: calls only `state`; never `http`, `sse` or `ws`.
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::state::AppState;
 
@@ -26,14 +27,23 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsa
 img-src 'self' data:; connect-src 'self'; worker-src 'self'; manifest-src 'self'; \
 frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
-/// Routes of the web client.
-pub(crate) fn router() -> Router<AppState> {
-    Router::new()
-        .route("/app-config.json", get(app_config))
-        .fallback(asset)
+/// Routes of the web client: the page, its files (at most two levels deep, see
+/// `every_file_has_a_route`) and `/app-config.json`.
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(app_config))
+        .routes(routes!(index))
+        .routes(routes!(file))
+        .routes(routes!(nested_file))
 }
 
 /// Client hints: nothing secret, nothing about sessions.
+#[utoipa::path(
+    get, path = "/app-config.json", operation_id = "getAppConfig", tag = "server", security(()),
+    responses(
+        (status = 200, description = "Hints for the web client", body = crate::openapi::AppConfig),
+    )
+)]
 async fn app_config(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
@@ -44,6 +54,48 @@ async fn app_config(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// The web client's page.
+#[utoipa::path(
+    get, path = "/", operation_id = "getWebClient", tag = "server", security(()),
+    responses(
+        (status = 200, description = "The web client", content((String = "text/html"))),
+        (status = 503, description = "This `moord` was built without the web client: a page saying how to build it", content((String = "text/html"))),
+    )
+)]
+async fn index(uri: Uri) -> Response {
+    asset(uri.path())
+}
+
+/// A file of the web client at the top level (`/sw.js`, `/manifest.webmanifest`, …).
+#[utoipa::path(
+    get, path = "/{file}", operation_id = "getWebFile", tag = "server", security(()),
+    params(("file" = String, Path, description = "File name")),
+    responses(
+        (status = 200, description = "The file, with its content type"),
+        (status = 404, description = "No such file", content((String = "text/plain"))),
+        (status = 503, description = "`/index.html` of a `moord` built without the web client", content((String = "text/html"))),
+    )
+)]
+async fn file(uri: Uri) -> Response {
+    asset(uri.path())
+}
+
+/// A file of the web client in a directory (`/assets/…`, hashed and cached for good, `/icons/…`).
+#[utoipa::path(
+    get, path = "/{dir}/{file}", operation_id = "getWebAsset", tag = "server", security(()),
+    params(
+        ("dir" = String, Path, description = "Directory"),
+        ("file" = String, Path, description = "File name"),
+    ),
+    responses(
+        (status = 200, description = "The file, with its content type"),
+        (status = 404, description = "No such file", content((String = "text/plain"))),
+    )
+)]
+async fn nested_file(uri: Uri) -> Response {
+    asset(uri.path())
+}
+
 fn find(path: &str) -> Option<(&'static str, &'static [u8])> {
     ASSETS
         .iter()
@@ -51,11 +103,8 @@ fn find(path: &str) -> Option<(&'static str, &'static [u8])> {
         .map(|(_, ct, body)| (*ct, *body))
 }
 
-async fn asset(method: Method, uri: Uri) -> Response {
-    if method != Method::GET && method != Method::HEAD {
-        return StatusCode::METHOD_NOT_ALLOWED.into_response();
-    }
-    let path = match uri.path() {
+fn asset(path: &str) -> Response {
+    let path = match path {
         "/" => "/index.html",
         p => p,
     };
@@ -122,6 +171,16 @@ mod tests {
         assert_eq!(paths.len(), n);
         if n > 0 {
             assert!(find("/index.html").is_some_and(|(ct, _)| ct.starts_with("text/html")));
+        }
+    }
+
+    #[test]
+    fn every_file_has_a_route() {
+        // Files are served by `/{file}` and `/{dir}/{file}` only: a deeper file would be
+        // unreachable.
+        for (path, _, _) in ASSETS {
+            let depth = path.matches('/').count();
+            assert!((1..=2).contains(&depth), "{path} has no route");
         }
     }
 }

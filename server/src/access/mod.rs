@@ -122,7 +122,7 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// An access token and its refresh token, as handed to a client.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct TokenPair {
     /// The JWT.
     pub access_token: String,

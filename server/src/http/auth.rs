@@ -22,9 +22,12 @@ use crate::state::AppState;
 use crate::store::{RefreshOutcome, Revocation, StoreError};
 use crate::util::cookie;
 
-#[derive(Deserialize)]
+/// `POST /api/v1/auth/login`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Credentials {
+    /// User name.
     name: String,
+    /// Password.
     password: String,
 }
 
@@ -97,6 +100,16 @@ fn cookie_header(
 }
 
 /// `POST /api/v1/auth/login` `{name, password}`: a new token family.
+#[utoipa::path(
+    post, path = "/auth/login", operation_id = "login", tag = "access", security(()),
+    request_body = Credentials,
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn login(
     State(state): State<AppState>,
     ip: Option<Extension<ClientIp>>,
@@ -145,8 +158,10 @@ pub(crate) async fn login(
     }
 }
 
-#[derive(Deserialize, Default)]
+/// `POST /api/v1/auth/refresh`.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 pub(crate) struct RefreshRequest {
+    /// The refresh token (else the `moor_refresh` cookie).
     #[serde(default)]
     refresh_token: Option<String>,
 }
@@ -154,6 +169,16 @@ pub(crate) struct RefreshRequest {
 /// `POST /api/v1/auth/refresh` `{refresh_token}` (or the `moor_refresh` cookie): spends the
 /// token and answers with a new pair. A token that was spent already revokes its family and
 /// ends its live connections.
+#[utoipa::path(
+    post, path = "/auth/refresh", operation_id = "refresh", tag = "access", security(()),
+    request_body(content = Option<RefreshRequest>, description = "The refresh token; without a body, the `moor_refresh` cookie is used"),
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn refresh(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -183,6 +208,13 @@ pub(crate) async fn refresh(
 
 /// `POST /api/v1/auth/logout`: revokes the caller's token family (its refresh tokens stop
 /// working, its live connections end) and clears the cookies.
+#[utoipa::path(
+    post, path = "/auth/logout", operation_id = "logout", tag = "access",
+    responses(
+        (status = 204, description = "The token family is revoked and the cookies cleared", headers(("Set-Cookie" = String, description = "Clears `moor_access` and `moor_refresh`"))),
+        crate::openapi::Unauthorized,
+    )
+)]
 pub(crate) async fn logout(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -64,6 +64,16 @@ fn not_found_as_checkpoint(e: StoreError) -> ApiError {
 }
 
 /// `POST /api/v1/blobs/missing`: which of these hashes the server lacks.
+#[utoipa::path(
+    post, path = "/blobs/missing", operation_id = "findMissingBlobs", tag = "checkpoints",
+    request_body = MissingBlobsRequest,
+    responses(
+        (status = 200, description = "The hashes the server lacks", body = MissingBlobs),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(super) async fn missing(
     State(state): State<AppState>,
     _who: AuthUser,
@@ -87,6 +97,16 @@ pub(super) async fn missing(
 }
 
 /// `PUT /api/v1/blobs/{sha256}`: stores a blob if its content hashes to its name.
+#[utoipa::path(
+    put, path = "/blobs/{sha256}", operation_id = "putBlob", tag = "checkpoints",
+    params(("sha256" = String, Path, description = "SHA-256 of the blob, lowercase hex")),
+    request_body(description = "The blob's bytes", content(("application/octet-stream"))),
+    responses(
+        (status = 201, description = "Stored", body = BlobStored),
+        (status = 200, description = "Already stored", body = BlobStored),
+        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::TooLarge,
+    )
+)]
 pub(super) async fn put_blob(
     State(state): State<AppState>,
     _who: AuthUser,
@@ -141,6 +161,16 @@ async fn may_read_blob(state: &AppState, who: &Principal, sha256: &str) -> Resul
 
 /// `GET /api/v1/blobs/{sha256}`: 404 unless the caller may read a session with a checkpoint
 /// naming the blob (as if it did not exist).
+#[utoipa::path(
+    get, path = "/blobs/{sha256}", operation_id = "getBlob", tag = "checkpoints",
+    params(("sha256" = String, Path, description = "SHA-256 of the blob, lowercase hex")),
+    responses(
+        (status = 200, description = "The blob's bytes", content(("application/octet-stream"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn get_blob(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -167,6 +197,19 @@ pub(super) async fn get_blob(
 
 /// `PUT /api/v1/sessions/{id}/checkpoints/{checkpoint}`: the manifest, once every blob it
 /// names is stored (else 409 naming the missing ones). Idempotent.
+#[utoipa::path(
+    put, path = "/sessions/{id}/checkpoints/{checkpoint}", operation_id = "putCheckpoint", tag = "checkpoints",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits"),
+    ),
+    request_body = CheckpointManifest,
+    responses(
+        (status = 201, description = "Stored", body = CheckpointSummary),
+        (status = 200, description = "Already stored", body = CheckpointSummary),
+        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::Forbidden, crate::openapi::NotFound, crate::openapi::Conflict, crate::openapi::TooLarge,
+    )
+)]
 pub(super) async fn put(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -223,6 +266,15 @@ pub(super) async fn put(
 }
 
 /// `GET /api/v1/sessions/{id}/checkpoints`: newest first.
+#[utoipa::path(
+    get, path = "/sessions/{id}/checkpoints", operation_id = "listCheckpoints", tag = "checkpoints",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "The session's checkpoints, newest first", body = Vec<CheckpointSummary>),
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -262,6 +314,16 @@ async fn stored(state: &AppState, who: &Principal, id: &str) -> Result<StoredChe
 }
 
 /// `GET /api/v1/checkpoints/{checkpoint}`: the session and the manifest.
+#[utoipa::path(
+    get, path = "/checkpoints/{checkpoint}", operation_id = "getCheckpoint", tag = "checkpoints",
+    params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "The checkpoint's session and manifest", body = StoredCheckpoint),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn get(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -293,6 +355,16 @@ fn attachment(content_type: &'static str, disposition: String, bytes: Vec<u8>) -
 }
 
 /// `GET /api/v1/checkpoints/{checkpoint}/diff`: the patch from the base commit (`git apply`).
+#[utoipa::path(
+    get, path = "/checkpoints/{checkpoint}/diff", operation_id = "getCheckpointDiff", tag = "checkpoints",
+    params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "The patch from the base commit, for `git apply`", content((String = "text/x-diff"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn diff(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -310,6 +382,17 @@ pub(super) async fn diff(
 /// `GET /api/v1/checkpoints/{checkpoint}/archive`: a tar of the files the checkpoint added or
 /// changed, with their modes, and `MOOR-CHECKPOINT-<id>.json` (the manifest: base commit,
 /// deletions, skipped files).
+#[utoipa::path(
+    get, path = "/checkpoints/{checkpoint}/archive", operation_id = "getCheckpointArchive", tag = "checkpoints",
+    params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
+    responses(
+        (status = 200, description = "A tar of the files the checkpoint added or changed, and its manifest", content(("application/x-tar"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        crate::openapi::Conflict,
+    )
+)]
 pub(super) async fn archive(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

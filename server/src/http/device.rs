@@ -19,6 +19,12 @@ use crate::extract::Json;
 use crate::state::AppState;
 
 /// `POST /api/v1/auth/device`: starts a grant.
+#[utoipa::path(
+    post, path = "/auth/device", operation_id = "startDeviceGrant", tag = "access", security(()),
+    responses(
+        (status = 200, description = "A new device grant", body = crate::openapi::DeviceGrant),
+    )
+)]
 pub(crate) async fn start(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -51,13 +57,26 @@ pub(crate) async fn start(
     })))
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/auth/device/approve` and `/deny`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Approve {
+    /// The code the device shows.
     user_code: String,
 }
 
 /// `POST /api/v1/auth/device/approve` `{user_code}`: the logged-in user lends the device their
 /// identity (a new token family of theirs).
+#[utoipa::path(
+    post, path = "/auth/device/approve", operation_id = "approveDevice", tag = "access",
+    request_body = Approve,
+    responses(
+        (status = 204, description = "The device will get a token pair of the caller's"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn approve(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -78,6 +97,17 @@ pub(crate) async fn approve(
 
 /// `POST /api/v1/auth/device/deny` `{user_code}`: a logged-in user refuses the device; its next
 /// poll is told so and the code is gone.
+#[utoipa::path(
+    post, path = "/auth/device/deny", operation_id = "denyDevice", tag = "access",
+    request_body = Approve,
+    responses(
+        (status = 204, description = "The device is refused"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn deny(
     State(state): State<AppState>,
     AuthUser(_who): AuthUser,
@@ -90,13 +120,25 @@ pub(crate) async fn deny(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/auth/device/token`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Poll {
+    /// The device's secret from `POST /api/v1/auth/device`.
     device_code: String,
 }
 
 /// `POST /api/v1/auth/device/token` `{device_code}`: `202 {"status":"pending"}` until approved,
 /// then the token pair once; 403 once if it was denied; 404 for an unknown or expired code.
+#[utoipa::path(
+    post, path = "/auth/device/token", operation_id = "pollDeviceToken", tag = "access", security(()),
+    request_body = Poll,
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        (status = 202, description = "Not decided yet: poll again after `interval` seconds", body = crate::openapi::DevicePending),
+        crate::openapi::BadRequest, crate::openapi::NotFound, crate::openapi::TooLarge,
+        (status = 403, description = "`forbidden`: the user denied the device (answered once)", body = moor_protocol::error::ErrorBody),
+    )
+)]
 pub(crate) async fn token(
     State(state): State<AppState>,
     Json(req): Json<Poll>,

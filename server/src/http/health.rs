@@ -10,6 +10,10 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Healthy when the store answers.
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "health", tag = "server", security(()),
+    responses((status = 200, description = "The store answers", body = moor_protocol::api::Health))
+)]
 pub(super) async fn get(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     state.store.log.list_sessions().await?;
     Ok(Json(Health {

@@ -13,6 +13,20 @@ use crate::session::input::submit;
 use crate::state::AppState;
 
 /// `POST /api/v1/sessions/{id}/inputs`.
+#[utoipa::path(
+    post, path = "/sessions/{id}/inputs", operation_id = "postInput", tag = "sessions",
+    params(("id" = String, Path, description = "Session id or name")),
+    request_body = InputRequest,
+    responses(
+        (status = 200, description = "Stored (or already stored under this `client_msg_id`)", body = InputAccepted),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::Conflict,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(super) async fn create(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

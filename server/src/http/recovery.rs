@@ -50,6 +50,17 @@ fn markdown_response(text: String) -> Response {
 }
 
 /// `GET /api/v1/sessions/{id}/recovery[?format=markdown]`.
+#[utoipa::path(
+    get, path = "/sessions/{id}/recovery", operation_id = "getRecoveryBrief", tag = "sessions",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("format" = Option<String>, Query, description = "`json` (default), or `markdown` (also chosen by `Accept: text/markdown`)"),
+    ),
+    responses((status = 200, description = "What was in flight, and what to do about it", content(
+        (moor_protocol::recovery::RecoveryBrief = "application/json"),
+        (String = "text/markdown"),
+    )), crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound)
+)]
 pub(super) async fn brief(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -69,6 +80,17 @@ pub(super) async fn brief(
 }
 
 /// `GET /api/v1/sessions/{id}/transcript[?format=messages|markdown]`.
+#[utoipa::path(
+    get, path = "/sessions/{id}/transcript", operation_id = "getTranscript", tag = "sessions",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("format" = Option<String>, Query, description = "`json` (default), or `markdown` (also chosen by `Accept: text/markdown`); `messages` is the same as `json`"),
+    ),
+    responses((status = 200, description = "The repaired conversation", content(
+        (crate::openapi::Transcript = "application/json"),
+        (String = "text/markdown"),
+    )), crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound)
+)]
 pub(super) async fn transcript(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -46,6 +46,10 @@ fn info(state: &AppState, row: SessionRow, role: Role) -> SessionInfo {
 
 /// `GET /api/v1/me`: the caller's name, and whether it is an administrator or the bootstrap
 /// admin token.
+#[utoipa::path(
+    get, path = "/me", operation_id = "me", tag = "access",
+    responses((status = 200, description = "The caller", body = Me), crate::openapi::Unauthorized)
+)]
 pub(super) async fn me(AuthUser(who): AuthUser) -> Json<Me> {
     Json(Me {
         name: who.name,
@@ -55,6 +59,13 @@ pub(super) async fn me(AuthUser(who): AuthUser) -> Json<Me> {
 }
 
 /// `GET /api/v1/sessions`: the sessions the caller has a role on, each with that role.
+#[utoipa::path(
+    get, path = "/sessions", operation_id = "listSessions", tag = "sessions",
+    responses(
+        (status = 200, description = "The sessions the caller has a role on", body = Vec<SessionInfo>),
+        crate::openapi::Unauthorized,
+    )
+)]
 pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -84,6 +95,15 @@ pub(super) async fn list(
 }
 
 /// `GET /api/v1/sessions/{id}` (id or name).
+#[utoipa::path(
+    get, path = "/sessions/{id}", operation_id = "getSession", tag = "sessions",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "The session, with its derived state", body = SessionInfo),
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn get(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -107,6 +127,21 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
 }
 
 /// `GET /api/v1/sessions/{id}/entries?after=N|before=N&limit=M`.
+#[utoipa::path(
+    get, path = "/sessions/{id}/entries", operation_id = "listEntries", tag = "sessions",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("after" = Option<u64>, Query, description = "Entries after this seq, ascending (default: from the start)"),
+        ("before" = Option<u64>, Query, description = "The page of entries just before this seq (not with `after`)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, 1 to 1000 (default 100)"),
+    ),
+    responses(
+        (status = 200, description = "A page of the log", body = EntriesPage),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+    )
+)]
 pub(super) async fn entries(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -157,15 +192,30 @@ pub(super) async fn entries(
 }
 
 /// Body of `POST /api/v1/sessions/{id}/bridge/close`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub(super) struct CloseBridge {
+    /// A WebSocket close code the bridge is sent (1000 to 4999, not 1004 to 1006 or 1015).
     code: u16,
+    /// The close reason.
     #[serde(default)]
     reason: String,
 }
 
 /// `POST /api/v1/sessions/{id}/bridge/close`: close the session's live bridge connection with a
 /// given code (the bridge reconnects unless the code is terminal).
+#[utoipa::path(
+    post, path = "/sessions/{id}/bridge/close", operation_id = "closeBridge", tag = "sessions",
+    params(("id" = String, Path, description = "Session id or name")),
+    request_body = CloseBridge,
+    responses(
+        (status = 204, description = "The live bridge connection was closed with the code"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(super) async fn close_bridge(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

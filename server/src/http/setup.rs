@@ -21,6 +21,12 @@ use crate::store::StoreError;
 /// `GET /api/v1/auth/setup`: `{"open": bool}`: whether the setup page can create the first
 /// administrator here (none exists and this server holds a live code). No credentials needed,
 /// no secrets answered.
+#[utoipa::path(
+    get, path = "/auth/setup", operation_id = "getSetupStatus", tag = "access", security(()),
+    responses(
+        (status = 200, description = "Whether first-start setup is open", body = crate::openapi::SetupStatus),
+    )
+)]
 pub(crate) async fn status(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -28,10 +34,14 @@ pub(crate) async fn status(
     Ok(Json(serde_json::json!({ "open": open })))
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/auth/setup`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct SetupRequest {
+    /// The setup code `moord` printed at start.
     code: String,
+    /// The first administrator's user name.
     name: String,
+    /// Their password.
     password: String,
 }
 
@@ -52,6 +62,18 @@ fn setup_done() -> ApiError {
 /// `POST /api/v1/auth/setup` `{code, name, password}`: creates the first administrator and
 /// logs them in, answering exactly like `POST /api/v1/auth/login`. A wrong or expired code is
 /// 401 (and throttled like a failed login); once an administrator exists, 410.
+#[utoipa::path(
+    post, path = "/auth/setup", operation_id = "setup", tag = "access", security(()),
+    request_body = SetupRequest,
+    responses(
+        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Conflict,
+        crate::openapi::Gone,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn setup(
     State(state): State<AppState>,
     ip: Option<Extension<ClientIp>>,

@@ -19,6 +19,16 @@ use crate::state::AppState;
 use crate::store::{MemberRow, Revocation, ShareLinkRow, StoreError};
 
 /// `GET /api/v1/sessions/{id}/members` (owner): everyone with a role on the session, by name.
+#[utoipa::path(
+    get, path = "/sessions/{id}/members", operation_id = "listMembers", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "Everyone with a role on the session", body = Vec<SessionMember>),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn list_members(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -31,6 +41,16 @@ pub(crate) async fn list_members(
 
 /// `GET /api/v1/sessions/{id}/share-links` (owner): the session's links, live or not, newest
 /// first, without their secrets.
+#[utoipa::path(
+    get, path = "/sessions/{id}/share-links", operation_id = "listShareLinks", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 200, description = "The session's share links, newest first, without secrets", body = Vec<ShareLinkInfo>),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn list_share_links(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -62,12 +82,31 @@ fn link(row: ShareLinkRow) -> ShareLinkInfo {
     }
 }
 
-#[derive(Deserialize)]
+/// `PUT /api/v1/sessions/{id}/members/{user}`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct MemberRequest {
+    /// The role to give.
+    #[schema(value_type = Role)]
     role: String,
 }
 
 /// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): shares the session.
+#[utoipa::path(
+    put, path = "/sessions/{id}/members/{user}", operation_id = "putMember", tag = "access",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("user" = String, Path, description = "The user name"),
+    ),
+    request_body = MemberRequest,
+    responses(
+        (status = 204, description = "The user has the role on the session"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn put_member(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -99,6 +138,19 @@ pub(crate) async fn put_member(
 }
 
 /// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user`.
+#[utoipa::path(
+    delete, path = "/sessions/{id}/members/{user}", operation_id = "deleteMember", tag = "access",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("user" = String, Path, description = "The user name"),
+    ),
+    responses(
+        (status = 204, description = "The user has no role on the session any more"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn delete_member(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -119,8 +171,11 @@ const MAX_LINK_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Most uses of one share link.
 const MAX_LINK_USES: i64 = 1000;
 
-#[derive(Deserialize)]
+/// `POST /api/v1/sessions/{id}/share-links`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct NewShareLink {
+    /// The role the link grants.
+    #[schema(value_type = Role)]
     role: String,
     /// Seconds it stays valid (default one day).
     #[serde(default)]
@@ -132,6 +187,19 @@ pub(crate) struct NewShareLink {
 
 /// `POST /api/v1/sessions/{id}/share-links` `{role, expires_in?, uses?}` (owner): a link that
 /// grants `role` to whoever logs in and redeems it. The secret is in the answer only.
+#[utoipa::path(
+    post, path = "/sessions/{id}/share-links", operation_id = "createShareLink", tag = "access",
+    params(("id" = String, Path, description = "Session id or name")),
+    request_body = NewShareLink,
+    responses(
+        (status = 201, description = "The new link, with its secret (shown this once)", body = crate::openapi::ShareLinkCreated),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn create_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -179,13 +247,26 @@ pub(crate) async fn create_share_link(
     ))
 }
 
-#[derive(Deserialize)]
+/// `POST /api/v1/share-links/redeem`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct Redeem {
+    /// The link's secret.
     token: String,
 }
 
 /// `POST /api/v1/share-links/redeem` `{token}` (a logged-in user): joins the session with the
 /// link's role (an existing role is kept). 404 for an unknown, expired, used-up or revoked link.
+#[utoipa::path(
+    post, path = "/share-links/redeem", operation_id = "redeemShareLink", tag = "access",
+    request_body = Redeem,
+    responses(
+        (status = 200, description = "The caller joined the session", body = crate::openapi::Redeemed),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn redeem_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -210,6 +291,16 @@ pub(crate) async fn redeem_share_link(
 
 /// `DELETE /api/v1/share-links/{id}` (the session's owner): the link stops working, and the
 /// people who joined through it lose their role and their live connections.
+#[utoipa::path(
+    delete, path = "/share-links/{id}", operation_id = "revokeShareLink", tag = "access",
+    params(("id" = String, Path, description = "The share link's id")),
+    responses(
+        (status = 204, description = "The link is revoked and the people who joined through it removed"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn revoke_share_link(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

@@ -15,10 +15,14 @@ use crate::extract::Json;
 use crate::state::AppState;
 use crate::store::{Revocation, StoreError};
 
-#[derive(Deserialize)]
+/// `POST /api/v1/users`.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub(crate) struct NewUser {
+    /// 1 to 64 of `[A-Za-z0-9._-]`, not `admin`.
     name: String,
+    /// 8 to 1024 bytes.
     password: String,
+    /// Make an administrator.
     #[serde(default)]
     admin: bool,
 }
@@ -33,6 +37,18 @@ impl std::fmt::Debug for NewUser {
 }
 
 /// `POST /api/v1/users` `{name, password, admin?}` (admin): adds a user.
+#[utoipa::path(
+    post, path = "/users", operation_id = "createUser", tag = "access",
+    request_body = NewUser,
+    responses(
+        (status = 201, description = "The user was added"),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::Conflict,
+        crate::openapi::TooLarge,
+    )
+)]
 pub(crate) async fn create_user(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
@@ -53,6 +69,16 @@ pub(crate) async fn create_user(
 
 /// `POST /api/v1/users/{name}/revoke` (admin): the user can no longer log in, refresh or use
 /// any token, and their live streams and sockets end.
+#[utoipa::path(
+    post, path = "/users/{name}/revoke", operation_id = "revokeUser", tag = "access",
+    params(("name" = String, Path, description = "The user name")),
+    responses(
+        (status = 204, description = "The user is revoked"),
+        crate::openapi::Unauthorized,
+        crate::openapi::Forbidden,
+        crate::openapi::NotFound,
+    )
+)]
 pub(crate) async fn revoke_user(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

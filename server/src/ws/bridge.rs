@@ -43,6 +43,18 @@ const NOT_YOURS: &str = "session not found or not yours; pick another session na
 const WELCOME_INPUTS: u32 = 1000;
 
 /// Upgrades an authenticated request to a bridge link.
+#[utoipa::path(
+    get, path = "/bridge", operation_id = "openBridgeSocket", tag = "streams",
+    params(
+        ("access_token" = Option<String>, Query, description = "The access token, for clients that cannot set headers (see the `access_token` security scheme)"),
+    ),
+    responses(
+        (status = 101, description = "The bridge link: `BridgeToServer` frames in, `ServerToBridge` frames out (JSON text), starting with `Hello` and `Welcome`"),
+        (status = 400, description = "Not a WebSocket upgrade request", content((String = "text/plain"))),
+        crate::openapi::Unauthorized,
+        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)", content((String = "text/plain"))),
+    )
+)]
 pub async fn upgrade(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,

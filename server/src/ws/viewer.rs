@@ -26,6 +26,25 @@ use crate::session::tail::Tail;
 use crate::state::AppState;
 
 /// Upgrades after checking the token, the session and the cursor.
+#[utoipa::path(
+    get, path = "/sessions/{id}/ws", operation_id = "openViewerSocket", tag = "streams",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("after" = Option<u64>, Query, description = "Start after this seq (default 0)"),
+        ("access_token" = Option<String>, Query, description = "The access token, for clients that cannot set headers (see the `access_token` security scheme)"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this seq; wins over `after`"),
+    ),
+    responses(
+        (status = 101, description = "A viewer WebSocket: `ServerToViewer` frames out, `ViewerToServer` frames in (JSON text)"),
+        (status = 400, description = "`invalid_cursor`: `after` or `Last-Event-ID` is not a seq number; or, as plain text, not a WebSocket upgrade request", content(
+            (moor_protocol::error::ErrorBody = "application/json"),
+            (String = "text/plain"),
+        )),
+        crate::openapi::Unauthorized,
+        crate::openapi::NotFound,
+        (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)", content((String = "text/plain"))),
+    )
+)]
 pub async fn upgrade(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
