@@ -69,7 +69,14 @@ pub async fn serve(
             match tls {
                 None => serve_connection(&builder, tcp, service, shutdown, peer).await,
                 // Boxed, so plain connections' futures do not carry the TLS state inline.
-                Some(tls) => Box::pin(serve_tls(tls, &builder, tcp, service, shutdown, peer)).await,
+                Some(tls) => {
+                    Box::pin(async move {
+                        if let Some(stream) = tls_handshake(tls, tcp, &shutdown, peer).await {
+                            serve_connection(&builder, stream, service, shutdown, peer).await;
+                        }
+                    })
+                    .await;
+                }
             }
         });
     }
@@ -84,32 +91,30 @@ pub async fn serve(
     Ok(())
 }
 
-/// Runs the TLS handshake (bounded by the header timeout), then serves the connection.
-async fn serve_tls<S>(
+/// Runs the TLS handshake (bounded by the header timeout); `None` when it fails, times out or
+/// the server shuts down first.
+async fn tls_handshake(
     tls: TlsAcceptor,
-    builder: &http1::Builder,
     tcp: tokio::net::TcpStream,
-    service: S,
-    shutdown: CancellationToken,
+    shutdown: &CancellationToken,
     peer: std::net::SocketAddr,
-) where
-    S: hyper::service::HttpService<hyper::body::Incoming> + Send,
-    S::Future: Send + 'static,
-    S::ResBody: Send + 'static,
-    <S::ResBody as hyper::body::Body>::Data: Send,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
     let handshake = tokio::select! {
-        _ = shutdown.cancelled() => return,
+        _ = shutdown.cancelled() => return None,
         h = tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(tcp)) => h,
     };
     match handshake {
-        Ok(Ok(stream)) => serve_connection(builder, stream, service, shutdown, peer).await,
+        Ok(Ok(stream)) => Some(stream),
         // Plain HTTP on the TLS port, a client that does not trust the certificate, a scanner:
         // nothing to answer.
-        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, %peer, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
     }
 }
 

@@ -22,6 +22,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
+mod support;
+
+use support::{serve_on_loopback, Serving};
+
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 const ADMIN: &str = "admin-test-token";
@@ -61,10 +65,7 @@ impl TestServer {
         tweak(&mut config);
         let server = Server::build(config).await.unwrap();
         let setup_code = server.setup_code().map(str::to_owned);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = CancellationToken::new();
-        tokio::spawn(server.serve(listener, shutdown.clone()));
+        let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
             addr,
             dir,
@@ -232,6 +233,18 @@ async fn closed(ws: &mut Ws) -> u16 {
             Some(Err(_)) => return 1006,
         }
     }
+}
+
+/// The close code of a socket that closes within [`WAIT`] (`None` if it stays open).
+async fn closes_with(ws: &mut Ws) -> Option<u16> {
+    tokio::time::timeout(WAIT, closed(ws)).await.ok()
+}
+
+/// Whether an SSE response ends within [`WAIT`].
+async fn sse_ends(sse: &mut reqwest::Response) -> bool {
+    tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} })
+        .await
+        .is_ok()
 }
 
 /// A JWT's claims, read without checking it (the test forges variants of real tokens).
@@ -740,16 +753,9 @@ async fn revocation_closes_live_sse_viewer_sockets_and_bridges() {
         StatusCode::NO_CONTENT
     );
     // assert: both of vic's streams end, the socket with UNAUTHORIZED
-    let sse_end =
-        tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
-    let ws_end = tokio::time::timeout(WAIT, closed(&mut viewer_ws));
-    let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
-    assert!(
-        sse_end.is_ok(),
-        "vic's SSE still open after {:?}",
-        t0.elapsed()
-    );
-    assert_eq!(ws_code.expect("vic's socket closed"), close::UNAUTHORIZED);
+    let (sse_ended, ws_code) = tokio::join!(sse_ends(&mut sse), closes_with(&mut viewer_ws));
+    assert!(sse_ended, "vic's SSE still open after {:?}", t0.elapsed());
+    assert_eq!(ws_code, Some(close::UNAUTHORIZED), "vic's socket closed");
     // cole's stream is untouched: it still gets new entries.
     let s = server
         .status("POST", "/sessions/s1/inputs", &c.controller, Some(json!({"client_msg_id": "m1", "kind": "input.text", "payload": {"text": "still here"}})))
@@ -775,11 +781,10 @@ async fn revocation_closes_live_sse_viewer_sockets_and_bridges() {
             .await,
         StatusCode::NO_CONTENT
     );
-    let code = tokio::time::timeout(WAIT, closed(&mut bridge)).await;
     assert_eq!(
-        code.expect("bridge closed"),
-        close::UNAUTHORIZED,
-        "after {:?}",
+        closes_with(&mut bridge).await,
+        Some(close::UNAUTHORIZED),
+        "bridge closed after {:?}",
         t0.elapsed()
     );
 }
@@ -798,8 +803,11 @@ async fn logout_revokes_the_family_and_closes_its_streams() {
         StatusCode::NO_CONTENT
     );
     // assert
-    let code = tokio::time::timeout(WAIT, closed(&mut ws)).await;
-    assert_eq!(code.expect("closed"), close::UNAUTHORIZED);
+    assert_eq!(
+        closes_with(&mut ws).await,
+        Some(close::UNAUTHORIZED),
+        "closed"
+    );
     assert_eq!(
         server.status("GET", "/sessions", &c.controller, None).await,
         StatusCode::UNAUTHORIZED
@@ -1036,16 +1044,16 @@ async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
         .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     // assert: both end; vic no longer sees s1, cole reconnects as a viewer
-    let sse_end = tokio::time::timeout(WAIT, async {
-        while let Ok(Some(_)) = viewer_sse.chunk().await {}
-    });
     assert!(
-        sse_end.await.is_ok(),
+        sse_ends(&mut viewer_sse).await,
         "vic's SSE still open after {:?}",
         t0.elapsed()
     );
-    let code = tokio::time::timeout(WAIT, closed(&mut controller_ws)).await;
-    assert_eq!(code.expect("cole's socket closed"), close::UNAUTHORIZED);
+    assert_eq!(
+        closes_with(&mut controller_ws).await,
+        Some(close::UNAUTHORIZED),
+        "cole's socket closed"
+    );
     assert_eq!(
         server.status("GET", "/sessions/s1", &c.viewer, None).await,
         StatusCode::NOT_FOUND
@@ -1131,8 +1139,7 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
         server.status("DELETE", &path, &owner, None).await,
         StatusCode::NO_CONTENT
     );
-    let end = tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
-    assert!(end.await.is_ok(), "pat's stream outlived the link");
+    assert!(sse_ends(&mut sse).await, "pat's stream outlived the link");
     assert_eq!(
         server.status("GET", "/sessions/s1", &pat, None).await,
         StatusCode::NOT_FOUND
@@ -1482,15 +1489,9 @@ async fn revoking_an_administrator_closes_their_live_connections() {
         StatusCode::NO_CONTENT
     );
     // assert
-    let sse_end =
-        tokio::time::timeout(WAIT, async { while let Ok(Some(_)) = sse.chunk().await {} });
-    let ws_end = tokio::time::timeout(WAIT, closed(&mut ws));
-    let (sse_end, ws_code) = tokio::join!(sse_end, ws_end);
-    assert!(
-        sse_end.is_ok(),
-        "the administrator's SSE stream is still open"
-    );
-    assert_eq!(ws_code.expect("closed"), close::UNAUTHORIZED);
+    let (sse_ended, ws_code) = tokio::join!(sse_ends(&mut sse), closes_with(&mut ws));
+    assert!(sse_ended, "the administrator's SSE stream is still open");
+    assert_eq!(ws_code, Some(close::UNAUTHORIZED), "closed");
     assert_eq!(
         server.status("GET", "/sessions", &boss, None).await,
         StatusCode::UNAUTHORIZED

@@ -21,6 +21,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
+mod support;
+
+use support::{serve_on_loopback, Serving};
+
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -57,10 +61,7 @@ impl TestServer {
         tweak(&mut config);
         let server = Server::build(config).await.unwrap();
         let store = server.store();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = CancellationToken::new();
-        tokio::spawn(server.serve(listener, shutdown.clone()));
+        let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
             store,
             addr,
@@ -75,14 +76,18 @@ impl TestServer {
         format!("http://{}{path}", self.addr)
     }
 
-    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
-        let resp = self
-            .http
+    /// `GET path` with the admin token, whatever the answer.
+    async fn get_response(&self, path: &str) -> reqwest::Response {
+        self.http
             .get(self.url(path))
             .bearer_auth(&self.token)
             .send()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let resp = self.get_response(path).await;
         assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
         resp.json().await.unwrap()
     }
@@ -108,12 +113,8 @@ impl TestServer {
         resp.json().await.unwrap()
     }
 
-    async fn bridge(
-        &self,
-        session: &str,
-        producer: ProducerId,
-        last_applied: u64,
-    ) -> (Ws, Welcome) {
+    /// A bridge WebSocket with the admin token, before its hello.
+    async fn bridge_socket(&self) -> Ws {
         let mut req = format!("ws://{}/api/v1/bridge", self.addr)
             .into_client_request()
             .unwrap();
@@ -121,7 +122,16 @@ impl TestServer {
             "authorization",
             format!("Bearer {}", self.token).parse().unwrap(),
         );
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        tokio_tungstenite::connect_async(req).await.unwrap().0
+    }
+
+    async fn bridge(
+        &self,
+        session: &str,
+        producer: ProducerId,
+        last_applied: u64,
+    ) -> (Ws, Welcome) {
+        let mut ws = self.bridge_socket().await;
         let hello = Hello {
             version: PROTOCOL_VERSION,
             session: session.into(),
@@ -179,6 +189,23 @@ async fn close_code(ws: &mut Ws) -> u16 {
     }
 }
 
+/// Sends lines `from..=to` as one batch.
+async fn send_lines(ws: &mut Ws, from: u64, to: u64) {
+    send(
+        ws,
+        &BridgeToServer::Entries {
+            entries: lines(from, to),
+        },
+    )
+    .await;
+}
+
+/// Sends lines `from..=to` as one batch and checks that the server acks them all.
+async fn send_acked(ws: &mut Ws, from: u64, to: u64) {
+    send_lines(ws, from, to).await;
+    assert_eq!(recv(ws).await, ServerToBridge::Ack { producer_seq: to });
+}
+
 fn lines(from: u64, to: u64) -> Vec<NewEntry> {
     (from..=to)
         .map(|i| NewEntry {
@@ -206,25 +233,11 @@ async fn batches_are_acked_after_commit_and_replays_are_dropped() {
     let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
     assert_eq!(welcome.producer_mark, 0);
     // act
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(1, 5),
-        },
-    )
-    .await;
-    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 5 });
+    send_acked(&mut ws, 1, 5).await;
     drop(ws);
     let (mut ws, welcome) = server.bridge("s1", producer, 0).await;
     assert_eq!(welcome.producer_mark, 5);
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(3, 8),
-        },
-    )
-    .await;
-    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 8 });
+    send_acked(&mut ws, 3, 8).await;
     // assert
     let entries = server.entries("s1").await;
     assert_eq!(
@@ -239,22 +252,9 @@ async fn batches_are_acked_after_commit_and_replays_are_dropped() {
 async fn a_gap_in_producer_seqs_is_refused_and_nothing_of_it_is_stored() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("gap", ProducerId::new(), 0).await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(1, 2),
-        },
-    )
-    .await;
-    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 2 });
+    send_acked(&mut ws, 1, 2).await;
     let before = server.entries("gap").await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(4, 6),
-        },
-    )
-    .await;
+    send_lines(&mut ws, 4, 6).await;
     assert!(matches!(
         recv(&mut ws).await,
         ServerToBridge::Error {
@@ -271,14 +271,7 @@ async fn a_gap_in_producer_seqs_is_refused_and_nothing_of_it_is_stored() {
 async fn a_replay_with_different_content_is_refused_loudly() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("mismatch", ProducerId::new(), 0).await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(1, 3),
-        },
-    )
-    .await;
-    assert_eq!(recv(&mut ws).await, ServerToBridge::Ack { producer_seq: 3 });
+    send_acked(&mut ws, 1, 3).await;
     let mut forged = lines(2, 2);
     forged[0].payload = json!({"text": "something else"});
     send(&mut ws, &BridgeToServer::Entries { entries: forged }).await;
@@ -316,30 +309,15 @@ async fn inputs_queued_while_offline_arrive_in_the_welcome_and_receipts_are_logg
             .collect::<Vec<_>>(),
         vec![first.seq]
     );
-    send(
-        &mut ws,
-        &BridgeToServer::Receipt {
-            input_seq: first.seq,
-            status: ReceiptStatus::Delivered,
-        },
-    )
-    .await;
-    send(
-        &mut ws,
-        &BridgeToServer::Receipt {
-            input_seq: first.seq,
-            status: ReceiptStatus::Applied,
-        },
-    )
-    .await;
-    send(
-        &mut ws,
-        &BridgeToServer::Receipt {
-            input_seq: first.seq,
-            status: ReceiptStatus::Applied,
-        },
-    )
-    .await;
+    // Delivered, applied, and the applied receipt again (a retry).
+    for status in [
+        ReceiptStatus::Delivered,
+        ReceiptStatus::Applied,
+        ReceiptStatus::Applied,
+    ] {
+        let input_seq = first.seq;
+        send(&mut ws, &BridgeToServer::Receipt { input_seq, status }).await;
+    }
     // A live input reaches the connected bridge.
     let second = server.input("inputs", "m2", "again").await;
     match recv(&mut ws).await {
@@ -424,12 +402,7 @@ async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
     let (mut ws, _) = server.bridge("end", producer, 0).await;
     send(&mut ws, &BridgeToServer::End).await;
     assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", "Bearer test-token".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let mut ws = server.bridge_socket().await;
     let hello = Hello {
         version: PROTOCOL_VERSION,
         session: "end".into(),
@@ -447,12 +420,7 @@ async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
 #[tokio::test]
 async fn protocol_version_mismatch_is_refused() {
     let server = TestServer::spawn(|_| {}).await;
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", "Bearer test-token".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let mut ws = server.bridge_socket().await;
     ws.send(Message::Text(
         json!({"type": "hello", "version": 999, "session": "v", "producer": ProducerId::new(), "last_applied_input": 0, "agent": AgentInfo::default()})
             .to_string()
@@ -468,17 +436,7 @@ async fn protocol_version_mismatch_is_refused() {
 async fn paging_walks_the_log_both_ways() {
     let server = TestServer::spawn(|_| {}).await;
     let (mut ws, _) = server.bridge("paging", ProducerId::new(), 0).await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: lines(1, 25),
-        },
-    )
-    .await;
-    assert_eq!(
-        recv(&mut ws).await,
-        ServerToBridge::Ack { producer_seq: 25 }
-    );
+    send_acked(&mut ws, 1, 25).await;
     let head: SessionInfo = server.get("/api/v1/sessions/paging").await;
     let mut after = 0;
     let mut seen = Vec::new();
@@ -553,12 +511,8 @@ async fn a_link_lost_mid_write_is_recorded_and_the_brief_and_transcript_say_what
         }
     }
     let mut events = server
-        .http
-        .get(server.url("/api/v1/sessions/claude/events?after=0"))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .unwrap();
+        .get_response("/api/v1/sessions/claude/events?after=0")
+        .await;
     // act: the link dies without a close frame
     drop(ws);
     // assert: the interruption is in the log, for everyone (the viewer's stream shows it)
@@ -599,12 +553,8 @@ async fn a_link_lost_mid_write_is_recorded_and_the_brief_and_transcript_say_what
     assert_eq!(brief.partial_answer.as_deref(), Some("I will write "));
     assert_eq!(brief.agent_session_id.as_deref(), Some("abc"));
     let md = server
-        .http
-        .get(server.url("/api/v1/sessions/claude/recovery?format=markdown"))
-        .bearer_auth(&server.token)
-        .send()
+        .get_response("/api/v1/sessions/claude/recovery?format=markdown")
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -630,19 +580,7 @@ async fn long_sessions_are_snapshotted_and_state_matches_a_fold_of_the_whole_log
     let (mut ws, _) = server.bridge("long", ProducerId::new(), 0).await;
     let _ = server.get::<SessionInfo>("/api/v1/sessions/long").await; // start the follower
     for chunk in 0..5u64 {
-        send(
-            &mut ws,
-            &BridgeToServer::Entries {
-                entries: lines(chunk * 500 + 1, chunk * 500 + 500),
-            },
-        )
-        .await;
-        assert_eq!(
-            recv(&mut ws).await,
-            ServerToBridge::Ack {
-                producer_seq: chunk * 500 + 500
-            }
-        );
+        send_acked(&mut ws, chunk * 500 + 1, chunk * 500 + 500).await;
     }
     let info: SessionInfo = server.get("/api/v1/sessions/long").await;
     let state = info.state.unwrap();
@@ -690,13 +628,7 @@ async fn the_session_says_how_many_viewers_are_watching() {
     let (_ws, _) = server.bridge("watched", ProducerId::new(), 0).await;
     let info: SessionInfo = server.get("/api/v1/sessions/watched").await;
     assert_eq!(info.watchers, 0);
-    let mut stream = server
-        .http
-        .get(server.url("/api/v1/sessions/watched/events"))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .unwrap();
+    let mut stream = server.get_response("/api/v1/sessions/watched/events").await;
     // The first chunk means the stream (and its viewer count) exists.
     stream.chunk().await.unwrap();
     let info: SessionInfo = server.get("/api/v1/sessions/watched").await;

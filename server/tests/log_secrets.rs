@@ -15,7 +15,10 @@ use moor_server::{Server, ServerConfig};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_util::sync::CancellationToken;
+
+mod support;
+
+use support::{serve_on_loopback, Serving};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -30,6 +33,13 @@ impl Write for Buf {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Sends `req` and checks the response's status.
+async fn expect(req: reqwest::RequestBuilder, status: u16) -> reqwest::Response {
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), status);
+    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,10 +68,11 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
         .setup_code()
         .expect("no administrator yet")
         .to_owned();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let serving = tokio::spawn(server.serve(listener, shutdown.clone()));
+    let Serving {
+        addr,
+        shutdown,
+        task: serving,
+    } = serve_on_loopback(server).await;
     let http = reqwest::Client::new();
     let url = |p: &str| format!("http://{addr}/api/v1{p}");
     let root_password = "root-password-of-the-first-admin";
@@ -94,29 +105,28 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
 
     // act: user, logins (good and bad), refresh, every way of presenting a token, a bridge, a
     // viewer, an input, logout
-    let r = http
-        .post(url("/users"))
-        .bearer_auth(admin)
-        .json(&json!({"name": "ann", "password": password}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let r = http
-        .post(url("/auth/login"))
-        .json(&json!({"name": "ann", "password": wrong}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    let r = http
-        .post(url("/auth/login"))
-        .json(&json!({"name": "ann", "password": password}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let first: Value = r.json().await.unwrap();
+    expect(
+        http.post(url("/users"))
+            .bearer_auth(admin)
+            .json(&json!({"name": "ann", "password": password})),
+        201,
+    )
+    .await;
+    expect(
+        http.post(url("/auth/login"))
+            .json(&json!({"name": "ann", "password": wrong})),
+        401,
+    )
+    .await;
+    let first: Value = expect(
+        http.post(url("/auth/login"))
+            .json(&json!({"name": "ann", "password": password})),
+        200,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     let r = http
         .post(url("/auth/refresh"))
         .json(&json!({"refresh_token": first["refresh_token"]}))
@@ -174,28 +184,27 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let r = http
-        .get(url("/sessions"))
-        .header("cookie", cookies.join("; "))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = http
-        .post(url("/sessions/logs/inputs"))
-        .bearer_auth(&access)
-        .json(&json!({"client_msg_id": "c1", "kind": "input.text", "payload": {"text": "hello"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let reused = http
-        .post(url("/auth/refresh"))
-        .json(&json!({"refresh_token": first["refresh_token"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reused.status(), 401);
+    expect(
+        http.get(url("/sessions"))
+            .header("cookie", cookies.join("; ")),
+        200,
+    )
+    .await;
+    expect(
+        http.post(url("/sessions/logs/inputs"))
+            .bearer_auth(&access)
+            .json(
+                &json!({"client_msg_id": "c1", "kind": "input.text", "payload": {"text": "hello"}}),
+            ),
+        200,
+    )
+    .await;
+    expect(
+        http.post(url("/auth/refresh"))
+            .json(&json!({"refresh_token": first["refresh_token"]})),
+        401,
+    )
+    .await;
     // The reuse revoked the family: the viewer socket ends.
     let end = tokio::time::timeout(WAIT, async {
         while let Some(Ok(m)) = viewer.next().await {
@@ -205,13 +214,11 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
         }
     });
     end.await.unwrap();
-    let r = http
-        .get(url("/sessions"))
-        .bearer_auth("forged.token.value")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
+    expect(
+        http.get(url("/sessions")).bearer_auth("forged.token.value"),
+        401,
+    )
+    .await;
     shutdown.cancel();
     serving.await.unwrap().unwrap();
 

@@ -33,23 +33,25 @@ fn blobs(state: &AppState) -> BlobStore {
 }
 
 fn checked_sha(sha256: &str) -> Result<(), ApiError> {
-    if is_sha256_hex(sha256) {
-        Ok(())
-    } else {
-        Err(ApiError::Invalid {
-            field: "sha256",
-            reason: format!("{sha256:?} is not a lowercase hex SHA-256"),
-        })
-    }
+    checked(is_sha256_hex(sha256), "sha256", || {
+        format!("{sha256:?} is not a lowercase hex SHA-256")
+    })
 }
 
 fn checked_id(id: &str) -> Result<(), ApiError> {
-    if is_checkpoint_id(id) {
+    checked(is_checkpoint_id(id), "checkpoint", || {
+        format!("{id:?} is not a checkpoint id (16 lowercase hex digits)")
+    })
+}
+
+/// `Invalid { field, reason }` unless `ok`.
+fn checked(ok: bool, field: &'static str, reason: impl FnOnce() -> String) -> Result<(), ApiError> {
+    if ok {
         Ok(())
     } else {
         Err(ApiError::Invalid {
-            field: "checkpoint",
-            reason: format!("{id:?} is not a checkpoint id (16 lowercase hex digits)"),
+            field,
+            reason: reason(),
         })
     }
 }

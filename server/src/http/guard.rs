@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -117,18 +117,19 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     if api && req.method() == Method::OPTIONS && origin.is_some() {
         let mut resp = StatusCode::NO_CONTENT.into_response();
         if cors_ok {
-            let h = resp.headers_mut();
-            h.insert(
-                header::ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("GET, POST, PUT, DELETE"),
-            );
-            h.insert(
-                header::ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static("authorization, content-type, last-event-id"),
-            );
-            h.insert(
-                header::ACCESS_CONTROL_MAX_AGE,
-                HeaderValue::from_static("600"),
+            insert_static(
+                resp.headers_mut(),
+                &[
+                    (
+                        header::ACCESS_CONTROL_ALLOW_METHODS,
+                        "GET, POST, PUT, DELETE",
+                    ),
+                    (
+                        header::ACCESS_CONTROL_ALLOW_HEADERS,
+                        "authorization, content-type, last-event-id",
+                    ),
+                    (header::ACCESS_CONTROL_MAX_AGE, "600"),
+                ],
             );
         }
         return with_headers(resp, cors_ok.then_some(origin).flatten(), api, tls);
@@ -161,31 +162,25 @@ fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool, tls:
     let h = resp.headers_mut();
     if tls {
         // Served over HTTPS by moord itself: browsers must not fall back to plain HTTP.
-        h.insert(
-            header::STRICT_TRANSPORT_SECURITY,
-            HeaderValue::from_static("max-age=31536000"),
+        insert_static(
+            h,
+            &[(header::STRICT_TRANSPORT_SECURITY, "max-age=31536000")],
         );
     }
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    if api {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
-        );
+    let csp = if api {
+        "default-src 'none'; frame-ancestors 'none'"
     } else {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
-        );
-    }
+        CSP
+    };
+    insert_static(
+        h,
+        &[
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CONTENT_SECURITY_POLICY, csp),
+        ],
+    );
     if let Some(origin) = cors_origin.and_then(|o| HeaderValue::from_str(&o).ok()) {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         h.insert(
@@ -195,6 +190,13 @@ fn with_headers(mut resp: Response, cors_origin: Option<String>, api: bool, tls:
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     resp
+}
+
+/// Sets each header to its fixed value.
+fn insert_static(h: &mut HeaderMap, headers: &[(HeaderName, &'static str)]) {
+    for (name, value) in headers {
+        h.insert(name.clone(), HeaderValue::from_static(value));
+    }
 }
 
 /// The client's address as [`client_ip`] sees it, for handlers.

@@ -252,14 +252,21 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_idle_committer_retires_and_the_next_append_starts_a_new_one_in_order() {
-        // arrange: a real SQLite store (opened on real time), then paused time
+    /// A log over a real SQLite store in a temp dir (kept alive by the returned guard), with
+    /// one open session.
+    async fn log_on_sqlite() -> (tempfile::TempDir, Log, SessionId) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap().log;
         let session = store.open_session("s", None).await.unwrap().id;
         let log = Log::new(store, Hub::default(), TaskTracker::new());
+        (dir, log, session)
+    }
+
+    #[tokio::test]
+    async fn an_idle_committer_retires_and_the_next_append_starts_a_new_one_in_order() {
+        // arrange: a real SQLite store (opened on real time), then paused time
+        let (_dir, log, session) = log_on_sqlite().await;
         assert_eq!(
             seq(&log.append(session, vec![entry(1)]).await.unwrap()),
             Seq(1)
@@ -285,11 +292,7 @@ mod tests {
     #[tokio::test]
     async fn appends_racing_a_retiring_committer_are_all_committed_once_and_in_order() {
         // arrange
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap().log;
-        let session = store.open_session("s", None).await.unwrap().id;
-        let log = Log::new(store, Hub::default(), TaskTracker::new());
+        let (_dir, log, session) = log_on_sqlite().await;
         // act: each round lets the committer reach its idle deadline on paused time and submits
         // at that very instant, before it runs (odd rounds) or after it has run (even rounds)
         let mut seqs = Vec::new();

@@ -34,31 +34,97 @@ pub struct Copied {
     pub accounts: u64,
 }
 
-/// Tables with the same columns in both dialects, in an order that satisfies their foreign keys:
-/// each column with its Postgres type (`text` or `bigint`).
-const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
-    (
-        "users",
-        &[
+/// A table copied whole: its rows read from SQLite by `select` (`None`: the columns by name
+/// from the table of the same name), each column with its Postgres type (`text`, `uuid` or
+/// `bigint`), in the order `select` reads them.
+struct Table {
+    name: &'static str,
+    select: Option<&'static str>,
+    columns: &'static [(&'static str, &'static str)],
+}
+
+const SESSIONS: Table = Table {
+    name: "sessions",
+    select: Some("SELECT id, name, created_at, head_seq, last_ts, ended_at, agent FROM sessions"),
+    columns: &[
+        ("id", "uuid"),
+        ("name", "text"),
+        ("created_at", "bigint"),
+        ("head_seq", "bigint"),
+        ("last_ts", "bigint"),
+        ("ended_at", "bigint"),
+        ("agent", "text"),
+    ],
+};
+
+const PRODUCERS: Table = Table {
+    name: "producers",
+    select: Some(
+        "SELECT s.id AS session_id, p.producer_id, p.last_seq \
+         FROM producers p JOIN sessions s ON s.pk = p.session_pk",
+    ),
+    columns: &[
+        ("session_id", "uuid"),
+        ("producer_id", "uuid"),
+        ("last_seq", "bigint"),
+    ],
+};
+
+const SNAPSHOTS: Table = Table {
+    name: "state_snapshots",
+    select: Some(
+        "SELECT s.id AS session_id, x.head_seq, x.state \
+         FROM state_snapshots x JOIN sessions s ON s.pk = x.session_pk",
+    ),
+    columns: &[
+        ("session_id", "uuid"),
+        ("head_seq", "bigint"),
+        ("state", "text"),
+    ],
+};
+
+const CHECKPOINTS: Table = Table {
+    name: "checkpoints",
+    select: Some(
+        "SELECT c.id, s.id AS session_id, c.created_at, c.summary, c.manifest \
+         FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk",
+    ),
+    columns: &[
+        ("id", "text"),
+        ("session_id", "uuid"),
+        ("created_at", "bigint"),
+        ("summary", "text"),
+        ("manifest", "text"),
+    ],
+};
+
+/// Tables with the same columns in both dialects, in an order that satisfies their foreign keys.
+const PLAIN_TABLES: &[Table] = &[
+    Table {
+        name: "users",
+        select: None,
+        columns: &[
             ("name", "text"),
             ("password_hash", "text"),
             ("created_at", "bigint"),
             ("revoked_at", "bigint"),
             ("admin_since", "bigint"),
         ],
-    ),
-    (
-        "token_families",
-        &[
+    },
+    Table {
+        name: "token_families",
+        select: None,
+        columns: &[
             ("family", "text"),
             ("user_name", "text"),
             ("created_at", "bigint"),
             ("revoked_at", "bigint"),
         ],
-    ),
-    (
-        "refresh_tokens",
-        &[
+    },
+    Table {
+        name: "refresh_tokens",
+        select: None,
+        columns: &[
             ("token_hash", "text"),
             ("family", "text"),
             ("user_name", "text"),
@@ -66,10 +132,11 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
             ("expires_at", "bigint"),
             ("used_at", "bigint"),
         ],
-    ),
-    (
-        "share_links",
-        &[
+    },
+    Table {
+        name: "share_links",
+        select: None,
+        columns: &[
             ("id", "text"),
             ("token_hash", "text"),
             ("session_id", "text"),
@@ -81,20 +148,22 @@ const PLAIN_TABLES: &[(&str, &[(&str, &str)])] = &[
             ("revoked_at", "bigint"),
             ("max_uses", "bigint"),
         ],
-    ),
-    (
-        "session_members",
-        &[
+    },
+    Table {
+        name: "session_members",
+        select: None,
+        columns: &[
             ("session_id", "text"),
             ("principal", "text"),
             ("role", "text"),
             ("via_link", "text"),
         ],
-    ),
-    (
-        "checkpoint_blobs",
-        &[("sha256", "text"), ("checkpoint_id", "text")],
-    ),
+    },
+    Table {
+        name: "checkpoint_blobs",
+        select: None,
+        columns: &[("sha256", "text"), ("checkpoint_id", "text")],
+    },
 ];
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`
@@ -128,18 +197,10 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
             redact_url(to)
         );
     }
-    let mut copied = Copied::default();
-
-    let rows = sqlx::query(
-        "SELECT id, name, created_at, head_seq, last_ts, ended_at, agent FROM sessions",
-    )
-    .fetch_all(&src)
-    .await
-    .context("read sessions")?;
-    for chunk in rows.chunks(CHUNK as usize) {
-        copy_sessions(&mut tx, chunk).await?;
-        copied.sessions += chunk.len() as u64;
-    }
+    let mut copied = Copied {
+        sessions: copy_table(&src, &mut tx, &SESSIONS).await?,
+        ..Copied::default()
+    };
 
     let mut after: (i64, i64) = (0, 0);
     loop {
@@ -162,72 +223,11 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
         copied.entries += rows.len() as u64;
     }
 
-    let rows = sqlx::query(
-        "SELECT s.id AS session_id, p.producer_id, p.last_seq \
-         FROM producers p JOIN sessions s ON s.pk = p.session_pk",
-    )
-    .fetch_all(&src)
-    .await
-    .context("read producer marks")?;
-    for chunk in rows.chunks(CHUNK as usize) {
-        sqlx::query(
-            "INSERT INTO producers (session_id, producer_id, last_seq) \
-             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[])",
-        )
-        .bind(column::<String>(chunk, "session_id")?)
-        .bind(column::<String>(chunk, "producer_id")?)
-        .bind(column::<i64>(chunk, "last_seq")?)
-        .execute(&mut *tx)
-        .await
-        .context("write producer marks")?;
-        copied.producers += chunk.len() as u64;
-    }
-
-    let rows = sqlx::query(
-        "SELECT s.id AS session_id, x.head_seq, x.state \
-         FROM state_snapshots x JOIN sessions s ON s.pk = x.session_pk",
-    )
-    .fetch_all(&src)
-    .await
-    .context("read state snapshots")?;
-    for chunk in rows.chunks(CHUNK as usize) {
-        sqlx::query(
-            "INSERT INTO state_snapshots (session_id, head_seq, state) \
-             SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[])",
-        )
-        .bind(column::<String>(chunk, "session_id")?)
-        .bind(column::<i64>(chunk, "head_seq")?)
-        .bind(column::<String>(chunk, "state")?)
-        .execute(&mut *tx)
-        .await
-        .context("write state snapshots")?;
-    }
-
-    let rows = sqlx::query(
-        "SELECT c.id, s.id AS session_id, c.created_at, c.summary, c.manifest \
-         FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk",
-    )
-    .fetch_all(&src)
-    .await
-    .context("read checkpoints")?;
-    for chunk in rows.chunks(CHUNK as usize) {
-        sqlx::query(
-            "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
-             SELECT * FROM UNNEST($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[])",
-        )
-        .bind(column::<String>(chunk, "id")?)
-        .bind(column::<String>(chunk, "session_id")?)
-        .bind(column::<i64>(chunk, "created_at")?)
-        .bind(column::<String>(chunk, "summary")?)
-        .bind(column::<String>(chunk, "manifest")?)
-        .execute(&mut *tx)
-        .await
-        .context("write checkpoints")?;
-        copied.checkpoints += chunk.len() as u64;
-    }
-
-    for (table, columns) in PLAIN_TABLES {
-        copied.accounts += copy_plain(&src, &mut tx, table, columns).await?;
+    copied.producers = copy_table(&src, &mut tx, &PRODUCERS).await?;
+    copy_table(&src, &mut tx, &SNAPSHOTS).await?;
+    copied.checkpoints = copy_table(&src, &mut tx, &CHECKPOINTS).await?;
+    for table in PLAIN_TABLES {
+        copied.accounts += copy_table(&src, &mut tx, table).await?;
     }
 
     // Every session's head must match what was copied: a torn source would show here.
@@ -245,15 +245,23 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
     Ok(copied)
 }
 
-/// Copies every row of `table` (same columns on both sides); returns how many.
-async fn copy_plain(
+/// Copies every row of `table`; returns how many.
+async fn copy_table(
     src: &sqlx::SqlitePool,
     tx: &mut Transaction<'_, Postgres>,
-    table: &str,
-    columns: &[(&str, &str)],
+    table: &Table,
 ) -> anyhow::Result<u64> {
+    let Table {
+        name: table,
+        select,
+        columns,
+    } = table;
     let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
-    let rows = sqlx::query(&format!("SELECT {} FROM {table}", names.join(", ")))
+    let select = match select {
+        Some(sql) => (*sql).to_owned(),
+        None => format!("SELECT {} FROM {table}", names.join(", ")),
+    };
+    let rows = sqlx::query(&select)
         .fetch_all(src)
         .await
         .with_context(|| format!("read {table}"))?;
@@ -269,7 +277,7 @@ async fn copy_plain(
             arrays.join(", ")
         );
         let mut query = sqlx::query(&sql);
-        for (name, ty) in columns {
+        for (name, ty) in columns.iter() {
             query = if *ty == "bigint" {
                 query.bind(column::<Option<i64>>(chunk, name)?)
             } else {
@@ -295,28 +303,6 @@ where
                 .with_context(|| format!("read column {name}"))
         })
         .collect()
-}
-
-async fn copy_sessions(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[SqliteRow],
-) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO sessions (id, name, created_at, head_seq, last_ts, ended_at, agent) \
-         SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], \
-         $6::bigint[], $7::text[])",
-    )
-    .bind(column::<String>(rows, "id")?)
-    .bind(column::<String>(rows, "name")?)
-    .bind(column::<i64>(rows, "created_at")?)
-    .bind(column::<i64>(rows, "head_seq")?)
-    .bind(column::<Option<i64>>(rows, "last_ts")?)
-    .bind(column::<Option<i64>>(rows, "ended_at")?)
-    .bind(column::<Option<String>>(rows, "agent")?)
-    .execute(&mut **tx)
-    .await
-    .context("write sessions")?;
-    Ok(())
 }
 
 async fn copy_entries(

@@ -14,7 +14,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
-use super::access::{access_store, AccessDialect};
+use super::access::{access_store, stored_session, AccessDialect};
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::errors::db_error;
 use super::{Append, Appended, IdemKey, LogStore, Range, SessionRow, StoreError, StoreResult};
@@ -90,11 +90,15 @@ impl AccessDialect for SqliteStore {
 
 access_store!(SqliteStore, sqlx::Sqlite);
 
+/// The session id in column `col`, stored as text.
+fn session_id(row: &sqlx::sqlite::SqliteRow, col: &str) -> StoreResult<SessionId> {
+    stored_session(row.try_get(col).map_err(db_error)?)
+}
+
 fn session_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<SessionRow> {
-    let id: String = row.get("id");
     let agent: Option<String> = row.get("agent");
     Ok(SessionRow {
-        id: SessionId(Uuid::parse_str(&id).context("stored session id")?),
+        id: session_id(row, "id")?,
         name: row.get("name"),
         created_at: row.get("created_at"),
         head_seq: Seq(row.get::<i64, _>("head_seq") as u64),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Append, Appended, CheckpointRow, FamilyUser, IdemKey, LogStore, MemberRow, Notice, NoticeFeed,
-    Range, RefreshOutcome, RefreshRow, Role, ShareLinkRow, StoreError, Stores,
+    AccessStore, Append, Appended, CheckpointRow, FamilyUser, IdemKey, LogStore, MemberRow, Notice,
+    NoticeFeed, Range, RefreshOutcome, RefreshRow, Role, ShareLinkRow, StoreError, Stores,
 };
 use serde_json::json;
 
@@ -174,6 +174,13 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
     let Stores { log, .. } = db.open("a").await;
     let s = log.open_session("producer", None).await.unwrap().id;
     let p = ProducerId::new();
+    // A batch of `(producer seq, text)` lines from `p`.
+    let batch = |lines: &[(u64, &str)]| -> Vec<Append> {
+        lines
+            .iter()
+            .map(|&(seq, text)| produced(p, seq, text))
+            .collect()
+    };
     let first = log
         .append(
             s,
@@ -184,29 +191,12 @@ pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
 
     // act
     let replay = log
-        .append(
-            s,
-            vec![
-                produced(p, 2, "l2"),
-                produced(p, 3, "changed"),
-                produced(p, 4, "l4"),
-            ],
-        )
+        .append(s, batch(&[(2, "l2"), (3, "changed"), (4, "l4")]))
         .await
         .unwrap();
-    let resent = log
-        .append(s, vec![produced(p, 4, "l4"), produced(p, 5, "l5")])
-        .await
-        .unwrap();
+    let resent = log.append(s, batch(&[(4, "l4"), (5, "l5")])).await.unwrap();
     let gapped = log
-        .append(
-            s,
-            vec![
-                produced(p, 6, "l6"),
-                produced(p, 8, "l8"),
-                produced(p, 7, "l7"),
-            ],
-        )
+        .append(s, batch(&[(6, "l6"), (8, "l8"), (7, "l7")]))
         .await
         .unwrap();
 
@@ -752,6 +742,19 @@ pub(crate) fn share_link(id: &str, session: SessionId, role: Role, uses: i64) ->
     }
 }
 
+/// Redeems the link with `token_hash` for `principal` at `at`: the session and role it grants.
+async fn redeem(
+    access: &dyn AccessStore,
+    token_hash: &str,
+    principal: &str,
+    at: i64,
+) -> Option<(SessionId, Role)> {
+    access
+        .redeem_share_link(token_hash, principal, at)
+        .await
+        .unwrap()
+}
+
 pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
     // arrange
     let Stores { log, access, .. } = db.open("a").await;
@@ -767,32 +770,14 @@ pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
         .unwrap();
 
     // act
-    let bob = access
-        .redeem_share_link("hash-l1", "bob", 10)
-        .await
-        .unwrap();
-    let ann = access
-        .redeem_share_link("hash-l1", "ann", 10)
-        .await
-        .unwrap();
-    let spent = access
-        .redeem_share_link("hash-l1", "cat", 10)
-        .await
-        .unwrap();
-    let expired = access
-        .redeem_share_link("hash-l2", "dan", 2000)
-        .await
-        .unwrap();
-    let unknown = access.redeem_share_link("nope", "dan", 10).await.unwrap();
-    access
-        .redeem_share_link("hash-l2", "eve", 10)
-        .await
-        .unwrap();
+    let bob = redeem(&*access, "hash-l1", "bob", 10).await;
+    let ann = redeem(&*access, "hash-l1", "ann", 10).await;
+    let spent = redeem(&*access, "hash-l1", "cat", 10).await;
+    let expired = redeem(&*access, "hash-l2", "dan", 2000).await;
+    let unknown = redeem(&*access, "nope", "dan", 10).await;
+    redeem(&*access, "hash-l2", "eve", 10).await;
     let (session, removed) = access.revoke_share_link("l2", 20).await.unwrap();
-    let revoked = access
-        .redeem_share_link("hash-l2", "fay", 30)
-        .await
-        .unwrap();
+    let revoked = redeem(&*access, "hash-l2", "fay", 30).await;
 
     // assert
     assert_eq!(bob, Some((s, Role::Viewer)));

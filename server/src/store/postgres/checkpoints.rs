@@ -1,12 +1,11 @@
 //! The Postgres side of checkpoints: one row per uploaded checkpoint, keyed by its id.
 
-use anyhow::Context;
 use async_trait::async_trait;
 use moor_protocol::SessionId;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
-use uuid::Uuid;
 
+use super::rows::session_id;
 use super::PgStore;
 use crate::store::errors::db_error;
 use crate::store::{checkpoint_retried, CheckpointRow, CheckpointStore, StoreError, StoreResult};
@@ -82,22 +81,14 @@ impl CheckpointStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.try_get("id").map_err(db_error)?;
-                Ok(SessionId(
-                    Uuid::parse_str(&id).context("stored session id")?,
-                ))
-            })
-            .collect()
+        rows.iter().map(|r| session_id(r, "id")).collect()
     }
 }
 
 fn checkpoint_from(row: &PgRow, manifest: bool) -> StoreResult<CheckpointRow> {
-    let session: String = row.try_get("session").map_err(db_error)?;
     Ok(CheckpointRow {
         id: row.try_get("id").map_err(db_error)?,
-        session: SessionId(Uuid::parse_str(&session).context("stored session id")?),
+        session: session_id(row, "session")?,
         created_at: row.try_get("created_at").map_err(db_error)?,
         summary: row.try_get("summary").map_err(db_error)?,
         manifest: if manifest {

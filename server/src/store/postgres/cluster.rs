@@ -8,6 +8,7 @@ use moor_protocol::{Seq, SessionId};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
+use super::rows::session_id;
 use super::{PgStore, BRIDGES_CHANNEL, ENTRIES_CHANNEL, REVOCATIONS_CHANNEL};
 use crate::store::errors::db_error;
 use crate::store::{Cluster, Notice, NoticeFeed, Revocation, StoreResult};
@@ -72,12 +73,8 @@ impl Cluster for PgStore {
         .map_err(db_error)?;
         rows.iter()
             .map(|r| {
-                let id: String = r.try_get("id").map_err(db_error)?;
                 let epoch: i64 = r.try_get("bridge_epoch").map_err(db_error)?;
-                let id = id
-                    .parse::<SessionId>()
-                    .map_err(|e| anyhow::anyhow!("stored session id {id:?}: {e}"))?;
-                Ok((id, epoch as u64))
+                Ok((session_id(r, "id")?, epoch as u64))
             })
             .collect()
     }

@@ -5,17 +5,21 @@ use anyhow::Context;
 use moor_protocol::{Entry, Seq, SessionId};
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row};
-use uuid::Uuid;
 
+use crate::store::access::stored_session;
 use crate::store::append::NewRow;
 use crate::store::errors::db_error;
 use crate::store::{SessionRow, StoreResult};
 
+/// The session id in column `col`, read back as text.
+pub(super) fn session_id(row: &PgRow, col: &str) -> StoreResult<SessionId> {
+    stored_session(row.try_get(col).map_err(db_error)?)
+}
+
 pub(super) fn session_row(row: &PgRow) -> StoreResult<SessionRow> {
-    let id: String = row.try_get("id").map_err(db_error)?;
     let agent: Option<String> = row.try_get("agent").map_err(db_error)?;
     Ok(SessionRow {
-        id: SessionId(Uuid::parse_str(&id).context("stored session id")?),
+        id: session_id(row, "id")?,
         name: row.try_get("name").map_err(db_error)?,
         created_at: row.try_get("created_at").map_err(db_error)?,
         head_seq: Seq(row.try_get::<i64, _>("head_seq").map_err(db_error)? as u64),

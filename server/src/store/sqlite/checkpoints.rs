@@ -1,12 +1,10 @@
 //! The SQLite side of checkpoints: one row per uploaded checkpoint, keyed by its id.
 
-use anyhow::Context;
 use async_trait::async_trait;
 use moor_protocol::SessionId;
 use sqlx::Row;
-use uuid::Uuid;
 
-use super::SqliteStore;
+use super::{session_id, SqliteStore};
 use crate::store::errors::db_error;
 use crate::store::{checkpoint_retried, CheckpointRow, CheckpointStore, StoreError, StoreResult};
 
@@ -82,22 +80,14 @@ impl CheckpointStore for SqliteStore {
         .fetch_all(&self.readers)
         .await
         .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.get("id");
-                Ok(SessionId(
-                    Uuid::parse_str(&id).context("stored session id")?,
-                ))
-            })
-            .collect()
+        rows.iter().map(|r| session_id(r, "id")).collect()
     }
 }
 
 fn checkpoint_from(row: &sqlx::sqlite::SqliteRow, manifest: bool) -> StoreResult<CheckpointRow> {
-    let session: String = row.get("session");
     Ok(CheckpointRow {
         id: row.get("id"),
-        session: SessionId(Uuid::parse_str(&session).context("stored session id")?),
+        session: session_id(row, "session")?,
         created_at: row.get("created_at"),
         summary: row.get("summary"),
         manifest: if manifest {
@@ -117,7 +107,7 @@ mod tests {
     #[tokio::test]
     async fn checkpoints_are_stored_once_listed_newest_first_and_never_overwritten() {
         // arrange
-        let path = std::env::temp_dir().join(format!("moor-ckpt-{}.db", Uuid::new_v4()));
+        let path = std::env::temp_dir().join(format!("moor-ckpt-{}.db", uuid::Uuid::new_v4()));
         let store = SqliteStore::connect(&format!("sqlite:{}", path.display()))
             .await
             .unwrap();

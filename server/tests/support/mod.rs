@@ -1,0 +1,30 @@
+//! What the server's integration test binaries share: a built server serving on a loopback port.
+
+use moor_server::Server;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A server serving on `127.0.0.1` until `shutdown` is cancelled.
+pub struct Serving {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    /// Cancel to stop it.
+    pub shutdown: CancellationToken,
+    /// Its serve loop, ending after shutdown.
+    #[allow(dead_code)] // not every test binary waits for it
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Binds a free loopback port and serves `server` on it. Nothing waits for it to come up: the
+/// bound listener already queues connections.
+pub async fn serve_on_loopback(server: Server) -> Serving {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(server.serve(listener, shutdown.clone()));
+    Serving {
+        addr,
+        shutdown,
+        task,
+    }
+}
