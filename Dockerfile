@@ -1,7 +1,15 @@
 # moord and moor in a small runtime image. Build: docker build -t mooring .
+
+# The web client, which moord embeds at compile time (server/build.rs reads web/dist).
+FROM node:20-bookworm AS web
+WORKDIR /src/web
+COPY web/ ./
+RUN npm ci --no-audit --no-fund --loglevel=error && npm run build
+
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
+COPY --from=web /src/web/dist web/dist
 RUN cargo build --release --locked -p moor-server -p moor-bridge --bin moord --bin moor
 
 FROM debian:bookworm-slim
