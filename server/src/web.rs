@@ -71,7 +71,13 @@ async fn index(uri: Uri) -> Response {
     get, path = "/{file}", operation_id = "getWebFile", tag = "server", security(()),
     params(("file" = String, Path, description = "File name")),
     responses(
-        (status = 200, description = "The file, with its content type"),
+        // The media types server/build.rs gives the client's files.
+        (status = 200, description = "The file, with its content type", content(
+            (String = "text/html"), (String = "text/javascript"), (String = "text/css"),
+            (String = "application/json"), (String = "application/manifest+json"),
+            (String = "image/svg+xml"), (Vec<u8> = "image/png"), (Vec<u8> = "image/x-icon"),
+            (Vec<u8> = "font/woff2"), (String = "text/plain"), (Vec<u8> = "application/octet-stream"),
+        )),
         (status = 404, description = "No such file", content((String = "text/plain"))),
         (status = 503, description = "`/index.html` of a `moord` built without the web client", content((String = "text/html"))),
     )
@@ -88,7 +94,13 @@ async fn file(uri: Uri) -> Response {
         ("file" = String, Path, description = "File name"),
     ),
     responses(
-        (status = 200, description = "The file, with its content type"),
+        // The media types server/build.rs gives the client's files.
+        (status = 200, description = "The file, with its content type", content(
+            (String = "text/html"), (String = "text/javascript"), (String = "text/css"),
+            (String = "application/json"), (String = "application/manifest+json"),
+            (String = "image/svg+xml"), (Vec<u8> = "image/png"), (Vec<u8> = "image/x-icon"),
+            (Vec<u8> = "font/woff2"), (String = "text/plain"), (Vec<u8> = "application/octet-stream"),
+        )),
         (status = 404, description = "No such file", content((String = "text/plain"))),
     )
 )]
