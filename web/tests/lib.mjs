@@ -190,8 +190,13 @@ export async function echoSessionOnPhone(browser, name) {
 /** Waits until the session ended on the server (asked through `call`) and the page (showing it) holds its head; returns the head. */
 export async function untilEnded(page, id, call = api) {
   await waitFor(`session ${id} to end`, 120000, async () => (await call(`/sessions/${id}`)).status === "ended");
-  const h = (await call(`/sessions/${id}`)).head_seq;
-  await waitFor("the page to reach the head", 30000, () => page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h])).catch(async (e) => {
+  // The head is read again on every check: an entry may still follow the end (the bridge's
+  // disconnect), and the page must hold whatever the log holds.
+  let h;
+  await waitFor("the page to reach the head", 30000, async () => {
+    h = (await call(`/sessions/${id}`)).head_seq;
+    return page.evaluate(([id, h]) => window.__moor?.id === id && window.__moor.hi() === h, [id, h]);
+  }).catch(async (e) => {
     const seen = await page.evaluate(() => ({ id: window.__moor?.id, hi: window.__moor?.hi(), status: window.__moor?.status(), banners: window.__banners, vis: document.visibilityState }));
     throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
   });
