@@ -51,4 +51,9 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// What happened and what to do, in plain words.
     pub message: String,
+    /// With `conflict` on an input: the entry already stored under the request's
+    /// `client_msg_id`, which a retry must repeat exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub stored: Option<crate::Entry>,
 }

@@ -32,6 +32,9 @@ pub enum ApiError {
     /// 409: the request conflicts with what is stored.
     #[error("{0}")]
     Conflict(String),
+    /// 409: an input's `client_msg_id` already names a different input, the stored one.
+    #[error("client_msg_id {:?} already names another input (seq {}); retry with the same input, or use a new id", .0.0, .0.1.seq)]
+    InputConflict(Box<(String, moor_protocol::Entry)>),
     /// 410: what was asked for is over for good (e.g. first-start setup once an administrator
     /// exists); the message says what to do instead.
     #[error("{0}")]
@@ -77,13 +80,16 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, ErrorCode) {
+    /// The status this error answers with, and its machine-readable code.
+    pub fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
             ApiError::Forbidden => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::RateLimited),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            ApiError::Conflict(_) | ApiError::InputConflict(_) => {
+                (StatusCode::CONFLICT, ErrorCode::Conflict)
+            }
             ApiError::SessionEnded => (StatusCode::CONFLICT, ErrorCode::SessionEnded),
             ApiError::Gone(_) => (StatusCode::GONE, ErrorCode::Gone),
             ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
@@ -107,6 +113,10 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             code,
             message: self.to_string(),
+            stored: match &self {
+                ApiError::InputConflict(c) => Some(c.1.clone()),
+                _ => None,
+            },
         };
         let mut resp = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {

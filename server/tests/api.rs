@@ -11,7 +11,9 @@ use moor_protocol::api::{EntriesPage, InputAccepted, SessionInfo};
 use moor_protocol::bridge::{
     AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome,
 };
-use moor_protocol::{close, kinds, Entry, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
+use moor_protocol::{
+    close, error::ErrorBody, kinds, Entry, ErrorCode, NewEntry, ProducerId, Seq, PROTOCOL_VERSION,
+};
 use moor_server::{Server, ServerConfig};
 use serde_json::json;
 use tokio::net::TcpStream;
@@ -99,16 +101,20 @@ impl TestServer {
         page.entries
     }
 
-    async fn input(&self, session: &str, id: &str, text: &str) -> InputAccepted {
-        let body = json!({"client_msg_id": id, "kind": "input.text", "payload": {"text": text}});
-        let resp = self
-            .http
+    /// `POST …/inputs` with the admin token, whatever the answer.
+    async fn post_input(&self, session: &str, body: serde_json::Value) -> reqwest::Response {
+        self.http
             .post(self.url(&format!("/api/v1/sessions/{session}/inputs")))
             .bearer_auth(&self.token)
             .json(&body)
             .send()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn input(&self, session: &str, id: &str, text: &str) -> InputAccepted {
+        let body = json!({"client_msg_id": id, "kind": "input.text", "payload": {"text": text}});
+        let resp = self.post_input(session, body).await;
         assert!(resp.status().is_success(), "{}", resp.status());
         resp.json().await.unwrap()
     }
@@ -287,6 +293,85 @@ async fn a_replay_with_different_content_is_refused_loudly() {
         texts(&server.entries("mismatch").await),
         vec!["line-1", "line-2", "line-3"]
     );
+}
+
+#[tokio::test]
+async fn a_different_input_under_a_stored_client_msg_id_is_a_conflict_that_shows_the_stored_one() {
+    // arrange
+    let server = TestServer::spawn(|_| {}).await;
+    let (_ws, _) = server.bridge("conflict", ProducerId::new(), 0).await;
+    let first = server.input("conflict", "m1", "rm -rf build").await;
+    // act
+    let resp = server
+        .post_input(
+            "conflict",
+            json!({"client_msg_id": "m1", "kind": "input.text", "payload": {"text": "ls"}}),
+        )
+        .await;
+    // assert
+    assert_eq!(resp.status(), reqwest::StatusCode::CONFLICT);
+    let body: ErrorBody = resp.json().await.unwrap();
+    assert_eq!(body.code, ErrorCode::Conflict);
+    let stored = body
+        .stored
+        .expect("the stored input comes with the conflict");
+    assert_eq!(stored.seq, first.seq);
+    assert_eq!(stored.payload, json!({"text": "rm -rf build"}));
+    let same = server.input("conflict", "m1", "rm -rf build").await;
+    assert_eq!((same.seq, same.duplicate), (first.seq, true));
+    let texts: Vec<_> = server
+        .entries("conflict")
+        .await
+        .into_iter()
+        .filter(|e| e.kind == kinds::INPUT_TEXT)
+        .collect();
+    assert_eq!(texts.len(), 1, "the conflicting input was not stored");
+}
+
+#[tokio::test]
+async fn a_malformed_payload_of_any_known_input_kind_is_refused_at_the_post() {
+    // arrange
+    let server = TestServer::spawn(|_| {}).await;
+    let (_ws, _) = server.bridge("malformed", ProducerId::new(), 0).await;
+    let malformed = [
+        (kinds::INPUT_TEXT, json!({"txt": "hi"})),
+        (kinds::INPUT_KEYS, json!({"text": 42})),
+        (kinds::INPUT_RESIZE, json!({"cols": "wide", "rows": 24})),
+        (kinds::INPUT_PERMISSION, json!({"request_id": "r1"})),
+        (kinds::INPUT_INTERRUPT, json!("now")),
+    ];
+    for (i, (kind, payload)) in malformed.into_iter().enumerate() {
+        // act
+        let resp = server
+            .post_input(
+                "malformed",
+                json!({"client_msg_id": format!("bad-{i}"), "kind": kind, "payload": payload}),
+            )
+            .await;
+        // assert
+        assert_eq!(resp.status(), reqwest::StatusCode::BAD_REQUEST, "{kind}");
+        let body: ErrorBody = resp.json().await.unwrap();
+        assert!(body.message.contains(kind), "{kind}: {}", body.message);
+    }
+    let resp = server
+        .post_input(
+            "malformed",
+            json!({"client_msg_id": "new-kind", "kind": "input.gesture", "payload": {"any": 1}}),
+        )
+        .await;
+    assert!(
+        resp.status().is_success(),
+        "an input kind this server does not know is kept for a newer bridge: {}",
+        resp.status()
+    );
+    let kinds: Vec<_> = server
+        .entries("malformed")
+        .await
+        .into_iter()
+        .filter(|e| e.kind.starts_with("input."))
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, vec!["input.gesture"]);
 }
 
 #[tokio::test]

@@ -1,25 +1,29 @@
 //! Remote input submission, for every transport that takes input (`POST …/inputs`, viewer
-//! WebSockets): validates one input and appends it through the [`Log`]. Idempotent by
-//! `client_msg_id`; the bridge picks inputs up from the log when it is connected, or at its next
-//! handshake. The caller has checked the role already.
+//! WebSockets): validates one input (a malformed payload of a known input kind is refused here,
+//! not failed later by the bridge) and appends it through the [`Log`]. Idempotent by
+//! `client_msg_id`: the same input again is answered with its stored seq, a different input
+//! under a stored id is a conflict that carries the stored entry. The bridge picks inputs up
+//! from the log when it is connected, or at its next handshake. The caller has checked the role
+//! already.
 //!
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
 use moor_protocol::api::{InputAccepted, InputRequest};
-use moor_protocol::{kinds, now_ms, BodyError, EntryBody, SessionId};
+use moor_protocol::{kinds, now_ms, BodyError, Entry, EntryBody, Seq, SessionId};
 
 use super::log::Log;
 use crate::error::ApiError;
-use crate::store::{Append, Appended, IdemKey};
+use crate::store::{Append, Appended, IdemKey, LogStore, Range};
 
 /// Longest accepted `client_msg_id`.
 const MAX_CLIENT_MSG_ID: usize = 128;
 
 /// Validates and appends one input.
 ///
-/// `author` is the caller's `Principal::author()`.
+/// `author` is the caller's `Principal::author()`; `store` reads the input already stored under a repeated `client_msg_id`.
 pub async fn submit(
     log: &Log,
+    store: &dyn LogStore,
     session: SessionId,
     author: String,
     req: InputRequest,
@@ -27,10 +31,10 @@ pub async fn submit(
     validate(&req)?;
     let append = Append {
         ts: now_ms(),
-        kind: req.kind,
-        author,
-        payload: req.payload,
-        key: IdemKey::ClientMsg(req.client_msg_id),
+        kind: req.kind.clone(),
+        author: author.clone(),
+        payload: req.payload.clone(),
+        key: IdemKey::ClientMsg(req.client_msg_id.clone()),
     };
     let outcome = log.append(session, vec![append]).await?.pop();
     match outcome {
@@ -38,14 +42,38 @@ pub async fn submit(
             seq: e.seq,
             duplicate: false,
         }),
-        Some(Appended::Duplicate(seq)) => Ok(InputAccepted {
-            seq,
-            duplicate: true,
-        }),
+        Some(Appended::Duplicate(seq)) => {
+            let stored = stored_input(store, session, seq).await?;
+            if (&stored.kind, &stored.author, &stored.payload) != (&req.kind, &author, &req.payload)
+            {
+                return Err(ApiError::InputConflict(Box::new((
+                    req.client_msg_id,
+                    stored,
+                ))));
+            }
+            Ok(InputAccepted {
+                seq,
+                duplicate: true,
+            })
+        }
         other => Err(ApiError::Internal(anyhow::anyhow!(
             "unexpected input outcome {other:?}"
         ))),
     }
+}
+
+/// The input the store named as already holding a `client_msg_id`.
+async fn stored_input(
+    store: &dyn LogStore,
+    session: SessionId,
+    seq: Seq,
+) -> Result<Entry, ApiError> {
+    store
+        .read(session, Range::After(Seq(seq.0.saturating_sub(1))), 1)
+        .await?
+        .pop()
+        .filter(|e| e.seq == seq)
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("input {seq} is not stored")))
 }
 
 fn validate(req: &InputRequest) -> Result<(), ApiError> {
@@ -65,15 +93,11 @@ fn validate(req: &InputRequest) -> Result<(), ApiError> {
             ),
         });
     }
-    // Other input kinds are checked by the bridge, which reports a malformed one as failed.
-    let malformed = matches!(
-        EntryBody::decode(&req.kind, &req.payload),
-        Err(BodyError::Malformed(_))
-    );
-    if req.kind == kinds::INPUT_TEXT && malformed {
+    // An input kind this server does not know is stored as it is, for a newer bridge.
+    if let Err(BodyError::Malformed(e)) = EntryBody::decode(&req.kind, &req.payload) {
         return Err(ApiError::Invalid {
             field: "payload",
-            reason: "input.text needs a string field \"text\"".into(),
+            reason: format!("not a valid {} payload: {e}", req.kind),
         });
     }
     Ok(())

@@ -201,17 +201,21 @@ async fn on_frame(
         ViewerToServer::Input(req) => {
             let id = req.client_msg_id.clone();
             Ok(Some(
-                match submit(&state.log, session, viewer.who.author(), req).await {
+                match submit(
+                    &state.log,
+                    &*state.store.log,
+                    session,
+                    viewer.who.author(),
+                    req,
+                )
+                .await
+                {
                     Ok(accepted) => ServerToViewer::InputAccepted {
                         client_msg_id: id,
                         accepted,
                     },
                     Err(e) => ServerToViewer::Error {
-                        code: match e {
-                            ApiError::SessionEnded => ErrorCode::SessionEnded,
-                            ApiError::Internal(_) => ErrorCode::Internal,
-                            _ => ErrorCode::BadRequest,
-                        },
+                        code: e.status_and_code().1,
                         message: e.to_string(),
                     },
                 },
