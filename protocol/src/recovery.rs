@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::payload::Todo;
-use crate::state::{Phase, SessionState, ToolClass};
+use crate::state::{PendingPermission, Phase, SessionState, ToolClass};
 
 /// Most characters of a completed tool's result quoted in the brief.
 const RESULT_QUOTE_CHARS: usize = 300;
@@ -58,8 +58,12 @@ pub struct RecoveryBrief {
     pub todos: Value,
     /// Files changed since the last checkpoint.
     pub files_changed: Vec<String>,
-    /// Permission requests still pending.
+    /// Permission requests still pending (asked by the agent that runs now).
     pub pending_permissions: Vec<String>,
+    /// Permission requests that expired undecided when their agent exited, restarted or was
+    /// cut off.
+    #[serde(default)]
+    pub expired_permissions: Vec<String>,
     /// The agent's own session id, to resume it.
     pub agent_session_id: Option<String>,
     /// A prompt to send to the resumed agent.
@@ -72,6 +76,13 @@ fn quote(s: &str) -> String {
         q.push('…');
     }
     q
+}
+
+/// A permission request in one line: the tool and its path.
+fn request_line(p: &PendingPermission) -> String {
+    format!("{} {}", p.tool_name, p.path.as_deref().unwrap_or_default())
+        .trim()
+        .to_owned()
 }
 
 /// Retry policy for uncertain calls.
@@ -116,6 +127,7 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
     let uncertain = state
         .open_tools
         .iter()
+        .chain(&state.interrupted.tools)
         .map(|t| {
             let (note, advice, auto_retry) = match t.class {
                 ToolClass::ReadOnly => (
@@ -153,14 +165,12 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
         partial_answer,
         todos: state.todos.clone(),
         files_changed: state.files_since_checkpoint.iter().cloned().collect(),
-        pending_permissions: state
-            .pending_permissions
+        pending_permissions: state.pending_permissions.iter().map(request_line).collect(),
+        expired_permissions: state
+            .interrupted
+            .permissions
             .iter()
-            .map(|p| {
-                format!("{} {}", p.tool_name, p.path.clone().unwrap_or_default())
-                    .trim()
-                    .to_owned()
-            })
+            .map(request_line)
             .collect(),
         agent_session_id: state.agent.agent_session_id.clone(),
         resume_prompt: String::new(),
@@ -218,6 +228,13 @@ pub fn resume_prompt(b: &RecoveryBrief) -> String {
             ));
         }
     }
+    if !b.expired_permissions.is_empty() {
+        p.push_str(&format!(
+            "\nThese permission requests were never decided and have expired; ask again if the \
+             action is still needed: {}\n",
+            b.expired_permissions.join(", ")
+        ));
+    }
     if let Some(partial) = &b.partial_answer {
         p.push_str(&format!("\nYour answer so far was:\n{}\n", quote(partial)));
     }
@@ -255,6 +272,14 @@ impl RecoveryBrief {
                 .iter()
                 .map(|t| format!("[{}] {}", t.status, t.content));
             push_list(&mut md, "Todo list", items);
+        }
+        if !self.pending_permissions.is_empty() {
+            let title = "Pending permission requests";
+            push_list(&mut md, title, self.pending_permissions.iter().cloned());
+        }
+        if !self.expired_permissions.is_empty() {
+            let title = "Expired permission requests (never decided)";
+            push_list(&mut md, title, self.expired_permissions.iter().cloned());
         }
         if !self.files_changed.is_empty() {
             let title = "Files changed since the last checkpoint";
@@ -308,6 +333,7 @@ mod tests {
             todos: json!([{"content": "run tests", "status": "pending"}]),
             files_changed: vec![],
             pending_permissions: vec![],
+            expired_permissions: vec![],
             agent_session_id: None,
             resume_prompt: "go on".into(),
         };

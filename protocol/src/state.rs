@@ -26,6 +26,8 @@ pub const PROMPTS_KEPT: usize = 3;
 pub const COMPLETED_KEPT: usize = 20;
 /// Most recent inputs kept once settled (unsettled ones are always kept).
 pub const SETTLED_INPUTS_KEPT: usize = 20;
+/// How many interrupted tool calls and expired permission requests the state keeps.
+pub const INTERRUPTED_KEPT: usize = 20;
 
 /// A tool call that returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,8 +173,12 @@ pub struct SessionState {
     pub open_tools: Vec<OpenTool>,
     /// The last completed tool calls, oldest first.
     pub completed_tools: Vec<CompletedTool>,
-    /// Permission requests nobody has decided.
+    /// Permission requests nobody has decided, asked by the agent that runs now.
     pub pending_permissions: Vec<PendingPermission>,
+    /// What the agent left unsettled when it exited, restarted or was cut off; cleared when a
+    /// turn completes.
+    #[serde(default)]
+    pub interrupted: Interrupted,
     /// Remote inputs: every unsettled one and the last settled ones.
     pub inputs: Vec<InputState>,
     /// The agent's todo list as last reported.
@@ -185,6 +191,18 @@ pub struct SessionState {
     pub last_checkpoint: Option<Value>,
     /// Counters.
     pub counts: Counts,
+}
+
+/// Work that will never finish: the tool calls and permission requests of an agent that
+/// exited, restarted or was cut off. They are never pending again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Interrupted {
+    /// Tool calls that never got a result: their effects are uncertain.
+    pub tools: Vec<OpenTool>,
+    /// Permission requests that expired undecided.
+    pub permissions: Vec<PendingPermission>,
 }
 
 fn push_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
@@ -242,19 +260,21 @@ impl SessionState {
     fn apply_body(&mut self, e: &Entry, body: EntryBody) -> bool {
         match body {
             EntryBody::AgentStart(p) => {
+                // A new process: nothing the previous one had in flight is pending any more.
+                self.settle();
                 self.agent.running = true;
                 self.agent.cwd = p.cwd.or(self.agent.cwd.take());
                 self.agent.adapter = p.adapter.or(self.agent.adapter.take());
-                if self.phase == Phase::Ended || self.phase == Phase::Interrupted {
-                    self.phase = Phase::Idle;
-                }
+                self.phase = Phase::Idle;
             }
             EntryBody::AgentExit(p) => {
+                self.settle_dead_agent();
                 self.agent.running = false;
                 self.agent.exit_code = p.code.map(i64::from);
                 self.agent.exit_signal = p.signal.map(i64::from);
             }
             EntryBody::AgentRestart(_) => {
+                self.settle_dead_agent();
                 self.agent.restarts += 1;
                 self.agent.stalled = false;
             }
@@ -278,9 +298,11 @@ impl SessionState {
             EntryBody::AgentResult(_) => {
                 self.turn.finished = true;
                 self.counts.turns += 1;
-                // Results end the turn; anything still open will never get a result.
+                // Results end the turn; anything still open will never get a result, and what
+                // an earlier interruption left is behind a completed turn.
                 self.open_tools.clear();
                 self.pending_permissions.clear();
+                self.interrupted = Interrupted::default();
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentError(_) => self.counts.errors += 1,
@@ -325,6 +347,7 @@ impl SessionState {
                 };
             }
             EntryBody::SessionInterrupted(_) => {
+                self.settle();
                 self.counts.interruptions += 1;
                 self.phase = Phase::Interrupted;
             }
@@ -345,6 +368,26 @@ impl SessionState {
             EntryBody::InputUncertain(p) => self.on_receipt(InputStatus::Uncertain, p.input_seq),
         }
         true
+    }
+
+    /// Moves every open tool call and pending permission request to [`Interrupted`]: the agent
+    /// that started them is gone, so no result or decision can come for them.
+    fn settle(&mut self) {
+        for tool in std::mem::take(&mut self.open_tools) {
+            push_bounded(&mut self.interrupted.tools, tool, INTERRUPTED_KEPT);
+        }
+        for request in std::mem::take(&mut self.pending_permissions) {
+            push_bounded(&mut self.interrupted.permissions, request, INTERRUPTED_KEPT);
+        }
+    }
+
+    /// [`Self::settle`] for an agent that exited or is being restarted: work it had in flight
+    /// was interrupted.
+    fn settle_dead_agent(&mut self) {
+        if self.is_busy() {
+            self.phase = Phase::Interrupted;
+        }
+        self.settle();
     }
 
     /// The phase while work goes on: a tool if one is open, else the model.

@@ -5,7 +5,7 @@
 
 use moor_protocol::kinds as k;
 use moor_protocol::recovery::{brief, RetryPolicy};
-use moor_protocol::state::{Phase, SessionState, ToolClass, SESSION_INTERRUPTED};
+use moor_protocol::state::{Phase, SessionState, ToolClass, INTERRUPTED_KEPT, SESSION_INTERRUPTED};
 use moor_protocol::transcript::{repaired, validate};
 use moor_protocol::{Entry, Seq};
 use proptest::prelude::*;
@@ -22,6 +22,7 @@ enum Ev {
     Result,
     Restart,
     Exit,
+    Start,
     Permission(u8),
     Resolved(u8),
     Receipt(u8, u8),
@@ -40,6 +41,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => Just(Ev::Result),
         1 => Just(Ev::Restart),
         1 => Just(Ev::Exit),
+        1 => Just(Ev::Start),
         1 => (0u8..3).prop_map(Ev::Permission),
         1 => (0u8..3).prop_map(Ev::Resolved),
         1 => (0u8..40, 0u8..4).prop_map(|(s, r)| Ev::Receipt(s, r)),
@@ -67,6 +69,7 @@ fn entries(evs: &[Ev]) -> Vec<Entry> {
                 Ev::Result => (k::AGENT_RESULT, json!({"subtype": "success", "is_error": false})),
                 Ev::Restart => (k::AGENT_RESTART, json!({"reason": "stalled"})),
                 Ev::Exit => (k::AGENT_EXIT, json!({"code": 1, "signal": null})),
+                Ev::Start => (k::AGENT_START, json!({"command": ["claude"], "adapter": "claude"})),
                 Ev::Permission(r) => (k::AGENT_PERMISSION_REQUEST, json!({"request_id": format!("r{r}"), "tool_name": "Write"})),
                 Ev::Resolved(r) => (k::AGENT_PERMISSION_RESOLVED, json!({"request_id": format!("r{r}"), "decision": "deny"})),
                 Ev::Receipt(s, r) => (k::RECEIPTS[*r as usize], json!({"input_seq": s})),
@@ -126,6 +129,85 @@ proptest! {
     }
 }
 
+/// Whether `e` ends the agent that asked for what is pending: nothing from before it can
+/// still get a result or a decision.
+fn settles(e: &Ev) -> bool {
+    matches!(e, Ev::Interrupted | Ev::Restart | Ev::Exit | Ev::Start)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn after_an_exit_start_restart_or_interruption_nothing_from_before_is_pending_or_open(
+        evs in proptest::collection::vec(ev(), 0..60),
+    ) {
+        let log = entries(&evs);
+        let Some(last) = evs.iter().rposition(settles) else { return Ok(()) };
+        let state = SessionState::from_entries(&log);
+        let cut = log[last].seq;
+        let stale_tool = state.open_tools.iter().find(|t| t.seq <= cut);
+        prop_assert!(stale_tool.is_none(), "open after {:?}: {:?}", evs[last], stale_tool);
+        let stale_request = state.pending_permissions.iter().find(|p| p.seq <= cut);
+        prop_assert!(stale_request.is_none(), "pending after {:?}: {:?}", evs[last], stale_request);
+        // What was cut off is listed only as interrupted (uncertain tools, expired requests),
+        // never as pending, until a turn completes.
+        if evs[last..].iter().any(|e| matches!(e, Ev::Result)) {
+            return Ok(());
+        }
+        let before = SessionState::from_entries(&log[..last]);
+        let b = brief(&state, RetryPolicy::default());
+        if before.open_tools.len() <= INTERRUPTED_KEPT {
+            for t in &before.open_tools {
+                prop_assert!(b.uncertain.iter().any(|u| u.id == t.id), "{} not uncertain", &t.id);
+            }
+        }
+        prop_assert_eq!(b.pending_permissions.len(), state.pending_permissions.len());
+        prop_assert!(b.expired_permissions.len() >= before.pending_permissions.len().min(INTERRUPTED_KEPT));
+    }
+}
+
+#[test]
+fn an_agent_restarted_after_a_crash_offers_no_decision_on_the_dead_agents_request() {
+    // arrange: a request pending and a tool open when the agent died without a word
+    let log = entries(&[
+        Ev::Prompt(1),
+        Ev::ToolUse(1, 1),
+        Ev::Permission(1),
+        Ev::Start,
+    ]);
+    // act
+    let state = SessionState::from_entries(&log);
+    // assert
+    assert_eq!(state.phase, Phase::Idle);
+    assert!(
+        state.pending_permissions.is_empty(),
+        "{:?}",
+        state.pending_permissions
+    );
+    assert!(state.open_tools.is_empty(), "{:?}", state.open_tools);
+    assert_eq!(state.interrupted.permissions[0].request_id, "r1");
+    assert_eq!(state.interrupted.tools[0].id, "t1");
+    let b = brief(&state, RetryPolicy::default());
+    assert!(b.pending_permissions.is_empty());
+    assert_eq!(b.expired_permissions, vec!["Write"]);
+    assert!(
+        b.resume_prompt.contains("have expired"),
+        "{}",
+        b.resume_prompt
+    );
+    // a completed turn leaves the interruption behind
+    let mut done = log.clone();
+    done.extend(entries(&[Ev::Result]).into_iter().map(|mut e| {
+        e.seq = Seq(log.len() as u64 + 1);
+        e
+    }));
+    assert_eq!(
+        SessionState::from_entries(&done).interrupted,
+        Default::default()
+    );
+}
+
 #[test]
 fn an_interrupted_write_and_command_show_up_in_the_state_and_the_brief() {
     let log = entries(&[
@@ -137,7 +219,11 @@ fn an_interrupted_write_and_command_show_up_in_the_state_and_the_brief() {
     ]);
     let state = SessionState::from_entries(&log);
     assert_eq!(state.phase, Phase::Interrupted);
-    assert_eq!(state.open_tools.len(), 2);
+    assert!(
+        state.open_tools.is_empty(),
+        "nothing stays open past the interruption"
+    );
+    assert_eq!(state.interrupted.tools.len(), 2);
     assert!(state.files_touched.contains("/f1"));
     let b = brief(&state, RetryPolicy::default());
     assert_eq!(b.goal, vec!["do thing 1"]);

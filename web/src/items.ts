@@ -29,7 +29,7 @@ export type Item = Base &
         name: string;
         input: Record<string, JsonValue>;
         path: string | null;
-        status: "running" | "ok" | "error";
+        status: "running" | "ok" | "error" | "interrupted";
         result: string | null;
       }
     | {
@@ -56,6 +56,12 @@ const asObject = (v: JsonValue | undefined): P => (v && typeof v === "object" &&
 type Body = Item extends unknown ? (Item extends infer I ? (I extends Item ? Omit<I, keyof Base> : never) : never) : never;
 
 
+/**
+ * Kinds after which the agent that ran a tool or asked for a decision is gone, as the server's
+ * fold settles them: a running tool will never return, an undecided request has expired.
+ */
+const SETTLING = new Set(["agent.start", "agent.exit", "agent.restart", "session.interrupted"]);
+
 export class ItemModel {
   items: Item[] = [];
   private texts = new Map<string, Item & { t: "text" }>();
@@ -80,6 +86,7 @@ export class ItemModel {
   apply(entries: Entry[]): Set<Item> {
     const changed = new Set<Item>();
     for (const e of entries) {
+      if (SETTLING.has(e.kind)) this.settle(changed);
       const it = this.one(e);
       if (it) {
         it.v += 1;
@@ -87,6 +94,22 @@ export class ItemModel {
       }
     }
     return changed;
+  }
+
+  /** Marks running tools interrupted and undecided requests expired (see `SETTLING`). */
+  private settle(changed: Set<Item>): void {
+    for (const tool of this.tools.values()) {
+      if (tool.status !== "running") continue;
+      tool.status = "interrupted";
+      tool.v += 1;
+      changed.add(tool);
+    }
+    for (const perm of this.perms.values()) {
+      if (perm.decision !== null) continue;
+      perm.decision = "expired";
+      perm.v += 1;
+      changed.add(perm);
+    }
   }
 
   private push(e: Entry, rest: Body): Item {

@@ -323,6 +323,7 @@ export const recovery_brief: RecoveryBrief = {
   "todos": null,
   "files_changed": [],
   "pending_permissions": [],
+  "expired_permissions": [],
   "agent_session_id": null,
   "resume_prompt": "You were interrupted (the connection or the process died mid-work). Before doing anything else, inspect the current state of the files and the repository; do not assume that work you started has finished, and do not repeat an action before checking whether it already happened.\n\nThe last request was: hello\n\nThen continue the task from where it stopped."
 };
@@ -382,6 +383,10 @@ export const session_info: SessionInfo = {
     "open_tools": [],
     "completed_tools": [],
     "pending_permissions": [],
+    "interrupted": {
+      "tools": [],
+      "permissions": []
+    },
     "inputs": [
       {
         "seq": 3,

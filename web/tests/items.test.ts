@@ -32,6 +32,21 @@ describe("ItemModel", () => {
     expect(perm.t === "perm" && perm.decision).toBe("allow");
   });
 
+  it("settles a dead agent's running tool and undecided request, whatever ends it", () => {
+    for (const end of ["agent.start", "agent.exit", "agent.restart", "session.interrupted"]) {
+      const m = new ItemModel();
+      m.apply([
+        e("agent.tool_use", { id: "t1", name: "Bash", input: { command: "make" } }),
+        e("agent.permission.request", { request_id: "r1", tool_name: "Write", input: {}, path: "/a" }),
+      ]);
+      const [tool, perm] = m.items;
+      const changed = m.apply([e(end, { command: ["claude"], code: 1, reason: "stalled", cause: "link", phase: "awaiting_permission" })]);
+      expect(tool.t === "tool" && tool.status, end).toBe("interrupted");
+      expect(perm.t === "perm" && perm.decision, end).toBe("expired");
+      expect(changed.has(tool) && changed.has(perm), end).toBe(true);
+    }
+  });
+
   it("shows a checkpoint as a card and other checkpoint kinds as notes", () => {
     const m = new ItemModel();
     m.apply([

@@ -36,9 +36,14 @@ todos: JsonValue,
  */
 files_changed: Array<string>, 
 /**
- * Permission requests still pending.
+ * Permission requests still pending (asked by the agent that runs now).
  */
 pending_permissions: Array<string>, 
+/**
+ * Permission requests that expired undecided when their agent exited, restarted or was
+ * cut off.
+ */
+expired_permissions: Array<string>, 
 /**
  * The agent's own session id, to resume it.
  */

@@ -3,6 +3,7 @@ import type { AgentState } from "./AgentState";
 import type { CompletedTool } from "./CompletedTool";
 import type { Counts } from "./Counts";
 import type { InputState } from "./InputState";
+import type { Interrupted } from "./Interrupted";
 import type { LinkState } from "./LinkState";
 import type { OpenTool } from "./OpenTool";
 import type { PendingPermission } from "./PendingPermission";
@@ -48,9 +49,14 @@ open_tools: Array<OpenTool>,
  */
 completed_tools: Array<CompletedTool>, 
 /**
- * Permission requests nobody has decided.
+ * Permission requests nobody has decided, asked by the agent that runs now.
  */
 pending_permissions: Array<PendingPermission>, 
+/**
+ * What the agent left unsettled when it exited, restarted or was cut off; cleared when a
+ * turn completes.
+ */
+interrupted: Interrupted, 
 /**
  * Remote inputs: every unsettled one and the last settled ones.
  */

@@ -69,7 +69,7 @@ export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
       );
       break;
     case "tool": {
-      const status = it.status === "running" ? "running…" : it.status === "ok" ? "done" : "error";
+      const status = { running: "running…", ok: "done", error: "error", interrupted: "interrupted: no result" }[it.status];
       row.append(
         h(
           `div.card.tool.st-${it.status}`,

@@ -65,6 +65,17 @@ export function statePanel(s: SessionState | null): HTMLElement {
       `Pending permission requests (${s.pending_permissions.length})`,
       s.pending_permissions.length ? h("ul", null, s.pending_permissions.map((p) => h("li", null, p.tool_name, p.path ? ` · ${p.path}` : ""))) : h("p.muted", null, "none"),
     ),
+    s.interrupted.tools.length || s.interrupted.permissions.length
+      ? section(
+          "Cut off when the agent stopped",
+          h(
+            "ul",
+            null,
+            ...s.interrupted.tools.map((t) => h("li", null, h("b", null, t.tool), " ", t.target ?? "", h("span.muted", null, " · no result: check before repeating"))),
+            ...s.interrupted.permissions.map((p) => h("li", null, p.tool_name, p.path ? ` · ${p.path}` : "", h("span.muted", null, " · request expired undecided"))),
+          ),
+        )
+      : null,
     section(
       "Inputs",
       s.inputs.length ? h("ul", null, s.inputs.map((i) => h("li", null, `#${i.seq} ${i.kind} `, receiptBadge(i.status)))) : h("p.muted", null, "none"),
