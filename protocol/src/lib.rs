@@ -12,6 +12,7 @@ pub mod entry;
 pub mod error;
 pub mod ids;
 pub mod kinds;
+pub mod manifest;
 pub mod payload;
 pub mod recovery;
 pub mod state;

@@ -4,7 +4,8 @@
 //! A blob is written to a temp file while its SHA-256 is computed, fsynced, and renamed into
 //! place only if the hash is the name it was uploaded under; so a stored blob is always whole
 //! and always what its name says, and a corrupted upload leaves nothing behind. It holds no
-//! locks and knows nothing about checkpoints or sessions.
+//! locks and knows nothing about checkpoints, sessions or who may read what: the HTTP layer
+//! decides that, and says whether the caller already holds a blob (`put`'s `known`).
 //!
 //! Calls nothing in the crate; the HTTP layer maps its errors.
 
@@ -13,10 +14,7 @@ use std::path::{Path, PathBuf};
 use axum::body::Body;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
-
-/// Largest blob accepted, bytes (the bridge's per-file cap cannot exceed it).
-pub const MAX_BLOB_BYTES: u64 = 64 * 1024 * 1024;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Why a blob was not stored.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +27,7 @@ pub enum BlobError {
         /// What the body hashes to.
         actual: String,
     },
-    /// Over [`MAX_BLOB_BYTES`].
+    /// Over the limit it was stored with.
     #[error("blob larger than {0} bytes")]
     TooLarge(u64),
     /// The body could not be read (client went away).
@@ -55,36 +53,69 @@ impl BlobStore {
     }
 
     /// Where blob `sha256` (already validated as lowercase hex) lives.
-    fn path(&self, sha256: &str) -> PathBuf {
+    pub fn path(&self, sha256: &str) -> PathBuf {
         self.root.join(&sha256[..2]).join(sha256)
     }
 
     /// Whether it is stored.
     pub async fn contains(&self, sha256: &str) -> bool {
-        tokio::fs::try_exists(self.path(sha256))
-            .await
-            .unwrap_or(false)
+        self.size(sha256).await.is_some()
     }
 
-    /// Its content, if stored.
-    pub async fn read(&self, sha256: &str) -> std::io::Result<Option<Vec<u8>>> {
-        match tokio::fs::read(self.path(sha256)).await {
-            Ok(bytes) => Ok(Some(bytes)),
+    /// Its stored size, if stored: the only size of a blob to trust (a manifest's are claims).
+    pub async fn size(&self, sha256: &str) -> Option<u64> {
+        tokio::fs::metadata(self.path(sha256))
+            .await
+            .ok()
+            .map(|m| m.len())
+    }
+
+    /// Opens it for reading, if stored.
+    pub async fn open(&self, sha256: &str) -> std::io::Result<Option<tokio::fs::File>> {
+        match tokio::fs::File::open(self.path(sha256)).await {
+            Ok(file) => Ok(Some(file)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Stores `body` as blob `sha256`. Returns its size and whether it was new.
-    pub async fn put(&self, sha256: &str, body: Body) -> Result<(u64, bool), BlobError> {
+    /// Its content, if stored and at most `limit` bytes (else an `InvalidData` error).
+    pub async fn read(&self, sha256: &str, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let Some(file) = self.open(sha256).await? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.take(limit + 1).read_to_end(&mut bytes).await?;
+        if bytes.len() as u64 > limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("blob {sha256} is larger than {limit} bytes"),
+            ));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Stores `body` as blob `sha256`, at most `max` bytes. Returns its size and whether it was
+    /// written. A blob already stored is answered at once only when `known` (the caller already
+    /// holds it); otherwise the body is read, hashed and written like a new one, so the answer
+    /// and its timing tell nothing about what others stored.
+    pub async fn put(
+        &self,
+        sha256: &str,
+        body: Body,
+        known: bool,
+        max: u64,
+    ) -> Result<(u64, bool), BlobError> {
         let path = self.path(sha256);
-        if let Ok(meta) = tokio::fs::metadata(&path).await {
-            return Ok((meta.len(), false));
+        if known {
+            if let Ok(meta) = tokio::fs::metadata(&path).await {
+                return Ok((meta.len(), false));
+            }
         }
         let tmp_dir = self.root.join("tmp");
         tokio::fs::create_dir_all(&tmp_dir).await?;
         let tmp = tmp_dir.join(uuid::Uuid::new_v4().simple().to_string());
-        let result = self.write_checked(sha256, body, &tmp, &path).await;
+        let result = self.write_checked(sha256, body, max, &tmp, &path).await;
         if result.is_err() {
             let _ = tokio::fs::remove_file(&tmp).await;
         }
@@ -95,6 +126,7 @@ impl BlobStore {
         &self,
         sha256: &str,
         body: Body,
+        max: u64,
         tmp: &Path,
         path: &Path,
     ) -> Result<(u64, bool), BlobError> {
@@ -105,8 +137,8 @@ impl BlobStore {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| BlobError::Body(e.to_string()))?;
             size += chunk.len() as u64;
-            if size > MAX_BLOB_BYTES {
-                return Err(BlobError::TooLarge(MAX_BLOB_BYTES));
+            if size > max {
+                return Err(BlobError::TooLarge(max));
             }
             hasher.update(&chunk);
             file.write_all(&chunk).await?;

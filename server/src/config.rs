@@ -62,6 +62,30 @@ pub struct ServerConfig {
     pub setup_code_ttl: Duration,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Size limits of checkpoint uploads and downloads.
+    pub checkpoints: CheckpointLimits,
+}
+
+/// Size limits of checkpoints: what one upload or one archive may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointLimits {
+    /// Largest blob (one file's content, or a patch) accepted.
+    pub max_blob_bytes: u64,
+    /// Largest manifest accepted (read only once the caller is known to own the session).
+    pub max_manifest_bytes: usize,
+    /// Most bytes of file content one archive download may stream, counted from the stored
+    /// sizes of its blobs.
+    pub max_archive_bytes: u64,
+}
+
+impl Default for CheckpointLimits {
+    fn default() -> Self {
+        Self {
+            max_blob_bytes: 64 << 20,
+            max_manifest_bytes: 16 << 20,
+            max_archive_bytes: 512 << 20,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -90,6 +114,7 @@ impl Default for ServerConfig {
             rate_limit_burst: 2000.0,
             setup_code_ttl: Duration::from_secs(3600),
             tls: None,
+            checkpoints: CheckpointLimits::default(),
         }
     }
 }

@@ -192,9 +192,10 @@ export const api = {
     call<InputAccepted>(`/sessions/${enc(id)}/inputs`, { method: "POST", body: JSON.stringify(req) }),
   /** The session's uploaded checkpoints, newest first. */
   checkpoints: (id: string) => call<CheckpointSummary[]>(`/sessions/${enc(id)}/checkpoints`),
-  /** A checkpoint's patch against its base commit (`git diff --binary` text). */
-  async checkpointPatch(checkpoint: string): Promise<string> {
-    const res = await authFetch(`/api/v1/checkpoints/${enc(checkpoint)}/diff`);
+  /** A checkpoint's patch against its base commit (`git diff --binary` text). Checkpoint ids
+   * are unique only within their session, so the session is always named. */
+  async checkpointPatch(session: string, checkpoint: string): Promise<string> {
+    const res = await authFetch(`/api/v1/checkpoints/${enc(checkpoint)}/diff?session=${enc(session)}`);
     if (!res.ok) throw await errorOf(res);
     return res.text();
   },

@@ -3,12 +3,14 @@
 //! A checkpoint is queued (manifest and patch under `<git common dir>/moor/pending/`) in the
 //! same step that takes it, so an upload interrupted by anything — a dropped link, a killed
 //! `moor` — is picked up by the next `moor run` (or `moor checkpoints push`) in that repository.
-//! An upload asks the server which blobs it lacks and sends only those: content already stored
-//! for any checkpoint of any session is never sent again, and a resumed upload skips what
-//! arrived before the drop.
+//! An upload asks the server which blobs it lacks and sends only those: content this account
+//! already sent, or that a checkpoint of a session it belongs to names, is never sent again, and
+//! a resumed upload skips what arrived before the drop. (The server does not say whether others
+//! stored the same content: that would tell anyone what exists.)
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::{stream, TryStreamExt};
 use moor_protocol::checkpoint::{BlobRef, CheckpointManifest};
@@ -131,7 +133,9 @@ pub async fn upload(
                 .into_iter()
                 .filter(|b| missing.contains(&b.sha256))
                 .collect();
-            send_blobs(repo, client, m, &wanted, &mut stats).await?;
+            if !send_blobs(repo, client, m, &wanted, &mut stats).await? {
+                return Ok(Uploaded::NoSession);
+            }
         }
         stats.manifest_bytes = serde_json::to_vec(m).map(|v| v.len() as u64).unwrap_or(0);
         match client.put_manifest(&p.session, m).await? {
@@ -146,14 +150,15 @@ pub async fn upload(
     )))
 }
 
-/// Reads `wanted` from git (or the queued patch) in bounded rounds and uploads each.
+/// Reads `wanted` from git (or the queued patch) in bounded rounds and uploads each. False
+/// when the server refused them because this account owns no session there yet.
 async fn send_blobs(
     repo: &Repo,
     client: &Client,
     m: &CheckpointManifest,
     wanted: &[BlobRef],
     stats: &mut UploadStats,
-) -> Result<(), CheckpointError> {
+) -> Result<bool, CheckpointError> {
     let oid_of: HashMap<&str, &str> = m
         .files
         .iter()
@@ -213,13 +218,23 @@ async fn send_blobs(
         }
         stats.blobs_sent += contents.len() as u64;
         stats.bytes_sent += contents.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+        let refused = AtomicBool::new(false);
         stream::iter(contents.into_iter().map(Ok::<_, CheckpointError>))
-            .try_for_each_concurrent(PARALLEL_PUTS, |(sha, bytes)| async move {
-                client.put_blob(&sha, bytes).await.map(|_| ())
+            .try_for_each_concurrent(PARALLEL_PUTS, |(sha, bytes)| {
+                let refused = &refused;
+                async move {
+                    if client.put_blob(&sha, bytes).await?.is_none() {
+                        refused.store(true, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }
             })
             .await?;
+        if refused.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Uploads every queued checkpoint meant for `client`'s server. Returns how many remain.

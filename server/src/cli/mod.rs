@@ -80,6 +80,15 @@ pub struct Config {
     /// Largest HTTP request body accepted.
     #[arg(long, env = "MOOR_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// Largest checkpoint blob (one file's content) accepted.
+    #[arg(long, env = "MOOR_MAX_BLOB_BYTES", default_value_t = 64 << 20)]
+    max_blob_bytes: u64,
+    /// Largest checkpoint manifest accepted.
+    #[arg(long, env = "MOOR_MAX_MANIFEST_BYTES", default_value_t = 16 << 20)]
+    max_manifest_bytes: usize,
+    /// Most bytes of file content one checkpoint archive download may hold.
+    #[arg(long, env = "MOOR_MAX_ARCHIVE_BYTES", default_value_t = 512 << 20)]
+    max_archive_bytes: u64,
     /// Lifetime of access tokens, in seconds.
     #[arg(long, env = "MOOR_ACCESS_TOKEN_TTL_SECS", default_value_t = 900)]
     access_token_ttl_secs: u64,
@@ -151,6 +160,11 @@ impl Config {
             keepalive: ms(self.keepalive_ms.max(1)),
             max_frame_bytes: self.max_frame_bytes,
             max_body_bytes: self.max_body_bytes,
+            checkpoints: crate::config::CheckpointLimits {
+                max_blob_bytes: self.max_blob_bytes,
+                max_manifest_bytes: self.max_manifest_bytes,
+                max_archive_bytes: self.max_archive_bytes,
+            },
             access_token_ttl: Duration::from_secs(self.access_token_ttl_secs.max(1)),
             refresh_token_ttl: Duration::from_secs(self.refresh_token_ttl_secs.max(1)),
             allowed_origins: self.allowed_origins,

@@ -3,7 +3,9 @@
 //! store or the hub, and map the result; no SQL here, no hub locks held. It never calls `sse` or
 //! `ws` (the application router in `app` puts the transports side by side).
 
+mod archive;
 mod auth;
+mod blobs;
 mod checkpoints;
 mod device;
 pub(crate) mod guard;
@@ -38,9 +40,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(checkpoints::put))
         .routes(routes!(checkpoints::get))
         .routes(routes!(checkpoints::diff))
-        .routes(routes!(checkpoints::archive))
-        .routes(routes!(checkpoints::missing))
-        .routes(routes!(checkpoints::get_blob, checkpoints::put_blob))
+        .routes(routes!(archive::archive))
+        .routes(routes!(blobs::missing))
+        .routes(routes!(blobs::get_blob, blobs::put_blob))
         .routes(routes!(auth::login))
         .routes(routes!(setup::status, setup::setup))
         .routes(routes!(auth::refresh))

@@ -29,8 +29,8 @@ pub struct Copied {
     pub producers: u64,
     /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
     pub checkpoints: u64,
-    /// Rows of users, token families, refresh tokens, share links, session roles and the
-    /// blobs each checkpoint names.
+    /// Rows of users, token families, refresh tokens, share links, session roles, the blobs
+    /// each checkpoint names and who uploaded each blob.
     pub accounts: u64,
 }
 
@@ -98,7 +98,8 @@ const CHECKPOINTS: Table = Table {
     ],
 };
 
-/// Tables with the same columns in both dialects, in an order that satisfies their foreign keys.
+/// Tables copied after the log and the checkpoints, in an order that satisfies their foreign
+/// keys (most with the same columns in both dialects).
 const PLAIN_TABLES: &[Table] = &[
     Table {
         name: "users",
@@ -161,8 +162,25 @@ const PLAIN_TABLES: &[Table] = &[
     },
     Table {
         name: "checkpoint_blobs",
+        select: Some(
+            "SELECT b.sha256, s.id AS session_id, b.checkpoint_id \
+             FROM checkpoint_blobs b JOIN sessions s ON s.pk = b.session_pk",
+        ),
+        columns: &[
+            ("sha256", "text"),
+            ("session_id", "uuid"),
+            ("checkpoint_id", "text"),
+        ],
+    },
+    Table {
+        name: "blob_uploads",
         select: None,
-        columns: &[("sha256", "text"), ("checkpoint_id", "text")],
+        columns: &[
+            ("sha256", "text"),
+            ("uploader", "text"),
+            ("size", "bigint"),
+            ("uploaded_at", "bigint"),
+        ],
     },
 ];
 

@@ -197,21 +197,43 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
 }
 
-/// Uploaded checkpoints (G7) and the blobs they name.
+/// Uploaded checkpoints (G7), the blobs they name and who uploaded each blob. A checkpoint is
+/// keyed by its session and its id: the same id in two sessions is two checkpoints.
 #[async_trait]
 pub trait CheckpointStore: Send + Sync + Debug + 'static {
-    /// Stores an uploaded checkpoint. Returns false if the same id was already stored with the
-    /// same manifest; another manifest under a stored id is a [`StoreError::Conflict`].
+    /// Stores an uploaded checkpoint. Returns false if the same id was already stored in the
+    /// same session with the same manifest; another manifest under a stored id of that session
+    /// is a [`StoreError::Conflict`]; an unknown session is [`StoreError::NotFound`].
     async fn save_checkpoint(&self, row: &CheckpointRow) -> StoreResult<bool>;
 
-    /// The checkpoint with this id, manifest included.
-    async fn checkpoint(&self, id: &str) -> StoreResult<CheckpointRow>;
+    /// Checkpoint `id` of `session`, manifest included.
+    async fn checkpoint(&self, session: SessionId, id: &str) -> StoreResult<CheckpointRow>;
+
+    /// The sessions holding a checkpoint with this id.
+    async fn checkpoint_sessions(&self, id: &str) -> StoreResult<Vec<SessionId>>;
 
     /// A session's checkpoints, newest first, without their manifests (empty strings).
     async fn list_checkpoints(&self, session: SessionId) -> StoreResult<Vec<CheckpointRow>>;
 
     /// The sessions that have a checkpoint naming the blob `sha256`.
     async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>>;
+
+    /// Records that `uploader` sent blob `sha256` of `size` bytes (idempotent: the first
+    /// upload's time and size are kept).
+    async fn record_blob_upload(
+        &self,
+        sha256: &str,
+        uploader: &str,
+        size: u64,
+        at: i64,
+    ) -> StoreResult<()>;
+
+    /// Of `sha256`, the blobs `principal` knows: ones it uploaded, or ones a checkpoint of a
+    /// session it is a member of names. In no particular order.
+    async fn blobs_known_to(&self, principal: &str, sha256: &[String]) -> StoreResult<Vec<String>>;
+
+    /// Bytes of the distinct blobs `uploader` sent: what per-account quotas count for blobs.
+    async fn uploaded_blob_bytes(&self, uploader: &str) -> StoreResult<u64>;
 }
 
 /// Who may do what: users, refresh-token families (logins and devices), session members and
@@ -446,7 +468,7 @@ pub enum RefreshOutcome {
 /// shape (`moor_protocol::checkpoint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointRow {
-    /// Checkpoint id (unique across sessions).
+    /// Checkpoint id (unique within its session).
     pub id: String,
     /// The session that uploaded it.
     pub session: SessionId,
@@ -460,9 +482,9 @@ pub struct CheckpointRow {
     pub blobs: Vec<String>,
 }
 
-/// The outcome of storing a checkpoint whose id was taken (or whose session is missing), from
-/// what is `stored` under its id: the same upload retried is a no-op (`false`), other content
-/// a conflict.
+/// The outcome of storing a checkpoint whose id was taken in its session (or whose session is
+/// missing), from what is `stored` under that session and id: the same upload retried is a
+/// no-op (`false`), other content a conflict.
 pub(crate) fn checkpoint_retried(
     stored: StoreResult<CheckpointRow>,
     row: &CheckpointRow,

@@ -7,6 +7,7 @@
 // A test binary: an unwrap that fails is the test failing, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod checkpoint_scope;
 mod nodes;
 mod pg;
 mod stories;
@@ -101,6 +102,8 @@ conformance!(
     state_snapshots_keep_the_newest,
     checkpoints_are_stored_once_and_listed_newest_first,
     checkpoints_record_the_blobs_they_name,
+    checkpoint_ids_are_scoped_by_session,
+    blobs_are_known_to_their_uploaders_and_to_members,
     the_first_admin_is_created_once,
     accounts_refresh_tokens_and_roles_are_kept,
     share_links_grant_roles_until_spent_expired_or_revoked,
@@ -148,7 +151,8 @@ async fn postgres_closed_to_connections_is_unavailable_until_it_reopens() {
 }
 
 /// Migration 0007 on a database holding checkpoints from before it: each one's patch and file
-/// blobs are recorded, so their readers keep reading them.
+/// blobs are recorded, so their readers keep reading them; and 0009 keys them by session
+/// without losing one.
 mod blob_backfill {
     use std::borrow::Cow;
     use std::path::Path;
@@ -182,6 +186,16 @@ mod blob_backfill {
                 "{sha}"
             );
         }
+        let id = "00000000000000c1";
+        assert_eq!(
+            store.checkpoints.checkpoint(session, id).await.unwrap().id,
+            id,
+            "found by its session and id"
+        );
+        assert_eq!(
+            store.checkpoints.checkpoint_sessions(id).await.unwrap(),
+            [session]
+        );
         assert!(store
             .checkpoints
             .blob_sessions("null")

@@ -260,6 +260,10 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         blobs: vec!["patch-sha".into()],
     };
     src.checkpoints.save_checkpoint(&checkpoint).await.unwrap();
+    src.checkpoints
+        .record_blob_upload("patch-sha", "ann", 12, 1)
+        .await
+        .unwrap();
     src.access
         .create_user("ann", "hash", true, 1)
         .await
@@ -310,19 +314,24 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     }
     assert_eq!(dst.log.producer_mark(a, p).await.unwrap(), 7000);
     assert_eq!(
-        dst.checkpoints.checkpoint("cp-1").await.unwrap(),
+        dst.checkpoints.checkpoint(a, "cp-1").await.unwrap(),
         CheckpointRow {
             blobs: vec![],
             ..checkpoint
         }
     );
     assert_eq!(
+        dst.checkpoints.uploaded_blob_bytes("ann").await.unwrap(),
+        12,
+        "who uploaded which blob"
+    );
+    assert_eq!(
         dst.checkpoints.blob_sessions("patch-sha").await.unwrap(),
         [a]
     );
     assert_eq!(
-        copied.accounts, 7,
-        "a user, a family, a token, a link, two roles, a checkpoint's blob"
+        copied.accounts, 8,
+        "a user, a family, a token, a link, two roles, a checkpoint's blob, its upload"
     );
     assert!(
         dst.access.user("ann").await.unwrap().admin,

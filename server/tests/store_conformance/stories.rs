@@ -1,5 +1,6 @@
-//! The stories every store must tell the same way: one node (this file) and several nodes
-//! sharing a database (`nodes.rs`, re-exported here).
+//! The stories every store must tell the same way: one node (this file), checkpoints and blobs
+//! scoped by session and uploader (`checkpoint_scope.rs`) and several nodes sharing a database
+//! (`nodes.rs`), both re-exported here.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use moor_server::store::{
 use serde_json::json;
 
 use super::Db;
+pub use crate::checkpoint_scope::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
@@ -296,11 +298,11 @@ pub async fn checkpoints_are_stored_once_and_listed_newest_first(db: Db) {
         Err(StoreError::NotFound)
     ));
     assert_eq!(
-        checkpoints.checkpoint("c1").await.unwrap(),
+        checkpoints.checkpoint(s, "c1").await.unwrap(),
         row("c1", 10, "m1")
     );
     assert!(matches!(
-        checkpoints.checkpoint("nope").await,
+        checkpoints.checkpoint(s, "nope").await,
         Err(StoreError::NotFound)
     ));
     let listed = checkpoints.list_checkpoints(s).await.unwrap();
@@ -359,7 +361,12 @@ pub async fn checkpoints_record_the_blobs_they_name(db: Db) {
         .unwrap()
         .is_empty());
     assert!(
-        checkpoints.checkpoint("k1").await.unwrap().blobs.is_empty(),
+        checkpoints
+            .checkpoint(s1, "k1")
+            .await
+            .unwrap()
+            .blobs
+            .is_empty(),
         "reads do not list blobs"
     );
 }

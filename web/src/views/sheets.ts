@@ -155,7 +155,7 @@ export async function checkpointsPanel(sessionId: string, entries: Entry[], last
             btn.setAttribute("disabled", "");
             slot.replaceChildren(h("p.muted", null, "Loading the diff…"));
             try {
-              const patch = await api.checkpointPatch(c.id);
+              const patch = await api.checkpointPatch(sessionId, c.id);
               slot.replaceChildren(patch ? patchView(patch) : h("p.muted", null, "No changes against the base commit."));
             } catch (e) {
               btn.removeAttribute("disabled");
