@@ -11,10 +11,11 @@ use std::time::Duration;
 use moor_protocol::api::{InputAccepted, InputRequest, SessionInfo, SessionStatus};
 use moor_protocol::payload::InputText;
 use moor_protocol::recovery::{mutation_advice, resume_prompt, RecoveryBrief, RetryPolicy};
-use moor_protocol::state::ToolClass;
+use moor_protocol::state::{Phase, ToolClass};
 use serde::de::DeserializeOwned;
 
 use crate::adapter::claude::intent::Intent;
+use crate::adapter::Continuation;
 use crate::config::BRIDGE_PATH;
 use crate::error::BridgeError;
 
@@ -67,6 +68,22 @@ impl Api {
     /// The session with this id or name, with its state.
     pub async fn session(&self, key: &str) -> anyhow::Result<SessionInfo> {
         self.get(&format!("/api/v1/sessions/{key}")).await
+    }
+
+    /// The session with this id or name, or `None` when the server has no such session.
+    pub async fn find_session(&self, key: &str) -> anyhow::Result<Option<SessionInfo>> {
+        let path = format!("/api/v1/sessions/{key}");
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        match resp.status() {
+            reqwest::StatusCode::NOT_FOUND => Ok(None),
+            s if s.is_success() => Ok(Some(resp.json().await?)),
+            s => anyhow::bail!("GET {path}: {s}: {}", resp.text().await.unwrap_or_default()),
+        }
     }
 
     /// The server's recovery brief.
@@ -186,6 +203,37 @@ pub async fn plan_resume(
         prompt: brief.resume_prompt.clone(),
     };
     Ok((plan, brief))
+}
+
+/// What `moor run --session KEY` continues: for a live session whose last agent was Claude Code
+/// with a known conversation, that conversation, and the brief (checked against the files in
+/// `cwd`) as the first prompt when work was cut off. `None` for a new session, an ended one, or
+/// an agent that cannot be resumed.
+pub async fn continuation(
+    api: &Api,
+    key: &str,
+    cwd: &Path,
+) -> anyhow::Result<Option<Continuation>> {
+    let Some(info) = api.find_session(key).await? else {
+        return Ok(None);
+    };
+    let Some(state) = info.state.filter(|_| info.status == SessionStatus::Live) else {
+        return Ok(None);
+    };
+    let (Some("claude"), Some(id)) = (state.agent.adapter.as_deref(), state.agent.agent_session_id)
+    else {
+        return Ok(None);
+    };
+    let mut brief = api.brief(key).await?;
+    check_locally(&mut brief, cwd, RetryPolicy::default());
+    let cut_off = brief.phase == Phase::Interrupted
+        || !brief.uncertain.is_empty()
+        || !brief.expired_permissions.is_empty()
+        || brief.partial_answer.is_some();
+    Ok(Some(Continuation {
+        agent_session_id: id,
+        prompt: cut_off.then_some(brief.resume_prompt),
+    }))
 }
 
 /// Posts the resume prompt once the session exists on the server (the bridge creates it at its

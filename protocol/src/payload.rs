@@ -453,7 +453,7 @@ pub struct AgentActive {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentRestart {
-    /// `stalled` or `crashed`.
+    /// `stalled` or `crashed` (an automatic restart), or `continued` (`moor run --session` again).
     #[serde(default)]
     pub reason: String,
     /// The agent session it resumed.

@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use moor_e2e::claude::ClaudeSession;
+use moor_e2e::fake_api::last_user_text;
 use moor_e2e::util::bin_path;
 use moor_e2e::{ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestServer, WAIT};
 use moor_protocol::payload::PermissionDecision;
@@ -261,6 +262,72 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         "the command ran again"
     );
     valid_transcript(&server, &resumed.id.to_string()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moor_run_again_on_the_session_after_a_crash_continues_the_same_claude_conversation() {
+    // arrange: one finished turn, then moor and Claude Code die without a word
+    let env = ClaudeEnv::start().await;
+    let server = TestServer::start(ServerOpts::new()).await;
+    let mut claude = env
+        .session(&server, &server.url(), "again", &[], |o| o)
+        .await;
+    let id = claude.id;
+    let asked = server
+        .api()
+        .post_input(id, "c1", "remember the word heron")
+        .await
+        .seq
+        .0;
+    let first = claude
+        .tail
+        .wait_kind(kinds::AGENT_RESULT, asked, FINISH, |_| true)
+        .await;
+    let conversation = claude
+        .tail
+        .wait_kind(kinds::AGENT_SESSION, 0, FINISH, |_| true)
+        .await
+        .payload["agent_session_id"]
+        .clone();
+    claude.bridge.kill().await;
+    let _ = claude.signal_agent(rustix::process::Signal::KILL);
+
+    // act: the same `moor run --session X -- claude` again, then a question about the first turn
+    let mut again = claude.bridge.respawn(&[]);
+    let restart = claude
+        .tail
+        .wait_kind(kinds::AGENT_RESTART, first.seq.0, FINISH, |_| true)
+        .await;
+    let question = server.api().post_input(id, "c2", "which word?").await.seq.0;
+    claude
+        .tail
+        .wait_kind(kinds::AGENT_RESULT, question, FINISH, |_| true)
+        .await;
+
+    // assert: the log says the conversation continued, and the model saw the earlier turn
+    assert_eq!(restart.payload["reason"], "continued");
+    assert_eq!(restart.payload["agent_session_id"], conversation);
+    let request = env
+        .api
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| last_user_text(r).as_deref() == Some("which word?"))
+        .expect("the question reached the model");
+    assert!(
+        request["messages"]
+            .to_string()
+            .contains("remember the word heron"),
+        "the model sees the earlier conversation: {request}"
+    );
+    assert!(
+        again
+            .stderr()
+            .contains("continuing Claude Code conversation"),
+        "{}",
+        again.stderr()
+    );
+    again.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,6 +93,18 @@ pub struct AgentOptions {
     pub auto_resume: bool,
     /// Most restarts in a row without a finished turn in between.
     pub max_restarts: u32,
+    /// Continue an earlier conversation of the agent instead of starting a new one (Claude
+    /// Code: `--resume <id>`), as `moor run --session X` does after a crash.
+    pub continuation: Option<Continuation>,
+}
+
+/// An earlier agent conversation to continue, and what to tell the agent first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    /// The agent's own session id (Claude Code's `session_id`).
+    pub agent_session_id: String,
+    /// The recovery prompt, when work was cut off; none when the last run ended cleanly.
+    pub prompt: Option<String>,
 }
 
 impl Default for AgentOptions {
@@ -103,6 +115,7 @@ impl Default for AgentOptions {
             tool_timeout: Duration::from_secs(600),
             auto_resume: false,
             max_restarts: 3,
+            continuation: None,
         }
     }
 }

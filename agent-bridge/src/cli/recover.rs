@@ -4,12 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::adapter::{terminal, AdapterKind, AdapterMode};
 use crate::checkpoint::CheckpointConfig;
 use crate::recover::{self, Api};
 use crate::{BridgeConfig, Token};
+
+use super::run::{login_token, with_api};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RecoverArgs {
@@ -18,7 +20,7 @@ pub(super) struct RecoverArgs {
     /// moord base URL.
     #[arg(long, env = "MOOR_SERVER", default_value = crate::config::DEFAULT_SERVER)]
     server: String,
-    /// Bearer token for moord.
+    /// Bearer token for moord (default: the credentials of `moor login`).
     #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Print JSON instead of Markdown (recover only).
@@ -30,11 +32,12 @@ pub(super) struct RecoverArgs {
 }
 
 impl RecoverArgs {
-    fn api(&self) -> anyhow::Result<Api> {
-        let Some(token) = self.token.as_deref().filter(|t| !t.trim().is_empty()) else {
-            bail!("MOOR_TOKEN is not set: pass --token or set MOOR_TOKEN");
-        };
-        Ok(Api::new(&self.server, token)?)
+    /// `--token` / `MOOR_TOKEN`, else the credentials of `moor login`, as `moor run` does.
+    fn token(&self) -> anyhow::Result<Token> {
+        match self.token.as_deref().filter(|t| !t.trim().is_empty()) {
+            Some(t) => Ok(Token::new(t)),
+            None => login_token(&self.server),
+        }
     }
 }
 
@@ -42,8 +45,12 @@ impl RecoverArgs {
 pub(super) fn recover(args: RecoverArgs) -> anyhow::Result<i32> {
     let runtime = super::runtime()?;
     runtime.block_on(async {
-        let api = args.api()?;
-        let mut brief = api.brief(&args.session).await?;
+        let token = args.token()?;
+        let session = args.session.as_str();
+        let mut brief = with_api(&args.server, &token, |api| async move {
+            api.brief(session).await
+        })
+        .await?;
         let cwd = std::env::current_dir().context("read the current directory")?;
         recover::check_locally(&mut brief, &cwd, Default::default());
         if args.json {
@@ -58,12 +65,12 @@ pub(super) fn recover(args: RecoverArgs) -> anyhow::Result<i32> {
 /// `moor resume SESSION`: Claude Code restarted on the session, with the brief as its prompt.
 pub(super) fn resume(args: RecoverArgs) -> anyhow::Result<i32> {
     let runtime = super::runtime()?;
-    let api = args.api()?;
-    let (plan, _) = runtime.block_on(recover::plan_resume(
-        &api,
-        &args.session,
-        Default::default(),
-    ))?;
+    let token = args.token()?;
+    let session = args.session.as_str();
+    let (plan, _) = runtime.block_on(with_api(&args.server, &token, |api| async move {
+        recover::plan_resume(&api, session, Default::default()).await
+    }))?;
+    let api = Api::new(&args.server, &token.expose())?;
     std::env::set_current_dir(&plan.cwd).with_context(|| {
         format!(
             "enter the session's directory {} (run moor resume on the machine that ran it)",
@@ -78,7 +85,7 @@ pub(super) fn resume(args: RecoverArgs) -> anyhow::Result<i32> {
     );
     let mut config = BridgeConfig {
         server: args.server.clone(),
-        token: Token::new(args.token.clone().unwrap_or_default()),
+        token: token.clone(),
         session: Some(plan.session.clone()),
         state_dir: args.state_dir.clone(),
         command: plan.command.clone(),

@@ -14,6 +14,7 @@ use crate::backoff::BackoffConfig;
 use crate::checkpoint::{self, CheckpointConfig};
 use crate::config::parse_duration;
 use crate::login;
+use crate::recover::{self, Api};
 use crate::{Bridge, BridgeConfig, BridgeHandle, LinkConfig, Token};
 
 #[derive(Debug, clap::Args)]
@@ -24,9 +25,14 @@ pub(super) struct RunArgs {
     /// Bearer token for moord.
     #[arg(long, env = "MOOR_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Session name or id (default: <command>-<6 hex>). Reuse it to resume after a crash.
+    /// Session name or id (default: <command>-<6 hex>). Reuse it to resume after a crash: the
+    /// log goes on, and Claude Code continues its conversation (see --fresh).
     #[arg(long, env = "MOOR_SESSION")]
     session: Option<String>,
+    /// With --session of an earlier Claude Code run: start a new conversation instead of
+    /// continuing the earlier one.
+    #[arg(long, env = "MOOR_FRESH")]
+    fresh: bool,
     /// Where spools live (default: $XDG_STATE_HOME/moor or ~/.local/state/moor).
     #[arg(long, env = "MOOR_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -136,9 +142,59 @@ fn parse_mode(s: &str) -> Result<AdapterMode, String> {
 /// `moor run -- COMMAND`.
 pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
     let checkpoints = args.checkpoints();
-    let config = args.into_config()?;
+    let fresh = args.fresh;
+    let mut config = args.into_config()?;
     let runtime = super::runtime()?;
+    if !fresh {
+        runtime.block_on(continue_conversation(&mut config));
+    }
     run_bridge(&runtime, config, checkpoints)
+}
+
+/// With `--session X` of an earlier Claude Code run: continue its conversation, with the
+/// recovery brief as the first prompt when work was cut off. When the server cannot say, the
+/// agent starts a new conversation and the terminal says how to continue the earlier one.
+async fn continue_conversation(config: &mut BridgeConfig) {
+    let Some(key) = config.session.clone() else {
+        return;
+    };
+    if config
+        .mode
+        .resolve(&config.command, config.agent.interactive)
+        != AdapterKind::Claude
+    {
+        return;
+    }
+    let found = match std::env::current_dir() {
+        Ok(cwd) => {
+            with_api(&config.server, &config.token, |api| {
+                let (key, cwd) = (key.clone(), cwd.clone());
+                async move { recover::continuation(&api, &key, &cwd).await }
+            })
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
+    match found {
+        Ok(c) => config.agent.continuation = c,
+        Err(e) => eprintln!(
+            "moor: could not read session {key} from the server ({e:#}); starting a new Claude \
+             Code conversation (`moor resume {key}` continues the earlier one)"
+        ),
+    }
+}
+
+/// Runs `call` with an API client for `server`, once more with a renewed token after a failure
+/// when the token can be renewed (the access token of `moor login` may have expired).
+pub(super) async fn with_api<T, F, Fut>(server: &str, token: &Token, call: F) -> anyhow::Result<T>
+where
+    F: Fn(Api) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    match call(Api::new(server, &token.expose())?).await {
+        Err(_) if token.refresh().await => call(Api::new(server, &token.expose())?).await,
+        result => result,
+    }
 }
 
 /// `moor login SERVER`: the device flow, then the credentials saved (0600).
@@ -152,7 +208,7 @@ pub(super) fn login(server: &str) -> anyhow::Result<i32> {
 }
 
 /// The token of `moor login` for `server`, renewing itself.
-fn login_token(server: &str) -> anyhow::Result<Token> {
+pub(super) fn login_token(server: &str) -> anyhow::Result<Token> {
     let creds = login::credentials_path()
         .map(|p| login::load(&p, server).map(|c| c.map(|c| (c, p))))
         .transpose()?

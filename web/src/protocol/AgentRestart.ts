@@ -6,7 +6,7 @@ import type { AgentExit } from "./AgentExit";
  */
 export type AgentRestart = { 
 /**
- * `stalled` or `crashed`.
+ * `stalled` or `crashed` (an automatic restart), or `continued` (`moor run --session` again).
  */
 reason: string, 
 /**

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moor_protocol::kinds;
-use moor_protocol::payload::{AgentActive, AgentOutput, AgentStart, OutputStream, Resolution};
+use moor_protocol::payload::{
+    AgentActive, AgentOutput, AgentRestart, AgentStart, OutputStream, Resolution,
+};
 use moor_protocol::{BodyError, EntryBody};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -38,7 +40,7 @@ use self::watchdog::Watchdog;
 use super::terminal;
 use super::{
     settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid, AgentSignal,
-    AgentSpec,
+    AgentSpec, Continuation,
 };
 use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
@@ -69,7 +71,8 @@ impl ClaudeAgent {
         spec: &AgentSpec,
         brief: Arc<dyn RecoveryBrief>,
     ) -> Result<Self, AdapterError> {
-        let process = Process::spawn(spec, None)?;
+        let resume = spec.options.continuation.as_ref();
+        let process = Process::spawn(spec, resume.map(|c| c.agent_session_id.as_str()))?;
         Ok(Self {
             pid: AgentPid::new(process.pid),
             process,
@@ -114,7 +117,16 @@ impl ClaudeAgent {
             control_seq: 0,
         };
         let mut process = self.process;
+        let continuation = run.spec.options.continuation.clone();
+        if let Some(c) = &continuation {
+            run.continued(c).await?;
+        }
         run.started(&mut process).await?;
+        if let Some(prompt) = continuation.and_then(|c| c.prompt) {
+            if let Err(e) = run.prompt(&mut process, &prompt).await {
+                run.record(vec![map::error(&e, None)]).await?;
+            }
+        }
         let mut local = match run.spec.options.interactive {
             true => Some(LocalLines::new()),
             false => None,
@@ -202,6 +214,24 @@ impl Run {
         }
         self.spool.append(drafts).await?;
         Ok(())
+    }
+
+    /// Records that this run continues an earlier conversation (`agent.restart`, reason
+    /// `continued`), before its `agent.start`.
+    async fn continued(&mut self, c: &Continuation) -> Result<(), AdapterError> {
+        self.agent_session_id = Some(c.agent_session_id.clone());
+        self.status.note(format!(
+            "continuing Claude Code conversation {} (moor run --fresh starts a new one)",
+            c.agent_session_id
+        ));
+        let entry = AgentRestart {
+            reason: "continued".into(),
+            agent_session_id: c.agent_session_id.clone(),
+            attempt: 1,
+            prompt: c.prompt.clone().unwrap_or_default(),
+            previous_exit: None,
+        };
+        self.record(vec![Draft::new(entry)]).await
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
