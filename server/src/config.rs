@@ -62,6 +62,14 @@ pub struct ServerConfig {
     pub setup_code_ttl: Duration,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// Most sessions one account may own; zero means no limit. Administrators have none.
+    pub max_sessions_per_account: u64,
+    /// Most of an account's sessions with a live bridge at once (per node); zero means no
+    /// limit.
+    pub max_live_sessions_per_account: u64,
+    /// Most bytes of entry payloads the logs of an account's sessions may hold; zero means no
+    /// limit.
+    pub max_log_bytes_per_account: u64,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +98,9 @@ impl Default for ServerConfig {
             rate_limit_burst: 2000.0,
             setup_code_ttl: Duration::from_secs(3600),
             tls: None,
+            max_sessions_per_account: 1000,
+            max_live_sessions_per_account: 32,
+            max_log_bytes_per_account: 8 << 30,
         }
     }
 }
