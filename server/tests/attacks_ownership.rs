@@ -138,7 +138,11 @@ async fn an_administrator_reassigns_a_session_and_only_then_may_its_owner_leave(
     assert_eq!(reassign, StatusCode::NO_CONTENT);
     assert_eq!(leave, StatusCode::NO_CONTENT);
     assert_eq!(bob.code(), None, "the new owner attaches");
-    assert_eq!(bob_leaves, StatusCode::CONFLICT, "bob is now the last owner");
+    assert_eq!(
+        bob_leaves,
+        StatusCode::CONFLICT,
+        "bob is now the last owner"
+    );
 }
 
 #[tokio::test]
@@ -269,7 +273,10 @@ async fn one_account_cannot_create_sessions_past_its_quota() {
     assert!(reason.contains("--max-sessions-per-account"), "{reason}");
     assert_eq!(fifth.code(), Some(close::QUOTA_EXCEEDED));
     for name in ["m4", "m5"] {
-        let (s, _) = w.admin.call("GET", &format!("/sessions/{name}"), None).await;
+        let (s, _) = w
+            .admin
+            .call("GET", &format!("/sessions/{name}"), None)
+            .await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{name} was stored");
     }
     assert_eq!(w.mal.bridge("m1").await.code(), None);
@@ -292,10 +299,18 @@ async fn one_account_cannot_hold_more_live_sessions_than_its_quota() {
 
     // assert
     assert_eq!(third.code(), Some(close::QUOTA_EXCEEDED));
-    assert_eq!(reconnect.code(), None, "a live session's bridge may always reconnect");
+    assert_eq!(
+        reconnect.code(),
+        None,
+        "a live session's bridge may always reconnect"
+    );
     assert_eq!(third_again.code(), None);
     assert_eq!(w.quotas.live_sessions("mal"), 2);
-    assert_eq!(w.ann.bridge("a1").await.code(), None, "others are unaffected");
+    assert_eq!(
+        w.ann.bridge("a1").await.code(),
+        None,
+        "others are unaffected"
+    );
 }
 
 #[tokio::test]
@@ -320,7 +335,11 @@ async fn one_account_cannot_store_more_log_bytes_than_its_quota() {
     assert_eq!(fourth, Err(close::QUOTA_EXCEEDED));
     let stored = w.server_store.access.owned_log_bytes("mal").await.unwrap();
     assert!(stored <= 20_000, "{stored} bytes stored");
-    assert_eq!(w.ann.bridge("a1").await.code(), None, "others are unaffected");
+    assert_eq!(
+        w.ann.bridge("a1").await.code(),
+        None,
+        "others are unaffected"
+    );
 }
 
 #[tokio::test]
@@ -330,7 +349,10 @@ async fn sessions_nobody_watches_and_no_bridge_feeds_keep_no_state_follower() {
     let w = world(|_| {}).await;
     for i in 0..40 {
         let bridge = w.mal.bridge(&format!("m{i}")).await.socket();
-        assert!(w.followers.get() >= 1, "a live bridge's session is followed");
+        assert!(
+            w.followers.get() >= 1,
+            "a live bridge's session is followed"
+        );
         drop(bridge);
     }
 

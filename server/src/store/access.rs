@@ -444,11 +444,13 @@ macro_rules! access_store {
                         "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
                          AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 \
                          AND (created_by = $3 \
-                           OR EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
-                             AND u.revoked_at IS NULL AND (u.admin_since IS NOT NULL \
-                             OR EXISTS (SELECT 1 FROM session_members m \
-                               WHERE m.session_id = share_links.session_id \
-                               AND m.principal = created_by AND m.role = $4)))) \
+                           OR (NOT EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
+                               AND u.revoked_at IS NOT NULL) \
+                             AND (EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
+                                 AND u.admin_since IS NOT NULL) \
+                               OR EXISTS (SELECT 1 FROM session_members m \
+                                 WHERE m.session_id = share_links.session_id \
+                                 AND m.principal = created_by AND m.role = $4)))) \
                          RETURNING id, session_id, role",
                     )
                     .bind(token_hash)
@@ -608,17 +610,17 @@ macro_rules! access_store {
                 tx: &mut sqlx::Transaction<'_, $db>,
                 sid: &str,
             ) -> StoreResult<()> {
-                let owner: Option<i64> = sqlx::query_scalar(
-                    "SELECT 1 FROM session_members WHERE session_id = $1 AND role = $2 LIMIT 1",
+                let owners: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM session_members WHERE session_id = $1 AND role = $2",
                 )
                 .bind(sid)
                 .bind(Role::Owner.as_str())
-                .fetch_optional(&mut **tx)
+                .fetch_one(&mut **tx)
                 .await
                 .map_err(db_error)?;
-                match owner {
-                    Some(_) => Ok(()),
-                    None => Err(StoreError::Conflict(LAST_OWNER)),
+                match owners {
+                    0 => Err(StoreError::Conflict(LAST_OWNER)),
+                    _ => Ok(()),
                 }
             }
 
