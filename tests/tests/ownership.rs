@@ -51,7 +51,6 @@ async fn moor_cannot_take_a_session_another_account_made_and_stops_saying_so() {
     // assert: moor stops (no retrying), says why, and nothing of mal's is in ann's log
     assert!(!status.success());
     let stderr = attack.stderr();
-    assert!(stderr.contains("close 4001"), "{stderr}");
     assert!(stderr.contains("not yours"), "{stderr}");
     let session = server.session("anns").await.expect("ann's session");
     let log = server.entries_all(session.id).await;
