@@ -220,9 +220,14 @@ impl Status {
             Some(moor_protocol::close::SESSION_ENDED) => {
                 format!("session {session} has ended; stopping")
             }
-            Some(moor_protocol::close::UNAUTHORIZED) => {
-                "the server refused or revoked this bridge's token; stopping".to_owned()
-            }
+            // The server's reason says which: a token refused or revoked, or a session that
+            // is someone else's.
+            Some(moor_protocol::close::UNAUTHORIZED) => match err {
+                ConnectError::Terminal { detail, .. } if !detail.is_empty() => {
+                    format!("the server refused this bridge: {detail}; stopping")
+                }
+                _ => "the server refused or revoked this bridge's token; stopping".to_owned(),
+            },
             _ => format!("{err}; stopping"),
         };
         self.line(text);

@@ -37,12 +37,20 @@ pub const LAGGED: u16 = 4008;
 pub const LIFETIME: u16 = 4009;
 /// The server had an internal error handling this connection; reconnect.
 pub const SERVER_ERROR: u16 = 4010;
+/// The account's quota (sessions, live sessions or stored log bytes) is used up; the reason
+/// says which. Retrying does not help until the owner frees some.
+pub const QUOTA_EXCEEDED: u16 = 4012;
 
 /// Whether a bridge must stop retrying after this close code.
 pub fn is_terminal(code: u16) -> bool {
     matches!(
         code,
-        UNAUTHORIZED | VERSION_MISMATCH | SUPERSEDED | SESSION_ENDED | CONTENT_MISMATCH
+        UNAUTHORIZED
+            | VERSION_MISMATCH
+            | SUPERSEDED
+            | SESSION_ENDED
+            | CONTENT_MISMATCH
+            | QUOTA_EXCEEDED
     )
 }
 
@@ -66,6 +74,7 @@ pub fn describe(code: u16) -> &'static str {
         LAGGED => "fell behind the live stream",
         LIFETIME => "connection lifetime reached",
         SERVER_ERROR => "server error",
+        QUOTA_EXCEEDED => "account quota used up",
         _ => "unknown close code",
     }
 }
@@ -93,6 +102,7 @@ mod tests {
             SESSION_ENDED,
             CONTENT_MISMATCH,
             VERSION_MISMATCH,
+            QUOTA_EXCEEDED,
         ] {
             assert!(is_terminal(code), "{code}");
         }

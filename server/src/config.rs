@@ -64,6 +64,14 @@ pub struct ServerConfig {
     pub tls: Option<TlsFiles>,
     /// Size limits of checkpoint uploads and downloads.
     pub checkpoints: CheckpointLimits,
+    /// Most sessions one account may own; zero means no limit. Administrators have none.
+    pub max_sessions_per_account: u64,
+    /// Most of an account's sessions with a live bridge at once (per node); zero means no
+    /// limit.
+    pub max_live_sessions_per_account: u64,
+    /// Most bytes of entry payloads the logs of an account's sessions may hold; zero means no
+    /// limit.
+    pub max_log_bytes_per_account: u64,
 }
 
 /// Size limits of checkpoints: what one upload or one archive may cost.
@@ -115,6 +123,9 @@ impl Default for ServerConfig {
             setup_code_ttl: Duration::from_secs(3600),
             tls: None,
             checkpoints: CheckpointLimits::default(),
+            max_sessions_per_account: 1000,
+            max_live_sessions_per_account: 32,
+            max_log_bytes_per_account: 8 << 30,
         }
     }
 }

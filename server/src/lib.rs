@@ -25,6 +25,7 @@ pub mod extract;
 pub mod http;
 pub mod hub;
 pub mod openapi;
+pub mod quota;
 pub mod relay;
 pub mod serve;
 pub mod session;
@@ -55,6 +56,8 @@ pub struct Server {
     token_created: bool,
     setup_code: Option<String>,
     tls: Option<tls::Acceptor>,
+    quotas: quota::Quotas,
+    followers: session::states::FollowerCount,
 }
 
 impl Server {
@@ -88,6 +91,8 @@ impl Server {
             Some(auth.setup.issue(config.setup_code_ttl))
         };
         Ok(Self {
+            quotas: quota::Quotas::new(&config),
+            followers: session::states::FollowerCount::default(),
             config,
             store,
             auth,
@@ -141,6 +146,16 @@ impl Server {
         self.store.clone()
     }
 
+    /// The per-account quotas and this node's live sessions per account, for tests.
+    pub fn quotas(&self) -> quota::Quotas {
+        self.quotas.clone()
+    }
+
+    /// How many session state followers run, for tests and monitoring.
+    pub fn follower_count(&self) -> session::states::FollowerCount {
+        self.followers.clone()
+    }
+
     /// Serves on `listener` until `shutdown` is cancelled, then drains.
     pub async fn serve(
         self,
@@ -168,8 +183,10 @@ impl Server {
             log.clone(),
             tasks.clone(),
             shutdown.clone(),
-        );
+        )
+        .counted_by(self.followers);
         let state = AppState {
+            quotas: self.quotas,
             states,
             log: log.clone(),
             store: self.store,

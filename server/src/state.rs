@@ -11,6 +11,7 @@ use crate::access::Auth;
 use crate::config::ServerConfig;
 use crate::extract::BodyLimit;
 use crate::hub::Hub;
+use crate::quota::Quotas;
 use crate::session::log::Log;
 use crate::session::states::States;
 use crate::store::{AccessStore, Stores};
@@ -38,6 +39,8 @@ pub struct AppState {
     pub states: States,
     /// Base URL people open (no trailing slash).
     pub public_url: Arc<str>,
+    /// Per-account quotas and this node's live sessions per account.
+    pub quotas: Quotas,
 }
 
 impl AppState {
@@ -111,6 +114,7 @@ pub(crate) mod testing {
             store,
             hub,
             auth,
+            quotas: crate::quota::Quotas::new(&config),
             config: Arc::new(config),
             shutdown,
             tasks,

@@ -1391,7 +1391,7 @@ async fn the_setup_code_creates_the_first_administrator_once_and_logs_them_in() 
                 "PUT",
                 "/sessions/anns/members/ann",
                 &root,
-                Some(json!({"role": "viewer"}))
+                Some(json!({"role": "owner"}))
             )
             .await,
         StatusCode::NO_CONTENT,

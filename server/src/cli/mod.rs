@@ -108,6 +108,15 @@ pub struct Config {
     /// Lifetime of the first-start setup link, in seconds (a restart prints a new one).
     #[arg(long, env = "MOOR_SETUP_CODE_TTL_SECS", default_value_t = 3600)]
     setup_code_ttl_secs: u64,
+    /// Most sessions one account may own (0: no limit; administrators have none).
+    #[arg(long, env = "MOOR_MAX_SESSIONS_PER_ACCOUNT", default_value_t = 1000)]
+    max_sessions_per_account: u64,
+    /// Most sessions of one account with a live bridge at once, per node (0: no limit).
+    #[arg(long, env = "MOOR_MAX_LIVE_SESSIONS_PER_ACCOUNT", default_value_t = 32)]
+    max_live_sessions_per_account: u64,
+    /// Most bytes of entry payloads the logs of one account's sessions may hold (0: no limit).
+    #[arg(long, env = "MOOR_MAX_LOG_BYTES_PER_ACCOUNT", default_value_t = 8 << 30)]
+    max_log_bytes_per_account: u64,
     /// Serve HTTPS and WSS with this PEM certificate chain (with --tls-key).
     #[arg(long, env = "MOOR_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -172,6 +181,9 @@ impl Config {
             rate_limit_per_sec: self.rate_limit,
             rate_limit_burst: self.rate_limit * 10.0,
             setup_code_ttl: Duration::from_secs(self.setup_code_ttl_secs.max(1)),
+            max_sessions_per_account: self.max_sessions_per_account,
+            max_live_sessions_per_account: self.max_live_sessions_per_account,
+            max_log_bytes_per_account: self.max_log_bytes_per_account,
             tls: self
                 .tls_cert
                 .zip(self.tls_key)

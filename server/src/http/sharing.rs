@@ -90,7 +90,8 @@ pub(crate) struct MemberRequest {
     role: String,
 }
 
-/// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): shares the session.
+/// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): shares the session. Taking
+/// the owner role from the session's last owner is a 409.
 #[utoipa::path(
     put, path = "/sessions/{id}/members/{user}", operation_id = "putMember", tag = "access",
     params(
@@ -104,6 +105,7 @@ pub(crate) struct MemberRequest {
         crate::openapi::Unauthorized,
         crate::openapi::Forbidden,
         crate::openapi::NotFound,
+        crate::openapi::Conflict,
         crate::openapi::TooLarge,
     )
 )]
@@ -137,7 +139,8 @@ pub(crate) async fn put_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user`.
+/// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user`; the
+/// session's last owner cannot be removed (409).
 #[utoipa::path(
     delete, path = "/sessions/{id}/members/{user}", operation_id = "deleteMember", tag = "access",
     params(
@@ -149,6 +152,7 @@ pub(crate) async fn put_member(
         crate::openapi::Unauthorized,
         crate::openapi::Forbidden,
         crate::openapi::NotFound,
+        crate::openapi::Conflict,
     )
 )]
 pub(crate) async fn delete_member(
@@ -290,7 +294,8 @@ pub(crate) async fn redeem_share_link(
 }
 
 /// `DELETE /api/v1/share-links/{id}` (the session's owner): the link stops working, and the
-/// people who joined through it lose their role and their live connections.
+/// people who joined through it lose their role and their live connections (409 when that
+/// would remove the session's last owner).
 #[utoipa::path(
     delete, path = "/share-links/{id}", operation_id = "revokeShareLink", tag = "access",
     params(("id" = String, Path, description = "The share link's id")),
@@ -299,6 +304,7 @@ pub(crate) async fn redeem_share_link(
         crate::openapi::Unauthorized,
         crate::openapi::Forbidden,
         crate::openapi::NotFound,
+        crate::openapi::Conflict,
     )
 )]
 pub(crate) async fn revoke_share_link(

@@ -7,16 +7,19 @@
 //! `session.interrupted` record when the link is lost or the agent dies while work was in
 //! flight (keyed by the seq of the entry that caused it, so several followers write it once).
 //!
-//! A follower stops once its session has ended and nobody watches its state any more; the
-//! next watcher starts a new one from the latest snapshot.
+//! A follower stops once nobody watches its state any more (a live bridge watches its
+//! session's for as long as it is connected) and it has folded the session's log up to its
+//! head, saving a snapshot; the next watcher starts a new one from the latest snapshot. So a
+//! session nobody looks at and no bridge feeds costs no task and no channel.
 //!
 //! Part of the session core: calls `session::{log, tail}`, `store` and `hub`; never a transport.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use moor_protocol::state::{Phase, SessionState, SESSION_INTERRUPTED};
+use moor_protocol::state::{SessionState, SESSION_INTERRUPTED};
 use moor_protocol::{close, kinds, now_ms, Entry, EntryBody, Seq, SessionId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +42,22 @@ pub struct States {
     tasks: TaskTracker,
     shutdown: CancellationToken,
     followers: Arc<Mutex<HashMap<SessionId, Publisher>>>,
+    count: FollowerCount,
+}
+
+/// How many followers run (on this node). Cheap to clone; every clone reads the same count.
+#[derive(Debug, Clone, Default)]
+pub struct FollowerCount(Arc<AtomicUsize>);
+
+impl FollowerCount {
+    /// The number of followers running now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, n: usize) {
+        self.0.store(n, Ordering::Relaxed);
+    }
 }
 
 /// Where a follower publishes its session's state; watchers subscribe to it.
@@ -66,7 +85,14 @@ impl States {
             tasks,
             shutdown,
             followers: Arc::default(),
+            count: FollowerCount::default(),
         }
+    }
+
+    /// Reports the number of running followers in `count`.
+    pub fn counted_by(mut self, count: FollowerCount) -> Self {
+        self.count = count;
+        self
     }
 
     /// The live state of `session`, starting its follower if none runs.
@@ -78,6 +104,7 @@ impl States {
         let (tx, rx) = watch::channel(Arc::new(SessionState::default()));
         let tx = Arc::new(tx);
         followers.insert(session, tx.clone());
+        self.count.set(followers.len());
         let this = self.clone();
         self.tasks.spawn(async move {
             if let Err(e) = this.follow(session, &tx).await {
@@ -88,6 +115,7 @@ impl States {
             if followers.get(&session).is_some_and(|t| Arc::ptr_eq(t, &tx)) {
                 followers.remove(&session);
             }
+            this.count.set(followers.len());
         });
         rx
     }
@@ -100,15 +128,16 @@ impl States {
             .contains_key(&session)
     }
 
-    /// Whether the follower of an ended session may stop: nobody watches, checked under the
-    /// lock that new watchers take, so none subscribes to a follower that is going away. On
-    /// true the follower is already out of the map.
+    /// Whether a follower may stop: nobody watches, checked under the lock that new watchers
+    /// take, so none subscribes to a follower that is going away. On true the follower is
+    /// already out of the map.
     fn retire(&self, session: SessionId, tx: &watch::Sender<Arc<SessionState>>) -> bool {
         let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
         if tx.receiver_count() > 0 {
             return false;
         }
         followers.remove(&session);
+        self.count.set(followers.len());
         true
     }
 
@@ -143,11 +172,23 @@ impl States {
         let mut tail = Tail::new(self.store.clone(), &self.hub, session, state.head);
         let mut since_snapshot = 0u64;
         tx.send_replace(Arc::new(state.clone()));
+        // Whether the follower may try to retire: not again until it folds something after
+        // finding itself behind the log (the watchers' last entries may still be on the way).
+        let mut may_retire = true;
         loop {
-            let ended = state.phase == Phase::Ended;
             let frame = tokio::select! {
                 _ = self.shutdown.cancelled() => return Ok(()),
-                _ = tx.closed(), if ended => {
+                _ = tx.closed(), if may_retire => {
+                    // Unwatched: stop once everything stored is folded (an interruption needs
+                    // the bridge's last entries), leaving a snapshot to start from next time.
+                    let head = self.store.find_session(&session.to_string()).await?.head_seq;
+                    if state.head < head {
+                        may_retire = false;
+                        continue;
+                    }
+                    if since_snapshot > 0 {
+                        self.snapshot(session, &state).await?;
+                    }
                     if self.retire(session, tx) {
                         return Ok(());
                     }
@@ -155,6 +196,7 @@ impl States {
                 }
                 f = tail.next() => f?,
             };
+            may_retire = true;
             // Fold everything at hand before publishing: one update per burst.
             let mut batch = vec![frame];
             while let Some(f) = tail.ready() {
@@ -170,12 +212,19 @@ impl States {
             since_snapshot += batch.len() as u64;
             if since_snapshot >= SNAPSHOT_EVERY {
                 since_snapshot = 0;
-                match serde_json::to_string(&state) {
-                    Ok(json) => self.store.save_snapshot(session, state.head, &json).await?,
-                    Err(e) => tracing::warn!(error = %e, "could not encode a state snapshot"),
-                }
+                self.snapshot(session, &state).await?;
             }
             tx.send_replace(Arc::new(state.clone()));
+        }
+    }
+
+    async fn snapshot(&self, session: SessionId, state: &SessionState) -> StoreResult<()> {
+        match serde_json::to_string(state) {
+            Ok(json) => self.store.save_snapshot(session, state.head, &json).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not encode a state snapshot");
+                Ok(())
+            }
         }
     }
 
@@ -224,6 +273,8 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
+    use moor_protocol::state::Phase;
+
     use super::*;
 
     fn server_entry(kind: &str, seq: u64) -> Append {
@@ -251,7 +302,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_follower_of_an_ended_session_stops_once_nobody_watches_and_restarts_on_demand() {
+    async fn a_follower_stops_once_nobody_watches_and_restarts_on_demand() {
         // arrange: a real SQLite store, two sessions with followers
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
@@ -281,11 +332,12 @@ mod tests {
             .unwrap();
 
         // assert: it keeps its follower while watched, loses it when the watcher leaves; the
-        // session that did not end keeps its follower though nobody watches it
+        // session that did not end, which nobody watches, loses its follower too
         assert!(states.is_following(ended));
         drop(watching);
         until_retired(&states, ended).await;
-        assert!(states.is_following(open));
+        until_retired(&states, open).await;
+        assert_eq!(states.count.get(), 0);
 
         // and a new watcher gets a new follower with the same state
         let mut again = states.watch(ended);

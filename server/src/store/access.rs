@@ -16,6 +16,9 @@ pub(crate) trait AccessDialect {
     /// Appended to the query that reads a refresh token before rotating it, to lock its row
     /// until commit (empty where the single writer already serialises rotations).
     const TOKEN_ROW_LOCK: &'static str;
+    /// The query summing the payload bytes of the entries of every session `$1` holds role
+    /// `$2` on (the engines key entries differently).
+    const OWNED_LOG_BYTES: &'static str;
 }
 
 /// A role as stored; a name this server does not know means the row was not written by it.
@@ -45,7 +48,7 @@ macro_rules! access_store {
             use $crate::store::errors::db_error;
             use $crate::store::{
                 AccessStore, FamilyUser, MemberRow, RefreshOutcome, RefreshRow, Role,
-                ShareLinkRow, StoreError, StoreResult, UserRow,
+                ShareLinkRow, StoreError, StoreResult, UserRow, BOOTSTRAP_PRINCIPAL, LAST_OWNER,
             };
 
             #[async_trait::async_trait]
@@ -273,18 +276,27 @@ macro_rules! access_store {
                     principal: &str,
                     role: Role,
                 ) -> StoreResult<()> {
+                    let sid = session.to_string();
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // Changes to one session's members are serialised, so two owners demoting
+                    // each other cannot both succeed.
+                    Self::lock_session(&mut tx, &sid).await?;
+                    let was = role_in(&mut tx, &sid, principal).await?;
                     sqlx::query(
                         "INSERT INTO session_members (session_id, principal, role) \
                          VALUES ($1, $2, $3) \
                          ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
                     )
-                    .bind(session.to_string())
+                    .bind(&sid)
                     .bind(principal)
                     .bind(role.as_str())
-                    .execute(self.writes())
+                    .execute(&mut *tx)
                     .await
                     .map_err(db_error)?;
-                    Ok(())
+                    if was == Some(Role::Owner) {
+                        an_owner_remains(&mut tx, &sid).await?;
+                    }
+                    tx.commit().await.map_err(db_error)
                 }
 
                 async fn claim_session(
@@ -317,15 +329,22 @@ macro_rules! access_store {
                     session: SessionId,
                     principal: &str,
                 ) -> StoreResult<()> {
+                    let sid = session.to_string();
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    Self::lock_session(&mut tx, &sid).await?;
+                    let was = role_in(&mut tx, &sid, principal).await?;
                     sqlx::query(
                         "DELETE FROM session_members WHERE session_id = $1 AND principal = $2",
                     )
-                    .bind(session.to_string())
+                    .bind(&sid)
                     .bind(principal)
-                    .execute(self.writes())
+                    .execute(&mut *tx)
                     .await
                     .map_err(db_error)?;
-                    Ok(())
+                    if was == Some(Role::Owner) {
+                        an_owner_remains(&mut tx, &sid).await?;
+                    }
+                    tx.commit().await.map_err(db_error)
                 }
 
                 async fn member_role(
@@ -419,13 +438,25 @@ macro_rules! access_store {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     // One conditional UPDATE spends the use and locks the link's row: links
                     // redeemed on several nodes at once never go below zero uses.
+                    // A link dies with its creator's role: it grants only while whoever made it
+                    // still owns the session (or administers the server) and is not revoked.
                     let row = sqlx::query(
                         "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
                          AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 \
+                         AND (created_by = $3 \
+                           OR (NOT EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
+                               AND u.revoked_at IS NOT NULL) \
+                             AND (EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
+                                 AND u.admin_since IS NOT NULL) \
+                               OR EXISTS (SELECT 1 FROM session_members m \
+                                 WHERE m.session_id = share_links.session_id \
+                                 AND m.principal = created_by AND m.role = $4)))) \
                          RETURNING id, session_id, role",
                     )
                     .bind(token_hash)
                     .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(db_error)?;
@@ -465,6 +496,13 @@ macro_rules! access_store {
                     at: i64,
                 ) -> StoreResult<(SessionId, Vec<String>)> {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    let link_session: String =
+                        sqlx::query_scalar("SELECT session_id FROM share_links WHERE id = $1")
+                            .bind(id)
+                            .fetch_one(&mut *tx)
+                            .await
+                            .map_err(db_error)?;
+                    Self::lock_session(&mut tx, &link_session).await?;
                     let session: String = sqlx::query_scalar(
                         "UPDATE share_links SET revoked_at = COALESCE(revoked_at, $1) \
                          WHERE id = $2 RETURNING session_id",
@@ -483,6 +521,7 @@ macro_rules! access_store {
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(db_error)?;
+                    an_owner_remains(&mut tx, &session).await?;
                     tx.commit().await.map_err(db_error)?;
                     Ok((stored_session(&session)?, members))
                 }
@@ -495,6 +534,28 @@ macro_rules! access_store {
                             .await
                             .map_err(db_error)?;
                     stored_session(&session)
+                }
+
+                async fn owned_sessions(&self, principal: &str) -> StoreResult<u64> {
+                    let n: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM session_members WHERE principal = $1 AND role = $2",
+                    )
+                    .bind(principal)
+                    .bind(Role::Owner.as_str())
+                    .fetch_one(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(n.max(0) as u64)
+                }
+
+                async fn owned_log_bytes(&self, principal: &str) -> StoreResult<u64> {
+                    let n: i64 = sqlx::query_scalar(Self::OWNED_LOG_BYTES)
+                    .bind(principal)
+                    .bind(Role::Owner.as_str())
+                    .fetch_one(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(n.max(0) as u64)
                 }
 
                 async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
@@ -523,6 +584,43 @@ macro_rules! access_store {
                             })
                         })
                         .collect()
+                }
+            }
+
+            /// `principal`'s role on session `sid`, inside the caller's transaction.
+            async fn role_in(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                sid: &str,
+                principal: &str,
+            ) -> StoreResult<Option<Role>> {
+                let role: Option<String> = sqlx::query_scalar(
+                    "SELECT role FROM session_members WHERE session_id = $1 AND principal = $2",
+                )
+                .bind(sid)
+                .bind(principal)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(db_error)?;
+                role.as_deref().map(stored_role).transpose()
+            }
+
+            /// A [`StoreError::Conflict`] unless session `sid` still has an owner, inside the
+            /// caller's transaction (which the error rolls back).
+            async fn an_owner_remains(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                sid: &str,
+            ) -> StoreResult<()> {
+                let owners: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM session_members WHERE session_id = $1 AND role = $2",
+                )
+                .bind(sid)
+                .bind(Role::Owner.as_str())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db_error)?;
+                match owners {
+                    0 => Err(StoreError::Conflict(LAST_OWNER)),
+                    _ => Ok(()),
                 }
             }
 

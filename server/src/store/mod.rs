@@ -290,13 +290,15 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
     /// The family's user, if the family exists, is not revoked, and its user is not revoked.
     async fn active_family(&self, family: &str) -> StoreResult<Option<FamilyUser>>;
 
-    /// Sets a principal's role on a session (replacing any other).
+    /// Sets a principal's role on a session (replacing any other). Taking the owner role from
+    /// the session's last owner is a [`StoreError::Conflict`] ([`LAST_OWNER`]).
     async fn set_member(&self, session: SessionId, principal: &str, role: Role) -> StoreResult<()>;
 
     /// Makes `principal` the owner of a session that has no members yet; returns whether it did.
     async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool>;
 
-    /// Removes a principal's role on a session (idempotent).
+    /// Removes a principal's role on a session (idempotent). Removing the session's last owner
+    /// is a [`StoreError::Conflict`] ([`LAST_OWNER`]).
     async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()>;
 
     /// A principal's role on a session, if any.
@@ -312,8 +314,10 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
     async fn create_share_link(&self, link: &ShareLinkRow) -> StoreResult<()>;
 
     /// Spends one use of the link whose secret hashes to `token_hash` (if it is live) and gives
-    /// `principal` its role, unless they already have a role on the session. Returns the
-    /// session and the role the principal has now; `None` for a dead or unknown link.
+    /// `principal` its role, unless they already have a role on the session. A link is live
+    /// while unexpired, unrevoked, not used up, and its creator still owns the session (or is
+    /// an administrator, or the bootstrap admin). Returns the session and the role the
+    /// principal has now; `None` for a dead or unknown link.
     async fn redeem_share_link(
         &self,
         token_hash: &str,
@@ -322,7 +326,8 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
     ) -> StoreResult<Option<(SessionId, Role)>>;
 
     /// Revokes a link and removes the members who joined through it. Returns the link's
-    /// session and those members.
+    /// session and those members. When that would remove the session's last owner nothing
+    /// changes: a [`StoreError::Conflict`] ([`LAST_OWNER`]).
     async fn revoke_share_link(&self, id: &str, at: i64) -> StoreResult<(SessionId, Vec<String>)>;
 
     /// The session a share link belongs to.
@@ -330,7 +335,23 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
 
     /// A session's share links, live or not, newest first.
     async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>>;
+
+    /// How many sessions `principal` owns.
+    async fn owned_sessions(&self, principal: &str) -> StoreResult<u64>;
+
+    /// The stored size (bytes of entry payloads) of the logs of every session `principal`
+    /// owns.
+    async fn owned_log_bytes(&self, principal: &str) -> StoreResult<u64>;
 }
+
+/// The principal name of the bootstrap admin token (no account: user names may not take it).
+/// Its share links live as long as the token.
+pub const BOOTSTRAP_PRINCIPAL: &str = "admin";
+
+/// Why a change to a session's members was refused: it would leave the session without an
+/// owner.
+pub const LAST_OWNER: &str = "a session always has an owner: make someone else owner first \
+     (an administrator can reassign a session)";
 
 /// One open database, by role: what each part of the server needs from it.
 #[derive(Debug, Clone)]

@@ -86,6 +86,10 @@ impl SqliteStore {
 
 impl AccessDialect for SqliteStore {
     const TOKEN_ROW_LOCK: &'static str = "";
+    const OWNED_LOG_BYTES: &'static str =
+        "SELECT CAST(COALESCE(SUM(octet_length(e.payload)), 0) AS BIGINT) \
+         FROM session_members m JOIN sessions s ON s.id = m.session_id \
+         JOIN entries e ON e.session_pk = s.pk WHERE m.principal = $1 AND m.role = $2";
 }
 
 access_store!(SqliteStore, sqlx::Sqlite);

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::hub::{input_feed, BridgeControl, InputFeed};
+use crate::quota::{stored_len, Live, QuotaError};
 use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
@@ -65,19 +66,47 @@ pub async fn upgrade(
         .on_upgrade(move |socket| conns.track_future(run(socket, state, who)))
 }
 
-/// Whether `who` may attach a bridge to the session named `name`: its owner may, and the
-/// first principal to attach to a session nobody owns becomes its owner. `None` when the
-/// session does not exist yet.
-async fn may_attach(
-    state: &AppState,
-    who: &Principal,
-    session: SessionId,
-) -> Result<bool, crate::error::ApiError> {
-    if state.store.access.claim_session(session, &who.name).await? {
-        return Ok(true);
+/// Whether `who` owns `session` (administrators own every session).
+async fn owns(state: &AppState, who: &Principal, session: SessionId) -> bool {
+    let Ok(row) = state.store.log.find_session(&session.to_string()).await else {
+        return false;
+    };
+    matches!(
+        role_on(&state.store, who, &row).await,
+        Ok(Some(Role::Owner))
+    )
+}
+
+/// Whether `who`, whose handshake just created `session`, may attach to it: the first
+/// principal to claim the new session owns it (two handshakes creating one name race for it).
+/// A session that existed before the handshake is never claimed, whoever left it: only its
+/// owners (and administrators) attach to it.
+async fn claims(state: &AppState, who: &Principal, session: SessionId) -> bool {
+    match state.store.access.claim_session(session, &who.name).await {
+        Ok(true) => true,
+        Ok(false) => owns(state, who, session).await,
+        Err(_) => false,
     }
-    let row = state.store.log.find_session(&session.to_string()).await?;
-    Ok(role_on(&state.store, who, &row).await? == Some(Role::Owner))
+}
+
+/// Closes a handshake refused by a quota: an `error` frame with the whole message, then
+/// [`close::QUOTA_EXCEEDED`] (a store failure is [`close::SERVER_ERROR`], retried).
+async fn refuse_quota(tx: &mut Tx, rx: &mut Rx, e: QuotaError) {
+    let (code, msg) = match e {
+        QuotaError::Exceeded(msg) => (close::QUOTA_EXCEEDED, msg),
+        QuotaError::Store(e) => {
+            tracing::error!(error = ?e, "bridge handshake could not read the account's usage");
+            (close::SERVER_ERROR, "store unavailable; retry".to_owned())
+        }
+    };
+    if code == close::QUOTA_EXCEEDED {
+        let error = ServerToBridge::Error {
+            code: ErrorCode::Forbidden,
+            message: msg.clone(),
+        };
+        let _ = tx.send(text(&error)).await;
+    }
+    super::close(tx, rx, code, &msg).await
 }
 
 /// Why a connection ended: the close code sent (if any) and a reason for the log.
@@ -123,6 +152,11 @@ struct Conn {
     stop: CancellationToken,
     /// Cancelled when the bridge's principal stops owning the session.
     role_stop: CancellationToken,
+    /// The session's state follower runs while this is held.
+    _watching: tokio::sync::watch::Receiver<std::sync::Arc<moor_protocol::state::SessionState>>,
+    /// The session counts as live for its owner's quotas while this is held; appends are
+    /// charged to it.
+    live: Live,
 }
 
 async fn run(socket: WebSocket, state: AppState, who: Principal) {
@@ -164,9 +198,15 @@ where
             .await;
         }
     };
-    if let Some(id) = existing {
-        if !matches!(may_attach(&state, &who, id).await, Ok(true)) {
+    match existing {
+        Some(id) if !owns(&state, &who, id).await => {
             return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+        }
+        Some(_) => {}
+        None => {
+            if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
+                return refuse_quota(&mut tx, &mut rx, e).await;
+            }
         }
     }
     let session = match state
@@ -186,7 +226,7 @@ where
             return super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
         }
         Ok(s) => {
-            if existing.is_none() && !matches!(may_attach(&state, &who, s.id).await, Ok(true)) {
+            if existing.is_none() && !claims(&state, &who, s.id).await {
                 return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
             }
             s
@@ -201,6 +241,14 @@ where
             )
             .await;
         }
+    };
+    let live = match state
+        .quotas
+        .attach(&*state.store.access, &who, session.id)
+        .await
+    {
+        Ok(live) => live,
+        Err(e) => return refuse_quota(&mut tx, &mut rx, e).await,
     };
     // With several nodes, the claim tells the others to close their connection for the session.
     let epoch = match &state.store.cluster {
@@ -231,9 +279,11 @@ where
             reason: "a newer bridge connection for this session took over".into(),
         });
     }
-    // Keep the session's state current while a bridge feeds it (interruption records need it).
-    state.states.watch(session.id);
     let mut conn = Conn {
+        // Keep the session's state current while a bridge feeds it (interruption records
+        // need it): the follower runs while someone watches.
+        _watching: state.states.watch(session.id),
+        live,
         inflight: VecDeque::new(),
         state: state.clone(),
         session: session.id,
@@ -630,6 +680,12 @@ impl Conn {
                     close::BAD_FRAME,
                     format!("kind {:?} may not be written by a bridge", bad.kind),
                 )
+                .await);
+        }
+        let bytes = entries.iter().map(|e| stored_len(&e.payload)).sum();
+        if let Err(QuotaError::Exceeded(msg)) = self.live.charge_log(bytes) {
+            return Err(self
+                .refuse(ErrorCode::Forbidden, close::QUOTA_EXCEEDED, msg)
                 .await);
         }
         let producer = self.hello.producer;

@@ -108,6 +108,7 @@ conformance!(
     accounts_refresh_tokens_and_roles_are_kept,
     share_links_grant_roles_until_spent_expired_or_revoked,
     a_sessions_members_and_share_links_are_listed,
+    a_session_keeps_an_owner_and_links_die_with_their_creators_role,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,

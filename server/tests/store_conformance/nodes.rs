@@ -417,8 +417,14 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
     // act: the same token, and the same unclaimed session, on both nodes at once, many times
     let mut rotated = 0;
     let mut owners = 0;
+    // The link is on a session ann owns: a link grants only while its creator owns it.
+    let shared = a.log.open_session("shared", None).await.unwrap().id;
     a.access
-        .create_share_link(&share_link("once", s, Role::Viewer, 20))
+        .set_member(shared, "ann", Role::Owner)
+        .await
+        .unwrap();
+    a.access
+        .create_share_link(&share_link("once", shared, Role::Viewer, 20))
         .await
         .unwrap();
     let mut redeemed = 0;

@@ -811,6 +811,59 @@ pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
     ));
 }
 
+pub async fn a_session_keeps_an_owner_and_links_die_with_their_creators_role(db: Db) {
+    // arrange: ann owns s with bob; each made an owner link; one entry in s's log
+    let Stores { log, access, .. } = db.open("a").await;
+    let s = log.open_session("owned", None).await.unwrap().id;
+    access.set_member(s, "ann", Role::Owner).await.unwrap();
+    access.set_member(s, "bob", Role::Owner).await.unwrap();
+    for (id, by) in [("by-ann", "ann"), ("by-bob", "bob")] {
+        let link = ShareLinkRow {
+            created_by: by.into(),
+            ..share_link(id, s, Role::Owner, 5)
+        };
+        access.create_share_link(&link).await.unwrap();
+    }
+    let payload = json!({"stream": "stdout", "text": "héllo"});
+    let stored = serde_json::to_string(&payload).unwrap().len() as u64;
+    log.append(
+        s,
+        vec![Append {
+            ts: 1,
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: "bridge".into(),
+            payload,
+            key: IdemKey::None,
+        }],
+    )
+    .await
+    .unwrap();
+
+    // act: bob leaves; ann tries to leave, then to become a viewer
+    access.remove_member(s, "bob").await.unwrap();
+    let leave = access.remove_member(s, "ann").await;
+    let demote = access.set_member(s, "ann", Role::Viewer).await;
+    let by_bob = redeem(&*access, "hash-by-bob", "cat", 10).await;
+    let by_ann = redeem(&*access, "hash-by-ann", "dan", 10).await;
+    let revoke = access.revoke_share_link("by-ann", 20).await;
+
+    // assert: the last owner stays; the departed owner's link grants nothing, the owner's
+    // does; a viewer joined through it may be removed with it; the usage figures
+    assert!(matches!(leave, Err(StoreError::Conflict(_))), "{leave:?}");
+    assert!(matches!(demote, Err(StoreError::Conflict(_))), "{demote:?}");
+    assert_eq!(
+        access.member_role(s, "ann").await.unwrap(),
+        Some(Role::Owner)
+    );
+    assert_eq!(by_bob, None);
+    assert_eq!(by_ann, Some((s, Role::Owner)));
+    assert_eq!(revoke.unwrap().1, ["dan".to_owned()]);
+    assert_eq!(access.owned_sessions("ann").await.unwrap(), 1);
+    assert_eq!(access.owned_sessions("bob").await.unwrap(), 0);
+    assert_eq!(access.owned_log_bytes("ann").await.unwrap(), stored);
+    assert_eq!(access.owned_log_bytes("bob").await.unwrap(), 0);
+}
+
 pub async fn a_sessions_members_and_share_links_are_listed(db: Db) {
     // arrange
     let Stores { log, access, .. } = db.open("a").await;

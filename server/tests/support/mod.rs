@@ -1,5 +1,8 @@
 //! What the server's integration test binaries share: a built server serving on a loopback port.
 
+#[allow(dead_code)] // not every test binary drives clients
+pub mod client;
+
 use moor_server::Server;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

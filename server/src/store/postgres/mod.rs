@@ -154,6 +154,10 @@ impl PgStore {
 
 impl AccessDialect for PgStore {
     const TOKEN_ROW_LOCK: &'static str = " FOR UPDATE OF t";
+    const OWNED_LOG_BYTES: &'static str =
+        "SELECT CAST(COALESCE(SUM(octet_length(e.payload)), 0) AS BIGINT) \
+         FROM session_members m JOIN entries e ON e.session_id = CAST(m.session_id AS UUID) \
+         WHERE m.principal = $1 AND m.role = $2";
 }
 
 access_store!(PgStore, sqlx::Postgres);
