@@ -37,12 +37,21 @@ pub const LAGGED: u16 = 4008;
 pub const LIFETIME: u16 = 4009;
 /// The server had an internal error handling this connection; reconnect.
 pub const SERVER_ERROR: u16 = 4010;
+/// The hello named a session no session can have (empty, too long, or a UUID not written in
+/// its canonical lower-case hyphenated form). Terminal for a bridge: retrying the same hello
+/// cannot help.
+pub const INVALID_SESSION: u16 = 4011;
 
 /// Whether a bridge must stop retrying after this close code.
 pub fn is_terminal(code: u16) -> bool {
     matches!(
         code,
-        UNAUTHORIZED | VERSION_MISMATCH | SUPERSEDED | SESSION_ENDED | CONTENT_MISMATCH
+        UNAUTHORIZED
+            | VERSION_MISMATCH
+            | SUPERSEDED
+            | SESSION_ENDED
+            | CONTENT_MISMATCH
+            | INVALID_SESSION
     )
 }
 
@@ -66,6 +75,7 @@ pub fn describe(code: u16) -> &'static str {
         LAGGED => "fell behind the live stream",
         LIFETIME => "connection lifetime reached",
         SERVER_ERROR => "server error",
+        INVALID_SESSION => "invalid session id or name",
         _ => "unknown close code",
     }
 }
@@ -93,6 +103,7 @@ mod tests {
             SESSION_ENDED,
             CONTENT_MISMATCH,
             VERSION_MISMATCH,
+            INVALID_SESSION,
         ] {
             assert!(is_terminal(code), "{code}");
         }

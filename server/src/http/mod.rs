@@ -5,6 +5,7 @@
 
 mod auth;
 mod checkpoints;
+mod csrf;
 mod device;
 pub(crate) mod guard;
 mod health;
