@@ -36,12 +36,12 @@ impl Backoff {
 
 /// The wait on names: short, since anyone can make a name wait.
 pub const NAME_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(500),
+    base: Duration::from_secs(1),
     max: Duration::from_secs(10),
 };
 /// The wait on client addresses: an address only ever delays itself.
 pub const ADDRESS_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(500),
+    base: Duration::from_secs(1),
     max: Duration::from_secs(60),
 };
 
@@ -162,7 +162,7 @@ mod tests {
     fn waits_double_from_the_base_up_to_the_cap() {
         let b = NAME_BACKOFF;
         let waits: Vec<u64> = (0..8).map(|n| b.after(n).as_millis() as u64).collect();
-        assert_eq!(waits, [0, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        assert_eq!(waits, [0, 1000, 2000, 4000, 8000, 10_000, 10_000, 10_000]);
         assert_eq!(b.after(u32::MAX), b.max);
     }
 
