@@ -1,7 +1,7 @@
 //! The login throttle: password guesses are counted *before* the password is checked, per user
 //! name and per client address, so concurrent guesses cannot slip past it. Each key admits one
-//! guess at a time; after `n` consecutive failures it waits `min(base·2ⁿ⁻¹, max)` before the
-//! next. A stranger guessing a name therefore only ever delays its owner by at most the
+//! guess at a time; the first failure is free (a typo), and after `n ≥ 2` consecutive failures
+//! it waits `min(base·2ⁿ⁻², max)` before the next. A stranger guessing a name therefore only ever delays its owner by at most the
 //! (short) cap on names: there is no hard lock to trip.
 //!
 //! Plain data on the tokio clock (tests run it on paused time); calls nothing in the crate.
@@ -18,7 +18,7 @@ const MAX_KEYS: usize = 100_000;
 /// How a throttled key backs off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    /// The wait after the first failure (doubling with each further one).
+    /// The wait after the second failure in a row (doubling with each further one).
     pub base: Duration,
     /// The longest wait.
     pub max: Duration,
@@ -26,10 +26,10 @@ pub struct Backoff {
 
 impl Backoff {
     fn after(&self, failures: u32) -> Duration {
-        if failures == 0 {
+        if failures <= 1 {
             return Duration::ZERO;
         }
-        let factor = 1u32 << (failures - 1).min(20);
+        let factor = 1u32 << (failures - 2).min(20);
         self.base.saturating_mul(factor).min(self.max)
     }
 }
@@ -162,7 +162,7 @@ mod tests {
     fn waits_double_from_the_base_up_to_the_cap() {
         let b = NAME_BACKOFF;
         let waits: Vec<u64> = (0..8).map(|n| b.after(n).as_millis() as u64).collect();
-        assert_eq!(waits, [0, 1000, 2000, 4000, 8000, 10_000, 10_000, 10_000]);
+        assert_eq!(waits, [0, 0, 1000, 2000, 4000, 8000, 10_000, 10_000]);
         assert_eq!(b.after(u32::MAX), b.max);
     }
 
@@ -176,7 +176,8 @@ mod tests {
         // assert
         assert!(concurrent.iter().all(|r| r.is_err()));
         first.failed();
-        assert!(t.begin(&keys()).is_err(), "backing off after a failure");
+        t.begin(&keys()).unwrap().failed();
+        assert!(t.begin(&keys()).is_err(), "backing off after a second failure");
     }
 
     #[tokio::test(start_paused = true)]
@@ -188,9 +189,11 @@ mod tests {
         for n in 1..=12u32 {
             t.begin(&name_only).unwrap().failed();
             let wait = NAME_BACKOFF.after(n);
-            tokio::time::advance(wait - Duration::from_millis(1)).await;
-            assert!(t.begin(&name_only).is_err(), "admitted early after {n}");
-            tokio::time::advance(Duration::from_millis(1)).await;
+            if !wait.is_zero() {
+                tokio::time::advance(wait - Duration::from_millis(1)).await;
+                assert!(t.begin(&name_only).is_err(), "admitted early after {n}");
+                tokio::time::advance(Duration::from_millis(1)).await;
+            }
         }
         // assert: the owner gets a guess within the cap, and a right one clears the key
         t.begin(&name_only).unwrap().succeeded();
@@ -200,6 +203,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_abandoned_guess_counts_as_a_failure() {
         let t = LoginThrottle::default();
+        drop(t.begin(&keys()).unwrap());
         drop(t.begin(&keys()).unwrap());
         assert!(t.begin(&keys()).is_err());
         tokio::time::advance(NAME_BACKOFF.base).await;
