@@ -864,7 +864,11 @@ async fn failed_logins_are_throttled() {
     let right = Some(json!({"name": "ann", "password": PASSWORD}));
     let resp = server.call("POST", "/auth/login", &Cred(None), right).await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
-    let wait: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let wait: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=10).contains(&wait), "retry-after {wait}");
 }
 

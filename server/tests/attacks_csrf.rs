@@ -30,9 +30,8 @@ const PASSWORD: &str = "correct horse battery";
 /// A page an agent's dev server serves on another port of the same host.
 const EVIL: &str = "http://127.0.0.1:9999";
 
-type Ws = tokio_tungstenite::WebSocketStream<
-    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
->;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 struct Target {
     addr: std::net::SocketAddr,
@@ -132,7 +131,10 @@ impl Target {
         let text = serde_json::to_string(&hello).unwrap();
         ws.send(Message::Text(text.into())).await.unwrap();
         loop {
-            match tokio::time::timeout(WAIT, ws.next()).await.expect("answer in time") {
+            match tokio::time::timeout(WAIT, ws.next())
+                .await
+                .expect("answer in time")
+            {
                 Some(Ok(Message::Text(t))) => {
                     if let Ok(ServerToBridge::Welcome(_)) = serde_json::from_str(&t) {
                         return Ok(ws);
@@ -165,7 +167,11 @@ impl Target {
 }
 
 fn retry_after(r: &reqwest::Response) -> u64 {
-    r.headers()["retry-after"].to_str().unwrap().parse().unwrap()
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -245,7 +251,11 @@ async fn a_page_on_another_port_cannot_send_input_with_the_users_cookie() {
         (Some(EVIL), None, "text/plain"),
         (None, None, "application/json"),
         (Some(EVIL), Some("cross-site"), "application/json"),
-        (None, Some("same-origin"), "application/x-www-form-urlencoded"),
+        (
+            None,
+            Some("same-origin"),
+            "application/x-www-form-urlencoded",
+        ),
     ];
     let mut refused = Vec::new();
     for (i, (origin, site, content_type)) in attacks.into_iter().enumerate() {
@@ -348,7 +358,12 @@ async fn fresh_made_up_bearers_are_counted_against_their_address() {
     // assert: the address's bucket ran dry (login took its first request; adding the user
     // was counted against the admin); a verified user keeps a bucket of her own
     assert_eq!(codes, [401, 401, 401, 401, 429, 429, 429, 429]);
-    let own = server.get("/sessions").bearer_auth(&ann).send().await.unwrap();
+    let own = server
+        .get("/sessions")
+        .bearer_auth(&ann)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(own.status(), StatusCode::OK);
 }
 
@@ -469,7 +484,9 @@ async fn login_names_cannot_forge_log_lines_or_flood_the_log() {
     let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = log.lines().collect();
     assert!(
-        lines.iter().all(|l| !l.contains("login ok user=root") || l.contains("login refused")),
+        lines
+            .iter()
+            .all(|l| !l.contains("login ok user=root") || l.contains("login refused")),
         "a forged line: {log}"
     );
     assert!(lines.iter().any(|l| l.contains("login refused")), "{log}");

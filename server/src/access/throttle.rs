@@ -80,7 +80,11 @@ impl LoginThrottle {
             if let Some(s) = map.get(key) {
                 let left = s.not_before.saturating_duration_since(now);
                 // A guess in flight: the next one may come once it is settled, soon.
-                let left = if s.busy { left.max(Duration::from_secs(1)) } else { left };
+                let left = if s.busy {
+                    left.max(Duration::from_secs(1))
+                } else {
+                    left
+                };
                 wait = wait.max(left);
             }
         }
@@ -177,7 +181,10 @@ mod tests {
         assert!(concurrent.iter().all(|r| r.is_err()));
         first.failed();
         t.begin(&keys()).unwrap().failed();
-        assert!(t.begin(&keys()).is_err(), "backing off after a second failure");
+        assert!(
+            t.begin(&keys()).is_err(),
+            "backing off after a second failure"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -220,8 +227,6 @@ mod tests {
         ];
         assert!(t.begin(&other).is_err());
         // ...and a failed begin took no slot of bob's.
-        assert!(t
-            .begin(&[("name:bob".to_owned(), NAME_BACKOFF)])
-            .is_ok());
+        assert!(t.begin(&[("name:bob".to_owned(), NAME_BACKOFF)]).is_ok());
     }
 }

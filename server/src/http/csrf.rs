@@ -33,9 +33,7 @@ pub(crate) fn refusal(
         return None;
     }
     let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
-    let fetch_site = headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok());
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     let by_cookie =
         source == Some(TokenSource::Cookie) || cookie(headers, REFRESH_COOKIE).is_some();
     if !by_cookie && origin.is_none() && fetch_site.is_none() {

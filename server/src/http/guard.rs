@@ -9,15 +9,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use super::csrf;
 use crate::access::presented_token;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::util::LogStr;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 /// The web app's content security policy: only its own scripts, connections and workers,
 /// never framed.
