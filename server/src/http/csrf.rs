@@ -7,11 +7,12 @@
 //! as JSON, which no form can. Programs (a bearer header or `access_token`, no cookies, no
 //! `Origin`) are not affected.
 //!
+//! Also which browser origins are ours ([`origin_allowed`]), for CORS and WebSocket upgrades.
+//!
 //! Part of the HTTP transport: called by `guard`; calls `access` and `extract`.
 
 use axum::http::{header, HeaderMap, Method};
 
-use super::guard::origin_allowed;
 use crate::access::{presented_token, TokenSource, REFRESH_COOKIE};
 use crate::error::ApiError;
 use crate::extract::declares_json;
@@ -54,6 +55,34 @@ pub(crate) fn refusal(
     None
 }
 
+/// Whether a browser `Origin` may use the API: same origin as the request's `Host`, the
+/// public URL's origin, or one of the configured origins.
+pub(crate) fn origin_allowed(state: &AppState, headers: &HeaderMap, origin: &str) -> bool {
+    let origin = origin.trim_end_matches('/');
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let same_host = host.is_some_and(|h| {
+        origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            == Some(h)
+    });
+    same_host
+        || origin == url_origin(&state.public_url)
+        || state
+            .config
+            .allowed_origins
+            .iter()
+            .any(|o| o.trim_end_matches('/') == origin)
+}
+
+fn url_origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
+    }
+}
+
 /// Whether the request has (or declares) a body.
 fn has_body(headers: &HeaderMap) -> bool {
     let length = headers
@@ -63,4 +92,18 @@ fn has_body(headers: &HeaderMap) -> bool {
     headers.contains_key(header::CONTENT_TYPE)
         || headers.contains_key(header::TRANSFER_ENCODING)
         || length.is_some_and(|n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_compare_by_scheme_host_and_port() {
+        assert_eq!(
+            url_origin("https://moor.example/x/y"),
+            "https://moor.example"
+        );
+        assert_eq!(url_origin("http://127.0.0.1:7070"), "http://127.0.0.1:7070");
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::csrf;
+use super::csrf::{self, origin_allowed};
 use crate::access::presented_token;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -56,34 +56,6 @@ fn rate_key(state: &AppState, req: &Request, ip: Option<IpAddr>) -> Option<Strin
         .and_then(|(token, _)| state.auth.verified_name(&token))
         .map(|name| format!("user:{name}"))
         .or_else(|| ip.map(|ip| format!("ip:{ip}")))
-}
-
-/// Whether a browser `Origin` may use the API: same origin as the request's `Host`, the
-/// public URL's origin, or one of the configured origins.
-pub fn origin_allowed(state: &AppState, headers: &HeaderMap, origin: &str) -> bool {
-    let origin = origin.trim_end_matches('/');
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    let same_host = host.is_some_and(|h| {
-        origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            == Some(h)
-    });
-    same_host
-        || origin == url_origin(&state.public_url)
-        || state
-            .config
-            .allowed_origins
-            .iter()
-            .any(|o| o.trim_end_matches('/') == origin)
-}
-
-fn url_origin(url: &str) -> &str {
-    let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
-    match url[after_scheme..].find('/') {
-        Some(i) => &url[..after_scheme + i],
-        None => url,
-    }
 }
 
 /// The middleware: rate limit, WebSocket origin check, CORS, security headers.
@@ -201,17 +173,3 @@ fn insert_static(h: &mut HeaderMap, headers: &[(HeaderName, &'static str)]) {
 /// The client's address as [`client_ip`] sees it, for handlers.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub Option<IpAddr>);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origins_compare_by_scheme_host_and_port() {
-        assert_eq!(
-            url_origin("https://moor.example/x/y"),
-            "https://moor.example"
-        );
-        assert_eq!(url_origin("http://127.0.0.1:7070"), "http://127.0.0.1:7070");
-    }
-}
