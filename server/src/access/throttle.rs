@@ -1,6 +1,6 @@
 //! The login throttle: password guesses are counted *before* the password is checked, per user
-//! name and per client address, so concurrent guesses cannot slip past it. Each key admits one
-//! guess at a time; the first failure is free (a typo), and after `n ≥ 2` consecutive failures
+//! name and per client address, so concurrent guesses cannot slip past it. A name admits one
+//! guess at a time, an address a few (people behind one NAT log in at once); the first failure is free (a typo), and after `n ≥ 2` consecutive failures
 //! it waits `min(base·2ⁿ⁻², max)` before the next. A stranger guessing a name therefore only ever delays its owner by at most the
 //! (short) cap on names: there is no hard lock to trip.
 //!
@@ -22,6 +22,8 @@ pub struct Backoff {
     pub base: Duration,
     /// The longest wait.
     pub max: Duration,
+    /// Guesses admitted at once.
+    pub at_once: u32,
 }
 
 impl Backoff {
@@ -38,11 +40,13 @@ impl Backoff {
 pub const NAME_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     max: Duration::from_secs(10),
+    at_once: 1,
 };
 /// The wait on client addresses: an address only ever delays itself.
 pub const ADDRESS_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     max: Duration::from_secs(60),
+    at_once: 4,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -50,8 +54,8 @@ struct KeyState {
     failures: u32,
     /// No guess is admitted before this.
     not_before: Instant,
-    /// A guess holds this key's slot (its password is being checked).
-    busy: bool,
+    /// Guesses holding a slot of this key (their passwords are being checked).
+    busy: u32,
 }
 
 /// Keys (a kind and a value) and their state.
@@ -71,16 +75,16 @@ pub struct Attempt {
 
 impl LoginThrottle {
     /// Admits a guess under every one of `keys` at once, or none: `Err(seconds to wait)` while
-    /// any of them has a guess in flight or is still backing off.
+    /// any of them has all its slots taken or is still backing off.
     pub fn begin(&self, keys: &[(String, Backoff)]) -> Result<Attempt, u64> {
         let now = Instant::now();
         let mut map = self.lock();
         let mut wait = Duration::ZERO;
-        for (key, _) in keys {
+        for (key, backoff) in keys {
             if let Some(s) = map.get(key) {
                 let left = s.not_before.saturating_duration_since(now);
-                // A guess in flight: the next one may come once it is settled, soon.
-                let left = if s.busy {
+                // Guesses in flight: the next one may come once one is settled, soon.
+                let left = if s.busy >= backoff.at_once {
                     left.max(Duration::from_secs(1))
                 } else {
                     left
@@ -92,15 +96,15 @@ impl LoginThrottle {
             return Err(wait.as_secs_f64().ceil().max(1.0) as u64);
         }
         if map.len() + keys.len() > MAX_KEYS {
-            map.retain(|_, s| s.busy || s.not_before > now);
+            map.retain(|_, s| s.busy > 0 || s.not_before > now);
         }
         for (key, _) in keys {
             let s = map.entry(key.clone()).or_insert(KeyState {
                 failures: 0,
                 not_before: now,
-                busy: false,
+                busy: 0,
             });
-            s.busy = true;
+            s.busy += 1;
         }
         Ok(Attempt {
             throttle: self.clone(),
@@ -115,12 +119,20 @@ impl LoginThrottle {
 }
 
 impl Attempt {
-    /// The guess was right: its keys are forgotten.
+    /// The guess was right: its keys start afresh.
     pub fn succeeded(mut self) {
         self.settled = true;
+        let now = Instant::now();
         let mut map = self.throttle.lock();
         for (key, _) in &self.keys {
-            map.remove(key);
+            if let Some(s) = map.get_mut(key) {
+                s.busy = s.busy.saturating_sub(1);
+                s.failures = 0;
+                s.not_before = now;
+                if s.busy == 0 {
+                    map.remove(key);
+                }
+            }
         }
     }
 
@@ -137,7 +149,7 @@ impl Attempt {
             if let Some(s) = map.get_mut(key) {
                 s.failures = s.failures.saturating_add(1);
                 s.not_before = now + backoff.after(s.failures);
-                s.busy = false;
+                s.busy = s.busy.saturating_sub(1);
             }
         }
     }
@@ -218,15 +230,21 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_busy_address_does_not_admit_a_guess_at_another_name() {
+    async fn an_address_admits_a_few_guesses_at_other_names_at_once_then_none() {
         let t = LoginThrottle::default();
-        let _a = t.begin(&keys()).unwrap();
-        let other = vec![
-            ("name:bob".to_owned(), NAME_BACKOFF),
-            ("addr:10.0.0.1".to_owned(), ADDRESS_BACKOFF),
-        ];
-        assert!(t.begin(&other).is_err());
-        // ...and a failed begin took no slot of bob's.
-        assert!(t.begin(&[("name:bob".to_owned(), NAME_BACKOFF)]).is_ok());
+        let guess = |name: &str| {
+            t.begin(&[
+                (format!("name:{name}"), NAME_BACKOFF),
+                ("addr:10.0.0.1".to_owned(), ADDRESS_BACKOFF),
+            ])
+        };
+        let held: Vec<_> = ["ann", "bob", "cy", "di"]
+            .into_iter()
+            .map(|n| guess(n).unwrap())
+            .collect();
+        assert!(guess("ed").is_err());
+        // ...and a refused guess took no slot of ed's.
+        assert!(t.begin(&[("name:ed".to_owned(), NAME_BACKOFF)]).is_ok());
+        drop(held);
     }
 }
