@@ -144,7 +144,8 @@ pub(crate) async fn login(
     let user = match state.store.access.user(&req.name).await {
         Ok(u) => Some(u),
         Err(StoreError::NotFound) => None,
-        // Not the guesser's fault: the attempt is abandoned and counts as a failure.
+        // The attempt is dropped unsettled and counts as a failure: an unreachable store must
+        // not be a way around the throttle.
         Err(e) => return Err(e.into()),
     };
     // Unknown users cost a hash check too, so timing does not tell which names exist.

@@ -2,22 +2,23 @@
 //! `access::limits`): security headers (HSTS when serving TLS), CORS for an allow-list of
 //! origins, WebSocket `Origin` checks, cross-site refusal of unsafe browser requests (`csrf`),
 //! and rate limits (per verified principal, else per client address) answered with `429` and
-//! `Retry-After`. Client addresses come from the socket, or from
-//! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
+//! `Retry-After`. Client addresses come from the socket, or from `X-Forwarded-For` only when
+//! the operator opted in (`trust_forwarded`).
 //!
 //! Part of the HTTP transport: calls `access` and `state`; never `sse` or `ws`.
 
 use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 use super::csrf::{self, origin_allowed};
 use crate::access::presented_token;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::util::LogStr;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 /// The web app's content security policy: only its own scripts, connections and workers,
 /// never framed.
