@@ -40,6 +40,10 @@ pub const SERVER_ERROR: u16 = 4010;
 /// The account's quota (sessions, live sessions or stored log bytes) is used up; the reason
 /// says which. Retrying does not help until the owner frees some.
 pub const QUOTA_EXCEEDED: u16 = 4012;
+/// The hello named a session no session can have (empty, too long, or a UUID not written in
+/// its canonical lower-case hyphenated form). Terminal for a bridge: retrying the same hello
+/// cannot help.
+pub const INVALID_SESSION: u16 = 4011;
 
 /// Whether a bridge must stop retrying after this close code.
 pub fn is_terminal(code: u16) -> bool {
@@ -51,6 +55,7 @@ pub fn is_terminal(code: u16) -> bool {
             | SESSION_ENDED
             | CONTENT_MISMATCH
             | QUOTA_EXCEEDED
+            | INVALID_SESSION
     )
 }
 
@@ -75,6 +80,7 @@ pub fn describe(code: u16) -> &'static str {
         LIFETIME => "connection lifetime reached",
         SERVER_ERROR => "server error",
         QUOTA_EXCEEDED => "account quota used up",
+        INVALID_SESSION => "invalid session id or name",
         _ => "unknown close code",
     }
 }
@@ -103,6 +109,7 @@ mod tests {
             CONTENT_MISMATCH,
             VERSION_MISMATCH,
             QUOTA_EXCEEDED,
+            INVALID_SESSION,
         ] {
             assert!(is_terminal(code), "{code}");
         }

@@ -130,7 +130,14 @@ impl BlobStore {
         tmp: &Path,
         path: &Path,
     ) -> Result<(u64, bool), BlobError> {
-        let mut file = tokio::fs::File::create(tmp).await?;
+        // Blobs are the user's files: readable by moord's user only.
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(tmp)
+            .await?;
         let mut hasher = Sha256::new();
         let mut size: u64 = 0;
         let mut stream = body.into_data_stream();

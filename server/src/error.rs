@@ -23,6 +23,10 @@ pub enum ApiError {
     /// 403: the caller may see the resource but not do this to it.
     #[error("your role does not allow this")]
     Forbidden,
+    /// 403: a browser request with the user's cookie from a page that is not this server's
+    /// (or not declared as JSON); the reason says which.
+    #[error("cross-site request refused: {0}")]
+    CrossSite(&'static str),
     /// 429: too many requests; retry after this many seconds.
     #[error("too many requests; retry in {0} s")]
     RateLimited(u64),
@@ -84,7 +88,9 @@ impl ApiError {
     pub fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
-            ApiError::Forbidden => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+            ApiError::Forbidden | ApiError::CrossSite(_) => {
+                (StatusCode::FORBIDDEN, ErrorCode::Forbidden)
+            }
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::RateLimited),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::Conflict(_) | ApiError::InputConflict(_) => {

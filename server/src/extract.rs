@@ -20,15 +20,9 @@ pub struct Json<T>(pub T);
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Whether a request must declare its body as `application/json`. Today no request has to;
-/// requiring it of cookie-authenticated requests (so a cross-site form cannot post JSON with
-/// the user's cookie) is this one line:
-/// `crate::util::cookie(headers, crate::access::ACCESS_COOKIE).is_some()`.
-fn must_declare_json(_headers: &HeaderMap) -> bool {
-    false
-}
-
-fn declares_json(headers: &HeaderMap) -> bool {
+/// Whether the request declares its body as JSON (`application/json` or `…+json`). Browser
+/// requests must (the cross-site check in `http::csrf`): a cross-site form cannot send it.
+pub(crate) fn declares_json(headers: &HeaderMap) -> bool {
     headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -40,14 +34,8 @@ fn declares_json(headers: &HeaderMap) -> bool {
         })
 }
 
-/// Reads the body (answering 413 past `limit`) after the content-type check.
+/// Reads the body, answering 413 past `limit`.
 async fn body<S: Send + Sync>(req: Request, state: &S, limit: usize) -> Result<Bytes, ApiError> {
-    if must_declare_json(req.headers()) && !declares_json(req.headers()) {
-        return Err(ApiError::Invalid {
-            field: "content-type",
-            reason: "expected application/json".into(),
-        });
-    }
     Bytes::from_request(req, state).await.map_err(|e| {
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::TooLarge(limit)

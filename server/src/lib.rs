@@ -65,7 +65,7 @@ impl Server {
     /// certificate, opens and migrates the store, and makes a setup code while no administrator
     /// exists.
     pub async fn build(config: ServerConfig) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&config.data_dir)
+        util::create_private_dir(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
         let (auth, token_created) = match &config.admin_token {
             // An empty token would let an empty bearer in (e.g. an unset variable in compose).

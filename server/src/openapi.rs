@@ -72,7 +72,8 @@ pub const COOKIE: &str = "cookie";
 /// Completes the document `routes!` assembled: adds the security schemes and makes any one of
 /// them the default requirement (the public routes say `security(())` in their annotation), and
 /// gives every operation the errors any route may answer: 429 from the rate limit in front of
-/// every route, 503 when the database cannot be reached, and 500. `access_cookie` names the
+/// every route, 503 when the database cannot be reached, and 500; and every unsafe operation
+/// the 403 of the cross-site check. `access_cookie` names the
 /// access-token cookie.
 pub(crate) fn finish(doc: &mut Document, access_cookie: &str) {
     let components = doc.components.get_or_insert_with(Default::default);
@@ -109,7 +110,24 @@ pub(crate) fn finish(doc: &mut Document, access_cookie: &str) {
         SecurityRequirement::new(COOKIE, Vec::<String>::new()),
     ]);
     let common = <Common as IntoResponses>::responses();
+    let cross_site = <CrossSite as IntoResponses>::responses();
     for item in doc.paths.paths.values_mut() {
+        let unsafe_ops = [
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .filter_map(Option::as_mut);
+        for op in unsafe_ops {
+            for (status, response) in &cross_site {
+                op.responses
+                    .responses
+                    .entry(status.clone())
+                    .or_insert_with(|| response.clone());
+            }
+        }
         for op in operations(item) {
             for (status, response) in &common {
                 op.responses
@@ -120,6 +138,17 @@ pub(crate) fn finish(doc: &mut Document, access_cookie: &str) {
         }
     }
 }
+
+/// 403 `forbidden` on any unsafe method: a browser request (our cookies, or an `Origin`) from
+/// a page that is not this server's, or whose body is not declared as JSON (see
+/// `http::csrf`). Programs presenting a bearer token never get it.
+#[derive(IntoResponses)]
+#[allow(dead_code)] // a description only
+#[response(
+    status = 403,
+    example = json!({"code": "forbidden", "message": "cross-site request refused: the request did not come from this server's pages (Origin)"})
+)]
+struct CrossSite(ErrorBody);
 
 /// The operations of one path item, whatever their methods.
 fn operations(

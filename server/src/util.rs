@@ -1,5 +1,5 @@
-//! Small helpers with no place in any layer: deadlines that may be absent, private files, and
-//! reading cookies and query parameters. Imports nothing from the crate; anything may use it.
+//! Small helpers with no place in any layer: deadlines that may be absent, private files,
+//! reading cookies and query parameters, and client-supplied text made safe for a log line. Imports nothing from the crate; anything may use it.
 
 use std::path::Path;
 
@@ -13,6 +13,30 @@ pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
+/// Creates `path` and any missing parents as directories only their owner may enter (mode
+/// 0700). An existing directory keeps its mode.
+pub(crate) fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
+}
+
+/// Creates `path` as an empty file only its owner may read (mode 0600) unless it exists, so
+/// that a program creating it later (SQLite, and its `-wal` and `-shm` files, which take the
+/// database file's mode) does not make it readable by others.
+pub(crate) fn touch_private(path: &Path) -> std::io::Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    match opts.open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other.map(drop),
+    }
+}
+
 /// Writes a new file readable only by its owner (mode 0600); an existing file is an error.
 pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
@@ -23,6 +47,34 @@ pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> 
     let mut f = opts.open(path)?;
     f.write_all(contents.as_bytes())?;
     f.sync_all()
+}
+
+/// Longest client-supplied text written into a log line, in characters.
+pub(crate) const LOG_STR_MAX_CHARS: usize = 80;
+
+/// Client-supplied text as a log field: control characters (CR and LF included) escaped, so
+/// it cannot forge log lines, and cut after [`LOG_STR_MAX_CHARS`] characters, so it cannot
+/// fill the disk.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogStr<'a>(pub(crate) &'a str);
+
+impl std::fmt::Display for LogStr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        let mut chars = self.0.chars();
+        for c in chars.by_ref().take(LOG_STR_MAX_CHARS) {
+            if c.is_control() || c == '\\' {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        let rest = chars.count();
+        if rest > 0 {
+            write!(f, "…(+{rest} chars)")?;
+        }
+        Ok(())
+    }
 }
 
 /// The value of cookie `name`, if the request carries it.
@@ -84,6 +136,18 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_strings_cannot_break_lines_or_run_long() {
+        let forged = "ann\r\n2026-01-01T00:00:00Z INFO login ok user=root";
+        let shown = LogStr(forged).to_string();
+        assert!(!shown.contains('\n') && !shown.contains('\r'), "{shown}");
+        assert!(shown.starts_with("ann\\r\\n2026"), "{shown}");
+        let huge = "x".repeat(1 << 20);
+        let shown = LogStr(&huge).to_string();
+        assert!(shown.len() < 200, "{} bytes", shown.len());
+        assert!(shown.ends_with(&format!("(+{} chars)", (1 << 20) - LOG_STR_MAX_CHARS)));
+    }
 
     #[test]
     fn query_params_are_percent_decoded() {

@@ -1,7 +1,9 @@
 // The authenticated HTTP API of moord, typed with the generated protocol types. A browser that
 // logged in holds HttpOnly cookies (set by login and refresh; same-origin fetches send them); the
-// admin token moord prints (`#token=…`) is taken once from the URL fragment into localStorage and
-// sent as a bearer header. On a 401 the page spends its refresh cookie once and retries; when
+// bootstrap admin token in a link (`#token=…`) is taken from the URL fragment into localStorage
+// and sent as a bearer header, but only by a page with no session of its own and only if the
+// server says it is the bootstrap token (see `adoptableToken`): a link can never log the browser
+// into someone's account. On a 401 the page spends its refresh cookie once and retries; when
 // that fails too it shows the login page and comes back afterwards.
 
 import type { CheckpointSummary } from "./protocol/CheckpointSummary";
@@ -43,22 +45,58 @@ export class ApiError extends Error {
   }
 }
 
-/**
- * Takes `token=` out of the URL fragment into storage. moord prints `/#token=…`; a session link
- * may be `/#/s/<id>&token=…`. The rest of the fragment (the route) is kept.
- */
-export function captureToken(): void {
-  const parts = location.hash.slice(1).split("&");
+/** A `token=` parameter of a URL fragment, and the fragment without it (`#…`, or empty). */
+export function splitFragmentToken(hash: string): { token: string | null; rest: string } {
   const keep: string[] = [];
   let found: string | null = null;
-  for (const p of parts) {
-    if (p.startsWith("token=")) found = decodeURIComponent(p.slice("token=".length));
+  for (const p of hash.replace(/^#/, "").split("&")) {
+    if (p.startsWith("token=")) found = decodeURIComponent(p.slice("token=".length)).trim();
     else if (p) keep.push(p);
   }
-  if (found) {
-    localStorage.setItem(TOKEN_KEY, found);
-    history.replaceState(null, "", location.pathname + location.search + (keep.length ? `#${keep.join("&")}` : ""));
+  return { token: found || null, rest: keep.length ? `#${keep.join("&")}` : "" };
+}
+
+/**
+ * Whether the page may adopt `candidate`, a token from a link: never when it already has a
+ * session (a stored token, or cookies `/me` accepts), and only the bootstrap admin token, which
+ * is no account. Anything else — above all an access token of some user's — would log the
+ * browser into that account (login CSRF). `whoIs(null)` asks with the page's cookies alone,
+ * `whoIs(t)` with `t` alone; each answers `null` when refused.
+ */
+export async function adoptableToken(
+  candidate: string,
+  stored: string,
+  whoIs: (token: string | null) => Promise<Me | null>,
+): Promise<boolean> {
+  if (stored) return false;
+  if ((await whoIs(null)) !== null) return false;
+  return (await whoIs(candidate))?.bootstrap === true;
+}
+
+/** `GET /me` with `token` alone, or with the page's cookies alone when `null`. */
+async function whoIs(token: string | null): Promise<Me | null> {
+  try {
+    const res = await fetch("/api/v1/me", {
+      cache: "no-store",
+      credentials: token === null ? "same-origin" : "omit",
+      headers: token === null ? {} : { Authorization: `Bearer ${token}` },
+    });
+    return res.ok ? ((await res.json()) as Me) : null;
+  } catch {
+    return null;
   }
+}
+
+/**
+ * Takes `token=` out of the URL fragment (`/#token=…`, or a session link `/#/s/<id>&token=…`;
+ * the route is kept) and, if [`adoptableToken`] allows, into storage.
+ */
+export async function captureToken(): Promise<void> {
+  const { token: found, rest } = splitFragmentToken(location.hash);
+  if (found === null) return;
+  history.replaceState(null, "", location.pathname + location.search + rest);
+  if (found === token()) return;
+  if (await adoptableToken(found, token(), whoIs)) localStorage.setItem(TOKEN_KEY, found);
 }
 
 export function token(): string {

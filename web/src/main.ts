@@ -19,7 +19,7 @@ function parseHash(): { path: string; params: URLSearchParams } {
 
 async function main(): Promise<void> {
   performance.mark("moor:main");
-  captureToken();
+  await captureToken();
   applyTheme();
   if ("serviceWorker" in navigator && window.isSecureContext) {
     navigator.serviceWorker.register("/sw.js").catch(() => {

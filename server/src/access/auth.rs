@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
 use rand::RngCore;
 
 use super::device::DeviceGrants;
@@ -142,6 +143,16 @@ impl Auth {
         super::constant_time_eq(token.as_bytes(), self.admin_token.as_bytes())
     }
 
+    /// The name a presented token was issued to, if its signature and claims check out (the
+    /// bootstrap admin token is `admin`), without asking the store whether it was revoked since:
+    /// enough to count its requests against that name rather than against the address.
+    pub fn verified_name(&self, token: &str) -> Option<String> {
+        if self.is_admin_token(token) {
+            return Some(Principal::bootstrap().name);
+        }
+        self.verify_jwt(token).ok().map(|c| c.sub)
+    }
+
     /// The principal a presented token belongs to, checking revocation in the store.
     pub async fn principal(&self, store: &dyn AccessStore, token: &str) -> Option<Principal> {
         if self.is_admin_token(token) {
@@ -168,9 +179,9 @@ impl Auth {
     }
 }
 
-/// Extractor for an authenticated caller: `Authorization: Bearer <token>`, or an
-/// `access_token` query parameter for clients that cannot set headers (`EventSource`,
-/// browser WebSockets).
+/// Extractor for an authenticated caller: `Authorization: Bearer <token>`, an `access_token`
+/// query parameter for clients that cannot set headers (`EventSource`, browser WebSockets), or
+/// the access cookie (see [`presented_token`]).
 #[derive(Debug, Clone)]
 pub struct AuthUser(pub Principal);
 
@@ -183,25 +194,43 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_owned);
-        let token = header
-            .or_else(|| query_param(parts.uri.query().unwrap_or(""), "access_token"))
-            .or_else(|| cookie(&parts.headers, ACCESS_COOKIE));
-        let Some(token) = token else {
+        let Some((token, _)) = presented_token(&parts.headers, parts.uri.query()) else {
             return Err(ApiError::Unauthorized);
         };
         let auth = Auth::from_ref(state);
         let store = <Arc<dyn AccessStore>>::from_ref(state);
-        auth.principal(store.as_ref(), token.trim())
+        auth.principal(store.as_ref(), &token)
             .await
             .map(AuthUser)
             .ok_or(ApiError::Unauthorized)
     }
+}
+
+/// Where a request's credential came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `Authorization: Bearer`: set by a program (or a page's own script), never by a browser
+    /// on its own.
+    Header,
+    /// The `access_token` query parameter.
+    Query,
+    /// The `moor_access` cookie, which a browser attaches by itself.
+    Cookie,
+}
+
+/// The credential a request presents, trimmed, and where it came from: the bearer header, else
+/// the `access_token` query parameter, else the access cookie (the order [`AuthUser`] uses).
+pub fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<(String, TokenSource)> {
+    let found = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| (t.to_owned(), TokenSource::Header))
+        .or_else(|| {
+            query_param(query.unwrap_or(""), "access_token").map(|t| (t, TokenSource::Query))
+        })
+        .or_else(|| cookie(headers, ACCESS_COOKIE).map(|t| (t, TokenSource::Cookie)))?;
+    Some((found.0.trim().to_owned(), found.1))
 }
 
 #[cfg(test)]

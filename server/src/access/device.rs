@@ -6,6 +6,7 @@
 //! Calls nothing above `error`; no HTTP, no state.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,9 @@ use crate::error::ApiError;
 pub const GRANT_TTL: Duration = Duration::from_secs(600);
 /// Most pending grants at once (they cost nothing to ask for).
 pub(crate) const MAX_GRANTS: usize = 10_000;
+/// Most pending grants one client address may hold: a flood from a few addresses cannot fill
+/// the table and lock everyone else out of `moor login`.
+pub(crate) const MAX_GRANTS_PER_ADDRESS: usize = 10;
 /// User codes: no vowels (no words), no look-alikes.
 const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ23456789";
 
@@ -24,6 +28,8 @@ const ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ23456789";
 #[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) user_code: String,
+    /// The client address that asked for it.
+    pub(crate) address: Option<IpAddr>,
     pub(crate) created: Instant,
     pub(crate) decision: Decision,
 }
@@ -43,6 +49,39 @@ pub struct DeviceGrants {
 }
 
 impl DeviceGrants {
+    /// Adds a pending grant asked for from `address`, under the hash of its device code.
+    /// `429` (with the seconds until a slot frees) past [`MAX_GRANTS_PER_ADDRESS`] pending for
+    /// this address, or [`MAX_GRANTS`] in all.
+    pub(crate) fn start(
+        &self,
+        device_code_hash: String,
+        user_code: String,
+        address: Option<IpAddr>,
+    ) -> Result<(), ApiError> {
+        let mut grants = self.lock();
+        let retry = |oldest: Option<Instant>| {
+            let left = oldest.map_or(GRANT_TTL, |t| GRANT_TTL.saturating_sub(t.elapsed()));
+            ApiError::RateLimited(left.as_secs().max(1))
+        };
+        let mine = grants.values().filter(|g| g.address == address);
+        if mine.clone().count() >= MAX_GRANTS_PER_ADDRESS {
+            return Err(retry(mine.map(|g| g.created).min()));
+        }
+        if grants.len() >= MAX_GRANTS {
+            return Err(retry(grants.values().map(|g| g.created).min()));
+        }
+        grants.insert(
+            device_code_hash,
+            Grant {
+                user_code,
+                address,
+                created: Instant::now(),
+                decision: Decision::Pending,
+            },
+        );
+        Ok(())
+    }
+
     /// Approves or denies the pending grant showing `user_code` (typed any way).
     pub(crate) fn decide(&self, user_code: &str, decision: Decision) -> Result<(), ApiError> {
         let code = normalise(user_code);

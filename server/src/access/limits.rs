@@ -1,12 +1,14 @@
-//! Rate limits kept across requests: token buckets per credential (or client address) and for
-//! failed logins. Plain data; the HTTP layer decides which key a request is counted under.
+//! Rate limits kept across requests: token buckets per verified principal (or client address),
+//! for wrong setup codes, and the login throttle (`access::throttle`). Plain data; the HTTP
+//! layer decides which key a request is counted under.
 //!
-//! Calls only `config`.
+//! Calls only `config` and `access::throttle`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::throttle::LoginThrottle;
 use crate::config::ServerConfig;
 
 /// Most buckets kept; beyond it, full (idle) buckets are dropped first.
@@ -81,10 +83,12 @@ impl RateLimiter {
 /// Limits kept across requests.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Requests per credential (or per client address without one).
+    /// Requests per verified principal (or per client address without one).
     pub requests: RateLimiter,
-    /// Failed logins per client address and per user name.
-    pub logins: RateLimiter,
+    /// Password guesses per client address and per user name.
+    pub logins: LoginThrottle,
+    /// Wrong first-start setup codes per client address.
+    pub setup: RateLimiter,
 }
 
 impl Limits {
@@ -92,8 +96,9 @@ impl Limits {
     pub fn new(cfg: &ServerConfig) -> Self {
         Self {
             requests: RateLimiter::new(cfg.rate_limit_per_sec, cfg.rate_limit_burst),
+            logins: LoginThrottle::default(),
             // Five tries, then one every 12 s.
-            logins: RateLimiter::new(1.0 / 12.0, 5.0),
+            setup: RateLimiter::new(1.0 / 12.0, 5.0),
         }
     }
 }

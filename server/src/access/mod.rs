@@ -14,6 +14,7 @@ pub mod password;
 pub mod principal;
 pub mod revocations;
 pub mod setup;
+pub mod throttle;
 pub mod users;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,7 +23,9 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-pub use auth::{Auth, AuthUser, ACCESS_COOKIE, AUDIENCE, ISSUER, REFRESH_COOKIE};
+pub use auth::{
+    presented_token, Auth, AuthUser, TokenSource, ACCESS_COOKIE, AUDIENCE, ISSUER, REFRESH_COOKIE,
+};
 pub use principal::Principal;
 
 use crate::error::ApiError;

@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::store::{AccessStore, StoreError};
 
 /// Longest user name.
-const MAX_NAME: usize = 64;
+pub(crate) const MAX_NAME: usize = 64;
 /// Longest password accepted (argon2 takes any length; this bounds the work).
 pub(crate) const MAX_PASSWORD: usize = 1024;
 

@@ -15,7 +15,7 @@ pub(crate) enum KeysCommand {
 
 /// Runs `moord keys …` on the data directory of `config`.
 pub(crate) fn run(cmd: KeysCommand, config: ServerConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)?;
+    crate::util::create_private_dir(&config.data_dir)?;
     match cmd {
         KeysCommand::Rotate => {
             println!("new signing key {}", Keys::rotate(&config.data_dir)?)

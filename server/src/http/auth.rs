@@ -11,7 +11,8 @@ use moor_protocol::now_ms;
 use serde::Deserialize;
 
 use super::guard::ClientIp;
-use crate::access::users::{check_password, MAX_PASSWORD};
+use crate::access::throttle::{ADDRESS_BACKOFF, NAME_BACKOFF};
+use crate::access::users::{check_password, MAX_NAME, MAX_PASSWORD};
 use crate::access::{
     new_refresh, password, random_secret, revoke, token_hash, AuthUser, TokenPair, ACCESS_COOKIE,
     REFRESH_COOKIE,
@@ -20,7 +21,7 @@ use crate::error::ApiError;
 use crate::extract::Json;
 use crate::state::AppState;
 use crate::store::{RefreshOutcome, Revocation, StoreError};
-use crate::util::cookie;
+use crate::util::{cookie, LogStr};
 
 /// `POST /api/v1/auth/login`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -116,25 +117,35 @@ pub(crate) async fn login(
     Json(req): Json<Credentials>,
 ) -> Result<Response, ApiError> {
     let ip = ip.and_then(|Extension(ClientIp(ip))| ip);
-    // Failed logins are throttled per client address and per name.
-    let throttle = [
-        format!("login-ip:{}", ip.map(|i| i.to_string()).unwrap_or_default()),
-        format!("login-user:{}", req.name),
-    ];
-    for key in &throttle {
-        state
-            .auth
-            .limits
-            .logins
-            .peek(key)
-            .map_err(ApiError::RateLimited)?;
+    if req.name.len() > MAX_NAME {
+        return Err(ApiError::Invalid {
+            field: "name",
+            reason: format!("at most {MAX_NAME} bytes"),
+        });
     }
+    // Counted before the password is checked, so concurrent guesses cannot pass the throttle.
+    let keys = [
+        (format!("name:{}", req.name), NAME_BACKOFF),
+        (
+            format!("addr:{}", ip.map(|i| i.to_string()).unwrap_or_default()),
+            ADDRESS_BACKOFF,
+        ),
+    ];
+    let attempt = state
+        .auth
+        .limits
+        .logins
+        .begin(&keys)
+        .map_err(ApiError::RateLimited)?;
     if req.password.len() > MAX_PASSWORD {
+        attempt.failed();
         return Err(ApiError::Unauthorized);
     }
     let user = match state.store.access.user(&req.name).await {
         Ok(u) => Some(u),
         Err(StoreError::NotFound) => None,
+        // The attempt is dropped unsettled and counts as a failure: an unreachable store must
+        // not be a way around the throttle.
         Err(e) => return Err(e.into()),
     };
     // Unknown users cost a hash check too, so timing does not tell which names exist.
@@ -145,14 +156,12 @@ pub(crate) async fn login(
     let ok = check_password(req.password, phc).await;
     match user {
         Some(u) if ok && u.revoked_at.is_none() => {
-            state.auth.limits.logins.clear(&throttle[1]);
+            attempt.succeeded();
             start_family(&state, &u.name).await
         }
         _ => {
-            for key in &throttle {
-                let _ = state.auth.limits.logins.check(key);
-            }
-            tracing::info!(user = %req.name, "login refused");
+            attempt.failed();
+            tracing::info!(user = %LogStr(&req.name), "login refused");
             Err(ApiError::Unauthorized)
         }
     }

@@ -3,16 +3,16 @@
 //!
 //! Part of the HTTP transport: calls `access`; never `sse` or `ws`.
 
-use std::time::Instant;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::start_family;
-use crate::access::device::{user_code, Decision, Grant, GRANT_TTL, MAX_GRANTS};
+use super::guard::ClientIp;
+use crate::access::device::{user_code, Decision, GRANT_TTL};
 use crate::access::{random_secret, token_hash, AuthUser};
 use crate::error::ApiError;
 use crate::extract::Json;
@@ -27,23 +27,15 @@ use crate::state::AppState;
 )]
 pub(crate) async fn start(
     State(state): State<AppState>,
+    ip: Option<Extension<ClientIp>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let device_code = random_secret();
     let code = user_code();
-    {
-        let mut grants = state.auth.devices.lock();
-        if grants.len() >= MAX_GRANTS {
-            return Err(ApiError::RateLimited(GRANT_TTL.as_secs() / 10));
-        }
-        grants.insert(
-            token_hash(&device_code),
-            Grant {
-                user_code: code.clone(),
-                created: Instant::now(),
-                decision: Decision::Pending,
-            },
-        );
-    }
+    let address = ip.and_then(|Extension(ClientIp(ip))| ip);
+    state
+        .auth
+        .devices
+        .start(token_hash(&device_code), code.clone(), address)?;
     // The web app's routes are `#/page&key=value`: the complete link opens the approval page
     // with the code filled in.
     let uri = format!("{}/#/device", state.public_url);

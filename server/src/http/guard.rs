@@ -1,8 +1,9 @@
 //! Request hardening in front of every route (HTTP middleware; the limits themselves are
 //! `access::limits`): security headers (HSTS when serving TLS), CORS for an allow-list of
-//! origins, WebSocket `Origin` checks, and rate limits (per credential, else per client address)
-//! answered with `429` and `Retry-After`. Client addresses come from the socket, or from
-//! `X-Forwarded-For` only when the operator opted in (`trust_forwarded`).
+//! origins, WebSocket `Origin` checks, cross-site refusal of unsafe browser requests (`csrf`),
+//! and rate limits (per verified principal, else per client address) answered with `429` and
+//! `Retry-After`. Client addresses come from the socket, or from `X-Forwarded-For` only when
+//! the operator opted in (`trust_forwarded`).
 //!
 //! Part of the HTTP transport: calls `access` and `state`; never `sse` or `ws`.
 
@@ -12,12 +13,12 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 
-use crate::access::ACCESS_COOKIE;
+use super::csrf::{self, origin_allowed};
+use crate::access::presented_token;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::util::{cookie, query_param};
+use crate::util::LogStr;
 
 /// The web app's content security policy: only its own scripts, connections and workers,
 /// never framed.
@@ -47,44 +48,15 @@ pub fn client_ip(
     peer.map(|p| p.ip())
 }
 
-fn credential_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned)
-        .or_else(|| query_param(query.unwrap_or(""), "access_token"))
-        .or_else(|| cookie(headers, ACCESS_COOKIE))?;
-    let digest = Sha256::digest(token.trim().as_bytes());
-    Some(format!("t:{:x}", digest))
-}
-
-/// Whether a browser `Origin` may use the API: same origin as the request's `Host`, the
-/// public URL's origin, or one of the configured origins.
-pub fn origin_allowed(state: &AppState, headers: &HeaderMap, origin: &str) -> bool {
-    let origin = origin.trim_end_matches('/');
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    let same_host = host.is_some_and(|h| {
-        origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            == Some(h)
-    });
-    same_host
-        || origin == url_origin(&state.public_url)
-        || state
-            .config
-            .allowed_origins
-            .iter()
-            .any(|o| o.trim_end_matches('/') == origin)
-}
-
-fn url_origin(url: &str) -> &str {
-    let after_scheme = url.find("://").map(|i| i + 3).unwrap_or(0);
-    match url[after_scheme..].find('/') {
-        Some(i) => &url[..after_scheme + i],
-        None => url,
-    }
+/// The bucket a request is counted in: the name its credential was issued to when the
+/// credential verifies (signature and claims; a revoked one still counts against its owner),
+/// else its client address. A made-up bearer is therefore counted against its address like no
+/// credential at all, and cannot buy a fresh bucket per request.
+fn rate_key(state: &AppState, req: &Request, ip: Option<IpAddr>) -> Option<String> {
+    presented_token(req.headers(), req.uri().query())
+        .and_then(|(token, _)| state.auth.verified_name(&token))
+        .map(|name| format!("user:{name}"))
+        .or_else(|| ip.map(|ip| format!("ip:{ip}")))
 }
 
 /// The middleware: rate limit, WebSocket origin check, CORS, security headers.
@@ -106,7 +78,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         .get(header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
     if upgrade && origin.is_some() && !cors_ok {
-        tracing::info!(path = %path, "cross-origin WebSocket refused");
+        tracing::info!(path = %LogStr(&path), "cross-origin WebSocket refused");
         return with_headers(
             (StatusCode::FORBIDDEN, "cross-origin WebSocket refused").into_response(),
             None,
@@ -134,24 +106,24 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         }
         return with_headers(resp, cors_ok.then_some(origin).flatten(), api, tls);
     }
-    if api {
-        let peer = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
-        let key = credential_key(req.headers(), req.uri().query())
-            .or_else(|| client_ip(&state, req.headers(), peer).map(|ip| format!("ip:{ip}")));
-        if let Some(key) = key {
-            if let Err(secs) = state.auth.limits.requests.check(&key) {
-                return with_headers(ApiError::RateLimited(secs).into_response(), None, api, tls);
-            }
-        }
-    }
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
     let ip = client_ip(&state, req.headers(), peer);
+    if api {
+        if let Some(key) = rate_key(&state, &req, ip) {
+            if let Err(secs) = state.auth.limits.requests.check(&key) {
+                return with_headers(ApiError::RateLimited(secs).into_response(), None, api, tls);
+            }
+        }
+        let refusal = csrf::refusal(&state, req.method(), req.headers(), req.uri().query());
+        if let Some(refusal) = refusal {
+            let from = LogStr(origin.as_deref().unwrap_or("-"));
+            tracing::info!(path = %LogStr(&path), origin = %from, "cross-site request refused");
+            return with_headers(refusal.into_response(), None, api, tls);
+        }
+    }
     let mut req = req;
     req.extensions_mut().insert(ClientIp(ip));
     let resp = next.run(req).await;
@@ -202,17 +174,3 @@ fn insert_static(h: &mut HeaderMap, headers: &[(HeaderName, &'static str)]) {
 /// The client's address as [`client_ip`] sees it, for handlers.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub Option<IpAddr>);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origins_compare_by_scheme_host_and_port() {
-        assert_eq!(
-            url_origin("https://moor.example/x/y"),
-            "https://moor.example"
-        );
-        assert_eq!(url_origin("http://127.0.0.1:7070"), "http://127.0.0.1:7070");
-    }
-}

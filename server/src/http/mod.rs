@@ -7,6 +7,7 @@ mod archive;
 mod auth;
 mod blobs;
 mod checkpoints;
+mod csrf;
 mod device;
 pub(crate) mod guard;
 mod health;

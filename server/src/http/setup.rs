@@ -81,7 +81,7 @@ pub(crate) async fn setup(
 ) -> Result<Response, ApiError> {
     let ip = ip.and_then(|Extension(ClientIp(ip))| ip);
     let throttle = format!("setup-ip:{}", ip.map(|i| i.to_string()).unwrap_or_default());
-    let limits = &state.auth.limits.logins;
+    let limits = &state.auth.limits.setup;
     limits.peek(&throttle).map_err(ApiError::RateLimited)?;
     if state.store.access.has_admin().await? {
         return Err(setup_done());

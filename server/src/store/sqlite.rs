@@ -46,6 +46,11 @@ impl SqliteStore {
             // memory instead of copying them in from the page cache on every insert.
             .pragma("cache_size", "-65536")
             .pragma("mmap_size", "268435456");
+        let file = opts.get_filename();
+        if !file.as_os_str().is_empty() && file != std::path::Path::new(":memory:") {
+            crate::util::touch_private(file)
+                .with_context(|| format!("create database file {}", file.display()))?;
+        }
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(opts.clone())

@@ -355,8 +355,16 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     }
     if hello.session.is_empty() || hello.session.len() > 128 {
         return Err(Ending::close(
-            close::BAD_FRAME,
+            close::INVALID_SESSION,
             "session name must be 1 to 128 characters",
+        ));
+    }
+    // A UUID names a session only in its canonical form: another spelling would be stored as a
+    // name that shadows (or collides with) the id.
+    if uuid::Uuid::parse_str(&hello.session).is_ok_and(|u| u.to_string() != hello.session) {
+        return Err(Ending::close(
+            close::INVALID_SESSION,
+            "session ids are lower-case hyphenated UUIDs; use that form, or a name that is not a UUID",
         ));
     }
     Ok(hello)
