@@ -104,10 +104,8 @@ fn cookie_header(
     post, path = "/auth/login", operation_id = "login", tag = "access", security(()),
     request_body = Credentials,
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(crate) async fn login(
@@ -173,10 +171,8 @@ pub(crate) struct RefreshRequest {
     post, path = "/auth/refresh", operation_id = "refresh", tag = "access", security(()),
     request_body(content = Option<RefreshRequest>, description = "The refresh token; without a body, the `moor_refresh` cookie is used"),
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(crate) async fn refresh(

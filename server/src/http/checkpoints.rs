@@ -69,9 +69,7 @@ fn not_found_as_checkpoint(e: StoreError) -> ApiError {
     request_body = MissingBlobsRequest,
     responses(
         (status = 200, description = "The hashes the server lacks", body = MissingBlobs),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(super) async fn missing(
@@ -104,7 +102,7 @@ pub(super) async fn missing(
     responses(
         (status = 201, description = "Stored", body = BlobStored),
         (status = 200, description = "Already stored", body = BlobStored),
-        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::TooLarge,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(super) async fn put_blob(
@@ -166,9 +164,7 @@ async fn may_read_blob(state: &AppState, who: &Principal, sha256: &str) -> Resul
     params(("sha256" = String, Path, description = "SHA-256 of the blob, lowercase hex")),
     responses(
         (status = 200, description = "The blob's bytes", content(("application/octet-stream"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub(super) async fn get_blob(
@@ -207,7 +203,7 @@ pub(super) async fn get_blob(
     responses(
         (status = 201, description = "Stored", body = CheckpointSummary),
         (status = 200, description = "Already stored", body = CheckpointSummary),
-        crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::Forbidden, crate::openapi::NotFound, crate::openapi::Conflict, crate::openapi::TooLarge,
+        crate::openapi::RoleBodyErrors, crate::openapi::Conflict,
     )
 )]
 pub(super) async fn put(
@@ -319,9 +315,7 @@ async fn stored(state: &AppState, who: &Principal, id: &str) -> Result<StoredChe
     params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
     responses(
         (status = 200, description = "The checkpoint's session and manifest", body = StoredCheckpoint),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub(super) async fn get(
@@ -360,9 +354,7 @@ fn attachment(content_type: &'static str, disposition: String, bytes: Vec<u8>) -
     params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
     responses(
         (status = 200, description = "The patch from the base commit, for `git apply`", content((String = "text/x-diff"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub(super) async fn diff(
@@ -387,10 +379,7 @@ pub(super) async fn diff(
     params(("checkpoint" = String, Path, description = "Checkpoint id: 16 lowercase hex digits")),
     responses(
         (status = 200, description = "A tar of the files the checkpoint added or changed, and its manifest", content(("application/x-tar"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
-        crate::openapi::Conflict,
+        crate::openapi::ReadErrors, crate::openapi::Conflict,
     )
 )]
 pub(super) async fn archive(

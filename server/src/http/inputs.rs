@@ -19,12 +19,7 @@ use crate::state::AppState;
     request_body = InputRequest,
     responses(
         (status = 200, description = "Stored (or already stored under this `client_msg_id`)", body = InputAccepted),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
-        crate::openapi::Conflict,
-        crate::openapi::TooLarge,
+        crate::openapi::RoleBodyErrors, crate::openapi::Conflict,
     )
 )]
 pub(super) async fn create(

@@ -66,12 +66,8 @@ fn setup_done() -> ApiError {
     post, path = "/auth/setup", operation_id = "setup", tag = "access", security(()),
     request_body = SetupRequest,
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Conflict,
-        crate::openapi::Gone,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors, crate::openapi::Conflict, crate::openapi::Gone,
     )
 )]
 pub(crate) async fn setup(

@@ -42,11 +42,7 @@ impl std::fmt::Debug for NewUser {
     request_body = NewUser,
     responses(
         (status = 201, description = "The user was added"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::Conflict,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyErrors, crate::openapi::Forbidden, crate::openapi::Conflict,
     )
 )]
 pub(crate) async fn create_user(
@@ -74,9 +70,7 @@ pub(crate) async fn create_user(
     params(("name" = String, Path, description = "The user name")),
     responses(
         (status = 204, description = "The user is revoked"),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
     )
 )]
 pub(crate) async fn revoke_user(
