@@ -31,13 +31,7 @@ pub(crate) struct Credentials {
     password: String,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(Credentials { name });
 
 /// Issues a new token family for `user` and answers with the pair and the browser cookies.
 pub(crate) async fn start_family(state: &AppState, user: &str) -> Result<Response, ApiError> {

@@ -45,13 +45,7 @@ pub(crate) struct SetupRequest {
     password: String,
 }
 
-impl std::fmt::Debug for SetupRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SetupRequest")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(SetupRequest { name });
 
 fn setup_done() -> ApiError {
     ApiError::Gone(

@@ -27,14 +27,7 @@ pub(crate) struct NewUser {
     admin: bool,
 }
 
-impl std::fmt::Debug for NewUser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewUser")
-            .field("name", &self.name)
-            .field("admin", &self.admin)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(NewUser { name, admin });
 
 /// `POST /api/v1/users` `{name, password, admin?}` (admin): adds a user.
 #[utoipa::path(
