@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used)]
 
 mod nodes;
-mod pg;
 mod stories;
 
 use std::future::Future;
 
+use moor_e2e::pg;
 use moor_server::store::{self, Stores};
 
 /// A database the stories can open store handles ("nodes") on.
