@@ -32,14 +32,7 @@ pub struct Credentials {
     pub lifetime: u64,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("server", &self.server)
-            .field("expires_at", &self.expires_at)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(Credentials { server, expires_at });
 
 #[derive(Deserialize)]
 struct TokenPair {

@@ -8,6 +8,7 @@ pub mod api;
 pub mod bridge;
 pub mod checkpoint;
 pub mod close;
+pub mod debug;
 pub mod entry;
 pub mod error;
 pub mod ids;

@@ -45,9 +45,7 @@ const CHUNK_BYTES: usize = 64 * 1024;
     ),
     responses(
         (status = 200, description = "The log as Server-Sent Events: `id:` the seq, `event:` the kind, `data:` the `Entry` as JSON; `event: reset` with a `Reset` for a cursor ahead of the log; `event: state` with a `SessionState` when asked for", content((String = "text/event-stream"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub async fn events(

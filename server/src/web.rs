@@ -5,11 +5,15 @@
 //!
 //! A transport: calls only `state`; never `http`, `sse` or `ws`.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+use utoipa::openapi::{self, Content, RefOr, ResponseBuilder};
+use utoipa::{IntoResponses, PartialSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -71,14 +75,7 @@ async fn index(uri: Uri) -> Response {
     get, path = "/{file}", operation_id = "getWebFile", tag = "server", security(()),
     params(("file" = String, Path, description = "File name")),
     responses(
-        // The media types server/build.rs gives the client's files.
-        (status = 200, description = "The file, with its content type", content(
-            (String = "text/html"), (String = "text/javascript"), (String = "text/css"),
-            (String = "application/json"), (String = "application/manifest+json"),
-            (String = "image/svg+xml"), (Vec<u8> = "image/png"), (Vec<u8> = "image/x-icon"),
-            (Vec<u8> = "font/woff2"), (String = "text/plain"), (Vec<u8> = "application/octet-stream"),
-        )),
-        (status = 404, description = "No such file", content((String = "text/plain"))),
+        WebFile,
         (status = 503, description = "`/index.html` of a `moord` built without the web client", content((String = "text/html"))),
     )
 )]
@@ -94,18 +91,54 @@ async fn file(uri: Uri) -> Response {
         ("file" = String, Path, description = "File name"),
     ),
     responses(
-        // The media types server/build.rs gives the client's files.
-        (status = 200, description = "The file, with its content type", content(
-            (String = "text/html"), (String = "text/javascript"), (String = "text/css"),
-            (String = "application/json"), (String = "application/manifest+json"),
-            (String = "image/svg+xml"), (Vec<u8> = "image/png"), (Vec<u8> = "image/x-icon"),
-            (Vec<u8> = "font/woff2"), (String = "text/plain"), (Vec<u8> = "application/octet-stream"),
-        )),
-        (status = 404, description = "No such file", content((String = "text/plain"))),
+        WebFile,
     )
 )]
 async fn nested_file(uri: Uri) -> Response {
     asset(uri.path())
+}
+
+/// The media types `server/build.rs` gives the client's files, and whether a file of the type
+/// is binary.
+const MEDIA_TYPES: [(&str, bool); 11] = [
+    ("text/html", false),
+    ("text/javascript", false),
+    ("text/css", false),
+    ("application/json", false),
+    ("application/manifest+json", false),
+    ("image/svg+xml", false),
+    ("image/png", true),
+    ("image/x-icon", true),
+    ("font/woff2", true),
+    ("text/plain", false),
+    ("application/octet-stream", true),
+];
+
+/// How the file routes answer (in their `#[utoipa::path]`): a file in one of [`MEDIA_TYPES`],
+/// or 404.
+struct WebFile;
+
+impl IntoResponses for WebFile {
+    fn responses() -> BTreeMap<String, RefOr<openapi::Response>> {
+        let body = |binary: bool| {
+            Content::new(Some(if binary {
+                <Vec<u8> as PartialSchema>::schema()
+            } else {
+                <String as PartialSchema>::schema()
+            }))
+        };
+        let file = MEDIA_TYPES.iter().fold(
+            ResponseBuilder::new().description("The file, with its content type"),
+            |file, &(media, binary)| file.content(media, body(binary)),
+        );
+        let missing = ResponseBuilder::new()
+            .description("No such file")
+            .content("text/plain", body(false));
+        BTreeMap::from([
+            ("200".to_owned(), file.build().into()),
+            ("404".to_owned(), missing.build().into()),
+        ])
+    }
 }
 
 fn find(path: &str) -> Option<(&'static str, &'static [u8])> {

@@ -96,6 +96,15 @@ impl TestServer {
         req.send().await.unwrap()
     }
 
+    /// `call`, with the answer's body read as JSON.
+    async fn call_json(&self, method: &str, path: &str, cred: &Cred, body: Option<Value>) -> Value {
+        self.call(method, path, cred, body)
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
     async fn status(
         &self,
         method: &str,
@@ -520,18 +529,10 @@ async fn every_endpoint_answers_each_role_as_it_should() {
             .collect()
     };
     let list = server
-        .call("GET", "/sessions", &c.other_owner, None)
-        .await
-        .json()
-        .await
-        .unwrap();
+        .call_json("GET", "/sessions", &c.other_owner, None)
+        .await;
     assert_eq!(names(list), vec!["s2"]);
-    let list = server
-        .call("GET", "/sessions", &c.viewer, None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list = server.call_json("GET", "/sessions", &c.viewer, None).await;
     assert_eq!(names(list), vec!["s1"]);
 }
 
@@ -690,12 +691,7 @@ async fn the_browser_gets_httponly_samesite_cookies_that_authenticate() {
         )
         .await;
     // assert
-    let cookies: Vec<String> = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
+    let cookies = set_cookies(&resp);
     assert_eq!(cookies.len(), 2);
     for c in &cookies {
         assert!(
@@ -963,11 +959,8 @@ async fn a_device_gets_its_own_tokens_once_a_user_approves_its_code() {
     let server = TestServer::spawn().await;
     let ann = server.user("ann").await;
     let grant: Value = server
-        .call("POST", "/auth/device", &Cred(None), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+        .call_json("POST", "/auth/device", &Cred(None), None)
+        .await;
     let poll = || Some(json!({"device_code": grant["device_code"]}));
     // act + assert: pending until approved
     assert_eq!(
@@ -1308,13 +1301,19 @@ async fn setup(server: &TestServer, code: &str, name: &str) -> reqwest::Response
         .await
 }
 
+/// The `Set-Cookie` headers of an answer.
+fn set_cookies(resp: &reqwest::Response) -> Vec<String> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
 async fn setup_open(server: &TestServer) -> bool {
     let v: Value = server
-        .call("GET", "/auth/setup", &Cred(None), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+        .call_json("GET", "/auth/setup", &Cred(None), None)
+        .await;
     v["open"].as_bool().expect("{\"open\": bool}")
 }
 
@@ -1336,12 +1335,7 @@ async fn the_setup_code_creates_the_first_administrator_once_and_logs_them_in() 
     let resp = setup(&server, &code, "root").await;
     // assert: answered like a login (token pair and the HttpOnly cookies)
     assert_eq!(resp.status(), StatusCode::OK);
-    let cookies: Vec<String> = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
+    let cookies = set_cookies(&resp);
     assert_eq!(cookies.len(), 2, "{cookies:?}");
     assert!(cookies
         .iter()
@@ -1402,12 +1396,7 @@ async fn the_setup_code_creates_the_first_administrator_once_and_logs_them_in() 
         StatusCode::NO_CONTENT,
         "an administrator owns every session"
     );
-    let list: Value = server
-        .call("GET", "/sessions", &root, None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list: Value = server.call_json("GET", "/sessions", &root, None).await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert_eq!(
         server
@@ -1589,11 +1578,8 @@ async fn a_denied_device_is_told_so_and_its_code_is_gone() {
     let server = TestServer::spawn().await;
     let ann = server.user("ann").await;
     let grant: Value = server
-        .call("POST", "/auth/device", &Cred(None), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+        .call_json("POST", "/auth/device", &Cred(None), None)
+        .await;
     let code = grant["user_code"].as_str().unwrap();
     // The complete link opens the web app's approval page with the code filled in.
     assert!(

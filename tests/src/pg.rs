@@ -1,11 +1,13 @@
-//! Postgres for the cluster tests: a fresh database per test (dropped when the handle is, even
-//! on failure), a look at the nodes' connections, and control of the machine's cluster.
+//! Postgres for the cluster tests and the server's store conformance tests: a fresh database
+//! per test (dropped when the handle is, even on failure), a look at the nodes' connections,
+//! and control of the machine's cluster.
 //!
 //! The server comes from `MOOR_TEST_PG_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`.
 //! When none answers and the variable is unset, tests skip with a loud message; when it is set,
 //! they fail. Tests that use Postgres run one at a time (`.config/nextest.toml`), because one of
 //! them restarts the server.
 
+use std::future::Future;
 use std::process::Command;
 use std::time::Duration;
 
@@ -66,9 +68,23 @@ impl TestDb {
         })
     }
 
+    /// Runs `test` on the database's URL, then drops the database (also when `test` panics).
+    pub async fn run<F, Fut>(self, test: F)
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        test(self.url.clone()).await;
+    }
+
     /// The test database's URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The maintenance database's URL (for `pg_terminate_backend` and the like).
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
     }
 
     /// The database's name.

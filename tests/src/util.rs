@@ -3,6 +3,7 @@
 //! Nothing here sleeps to synchronise: `eventually` re-checks a condition and its timeout is
 //! only a failure guard.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::Write;
@@ -157,8 +158,9 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Runs git in `dir` with a fixed identity and no signing, failing the test on error; returns
-/// its standard output.
+/// Runs git in `dir` with a fixed identity and no signing (and none of the `GIT_DIR`-style
+/// variables a git hook running the tests would set), failing the test on error; returns its
+/// standard output.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
@@ -170,6 +172,9 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         ])
         .args(args)
         .current_dir(dir)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_INDEX_FILE")
+        .env_remove("GIT_WORK_TREE")
         .output()
         .expect("git runs");
     assert!(
@@ -178,6 +183,40 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The bytes of the user's git state in `repo` that a checkpoint must never change: the index,
+/// HEAD, the markers of an operation in progress, the stash, and every branch and tag.
+pub fn git_state(repo: &Path) -> BTreeMap<String, Vec<u8>> {
+    let g = repo.join(".git");
+    let mut out = BTreeMap::new();
+    for name in [
+        "index",
+        "HEAD",
+        "packed-refs",
+        "MERGE_HEAD",
+        "ORIG_HEAD",
+        "refs/stash",
+        "logs/refs/stash",
+    ] {
+        if let Ok(bytes) = std::fs::read(g.join(name)) {
+            out.insert(name.to_owned(), bytes);
+        }
+    }
+    let refs = git(repo, &["for-each-ref", "refs/heads", "refs/tags"]);
+    out.insert("refs".into(), refs.into_bytes());
+    out
+}
+
+/// A clone of `origin` in a new temporary directory (kept while the returned handle lives),
+/// made without hard links so that nothing of it is shared with `origin`; returns the clone's
+/// path.
+pub fn fresh_clone(origin: &Path) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("clone");
+    let origin = origin.to_str().expect("a UTF-8 path");
+    git(dir.path(), &["clone", "-q", "--no-local", origin, "clone"]);
+    (dir, path)
 }
 
 /// Makes `dir` a git repository with `files` (path, content) committed as its one commit.

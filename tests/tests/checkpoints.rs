@@ -15,7 +15,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use moor_e2e::claude::ClaudeSession;
-use moor_e2e::util::{bin_path, git, git_work_tree};
+use moor_e2e::util::{bin_path, fresh_clone, git, git_state, git_work_tree};
 use moor_e2e::{
     eventually, eventually_some, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts,
     TestBridge, TestServer, WAIT,
@@ -83,26 +83,6 @@ fn files(root: &Path) -> BTreeMap<String, (String, Vec<u8>)> {
             }
         }
     }
-    out
-}
-
-/// The bytes of the user's git state that a checkpoint must never change.
-fn git_state(repo: &Path) -> BTreeMap<String, Vec<u8>> {
-    let g = repo.join(".git");
-    let mut out = BTreeMap::new();
-    for name in [
-        "index",
-        "HEAD",
-        "packed-refs",
-        "logs/refs/stash",
-        "refs/stash",
-    ] {
-        if let Ok(b) = std::fs::read(g.join(name)) {
-            out.insert(name.to_owned(), b);
-        }
-    }
-    let heads = git(repo, &["for-each-ref", "refs/heads", "refs/tags"]);
-    out.insert("refs".into(), heads.into_bytes());
     out
 }
 
@@ -215,22 +195,6 @@ async fn restore_refused(dir: &Path, server: &TestServer, id: &str) -> String {
     let out = moor_checkpoints(dir, server, &["restore", id]).await;
     assert!(!out.status.success(), "restore {id} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn fresh_clone(origin: &Path) -> (TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    git(
-        dir.path(),
-        &[
-            "clone",
-            "-q",
-            "--no-local",
-            origin.to_str().unwrap(),
-            "clone",
-        ],
-    );
-    let clone = dir.path().join("clone");
-    (dir, clone)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,14 +46,7 @@ pub struct PtyAgent {
     spec: AgentSpec,
 }
 
-impl std::fmt::Debug for PtyAgent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PtyAgent")
-            .field("pid", &self.pid)
-            .field("size", &self.size)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(PtyAgent { pid, size });
 
 impl PtyAgent {
     /// Open a PTY the size of the local terminal (80×24 without one) and start the program on it.

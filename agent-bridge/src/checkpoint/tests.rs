@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use moor_e2e::util::{fresh_clone, git, git_state};
 use moor_protocol::checkpoint::{BlobRef, ChangeStatus, CheckpointReason};
 
 use super::commit::list_ids;
@@ -14,30 +15,6 @@ use super::git::{ProbeError, Repo};
 use super::restore::{import, restore, Restored, Target};
 use super::snapshot::{take, TakeOptions, Taken};
 use super::CheckpointError;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=Dev", "-c", "user.email=dev@example.com"])
-        .args([
-            "-c",
-            "commit.gpgSign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_WORK_TREE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn write(dir: &Path, path: &str, content: impl AsRef<[u8]>) {
     let full = dir.join(path);
@@ -109,39 +86,6 @@ fn new_checkpoint(repo: &Repo, o: &TakeOptions) -> Described {
     match take(repo, o).unwrap() {
         Taken::New(d) => *d,
         Taken::Unchanged { .. } => panic!("expected a new checkpoint"),
-    }
-}
-
-/// The bytes of everything a checkpoint must never change.
-fn git_state(d: &Path) -> BTreeMap<String, Vec<u8>> {
-    let g = d.join(".git");
-    let mut out = BTreeMap::new();
-    for name in [
-        "index",
-        "HEAD",
-        "packed-refs",
-        "MERGE_HEAD",
-        "ORIG_HEAD",
-        "logs/refs/stash",
-    ] {
-        if let Ok(bytes) = std::fs::read(g.join(name)) {
-            out.insert(name.to_owned(), bytes);
-        }
-    }
-    for dir in ["refs/heads", "refs/stash", "refs/tags"] {
-        collect(&g, &g.join(dir), &mut out);
-    }
-    out
-}
-
-fn collect(root: &Path, path: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-    if path.is_file() {
-        let rel = path.strip_prefix(root).unwrap().display().to_string();
-        out.insert(rel, std::fs::read(path).unwrap());
-    } else if let Ok(entries) = std::fs::read_dir(path) {
-        for e in entries {
-            collect(root, &e.unwrap().path(), out);
-        }
     }
 }
 
@@ -493,22 +437,6 @@ fn blobs_of(repo: &Repo, d: &Described) -> HashMap<String, Vec<u8>> {
     })
     .unwrap();
     out
-}
-
-fn fresh_clone(origin: &Path) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("clone");
-    git(
-        dir.path(),
-        &[
-            "clone",
-            "-q",
-            "--no-local",
-            origin.to_str().unwrap(),
-            "clone",
-        ],
-    );
-    (dir, path)
 }
 
 /// A repository with every kind of change, its checkpoint, and the blobs a server holds for it.

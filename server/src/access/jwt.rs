@@ -60,13 +60,7 @@ pub struct Keys {
     keys: BTreeMap<String, Vec<u8>>,
 }
 
-impl std::fmt::Debug for Keys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys")
-            .field("current", &self.current)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(Keys { current });
 
 /// The key file inside a data directory.
 pub fn key_path(data_dir: &Path) -> PathBuf {

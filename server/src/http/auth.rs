@@ -32,13 +32,7 @@ pub(crate) struct Credentials {
     password: String,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(Credentials { name });
 
 /// Issues a new token family for `user` and answers with the pair and the browser cookies.
 pub(crate) async fn start_family(state: &AppState, user: &str) -> Result<Response, ApiError> {
@@ -105,10 +99,8 @@ fn cookie_header(
     post, path = "/auth/login", operation_id = "login", tag = "access", security(()),
     request_body = Credentials,
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(crate) async fn login(
@@ -182,10 +174,8 @@ pub(crate) struct RefreshRequest {
     post, path = "/auth/refresh", operation_id = "refresh", tag = "access", security(()),
     request_body(content = Option<RefreshRequest>, description = "The refresh token; without a body, the `moor_refresh` cookie is used"),
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(crate) async fn refresh(

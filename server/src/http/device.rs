@@ -63,10 +63,7 @@ pub(crate) struct Approve {
     request_body = Approve,
     responses(
         (status = 204, description = "The device will get a token pair of the caller's"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyLookupErrors,
     )
 )]
 pub(crate) async fn approve(
@@ -94,10 +91,7 @@ pub(crate) async fn approve(
     request_body = Approve,
     responses(
         (status = 204, description = "The device is refused"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyLookupErrors,
     )
 )]
 pub(crate) async fn deny(
@@ -125,7 +119,7 @@ pub(crate) struct Poll {
     post, path = "/auth/device/token", operation_id = "pollDeviceToken", tag = "access", security(()),
     request_body = Poll,
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
+        crate::openapi::TokensIssued,
         (status = 202, description = "Not decided yet: poll again after `interval` seconds", body = crate::openapi::DevicePending),
         crate::openapi::BadRequest, crate::openapi::NotFound, crate::openapi::TooLarge,
         (status = 403, description = "`forbidden`: the user denied the device (answered once)", body = moor_protocol::error::ErrorBody),

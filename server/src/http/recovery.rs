@@ -59,7 +59,7 @@ fn markdown_response(text: String) -> Response {
     responses((status = 200, description = "What was in flight, and what to do about it", content(
         (moor_protocol::recovery::RecoveryBrief = "application/json"),
         (String = "text/markdown"),
-    )), crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound)
+    )), crate::openapi::ReadErrors)
 )]
 pub(super) async fn brief(
     State(state): State<AppState>,
@@ -89,7 +89,7 @@ pub(super) async fn brief(
     responses((status = 200, description = "The repaired conversation", content(
         (crate::openapi::Transcript = "application/json"),
         (String = "text/markdown"),
-    )), crate::openapi::BadRequest, crate::openapi::Unauthorized, crate::openapi::NotFound)
+    )), crate::openapi::ReadErrors)
 )]
 pub(super) async fn transcript(
     State(state): State<AppState>,

@@ -137,9 +137,7 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
     ),
     responses(
         (status = 200, description = "A page of the log", body = EntriesPage),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub(super) async fn entries(
@@ -209,11 +207,7 @@ pub(super) struct CloseBridge {
     request_body = CloseBridge,
     responses(
         (status = 204, description = "The live bridge connection was closed with the code"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
-        crate::openapi::TooLarge,
+        crate::openapi::RoleBodyErrors,
     )
 )]
 pub(super) async fn close_bridge(

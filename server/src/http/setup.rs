@@ -45,13 +45,7 @@ pub(crate) struct SetupRequest {
     password: String,
 }
 
-impl std::fmt::Debug for SetupRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SetupRequest")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(SetupRequest { name });
 
 fn setup_done() -> ApiError {
     ApiError::Gone(
@@ -66,12 +60,8 @@ fn setup_done() -> ApiError {
     post, path = "/auth/setup", operation_id = "setup", tag = "access", security(()),
     request_body = SetupRequest,
     responses(
-        (status = 200, description = "A new token pair; also set as the `moor_access` and `moor_refresh` cookies", body = crate::access::TokenPair, headers(("Set-Cookie" = String, description = "`moor_access` and `moor_refresh`"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Conflict,
-        crate::openapi::Gone,
-        crate::openapi::TooLarge,
+        crate::openapi::TokensIssued,
+        crate::openapi::BodyErrors, crate::openapi::Conflict, crate::openapi::Gone,
     )
 )]
 pub(crate) async fn setup(

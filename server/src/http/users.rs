@@ -27,14 +27,7 @@ pub(crate) struct NewUser {
     admin: bool,
 }
 
-impl std::fmt::Debug for NewUser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewUser")
-            .field("name", &self.name)
-            .field("admin", &self.admin)
-            .finish_non_exhaustive()
-    }
-}
+moor_protocol::debug_fields!(NewUser { name, admin });
 
 /// `POST /api/v1/users` `{name, password, admin?}` (admin): adds a user.
 #[utoipa::path(
@@ -42,11 +35,7 @@ impl std::fmt::Debug for NewUser {
     request_body = NewUser,
     responses(
         (status = 201, description = "The user was added"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::Conflict,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyErrors, crate::openapi::Forbidden, crate::openapi::Conflict,
     )
 )]
 pub(crate) async fn create_user(
@@ -74,9 +63,7 @@ pub(crate) async fn create_user(
     params(("name" = String, Path, description = "The user name")),
     responses(
         (status = 204, description = "The user is revoked"),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
     )
 )]
 pub(crate) async fn revoke_user(

@@ -140,6 +140,14 @@ pub enum Appended {
     },
 }
 
+/// The columns of an entry as the store reads it back, the same on both engines.
+pub(crate) const ENTRY_COLS: &str = "seq, ts, kind, author, payload";
+
+/// The end of a query that reads one session's inputs after a seq, the same on both engines:
+/// the bound in `$2`, the limit in `$3` (`$1` is left to the session condition before it).
+pub(crate) const INPUTS_AFTER_SQL: &str =
+    "client_msg_id IS NOT NULL AND seq > $2 ORDER BY seq LIMIT $3";
+
 /// Which part of a log to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Range {
@@ -147,6 +155,33 @@ pub enum Range {
     After(Seq),
     /// Entries with seq < N, the newest `limit` of them, returned ascending.
     Before(Seq),
+}
+
+impl Range {
+    /// The seq that bounds the range (not in it).
+    pub(crate) fn bound(self) -> Seq {
+        let (Range::After(at) | Range::Before(at)) = self;
+        at
+    }
+
+    /// The end of a query that reads this range of one session's entries, the same on both
+    /// engines: the condition on `seq` (the bound in `$2`), the order and the limit (`$3`).
+    /// `$1` is left to the session condition before it.
+    pub(crate) fn sql(self) -> &'static str {
+        match self {
+            Range::After(_) => "seq > $2 ORDER BY seq ASC LIMIT $3",
+            Range::Before(_) => "seq < $2 ORDER BY seq DESC LIMIT $3",
+        }
+    }
+
+    /// Entries read with [`Range::sql`], in ascending order (a `Before` page is read newest
+    /// first, to take the newest `limit`).
+    pub(crate) fn ascending(self, mut entries: Vec<Entry>) -> Vec<Entry> {
+        if matches!(self, Range::Before(_)) {
+            entries.reverse();
+        }
+        entries
+    }
 }
 
 /// The durable log: sessions, append with producer idempotency, reads, inputs and snapshots.

@@ -17,7 +17,10 @@ use uuid::Uuid;
 use super::access::{access_store, stored_session, AccessDialect};
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::errors::db_error;
-use super::{Append, Appended, IdemKey, LogStore, Range, SessionRow, StoreError, StoreResult};
+use super::{
+    Append, Appended, IdemKey, LogStore, Range, SessionRow, StoreError, StoreResult, ENTRY_COLS,
+    INPUTS_AFTER_SQL,
+};
 
 mod checkpoints;
 
@@ -129,6 +132,8 @@ fn entry_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Entry> {
 }
 
 const SESSION_COLS: &str = "id, name, created_at, head_seq, last_ts, ended_at, agent";
+/// Selects the entries of the session whose id is in `$1`.
+const SESSION_ENTRIES: &str = "session_pk = (SELECT pk FROM sessions WHERE id = $1)";
 
 #[async_trait]
 impl LogStore for SqliteStore {
@@ -226,32 +231,21 @@ impl LogStore for SqliteStore {
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
-        let sql = match range {
-            Range::After(_) => {
-                "SELECT seq, ts, kind, author, payload FROM entries \
-                 WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq > ? ORDER BY seq ASC LIMIT ?"
-            }
-            Range::Before(_) => {
-                "SELECT seq, ts, kind, author, payload FROM entries \
-                 WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq < ? ORDER BY seq DESC LIMIT ?"
-            }
-        };
-        let (Range::After(at) | Range::Before(at)) = range;
-        let rows = sqlx::query(sql)
-            .bind(session.to_string())
-            .bind(super::seq_bind(at))
-            .bind(limit as i64)
-            .fetch_all(&self.readers)
-            .await
-            .map_err(db_error)?;
-        let mut entries = rows
+        let rows = sqlx::query(&format!(
+            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",
+            range.sql()
+        ))
+        .bind(session.to_string())
+        .bind(super::seq_bind(range.bound()))
+        .bind(limit as i64)
+        .fetch_all(&self.readers)
+        .await
+        .map_err(db_error)?;
+        let entries = rows
             .iter()
             .map(entry_row)
             .collect::<StoreResult<Vec<_>>>()?;
-        if matches!(range, Range::Before(_)) {
-            entries.reverse();
-        }
-        Ok(entries)
+        Ok(range.ascending(entries))
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
@@ -273,10 +267,9 @@ impl LogStore for SqliteStore {
         after: Seq,
         limit: u32,
     ) -> StoreResult<Vec<Entry>> {
-        let rows = sqlx::query(
-            "SELECT seq, ts, kind, author, payload FROM entries \
-             WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND client_msg_id IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {INPUTS_AFTER_SQL}"
+        ))
         .bind(session.to_string())
         .bind(after.0 as i64)
         .bind(limit as i64)

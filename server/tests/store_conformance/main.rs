@@ -9,11 +9,11 @@
 
 mod checkpoint_scope;
 mod nodes;
-mod pg;
 mod stories;
 
 use std::future::Future;
 
+use moor_e2e::pg;
 use moor_server::store::{self, Stores};
 
 /// A database the stories can open store handles ("nodes") on.

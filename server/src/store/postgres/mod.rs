@@ -30,6 +30,7 @@ use super::append::{self, Decision};
 use super::errors::db_error;
 use super::{
     redact_url, seq_bind, Append, Appended, LogStore, Range, SessionRow, StoreError, StoreResult,
+    ENTRY_COLS, INPUTS_AFTER_SQL,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -47,7 +48,8 @@ pub(crate) const BRIDGES_CHANNEL: &str = "moor_bridges";
 pub(crate) const REVOCATIONS_CHANNEL: &str = "moor_revocations";
 
 const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
-const ENTRY_COLS: &str = "seq, ts, kind, author, payload";
+/// Selects the entries of the session whose id is in `$1`.
+const SESSION_ENTRIES: &str = "session_id = $1::uuid";
 
 /// Postgres implementation of [`LogStore`], [`AccessStore`](super::AccessStore),
 /// [`CheckpointStore`](super::CheckpointStore) and [`Cluster`](super::Cluster).
@@ -288,32 +290,21 @@ impl LogStore for PgStore {
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
-        let sql = match range {
-            Range::After(_) => format!(
-                "SELECT {ENTRY_COLS} FROM entries \
-                 WHERE session_id = $1::uuid AND seq > $2 ORDER BY seq ASC LIMIT $3"
-            ),
-            Range::Before(_) => format!(
-                "SELECT {ENTRY_COLS} FROM entries \
-                 WHERE session_id = $1::uuid AND seq < $2 ORDER BY seq DESC LIMIT $3"
-            ),
-        };
-        let (Range::After(at) | Range::Before(at)) = range;
-        let rows = sqlx::query(&sql)
-            .bind(session.to_string())
-            .bind(seq_bind(at))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
-        let mut entries = rows
+        let rows = sqlx::query(&format!(
+            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",
+            range.sql()
+        ))
+        .bind(session.to_string())
+        .bind(seq_bind(range.bound()))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let entries = rows
             .iter()
             .map(entry_row)
             .collect::<StoreResult<Vec<_>>>()?;
-        if matches!(range, Range::Before(_)) {
-            entries.reverse();
-        }
-        Ok(entries)
+        Ok(range.ascending(entries))
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
@@ -328,8 +319,7 @@ impl LogStore for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(&format!(
-            "SELECT {ENTRY_COLS} FROM entries WHERE session_id = $1::uuid \
-             AND client_msg_id IS NOT NULL AND seq > $2 ORDER BY seq LIMIT $3"
+            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {INPUTS_AFTER_SQL}"
         ))
         .bind(session.to_string())
         .bind(seq_bind(after))

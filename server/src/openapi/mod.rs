@@ -6,7 +6,12 @@
 //! exist without its description (`app::routes` adds routes no other way). The payload schemas
 //! are the `moor-protocol` types (its `openapi` feature). This module holds what the handlers'
 //! annotations share: the document's frame (security schemes, tags), the error responses, and
-//! the schemas of the few bodies that have no type of their own in `moor-protocol`.
+//! the schemas of the few bodies that have no type of their own in `moor-protocol`. The shared
+//! responses (errors and their bundles) are in `errors`.
+
+mod errors;
+
+pub use errors::*;
 
 use std::sync::Arc;
 
@@ -20,6 +25,8 @@ use moor_protocol::SessionId;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, SecurityRequirement};
 use utoipa::{IntoResponses, OpenApi, ToSchema};
+
+use errors::Common;
 
 /// Tag of the session routes.
 pub const SESSIONS: &str = "sessions";
@@ -43,6 +50,8 @@ pub const SERVER: &str = "server";
     ),
     components(schemas(
         ErrorBody,
+        // The body of `TokensIssued` (a shared response names its body only by reference).
+        crate::access::TokenPair,
         // What the streams carry (their operations can only name them in prose).
         moor_protocol::Entry,
         moor_protocol::web::Reset,
@@ -167,93 +176,6 @@ fn operations(
     .into_iter()
     .filter_map(Option::as_mut)
 }
-
-/// The errors any route may answer.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // a description only
-enum Common {
-    /// `rate_limited`: too many requests from this credential or address; `Retry-After` says
-    /// when to try again.
-    #[response(
-        status = 429,
-        example = json!({"code": "rate_limited", "message": "too many requests; retry in 3 s"}),
-        headers(("Retry-After" = u64, description = "Seconds to wait"))
-    )]
-    RateLimited(ErrorBody),
-    /// `unavailable`: the server cannot reach its database right now; retry after
-    /// `Retry-After` seconds (another node may answer at once).
-    #[response(
-        status = 503,
-        example = json!({"code": "unavailable", "message": "the server cannot reach its database right now; retry in a moment"}),
-        headers(("Retry-After" = u64, description = "Seconds to wait"))
-    )]
-    Unavailable(ErrorBody),
-    /// `internal`: the server failed; details are in its log, never in the answer.
-    #[response(
-        status = 500,
-        example = json!({"code": "internal", "message": "internal error"})
-    )]
-    Internal(ErrorBody),
-}
-
-/// 400 `bad_request`: a field, the body or a query parameter is invalid (the message names
-/// it); `invalid_cursor`: a cursor (`after`, `before`, `Last-Event-ID`) is not a seq number.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 400,
-    example = json!({"code": "bad_request", "message": "invalid limit: \"0\" is not a number from 1 to 1000"})
-)]
-pub struct BadRequest(pub ErrorBody);
-
-/// 401 `unauthorized`: no credential, or a wrong, expired or revoked one.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 401,
-    example = json!({"code": "unauthorized", "message": "missing or invalid token"}),
-    headers(("WWW-Authenticate" = String, description = "`Bearer`"))
-)]
-pub struct Unauthorized(pub ErrorBody);
-
-/// 403 `forbidden`: the caller may see the resource, but their role does not allow this.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 403,
-    example = json!({"code": "forbidden", "message": "your role does not allow this"})
-)]
-pub struct Forbidden(pub ErrorBody);
-
-/// 404 `not_found`: no such resource, or not one the caller may see.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 404,
-    example = json!({"code": "not_found", "message": "session not found"})
-)]
-pub struct NotFound(pub ErrorBody);
-
-/// 409 `conflict`: the request conflicts with what is stored (the message says how);
-/// `session_ended`: the session has ended.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 409,
-    example = json!({"code": "conflict", "message": "user \"ann\" already exists"})
-)]
-pub struct Conflict(pub ErrorBody);
-
-/// 410 `gone`: over for good; the message says what to do instead.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 410,
-    example = json!({"code": "gone", "message": "setup is done: an administrator exists; log in (POST /api/v1/auth/login)"})
-)]
-pub struct Gone(pub ErrorBody);
-
-/// 413 `too_large`: the body is larger than the server accepts.
-#[derive(Debug, IntoResponses)]
-#[response(
-    status = 413,
-    example = json!({"code": "too_large", "message": "request body too large (limit 1048576 bytes)"})
-)]
-pub struct TooLarge(pub ErrorBody);
 
 /// `GET /api/v1/auth/setup`.
 #[derive(Debug, ToSchema)]
