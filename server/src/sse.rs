@@ -3,9 +3,12 @@
 //! `id:` is the seq, `event:` the kind, `data:` the entry as JSON. Resumes from `Last-Event-ID`
 //! (which wins, since `EventSource` resends it on the original URL) or `?after=`. Entries ready
 //! at the same time are written in one chunk. The stream ends at shutdown or after the
-//! configured lifetime, and the client resumes from its last id; it never buffers without bound
-//! because it pulls from a [`Tail`]. A transport: it calls the session core and `access`, never
-//! `http` or `ws`.
+//! configured lifetime, and the client resumes from its last id. It never buffers without bound:
+//! it pulls from a [`Tail`] (one page of history at most) into chunks of about [`CHUNK_BYTES`],
+//! and a pump hands them to the response one at a time; a reader that takes no chunk for the
+//! stall timeout is cut off with a comment saying so, and resumes with `Last-Event-ID` like
+//! after any other end. A transport: it calls the session core and `access`, never `http` or
+//! `ws`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use moor_protocol::web::RESET_EVENT;
 use std::sync::Arc;
 
@@ -62,7 +66,8 @@ pub async fn events(
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
-    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor);
+    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor)
+        .page_bytes(state.config.max_page_bytes);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.log.find_session(&key).await?.head_seq;
     let body = match check_cursor(cursor, head) {
@@ -83,7 +88,10 @@ pub async fn events(
                     due: None,
                 }
             });
-            Body::from_stream(stream(tail, feed, &state, stop, role_stop))
+            Body::from_stream(pump(
+                stream(tail, feed, &state, stop, role_stop),
+                state.config.stall_timeout,
+            ))
         }
     };
     let mut resp = Response::new(body);
@@ -215,6 +223,51 @@ fn stream(
     })
 }
 
+/// The last words to a reader cut off for not reading.
+const STALLED: &[u8] = b": reader too slow; reconnect with Last-Event-ID\n\n";
+
+/// Runs `events` in its own task, handing its chunks over one at a time: the response holds the
+/// chunk it is writing and one more. When the reader takes nothing for `stall`, the task ends
+/// (releasing its tail) and the response ends after what it holds and a comment saying why.
+fn pump(
+    events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+    stall: Duration,
+) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                // The response is gone: nobody to write for.
+                _ = tx.closed() => return,
+            };
+            let Some(Ok(chunk)) = next else { return };
+            match tokio::time::timeout(stall, tx.send(chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    tracing::debug!("sse reader stalled; ending its stream");
+                    let _ = stalled_tx.send(());
+                    return;
+                }
+            }
+        }
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok(chunk), rx))
+    });
+    let farewell = futures_util::stream::once(async move {
+        stalled_rx
+            .await
+            .ok()
+            .map(|()| Ok(Bytes::from_static(STALLED)))
+    })
+    .filter_map(std::future::ready);
+    chunks.chain(farewell)
+}
+
 fn fill(tail: &mut Tail, buf: &mut BytesMut) {
     while buf.len() < CHUNK_BYTES {
         match tail.ready() {
@@ -226,7 +279,6 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
 
 #[cfg(test)]
 mod tests {
-    use futures_util::StreamExt;
     use moor_protocol::payload::BridgeConnected;
     use moor_protocol::{kinds, EntryBody, Seq};
 

@@ -80,6 +80,14 @@ pub struct Config {
     /// Largest HTTP request body accepted.
     #[arg(long, env = "MOOR_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// Most bytes of entries in one page of history (`/entries`, and each store read behind an
+    /// SSE stream or viewer socket); a page always holds at least one entry.
+    #[arg(long, env = "MOOR_MAX_PAGE_BYTES", default_value_t = 2 << 20)]
+    max_page_bytes: u64,
+    /// A viewer (SSE or WebSocket) that takes no data for this long while some is waiting is
+    /// disconnected, to resume from its cursor.
+    #[arg(long, env = "MOOR_STALL_TIMEOUT_MS", default_value_t = 30_000)]
+    stall_timeout_ms: u64,
     /// Lifetime of access tokens, in seconds.
     #[arg(long, env = "MOOR_ACCESS_TOKEN_TTL_SECS", default_value_t = 900)]
     access_token_ttl_secs: u64,
@@ -151,6 +159,8 @@ impl Config {
             keepalive: ms(self.keepalive_ms.max(1)),
             max_frame_bytes: self.max_frame_bytes,
             max_body_bytes: self.max_body_bytes,
+            max_page_bytes: self.max_page_bytes.max(1),
+            stall_timeout: ms(self.stall_timeout_ms.max(1)),
             access_token_ttl: Duration::from_secs(self.access_token_ttl_secs.max(1)),
             refresh_token_ttl: Duration::from_secs(self.refresh_token_ttl_secs.max(1)),
             allowed_origins: self.allowed_origins,

@@ -41,6 +41,8 @@ const MAX_INFLIGHT_BATCHES: usize = 8;
 const NOT_YOURS: &str = "session not found or not yours; pick another session name";
 /// Most pending inputs sent in a `Welcome`; later ones follow as `Input` frames.
 const WELCOME_INPUTS: u32 = 1000;
+/// Largest agent description (`hello.agent` as JSON) a session stores.
+pub const MAX_AGENT_BYTES: usize = 16 * 1024;
 
 /// Upgrades an authenticated request to a bridge link.
 #[utoipa::path(
@@ -275,6 +277,17 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
         .await
         .map_err(|_| Ending::close(close::HEARTBEAT_TIMEOUT, "no hello within the idle timeout"))?;
     let hello = match first {
+        // The hello is held to the same limit as every other frame.
+        Some(Ok(Message::Text(t))) if super::too_big(&t, &state.config) => {
+            return Err(Ending::close(
+                close::MESSAGE_TOO_BIG,
+                format!(
+                    "hello of {} bytes is over the {} byte frame limit",
+                    t.len(),
+                    state.config.max_frame_bytes
+                ),
+            ))
+        }
         Some(Ok(Message::Text(t))) => match serde_json::from_str::<BridgeToServer>(&t) {
             Ok(BridgeToServer::Hello(h)) => h,
             Ok(_) => {
@@ -307,6 +320,14 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
         return Err(Ending::close(
             close::BAD_FRAME,
             "session name must be 1 to 128 characters",
+        ));
+    }
+    // The description is stored with the session and read with every list of sessions.
+    let agent_bytes = serde_json::to_string(&hello.agent).map_or(usize::MAX, |a| a.len());
+    if agent_bytes > MAX_AGENT_BYTES {
+        return Err(Ending::close(
+            close::BAD_FRAME,
+            format!("agent description of {agent_bytes} bytes is over {MAX_AGENT_BYTES}"),
         ));
     }
     Ok(hello)
@@ -755,14 +776,16 @@ async fn next_message(
 type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 
 /// Merges entry batches that are already readable into `entries` (group commit for one
-/// bridge); the first frame of another type is kept for the main loop.
+/// bridge), until the merged frames hold `max_frame_bytes` (so a batch costs at most twice the
+/// frame limit); the first frame of another type is kept for the main loop.
 fn merge_ready(
     entries: &mut Vec<NewEntry>,
     lookahead: &mut Lookahead,
     rx: &mut Rx,
     max_frame_bytes: usize,
 ) {
-    while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
+    let mut merged = 0usize;
+    while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() && merged < max_frame_bytes {
         let Some(msg) = rx.next().now_or_never() else {
             break;
         };
@@ -772,6 +795,7 @@ fn merge_ready(
                 lookahead.push_back(msg);
                 break;
             }
+            merged += t.len();
             if let Ok(BridgeToServer::Entries { entries: more }) =
                 serde_json::from_str::<BridgeToServer>(t)
             {

@@ -7,6 +7,7 @@
 // A test binary: an unwrap that fails is the test failing, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
+mod bounds;
 mod nodes;
 mod pg;
 mod stories;
@@ -108,6 +109,8 @@ conformance!(
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
+    session_lists_hold_the_members_sessions_only_newest_first_and_bounded,
+    pages_stop_at_their_byte_bound_but_always_hold_one_entry,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.
