@@ -107,6 +107,15 @@ impl Ending {
 struct InFlight {
     commit: Pending,
     producer_seqs: Vec<u64>,
+    /// Size of the frames the batch came in.
+    bytes: usize,
+}
+
+/// Whether another frame may be read: fewer than [`MAX_INFLIGHT_BATCHES`] batches, holding less
+/// than twice the frame limit, are committing.
+fn may_read(inflight: &VecDeque<InFlight>, max_frame_bytes: usize) -> bool {
+    let bytes: usize = inflight.iter().map(|f| f.bytes).sum();
+    inflight.len() < MAX_INFLIGHT_BATCHES && bytes < max_frame_bytes.saturating_mul(2)
 }
 
 struct Conn {
@@ -484,7 +493,7 @@ impl Conn {
                         Err(end) => return end,
                     }
                 }
-                msg = next_message(&mut lookahead, rx), if self.inflight.len() < MAX_INFLIGHT_BATCHES => {
+                msg = next_message(&mut lookahead, rx), if may_read(&self.inflight, cfg.max_frame_bytes) => {
                     last_rx = Instant::now();
                     match msg {
                         Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => {
@@ -574,13 +583,13 @@ impl Conn {
             .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
         match frame {
             BridgeToServer::Entries { mut entries } => {
-                merge_ready(
+                let merged = merge_ready(
                     &mut entries,
                     lookahead,
                     rx,
                     self.state.config.max_frame_bytes,
                 );
-                self.submit_entries(entries).await
+                self.submit_entries(entries, raw.len() + merged).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
                 let body: EntryBody = match status {
@@ -643,7 +652,7 @@ impl Conn {
 
     /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
     /// Validates a batch and hands it to the committer; its ack follows from [`Conn::settle`].
-    async fn submit_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
+    async fn submit_entries(&mut self, entries: Vec<NewEntry>, bytes: usize) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
             return Err(self
                 .refuse(
@@ -676,6 +685,7 @@ impl Conn {
         self.inflight.push_back(InFlight {
             commit,
             producer_seqs,
+            bytes,
         });
         Ok(())
     }
@@ -777,13 +787,14 @@ type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 
 /// Merges entry batches that are already readable into `entries` (group commit for one
 /// bridge), until the merged frames hold `max_frame_bytes` (so a batch costs at most twice the
-/// frame limit); the first frame of another type is kept for the main loop.
+/// frame limit); the first frame of another type is kept for the main loop. Returns the size of
+/// the frames merged.
 fn merge_ready(
     entries: &mut Vec<NewEntry>,
     lookahead: &mut Lookahead,
     rx: &mut Rx,
     max_frame_bytes: usize,
-) {
+) -> usize {
     let mut merged = 0usize;
     while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() && merged < max_frame_bytes {
         let Some(msg) = rx.next().now_or_never() else {
@@ -795,16 +806,17 @@ fn merge_ready(
                 lookahead.push_back(msg);
                 break;
             }
-            merged += t.len();
             if let Ok(BridgeToServer::Entries { entries: more }) =
                 serde_json::from_str::<BridgeToServer>(t)
             {
+                merged += t.len();
                 entries.extend(more);
                 continue;
             }
         }
         lookahead.push_back(msg);
     }
+    merged
 }
 
 fn store_ending(e: StoreError) -> Ending {
