@@ -281,8 +281,10 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
 mod tests {
     use moor_protocol::payload::BridgeConnected;
     use moor_protocol::{kinds, EntryBody, Seq};
+    use serde_json::json;
 
     use super::*;
+    use crate::hub::LIVE_PAYLOAD_BYTES;
     use crate::state::testing;
     use crate::store::{Append, IdemKey};
 
@@ -341,5 +343,46 @@ mod tests {
             ended.abs_diff(Duration::from_secs(40)) <= Duration::from_millis(2),
             "{ended:?}"
         );
+    }
+
+    fn output(text: String) -> Append {
+        Append {
+            ts: 0,
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: kinds::AUTHOR_BRIDGE.into(),
+            payload: json!({ "text": text }),
+            key: IdemKey::None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tail_reads_a_live_entry_too_big_for_the_fan_out_whole_from_the_store() {
+        // arrange: a tail that has caught up with a one-entry session, so it is live
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state
+            .log
+            .append(session, vec![output("a".into())])
+            .await
+            .unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        let mut watcher = state.hub.subscribe(session);
+        // act: a big entry and a small one are committed while the tail is live
+        let big = "x".repeat(LIVE_PAYLOAD_BYTES * 4);
+        let batch = vec![output(big.clone()), output("c".into())];
+        state.log.append(session, batch).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let f = tail.next().await.unwrap();
+            got.push((f.seq().0, f.entry.payload["text"].as_str().unwrap().len()));
+        }
+        // assert: the fan-out carried a notice without the payload, and the tail still gave
+        // every entry once, in order, whole
+        let notice = watcher.recv().await.unwrap();
+        assert!(notice.is_notice() && notice.entry.payload.is_null());
+        assert!(!watcher.recv().await.unwrap().is_notice());
+        assert_eq!(got, [(2, big.len()), (3, 1)]);
     }
 }
