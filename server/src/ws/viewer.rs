@@ -141,18 +141,17 @@ pub(crate) async fn serve<W, R>(
                 return super::close(&mut tx, &mut rx, close::HEARTBEAT_TIMEOUT, "no frame within the idle timeout").await;
             }
             _ = heartbeat.tick() => {
-                if tx.send(text(&ServerToViewer::Heartbeat)).await.is_err() { return; }
+                match tokio::time::timeout(cfg.stall_timeout, tx.send(text(&ServerToViewer::Heartbeat))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
+                }
             }
             next = tail.next() => match next {
                 Ok(f) => match tokio::time::timeout(cfg.stall_timeout, write_batch(&mut tx, &mut tail, f)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return,
-                    Err(_) => {
-                        // The close frame may not get through a full socket either.
-                        let closing = super::close(&mut tx, &mut rx, close::LAGGED, "viewer too slow; reconnect with your cursor");
-                        let _ = tokio::time::timeout(cfg.stall_timeout, closing).await;
-                        return;
-                    }
+                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
                 },
                 Err(e) => {
                     tracing::error!(error = ?e, "viewer tail failed");
@@ -180,6 +179,18 @@ pub(crate) async fn serve<W, R>(
             }
         }
     }
+}
+
+/// Closes a viewer that took nothing for the stall timeout with `LAGGED`, waiting for the close
+/// frame no longer than that either: it may not get through a full socket.
+async fn lagged(tx: &mut super::Tx, rx: &mut super::Rx, stall: Duration) {
+    let closing = super::close(
+        tx,
+        rx,
+        close::LAGGED,
+        "viewer too slow; reconnect with your cursor",
+    );
+    let _ = tokio::time::timeout(stall, closing).await;
 }
 
 /// A batch of entries stops once it holds this many bytes (or 256 entries).
