@@ -45,6 +45,9 @@ pub struct ServerConfig {
     pub max_page_bytes: u64,
     /// A viewer that takes no data for this long while some is waiting is disconnected.
     pub stall_timeout: Duration,
+    /// SSE streams, viewer sockets and bridge sockets one account (not an administrator) may
+    /// have open at once.
+    pub max_streams_per_user: u32,
     /// How long shutdown waits for connections and commits to finish.
     pub shutdown_grace: Duration,
     /// Lifetime of JWT access tokens.
@@ -87,6 +90,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             max_page_bytes: 2 << 20,
             stall_timeout: Duration::from_secs(30),
+            max_streams_per_user: 64,
             shutdown_grace: Duration::from_secs(10),
             access_token_ttl: Duration::from_secs(15 * 60),
             refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),

@@ -32,6 +32,7 @@ use crate::error::ApiError;
 use crate::session::cursor::{check_cursor, cursor};
 use crate::session::tail::Tail;
 use crate::state::AppState;
+use crate::streams::Slot;
 use crate::util::{query_param, sleep_until_opt};
 
 /// Flush a chunk once it holds this much.
@@ -63,6 +64,10 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let slot = state
+        .streams
+        .open(&who.name, who.admin)
+        .ok_or(ApiError::RateLimited(1))?;
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
@@ -91,6 +96,7 @@ pub async fn events(
             Body::from_stream(pump(
                 stream(tail, feed, &state, stop, role_stop),
                 state.config.stall_timeout,
+                slot,
             ))
         }
     };
@@ -228,14 +234,17 @@ const STALLED: &[u8] = b": reader too slow; reconnect with Last-Event-ID\n\n";
 
 /// Runs `events` in its own task, handing its chunks over one at a time: the response holds the
 /// chunk it is writing and one more. When the reader takes nothing for `stall`, the task ends
-/// (releasing its tail) and the response ends after what it holds and a comment saying why.
+/// (releasing its tail and the account's `slot`) and the response ends after what it holds and
+/// a comment saying why.
 fn pump(
     events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
     stall: Duration,
+    slot: Slot,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let _slot = slot;
         let mut events = std::pin::pin!(events);
         loop {
             let next = tokio::select! {

@@ -14,6 +14,7 @@ use crate::hub::Hub;
 use crate::session::log::Log;
 use crate::session::states::States;
 use crate::store::{AccessStore, Stores};
+use crate::streams::Streams;
 
 /// State shared by all handlers and connection loops.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ pub struct AppState {
     pub states: States,
     /// Base URL people open (no trailing slash).
     pub public_url: Arc<str>,
+    /// Open SSE streams and sockets per account.
+    pub streams: Streams,
 }
 
 impl AppState {
@@ -117,6 +120,7 @@ pub(crate) mod testing {
             conns: TaskTracker::new(),
             states,
             public_url: "http://moor.test".into(),
+            streams: Streams::new(u32::MAX),
         };
         TestState { state, _dir: dir }
     }

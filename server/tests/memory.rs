@@ -454,3 +454,67 @@ async fn a_stalled_viewer_socket_is_closed_lagged_and_resumes_from_its_cursor() 
         .await;
     assert_eq!(page.entries[0].seq.0, last + 1);
 }
+
+#[tokio::test]
+async fn an_account_holds_only_so_many_streams_and_sockets_open() {
+    let server = TestServer::spawn(|c| c.max_streams_per_user = 3).await;
+    let ann = server.user("ann").await;
+    let id = server.big_session("watched", 1, 10).await;
+    server
+        .store
+        .access
+        .set_member(id, "ann", Role::Owner)
+        .await
+        .unwrap();
+    let events = |token: &str| {
+        server
+            .http
+            .get(server.url("/sessions/watched/events"))
+            .bearer_auth(token.to_owned())
+            .send()
+    };
+    // act: two streams and a bridge socket take ann's three slots
+    let first = events(&ann).await.unwrap();
+    let second = events(&ann).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK);
+    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {ann}").parse().unwrap());
+    let (bridge, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    // assert: a fourth of any kind is refused with 429; administrators are not counted
+    assert_eq!(
+        events(&ann).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let mut viewer = format!("ws://{}/api/v1/sessions/watched/ws", server.addr)
+        .into_client_request()
+        .unwrap();
+    viewer
+        .headers_mut()
+        .insert("authorization", format!("Bearer {ann}").parse().unwrap());
+    match tokio_tungstenite::connect_async(viewer).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 429);
+        }
+        other => panic!("a fourth socket was not refused: {other:?}"),
+    }
+    assert_eq!(events(ADMIN).await.unwrap().status(), StatusCode::OK);
+    // closing one gives its slot back
+    drop(first);
+    let start = Instant::now();
+    loop {
+        let resp = events(&ann).await.unwrap();
+        if resp.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "the closed stream's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((second, bridge));
+}

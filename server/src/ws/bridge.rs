@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
@@ -62,9 +62,16 @@ pub async fn upgrade(
     AuthUser(who): AuthUser,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let Some(slot) = state.streams.open(&who.name, who.admin) else {
+        return crate::error::ApiError::RateLimited(1).into_response();
+    };
     let conns = state.conns.clone();
-    super::tune(ws, &state.config)
-        .on_upgrade(move |socket| conns.track_future(run(socket, state, who)))
+    super::tune(ws, &state.config).on_upgrade(move |socket| {
+        conns.track_future(async move {
+            let _slot = slot;
+            run(socket, state, who).await
+        })
+    })
 }
 
 /// Whether `who` may attach a bridge to the session named `name`: its owner may, and the

@@ -59,6 +59,10 @@ pub async fn upgrade(
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let slot = state
+        .streams
+        .open(&who.name, who.admin)
+        .ok_or(ApiError::RateLimited(1))?;
     let may_input = role_on(&state.store, &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
@@ -69,7 +73,10 @@ pub async fn upgrade(
     let conns = state.conns.clone();
     let ws = tune(ws, &state.config);
     Ok(ws.on_upgrade(move |socket| {
-        conns.track_future(run(socket, state, viewer, session.id, cursor))
+        conns.track_future(async move {
+            let _slot = slot;
+            run(socket, state, viewer, session.id, cursor).await
+        })
     }))
 }
 
