@@ -27,10 +27,11 @@ const STALL_MS: u64 = 1000;
 /// What the connections of this test may add to `moord`'s anonymous memory, from
 /// `docs/security.md`: five stalled viewers (a page read and parsed, two chunks of 64 KiB plus
 /// an entry each: under 4 MiB), the normal viewer alike, the hostile bridge's batches in flight
-/// (under twice the 4 MiB frame limit of frames, held parsed, as rows and as entries: 24 MiB),
+/// (under four times the 4 MiB frame limit of frames, held parsed, as rows and as entries:
+/// 48 MiB),
 /// `moor`'s batches of small lines, and the refused hello read whole (20 MiB, held at most twice
 /// while it is read). SQLite's page cache comes on top: see [`sqlite_cache`].
-const CONNECTIONS: u64 = 6 * 4 * MIB + 24 * MIB + 8 * MIB + 40 * MIB;
+const CONNECTIONS: u64 = 6 * 4 * MIB + 48 * MIB + 8 * MIB + 40 * MIB;
 
 /// The SQLite writer's page cache: the pages it wrote, up to its 64 MiB (`docs/security.md`).
 fn sqlite_cache(data_dir: &std::path::Path) -> u64 {
