@@ -40,6 +40,14 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     /// Largest HTTP request body accepted.
     pub max_body_bytes: usize,
+    /// Most bytes of entries in one page read from the store (`/entries`, and each read behind
+    /// an SSE stream or viewer socket); a page always holds at least one entry.
+    pub max_page_bytes: u64,
+    /// A viewer that takes no data for this long while some is waiting is disconnected.
+    pub stall_timeout: Duration,
+    /// SSE streams, viewer sockets and bridge sockets one account (not an administrator) may
+    /// have open at once.
+    pub max_streams_per_user: u32,
     /// How long shutdown waits for connections and commits to finish.
     pub shutdown_grace: Duration,
     /// Lifetime of JWT access tokens.
@@ -112,6 +120,9 @@ impl Default for ServerConfig {
             keepalive: Duration::from_secs(15),
             max_frame_bytes: 4 << 20,
             max_body_bytes: 1 << 20,
+            max_page_bytes: 2 << 20,
+            stall_timeout: Duration::from_secs(30),
+            max_streams_per_user: 64,
             shutdown_grace: Duration::from_secs(10),
             access_token_ttl: Duration::from_secs(15 * 60),
             refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),

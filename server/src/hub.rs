@@ -20,11 +20,18 @@ use tokio::sync::{broadcast, mpsc};
 /// the store).
 const CHANNEL_CAPACITY: usize = 1024;
 
+/// Entries whose payload encodes to more than this go to subscribers as a notice without the
+/// payload, which they read from the store: a lagging subscriber keeps the channel's frames
+/// alive, so what the channel holds per session stays within `CHANNEL_CAPACITY` times this.
+pub const LIVE_PAYLOAD_BYTES: usize = 8 * 1024;
+
 /// A committed entry with its encodings, made once and shared by every subscriber.
 #[derive(Debug)]
 pub struct Frame {
-    /// The entry.
+    /// The entry (for a notice, without its payload).
     pub entry: Arc<Entry>,
+    /// Only says that the entry was committed: its payload is in the store.
+    notice: bool,
     sse: OnceLock<Bytes>,
     ws: OnceLock<String>,
 }
@@ -34,9 +41,34 @@ impl Frame {
     pub fn new(entry: Arc<Entry>) -> Arc<Self> {
         Arc::new(Self {
             entry,
+            notice: false,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
         })
+    }
+
+    /// What live subscribers get for this entry: the frame itself, or a notice without the
+    /// payload when the payload is over [`LIVE_PAYLOAD_BYTES`].
+    fn for_subscribers(self: &Arc<Self>) -> Arc<Self> {
+        if encoded_len(&self.entry.payload) <= LIVE_PAYLOAD_BYTES {
+            return self.clone();
+        }
+        Arc::new(Self {
+            entry: Arc::new(Entry {
+                payload: serde_json::Value::Null,
+                kind: self.entry.kind.clone(),
+                author: self.entry.author.clone(),
+                ..*self.entry
+            }),
+            notice: true,
+            sse: OnceLock::new(),
+            ws: OnceLock::new(),
+        })
+    }
+
+    /// Whether this only announces the entry, whose payload must be read from the store.
+    pub fn is_notice(&self) -> bool {
+        self.notice
     }
 
     /// The entry's seq.
@@ -60,6 +92,25 @@ impl Frame {
         self.ws.get_or_init(|| {
             serde_json::to_string(&ServerToViewer::Entry((*self.entry).clone())).unwrap_or_default()
         })
+    }
+}
+
+/// Length of `value` encoded as JSON, without building the encoding.
+fn encoded_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
     }
 }
 
@@ -225,7 +276,7 @@ impl Hub {
         };
         for f in frames {
             // No receivers is fine: nobody is watching.
-            let _ = tx.send(f);
+            let _ = tx.send(f.for_subscribers());
         }
     }
 

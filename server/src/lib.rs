@@ -32,6 +32,7 @@ pub mod session;
 pub mod sse;
 pub mod state;
 pub mod store;
+pub mod streams;
 pub mod tls;
 mod util;
 mod web;
@@ -168,6 +169,7 @@ impl Server {
         let conns = TaskTracker::new();
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
+        let max_streams = self.config.max_streams_per_user;
         let log = session::log::Log::new(self.store.log.clone(), hub.clone(), tasks.clone());
         let revocations = access::revocations::Revocations::new(shutdown.clone());
         // Several nodes on one database: follow the others' notices (returns at once otherwise).
@@ -197,6 +199,7 @@ impl Server {
             tasks: tasks.clone(),
             conns: conns.clone(),
             public_url: public_url.into(),
+            streams: streams::Streams::new(max_streams),
         };
         serve::serve(
             listener,

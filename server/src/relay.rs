@@ -20,10 +20,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
-use crate::store::{Cluster, Notice, Range, Revocation, StoreError, StoreResult, Stores};
+use crate::store::{
+    read_page, Cluster, Notice, PageLimit, Range, Revocation, StoreError, StoreResult, Stores,
+};
 
 /// Entries read per query when relaying a range.
 const PAGE: u32 = 1000;
+/// Most bytes of entries read per store query (at least one entry).
+const PAGE_BYTES: u64 = 2 << 20;
 /// Pause before retrying a catch-up that failed (the database may be restarting).
 const RETRY: Duration = Duration::from_millis(500);
 
@@ -91,11 +95,13 @@ impl Relay<'_> {
         // Bounded: each page moves the cursor forward by at least one.
         while cursor < last && self.hub.is_watched(session) {
             let want = (last.0 - cursor.0).min(u64::from(PAGE)) as u32;
-            let page = self
-                .store
-                .log
-                .read(session, Range::After(cursor), want)
-                .await?;
+            let limit = PageLimit {
+                count: want,
+                bytes: PAGE_BYTES,
+            };
+            let page = read_page(&*self.store.log, session, Range::After(cursor), limit)
+                .await?
+                .entries;
             let Some(end) = page.last().map(|e| e.seq) else {
                 break;
             };

@@ -3,9 +3,12 @@
 //! `id:` is the seq, `event:` the kind, `data:` the entry as JSON. Resumes from `Last-Event-ID`
 //! (which wins, since `EventSource` resends it on the original URL) or `?after=`. Entries ready
 //! at the same time are written in one chunk. The stream ends at shutdown or after the
-//! configured lifetime, and the client resumes from its last id; it never buffers without bound
-//! because it pulls from a [`Tail`]. A transport: it calls the session core and `access`, never
-//! `http` or `ws`.
+//! configured lifetime, and the client resumes from its last id. It never buffers without bound:
+//! it pulls from a [`Tail`] (one page of history at most) into chunks of about [`CHUNK_BYTES`],
+//! and a pump hands them to the response one at a time; a reader that takes no chunk for the
+//! stall timeout is cut off with a comment saying so, and resumes with `Last-Event-ID` like
+//! after any other end. A transport: it calls the session core and `access`, never `http` or
+//! `ws`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use moor_protocol::web::RESET_EVENT;
 use std::sync::Arc;
 
@@ -28,6 +32,7 @@ use crate::error::ApiError;
 use crate::session::cursor::{check_cursor, cursor};
 use crate::session::tail::Tail;
 use crate::state::AppState;
+use crate::streams::Slot;
 use crate::util::{query_param, sleep_until_opt};
 
 /// Flush a chunk once it holds this much.
@@ -57,10 +62,15 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let slot = state
+        .streams
+        .open(&who.name, who.admin)
+        .ok_or(ApiError::RateLimited(1))?;
     // Ends with shutdown, and when the caller's credential is revoked.
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
-    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor);
+    let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor)
+        .page_bytes(state.config.max_page_bytes);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.log.find_session(&key).await?.head_seq;
     let body = match check_cursor(cursor, head) {
@@ -81,7 +91,11 @@ pub async fn events(
                     due: None,
                 }
             });
-            Body::from_stream(stream(tail, feed, &state, stop, role_stop))
+            Body::from_stream(pump(
+                stream(tail, feed, &state, stop, role_stop),
+                state.config.stall_timeout,
+                slot,
+            ))
         }
     };
     let mut resp = Response::new(body);
@@ -213,6 +227,54 @@ fn stream(
     })
 }
 
+/// The last words to a reader cut off for not reading.
+const STALLED: &[u8] = b": reader too slow; reconnect with Last-Event-ID\n\n";
+
+/// Runs `events` in its own task, handing its chunks over one at a time: the response holds the
+/// chunk it is writing and one more. When the reader takes nothing for `stall`, the task ends
+/// (releasing its tail and the account's `slot`) and the response ends after what it holds and
+/// a comment saying why.
+fn pump(
+    events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+    stall: Duration,
+    slot: Slot,
+) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _slot = slot;
+        let mut events = std::pin::pin!(events);
+        loop {
+            let next = tokio::select! {
+                next = events.next() => next,
+                // The response is gone: nobody to write for.
+                _ = tx.closed() => return,
+            };
+            let Some(Ok(chunk)) = next else { return };
+            match tokio::time::timeout(stall, tx.send(chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    tracing::debug!("sse reader stalled; ending its stream");
+                    let _ = stalled_tx.send(());
+                    return;
+                }
+            }
+        }
+    });
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok(chunk), rx))
+    });
+    let farewell = futures_util::stream::once(async move {
+        stalled_rx
+            .await
+            .ok()
+            .map(|()| Ok(Bytes::from_static(STALLED)))
+    })
+    .filter_map(std::future::ready);
+    chunks.chain(farewell)
+}
+
 fn fill(tail: &mut Tail, buf: &mut BytesMut) {
     while buf.len() < CHUNK_BYTES {
         match tail.ready() {
@@ -224,11 +286,12 @@ fn fill(tail: &mut Tail, buf: &mut BytesMut) {
 
 #[cfg(test)]
 mod tests {
-    use futures_util::StreamExt;
     use moor_protocol::payload::BridgeConnected;
     use moor_protocol::{kinds, EntryBody, Seq};
+    use serde_json::json;
 
     use super::*;
+    use crate::hub::LIVE_PAYLOAD_BYTES;
     use crate::state::testing;
     use crate::store::{Append, IdemKey};
 
@@ -287,5 +350,46 @@ mod tests {
             ended.abs_diff(Duration::from_secs(40)) <= Duration::from_millis(2),
             "{ended:?}"
         );
+    }
+
+    fn output(text: String) -> Append {
+        Append {
+            ts: 0,
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: kinds::AUTHOR_BRIDGE.into(),
+            payload: json!({ "text": text }),
+            key: IdemKey::None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tail_reads_a_live_entry_too_big_for_the_fan_out_whole_from_the_store() {
+        // arrange: a tail that has caught up with a one-entry session, so it is live
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state
+            .log
+            .append(session, vec![output("a".into())])
+            .await
+            .unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        let mut watcher = state.hub.subscribe(session);
+        // act: a big entry and a small one are committed while the tail is live
+        let big = "x".repeat(LIVE_PAYLOAD_BYTES * 4);
+        let batch = vec![output(big.clone()), output("c".into())];
+        state.log.append(session, batch).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let f = tail.next().await.unwrap();
+            got.push((f.seq().0, f.entry.payload["text"].as_str().unwrap().len()));
+        }
+        // assert: the fan-out carried a notice without the payload, and the tail still gave
+        // every entry once, in order, whole
+        let notice = watcher.recv().await.unwrap();
+        assert!(notice.is_notice() && notice.entry.payload.is_null());
+        assert!(!watcher.recv().await.unwrap().is_notice());
+        assert_eq!(got, [(2, big.len()), (3, 1)]);
     }
 }

@@ -15,6 +15,7 @@ use crate::quota::Quotas;
 use crate::session::log::Log;
 use crate::session::states::States;
 use crate::store::{AccessStore, Stores};
+use crate::streams::Streams;
 
 /// State shared by all handlers and connection loops.
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct AppState {
     pub public_url: Arc<str>,
     /// Per-account quotas and this node's live sessions per account.
     pub quotas: Quotas,
+    /// Open SSE streams and sockets per account.
+    pub streams: Streams,
 }
 
 impl AppState {
@@ -121,6 +124,7 @@ pub(crate) mod testing {
             conns: TaskTracker::new(),
             states,
             public_url: "http://moor.test".into(),
+            streams: Streams::new(u32::MAX),
         };
         TestState { state, _dir: dir }
     }

@@ -89,6 +89,18 @@ pub struct Config {
     /// Most bytes of file content one checkpoint archive download may hold.
     #[arg(long, env = "MOOR_MAX_ARCHIVE_BYTES", default_value_t = 512 << 20)]
     max_archive_bytes: u64,
+    /// Most bytes of entries in one page of history (`/entries`, and each store read behind an
+    /// SSE stream or viewer socket); a page always holds at least one entry.
+    #[arg(long, env = "MOOR_MAX_PAGE_BYTES", default_value_t = 2 << 20)]
+    max_page_bytes: u64,
+    /// A viewer (SSE or WebSocket) that takes no data for this long while some is waiting is
+    /// disconnected, to resume from its cursor.
+    #[arg(long, env = "MOOR_STALL_TIMEOUT_MS", default_value_t = 30_000)]
+    stall_timeout_ms: u64,
+    /// SSE streams, viewer sockets and bridge sockets one account (administrators aside) may
+    /// have open at once; more are answered 429.
+    #[arg(long, env = "MOOR_MAX_STREAMS_PER_USER", default_value_t = 64)]
+    max_streams_per_user: u32,
     /// Lifetime of access tokens, in seconds.
     #[arg(long, env = "MOOR_ACCESS_TOKEN_TTL_SECS", default_value_t = 900)]
     access_token_ttl_secs: u64,
@@ -174,6 +186,9 @@ impl Config {
                 max_manifest_bytes: self.max_manifest_bytes,
                 max_archive_bytes: self.max_archive_bytes,
             },
+            max_page_bytes: self.max_page_bytes.max(1),
+            stall_timeout: ms(self.stall_timeout_ms.max(1)),
+            max_streams_per_user: self.max_streams_per_user.max(1),
             access_token_ttl: Duration::from_secs(self.access_token_ttl_secs.max(1)),
             refresh_token_ttl: Duration::from_secs(self.refresh_token_ttl_secs.max(1)),
             allowed_origins: self.allowed_origins,

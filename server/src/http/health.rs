@@ -15,7 +15,7 @@ use crate::state::AppState;
     responses((status = 200, description = "The store answers", body = moor_protocol::api::Health))
 )]
 pub(super) async fn get(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    state.store.log.list_sessions().await?;
+    state.store.log.list_sessions(None, 1).await?;
     Ok(Json(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),

@@ -16,7 +16,7 @@ use crate::access::AuthUser;
 use crate::access::{session_for, Role};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::Range;
+use crate::store::{read_page, PageLimit, Range};
 use crate::util::query_param;
 
 /// Entries read per query when building a transcript.
@@ -104,15 +104,17 @@ pub(super) async fn transcript(
     let mut entries = Vec::new();
     let mut cursor = Seq::ZERO;
     loop {
-        let page = state
-            .store
-            .log
-            .read(session.id, Range::After(cursor), PAGE)
-            .await?;
-        let Some(last) = page.last() else { break };
+        let limit = PageLimit {
+            count: PAGE,
+            bytes: state.config.max_page_bytes,
+        };
+        let page = read_page(&*state.store.log, session.id, Range::After(cursor), limit).await?;
+        let Some(last) = page.entries.last() else {
+            break;
+        };
         cursor = last.seq;
-        let full = page.len() as u32 == PAGE;
-        entries.extend(page.into_iter().filter(|e| {
+        let full = page.more;
+        entries.extend(page.entries.into_iter().filter(|e| {
             e.kind.starts_with("agent.")
                 || e.kind == moor_protocol::kinds::INPUT_TEXT
                 || e.kind.starts_with("session.")

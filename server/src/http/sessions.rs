@@ -2,8 +2,6 @@
 //!
 //! Part of the HTTP transport: calls `access`, `store` and `hub`; never `sse` or `ws`.
 
-use std::collections::HashMap;
-
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -16,13 +14,17 @@ use crate::access::{session_for, session_with_role};
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
-use crate::store::{Range, SessionRow};
+use crate::store::{read_page, PageLimit, Range, SessionRow};
 use crate::util::query_param;
 
 /// Largest page of `/entries`.
 const MAX_PAGE: u32 = 1000;
 /// Page size when `limit` is absent.
 const DEFAULT_PAGE: u32 = 100;
+/// Most sessions in one list.
+const MAX_LIST: u32 = 1000;
+/// Sessions listed when `limit` is absent.
+const DEFAULT_LIST: u32 = 200;
 
 fn info(state: &AppState, row: SessionRow, role: Role) -> SessionInfo {
     SessionInfo {
@@ -58,40 +60,47 @@ pub(super) async fn me(AuthUser(who): AuthUser) -> Json<Me> {
     })
 }
 
-/// `GET /api/v1/sessions`: the sessions the caller has a role on, each with that role.
+/// `GET /api/v1/sessions`: the sessions the caller has a role on, each with that role, newest
+/// activity first. Queried by membership, so the cost follows the caller's own sessions.
 #[utoipa::path(
     get, path = "/sessions", operation_id = "listSessions", tag = "sessions",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Most sessions listed, 1 to 1000 (default 200): the ones with the newest activity"),
+    ),
     responses(
         (status = 200, description = "The sessions the caller has a role on", body = Vec<SessionInfo>),
+        crate::openapi::BadRequest,
         crate::openapi::Unauthorized,
     )
 )]
 pub(super) async fn list(
     State(state): State<AppState>,
     AuthUser(who): AuthUser,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    let rows = state.store.log.list_sessions().await?;
-    let roles: Option<HashMap<_, _>> = if who.admin {
-        None
-    } else {
-        Some(
-            state
-                .store
-                .access
-                .memberships(&who.name)
-                .await?
-                .into_iter()
-                .collect(),
-        )
-    };
-    let visible = rows.into_iter().filter_map(|r| {
-        let role = match &roles {
-            None => Role::Owner,
-            Some(roles) => *roles.get(&r.id)?,
-        };
-        Some(info(&state, r, role))
-    });
-    Ok(Json(visible.collect()))
+    let limit = limit_param(query.as_deref(), DEFAULT_LIST, MAX_LIST)?;
+    let member = (!who.admin).then_some(who.name.as_str());
+    let rows = state.store.log.list_sessions(member, limit).await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(row, role)| info(&state, row, role))
+            .collect(),
+    ))
+}
+
+/// The `limit` query parameter: `default` when absent, else 1 to `max`.
+fn limit_param(query: Option<&str>, default: u32, max: u32) -> Result<u32, ApiError> {
+    match query_param(query.unwrap_or(""), "limit") {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| ApiError::Invalid {
+                field: "limit",
+                reason: format!("{v:?} is not a number from 1 to {max}"),
+            }),
+    }
 }
 
 /// `GET /api/v1/sessions/{id}` (id or name).
@@ -133,7 +142,7 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
         ("id" = String, Path, description = "Session id or name"),
         ("after" = Option<u64>, Query, description = "Entries after this seq, ascending (default: from the start)"),
         ("before" = Option<u64>, Query, description = "The page of entries just before this seq (not with `after`)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, 1 to 1000 (default 100)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, 1 to 1000 (default 100); a page also stops at `--max-page-bytes` of entries (always holding at least one), and `has_more` says whether the log goes on"),
     ),
     responses(
         (status = 200, description = "A page of the log", body = EntriesPage),
@@ -147,18 +156,8 @@ pub(super) async fn entries(
     RawQuery(query): RawQuery,
 ) -> Result<Json<EntriesPage>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let limit = limit_param(query.as_deref(), DEFAULT_PAGE, MAX_PAGE)?;
     let query = query.unwrap_or_default();
-    let limit = match query_param(&query, "limit") {
-        None => DEFAULT_PAGE,
-        Some(v) => v
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| ApiError::Invalid {
-                field: "limit",
-                reason: format!("{v:?} is not a number from 1 to {MAX_PAGE}"),
-            })?,
-    };
     let range = match (seq_param(&query, "after")?, seq_param(&query, "before")?) {
         (Some(_), Some(_)) => {
             return Err(ApiError::Invalid {
@@ -169,23 +168,20 @@ pub(super) async fn entries(
         (_, Some(b)) => Range::Before(b),
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
     };
-    // One more than asked tells whether there is more.
-    let mut entries = state.store.log.read(session.id, range, limit + 1).await?;
-    let has_more = entries.len() > limit as usize;
-    if has_more {
-        match range {
-            Range::After(_) => {
-                entries.pop();
-            }
-            Range::Before(_) => {
-                entries.remove(0);
-            }
-        }
-    }
+    let page = read_page(
+        &*state.store.log,
+        session.id,
+        range,
+        PageLimit {
+            count: limit,
+            bytes: state.config.max_page_bytes,
+        },
+    )
+    .await?;
     Ok(Json(EntriesPage {
-        entries,
+        entries: page.entries,
         head_seq: session.head_seq,
-        has_more,
+        has_more: page.more,
     }))
 }
 

@@ -3,7 +3,9 @@
 //!
 //! The subscription is made before the first store read, so nothing committed in between can be
 //! missed; live entries at or below the cursor are dropped. A gap in the live stream (a lagged
-//! receiver) switches back to reading the store from the cursor. `next` is cancel-safe.
+//! receiver) or a notice of an entry too big for the live stream switches back to reading the
+//! store from the cursor. Store reads are pages bounded in count and bytes, so what a tail holds
+//! is at most one page (and at least one entry). `next` is cancel-safe.
 //!
 //! Part of the session core: calls `store` and `hub`; never a transport.
 
@@ -14,10 +16,12 @@ use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
-use crate::store::{LogStore, Range, StoreError, StoreResult};
+use crate::store::{read_page, LogStore, PageLimit, Range, StoreError, StoreResult};
 
-/// Entries read from the store per query while catching up.
+/// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
+/// Most bytes of entries read per query unless set with [`Tail::page_bytes`].
+const DEFAULT_PAGE_BYTES: u64 = 2 << 20;
 
 /// An ordered, gap-free, duplicate-free stream of one session's entries after a cursor.
 #[derive(Debug)]
@@ -29,6 +33,7 @@ pub struct Tail {
     rx: broadcast::Receiver<Arc<Frame>>,
     backlog: VecDeque<Arc<Frame>>,
     live: bool,
+    page_bytes: u64,
 }
 
 impl Drop for Tail {
@@ -49,7 +54,14 @@ impl Tail {
             rx,
             backlog: VecDeque::new(),
             live: false,
+            page_bytes: DEFAULT_PAGE_BYTES,
         }
+    }
+
+    /// Bounds each store read to `bytes` of entries (and at least one entry).
+    pub fn page_bytes(mut self, bytes: u64) -> Self {
+        self.page_bytes = bytes.max(1);
+        self
     }
 
     /// The session tailed.
@@ -74,7 +86,7 @@ impl Tail {
         loop {
             match self.rx.try_recv() {
                 Ok(f) if f.seq() <= self.cursor => continue,
-                Ok(f) if f.seq() == self.cursor.next() => {
+                Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
                     return Some(f);
                 }
@@ -95,22 +107,25 @@ impl Tail {
                 return Ok(f);
             }
             if !self.live {
-                let page = self
-                    .store
-                    .read(self.session, Range::After(self.cursor), PAGE)
-                    .await?;
-                self.live = (page.len() as u32) < PAGE;
+                let limit = PageLimit {
+                    count: PAGE,
+                    bytes: self.page_bytes,
+                };
+                let page =
+                    read_page(&*self.store, self.session, Range::After(self.cursor), limit).await?;
+                self.live = !page.more;
                 self.backlog
-                    .extend(page.into_iter().map(|e| Frame::new(Arc::new(e))));
+                    .extend(page.entries.into_iter().map(|e| Frame::new(Arc::new(e))));
                 continue;
             }
             match self.rx.recv().await {
                 Ok(f) if f.seq() <= self.cursor => {}
-                Ok(f) if f.seq() == self.cursor.next() => {
+                Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
                     return Ok(f);
                 }
-                // A hole in the live stream: the store has what is missing.
+                // A hole in the live stream, or an entry announced without its payload: the
+                // store has what is missing.
                 Ok(_) | Err(RecvError::Lagged(_)) => self.live = false,
                 Err(RecvError::Closed) => {
                     return Err(StoreError::Other(anyhow::anyhow!("fan-out closed")));

@@ -13,6 +13,7 @@ mod append;
 mod cluster;
 mod errors;
 pub mod migrate;
+mod page;
 mod plan;
 mod postgres;
 mod sqlite;
@@ -29,6 +30,7 @@ use serde_json::Value;
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
+pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -53,6 +55,10 @@ pub enum StoreError {
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
+
+/// Largest stored agent description a session list carries (the bridge handshake refuses
+/// larger ones; this guards rows stored before it did).
+pub const MAX_LISTED_AGENT_BYTES: usize = 16 * 1024;
 
 /// Result alias for store calls.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -194,8 +200,14 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// The session with this id or name.
     async fn find_session(&self, key: &str) -> StoreResult<SessionRow>;
 
-    /// All sessions, newest activity first.
-    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>>;
+    /// Up to `limit` sessions, newest activity first, each with the role `member` has on it:
+    /// only those it is a member of, or every session (as owner) when `member` is `None`. An
+    /// agent description stored over [`MAX_LISTED_AGENT_BYTES`] is left out.
+    async fn list_sessions(
+        &self,
+        member: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<(SessionRow, Role)>>;
 
     /// Appends `batch` to one session's log in one transaction, in order, and reports each
     /// entry's outcome. Seqs are contiguous and follow commit order. Once the session has ended,
@@ -205,6 +217,16 @@ pub trait LogStore: Send + Sync + Debug + 'static {
 
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
+
+    /// The stored payload sizes (bytes) of the entries [`LogStore::read`] would return, in the
+    /// order the range walks the log (ascending for `After`, newest first for `Before`), without
+    /// reading the payloads out: what [`read_page`] sizes a page with.
+    async fn entry_sizes(
+        &self,
+        session: SessionId,
+        range: Range,
+        limit: u32,
+    ) -> StoreResult<Vec<u64>>;
 
     /// Highest stored producer seq of `producer` in `session` (0: none).
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;

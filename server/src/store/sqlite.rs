@@ -14,12 +14,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
-use super::access::{access_store, stored_session, AccessDialect};
+use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::errors::db_error;
 use super::{
-    Append, Appended, IdemKey, LogStore, Range, SessionRow, StoreError, StoreResult, ENTRY_COLS,
-    INPUTS_AFTER_SQL,
+    Append, Appended, IdemKey, LogStore, Range, Role, SessionRow, StoreError, StoreResult,
+    ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 mod checkpoints;
@@ -169,14 +169,40 @@ impl LogStore for SqliteStore {
         self.find_session_in(&self.readers, key).await
     }
 
-    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions ORDER BY COALESCE(last_ts, created_at) DESC"
-        ))
-        .fetch_all(&self.readers)
-        .await
+    async fn list_sessions(
+        &self,
+        member: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<(SessionRow, Role)>> {
+        let cols = format!(
+            "s.id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
+             CASE WHEN length(CAST(s.agent AS BLOB)) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
+        );
+        let order = "ORDER BY COALESCE(s.last_ts, s.created_at) DESC LIMIT ?";
+        let rows = match member {
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {cols}, 'owner' AS role FROM sessions s {order}"
+                ))
+                .bind(i64::from(limit))
+                .fetch_all(&self.readers)
+                .await
+            }
+            Some(principal) => {
+                sqlx::query(&format!(
+                    "SELECT {cols}, m.role FROM session_members m \
+                     JOIN sessions s ON s.id = m.session_id WHERE m.principal = ? {order}"
+                ))
+                .bind(principal)
+                .bind(i64::from(limit))
+                .fetch_all(&self.readers)
+                .await
+            }
+        }
         .map_err(db_error)?;
-        rows.iter().map(session_row).collect()
+        rows.iter()
+            .map(|r| Ok((session_row(r)?, stored_role(r.get("role"))?)))
+            .collect()
     }
 
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
@@ -246,6 +272,31 @@ impl LogStore for SqliteStore {
             .map(entry_row)
             .collect::<StoreResult<Vec<_>>>()?;
         Ok(range.ascending(entries))
+    }
+
+    async fn entry_sizes(
+        &self,
+        session: SessionId,
+        range: Range,
+        limit: u32,
+    ) -> StoreResult<Vec<u64>> {
+        let (op, order) = match range {
+            Range::After(_) => (">", "ASC"),
+            Range::Before(_) => ("<", "DESC"),
+        };
+        let (Range::After(at) | Range::Before(at)) = range;
+        let sizes: Vec<i64> = sqlx::query_scalar(&format!(
+            "SELECT length(CAST(payload AS BLOB)) FROM entries \
+             WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq {op} ? \
+             ORDER BY seq {order} LIMIT ?"
+        ))
+        .bind(session.to_string())
+        .bind(super::seq_bind(at))
+        .bind(i64::from(limit))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(db_error)?;
+        Ok(sizes.into_iter().map(|n| n.max(0) as u64).collect())
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {

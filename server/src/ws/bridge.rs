@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
@@ -42,6 +42,8 @@ const MAX_INFLIGHT_BATCHES: usize = 8;
 const NOT_YOURS: &str = "session not found or not yours; pick another session name";
 /// Most pending inputs sent in a `Welcome`; later ones follow as `Input` frames.
 const WELCOME_INPUTS: u32 = 1000;
+/// Largest agent description (`hello.agent` as JSON) a session stores.
+pub const MAX_AGENT_BYTES: usize = 16 * 1024;
 
 /// Upgrades an authenticated request to a bridge link.
 #[utoipa::path(
@@ -61,9 +63,16 @@ pub async fn upgrade(
     AuthUser(who): AuthUser,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let Some(slot) = state.streams.open(&who.name, who.admin) else {
+        return crate::error::ApiError::RateLimited(1).into_response();
+    };
     let conns = state.conns.clone();
-    super::tune(ws, &state.config)
-        .on_upgrade(move |socket| conns.track_future(run(socket, state, who)))
+    super::tune(ws, &state.config).on_upgrade(move |socket| {
+        conns.track_future(async move {
+            let _slot = slot;
+            run(socket, state, who).await
+        })
+    })
 }
 
 /// Whether `who` owns `session` (administrators own every session).
@@ -134,6 +143,15 @@ impl Ending {
 struct InFlight {
     commit: Pending,
     producer_seqs: Vec<u64>,
+    /// Size of the frames the batch came in.
+    bytes: usize,
+}
+
+/// Whether another frame may be read: fewer than [`MAX_INFLIGHT_BATCHES`] batches, holding less
+/// than twice the frame limit, are committing.
+fn may_read(inflight: &VecDeque<InFlight>, max_frame_bytes: usize) -> bool {
+    let bytes: usize = inflight.iter().map(|f| f.bytes).sum();
+    inflight.len() < MAX_INFLIGHT_BATCHES && bytes < max_frame_bytes.saturating_mul(2)
 }
 
 struct Conn {
@@ -325,6 +343,17 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
         .await
         .map_err(|_| Ending::close(close::HEARTBEAT_TIMEOUT, "no hello within the idle timeout"))?;
     let hello = match first {
+        // The hello is held to the same limit as every other frame.
+        Some(Ok(Message::Text(t))) if super::too_big(&t, &state.config) => {
+            return Err(Ending::close(
+                close::MESSAGE_TOO_BIG,
+                format!(
+                    "hello of {} bytes is over the {} byte frame limit",
+                    t.len(),
+                    state.config.max_frame_bytes
+                ),
+            ))
+        }
         Some(Ok(Message::Text(t))) => match serde_json::from_str::<BridgeToServer>(&t) {
             Ok(BridgeToServer::Hello(h)) => h,
             Ok(_) => {
@@ -365,6 +394,14 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
         return Err(Ending::close(
             close::INVALID_SESSION,
             "session ids are lower-case hyphenated UUIDs; use that form, or a name that is not a UUID",
+        ));
+    }
+    // The description is stored with the session and read with every list of sessions.
+    let agent_bytes = serde_json::to_string(&hello.agent).map_or(usize::MAX, |a| a.len());
+    if agent_bytes > MAX_AGENT_BYTES {
+        return Err(Ending::close(
+            close::BAD_FRAME,
+            format!("agent description of {agent_bytes} bytes is over {MAX_AGENT_BYTES}"),
         ));
     }
     Ok(hello)
@@ -521,7 +558,7 @@ impl Conn {
                         Err(end) => return end,
                     }
                 }
-                msg = next_message(&mut lookahead, rx), if self.inflight.len() < MAX_INFLIGHT_BATCHES => {
+                msg = next_message(&mut lookahead, rx), if may_read(&self.inflight, cfg.max_frame_bytes) => {
                     last_rx = Instant::now();
                     match msg {
                         Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => {
@@ -611,13 +648,13 @@ impl Conn {
             .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
         match frame {
             BridgeToServer::Entries { mut entries } => {
-                merge_ready(
+                let merged = merge_ready(
                     &mut entries,
                     lookahead,
                     rx,
                     self.state.config.max_frame_bytes,
                 );
-                self.submit_entries(entries).await
+                self.submit_entries(entries, raw.len() + merged).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
                 let body: EntryBody = match status {
@@ -680,7 +717,7 @@ impl Conn {
 
     /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
     /// Validates a batch and hands it to the committer; its ack follows from [`Conn::settle`].
-    async fn submit_entries(&mut self, entries: Vec<NewEntry>) -> Result<(), Ending> {
+    async fn submit_entries(&mut self, entries: Vec<NewEntry>, bytes: usize) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
             return Err(self
                 .refuse(
@@ -719,6 +756,7 @@ impl Conn {
         self.inflight.push_back(InFlight {
             commit,
             producer_seqs,
+            bytes,
         });
         Ok(())
     }
@@ -819,14 +857,17 @@ async fn next_message(
 type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 
 /// Merges entry batches that are already readable into `entries` (group commit for one
-/// bridge); the first frame of another type is kept for the main loop.
+/// bridge), until the merged frames hold `max_frame_bytes` (so a batch costs at most twice the
+/// frame limit); the first frame of another type is kept for the main loop. Returns the size of
+/// the frames merged.
 fn merge_ready(
     entries: &mut Vec<NewEntry>,
     lookahead: &mut Lookahead,
     rx: &mut Rx,
     max_frame_bytes: usize,
-) {
-    while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() {
+) -> usize {
+    let mut merged = 0usize;
+    while entries.len() < MAX_MERGED_ENTRIES && lookahead.is_empty() && merged < max_frame_bytes {
         let Some(msg) = rx.next().now_or_never() else {
             break;
         };
@@ -839,12 +880,14 @@ fn merge_ready(
             if let Ok(BridgeToServer::Entries { entries: more }) =
                 serde_json::from_str::<BridgeToServer>(t)
             {
+                merged += t.len();
                 entries.extend(more);
                 continue;
             }
         }
         lookahead.push_back(msg);
     }
+    merged
 }
 
 fn store_ending(e: StoreError) -> Ending {

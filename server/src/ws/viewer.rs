@@ -1,6 +1,10 @@
 //! `GET /api/v1/sessions/{id}/ws`: a viewer socket. The same cursor semantics as SSE (`?after=`),
 //! entries as `ServerToViewer::Entry` frames, and inputs accepted in the other direction.
 //!
+//! Entries go out in batches of about [`WRITE_BATCH_BYTES`] from a [`Tail`] (one page of history
+//! at most); a viewer that takes no write for the stall timeout is closed with `LAGGED`, and
+//! resumes from its cursor.
+//!
 //! A transport: calls the session core and `access`; never `http` or `sse`.
 
 use std::time::Duration;
@@ -55,6 +59,10 @@ pub async fn upgrade(
 ) -> Result<Response, ApiError> {
     let cursor = cursor(&headers, query.as_deref())?;
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let slot = state
+        .streams
+        .open(&who.name, who.admin)
+        .ok_or(ApiError::RateLimited(1))?;
     let may_input = role_on(&state.store, &who, &session).await? >= Some(Role::Controller);
     let viewer = Viewer {
         stop: state.auth.revocations.token_for(&who),
@@ -65,7 +73,10 @@ pub async fn upgrade(
     let conns = state.conns.clone();
     let ws = tune(ws, &state.config);
     Ok(ws.on_upgrade(move |socket| {
-        conns.track_future(run(socket, state, viewer, session.id, cursor))
+        conns.track_future(async move {
+            let _slot = slot;
+            run(socket, state, viewer, session.id, cursor).await
+        })
     }))
 }
 
@@ -100,7 +111,8 @@ pub(crate) async fn serve<W, R>(
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
     let (mut tx, mut rx) = super::halves(tx, rx);
-    let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor);
+    let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor)
+        .page_bytes(state.config.max_page_bytes);
     let _watching = state.hub.watching(session);
     let head = match state.store.log.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
@@ -136,22 +148,18 @@ pub(crate) async fn serve<W, R>(
                 return super::close(&mut tx, &mut rx, close::HEARTBEAT_TIMEOUT, "no frame within the idle timeout").await;
             }
             _ = heartbeat.tick() => {
-                if tx.send(text(&ServerToViewer::Heartbeat)).await.is_err() { return; }
+                match tokio::time::timeout(cfg.stall_timeout, tx.send(text(&ServerToViewer::Heartbeat))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
+                }
             }
             next = tail.next() => match next {
-                Ok(f) => {
-                    let mut batch = vec![Message::Text(f.ws().into())];
-                    while batch.len() < 256 {
-                        match tail.ready() {
-                            Some(f) => batch.push(Message::Text(f.ws().into())),
-                            None => break,
-                        }
-                    }
-                    for m in batch {
-                        if tx.feed(m).await.is_err() { return; }
-                    }
-                    if tx.flush().await.is_err() { return; }
-                }
+                Ok(f) => match tokio::time::timeout(cfg.stall_timeout, write_batch(&mut tx, &mut tail, f)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
+                },
                 Err(e) => {
                     tracing::error!(error = ?e, "viewer tail failed");
                     return super::close(&mut tx, &mut rx, close::SERVER_ERROR, "store unavailable; reconnect").await;
@@ -178,6 +186,39 @@ pub(crate) async fn serve<W, R>(
             }
         }
     }
+}
+
+/// Closes a viewer that took nothing for the stall timeout with `LAGGED`, waiting for the close
+/// frame no longer than that either: it may not get through a full socket.
+async fn lagged(tx: &mut super::Tx, rx: &mut super::Rx, stall: Duration) {
+    let closing = super::close(
+        tx,
+        rx,
+        close::LAGGED,
+        "viewer too slow; reconnect with your cursor",
+    );
+    let _ = tokio::time::timeout(stall, closing).await;
+}
+
+/// A batch of entries stops once it holds this many bytes (or 256 entries).
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
+
+/// Writes `first` and the entries ready after it, up to a batch, and flushes.
+async fn write_batch(
+    tx: &mut super::Tx,
+    tail: &mut Tail,
+    first: std::sync::Arc<crate::hub::Frame>,
+) -> Result<(), axum::Error> {
+    let mut bytes = first.ws().len();
+    tx.feed(Message::Text(first.ws().into())).await?;
+    let mut count = 1;
+    while count < 256 && bytes < WRITE_BATCH_BYTES {
+        let Some(f) = tail.ready() else { break };
+        bytes += f.ws().len();
+        count += 1;
+        tx.feed(Message::Text(f.ws().into())).await?;
+    }
+    tx.flush().await
 }
 
 /// Handles one frame from the viewer: an answer to send, or a close code and reason.

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod checkpoint_scope;
+mod bounds;
 mod nodes;
 mod stories;
 
@@ -112,6 +113,8 @@ conformance!(
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
+    session_lists_hold_the_members_sessions_only_newest_first_and_bounded,
+    pages_stop_at_their_byte_bound_but_always_hold_one_entry,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.

@@ -302,8 +302,8 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     );
     let dst = pg.open("new").await;
     assert_eq!(
-        dst.log.list_sessions().await.unwrap(),
-        src.log.list_sessions().await.unwrap()
+        dst.log.list_sessions(None, 1000).await.unwrap(),
+        src.log.list_sessions(None, 1000).await.unwrap()
     );
     for s in [a, b] {
         assert_eq!(

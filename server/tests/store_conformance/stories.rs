@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::Db;
 pub use crate::checkpoint_scope::*;
+pub use crate::bounds::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
@@ -110,11 +111,11 @@ pub async fn sessions_are_created_once_and_found_by_id_or_name(db: Db) {
         Err(StoreError::NotFound)
     ));
     let listed: Vec<String> = log
-        .list_sessions()
+        .list_sessions(None, 1000)
         .await
         .unwrap()
         .into_iter()
-        .map(|s| s.name)
+        .map(|(s, _)| s.name)
         .collect();
     assert_eq!(listed, ["beta", "alpha"], "newest activity first");
 }

@@ -25,12 +25,12 @@ use uuid::Uuid;
 
 use self::lookup::PgLookup;
 use self::rows::{entry_row, insert_rows, session_row};
-use super::access::{access_store, AccessDialect};
+use super::access::{access_store, stored_role, AccessDialect};
 use super::append::{self, Decision};
 use super::errors::db_error;
 use super::{
-    redact_url, seq_bind, Append, Appended, LogStore, Range, SessionRow, StoreError, StoreResult,
-    ENTRY_COLS, INPUTS_AFTER_SQL,
+    redact_url, seq_bind, Append, Appended, LogStore, Range, Role, SessionRow, StoreError,
+    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -213,14 +213,44 @@ impl LogStore for PgStore {
         self.find_session_by(key).await
     }
 
-    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions ORDER BY COALESCE(last_ts, created_at) DESC"
-        ))
-        .fetch_all(&self.pool)
-        .await
+    async fn list_sessions(
+        &self,
+        member: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<(SessionRow, Role)>> {
+        let cols = format!(
+            "s.id::text AS id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
+             CASE WHEN octet_length(s.agent) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
+        );
+        let order = "ORDER BY COALESCE(s.last_ts, s.created_at) DESC";
+        let rows = match member {
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {cols}, 'owner' AS role FROM sessions s {order} LIMIT $1"
+                ))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+            }
+            Some(principal) => {
+                sqlx::query(&format!(
+                    "SELECT {cols}, m.role FROM session_members m \
+                     JOIN sessions s ON s.id = m.session_id::uuid WHERE m.principal = $1 \
+                     {order} LIMIT $2"
+                ))
+                .bind(principal)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
         .map_err(db_error)?;
-        rows.iter().map(session_row).collect()
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("role").map_err(db_error)?;
+                Ok((session_row(r)?, stored_role(&role)?))
+            })
+            .collect()
     }
 
     async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
@@ -305,6 +335,30 @@ impl LogStore for PgStore {
             .map(entry_row)
             .collect::<StoreResult<Vec<_>>>()?;
         Ok(range.ascending(entries))
+    }
+
+    async fn entry_sizes(
+        &self,
+        session: SessionId,
+        range: Range,
+        limit: u32,
+    ) -> StoreResult<Vec<u64>> {
+        let (op, order) = match range {
+            Range::After(_) => (">", "ASC"),
+            Range::Before(_) => ("<", "DESC"),
+        };
+        let (Range::After(at) | Range::Before(at)) = range;
+        let sizes: Vec<i64> = sqlx::query_scalar(&format!(
+            "SELECT octet_length(payload)::bigint FROM entries \
+             WHERE session_id = $1::uuid AND seq {op} $2 ORDER BY seq {order} LIMIT $3"
+        ))
+        .bind(session.to_string())
+        .bind(seq_bind(at))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(sizes.into_iter().map(|n| n.max(0) as u64).collect())
     }
 
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {

@@ -1,0 +1,87 @@
+//! Pages of a log bounded in bytes as well as in count: a page stops at `count` entries or
+//! `bytes` of payload, whichever comes first, and always holds at least one entry when the
+//! range has any, so a reader always makes progress.
+//!
+//! Sized from [`LogStore::entry_sizes`] before anything is read, so a page of big entries never
+//! exists in memory whole. Entries are immutable once committed and seqs are contiguous, so
+//! the read that follows returns exactly the entries sized. Calls only the [`LogStore`] trait.
+
+use moor_protocol::{Entry, SessionId};
+
+use super::{LogStore, Range, StoreResult};
+
+/// What an entry costs beyond its payload in a page (seq, ts, kind, author and the framing of
+/// the JSON or SSE encoding), for the byte bound.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 256;
+
+/// The bounds of one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimit {
+    /// Most entries.
+    pub count: u32,
+    /// Most bytes of entries (payload plus [`ENTRY_OVERHEAD_BYTES`] each), except that the
+    /// first entry is always included.
+    pub bytes: u64,
+}
+
+/// One page of a log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// The entries, ascending.
+    pub entries: Vec<Entry>,
+    /// The range holds more entries than the page.
+    pub more: bool,
+}
+
+/// Reads one page of `range` within `limit`.
+pub async fn read_page(
+    store: &dyn LogStore,
+    session: SessionId,
+    range: Range,
+    limit: PageLimit,
+) -> StoreResult<Page> {
+    let count = limit.count.max(1);
+    let sizes = store
+        .entry_sizes(session, range, count.saturating_add(1))
+        .await?;
+    let take = fitting(&sizes, count, limit.bytes);
+    let entries = if take == 0 {
+        Vec::new()
+    } else {
+        store.read(session, range, take as u32).await?
+    };
+    Ok(Page {
+        more: sizes.len() > take,
+        entries,
+    })
+}
+
+/// How many of the leading `sizes` fit in `count` entries and `bytes` (at least one).
+fn fitting(sizes: &[u64], count: u32, bytes: u64) -> usize {
+    let mut used = 0u64;
+    let mut take = 0usize;
+    for size in sizes.iter().take(count as usize) {
+        let cost = size.saturating_add(ENTRY_OVERHEAD_BYTES);
+        if take > 0 && used.saturating_add(cost) > bytes {
+            break;
+        }
+        used = used.saturating_add(cost);
+        take += 1;
+    }
+    take
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_stops_at_the_count_or_the_bytes_and_always_holds_one_entry() {
+        let o = ENTRY_OVERHEAD_BYTES;
+        assert_eq!(fitting(&[10, 10, 10], 2, 1 << 20), 2);
+        assert_eq!(fitting(&[100, 100, 100], 10, 2 * (100 + o)), 2);
+        assert_eq!(fitting(&[100, 100, 100], 10, 2 * (100 + o) - 1), 1);
+        assert_eq!(fitting(&[1 << 30, 1], 10, 1024), 1);
+        assert_eq!(fitting(&[], 10, 1024), 0);
+    }
+}

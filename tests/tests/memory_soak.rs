@@ -1,0 +1,194 @@
+//! The memory budget under a mix of attacks, end to end: while a real `moor` streams 10,000
+//! entries to one `moord` and a normal SSE viewer reads them, a hostile bridge fills another
+//! session with big entries, readers that never read open streams on both sessions, and a
+//! bridge sends a `hello` five times the frame limit. The normal pair loses nothing, the
+//! stalled readers are cut off, the hello is refused with 1009, and `moord`'s anonymous memory
+//! (`RssAnon` in `/proc/<pid>/status`, sampled throughout) stays under the budget that
+//! `docs/security.md` adds up for these connections.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use moor_e2e::{eventually, lines, RawBridge, Rig, ServerOpts, SseClient, SseOpts, WAIT};
+use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello};
+use moor_protocol::{close, kinds, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+const MIB: u64 = 1 << 20;
+/// Entries of the hostile session, and their size.
+const BIG_ENTRIES: u64 = 80;
+const BIG_BYTES: usize = 512 * 1024;
+/// Page bound and stall timeout the server runs with.
+const PAGE_BYTES: u64 = MIB;
+const STALL_MS: u64 = 1000;
+/// What the connections of this test may add to `moord`'s anonymous memory, from
+/// `docs/security.md`: five stalled viewers (a page read and parsed, two chunks of 64 KiB plus
+/// an entry each: under 4 MiB), the normal viewer alike, the hostile bridge's batches in flight
+/// (under four times the 4 MiB frame limit of frames, held parsed, as rows and as entries:
+/// 48 MiB),
+/// `moor`'s batches of small lines, and the refused hello read whole (20 MiB, held at most twice
+/// while it is read). SQLite's page cache comes on top: see [`sqlite_cache`].
+const CONNECTIONS: u64 = 6 * 4 * MIB + 48 * MIB + 8 * MIB + 40 * MIB;
+
+/// The SQLite writer's page cache: the pages it wrote, up to its 64 MiB (`docs/security.md`).
+fn sqlite_cache(data_dir: &std::path::Path) -> u64 {
+    let file = |name: &str| std::fs::metadata(data_dir.join(name)).map_or(0, |m| m.len());
+    (file("moor.db") + file("moor.db-wal")).min(64 * MIB)
+}
+
+/// `RssAnon` of process `pid`, in bytes.
+fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Samples the peak `RssAnon` of `pid` on its own thread until dropped.
+struct PeakSampler {
+    peak: Arc<AtomicU64>,
+}
+
+impl PeakSampler {
+    fn start(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(rss_anon(pid)));
+        let seen = peak.clone();
+        std::thread::spawn(move || {
+            while Arc::strong_count(&seen) > 1 {
+                seen.fetch_max(rss_anon(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Self { peak }
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A loopback connection with a tiny receive buffer that asks for a session's events from the
+/// start and never reads.
+async fn stalled_reader(addr: std::net::SocketAddr, token: &str, session: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("small receive buffer");
+    let mut stream = socket.connect(addr).await.expect("connect");
+    let request = format!(
+        "GET /api/v1/sessions/{session}/events?after=0 HTTP/1.1\r\nHost: moor\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send the request");
+    stream
+}
+
+fn big_entries(first: u64, n: u64) -> Vec<NewEntry> {
+    let filler = "x".repeat(BIG_BYTES);
+    (first..first + n)
+        .map(|i| NewEntry {
+            producer_seq: i,
+            ts: moor_protocol::now_ms(),
+            kind: kinds::AGENT_OUTPUT.into(),
+            payload: json!({"stream": "stdout", "text": format!("{i:06}{filler}")}),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_readers_and_an_oversized_hello_cost_a_normal_bridge_and_viewer_nothing() {
+    // arrange: moord with a small page bound and a short stall timeout; moor starts streaming
+    let opts = ServerOpts::new()
+        .flag("--max-page-bytes", PAGE_BYTES)
+        .flag("--stall-timeout-ms", STALL_MS);
+    let mut rig = Rig::start(opts, &["count", "10000"]).await;
+    let pid = rig.server.pid().expect("moord runs");
+    let base = rss_anon(pid);
+    let sampler = PeakSampler::start(pid);
+    let viewer = SseClient::connect(
+        &rig.server.url(),
+        rig.server.token(),
+        rig.id,
+        SseOpts::default(),
+    );
+    let addr = rig.server.addr();
+    let token = rig.server.token().to_owned();
+
+    // act: a hostile bridge fills its session with big entries…
+    let mut hostile = RawBridge::connect(addr, Some(&token))
+        .await
+        .expect("bridge socket");
+    hostile.hello("hostile", ProducerId::new()).await;
+    for first in (1..=BIG_ENTRIES).step_by(4) {
+        let entries = big_entries(first, 4);
+        hostile.send(&BridgeToServer::Entries { entries }).await;
+    }
+    hostile.wait_ack(BIG_ENTRIES, WAIT).await;
+    // …readers that never read open streams on it and on the normal session…
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(stalled_reader(addr, &token, "hostile").await);
+    }
+    stalled.push(stalled_reader(addr, &token, &rig.name).await);
+    // …and a hello five times the frame limit is sent.
+    let mut oversized = RawBridge::connect(addr, Some(&token))
+        .await
+        .expect("bridge socket");
+    let hello = BridgeToServer::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        session: "oversized".into(),
+        producer: ProducerId::new(),
+        last_applied_input: Seq::ZERO,
+        uncertain_inputs: vec![],
+        agent: AgentInfo {
+            command: vec!["x".repeat(20 << 20)],
+            ..Default::default()
+        },
+    });
+    oversized
+        .send_text(serde_json::to_string(&hello).expect("hello encodes"))
+        .await;
+    let refused = oversized.expect_close(WAIT).await;
+
+    // assert: the hello is refused with 1009 and made no session
+    assert_eq!(refused.code, close::MESSAGE_TOO_BIG, "{refused:?}");
+    assert!(rig.api.session("oversized").await.is_none());
+    // the stalled readers of the big entries are cut off (the one on the normal session may fit
+    // all it is sent in the sockets' buffers, and then waits like any idle reader)
+    let api = rig.api.clone();
+    eventually(WAIT, "the stalled readers to be cut off", || {
+        let api = api.clone();
+        async move {
+            let list = api.sessions().await;
+            list.iter()
+                .find(|s| s.name == "hostile")
+                .is_some_and(|s| s.watchers == 0)
+        }
+    })
+    .await;
+    // the normal pair loses nothing: moor's log is complete, and the viewer saw exactly it
+    let log = rig.finish(&lines(10_000)).await;
+    let head = log.last().expect("log").seq.0;
+    viewer.wait_seq(head, WAIT).await;
+    let seen = viewer.snapshot();
+    assert_eq!(seen.entries, log, "the viewer saw exactly the log");
+    // and moord stayed under the budget
+    let grew = sampler.peak().saturating_sub(base);
+    let budget = CONNECTIONS + sqlite_cache(&rig.server.dir().join("data"));
+    eprintln!(
+        "moord anonymous memory: {base} bytes at the start, peak growth {grew} bytes, budget {budget}"
+    );
+    assert!(
+        grew < budget,
+        "moord's anonymous memory grew by {grew} bytes, over the {budget} byte budget"
+    );
+    drop(stalled);
+}
