@@ -715,8 +715,7 @@ impl Conn {
         }
     }
 
-    /// Commits a batch, then acks it; refuses gaps and content mismatches loudly.
-    /// Validates a batch and hands it to the committer; its ack follows from [`Conn::settle`].
+    /// Validates a batch (`bytes` on the wire) and hands it to the committer; its ack follows from [`Conn::settle`].
     async fn submit_entries(&mut self, entries: Vec<NewEntry>, bytes: usize) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
             return Err(self
@@ -727,8 +726,8 @@ impl Conn {
                 )
                 .await);
         }
-        let bytes = entries.iter().map(|e| stored_len(&e.payload)).sum();
-        if let Err(QuotaError::Exceeded(msg)) = self.live.charge_log(bytes) {
+        let payload_bytes = entries.iter().map(|e| stored_len(&e.payload)).sum();
+        if let Err(QuotaError::Exceeded(msg)) = self.live.charge_log(payload_bytes) {
             return Err(self
                 .refuse(ErrorCode::Forbidden, close::QUOTA_EXCEEDED, msg)
                 .await);
