@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use base64::Engine;
+use moor_e2e::http::RawBody;
 use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TermSession, TestServer, WAIT};
 use moor_protocol::{kinds, Entry};
 use serde_json::json;
@@ -160,11 +161,29 @@ async fn remote_and_local_resizes_reach_the_program() {
     term.resize(61, 17);
     s.assert_resized(id, 2, "local", (61, 17)).await;
 
-    // a bad resize is refused with a reason, the session goes on
+    // a malformed resize is refused at the POST; one the terminal cannot take is failed by the
+    // bridge with a reason; the session goes on
+    let malformed =
+        json!({"client_msg_id": "r2", "kind": kinds::INPUT_RESIZE, "payload": {"cols": 0}});
+    let refused = s
+        .server
+        .api()
+        .authed(
+            reqwest::Method::POST,
+            &format!("/api/v1/sessions/{id}/inputs"),
+            Some(RawBody::Json(malformed)),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        reqwest::StatusCode::BAD_REQUEST,
+        "{:?}",
+        refused.body
+    );
     let bad = s
         .server
         .api()
-        .post_input_kind(id, "r2", kinds::INPUT_RESIZE, json!({"cols": 0}))
+        .post_input_kind(id, "r3", kinds::INPUT_RESIZE, json!({"cols": 0, "rows": 0}))
         .await;
     s.tail
         .wait_kind(kinds::INPUT_FAILED, 0, WAIT, |e| {

@@ -7,8 +7,8 @@
 // A test binary: an unwrap that fails is the test failing, with the error in the message.
 #![allow(clippy::unwrap_used)]
 
-mod checkpoint_scope;
 mod bounds;
+mod checkpoint_scope;
 mod nodes;
 mod stories;
 

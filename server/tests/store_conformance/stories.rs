@@ -12,8 +12,8 @@ use moor_server::store::{
 use serde_json::json;
 
 use super::Db;
-pub use crate::checkpoint_scope::*;
 pub use crate::bounds::*;
+pub use crate::checkpoint_scope::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
