@@ -48,7 +48,9 @@ pub async fn submit(
     }
 }
 
-fn validate(req: &InputRequest) -> Result<(), ApiError> {
+/// Checks one input as [`submit`] does before appending it: a 400 for a bad `client_msg_id`,
+/// kind or `input.text` payload.
+pub fn validate(req: &InputRequest) -> Result<(), ApiError> {
     if req.client_msg_id.is_empty() || req.client_msg_id.len() > MAX_CLIENT_MSG_ID {
         return Err(ApiError::Invalid {
             field: "client_msg_id",
