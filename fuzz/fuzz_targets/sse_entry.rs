@@ -64,7 +64,8 @@ fuzz_target!(|data: &[u8]| {
 fn check(event: &moor_fuzz::SseEvent, entry: &Entry) {
     assert_eq!(event.id.as_deref(), Some(entry.seq.to_string().as_str()));
     assert_eq!(event.event, entry.kind);
-    // The data is the entry's JSON, byte for byte, and reads back as the entry.
+    // The data is the entry's JSON, byte for byte, and reads back as the entry (floats as close
+    // as serde_json's parser reads them).
     let json = serde_json::to_string(entry).expect("an entry encodes");
     assert_eq!(event.data, json);
     let back: Entry = serde_json::from_str(&event.data)
