@@ -76,7 +76,9 @@ async fn stored_input(
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("input {seq} is not stored")))
 }
 
-fn validate(req: &InputRequest) -> Result<(), ApiError> {
+/// Checks one input as [`submit`] does before appending it: a 400 for a bad `client_msg_id`,
+/// kind, or a payload that is not valid for a known input kind.
+pub fn validate(req: &InputRequest) -> Result<(), ApiError> {
     if req.client_msg_id.is_empty() || req.client_msg_id.len() > MAX_CLIENT_MSG_ID {
         return Err(ApiError::Invalid {
             field: "client_msg_id",

@@ -820,8 +820,9 @@ impl Conn {
     }
 }
 
-/// Kinds the server writes itself (`bridge.*`, `input.*`) are not the bridge's to write.
-fn bridge_may_write(kind: &str) -> bool {
+/// Whether a bridge may write an entry of `kind`: a well-formed kind, and not one the server
+/// writes itself (`bridge.*`, `input.*`, `session.ended`).
+pub fn bridge_may_write(kind: &str) -> bool {
     kinds::is_valid(kind)
         && !kind.starts_with("bridge.")
         && !kind.starts_with("input.")
