@@ -1,5 +1,5 @@
-//! The stories every store must tell the same way: one node (this file) and several nodes
-//! sharing a database (`nodes.rs`, re-exported here).
+//! The stories every store must tell the same way: one node (this file), group appends
+//! (`group.rs`) and several nodes sharing a database (`nodes.rs`), re-exported here.
 
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use moor_server::store::{
 use serde_json::json;
 
 use super::Db;
+pub use crate::group::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
