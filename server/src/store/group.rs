@@ -61,6 +61,10 @@ pub(crate) trait GroupLookup: Lookup {
     fn advanced(&mut self, key: &Self::Key, producer: ProducerId, mark: u64);
 }
 
+/// A part's decisions: per entry, its outcome when nothing is written for it, and the seqs of
+/// the rows written for it; or the part's own error.
+pub(crate) type Decided = StoreResult<(Vec<Option<Appended>>, Vec<i64>)>;
+
 /// What a group transaction has to write, and each part's decisions.
 #[derive(Debug)]
 pub(crate) struct Grouped<'a, K> {
@@ -69,7 +73,7 @@ pub(crate) struct Grouped<'a, K> {
     /// Producer marks that moved: `(session key, producer) → mark`.
     pub(crate) marks: HashMap<(K, ProducerId), u64>,
     /// Per part, in order: its error, or what was decided per entry and the seqs written.
-    pub(crate) parts: Vec<StoreResult<(Vec<Option<Appended>>, Vec<i64>)>>,
+    pub(crate) parts: Vec<Decided>,
 }
 
 /// Decides every part of `group` against `heads` (the sessions found, by id), advancing them.
@@ -121,7 +125,7 @@ pub(crate) async fn decide_group<'a, L: GroupLookup>(
 /// Each part's outcome once the transaction committed.
 pub(crate) fn outcomes(
     group: Vec<GroupPart>,
-    parts: Vec<StoreResult<(Vec<Option<Appended>>, Vec<i64>)>>,
+    parts: Vec<Decided>,
 ) -> Vec<StoreResult<Vec<Appended>>> {
     group
         .into_iter()
