@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::anyhow;
 use moor_protocol::SessionId;
 
-use super::log::{Queues, Request, Shared};
+use super::queues::{Queues, Request, Shared};
 use crate::hub::Frame;
 use crate::store::{Appended, GroupPart, StoreError, StoreResult};
 

@@ -5,8 +5,8 @@
 //!    faster than the store commits is held at its socket (its connection stops reading), not
 //!    in memory (G10). The server's own bookkeeping, submitted with [`Log::submit_now`], does
 //!    not wait: it must never wait on the committer that feeds it.
-//! 2. **Queue.** The request joins its session's queue; a session with anything queued is on
-//!    the ready list once, in the order it became ready.
+//! 2. **Queue.** The request joins its session's queue (`queues.rs`); a session with anything
+//!    queued is on the ready list once, in the order it became ready.
 //! 3. **Commit.** One committer task (`commit.rs`) takes whatever is ready from every session,
 //!    up to `MAX_GROUP_ENTRIES` entries, and hands it to the store as ONE transaction
 //!    ([`LogStore::append_group`]): one commit and one fsync for all of them. Whatever arrives
@@ -22,22 +22,19 @@
 //!
 //! Part of the session core: calls `store` and `hub`; never a transport.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use anyhow::anyhow;
 use moor_protocol::SessionId;
 use serde_json::Value;
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 use tokio_util::task::TaskTracker;
 
 use super::commit::commit_loop;
+pub use super::queues::SESSION_QUEUE_BYTES;
+use super::queues::{Queues, Request, SessionQueue, Shared};
 use crate::hub::Hub;
 use crate::store::{Append, Appended, LogStore, StoreError, StoreResult};
-
-/// Bytes of entries (as JSON, roughly) one session may have queued or committing; a batch
-/// larger than this waits until the session has nothing else in flight.
-pub const SESSION_QUEUE_BYTES: usize = 8 << 20;
 
 /// A submitted append: resolves to the outcomes once committed and published.
 #[derive(Debug)]
@@ -49,61 +46,6 @@ impl Pending {
         (&mut self.0)
             .await
             .map_err(|_| StoreError::Other(anyhow!("committer stopped")))?
-    }
-}
-
-/// One submitted batch, waiting in its session's queue or committing.
-pub(super) struct Request {
-    pub(super) batch: Vec<Append>,
-    pub(super) reply: oneshot::Sender<StoreResult<Vec<Appended>>>,
-    /// Its share of the session's budget, given back when the request is answered.
-    pub(super) _room: Option<OwnedSemaphorePermit>,
-}
-
-/// A session's queue and budget.
-pub(super) struct SessionQueue {
-    pub(super) requests: VecDeque<Request>,
-    room: Arc<Semaphore>,
-}
-
-impl SessionQueue {
-    fn new() -> Self {
-        Self {
-            requests: VecDeque::new(),
-            room: Arc::new(Semaphore::new(SESSION_QUEUE_BYTES)),
-        }
-    }
-
-    /// Nothing queued, committing or waiting for room: the queue may go.
-    pub(super) fn idle(&self) -> bool {
-        self.requests.is_empty()
-            && self.room.available_permits() == SESSION_QUEUE_BYTES
-            && Arc::strong_count(&self.room) == 1
-    }
-}
-
-/// Every session's queue, and which have something ready.
-#[derive(Default)]
-pub(super) struct Queues {
-    pub(super) sessions: HashMap<SessionId, SessionQueue>,
-    /// Sessions with requests queued, each once, oldest first.
-    pub(super) ready: VecDeque<SessionId>,
-    /// No more appends are taken; the committer exits once everything queued is answered.
-    pub(super) closed: bool,
-}
-
-/// What the committer and the submitters share.
-pub(super) struct Shared {
-    pub(super) store: Arc<dyn LogStore>,
-    pub(super) hub: Hub,
-    queues: Mutex<Queues>,
-    /// Told when a session becomes ready or the log closes.
-    pub(super) wake: Notify,
-}
-
-impl Shared {
-    pub(super) fn queues(&self) -> MutexGuard<'_, Queues> {
-        self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

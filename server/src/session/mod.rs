@@ -9,5 +9,6 @@ mod commit;
 pub mod cursor;
 pub mod input;
 pub mod log;
+mod queues;
 pub mod states;
 pub mod tail;
