@@ -151,16 +151,3 @@ pub(crate) fn written<K: Clone>(heads: &HashMap<SessionId, Head<K>>) -> Vec<(K, 
         })
         .collect()
 }
-
-/// Splits `rest` into the next chunk of a fixed size (the largest of `sizes` that fits, else 1)
-/// and what follows: multi-row statements of a few fixed sizes keep the prepared-statement
-/// cache small.
-pub(crate) fn next_chunk<'s, T>(rest: &'s [T], sizes: &[usize]) -> (&'s [T], &'s [T]) {
-    let n = sizes
-        .iter()
-        .copied()
-        .find(|&n| n <= rest.len())
-        .unwrap_or(1)
-        .min(rest.len());
-    rest.split_at(n)
-}

@@ -1,24 +1,25 @@
 //! SQLite's group append: several sessions' batches in one transaction on the writer
-//! connection, with a fixed handful of statements whatever the number of sessions (their
-//! heads in one read, their producers' marks in another, every new row in multi-row inserts,
-//! marks and heads each in one update), because every statement is a hand-off to SQLite's
-//! worker thread. The decisions themselves are `store::group`'s.
+//! connection, with a fixed handful of statements whatever the number of sessions: their heads
+//! in one read, their producers' marks in another, every new row in one insert, marks and heads
+//! each in one update. Every statement, and every row read back, is a hand-off to SQLite's
+//! worker thread and back, which on busy cores waits for a time slice; so the rows go in as one
+//! JSON array expanded by `json_each`, and reads come back aggregated into one row. The
+//! decisions themselves are `store::group`'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
+use anyhow::Context;
 use moor_protocol::{ProducerId, Seq, SessionId};
-use sqlx::{QueryBuilder, Row, Sqlite, Transaction};
+use serde_json::json;
+use sqlx::{Row, Sqlite, Transaction};
 
 use super::SqliteStore;
 use crate::store::access::stored_session;
 use crate::store::append::{Lookup, NewRow, StoredEntry};
 use crate::store::errors::db_error;
-use crate::store::group::{self, decide_group, next_chunk, GroupLookup, GroupPart, Head};
+use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
 use crate::store::{Appended, IdemKey, StoreResult};
-
-/// Rows (or keys) per multi-row statement. A few fixed sizes keep the statement cache small.
-const CHUNKS: [usize; 4] = [256, 32, 4, 1];
 
 /// A producer's row in a session: `(session pk, producer) → (producer pk, mark)`.
 type Producers = HashMap<(i64, ProducerId), (i64, u64)>;
@@ -74,79 +75,70 @@ fn wanted_producers(
         .collect()
 }
 
-/// The group's sessions that exist, by id.
+/// The group's sessions that exist, by id: one statement, one row back.
 async fn read_heads(
     tx: &mut Transaction<'_, Sqlite>,
     group: &[GroupPart],
 ) -> StoreResult<HashMap<SessionId, Head<i64>>> {
-    let mut ids: Vec<String> = group.iter().map(|(s, _)| s.to_string()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut heads = HashMap::with_capacity(ids.len());
-    let mut rest = ids.as_slice();
-    while !rest.is_empty() {
-        let (chunk, tail) = next_chunk(rest, &CHUNKS);
-        rest = tail;
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "SELECT pk, id, head_seq, ended_at FROM sessions WHERE id IN (",
+    let ids: Vec<String> = group.iter().map(|(s, _)| s.to_string()).collect();
+    let found: Vec<(i64, String, i64, Option<i64>)> = one_json_row(
+        tx,
+        "SELECT json_group_array(json_array(pk, id, head_seq, ended_at)) FROM sessions \
+         WHERE id IN (SELECT value FROM json_each(?))",
+        json!(ids),
+    )
+    .await?;
+    let mut heads = HashMap::with_capacity(found.len());
+    for (pk, id, head, ended_at) in found {
+        heads.insert(
+            stored_session(&id)?,
+            Head::new(pk, head, ended_at.is_some()),
         );
-        let mut list = qb.separated(", ");
-        for id in chunk {
-            list.push_bind(id);
-        }
-        qb.push(")");
-        for row in qb
-            .build()
-            .persistent(true)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db_error)?
-        {
-            let id = stored_session(row.try_get("id").map_err(db_error)?)?;
-            let ended = row
-                .try_get::<Option<i64>, _>("ended_at")
-                .map_err(db_error)?
-                .is_some();
-            heads.insert(id, Head::new(row.get("pk"), row.get("head_seq"), ended));
-        }
     }
     Ok(heads)
 }
 
-/// The stored rows of the `wanted` producers (missing ones are created when first needed).
+/// The stored rows of the `wanted` producers (missing ones are created when first needed):
+/// one statement, one row back.
 async fn read_producers(
     tx: &mut Transaction<'_, Sqlite>,
     wanted: &[(i64, ProducerId)],
 ) -> StoreResult<Producers> {
-    let mut found = HashMap::with_capacity(wanted.len());
-    let mut rest = wanted;
-    while !rest.is_empty() {
-        let (chunk, tail) = next_chunk(rest, &CHUNKS);
-        rest = tail;
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "SELECT pk, session_pk, producer_id, last_seq FROM producers \
-             WHERE (session_pk, producer_id) IN (",
-        );
-        qb.push_values(chunk, |mut b, (spk, producer)| {
-            b.push_bind(*spk).push_bind(producer.to_string());
-        });
-        qb.push(")");
-        for row in qb
-            .build()
-            .persistent(true)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db_error)?
-        {
-            let producer: String = row.get("producer_id");
-            let Ok(producer) = producer.parse::<ProducerId>() else {
-                continue;
-            };
-            let mark = row.get::<i64, _>("last_seq") as u64;
-            found.insert((row.get("session_pk"), producer), (row.get("pk"), mark));
+    if wanted.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let keys: Vec<(i64, String)> = wanted.iter().map(|(s, p)| (*s, p.to_string())).collect();
+    let found: Vec<(i64, i64, String, i64)> = one_json_row(
+        tx,
+        "SELECT json_group_array(json_array(p.pk, p.session_pk, p.producer_id, p.last_seq)) \
+         FROM json_each(?) AS k JOIN producers p \
+         ON p.session_pk = json_extract(k.value, '$[0]') \
+         AND p.producer_id = json_extract(k.value, '$[1]')",
+        json!(keys),
+    )
+    .await?;
+    let mut producers = HashMap::with_capacity(found.len());
+    for (pk, spk, producer, mark) in found {
+        if let Ok(producer) = producer.parse::<ProducerId>() {
+            producers.insert((spk, producer), (pk, mark as u64));
         }
     }
-    Ok(found)
+    Ok(producers)
+}
+
+/// Runs `sql`, which takes one JSON argument and aggregates its answer into one JSON value, and
+/// decodes that value (each row streamed back is a hand-off between threads; one is cheaper).
+async fn one_json_row<T: serde::de::DeserializeOwned>(
+    tx: &mut Transaction<'_, Sqlite>,
+    sql: &'static str,
+    arg: serde_json::Value,
+) -> StoreResult<T> {
+    let text: String = sqlx::query_scalar(sql)
+        .bind(arg.to_string())
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(serde_json::from_str(&text).context("decode an aggregated row")?)
 }
 
 /// The producer's row in this session, created with mark 0 if new: its pk and its mark.
@@ -256,85 +248,91 @@ impl Lookup for SqliteGroupLookup<'_, '_> {
     }
 }
 
-/// Inserts the new rows of every session, a chunk of rows per statement.
+/// Inserts the new rows of every session with one statement: the rows go in as one JSON array.
 async fn insert_rows(
     tx: &mut Transaction<'_, Sqlite>,
     rows: &[(i64, NewRow<'_>)],
     producers: &Producers,
 ) -> StoreResult<()> {
-    let mut rest = rows;
-    while !rest.is_empty() {
-        let (chunk, tail) = next_chunk(rest, &CHUNKS);
-        rest = tail;
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
-             producer_seq, client_msg_id, ref_seq) ",
-        );
-        qb.push_values(chunk, |mut b, (spk, row)| {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(spk, row)| {
             let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
             let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
-            b.push_bind(*spk)
-                .push_bind(row.seq)
-                .push_bind(row.append.ts)
-                .push_bind(&row.append.kind)
-                .push_bind(&row.append.author)
-                .push_bind(&row.payload)
-                .push_bind(producer_pk)
-                .push_bind(producer_seq)
-                .push_bind(client_msg.map(str::to_owned))
-                .push_bind(ref_seq);
-        });
-        qb.build()
-            .persistent(true)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    }
-    Ok(())
+            json!([
+                spk,
+                row.seq,
+                row.append.ts,
+                row.append.kind,
+                row.append.author,
+                row.payload,
+                producer_pk,
+                producer_seq,
+                client_msg,
+                ref_seq
+            ])
+        })
+        .collect();
+    execute_json(
+        tx,
+        "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
+         producer_seq, client_msg_id, ref_seq) \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+         json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
+         json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
+         json_extract(value, '$[8]'), json_extract(value, '$[9]') \
+         FROM json_each(?) ORDER BY key",
+        json!(values),
+    )
+    .await
 }
 
-/// Saves moved producer marks: `(producer pk, mark)`.
+/// Saves moved producer marks, `(producer pk, mark)`, with one statement.
 async fn update_marks(tx: &mut Transaction<'_, Sqlite>, marks: &[(i64, i64)]) -> StoreResult<()> {
-    let mut rest = marks;
-    while !rest.is_empty() {
-        let (chunk, tail) = next_chunk(rest, &CHUNKS);
-        rest = tail;
-        let mut qb =
-            QueryBuilder::<Sqlite>::new("UPDATE producers SET last_seq = v.column2 FROM (");
-        qb.push_values(chunk, |mut b, (pk, mark)| {
-            b.push_bind(*pk).push_bind(*mark);
-        });
-        qb.push(") AS v WHERE producers.pk = v.column1");
-        qb.build()
-            .persistent(true)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+    if marks.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    execute_json(
+        tx,
+        "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
+         WHERE producers.pk = json_extract(j.value, '$[0]')",
+        json!(marks),
+    )
+    .await
 }
 
-/// Moves the heads of the sessions that got rows: `(session pk, first, head, last ts)`.
+/// Moves the heads of the sessions that got rows, `(session pk, first, head, last ts)`, with
+/// one statement.
 async fn update_heads(
     tx: &mut Transaction<'_, Sqlite>,
     written: &[(i64, i64, i64, i64)],
 ) -> StoreResult<()> {
-    let mut rest = written;
-    while !rest.is_empty() {
-        let (chunk, tail) = next_chunk(rest, &CHUNKS);
-        rest = tail;
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "UPDATE sessions SET head_seq = v.column2, last_ts = v.column3 FROM (",
-        );
-        qb.push_values(chunk, |mut b, (pk, _first, head, last_ts)| {
-            b.push_bind(*pk).push_bind(*head).push_bind(*last_ts);
-        });
-        qb.push(") AS v WHERE sessions.pk = v.column1");
-        qb.build()
-            .persistent(true)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
+    if written.is_empty() {
+        return Ok(());
     }
+    execute_json(
+        tx,
+        "UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
+         last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
+         WHERE sessions.pk = json_extract(j.value, '$[0]')",
+        json!(written),
+    )
+    .await
+}
+
+/// Runs `sql` with one JSON argument.
+async fn execute_json(
+    tx: &mut Transaction<'_, Sqlite>,
+    sql: &'static str,
+    arg: serde_json::Value,
+) -> StoreResult<()> {
+    sqlx::query(sql)
+        .bind(arg.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
