@@ -19,6 +19,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::ws::{connect, Ws};
 
+pub mod moord;
+pub mod quiet;
+
 /// Hard limit on any single wait in a benchmark.
 pub const GUARD: Duration = Duration::from_secs(120);
 

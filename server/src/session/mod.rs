@@ -1,12 +1,14 @@
 //! The session core: everything a transport does to a session's log goes through here, and
-//! nothing here knows a transport. `log` commits appends (group commit, then fan-out), `tail`
+//! nothing here knows a transport. `log` commits appends (group commit across sessions, then fan-out), `tail`
 //! reads a log from a cursor with no gap at the seam, `cursor` parses and checks viewer
 //! cursors, `input` validates and appends remote input, `states` follows each session's
 //! derived state. It calls down into `store` and `hub` only; never `http`, `sse`, `ws` or
 //! `state`.
 
+mod commit;
 pub mod cursor;
 pub mod input;
 pub mod log;
+mod queues;
 pub mod states;
 pub mod tail;

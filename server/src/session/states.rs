@@ -237,7 +237,7 @@ impl States {
             key: IdemKey::Receipt(at),
         };
         // Not awaited: the follower must not wait on the committer that feeds it.
-        if let Err(e) = self.log.submit(session, vec![append]) {
+        if let Err(e) = self.log.submit_now(session, vec![append]) {
             tracing::warn!(error = ?e, "could not record an interruption");
         }
     }

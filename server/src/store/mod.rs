@@ -12,6 +12,7 @@ mod access;
 mod append;
 mod cluster;
 mod errors;
+mod group;
 pub mod migrate;
 mod page;
 mod plan;
@@ -28,6 +29,7 @@ use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
+pub use group::GroupPart;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
@@ -213,7 +215,27 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// entry's outcome. Seqs are contiguous and follow commit order. Once the session has ended,
     /// a batch holding new work ([`Append::is_new_work`]) is refused with
     /// [`StoreError::SessionEnded`]; the server's own bookkeeping is still written.
-    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>>;
+    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
+        self.append_group(vec![(session, batch)])
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Other(anyhow!("a group of one had no outcome"))))
+    }
+
+    /// Appends to several sessions' logs in ONE transaction (one commit, one fsync): each part
+    /// as [`LogStore::append`] would, in order, a session named twice seeing its earlier part.
+    /// Reports each part's outcome in order. A part whose session is unknown
+    /// ([`StoreError::NotFound`]) or has ended while it holds new work
+    /// ([`StoreError::SessionEnded`]) writes nothing and does not affect the others. An error of
+    /// the whole call means nothing was committed.
+    async fn append_group(
+        &self,
+        group: Vec<GroupPart>,
+    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>>;
+
+    /// Append transactions this handle has committed so far: with [`LogStore::append_group`],
+    /// how well appends are grouped (tests and diagnostics).
+    fn append_transactions(&self) -> u64;
 
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;

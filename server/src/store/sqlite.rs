@@ -2,8 +2,9 @@
 //! acknowledged. One writer connection (SQLite has one writer anyway, and a single connection
 //! never meets `SQLITE_BUSY` from itself) and a small pool of readers.
 
-use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,21 +12,19 @@ use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use sqlx::{Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::errors::db_error;
 use super::{
-    Append, Appended, IdemKey, LogStore, Range, Role, SessionRow, StoreError, StoreResult,
-    ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
+    Append, Appended, GroupPart, IdemKey, LogStore, Range, Role, SessionRow, StoreError,
+    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 mod checkpoints;
-
-/// Rows per multi-row INSERT. A few fixed sizes keep the prepared-statement cache small.
-const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
+mod group;
 
 /// SQLite implementation of [`LogStore`], [`AccessStore`](super::AccessStore) and
 /// [`CheckpointStore`](super::CheckpointStore).
@@ -33,6 +32,8 @@ const INSERT_CHUNKS: [usize; 4] = [256, 32, 4, 1];
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
+    /// Append transactions committed (see [`LogStore::append_transactions`]).
+    append_txs: Arc<AtomicU64>,
 }
 
 impl SqliteStore {
@@ -68,7 +69,11 @@ impl SqliteStore {
             .connect_with(opts.read_only(true))
             .await
             .context("open sqlite read pool")?;
-        Ok(Self { writer, readers })
+        Ok(Self {
+            writer,
+            readers,
+            append_txs: Arc::default(),
+        })
     }
 
     /// Where writes go: the one writer connection.
@@ -205,55 +210,15 @@ impl LogStore for SqliteStore {
             .collect()
     }
 
-    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
-        let mut tx = self.writer.begin().await.map_err(db_error)?;
-        let row = sqlx::query("SELECT pk, head_seq, ended_at FROM sessions WHERE id = ?")
-            .bind(session.to_string())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or(StoreError::NotFound)?;
-        if row.get::<Option<i64>, _>("ended_at").is_some()
-            && batch.iter().any(super::Append::is_new_work)
-        {
-            return Err(StoreError::SessionEnded);
-        }
-        let spk: i64 = row.get("pk");
-        let head: i64 = row.get("head_seq");
-        let mut lookup = SqliteLookup {
-            tx: &mut tx,
-            spk,
-            producer_pks: HashMap::new(),
-        };
-        let Decision {
-            decided,
-            rows,
-            head,
-            last_ts,
-            plan,
-        } = append::decide(&mut lookup, &batch, head).await?;
-        let producer_pks = lookup.producer_pks;
-        if !rows.is_empty() {
-            insert_rows(&mut tx, spk, &rows, &producer_pks).await?;
-            for (producer, mark) in plan.advanced_marks() {
-                sqlx::query("UPDATE producers SET last_seq = ? WHERE pk = ?")
-                    .bind(mark as i64)
-                    .bind(producer_pks.get(&producer).copied().unwrap_or_default())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-            }
-            sqlx::query("UPDATE sessions SET head_seq = ?, last_ts = ? WHERE pk = ?")
-                .bind(head)
-                .bind(last_ts)
-                .bind(spk)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
-        Ok(append::outcomes(batch, decided, stored_seqs))
+    async fn append_group(
+        &self,
+        group: Vec<GroupPart>,
+    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
+        self.append_group_tx(group).await
+    }
+
+    fn append_transactions(&self) -> u64 {
+        self.append_txs.load(Ordering::Relaxed)
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
@@ -400,145 +365,4 @@ impl SqliteStore {
         .ok_or(StoreError::NotFound)?;
         session_row(&row)
     }
-}
-
-/// The producer's row in this session, created with mark 0 if new: its pk and its mark.
-async fn ensure_producer(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    spk: i64,
-    producer: ProducerId,
-) -> StoreResult<(i64, u64)> {
-    let id = producer.to_string();
-    sqlx::query(
-        "INSERT INTO producers (session_pk, producer_id, last_seq) VALUES (?, ?, 0) \
-         ON CONFLICT (session_pk, producer_id) DO NOTHING",
-    )
-    .bind(spk)
-    .bind(&id)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    let row =
-        sqlx::query("SELECT pk, last_seq FROM producers WHERE session_pk = ? AND producer_id = ?")
-            .bind(spk)
-            .bind(&id)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    Ok((row.get("pk"), row.get::<i64, _>("last_seq") as u64))
-}
-
-/// The idempotency lookups of one append, on the writer's open transaction; remembers the
-/// producers' row keys for the insert.
-struct SqliteLookup<'c, 't> {
-    tx: &'c mut sqlx::Transaction<'t, Sqlite>,
-    spk: i64,
-    producer_pks: HashMap<ProducerId, i64>,
-}
-
-impl Lookup for SqliteLookup<'_, '_> {
-    async fn producer_mark(&mut self, producer: ProducerId) -> StoreResult<u64> {
-        let (pk, mark) = ensure_producer(self.tx, self.spk, producer).await?;
-        self.producer_pks.insert(producer, pk);
-        Ok(mark)
-    }
-
-    async fn producer_entry(
-        &mut self,
-        producer: ProducerId,
-        seq: u64,
-    ) -> StoreResult<Option<StoredEntry>> {
-        let ppk = self
-            .producer_pks
-            .get(&producer)
-            .copied()
-            .unwrap_or_default();
-        let row = sqlx::query(
-            "SELECT seq, kind, payload FROM entries \
-             WHERE session_pk = ? AND producer_pk = ? AND producer_seq = ?",
-        )
-        .bind(self.spk)
-        .bind(ppk)
-        .bind(seq as i64)
-        .fetch_optional(&mut **self.tx)
-        .await
-        .map_err(db_error)?;
-        Ok(row.map(|r| StoredEntry {
-            seq: r.get("seq"),
-            kind: r.get("kind"),
-            payload: r.get("payload"),
-        }))
-    }
-
-    async fn client_msg_seq(&mut self, id: &str) -> StoreResult<Option<i64>> {
-        sqlx::query_scalar("SELECT seq FROM entries WHERE session_pk = ? AND client_msg_id = ?")
-            .bind(self.spk)
-            .bind(id)
-            .fetch_optional(&mut **self.tx)
-            .await
-            .map_err(db_error)
-    }
-
-    async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
-        sqlx::query_scalar(
-            "SELECT seq FROM entries WHERE session_pk = ? AND kind = ? AND ref_seq = ?",
-        )
-        .bind(self.spk)
-        .bind(kind)
-        .bind(input.0 as i64)
-        .fetch_optional(&mut **self.tx)
-        .await
-        .map_err(db_error)
-    }
-}
-
-async fn insert_rows(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    spk: i64,
-    rows: &[NewRow<'_>],
-    producer_pks: &HashMap<ProducerId, i64>,
-) -> StoreResult<()> {
-    let mut rest = rows;
-    while !rest.is_empty() {
-        let n = INSERT_CHUNKS
-            .iter()
-            .copied()
-            .find(|&n| n <= rest.len())
-            .unwrap_or(1);
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
-             producer_seq, client_msg_id, ref_seq) ",
-        );
-        qb.push_values(chunk, |mut b, row| {
-            let (producer, producer_seq, client_msg, ref_seq) = match &row.append.key {
-                IdemKey::Producer { producer, seq } => (
-                    producer_pks.get(producer).copied(),
-                    Some(*seq as i64),
-                    None,
-                    None,
-                ),
-                IdemKey::ClientMsg(id) => (None, None, Some(id.clone()), None),
-                IdemKey::Receipt(input) => (None, None, None, Some(input.0 as i64)),
-                IdemKey::None => (None, None, None, None),
-            };
-            b.push_bind(spk)
-                .push_bind(row.seq)
-                .push_bind(row.append.ts)
-                .push_bind(&row.append.kind)
-                .push_bind(&row.append.author)
-                .push_bind(&row.payload)
-                .push_bind(producer)
-                .push_bind(producer_seq)
-                .push_bind(client_msg)
-                .push_bind(ref_seq);
-        });
-        qb.build()
-            .persistent(true)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    }
-    Ok(())
 }

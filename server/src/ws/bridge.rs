@@ -751,6 +751,7 @@ impl Conn {
             .state
             .log
             .submit(self.session, batch)
+            .await
             .map_err(store_ending)?;
         self.inflight.push_back(InFlight {
             commit,

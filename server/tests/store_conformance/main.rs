@@ -9,6 +9,7 @@
 
 mod bounds;
 mod checkpoint_scope;
+mod group;
 mod nodes;
 mod stories;
 
@@ -96,6 +97,7 @@ macro_rules! conformance {
 conformance!(
     sessions_are_created_once_and_found_by_id_or_name,
     appends_get_contiguous_seqs_and_read_back_in_both_directions,
+    a_group_append_commits_many_sessions_in_one_transaction,
     producer_replays_are_duplicates_mismatches_or_gaps,
     client_msg_ids_and_receipts_are_stored_once,
     inputs_and_their_settling_receipts_are_tracked,

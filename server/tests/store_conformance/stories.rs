@@ -1,6 +1,7 @@
 //! The stories every store must tell the same way: one node (this file), checkpoints and blobs
-//! scoped by session and uploader (`checkpoint_scope.rs`) and several nodes sharing a database
-//! (`nodes.rs`), both re-exported here.
+//! scoped by session and uploader (`checkpoint_scope.rs`), pages and lists bounded
+//! (`bounds.rs`), group appends (`group.rs`) and several nodes sharing a database (`nodes.rs`),
+//! re-exported here.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use serde_json::json;
 use super::Db;
 pub use crate::bounds::*;
 pub use crate::checkpoint_scope::*;
+pub use crate::group::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.

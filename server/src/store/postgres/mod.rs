@@ -2,15 +2,18 @@
 //!
 //! Seqs are allocated inside the appending transaction from `sessions.head_seq`, with the session
 //! row locked (`SELECT … FOR UPDATE`), so appends to one session from several nodes serialise in
-//! the database and seq order is commit order. Each append announces its range with `NOTIFY`
-//! (delivered at commit); `cluster.rs` holds the listening side and bridge claims.
+//! the database and seq order is commit order. One append transaction may serve several sessions
+//! (`group.rs`); it announces each session's range with `NOTIFY` (delivered at commit);
+//! `cluster.rs` holds the listening side and bridge claims.
 
 mod checkpoints;
 mod cluster;
+mod group;
 mod lookup;
 mod rows;
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,8 +32,8 @@ use super::access::{access_store, stored_role, AccessDialect};
 use super::append::{self, Decision};
 use super::errors::db_error;
 use super::{
-    redact_url, seq_bind, Append, Appended, LogStore, Range, Role, SessionRow, StoreError,
-    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
+    redact_url, seq_bind, Append, Appended, GroupPart, LogStore, Range, Role, SessionRow,
+    StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
@@ -59,6 +62,8 @@ pub struct PgStore {
     /// A pool of one, for the `LISTEN` connection (its own `application_name`).
     listen: PgPool,
     node: Arc<str>,
+    /// Append transactions committed (see [`LogStore::append_transactions`]).
+    append_txs: Arc<AtomicU64>,
 }
 
 impl PgStore {
@@ -100,6 +105,7 @@ impl PgStore {
             pool,
             listen,
             node: node_id.into(),
+            append_txs: Arc::default(),
         })
     }
 
@@ -253,70 +259,15 @@ impl LogStore for PgStore {
             .collect()
     }
 
-    async fn append(&self, session: SessionId, batch: Vec<Append>) -> StoreResult<Vec<Appended>> {
-        let sid = session.to_string();
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        // The row lock serialises appenders on every node until commit.
-        let row =
-            sqlx::query("SELECT head_seq, ended_at FROM sessions WHERE id = $1::uuid FOR UPDATE")
-                .bind(&sid)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .ok_or(StoreError::NotFound)?;
-        // An ended session takes no new work, but the server's bookkeeping is still written.
-        let ended = row
-            .try_get::<Option<i64>, _>("ended_at")
-            .map_err(db_error)?
-            .is_some();
-        if ended && batch.iter().any(Append::is_new_work) {
-            return Err(StoreError::SessionEnded);
-        }
-        let head: i64 = row.try_get("head_seq").map_err(db_error)?;
-        let mut lookup = PgLookup::new(&mut tx, &sid);
-        let Decision {
-            decided,
-            rows,
-            head,
-            last_ts,
-            plan,
-        } = append::decide(&mut lookup, &batch, head).await?;
-        if let Some(first) = rows.first().map(|r| r.seq) {
-            insert_rows(&mut tx, &sid, &rows).await?;
-            let (producers, marks): (Vec<String>, Vec<i64>) = plan
-                .advanced_marks()
-                .map(|(p, m)| (p.to_string(), m as i64))
-                .unzip();
-            if !producers.is_empty() {
-                sqlx::query(
-                    "INSERT INTO producers (session_id, producer_id, last_seq) \
-                     SELECT $1::uuid, p, s FROM UNNEST($2::uuid[], $3::bigint[]) AS t(p, s) \
-                     ON CONFLICT (session_id, producer_id) DO UPDATE SET last_seq = excluded.last_seq",
-                )
-                .bind(&sid)
-                .bind(producers)
-                .bind(marks)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            }
-            // The notice is delivered at commit, so whoever reads after it sees the rows.
-            sqlx::query(
-                "WITH u AS (UPDATE sessions SET head_seq = $1, last_ts = $2 WHERE id = $3::uuid) \
-                 SELECT pg_notify($4, $5)",
-            )
-            .bind(head)
-            .bind(last_ts)
-            .bind(&sid)
-            .bind(ENTRIES_CHANNEL)
-            .bind(format!("{sid} {first} {head} {}", self.node))
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
-        tx.commit().await.map_err(db_error)?;
-        let stored_seqs: Vec<i64> = rows.into_iter().map(|r| r.seq).collect();
-        Ok(append::outcomes(batch, decided, stored_seqs))
+    async fn append_group(
+        &self,
+        group: Vec<GroupPart>,
+    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
+        self.append_group_tx(group).await
+    }
+
+    fn append_transactions(&self) -> u64 {
+        self.append_txs.load(Ordering::Relaxed)
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {

@@ -1,0 +1,192 @@
+//! The committer behind [`Log`](super::log::Log): one task that takes whatever is ready from
+//! every session, commits it as one store transaction, publishes each session's new entries and
+//! answers each request in order (the pipeline is described in `log.rs`).
+//!
+//! Part of the session core: calls `store` and `hub`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use moor_protocol::SessionId;
+
+use super::queues::{Queues, Request, Shared};
+use crate::hub::Frame;
+use crate::store::{Appended, GroupPart, StoreError, StoreResult};
+
+/// Most entries committed in one transaction; more waits for the next one. A batch is never
+/// split, so a single larger batch makes a larger transaction on its own.
+const MAX_GROUP_ENTRIES: usize = 8192;
+
+/// One session's requests in a group, oldest first.
+struct Part {
+    session: SessionId,
+    requests: Vec<Request>,
+}
+
+/// Commits what is ready, group after group, until the log is closed and everything queued
+/// is answered.
+pub(super) async fn commit_loop(shared: Arc<Shared>) {
+    loop {
+        let parts = {
+            let mut q = shared.queues();
+            let parts = take_group(&mut q);
+            if parts.is_empty() && q.closed {
+                return;
+            }
+            parts
+        };
+        if parts.is_empty() {
+            // A wake-up sent since the queues were looked at is kept, so none is missed.
+            shared.wake.notified().await;
+            continue;
+        }
+        commit(&shared, parts).await;
+    }
+}
+
+/// Takes the ready sessions' requests, oldest session first, up to [`MAX_GROUP_ENTRIES`]
+/// entries; a session left with requests goes back to the end of the ready list.
+fn take_group(q: &mut Queues) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut total = 0;
+    let mut full = false;
+    while !full && total < MAX_GROUP_ENTRIES {
+        let Some(session) = q.ready.pop_front() else {
+            break;
+        };
+        let Some(queue) = q.sessions.get_mut(&session) else {
+            continue;
+        };
+        let mut requests = Vec::new();
+        while let Some(r) = queue.requests.pop_front() {
+            if !(requests.is_empty() && parts.is_empty())
+                && total + r.batch.len() > MAX_GROUP_ENTRIES
+            {
+                queue.requests.push_front(r);
+                full = true;
+                break;
+            }
+            total += r.batch.len();
+            requests.push(r);
+        }
+        if !queue.requests.is_empty() {
+            q.ready.push_back(session);
+        }
+        if !requests.is_empty() {
+            parts.push(Part { session, requests });
+        }
+    }
+    parts
+}
+
+/// Commits `parts` in one transaction (or, if that fails as a whole, each session in its own),
+/// then publishes and answers.
+async fn commit(shared: &Shared, mut parts: Vec<Part>) {
+    let sizes: Vec<Vec<usize>> = parts
+        .iter()
+        .map(|p| p.requests.iter().map(|r| r.batch.len()).collect())
+        .collect();
+    let group: Vec<GroupPart> = parts
+        .iter_mut()
+        .map(|p| {
+            let batch = p
+                .requests
+                .iter_mut()
+                .flat_map(|r| std::mem::take(&mut r.batch))
+                .collect();
+            (p.session, batch)
+        })
+        .collect();
+    let entries: usize = group.iter().map(|(_, b)| b.len()).sum();
+    let started = Instant::now();
+    let results = commit_group(shared, group).await;
+    tracing::debug!(
+        sessions = parts.len(),
+        entries,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "group commit"
+    );
+    let sessions: Vec<SessionId> = parts.iter().map(|p| p.session).collect();
+    for ((part, sizes), result) in parts.into_iter().zip(sizes).zip(results) {
+        answer(shared, part, sizes, result);
+    }
+    let mut q = shared.queues();
+    for session in sessions {
+        if q.sessions.get(&session).is_some_and(|s| s.idle()) {
+            q.sessions.remove(&session);
+        }
+    }
+}
+
+/// One transaction for the whole group; if it fails as a whole and holds several sessions,
+/// one transaction per session, so that a session's failure is only its own.
+async fn commit_group(shared: &Shared, group: Vec<GroupPart>) -> Vec<StoreResult<Vec<Appended>>> {
+    let n = group.len();
+    let retry = (n > 1).then(|| group.clone());
+    match shared.store.append_group(group).await {
+        Ok(results) if results.len() == n => results,
+        Ok(_) => failed_all(
+            n,
+            &StoreError::Other(anyhow!("the store lost a part of a group")),
+        ),
+        Err(e) => match retry {
+            None => {
+                tracing::error!(error = ?e, "append failed");
+                failed_all(n, &e)
+            }
+            Some(parts) => {
+                tracing::warn!(error = ?e, sessions = n, "group append failed; retrying each session alone");
+                let mut results = Vec::with_capacity(n);
+                for (session, batch) in parts {
+                    let result = shared.store.append(session, batch).await;
+                    if let Err(e) = &result {
+                        tracing::error!(error = ?e, %session, "append failed");
+                    }
+                    results.push(result);
+                }
+                results
+            }
+        },
+    }
+}
+
+fn failed_all(n: usize, e: &StoreError) -> Vec<StoreResult<Vec<Appended>>> {
+    (0..n).map(|_| Err(copy_error(e))).collect()
+}
+
+/// Publishes a committed part's new entries, then answers its requests in order, each with
+/// its own outcomes (`sizes`: entries per request).
+fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Vec<Appended>>) {
+    match result {
+        Ok(outcomes) => {
+            shared.hub.publish(
+                part.session,
+                outcomes.iter().filter_map(|o| match o {
+                    Appended::Stored(e) => Some(Frame::new(e.clone())),
+                    _ => None,
+                }),
+            );
+            let mut outcomes = outcomes.into_iter();
+            for (request, n) in part.requests.into_iter().zip(sizes) {
+                let _ = request.reply.send(Ok(outcomes.by_ref().take(n).collect()));
+            }
+        }
+        Err(e) => {
+            for request in part.requests {
+                let _ = request.reply.send(Err(copy_error(&e)));
+            }
+        }
+    }
+}
+
+/// The same error for each request of a failed group.
+fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::NotFound => StoreError::NotFound,
+        StoreError::SessionEnded => StoreError::SessionEnded,
+        StoreError::Conflict(c) => StoreError::Conflict(c),
+        StoreError::Unavailable(e) => StoreError::Unavailable(anyhow!("{e:#}")),
+        StoreError::Other(e) => StoreError::Other(anyhow!("{e:#}")),
+    }
+}

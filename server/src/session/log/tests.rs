@@ -1,0 +1,156 @@
+use futures_util::FutureExt;
+use moor_protocol::payload::InputText;
+use moor_protocol::{kinds, EntryBody, ProducerId, Seq};
+
+use super::*;
+use crate::store::{IdemKey, Range};
+
+/// Sessions submitting at once in the grouping test.
+const SESSIONS: usize = 200;
+
+fn produced(producer: ProducerId, seq: u64, text: &str) -> Append {
+    Append {
+        ts: 0,
+        kind: kinds::AGENT_OUTPUT.into(),
+        author: kinds::AUTHOR_BRIDGE.into(),
+        payload: serde_json::json!({"stream": "stdout", "text": text}),
+        key: IdemKey::Producer { producer, seq },
+    }
+}
+
+fn input(n: u64) -> Append {
+    Append {
+        ts: 0,
+        kind: kinds::INPUT_TEXT.into(),
+        author: "user:test".into(),
+        payload: EntryBody::from(InputText {
+            text: n.to_string(),
+        })
+        .payload(),
+        key: IdemKey::ClientMsg(format!("m{n}")),
+    }
+}
+
+fn seqs(outcomes: &[Appended]) -> Vec<Seq> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            Appended::Stored(e) => e.seq,
+            other => panic!("expected stored entries, got {other:?}"),
+        })
+        .collect()
+}
+
+/// A log over a real SQLite store in a temp dir (kept alive by the returned guard).
+async fn log_on_sqlite() -> (tempfile::TempDir, Log, Arc<dyn LogStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("moor.db").display());
+    let store = crate::store::connect(&url).await.unwrap().log;
+    let log = Log::new(store.clone(), Hub::default(), TaskTracker::new());
+    (dir, log, store)
+}
+
+#[tokio::test]
+async fn many_sessions_submitting_at_once_commit_in_one_transaction_each_acked_once_durable() {
+    // arrange: 200 sessions, each with a producer
+    let (_dir, log, store) = log_on_sqlite().await;
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for i in 0..SESSIONS {
+        let id = store.open_session(&format!("s{i}"), None).await.unwrap().id;
+        sessions.push((id, ProducerId::new()));
+    }
+    let before = store.append_transactions();
+
+    // act: every session submits two batches before the committer runs (this test's runtime has
+    // one thread, and nothing here yields until the waits; unconstrained: tokio's cooperative
+    // budget would otherwise have a semaphore report "not yet" after a hundred acquisitions)
+    let mut pending = Vec::with_capacity(2 * SESSIONS);
+    for &(s, p) in &sessions {
+        for n in [1, 3] {
+            let batch = vec![produced(p, n, "a"), produced(p, n + 1, "b")];
+            let submitted = tokio::task::unconstrained(log.submit(s, batch)).now_or_never();
+            pending.push((s, n, submitted.expect("room at once").unwrap()));
+        }
+    }
+
+    // assert: each answer comes only once its entries are readable on another connection
+    // (committed, and with synchronous=FULL durable), with seqs contiguous per session in
+    // submission order
+    for (s, n, mut p) in pending {
+        let outcomes = p.wait().await.unwrap();
+        assert_eq!(seqs(&outcomes), [Seq(n), Seq(n + 1)]);
+        let stored = store.read(s, Range::After(Seq(n - 1)), 2).await.unwrap();
+        assert_eq!(
+            stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [Seq(n), Seq(n + 1)]
+        );
+    }
+    // assert: one transaction for all 400 batches of 200 sessions
+    assert_eq!(store.append_transactions() - before, 1);
+}
+
+#[tokio::test]
+async fn a_session_over_its_byte_budget_waits_for_room_then_commits_in_order() {
+    // arrange: one batch takes the session's whole budget
+    let (_dir, log, store) = log_on_sqlite().await;
+    let s = store.open_session("s", None).await.unwrap().id;
+    let mut big = input(1);
+    big.payload = serde_json::json!({"text": "x".repeat(SESSION_QUEUE_BYTES)});
+    let mut first = log.submit(s, vec![big]).await.unwrap();
+
+    // act: before the committer has run (one thread, nothing yielded), the next batch of the
+    // same session cannot be queued, while another session's can
+    let mut second = Box::pin(log.submit(s, vec![input(2)]));
+    let held = futures_util::poll!(second.as_mut()).is_pending();
+    let other = store.open_session("other", None).await.unwrap().id;
+    let other_queued = log.submit(other, vec![input(1)]).now_or_never();
+
+    // assert: once the first committed, the second was queued and committed after it
+    assert!(held, "a session over its budget waits for room");
+    let mut other_queued = other_queued.expect("another session has room").unwrap();
+    assert_eq!(seqs(&other_queued.wait().await.unwrap()), [Seq(1)]);
+    assert_eq!(seqs(&first.wait().await.unwrap()), [Seq(1)]);
+    let mut second = second.await.unwrap();
+    assert_eq!(seqs(&second.wait().await.unwrap()), [Seq(2)]);
+}
+
+#[tokio::test]
+async fn a_session_failing_in_a_group_does_not_fail_the_others() {
+    // arrange: one live session, one ended
+    let (_dir, log, store) = log_on_sqlite().await;
+    let live = store.open_session("live", None).await.unwrap().id;
+    let ended = store.open_session("ended", None).await.unwrap().id;
+    store.end_session(ended, 1).await.unwrap();
+
+    // act: both submit before the committer runs
+    let mut a = log
+        .submit(ended, vec![input(1)])
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+    let mut b = log
+        .submit(live, vec![input(1)])
+        .now_or_never()
+        .unwrap()
+        .unwrap();
+
+    // assert
+    assert!(matches!(a.wait().await, Err(StoreError::SessionEnded)));
+    assert_eq!(seqs(&b.wait().await.unwrap()), [Seq(1)]);
+}
+
+#[tokio::test]
+async fn a_closed_log_answers_what_was_queued_and_refuses_more() {
+    // arrange
+    let (_dir, log, store) = log_on_sqlite().await;
+    let s = store.open_session("s", None).await.unwrap().id;
+    let mut queued = log.submit(s, vec![input(1)]).await.unwrap();
+
+    // act
+    log.close();
+
+    // assert
+    assert_eq!(seqs(&queued.wait().await.unwrap()), [Seq(1)]);
+    assert!(log.submit(s, vec![input(2)]).await.is_err());
+    assert!(log.submit_now(s, vec![input(2)]).is_err());
+}

@@ -1,0 +1,338 @@
+//! SQLite's group append: several sessions' batches in one transaction on the writer
+//! connection, with a fixed handful of statements whatever the number of sessions: their heads
+//! in one read, their producers' marks in another, every new row in one insert, marks and heads
+//! each in one update. Every statement, and every row read back, is a hand-off to SQLite's
+//! worker thread and back, which on busy cores waits for a time slice; so the rows go in as one
+//! JSON array expanded by `json_each`, and reads come back aggregated into one row. The
+//! decisions themselves are `store::group`'s.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use moor_protocol::{ProducerId, Seq, SessionId};
+use serde_json::json;
+use sqlx::{Row, Sqlite, Transaction};
+
+use super::SqliteStore;
+use crate::store::access::stored_session;
+use crate::store::append::{Lookup, NewRow, StoredEntry};
+use crate::store::errors::db_error;
+use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
+use crate::store::{Appended, IdemKey, StoreResult};
+
+/// A producer's row in a session: `(session pk, producer) → (producer pk, mark)`.
+type Producers = HashMap<(i64, ProducerId), (i64, u64)>;
+
+impl SqliteStore {
+    /// [`LogStore::append_group`](crate::store::LogStore::append_group) on SQLite.
+    pub(super) async fn append_group_tx(
+        &self,
+        group: Vec<GroupPart>,
+    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
+        let mut heads = read_heads(&mut tx, &group).await?;
+        let wanted = wanted_producers(&group, &heads);
+        let producers = read_producers(&mut tx, &wanted).await?;
+        let mut lookup = SqliteGroupLookup {
+            tx: &mut tx,
+            spk: 0,
+            producers,
+        };
+        let decided = decide_group(&mut lookup, &group, &mut heads).await?;
+        let producers = lookup.producers;
+        insert_rows(&mut tx, &decided.rows, &producers).await?;
+        let marks: Vec<(i64, i64)> = decided
+            .marks
+            .iter()
+            .filter_map(|((spk, p), mark)| Some((producers.get(&(*spk, *p))?.0, *mark as i64)))
+            .collect();
+        update_marks(&mut tx, &marks).await?;
+        update_heads(&mut tx, &group::written(&heads)).await?;
+        tx.commit().await.map_err(db_error)?;
+        self.append_txs.fetch_add(1, Ordering::Relaxed);
+        let parts = decided.parts;
+        Ok(group::outcomes(group, parts))
+    }
+}
+
+/// The `(session pk, producer)` pairs the group's producer entries name.
+fn wanted_producers(
+    group: &[GroupPart],
+    heads: &HashMap<SessionId, Head<i64>>,
+) -> Vec<(i64, ProducerId)> {
+    let mut seen = HashSet::new();
+    group
+        .iter()
+        .filter_map(|(s, batch)| Some((heads.get(s)?.key, batch)))
+        .flat_map(|(spk, batch)| {
+            batch.iter().filter_map(move |a| match a.key {
+                IdemKey::Producer { producer, .. } => Some((spk, producer)),
+                _ => None,
+            })
+        })
+        .filter(|pair| seen.insert(*pair))
+        .collect()
+}
+
+/// The group's sessions that exist, by id: one statement, one row back.
+async fn read_heads(
+    tx: &mut Transaction<'_, Sqlite>,
+    group: &[GroupPart],
+) -> StoreResult<HashMap<SessionId, Head<i64>>> {
+    let ids: Vec<String> = group.iter().map(|(s, _)| s.to_string()).collect();
+    let found: Vec<(i64, String, i64, Option<i64>)> = one_json_row(
+        tx,
+        "SELECT json_group_array(json_array(pk, id, head_seq, ended_at)) FROM sessions \
+         WHERE id IN (SELECT value FROM json_each(?))",
+        json!(ids),
+    )
+    .await?;
+    let mut heads = HashMap::with_capacity(found.len());
+    for (pk, id, head, ended_at) in found {
+        heads.insert(
+            stored_session(&id)?,
+            Head::new(pk, head, ended_at.is_some()),
+        );
+    }
+    Ok(heads)
+}
+
+/// The stored rows of the `wanted` producers (missing ones are created when first needed):
+/// one statement, one row back.
+async fn read_producers(
+    tx: &mut Transaction<'_, Sqlite>,
+    wanted: &[(i64, ProducerId)],
+) -> StoreResult<Producers> {
+    if wanted.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let keys: Vec<(i64, String)> = wanted.iter().map(|(s, p)| (*s, p.to_string())).collect();
+    let found: Vec<(i64, i64, String, i64)> = one_json_row(
+        tx,
+        "SELECT json_group_array(json_array(p.pk, p.session_pk, p.producer_id, p.last_seq)) \
+         FROM json_each(?) AS k JOIN producers p \
+         ON p.session_pk = json_extract(k.value, '$[0]') \
+         AND p.producer_id = json_extract(k.value, '$[1]')",
+        json!(keys),
+    )
+    .await?;
+    let mut producers = HashMap::with_capacity(found.len());
+    for (pk, spk, producer, mark) in found {
+        if let Ok(producer) = producer.parse::<ProducerId>() {
+            producers.insert((spk, producer), (pk, mark as u64));
+        }
+    }
+    Ok(producers)
+}
+
+/// Runs `sql`, which takes one JSON argument and aggregates its answer into one JSON value, and
+/// decodes that value (each row streamed back is a hand-off between threads; one is cheaper).
+async fn one_json_row<T: serde::de::DeserializeOwned>(
+    tx: &mut Transaction<'_, Sqlite>,
+    sql: &'static str,
+    arg: serde_json::Value,
+) -> StoreResult<T> {
+    let text: String = sqlx::query_scalar(sql)
+        .bind(arg.to_string())
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(serde_json::from_str(&text).context("decode an aggregated row")?)
+}
+
+/// The producer's row in this session, created with mark 0 if new: its pk and its mark.
+async fn ensure_producer(
+    tx: &mut Transaction<'_, Sqlite>,
+    spk: i64,
+    producer: ProducerId,
+) -> StoreResult<(i64, u64)> {
+    let id = producer.to_string();
+    sqlx::query(
+        "INSERT INTO producers (session_pk, producer_id, last_seq) VALUES (?, ?, 0) \
+         ON CONFLICT (session_pk, producer_id) DO NOTHING",
+    )
+    .bind(spk)
+    .bind(&id)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    let row =
+        sqlx::query("SELECT pk, last_seq FROM producers WHERE session_pk = ? AND producer_id = ?")
+            .bind(spk)
+            .bind(&id)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    Ok((row.get("pk"), row.get::<i64, _>("last_seq") as u64))
+}
+
+/// The idempotency lookups of a group, on the writer's open transaction: marks from the
+/// prefetched producers, the rest by query in the session entered last.
+struct SqliteGroupLookup<'c, 't> {
+    tx: &'c mut Transaction<'t, Sqlite>,
+    spk: i64,
+    producers: Producers,
+}
+
+impl GroupLookup for SqliteGroupLookup<'_, '_> {
+    type Key = i64;
+
+    fn enter(&mut self, key: &i64) {
+        self.spk = *key;
+    }
+
+    fn advanced(&mut self, key: &i64, producer: ProducerId, mark: u64) {
+        if let Some(p) = self.producers.get_mut(&(*key, producer)) {
+            p.1 = mark;
+        }
+    }
+}
+
+impl Lookup for SqliteGroupLookup<'_, '_> {
+    async fn producer_mark(&mut self, producer: ProducerId) -> StoreResult<u64> {
+        if let Some((_, mark)) = self.producers.get(&(self.spk, producer)) {
+            return Ok(*mark);
+        }
+        let (pk, mark) = ensure_producer(self.tx, self.spk, producer).await?;
+        self.producers.insert((self.spk, producer), (pk, mark));
+        Ok(mark)
+    }
+
+    async fn producer_entry(
+        &mut self,
+        producer: ProducerId,
+        seq: u64,
+    ) -> StoreResult<Option<StoredEntry>> {
+        let ppk = self
+            .producers
+            .get(&(self.spk, producer))
+            .map(|p| p.0)
+            .unwrap_or_default();
+        let row = sqlx::query(
+            "SELECT seq, kind, payload FROM entries \
+             WHERE session_pk = ? AND producer_pk = ? AND producer_seq = ?",
+        )
+        .bind(self.spk)
+        .bind(ppk)
+        .bind(seq as i64)
+        .fetch_optional(&mut **self.tx)
+        .await
+        .map_err(db_error)?;
+        Ok(row.map(|r| StoredEntry {
+            seq: r.get("seq"),
+            kind: r.get("kind"),
+            payload: r.get("payload"),
+        }))
+    }
+
+    async fn client_msg_seq(&mut self, id: &str) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar("SELECT seq FROM entries WHERE session_pk = ? AND client_msg_id = ?")
+            .bind(self.spk)
+            .bind(id)
+            .fetch_optional(&mut **self.tx)
+            .await
+            .map_err(db_error)
+    }
+
+    async fn receipt_seq(&mut self, kind: &str, input: Seq) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT seq FROM entries WHERE session_pk = ? AND kind = ? AND ref_seq = ?",
+        )
+        .bind(self.spk)
+        .bind(kind)
+        .bind(input.0 as i64)
+        .fetch_optional(&mut **self.tx)
+        .await
+        .map_err(db_error)
+    }
+}
+
+/// Inserts the new rows of every session with one statement: the rows go in as one JSON array.
+async fn insert_rows(
+    tx: &mut Transaction<'_, Sqlite>,
+    rows: &[(i64, NewRow<'_>)],
+    producers: &Producers,
+) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(spk, row)| {
+            let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
+            let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
+            json!([
+                spk,
+                row.seq,
+                row.append.ts,
+                row.append.kind,
+                row.append.author,
+                row.payload,
+                producer_pk,
+                producer_seq,
+                client_msg,
+                ref_seq
+            ])
+        })
+        .collect();
+    execute_json(
+        tx,
+        "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
+         producer_seq, client_msg_id, ref_seq) \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+         json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
+         json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
+         json_extract(value, '$[8]'), json_extract(value, '$[9]') \
+         FROM json_each(?) ORDER BY key",
+        json!(values),
+    )
+    .await
+}
+
+/// Saves moved producer marks, `(producer pk, mark)`, with one statement.
+async fn update_marks(tx: &mut Transaction<'_, Sqlite>, marks: &[(i64, i64)]) -> StoreResult<()> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    execute_json(
+        tx,
+        "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
+         WHERE producers.pk = json_extract(j.value, '$[0]')",
+        json!(marks),
+    )
+    .await
+}
+
+/// Moves the heads of the sessions that got rows, `(session pk, first, head, last ts)`, with
+/// one statement.
+async fn update_heads(
+    tx: &mut Transaction<'_, Sqlite>,
+    written: &[(i64, i64, i64, i64)],
+) -> StoreResult<()> {
+    if written.is_empty() {
+        return Ok(());
+    }
+    execute_json(
+        tx,
+        "UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
+         last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
+         WHERE sessions.pk = json_extract(j.value, '$[0]')",
+        json!(written),
+    )
+    .await
+}
+
+/// Runs `sql` with one JSON argument.
+async fn execute_json(
+    tx: &mut Transaction<'_, Sqlite>,
+    sql: &'static str,
+    arg: serde_json::Value,
+) -> StoreResult<()> {
+    sqlx::query(sql)
+        .bind(arg.to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! A release `moord` started for a benchmark: its address and token, its CPU time and memory.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use anyhow::{bail, Context, Result};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::{bridge, sse_open, GUARD};
+use crate::ws::Ws;
+
+/// A release `moord` on a fresh data dir (SQLite), listening on an ephemeral loopback port;
+/// killed and its data dir removed on drop.
+#[derive(Debug)]
+pub struct Moord {
+    child: tokio::process::Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+    /// The administrator's token.
+    pub token: String,
+    dir: PathBuf,
+}
+
+impl Moord {
+    /// Starts `moord` (`MOOR_BENCH_MOORD`, else the one next to the running executable) on a
+    /// new temp data dir.
+    pub async fn start() -> Result<Self> {
+        Self::start_in(std::env::temp_dir().join(format!("moor-bench-{}", uuid::Uuid::new_v4())))
+            .await
+    }
+
+    /// Stops this moord and starts another on the same data (a cold start: nothing in memory).
+    pub async fn restart(mut self) -> Result<Self> {
+        let _ = self.child.kill().await;
+        let dir = std::mem::take(&mut self.dir);
+        Self::start_in(dir).await
+    }
+
+    async fn start_in(dir: PathBuf) -> Result<Self> {
+        let bin = match std::env::var_os("MOOR_BENCH_MOORD") {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe()?
+                .parent()
+                .context("exe dir")?
+                .join("moord"),
+        };
+        if !bin.exists() {
+            bail!(
+                "{} not found: run `cargo build --release --workspace` first",
+                bin.display()
+            );
+        }
+        let mut child = tokio::process::Command::new(bin)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .env(
+                "RUST_LOG",
+                std::env::var("MOOR_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        let addr = loop {
+            let line = tokio::time::timeout(GUARD, lines.next_line())
+                .await??
+                .context("moord exited")?;
+            if let Some(rest) = line.strip_prefix("moord listening on http://") {
+                break rest.trim().to_owned();
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let token = std::fs::read_to_string(dir.join("admin.token"))?
+            .trim()
+            .to_owned();
+        Ok(Self {
+            child,
+            addr,
+            token,
+            dir,
+        })
+    }
+
+    /// CPU time moord has used so far (user + system), in seconds.
+    pub fn cpu_secs(&self) -> Result<f64> {
+        let pid = self.child.id().context("pid")?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = stat.rsplit_once(')').context("stat format")?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f.get(11).context("utime")?.parse::<f64>()?
+            + f.get(12).context("stime")?.parse::<f64>()?;
+        Ok(ticks / 100.0)
+    }
+
+    /// Resident memory, KiB.
+    pub fn rss_kib(&self) -> Result<u64> {
+        let pid = self.child.id().context("pid")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .context("VmRSS")?;
+        Ok(line
+            .split_whitespace()
+            .nth(1)
+            .context("rss value")?
+            .parse()?)
+    }
+
+    /// A bridge connection for `session`, past its welcome.
+    pub async fn bridge(&self, session: &str) -> Result<Ws> {
+        bridge(&self.addr, &self.token, session).await
+    }
+
+    /// An SSE stream of `session` from `after`, past its headers.
+    pub async fn sse(&self, session: &str, after: u64) -> Result<BufReader<TcpStream>> {
+        sse_open(&self.addr, &self.token, session, after).await
+    }
+}
+
+impl Drop for Moord {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
