@@ -16,11 +16,10 @@ use sqlx::{Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
-use super::append::{self, Decision, Lookup, NewRow, StoredEntry};
 use super::errors::db_error;
 use super::{
-    Append, Appended, GroupPart, IdemKey, LogStore, Range, Role, SessionRow, StoreError,
-    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
+    Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
+    INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 mod checkpoints;

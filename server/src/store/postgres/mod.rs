@@ -26,14 +26,12 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
-use self::lookup::PgLookup;
-use self::rows::{entry_row, insert_rows, session_row};
+use self::rows::{entry_row, session_row};
 use super::access::{access_store, stored_role, AccessDialect};
-use super::append::{self, Decision};
 use super::errors::db_error;
 use super::{
-    redact_url, seq_bind, Append, Appended, GroupPart, LogStore, Range, Role, SessionRow,
-    StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
+    redact_url, seq_bind, Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError,
+    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
 /// Connections per node for appends and reads (the listen connection is separate).
