@@ -1,8 +1,11 @@
 //! The memory budget under a mix of attacks, end to end: while a real `moor` streams 10,000
 //! entries to one `moord` and a normal SSE viewer reads them, a hostile bridge fills another
-//! session with big entries, readers that never read open streams on both sessions, and a
-//! bridge sends a `hello` five times the frame limit. The normal pair loses nothing, the
-//! stalled readers are cut off, the hello is refused with 1009, and `moord`'s anonymous memory
+//! session with big entries, readers that never read open streams on both sessions, a bridge
+//! sends a `hello` five times the frame limit, a checkpoint names one 8 MiB blob 150 times (with
+//! false sizes, then true ones, and its archive is asked for), and a flood of requests carries
+//! fresh made-up bearer tokens. The normal pair loses nothing, the stalled readers are cut off,
+//! the hello is refused with 1009, the manifest with false sizes with 400 and the archive over
+//! its bound with 409, the flood is limited by address, and `moord`'s anonymous memory
 //! (`RssAnon` in `/proc/<pid>/status`, sampled throughout) stays under the budget that
 //! `docs/security.md` adds up for these connections.
 
@@ -30,8 +33,14 @@ const STALL_MS: u64 = 1000;
 /// (under four times the 4 MiB frame limit of frames, held parsed, as rows and as entries:
 /// 48 MiB),
 /// `moor`'s batches of small lines, and the refused hello read whole (20 MiB, held at most twice
-/// while it is read). SQLite's page cache comes on top: see [`sqlite_cache`].
-const CONNECTIONS: u64 = 6 * 4 * MIB + 48 * MIB + 8 * MIB + 40 * MIB;
+/// while it is read), a checkpoint manifest held whole (under 1 MiB here; blobs stream to disk
+/// and an archive over its bound is refused before it is built). SQLite's page cache comes on
+/// top: see [`sqlite_cache`].
+const CONNECTIONS: u64 = 6 * 4 * MIB + 48 * MIB + 8 * MIB + 40 * MIB + MIB;
+/// Requests of the flood of made-up bearer tokens.
+const FLOOD: usize = 400;
+/// Requests a second (and ten times that as a burst) per principal or address.
+const RATE: u64 = 25;
 
 /// The SQLite writer's page cache: the pages it wrote, up to its 64 MiB (`docs/security.md`).
 fn sqlite_cache(data_dir: &std::path::Path) -> u64 {
@@ -91,6 +100,89 @@ async fn stalled_reader(addr: std::net::SocketAddr, token: &str, session: &str) 
     stream
 }
 
+fn sha256(content: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A checkpoint manifest `id` whose patch is `patch` and that names the blob `sha` (claimed
+/// `size` bytes) under 150 paths.
+fn manifest_150(id: &str, patch: &[u8], sha: &str, size: u64) -> serde_json::Value {
+    let files: Vec<_> = (0..150)
+        .map(|i| {
+            json!({"path": format!("f{i}"), "status": "added", "old_mode": null,
+                   "mode": "100644", "old_oid": null, "oid": "x", "sha256": sha, "size": size,
+                   "insertions": null, "deletions": null})
+        })
+        .collect();
+    json!({
+        "id": id, "created_at": 1, "reason": "tool", "base": null, "branch": null,
+        "tree": "t", "commit": "c", "commit_object": "", "object_format": "sha1",
+        "repo_state": null, "work_tree": "/w", "files": files, "skipped": [],
+        "diffstat": {"files": 0, "insertions": 0, "deletions": 0},
+        "patch": {"sha256": sha256(patch), "size": patch.len()},
+    })
+}
+
+/// One 8 MiB blob named 150 times by a checkpoint of `session`: with false sizes (refused at
+/// the upload), then with true ones (stored), whose archive (1.2 GiB by stored size) is refused
+/// before it is built. Returns the three statuses.
+async fn checkpoint_150(base: &str, token: &str, session: &str) -> [u16; 3] {
+    let http = reqwest::Client::new();
+    let big = vec![b'x'; 8 * MIB as usize];
+    let patch = b"patch".to_vec();
+    for blob in [&big, &patch] {
+        let resp = http
+            .put(format!("{base}/api/v1/blobs/{}", sha256(blob)))
+            .bearer_auth(token)
+            .body(blob.clone())
+            .send()
+            .await
+            .expect("blob upload");
+        assert!(resp.status().is_success(), "blob upload: {}", resp.status());
+    }
+    let put = |id: &str, size: u64| {
+        http.put(format!("{base}/api/v1/sessions/{session}/checkpoints/{id}"))
+            .bearer_auth(token)
+            .json(&manifest_150(id, &patch, &sha256(&big), size))
+            .send()
+    };
+    let lying = put("00000000000000b1", 0).await.expect("manifest").status();
+    let honest = put("00000000000000b2", 8 * MIB)
+        .await
+        .expect("manifest")
+        .status();
+    let archive = http
+        .get(format!(
+            "{base}/api/v1/checkpoints/00000000000000b2/archive"
+        ))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("archive")
+        .status();
+    [lying.as_u16(), honest.as_u16(), archive.as_u16()]
+}
+
+/// `FLOOD` requests, each with a fresh made-up bearer token; the statuses seen.
+async fn bearer_flood(base: &str) -> Vec<u16> {
+    let http = reqwest::Client::new();
+    let mut seen = Vec::with_capacity(FLOOD);
+    for i in 0..FLOOD {
+        let resp = http
+            .get(format!("{base}/api/v1/sessions"))
+            .bearer_auth(format!("junk{i}"))
+            .send()
+            .await
+            .expect("flood request");
+        seen.push(resp.status().as_u16());
+    }
+    seen
+}
+
 fn big_entries(first: u64, n: u64) -> Vec<NewEntry> {
     let filler = "x".repeat(BIG_BYTES);
     (first..first + n)
@@ -104,11 +196,13 @@ fn big_entries(first: u64, n: u64) -> Vec<NewEntry> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_readers_and_an_oversized_hello_cost_a_normal_bridge_and_viewer_nothing() {
+async fn stalled_readers_an_oversized_hello_a_150x_manifest_and_a_bearer_flood_cost_the_normal_pair_nothing(
+) {
     // arrange: moord with a small page bound and a short stall timeout; moor starts streaming
     let opts = ServerOpts::new()
         .flag("--max-page-bytes", PAGE_BYTES)
-        .flag("--stall-timeout-ms", STALL_MS);
+        .flag("--stall-timeout-ms", STALL_MS)
+        .flag("--rate-limit", RATE);
     let mut rig = Rig::start(opts, &["count", "10000"]).await;
     let pid = rig.server.pid().expect("moord runs");
     let base = rss_anon(pid);
@@ -157,10 +251,26 @@ async fn stalled_readers_and_an_oversized_hello_cost_a_normal_bridge_and_viewer_
         .send_text(serde_json::to_string(&hello).expect("hello encodes"))
         .await;
     let refused = oversized.expect_close(WAIT).await;
+    // …a checkpoint names one big blob 150 times, and made-up bearers flood the API.
+    let url = rig.server.url();
+    let checkpoint = checkpoint_150(&url, &token, "hostile").await;
+    let flood = bearer_flood(&url).await;
 
     // assert: the hello is refused with 1009 and made no session
     assert_eq!(refused.code, close::MESSAGE_TOO_BIG, "{refused:?}");
     assert!(rig.api.session("oversized").await.is_none());
+    // the false sizes are refused, the archive over its bound too, before it is built
+    assert_eq!(
+        checkpoint,
+        [400, 201, 409],
+        "false sizes, true sizes, archive"
+    );
+    // the flood is answered 401 until its address runs out of requests, then 429
+    assert!(flood.iter().all(|s| *s == 401 || *s == 429), "{flood:?}");
+    assert!(
+        flood.contains(&429),
+        "made-up bearers are limited by address"
+    );
     // the stalled readers of the big entries are cut off (the one on the normal session may fit
     // all it is sent in the sockets' buffers, and then waits like any idle reader)
     let api = rig.api.clone();
