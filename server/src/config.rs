@@ -80,6 +80,8 @@ pub struct ServerConfig {
     /// Most bytes of entry payloads the logs of an account's sessions may hold; zero means no
     /// limit.
     pub max_log_bytes_per_account: u64,
+    /// Most bytes of checkpoint content (blobs) one account may have sent; zero means no limit.
+    pub max_blob_bytes_per_account: u64,
 }
 
 /// Size limits of checkpoints: what one upload or one archive may cost.
@@ -137,6 +139,7 @@ impl Default for ServerConfig {
             max_sessions_per_account: 1000,
             max_live_sessions_per_account: 32,
             max_log_bytes_per_account: 8 << 30,
+            max_blob_bytes_per_account: 8 << 30,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Per-account quotas: how many sessions an account may own, how many of them may have a live
-//! bridge at once, and how many bytes their logs may hold. Administrators (and the bootstrap
+//! bridge at once, how many bytes their logs may hold and how much checkpoint content they may
+//! have stored. Administrators (and the bootstrap
 //! admin) have no quotas.
 //!
 //! Owned sessions and stored bytes are the store's figures. Live sessions are counted here, on
@@ -16,7 +17,7 @@ use moor_protocol::SessionId;
 
 use crate::access::Principal;
 use crate::config::ServerConfig;
-use crate::store::{AccessStore, StoreError};
+use crate::store::{AccessStore, CheckpointStore, StoreError};
 
 /// The limits in effect (zero: none).
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +25,7 @@ struct Limits {
     sessions: u64,
     live: u64,
     log_bytes: u64,
+    blob_bytes: u64,
 }
 
 /// One account's live sessions on this node and its stored log bytes.
@@ -62,6 +64,7 @@ impl Quotas {
                 sessions: config.max_sessions_per_account,
                 live: config.max_live_sessions_per_account,
                 log_bytes: config.max_log_bytes_per_account,
+                blob_bytes: config.max_blob_bytes_per_account,
             },
             accounts: Arc::default(),
         }
@@ -81,6 +84,29 @@ impl Quotas {
             return Err(QuotaError::Exceeded(format!(
                 "quota: {} owns {owned} sessions, the most allowed \
                  (--max-sessions-per-account)",
+                who.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `who` may store one more checkpoint blob: what the account has sent so far
+    /// ([`CheckpointStore::uploaded_blob_bytes`]) is under `--max-blob-bytes-per-account`. The
+    /// size of the blob being sent is not known before it is read, so an account may pass the
+    /// quota by one blob (at most `--max-blob-bytes`).
+    pub async fn may_store_blob(
+        &self,
+        store: &dyn CheckpointStore,
+        who: &Principal,
+    ) -> Result<(), QuotaError> {
+        if who.admin || self.limits.blob_bytes == 0 {
+            return Ok(());
+        }
+        let sent = store.uploaded_blob_bytes(&who.name).await?;
+        if sent >= self.limits.blob_bytes {
+            return Err(QuotaError::Exceeded(format!(
+                "quota: {} has stored {sent} bytes of checkpoint content, the most allowed \
+                 (--max-blob-bytes-per-account); checkpoints already stored stay readable",
                 who.name
             )));
         }

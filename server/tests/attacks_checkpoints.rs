@@ -41,6 +41,14 @@ impl Drop for Target {
 impl Target {
     /// A server whose store already holds `sessions`, each owned by the user named with it.
     async fn with(sessions: &[(&str, &str)]) -> (Self, Vec<SessionId>) {
+        Self::with_config(sessions, |_| {}).await
+    }
+
+    /// [`Self::with`], with the server's configuration as `tweak` leaves it.
+    async fn with_config(
+        sessions: &[(&str, &str)],
+        tweak: impl FnOnce(&mut ServerConfig),
+    ) -> (Self, Vec<SessionId>) {
         let dir = std::env::temp_dir().join(format!("moor-attack-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let url = format!("sqlite:{}", dir.join("moor.db").display());
@@ -66,6 +74,7 @@ impl Target {
         let mut config = ServerConfig::default();
         config.data_dir = dir.clone();
         config.database_url = Some(url);
+        tweak(&mut config);
         let served = support::serve_on_loopback(Server::build(config).await.unwrap()).await;
         let target = Self {
             base: format!("http://{}/api/v1", served.addr),
@@ -451,6 +460,26 @@ async fn medium_10_blobs_need_a_session_and_manifests_are_bounded_after_the_owne
         StatusCode::PAYLOAD_TOO_LARGE,
         "manifests are bounded (16 MiB)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn medium_10_one_account_cannot_store_more_checkpoint_content_than_its_quota() {
+    // arrange: each account may have stored 2 MiB of checkpoint content.
+    let quota = |c: &mut ServerConfig| c.max_blob_bytes_per_account = 2 * MIB as u64;
+    let (t, _) = Target::with_config(&[("s1", "ann"), ("s2", "eve")], quota).await;
+    let (ann, eve) = (t.login("ann").await, t.login("eve").await);
+    let (first, more) = (vec![b'a'; 2 * MIB], vec![b'b'; MIB]);
+
+    // act
+    let within = t.put_blob(&ann, &first).await;
+    let over = t.put_blob(&ann, &more).await;
+    let other = t.put_blob(&eve, &more).await;
+
+    // assert: the quota is the account's own: ann is refused, eve is not
+    assert_eq!(within, StatusCode::CREATED);
+    assert_eq!(over, StatusCode::CONFLICT, "ann's quota is used up");
+    assert_eq!(other, StatusCode::CREATED, "eve has her own quota");
+    assert!(t.blob_on_disk(&sha(&first)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

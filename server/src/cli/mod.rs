@@ -129,6 +129,9 @@ pub struct Config {
     /// Most bytes of entry payloads the logs of one account's sessions may hold (0: no limit).
     #[arg(long, env = "MOOR_MAX_LOG_BYTES_PER_ACCOUNT", default_value_t = 8 << 30)]
     max_log_bytes_per_account: u64,
+    /// Most bytes of checkpoint content one account may have stored (0: no limit).
+    #[arg(long, env = "MOOR_MAX_BLOB_BYTES_PER_ACCOUNT", default_value_t = 8 << 30)]
+    max_blob_bytes_per_account: u64,
     /// Serve HTTPS and WSS with this PEM certificate chain (with --tls-key).
     #[arg(long, env = "MOOR_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -199,6 +202,7 @@ impl Config {
             max_sessions_per_account: self.max_sessions_per_account,
             max_live_sessions_per_account: self.max_live_sessions_per_account,
             max_log_bytes_per_account: self.max_log_bytes_per_account,
+            max_blob_bytes_per_account: self.max_blob_bytes_per_account,
             tls: self
                 .tls_cert
                 .zip(self.tls_key)

@@ -25,6 +25,7 @@ use crate::access::{AuthUser, Principal, Role};
 use crate::blobs::{BlobError, BlobStore};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::quota::QuotaError;
 use crate::state::AppState;
 
 /// The blob store under the data directory.
@@ -73,17 +74,21 @@ pub(super) async fn known_blobs(
 }
 
 /// May `who` store blobs at all? Blobs exist for checkpoints, which only a session's owner
-/// uploads: someone who owns no session has nothing to send. Per-account byte quotas hook in
-/// here too: [`crate::store::CheckpointStore::uploaded_blob_bytes`] is what an account has sent.
+/// uploads: someone who owns no session has nothing to send (403). An account whose stored
+/// checkpoint content has reached its quota may send no more (409, saying so).
 async fn may_upload(state: &AppState, who: &Principal) -> Result<(), ApiError> {
     if who.admin {
         return Ok(());
     }
     let mine = state.store.access.memberships(&who.name).await?;
-    if mine.iter().any(|(_, role)| *role == Role::Owner) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden)
+    if !mine.iter().any(|(_, role)| *role == Role::Owner) {
+        return Err(ApiError::Forbidden);
+    }
+    let checkpoints = &*state.store.checkpoints;
+    match state.quotas.may_store_blob(checkpoints, who).await {
+        Ok(()) => Ok(()),
+        Err(QuotaError::Exceeded(msg)) => Err(ApiError::Conflict(msg)),
+        Err(QuotaError::Store(e)) => Err(e.into()),
     }
 }
 
