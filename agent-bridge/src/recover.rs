@@ -50,19 +50,23 @@ impl Api {
         })
     }
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
+    async fn send_get(&self, path: &str) -> anyhow::Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base);
+        Ok(self.http.get(url).bearer_auth(&self.token).send().await?)
+    }
+
+    /// The body of a successful answer, or an error naming the path, status and body.
+    async fn json<T: DeserializeOwned>(path: &str, resp: reqwest::Response) -> anyhow::Result<T> {
         let status = resp.status();
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
             anyhow::bail!("GET {path}: {status}: {body}");
         }
         Ok(resp.json().await?)
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        Self::json(path, self.send_get(path).await?).await
     }
 
     /// The session with this id or name, with its state.
@@ -73,17 +77,11 @@ impl Api {
     /// The session with this id or name, or `None` when the server has no such session.
     pub async fn find_session(&self, key: &str) -> anyhow::Result<Option<SessionInfo>> {
         let path = format!("/api/v1/sessions/{key}");
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
-        match resp.status() {
-            reqwest::StatusCode::NOT_FOUND => Ok(None),
-            s if s.is_success() => Ok(Some(resp.json().await?)),
-            s => anyhow::bail!("GET {path}: {s}: {}", resp.text().await.unwrap_or_default()),
+        let resp = self.send_get(&path).await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
         }
+        Ok(Some(Self::json(&path, resp).await?))
     }
 
     /// The server's recovery brief.
