@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
-use moor_protocol::{close, ProducerId, Seq, PROTOCOL_VERSION};
+use moor_protocol::close;
 use moor_server::access::jwt::{Claims, Keys};
 use moor_server::{Server, ServerConfig};
 use reqwest::StatusCode;
@@ -24,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
-use support::{serve_on_loopback, Serving};
+use support::{client, serve_on_loopback, Serving};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
@@ -58,12 +57,11 @@ impl TestServer {
 
     async fn spawn_with(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = std::env::temp_dir().join(format!("moor-access-{}", uuid::Uuid::new_v4()));
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.clone();
-        config.admin_token = Some(ADMIN.into());
-        config.idle_timeout = Duration::from_secs(30);
-        tweak(&mut config);
-        let server = Server::build(config).await.unwrap();
+        let server = support::build(&dir, ADMIN, |c| {
+            c.idle_timeout = Duration::from_secs(30);
+            tweak(c);
+        })
+        .await;
         let setup_code = server.setup_code().map(str::to_owned);
         let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
@@ -188,35 +186,10 @@ impl TestServer {
 
     /// A bridge socket after its `Hello`: the welcome, or the close code it was refused with.
     async fn bridge(&self, session: &str, cred: &Cred) -> Result<Ws, u16> {
-        let mut ws = self.ws("/bridge", cred).await.map_err(|s| s.as_u16())?;
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            session: session.into(),
-            producer: ProducerId::new(),
-            last_applied_input: Seq::ZERO,
-            uncertain_inputs: vec![],
-            agent: AgentInfo {
-                command: vec!["test".into()],
-                ..Default::default()
-            },
-        };
-        let text = serde_json::to_string(&BridgeToServer::Hello(hello)).unwrap();
-        ws.send(Message::Text(text.into())).await.unwrap();
-        loop {
-            match tokio::time::timeout(WAIT, ws.next())
-                .await
-                .expect("answer in time")
-            {
-                Some(Ok(Message::Text(t))) => {
-                    if let ServerToBridge::Welcome(_) = serde_json::from_str(&t).unwrap() {
-                        return Ok(ws);
-                    }
-                }
-                Some(Ok(Message::Close(Some(f)))) => return Err(u16::from(f.code)),
-                Some(Ok(_)) => {}
-                other => panic!("bridge handshake: {other:?}"),
-            }
-        }
+        let ws = self.ws("/bridge", cred).await.map_err(|s| s.as_u16())?;
+        client::handshake(ws, client::hello(session))
+            .await
+            .welcomed()
     }
 }
 

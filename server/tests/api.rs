@@ -12,12 +12,11 @@ use moor_protocol::bridge::{
     AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome,
 };
 use moor_protocol::{
-    close, error::ErrorBody, kinds, Entry, ErrorCode, NewEntry, ProducerId, Seq, PROTOCOL_VERSION,
+    close, error::ErrorBody, kinds, Entry, ErrorCode, NewEntry, ProducerId, Seq,
 };
-use moor_server::{Server, ServerConfig};
+use moor_server::ServerConfig;
 use serde_json::json;
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -25,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
-use support::{serve_on_loopback, Serving};
+use support::{client, serve_on_loopback, Serving};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
@@ -55,13 +54,12 @@ impl Drop for TestServer {
 impl TestServer {
     async fn spawn(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = std::env::temp_dir().join(format!("moor-api-{}", uuid::Uuid::new_v4()));
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.clone();
-        config.admin_token = Some("test-token".into());
-        config.heartbeat_interval = Duration::from_millis(100);
-        config.idle_timeout = Duration::from_secs(5);
-        tweak(&mut config);
-        let server = Server::build(config).await.unwrap();
+        let server = support::build(&dir, "test-token", |c| {
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.idle_timeout = Duration::from_secs(5);
+            tweak(c);
+        })
+        .await;
         let store = server.store();
         let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
@@ -121,14 +119,7 @@ impl TestServer {
 
     /// A bridge WebSocket with the admin token, before its hello.
     async fn bridge_socket(&self) -> Ws {
-        let mut req = format!("ws://{}/api/v1/bridge", self.addr)
-            .into_client_request()
-            .unwrap();
-        req.headers_mut().insert(
-            "authorization",
-            format!("Bearer {}", self.token).parse().unwrap(),
-        );
-        tokio_tungstenite::connect_async(req).await.unwrap().0
+        client::bridge_socket(self.addr, &self.token).await
     }
 
     async fn bridge(
@@ -139,15 +130,9 @@ impl TestServer {
     ) -> (Ws, Welcome) {
         let mut ws = self.bridge_socket().await;
         let hello = Hello {
-            version: PROTOCOL_VERSION,
-            session: session.into(),
             producer,
             last_applied_input: Seq(last_applied),
-            uncertain_inputs: vec![],
-            agent: AgentInfo {
-                command: vec!["test".into()],
-                ..Default::default()
-            },
+            ..client::hello(session)
         };
         send(&mut ws, &BridgeToServer::Hello(hello)).await;
         match recv(&mut ws).await {
@@ -489,12 +474,8 @@ async fn ending_the_session_closes_the_link_and_refuses_later_bridges() {
     assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);
     let mut ws = server.bridge_socket().await;
     let hello = Hello {
-        version: PROTOCOL_VERSION,
-        session: "end".into(),
         producer,
-        last_applied_input: Seq(0),
-        uncertain_inputs: vec![],
-        agent: AgentInfo::default(),
+        ..client::hello("end")
     };
     send(&mut ws, &BridgeToServer::Hello(hello)).await;
     assert_eq!(close_code(&mut ws).await, close::SESSION_ENDED);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use moor_protocol::SessionId;
 use moor_server::store::{CheckpointRow, Role, Stores};
-use moor_server::{Server, ServerConfig};
+use moor_server::ServerConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -20,10 +20,13 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::client::Client;
+
 const PASSWORD: &str = "correct horse battery";
 const MIB: usize = 1 << 20;
 
 struct Target {
+    addr: std::net::SocketAddr,
     base: String,
     dir: PathBuf,
     http: reqwest::Client,
@@ -71,12 +74,14 @@ impl Target {
                 .unwrap();
             ids.push(id);
         }
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.clone();
-        config.database_url = Some(url);
-        tweak(&mut config);
-        let served = support::serve_on_loopback(Server::build(config).await.unwrap()).await;
+        let server = support::build(&dir, "attacks-admin-token", |c| {
+            c.database_url = Some(url);
+            tweak(c);
+        })
+        .await;
+        let served = support::serve_on_loopback(server).await;
         let target = Self {
+            addr: served.addr,
             base: format!("http://{}/api/v1", served.addr),
             dir,
             http: reqwest::Client::new(),
@@ -87,16 +92,7 @@ impl Target {
     }
 
     async fn login(&self, name: &str) -> String {
-        let resp = self
-            .http
-            .post(format!("{}/auth/login", self.base))
-            .json(&json!({"name": name, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK, "login {name}");
-        let pair: Value = resp.json().await.unwrap();
-        pair["access_token"].as_str().unwrap().to_owned()
+        Client::login(self.addr, name, PASSWORD).await.token
     }
 
     async fn send(&self, method: &str, path: &str, token: &str, body: Body) -> reqwest::Response {
@@ -131,17 +127,12 @@ impl Target {
     /// answer that comes without the body.
     async fn head_only(&self, method: &str, path: &str, token: &str, length: usize) -> u16 {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let authority = self
-            .base
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap();
-        let mut tcp = tokio::net::TcpStream::connect(authority).await.unwrap();
+        let mut tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let head = format!(
-            "{method} /api/v1{path} HTTP/1.1\r\nHost: {authority}\r\n\
+            "{method} /api/v1{path} HTTP/1.1\r\nHost: {}\r\n\
              Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
-             Content-Length: {length}\r\n\r\n"
+             Content-Length: {length}\r\n\r\n",
+            self.addr
         );
         tcp.write_all(head.as_bytes()).await.unwrap();
         let mut answer = [0u8; 12];

@@ -10,21 +10,17 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
-use moor_protocol::{close, ProducerId, Seq, PROTOCOL_VERSION};
-use moor_server::{Server, ServerConfig};
+use moor_protocol::close;
+use moor_server::ServerConfig;
 use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 mod support;
 
+use support::client::{self, Client};
 use support::{serve_on_loopback, Serving};
 
-const WAIT: Duration = Duration::from_secs(10);
 const ADMIN: &str = "admin-attack-token";
 const PASSWORD: &str = "correct horse battery";
 /// A page an agent's dev server serves on another port of the same host.
@@ -50,11 +46,7 @@ impl Drop for Target {
 impl Target {
     async fn spawn_with(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = std::env::temp_dir().join(format!("moor-attack-{}", uuid::Uuid::new_v4()));
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.clone();
-        config.admin_token = Some(ADMIN.into());
-        tweak(&mut config);
-        let server = Server::build(config).await.unwrap();
+        let server = support::build(&dir, ADMIN, tweak).await;
         let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
             addr,
@@ -82,14 +74,7 @@ impl Target {
     }
 
     async fn add_user(&self, name: &str) {
-        let r = self
-            .post("/users")
-            .bearer_auth(ADMIN)
-            .json(&json!({"name": name, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED, "add user {name}");
+        Client::new(self.addr, ADMIN).add_user(name, PASSWORD).await;
     }
 
     /// Logs `name` in: the `moor_access=…` cookie a browser would hold, and the access token.
@@ -114,37 +99,10 @@ impl Target {
 
     /// A bridge's socket after its hello: the welcome, or the close code it was refused with.
     async fn bridge(&self, session: &str, token: &str) -> Result<Ws, u16> {
-        let mut req = format!("ws://{}/api/v1/bridge", self.addr)
-            .into_client_request()
-            .unwrap();
-        req.headers_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-        let hello = BridgeToServer::Hello(Hello {
-            version: PROTOCOL_VERSION,
-            session: session.into(),
-            producer: ProducerId::new(),
-            last_applied_input: Seq::ZERO,
-            uncertain_inputs: vec![],
-            agent: AgentInfo::default(),
-        });
-        let text = serde_json::to_string(&hello).unwrap();
-        ws.send(Message::Text(text.into())).await.unwrap();
-        loop {
-            match tokio::time::timeout(WAIT, ws.next())
-                .await
-                .expect("answer in time")
-            {
-                Some(Ok(Message::Text(t))) => {
-                    if let Ok(ServerToBridge::Welcome(_)) = serde_json::from_str(&t) {
-                        return Ok(ws);
-                    }
-                }
-                Some(Ok(Message::Close(Some(f)))) => return Err(u16::from(f.code)),
-                Some(Ok(_)) => {}
-                other => panic!("bridge handshake: {other:?}"),
-            }
-        }
+        let ws = client::bridge_socket(self.addr, token).await;
+        client::handshake(ws, client::hello(session))
+            .await
+            .welcomed()
     }
 
     /// Starts a device grant as `moor login` does, from client address `from`.

@@ -9,7 +9,7 @@
 use moor_protocol::close;
 use moor_server::quota::Quotas;
 use moor_server::session::states::FollowerCount;
-use moor_server::{Server, ServerConfig};
+use moor_server::ServerConfig;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -42,11 +42,7 @@ impl Drop for World {
 
 async fn world(tweak: impl FnOnce(&mut ServerConfig)) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::default();
-    config.data_dir = dir.path().to_owned();
-    config.admin_token = Some(ADMIN.into());
-    tweak(&mut config);
-    let server = Server::build(config).await.unwrap();
+    let server = support::build(dir.path(), ADMIN, tweak).await;
     for name in ["ann", "bob", "mal"] {
         server.add_user(name, PASSWORD.into(), false).await.unwrap();
     }

@@ -8,17 +8,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
-use moor_protocol::{ProducerId, Seq, PROTOCOL_VERSION};
-use moor_server::{Server, ServerConfig};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 mod support;
 
-use support::{serve_on_loopback, Serving};
+use support::{client, serve_on_loopback, Serving};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -60,10 +56,7 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
     let password = "hunter2-but-longer";
     let wrong = "not-the-password-42";
     let dir = std::env::temp_dir().join(format!("moor-logs-{}", uuid::Uuid::new_v4()));
-    let mut config = ServerConfig::default();
-    config.data_dir = dir.clone();
-    config.admin_token = Some(admin.into());
-    let server = Server::build(config).await.unwrap();
+    let server = support::build(&dir, admin, |_| {}).await;
     let setup_code = server
         .setup_code()
         .expect("no administrator yet")
@@ -150,30 +143,10 @@ async fn a_scenario_logged_at_trace_level_never_shows_a_secret() {
     }
     secrets.push(access.clone());
 
-    let mut req = format!("ws://{addr}/api/v1/bridge")
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {access}").parse().unwrap());
-    let (mut bridge, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        session: "logs".into(),
-        producer: ProducerId::new(),
-        last_applied_input: Seq::ZERO,
-        uncertain_inputs: vec![],
-        agent: AgentInfo::default(),
-    };
-    let hello = serde_json::to_string(&BridgeToServer::Hello(hello)).unwrap();
-    bridge.send(Message::Text(hello.into())).await.unwrap();
-    loop {
-        let msg = tokio::time::timeout(WAIT, bridge.next()).await.unwrap();
-        if let Some(Ok(Message::Text(t))) = msg {
-            if let ServerToBridge::Welcome(_) = serde_json::from_str(&t).unwrap() {
-                break;
-            }
-        }
-    }
+    let bridge = client::bridge_socket(addr, &access).await;
+    let _bridge = client::handshake(bridge, client::hello("logs"))
+        .await
+        .socket();
     let viewer_url = format!("ws://{addr}/api/v1/sessions/logs/ws?access_token={access}");
     let (mut viewer, _) = tokio_tungstenite::connect_async(viewer_url).await.unwrap();
     let r = http

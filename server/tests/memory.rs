@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use moor_protocol::api::{EntriesPage, SessionInfo};
 use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello};
-use moor_protocol::{close, kinds, now_ms, ProducerId, Seq, SessionId, PROTOCOL_VERSION};
+use moor_protocol::{close, kinds, now_ms, SessionId};
 use moor_server::store::{Append, IdemKey, Role, Stores};
-use moor_server::{Server, ServerConfig};
+use moor_server::ServerConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -23,6 +23,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 mod support;
 
+use support::client::{self, Client};
 use support::{serve_on_loopback, Serving};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -47,11 +48,7 @@ impl Drop for TestServer {
 impl TestServer {
     async fn spawn(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.path().to_owned();
-        config.admin_token = Some(ADMIN.into());
-        tweak(&mut config);
-        let server = Server::build(config).await.unwrap();
+        let server = support::build(dir.path(), ADMIN, tweak).await;
         let store = server.store();
         let serving = serve_on_loopback(server).await;
         Self {
@@ -84,26 +81,8 @@ impl TestServer {
 
     /// A new user, logged in: its access token.
     async fn user(&self, name: &str) -> String {
-        let resp = self
-            .http
-            .post(self.url("/users"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"name": name, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::CREATED, "add user {name}");
-        let pair: Value = self
-            .http
-            .post(self.url("/auth/login"))
-            .json(&json!({"name": name, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        pair["access_token"].as_str().unwrap().to_owned()
+        Client::new(self.addr, ADMIN).add_user(name, PASSWORD).await;
+        Client::login(self.addr, name, PASSWORD).await.token
     }
 
     /// A session of `entries` agent outputs of `bytes` each, written straight to the store.
@@ -196,25 +175,16 @@ impl Peak {
 }
 
 fn hello(agent: AgentInfo) -> String {
-    serde_json::to_string(&BridgeToServer::Hello(Hello {
-        version: PROTOCOL_VERSION,
-        session: "hello-attack".into(),
-        producer: ProducerId::new(),
-        last_applied_input: Seq::ZERO,
-        uncertain_inputs: vec![],
+    let hello = Hello {
         agent,
-    }))
-    .unwrap()
+        ..client::hello("hello-attack")
+    };
+    serde_json::to_string(&BridgeToServer::Hello(hello)).unwrap()
 }
 
 /// Sends `hello` on a new bridge socket and returns the close code it is answered with.
 async fn hello_close_code(server: &TestServer, hello: String) -> u16 {
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let mut ws = client::bridge_socket(server.addr, ADMIN).await;
     ws.send(Message::Text(hello.into())).await.unwrap();
     loop {
         match tokio::time::timeout(WAIT, ws.next()).await.expect("answer") {

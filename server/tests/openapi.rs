@@ -10,16 +10,18 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello, ServerToBridge};
-use moor_protocol::{kinds, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
-use moor_server::{Server, ServerConfig};
+use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
+use moor_protocol::{kinds, NewEntry};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
+
+mod support;
+
+use support::client;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -42,14 +44,8 @@ impl Drop for TestServer {
 impl TestServer {
     async fn spawn() -> Self {
         let dir = std::env::temp_dir().join(format!("moor-openapi-{}", uuid::Uuid::new_v4()));
-        let mut config = ServerConfig::default();
-        config.data_dir = dir.clone();
-        config.admin_token = Some(TOKEN.into());
-        let server = Server::build(config).await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = CancellationToken::new();
-        tokio::spawn(server.serve(listener, shutdown.clone()));
+        let server = support::build(&dir, TOKEN, |_| {}).await;
+        let support::Serving { addr, shutdown, .. } = support::serve_on_loopback(server).await;
         Self {
             addr,
             http: reqwest::Client::builder()
@@ -471,26 +467,9 @@ async fn every_documented_operation_is_routed_and_answers_a_documented_status() 
 
 /// Attaches a bridge to session `name` and stores `entries` through it.
 async fn attach_bridge(server: &TestServer, name: &str, entries: Vec<NewEntry>) -> Ws {
-    let mut req = format!("ws://{}/api/v1/bridge", server.addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        session: name.into(),
-        producer: ProducerId::new(),
-        last_applied_input: Seq(0),
-        uncertain_inputs: vec![],
-        agent: AgentInfo {
-            command: vec!["agent".into()],
-            ..Default::default()
-        },
-    };
+    let ws = client::bridge_socket(server.addr, TOKEN).await;
     let last = entries.last().map(|e| e.producer_seq);
-    send(&mut ws, &BridgeToServer::Hello(hello)).await;
-    assert!(matches!(recv(&mut ws).await, ServerToBridge::Welcome(_)));
+    let mut ws = client::handshake(ws, client::hello(name)).await.socket();
     send(&mut ws, &BridgeToServer::Entries { entries }).await;
     if let Some(last) = last {
         assert_eq!(

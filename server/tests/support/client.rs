@@ -46,6 +46,14 @@ impl Attach {
         }
     }
 
+    /// The welcomed socket, or the close code it was refused with.
+    pub fn welcomed(self) -> Result<Ws, u16> {
+        match self {
+            Attach::Welcome(ws) => Ok(*ws),
+            Attach::Closed(code, _) => Err(code),
+        }
+    }
+
     /// The welcomed socket; panics if refused.
     pub fn socket(self) -> Ws {
         match self {
@@ -80,6 +88,13 @@ impl Client {
         Self::new(addr, pair["access_token"].as_str().unwrap())
     }
 
+    /// Adds the user `name` with `password`, as an administrator's client.
+    pub async fn add_user(&self, name: &str, password: &str) {
+        let body = json!({"name": name, "password": password});
+        let (status, _) = self.call("POST", "/users", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "add user {name}");
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}/api/v1{path}", self.addr)
     }
@@ -101,39 +116,50 @@ impl Client {
 
     /// Opens a bridge for session `name` and says `Hello`.
     pub async fn bridge(&self, name: &str) -> Attach {
-        let mut req = format!("ws://{}/api/v1/bridge", self.addr)
-            .into_client_request()
-            .unwrap();
-        req.headers_mut().insert(
-            "authorization",
-            format!("Bearer {}", self.token).parse().unwrap(),
-        );
-        let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            session: name.into(),
-            producer: ProducerId::new(),
-            last_applied_input: Seq::ZERO,
-            uncertain_inputs: vec![],
-            agent: AgentInfo {
-                command: vec!["test".into()],
-                ..Default::default()
-            },
-        };
-        send(&mut ws, &BridgeToServer::Hello(hello)).await;
-        loop {
-            match tokio::time::timeout(WAIT, ws.next()).await.expect("answer") {
-                Some(Ok(Message::Text(t))) => {
-                    if let ServerToBridge::Welcome(_) = serde_json::from_str(&t).unwrap() {
-                        return Attach::Welcome(Box::new(ws));
-                    }
+        handshake(bridge_socket(self.addr, &self.token).await, hello(name)).await
+    }
+}
+
+/// The `Hello` of a new producer for session `session` that has applied no input yet.
+pub fn hello(session: &str) -> Hello {
+    Hello {
+        version: PROTOCOL_VERSION,
+        session: session.into(),
+        producer: ProducerId::new(),
+        last_applied_input: Seq::ZERO,
+        uncertain_inputs: vec![],
+        agent: AgentInfo {
+            command: vec!["test".into()],
+            ..Default::default()
+        },
+    }
+}
+
+/// A bridge socket to the server at `addr` with bearer `token`, before its `Hello`.
+pub async fn bridge_socket(addr: std::net::SocketAddr, token: &str) -> Ws {
+    let mut req = format!("ws://{addr}/api/v1/bridge")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+/// Says `hello` on `ws` and reads until the welcome or the close.
+pub async fn handshake(mut ws: Ws, hello: Hello) -> Attach {
+    send(&mut ws, &BridgeToServer::Hello(hello)).await;
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("answer") {
+            Some(Ok(Message::Text(t))) => {
+                if let Ok(ServerToBridge::Welcome(_)) = serde_json::from_str(&t) {
+                    return Attach::Welcome(Box::new(ws));
                 }
-                Some(Ok(Message::Close(Some(f)))) => {
-                    return Attach::Closed(u16::from(f.code), f.reason.to_string())
-                }
-                Some(Ok(_)) => {}
-                other => panic!("bridge handshake: {other:?}"),
             }
+            Some(Ok(Message::Close(Some(f)))) => {
+                return Attach::Closed(u16::from(f.code), f.reason.to_string())
+            }
+            Some(Ok(_)) => {}
+            other => panic!("bridge handshake: {other:?}"),
         }
     }
 }

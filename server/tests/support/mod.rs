@@ -3,7 +3,9 @@
 #[allow(dead_code)] // not every test binary drives clients
 pub mod client;
 
-use moor_server::Server;
+use std::path::Path;
+
+use moor_server::{Server, ServerConfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -30,4 +32,14 @@ pub async fn serve_on_loopback(server: Server) -> Serving {
         shutdown,
         task,
     }
+}
+
+/// Builds a server whose data lives in `dir` and whose bootstrap token is `admin`, with the
+/// configuration as `tweak` leaves it.
+pub async fn build(dir: &Path, admin: &str, tweak: impl FnOnce(&mut ServerConfig)) -> Server {
+    let mut config = ServerConfig::default();
+    config.data_dir = dir.to_owned();
+    config.admin_token = Some(admin.into());
+    tweak(&mut config);
+    Server::build(config).await.unwrap()
 }
