@@ -138,6 +138,28 @@ impl Api {
             .unwrap_or_else(|e| panic!("GET {path}: unexpected body {:?}: {e}", r.body))
     }
 
+    /// `POST /api/v1/users` (as an administrator): adds `name` with `password`.
+    pub async fn add_user(&self, name: &str, password: &str) {
+        let body = RawBody::Json(serde_json::json!({"name": name, "password": password}));
+        let r = self.authed(Method::POST, "/api/v1/users", Some(body)).await;
+        assert_eq!(
+            r.status,
+            StatusCode::CREATED,
+            "add user {name}: {:?}",
+            r.body
+        );
+    }
+
+    /// `POST /api/v1/auth/login`: `name`'s token pair (`access_token`, `refresh_token`, ...).
+    pub async fn login(&self, name: &str, password: &str) -> Value {
+        let body = RawBody::Json(serde_json::json!({"name": name, "password": password}));
+        let r = self
+            .raw(Method::POST, "/api/v1/auth/login", None, Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "login {name}: {:?}", r.body);
+        r.body
+    }
+
     /// `GET /healthz`.
     pub async fn healthz(&self) -> Health {
         let r = self.raw(Method::GET, "/healthz", None, None).await;

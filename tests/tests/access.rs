@@ -17,24 +17,9 @@ use serde_json::{json, Value};
 const PASSWORD: &str = "correct horse battery";
 
 async fn add_user_and_login(server: &TestServer, name: &str) -> Value {
-    let http = reqwest::Client::new();
-    let s = http
-        .post(format!("{}/api/v1/users", server.url()))
-        .bearer_auth(server.token())
-        .json(&json!({"name": name, "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(s, 201);
-    let resp = http
-        .post(format!("{}/api/v1/auth/login", server.url()))
-        .json(&json!({"name": name, "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.json().await.unwrap()
+    let api = server.api();
+    api.add_user(name, PASSWORD).await;
+    api.login(name, PASSWORD).await
 }
 
 /// A server whose access tokens live 2 s, and ann's fresh login stored where `moor` looks for

@@ -5,31 +5,14 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
 
 use moor_e2e::{BridgeOpts, ServerOpts, TestServer, FINISH, WAIT};
-use serde_json::{json, Value};
 
 const PASSWORD: &str = "correct horse battery";
 
 /// Adds `name` and logs them in: their access token.
 async fn user_token(server: &TestServer, name: &str) -> String {
-    let http = reqwest::Client::new();
-    let s = http
-        .post(format!("{}/api/v1/users", server.url()))
-        .bearer_auth(server.token())
-        .json(&json!({"name": name, "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(s, 201);
-    let pair: Value = http
-        .post(format!("{}/api/v1/auth/login", server.url()))
-        .json(&json!({"name": name, "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = server.api();
+    api.add_user(name, PASSWORD).await;
+    let pair = api.login(name, PASSWORD).await;
     pair["access_token"].as_str().unwrap().to_owned()
 }
 

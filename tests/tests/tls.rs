@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use moor_e2e::util::bin_path;
 use moor_e2e::{lines, Api, BridgeOpts, ServerOpts, TestServer, WAIT};
-use reqwest::Method;
 use serde_json::json;
 
 /// A self-signed certificate for `127.0.0.1` and `localhost`, written as PEM files.
@@ -87,21 +86,7 @@ async fn https_sets_secure_cookies_and_hsts_and_refuses_plain_http_and_untrustin
     let cert = test_cert();
     let server = TestServer::start(tls_opts(&cert)).await;
     let api = Api::with_client(server.url(), server.token(), trusting(&cert));
-    let created = api
-        .authed(
-            Method::POST,
-            "/api/v1/users",
-            Some(moor_e2e::http::RawBody::Json(
-                json!({"name": "ann", "password": "correct horse battery"}),
-            )),
-        )
-        .await;
-    assert_eq!(
-        created.status,
-        reqwest::StatusCode::CREATED,
-        "{:?}",
-        created.body
-    );
+    api.add_user("ann", "correct horse battery").await;
     let client = trusting(&cert).build().unwrap();
 
     // act
