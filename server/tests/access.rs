@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
+use moor_protocol::close;
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
-use moor_protocol::close;
 use moor_server::access::jwt::{Claims, Keys};
 use moor_server::{Server, ServerConfig};
 use reqwest::StatusCode;

@@ -11,9 +11,7 @@ use moor_protocol::api::{EntriesPage, InputAccepted, SessionInfo};
 use moor_protocol::bridge::{
     AgentInfo, BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome,
 };
-use moor_protocol::{
-    close, error::ErrorBody, kinds, Entry, ErrorCode, NewEntry, ProducerId, Seq,
-};
+use moor_protocol::{close, error::ErrorBody, kinds, Entry, ErrorCode, NewEntry, ProducerId, Seq};
 use moor_server::ServerConfig;
 use serde_json::json;
 use tokio::net::TcpStream;
