@@ -10,6 +10,7 @@
 
 mod access;
 mod append;
+mod checkpoint;
 mod cluster;
 mod errors;
 mod group;

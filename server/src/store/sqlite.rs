@@ -16,13 +16,13 @@ use sqlx::{Row, Sqlite, SqlitePool};
 use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
+use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::{
     Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
     INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
 };
 
-mod checkpoints;
 mod group;
 
 /// SQLite implementation of [`LogStore`], [`AccessStore`](super::AccessStore) and
@@ -105,6 +105,37 @@ impl AccessDialect for SqliteStore {
 }
 
 access_store!(SqliteStore, sqlx::Sqlite);
+
+impl CheckpointDialect for SqliteStore {
+    const SAVE_CHECKPOINT: &'static str =
+        "INSERT INTO checkpoints (session_pk, id, created_at, summary, manifest) \
+         SELECT pk, $1, $2, $3, $4 FROM sessions WHERE id = $5 \
+         ON CONFLICT (session_pk, id) DO NOTHING";
+    const SAVE_BLOBS: &'static str =
+        "INSERT INTO checkpoint_blobs (sha256, session_pk, checkpoint_id) \
+         SELECT DISTINCT j.value, s.pk, $3 FROM json_each($1) j, sessions s WHERE s.id = $2 \
+         ON CONFLICT DO NOTHING";
+    const CHECKPOINT: &'static str =
+        "SELECT c.id, s.id AS session, c.created_at, c.summary, c.manifest \
+         FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk WHERE s.id = $1 AND c.id = $2";
+    const CHECKPOINT_SESSIONS: &'static str =
+        "SELECT s.id FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk \
+         WHERE c.id = $1 ORDER BY s.id";
+    const LIST_CHECKPOINTS: &'static str = "SELECT c.id, s.id AS session, c.created_at, c.summary \
+         FROM checkpoints c JOIN sessions s ON s.pk = c.session_pk \
+         WHERE s.id = $1 ORDER BY c.created_at DESC, c.id DESC";
+    const BLOB_SESSIONS: &'static str = "SELECT DISTINCT s.id FROM checkpoint_blobs b \
+         JOIN sessions s ON s.pk = b.session_pk WHERE b.sha256 = $1";
+    const BLOBS_KNOWN_TO: &'static str =
+        "SELECT DISTINCT j.value AS sha256 FROM json_each($1) j WHERE \
+         EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = j.value AND u.uploader = $2) \
+         OR EXISTS (SELECT 1 FROM checkpoint_blobs b \
+             JOIN sessions s ON s.pk = b.session_pk \
+             JOIN session_members m ON m.session_id = s.id \
+             WHERE b.sha256 = j.value AND m.principal = $2)";
+}
+
+checkpoint_store!(SqliteStore, sqlx::Sqlite);
 
 /// The session id in column `col`, stored as text.
 fn session_id(row: &sqlx::sqlite::SqliteRow, col: &str) -> StoreResult<SessionId> {

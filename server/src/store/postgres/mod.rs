@@ -6,7 +6,6 @@
 //! (`group.rs`); it announces each session's range with `NOTIFY` (delivered at commit);
 //! `cluster.rs` holds the listening side and bridge claims.
 
-mod checkpoints;
 mod cluster;
 mod group;
 mod lookup;
@@ -28,6 +27,7 @@ use uuid::Uuid;
 
 use self::rows::{entry_row, session_row};
 use super::access::{access_store, stored_role, AccessDialect};
+use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::{
     redact_url, seq_bind, Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError,
@@ -167,6 +167,35 @@ impl AccessDialect for PgStore {
 }
 
 access_store!(PgStore, sqlx::Postgres);
+
+impl CheckpointDialect for PgStore {
+    const SAVE_CHECKPOINT: &'static str =
+        "INSERT INTO checkpoints (session_id, id, created_at, summary, manifest) \
+         SELECT id, $1, $2, $3, $4 FROM sessions WHERE id = $5::uuid \
+         ON CONFLICT (session_id, id) DO NOTHING";
+    const SAVE_BLOBS: &'static str =
+        "INSERT INTO checkpoint_blobs (sha256, session_id, checkpoint_id) \
+         SELECT DISTINCT j.value, $2::uuid, $3 FROM jsonb_array_elements_text($1::jsonb) j \
+         ON CONFLICT DO NOTHING";
+    const CHECKPOINT: &'static str =
+        "SELECT id, session_id::text AS session, created_at, summary, manifest \
+         FROM checkpoints WHERE session_id = $1::uuid AND id = $2";
+    const CHECKPOINT_SESSIONS: &'static str =
+        "SELECT session_id::text AS id FROM checkpoints WHERE id = $1 ORDER BY session_id";
+    const LIST_CHECKPOINTS: &'static str =
+        "SELECT id, session_id::text AS session, created_at, summary FROM checkpoints \
+         WHERE session_id = $1::uuid ORDER BY created_at DESC, id DESC";
+    const BLOB_SESSIONS: &'static str =
+        "SELECT DISTINCT session_id::text AS id FROM checkpoint_blobs WHERE sha256 = $1";
+    const BLOBS_KNOWN_TO: &'static str =
+        "SELECT DISTINCT j.value AS sha256 FROM jsonb_array_elements_text($1::jsonb) j WHERE \
+         EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = j.value AND u.uploader = $2) \
+         OR EXISTS (SELECT 1 FROM checkpoint_blobs b \
+             JOIN session_members m ON m.session_id = b.session_id::text \
+             WHERE b.sha256 = j.value AND m.principal = $2)";
+}
+
+checkpoint_store!(PgStore, sqlx::Postgres);
 
 /// `application_name` of a node's connections: `<role> <node>`, within Postgres' 63 bytes.
 pub(crate) fn app_name(role: &str, node: &str) -> String {
