@@ -186,9 +186,7 @@ fn write_tar(
     ),
     responses(
         (status = 200, description = "A tar of the files the checkpoint added or changed, and its manifest, streamed", content(("application/x-tar"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
         crate::openapi::Conflict,
     )
 )]

@@ -98,9 +98,7 @@ async fn may_upload(state: &AppState, who: &Principal) -> Result<(), ApiError> {
     request_body = MissingBlobsRequest,
     responses(
         (status = 200, description = "The hashes the caller must send: every one not stored, or stored but neither sent by the caller nor named by a checkpoint of a session it is a member of", body = MissingBlobs),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyErrors,
     )
 )]
 pub(super) async fn missing(
@@ -205,9 +203,7 @@ async fn may_read_blob(state: &AppState, who: &Principal, sha256: &str) -> Resul
     params(("sha256" = String, Path, description = "SHA-256 of the blob, lowercase hex")),
     responses(
         (status = 200, description = "The blob's bytes", content(("application/octet-stream"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
     )
 )]
 pub(super) async fn get_blob(

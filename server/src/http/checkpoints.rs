@@ -148,8 +148,7 @@ pub(super) async fn put(
     params(("id" = String, Path, description = "Session id or name")),
     responses(
         (status = 200, description = "The session's checkpoints, newest first", body = Vec<CheckpointSummary>),
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::LookupErrors,
     )
 )]
 pub(super) async fn list(
@@ -243,9 +242,7 @@ pub(super) async fn stored(
     ),
     responses(
         (status = 200, description = "The checkpoint's session and manifest", body = StoredCheckpoint),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
         crate::openapi::Conflict,
     )
 )]
@@ -278,9 +275,7 @@ pub(super) fn attachment(content_type: &'static str, disposition: String, body: 
     ),
     responses(
         (status = 200, description = "The patch from the base commit, for `git apply`", content((String = "text/x-diff"))),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::ReadErrors,
         crate::openapi::Conflict,
     )
 )]

@@ -19,12 +19,8 @@ use crate::state::AppState;
     request_body = InputRequest,
     responses(
         (status = 200, description = "Stored (or the same input already stored under this `client_msg_id`)", body = InputAccepted),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleBodyErrors,
         crate::openapi::Conflict,
-        crate::openapi::TooLarge,
     )
 )]
 pub(super) async fn create(

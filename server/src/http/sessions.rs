@@ -109,8 +109,7 @@ fn limit_param(query: Option<&str>, default: u32, max: u32) -> Result<u32, ApiEr
     params(("id" = String, Path, description = "Session id or name")),
     responses(
         (status = 200, description = "The session, with its derived state", body = SessionInfo),
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::LookupErrors,
     )
 )]
 pub(super) async fn get(

@@ -24,9 +24,7 @@ use crate::store::{MemberRow, Revocation, ShareLinkRow, StoreError};
     params(("id" = String, Path, description = "Session id or name")),
     responses(
         (status = 200, description = "Everyone with a role on the session", body = Vec<SessionMember>),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
     )
 )]
 pub(crate) async fn list_members(
@@ -46,9 +44,7 @@ pub(crate) async fn list_members(
     params(("id" = String, Path, description = "Session id or name")),
     responses(
         (status = 200, description = "The session's share links, newest first, without secrets", body = Vec<ShareLinkInfo>),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
     )
 )]
 pub(crate) async fn list_share_links(
@@ -101,12 +97,8 @@ pub(crate) struct MemberRequest {
     request_body = MemberRequest,
     responses(
         (status = 204, description = "The user has the role on the session"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleBodyErrors,
         crate::openapi::Conflict,
-        crate::openapi::TooLarge,
     )
 )]
 pub(crate) async fn put_member(
@@ -149,9 +141,7 @@ pub(crate) async fn put_member(
     ),
     responses(
         (status = 204, description = "The user has no role on the session any more"),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
         crate::openapi::Conflict,
     )
 )]
@@ -197,11 +187,7 @@ pub(crate) struct NewShareLink {
     request_body = NewShareLink,
     responses(
         (status = 201, description = "The new link, with its secret (shown this once)", body = crate::openapi::ShareLinkCreated),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
-        crate::openapi::TooLarge,
+        crate::openapi::RoleBodyErrors,
     )
 )]
 pub(crate) async fn create_share_link(
@@ -265,10 +251,7 @@ pub(crate) struct Redeem {
     request_body = Redeem,
     responses(
         (status = 200, description = "The caller joined the session", body = crate::openapi::Redeemed),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
-        crate::openapi::TooLarge,
+        crate::openapi::BodyLookupErrors,
     )
 )]
 pub(crate) async fn redeem_share_link(
@@ -301,9 +284,7 @@ pub(crate) async fn redeem_share_link(
     params(("id" = String, Path, description = "The share link's id")),
     responses(
         (status = 204, description = "The link is revoked and the people who joined through it removed"),
-        crate::openapi::Unauthorized,
-        crate::openapi::Forbidden,
-        crate::openapi::NotFound,
+        crate::openapi::RoleErrors,
         crate::openapi::Conflict,
     )
 )]

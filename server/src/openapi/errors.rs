@@ -127,6 +127,10 @@ macro_rules! bundle {
 }
 
 bundle!(
+    /// A resource the caller may see: 401, 404.
+    LookupErrors = Unauthorized, NotFound
+);
+bundle!(
     /// A read whose path or query is parsed, of a resource the caller may see: 400, 401, 404.
     ReadErrors = BadRequest, Unauthorized, NotFound
 );

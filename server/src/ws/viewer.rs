@@ -44,8 +44,7 @@ use crate::state::AppState;
             (moor_protocol::error::ErrorBody = "application/json"),
             (String = "text/plain"),
         )),
-        crate::openapi::Unauthorized,
-        crate::openapi::NotFound,
+        crate::openapi::LookupErrors,
         (status = 403, description = "A cross-origin WebSocket (an `Origin` not allowed)", content((String = "text/plain"))),
     )
 )]
