@@ -338,36 +338,16 @@ mod tests {
     #[test]
     fn a_manifest_names_each_blob_once() {
         let file = |path: &str, sha: &str| FileChange {
-            path: path.into(),
-            status: ChangeStatus::Added,
-            old_mode: None,
-            mode: Some("100644".into()),
-            old_oid: None,
-            oid: Some("x".into()),
             sha256: Some(sha.into()),
-            size: Some(1),
-            insertions: Some(1),
-            deletions: Some(0),
+            ..crate::manifest::tests::file(path, "100644")
         };
+        let files = vec![file("a", "bb"), file("b", "bb"), file("c", "aa")];
         let m = CheckpointManifest {
-            id: "0123456789abcdef".into(),
-            created_at: 1,
-            reason: CheckpointReason::Tool,
-            base: None,
-            branch: None,
-            tree: "t".into(),
-            commit: "c".into(),
-            commit_object: String::new(),
-            object_format: "sha1".into(),
-            repo_state: None,
-            work_tree: "/w".into(),
-            files: vec![file("a", "bb"), file("b", "bb"), file("c", "aa")],
-            skipped: vec![],
-            diffstat: DiffStat::default(),
             patch: BlobRef {
                 sha256: "cc".into(),
                 size: 3,
             },
+            ..crate::manifest::tests::manifest(files)
         };
         let names: Vec<_> = m.blobs().into_iter().map(|b| b.sha256).collect();
         assert_eq!(names, ["aa", "bb", "cc"]);

@@ -136,11 +136,12 @@ fn parents(path: &str) -> impl Iterator<Item = &str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::checkpoint::{BlobRef, ChangeStatus, CheckpointReason, DiffStat, FileChange};
 
-    fn file(path: &str, mode: &str) -> FileChange {
+    /// An added file of `mode`.
+    pub(crate) fn file(path: &str, mode: &str) -> FileChange {
         FileChange {
             path: path.into(),
             status: ChangeStatus::Added,
@@ -155,7 +156,8 @@ mod tests {
         }
     }
 
-    fn manifest(files: Vec<FileChange>) -> CheckpointManifest {
+    /// A manifest of `files`, otherwise well-formed.
+    pub(crate) fn manifest(files: Vec<FileChange>) -> CheckpointManifest {
         CheckpointManifest {
             id: "0123456789abcdef".into(),
             created_at: 1,
