@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use moor_protocol::kinds;
-use moor_protocol::payload::{AgentOutput, AgentStart, OutputStream};
+use moor_protocol::payload::{AgentOutput, OutputStream};
 use moor_protocol::{BodyError, EntryBody};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
@@ -75,13 +75,7 @@ impl LinesAgent {
             return Err(missing());
         };
 
-        let start = AgentStart {
-            command: spec.command.clone(),
-            cwd: Some(spec.cwd.display().to_string()),
-            pid: Some(pid),
-            adapter: Some("lines".into()),
-            ..AgentStart::default()
-        };
+        let start = spec.start_entry(pid, "lines");
         spool.append(vec![Draft::new(start)]).await?;
 
         let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);

@@ -131,6 +131,19 @@ pub struct AgentSpec {
     pub options: AgentOptions,
 }
 
+impl AgentSpec {
+    /// The `agent.start` entry of this agent, started as `pid` by `adapter`.
+    pub fn start_entry(&self, pid: u32, adapter: &str) -> payload::AgentStart {
+        payload::AgentStart {
+            command: self.command.clone(),
+            cwd: Some(self.cwd.display().to_string()),
+            pid: Some(pid),
+            adapter: Some(adapter.into()),
+            ..payload::AgentStart::default()
+        }
+    }
+}
+
 /// A signal to pass on to the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentSignal {

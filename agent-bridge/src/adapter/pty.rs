@@ -100,12 +100,9 @@ impl PtyAgent {
             status,
         } = io;
         let start = AgentStart {
-            command: spec.command.clone(),
-            cwd: Some(spec.cwd.display().to_string()),
-            pid: Some(pid),
-            adapter: Some("pty".into()),
             cols: Some(size.cols),
             rows: Some(size.rows),
+            ..spec.start_entry(pid, "pty")
         };
         spool.append(vec![Draft::new(start)]).await?;
 

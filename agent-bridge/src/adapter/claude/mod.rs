@@ -23,9 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moor_protocol::kinds;
-use moor_protocol::payload::{
-    AgentActive, AgentOutput, AgentRestart, AgentStart, OutputStream, Resolution,
-};
+use moor_protocol::payload::{AgentActive, AgentOutput, AgentRestart, OutputStream, Resolution};
 use moor_protocol::{BodyError, EntryBody};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -235,13 +233,7 @@ impl Run {
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let start = AgentStart {
-            command: self.spec.command.clone(),
-            cwd: Some(self.spec.cwd.display().to_string()),
-            pid: Some(process.pid),
-            adapter: Some("claude".into()),
-            ..AgentStart::default()
-        };
+        let start = self.spec.start_entry(process.pid, "claude");
         self.record(vec![Draft::new(start)]).await?;
         let id = self.next_control_id("init");
         if let Err(e) = process.send(&control::initialize(&id)).await {
