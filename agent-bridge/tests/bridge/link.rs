@@ -5,7 +5,7 @@ use std::time::Duration;
 use moor_bridge::link::{Link, LinkEnd, LinkPorts};
 use moor_bridge::session_dir::SessionDir;
 use moor_bridge::spool::Draft;
-use moor_bridge::ConnectError;
+use moor_bridge::{ConnectError, LinkConfig};
 use moor_protocol::payload::{AgentOutput, OutputStream};
 use moor_protocol::{close, Seq};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,14 @@ fn session_dir() -> (tempfile::TempDir, SessionDir) {
     let state = tempfile::tempdir().unwrap();
     let dir = SessionDir::open(state.path(), "s1").unwrap();
     (state, dir)
+}
+
+/// [`fast_link`] with a backoff of `initial` doubling up to `max`.
+fn backing_off(initial: Duration, max: Duration) -> LinkConfig {
+    let mut config = fast_link();
+    config.backoff.initial = initial;
+    config.backoff.max = max;
+    config
 }
 
 /// Spool `count` lines, tell the link the session is over, and run it until it ends.
@@ -163,9 +171,7 @@ async fn move_opens_the_new_connection_at_once_and_leaves_the_old_one_only_after
     })
     .await;
     let (_state, dir) = session_dir();
-    let mut config = fast_link();
-    config.backoff.initial = Duration::from_secs(60);
-    config.backoff.max = Duration::from_secs(60);
+    let config = backing_off(Duration::from_secs(60), Duration::from_secs(60));
     let (link, ports) = memory_link(&server, &dir, config);
     // act
     let end = deliver(link, &ports, &dir, 20).await;
@@ -198,9 +204,7 @@ async fn refused_reconnects_wait_a_jittered_delay_that_doubles_up_to_the_cap() {
     })
     .await;
     let (_state, dir) = session_dir();
-    let mut config = fast_link();
-    config.backoff.initial = Duration::from_secs(1);
-    config.backoff.max = Duration::from_secs(4);
+    let config = backing_off(Duration::from_secs(1), Duration::from_secs(4));
     let (link, ports) = memory_link(&server, &dir, config);
     // act
     let end = deliver(link, &ports, &dir, 3).await;
@@ -234,9 +238,7 @@ async fn only_a_connection_that_stayed_up_past_stable_after_resets_the_backoff()
     })
     .await;
     let (_state, dir) = session_dir();
-    let mut config = fast_link();
-    config.backoff.initial = Duration::from_secs(1);
-    config.backoff.max = Duration::from_secs(60);
+    let mut config = backing_off(Duration::from_secs(1), Duration::from_secs(60));
     config.backoff.stable_after = Duration::from_secs(10);
     let (link, ports) = memory_link(&server, &dir, config);
     let shutdown = CancellationToken::new();
