@@ -96,12 +96,7 @@ macro_rules! checkpoint_store {
                 }
 
                 async fn checkpoint_sessions(&self, id: &str) -> StoreResult<Vec<SessionId>> {
-                    let rows = sqlx::query(Self::CHECKPOINT_SESSIONS)
-                        .bind(id)
-                        .fetch_all(self.reads())
-                        .await
-                        .map_err(db_error)?;
-                    rows.iter().map(|r| session_id(r, "id")).collect()
+                    sessions_listed(self.reads(), Self::CHECKPOINT_SESSIONS, id).await
                 }
 
                 async fn list_checkpoints(
@@ -117,12 +112,7 @@ macro_rules! checkpoint_store {
                 }
 
                 async fn blob_sessions(&self, sha256: &str) -> StoreResult<Vec<SessionId>> {
-                    let rows = sqlx::query(Self::BLOB_SESSIONS)
-                        .bind(sha256)
-                        .fetch_all(self.reads())
-                        .await
-                        .map_err(db_error)?;
-                    rows.iter().map(|r| session_id(r, "id")).collect()
+                    sessions_listed(self.reads(), Self::BLOB_SESSIONS, sha256).await
                 }
 
                 async fn record_blob_upload(
@@ -174,6 +164,20 @@ macro_rules! checkpoint_store {
                     .map_err(db_error)?;
                     Ok(total.max(0) as u64)
                 }
+            }
+
+            /// The sessions (column `id`) that `sql`, a query of one bind, lists for `key`.
+            async fn sessions_listed(
+                pool: &sqlx::Pool<$db>,
+                sql: &'static str,
+                key: &str,
+            ) -> StoreResult<Vec<SessionId>> {
+                let rows = sqlx::query(sql)
+                    .bind(key)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(db_error)?;
+                rows.iter().map(|r| session_id(r, "id")).collect()
             }
 
             /// The session id in column `col`, read back as text.
