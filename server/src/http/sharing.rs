@@ -54,7 +54,7 @@ pub(crate) async fn list_share_links(
 ) -> Result<Json<Vec<ShareLinkInfo>>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     let rows = state.store.access.share_links(session.id).await?;
-    Ok(Json(rows.into_iter().map(link).collect()))
+    Ok(Json(rows.into_iter().map(|r| r.info).collect()))
 }
 
 fn member(row: MemberRow) -> SessionMember {
@@ -62,19 +62,6 @@ fn member(row: MemberRow) -> SessionMember {
         role: row.role,
         principal: row.principal,
         via_link: row.via_link,
-    }
-}
-
-fn link(row: ShareLinkRow) -> ShareLinkInfo {
-    ShareLinkInfo {
-        role: row.role,
-        id: row.id,
-        created_by: row.created_by,
-        created_at: row.created_at,
-        expires_at: row.expires_at,
-        uses_left: row.uses_left,
-        max_uses: row.max_uses,
-        revoked_at: row.revoked_at,
     }
 }
 
@@ -212,26 +199,28 @@ pub(crate) async fn create_share_link(
     let secret = random_secret();
     let now = now_ms();
     let row = ShareLinkRow {
-        id: uuid::Uuid::new_v4().to_string(),
+        info: ShareLinkInfo {
+            id: uuid::Uuid::new_v4().to_string(),
+            role,
+            created_by: who.name.clone(),
+            created_at: now,
+            expires_at: now.saturating_add(ttl.as_millis() as i64),
+            uses_left: uses,
+            max_uses: Some(uses),
+            revoked_at: None,
+        },
         token_hash: token_hash(&secret),
         session: session.id,
-        role,
-        created_by: who.name.clone(),
-        created_at: now,
-        expires_at: now.saturating_add(ttl.as_millis() as i64),
-        uses_left: uses,
-        max_uses: Some(uses),
-        revoked_at: None,
     };
     state.store.access.create_share_link(&row).await?;
     Ok((
         StatusCode::CREATED,
         Json(serde_json::json!({
-            "id": row.id,
+            "id": row.info.id,
             "token": secret,
             "url": format!("{}/#/join&link={secret}", state.public_url),
-            "role": row.role,
-            "expires_at": row.expires_at,
+            "role": row.info.role,
+            "expires_at": row.info.expires_at,
             "uses": uses,
         })),
     ))

@@ -40,6 +40,7 @@ pub(crate) fn stored_session(id: &str) -> StoreResult<moor_protocol::SessionId> 
 macro_rules! access_store {
     ($store:ident, $db:ty) => {
         mod access_store {
+            use moor_protocol::api::ShareLinkInfo;
             use moor_protocol::SessionId;
             use sqlx::Row;
 
@@ -414,15 +415,15 @@ macro_rules! access_store {
                          created_at, expires_at, uses_left, max_uses) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     )
-                    .bind(&link.id)
+                    .bind(&link.info.id)
                     .bind(&link.token_hash)
                     .bind(link.session.to_string())
-                    .bind(link.role.as_str())
-                    .bind(&link.created_by)
-                    .bind(link.created_at)
-                    .bind(link.expires_at)
-                    .bind(link.uses_left)
-                    .bind(link.max_uses)
+                    .bind(link.info.role.as_str())
+                    .bind(&link.info.created_by)
+                    .bind(link.info.created_at)
+                    .bind(link.info.expires_at)
+                    .bind(link.info.uses_left)
+                    .bind(link.info.max_uses)
                     .execute(self.writes())
                     .await
                     .map_err(db_error)?;
@@ -571,16 +572,18 @@ macro_rules! access_store {
                     rows.iter()
                         .map(|r| {
                             Ok(ShareLinkRow {
-                                id: r.try_get("id").map_err(db_error)?,
+                                info: ShareLinkInfo {
+                                    id: r.try_get("id").map_err(db_error)?,
+                                    role: stored_role(r.try_get("role").map_err(db_error)?)?,
+                                    created_by: r.try_get("created_by").map_err(db_error)?,
+                                    created_at: r.try_get("created_at").map_err(db_error)?,
+                                    expires_at: r.try_get("expires_at").map_err(db_error)?,
+                                    uses_left: r.try_get("uses_left").map_err(db_error)?,
+                                    max_uses: r.try_get("max_uses").map_err(db_error)?,
+                                    revoked_at: r.try_get("revoked_at").map_err(db_error)?,
+                                },
                                 token_hash: r.try_get("token_hash").map_err(db_error)?,
                                 session,
-                                role: stored_role(r.try_get("role").map_err(db_error)?)?,
-                                created_by: r.try_get("created_by").map_err(db_error)?,
-                                created_at: r.try_get("created_at").map_err(db_error)?,
-                                expires_at: r.try_get("expires_at").map_err(db_error)?,
-                                uses_left: r.try_get("uses_left").map_err(db_error)?,
-                                max_uses: r.try_get("max_uses").map_err(db_error)?,
-                                revoked_at: r.try_get("revoked_at").map_err(db_error)?,
                             })
                         })
                         .collect()

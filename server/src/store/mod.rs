@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use async_trait::async_trait;
+use moor_protocol::api::ShareLinkInfo;
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
@@ -471,29 +472,16 @@ impl Stores {
     }
 }
 
-/// A share link as stored (its secret only hashed).
+/// A share link as stored: what its owners see (`revoked_at` is ignored when storing a new
+/// link), the session it shares and its secret, only hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShareLinkRow {
-    /// Public id (for revoking).
-    pub id: String,
+    /// What `GET /api/v1/sessions/{id}/share-links` shows of it.
+    pub info: ShareLinkInfo,
     /// SHA-256 (hex) of the secret in the link.
     pub token_hash: String,
     /// The session it shares.
     pub session: SessionId,
-    /// The role it grants.
-    pub role: Role,
-    /// Who made it.
-    pub created_by: String,
-    /// Creation time (ms).
-    pub created_at: i64,
-    /// Expiry (ms).
-    pub expires_at: i64,
-    /// Redemptions left.
-    pub uses_left: i64,
-    /// Redemptions it was made with (`None` for links stored before this was recorded).
-    pub max_uses: Option<i64>,
-    /// When it was revoked (ignored when storing a new link).
-    pub revoked_at: Option<i64>,
 }
 
 /// A principal's role on a session, as stored.

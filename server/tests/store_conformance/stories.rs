@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use moor_protocol::api::ShareLinkInfo;
 use moor_protocol::{kinds, now_ms, ProducerId, Seq, SessionId};
 use moor_server::store::{
     AccessStore, Append, Appended, CheckpointRow, FamilyUser, IdemKey, LogStore, MemberRow, Notice,
@@ -739,16 +740,18 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
 /// A share link on `session` granting `role`, `uses` times, until `expires_at`.
 pub(crate) fn share_link(id: &str, session: SessionId, role: Role, uses: i64) -> ShareLinkRow {
     ShareLinkRow {
-        id: id.into(),
+        info: ShareLinkInfo {
+            id: id.into(),
+            role,
+            created_by: "ann".into(),
+            created_at: 1,
+            expires_at: 1000,
+            uses_left: uses,
+            max_uses: Some(uses),
+            revoked_at: None,
+        },
         token_hash: format!("hash-{id}"),
         session,
-        role,
-        created_by: "ann".into(),
-        created_at: 1,
-        expires_at: 1000,
-        uses_left: uses,
-        max_uses: Some(uses),
-        revoked_at: None,
     }
 }
 
@@ -821,10 +824,8 @@ pub async fn a_session_keeps_an_owner_and_links_die_with_their_creators_role(db:
     access.set_member(s, "ann", Role::Owner).await.unwrap();
     access.set_member(s, "bob", Role::Owner).await.unwrap();
     for (id, by) in [("by-ann", "ann"), ("by-bob", "bob")] {
-        let link = ShareLinkRow {
-            created_by: by.into(),
-            ..share_link(id, s, Role::Owner, 5)
-        };
+        let mut link = share_link(id, s, Role::Owner, 5);
+        link.info.created_by = by.into();
         access.create_share_link(&link).await.unwrap();
     }
     let payload = json!({"stream": "stdout", "text": "héllo"});
@@ -878,14 +879,9 @@ pub async fn a_sessions_members_and_share_links_are_listed(db: Db) {
         .await
         .unwrap();
     access.set_member(other, "ola", Role::Owner).await.unwrap();
-    let older = ShareLinkRow {
-        created_at: 1,
-        ..share_link("old", s, Role::Controller, 1)
-    };
-    let newer = ShareLinkRow {
-        created_at: 5,
-        ..share_link("new", s, Role::Viewer, 3)
-    };
+    let older = share_link("old", s, Role::Controller, 1);
+    let mut newer = share_link("new", s, Role::Viewer, 3);
+    newer.info.created_at = 5;
     access.create_share_link(&older).await.unwrap();
     access.create_share_link(&newer).await.unwrap();
     access
@@ -926,19 +922,13 @@ pub async fn a_sessions_members_and_share_links_are_listed(db: Db) {
         ],
         "by name, with the link each joined through; not other sessions' members"
     );
+    let (mut spent, mut revoked) = (newer, older);
+    spent.info.uses_left = 1;
+    revoked.info.revoked_at = Some(20);
     assert_eq!(
         links,
-        [
-            ShareLinkRow {
-                uses_left: 1,
-                ..newer
-            },
-            ShareLinkRow {
-                revoked_at: Some(20),
-                ..older
-            },
-        ],
+        [spent, revoked],
         "newest first, uses spent, revoked ones marked; not other sessions' links"
     );
-    assert_eq!(links[0].max_uses, Some(3), "the uses it was made with");
+    assert_eq!(links[0].info.max_uses, Some(3), "the uses it was made with");
 }
