@@ -322,8 +322,48 @@ pub fn is_checkpoint_id(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An added file of `mode`.
+    pub(crate) fn file(path: &str, mode: &str) -> FileChange {
+        FileChange {
+            path: path.into(),
+            status: ChangeStatus::Added,
+            old_mode: None,
+            mode: Some(mode.into()),
+            old_oid: None,
+            oid: Some("x".into()),
+            sha256: Some("a".repeat(64)),
+            size: Some(1),
+            insertions: None,
+            deletions: None,
+        }
+    }
+
+    /// A manifest of `files`, otherwise well-formed.
+    pub(crate) fn manifest(files: Vec<FileChange>) -> CheckpointManifest {
+        CheckpointManifest {
+            id: "0123456789abcdef".into(),
+            created_at: 1,
+            reason: CheckpointReason::Tool,
+            base: None,
+            branch: None,
+            tree: "t".into(),
+            commit: "c".into(),
+            commit_object: String::new(),
+            object_format: "sha1".into(),
+            repo_state: None,
+            work_tree: "/w".into(),
+            files,
+            skipped: vec![],
+            diffstat: DiffStat::default(),
+            patch: BlobRef {
+                sha256: "b".repeat(64),
+                size: 1,
+            },
+        }
+    }
 
     #[test]
     fn ids_and_hashes_are_strictly_lowercase_hex() {
@@ -339,7 +379,7 @@ mod tests {
     fn a_manifest_names_each_blob_once() {
         let file = |path: &str, sha: &str| FileChange {
             sha256: Some(sha.into()),
-            ..crate::manifest::tests::file(path, "100644")
+            ..file(path, "100644")
         };
         let files = vec![file("a", "bb"), file("b", "bb"), file("c", "aa")];
         let m = CheckpointManifest {
@@ -347,7 +387,7 @@ mod tests {
                 sha256: "cc".into(),
                 size: 3,
             },
-            ..crate::manifest::tests::manifest(files)
+            ..manifest(files)
         };
         let names: Vec<_> = m.blobs().into_iter().map(|b| b.sha256).collect();
         assert_eq!(names, ["aa", "bb", "cc"]);

@@ -136,49 +136,10 @@ fn parents(path: &str) -> impl Iterator<Item = &str> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::checkpoint::{BlobRef, ChangeStatus, CheckpointReason, DiffStat, FileChange};
-
-    /// An added file of `mode`.
-    pub(crate) fn file(path: &str, mode: &str) -> FileChange {
-        FileChange {
-            path: path.into(),
-            status: ChangeStatus::Added,
-            old_mode: None,
-            mode: Some(mode.into()),
-            old_oid: None,
-            oid: Some("x".into()),
-            sha256: Some("a".repeat(64)),
-            size: Some(1),
-            insertions: None,
-            deletions: None,
-        }
-    }
-
-    /// A manifest of `files`, otherwise well-formed.
-    pub(crate) fn manifest(files: Vec<FileChange>) -> CheckpointManifest {
-        CheckpointManifest {
-            id: "0123456789abcdef".into(),
-            created_at: 1,
-            reason: CheckpointReason::Tool,
-            base: None,
-            branch: None,
-            tree: "t".into(),
-            commit: "c".into(),
-            commit_object: String::new(),
-            object_format: "sha1".into(),
-            repo_state: None,
-            work_tree: "/w".into(),
-            files,
-            skipped: vec![],
-            diffstat: DiffStat::default(),
-            patch: BlobRef {
-                sha256: "b".repeat(64),
-                size: 1,
-            },
-        }
-    }
+    use crate::checkpoint::tests::{file, manifest};
+    use crate::checkpoint::FileChange;
 
     fn verdict(files: Vec<FileChange>) -> Result<(), String> {
         let bytes = serde_json::to_vec(&manifest(files)).unwrap();
