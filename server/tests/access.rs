@@ -1163,7 +1163,9 @@ async fn owners_list_members_and_share_links_without_the_links_secrets() {
     let pat = server.user("pat").await;
     let cole = server.user("cole").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
-    server.share("s1", &owner, "cole", &cole, "controller").await;
+    server
+        .share("s1", &owner, "cole", &cole, "controller")
+        .await;
     let mut made = Vec::new();
     for body in [
         json!({"role": "viewer", "uses": 2, "expires_in": 3600}),
