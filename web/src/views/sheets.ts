@@ -277,7 +277,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
         roleOf.setAttribute("aria-label", `${m.principal}'s role`);
         roleOf.onchange = () => void change(roleOf, "change the role", () => api.putMember(sessionId, m.principal, roleOf.value as Role));
         const remove = h("button.link.member-remove", { type: "button", onclick: () => void change(remove, "remove them", () => api.removeMember(sessionId, m.principal)) }, "Remove");
-        return h("li", { "data-member": m.principal, "data-role": m.role, "data-pending": m.pending }, who, h("span.actions", null, roleOf, remove));
+        return h("li", { "data-member": m.principal, "data-role": m.role, "data-pending": String(m.pending) }, who, h("span.actions", null, roleOf, remove));
       }),
     );
     memberList.hidden = members.length === 0;
