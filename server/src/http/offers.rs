@@ -29,7 +29,7 @@ pub(crate) const OFFER_LIMITS: OfferLimits = OfferLimits {
 };
 
 /// The answer to an offer, made or dropped alike: `202 {"status": "offered"}`.
-pub(crate) fn offered() -> (StatusCode, Json<serde_json::Value>) {
+fn offered() -> (StatusCode, Json<serde_json::Value>) {
     (
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "status": "offered" })),
@@ -54,11 +54,9 @@ pub(crate) async fn offer(
         offered_at: now,
         expires_at: now.saturating_add(OFFER_TTL.as_millis() as i64),
     };
-    match state.store.access.offer(&row, OFFER_LIMITS).await {
-        Ok(_) => Ok(offered()),
-        Err(StoreError::Conflict(why)) => Err(ApiError::Conflict(why.into())),
-        Err(e) => Err(e.into()),
-    }
+    // Stored or dropped (past the name's bound), the answer is the same.
+    state.store.access.offer(&row, OFFER_LIMITS).await?;
+    Ok(offered())
 }
 
 /// `GET /api/v1/offers` (a user): the roles offered to the caller and not yet accepted,

@@ -1,6 +1,7 @@
 //! Sharing endpoints (session owners): members (list, put, delete; a put for someone who is
-//! not a member is an offer, see `offers`) and share links (create, list, redeem, revoke). Roles are checked by `access`; a link's secret is stored only hashed
-//! and is answered once, when the link is made.
+//! not a member is an offer, see `offers`) and share links (create, list, redeem, revoke).
+//! Roles are checked by `access`; a link's secret is stored only hashed and is answered once,
+//! when the link is made.
 //!
 //! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 

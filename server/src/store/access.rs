@@ -435,7 +435,11 @@ macro_rules! access_store {
                     Ok(members)
                 }
 
-                async fn offer(&self, offer: &OfferRow, limits: OfferLimits) -> StoreResult<Offered> {
+                async fn offer(
+                    &self,
+                    offer: &OfferRow,
+                    limits: OfferLimits,
+                ) -> StoreResult<Offered> {
                     let sid = offer.session.to_string();
                     let at = offer.offered_at;
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
@@ -453,34 +457,14 @@ macro_rules! access_store {
                     .execute(&mut *tx)
                     .await
                     .map_err(db_error)?;
-                    let live = live_offer("$3", "$4", "$5");
-                    let on_session: i64 = sqlx::query_scalar(&format!(
-                        "SELECT COUNT(*) FROM session_offers WHERE session_id = $1 \
-                         AND principal <> $2 AND {live}"
-                    ))
-                    .bind(&sid)
-                    .bind(&offer.principal)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
+                    // Live offers on the session to others, and to the name on other sessions.
+                    let others = "session_id = $1 AND principal <> $2";
+                    let on_session = live_offers(&mut tx, others, &sid, offer).await?;
                     if on_session >= i64::from(limits.per_session) {
                         return Err(StoreError::Conflict(OFFERS_PER_SESSION));
                     }
-                    let to_name: i64 = sqlx::query_scalar(&format!(
-                        "SELECT COUNT(*) FROM session_offers WHERE principal = $2 \
-                         AND session_id <> $1 AND {live}"
-                    ))
-                    .bind(&sid)
-                    .bind(&offer.principal)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
+                    let elsewhere = "principal = $2 AND session_id <> $1";
+                    let to_name = live_offers(&mut tx, elsewhere, &sid, offer).await?;
                     if to_name >= i64::from(limits.per_user) {
                         tx.commit().await.map_err(db_error)?;
                         return Ok(Offered::Dropped);
@@ -801,6 +785,28 @@ macro_rules! access_store {
                         })
                         .collect()
                 }
+            }
+
+            /// How many live offers meet `cond` (on `$1`, the session, and `$2`, the name of
+            /// `offer`) at its time, inside the caller's transaction.
+            async fn live_offers(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                cond: &str,
+                sid: &str,
+                offer: &OfferRow,
+            ) -> StoreResult<i64> {
+                sqlx::query_scalar(&format!(
+                    "SELECT COUNT(*) FROM session_offers WHERE {cond} AND {}",
+                    live_offer("$3", "$4", "$5")
+                ))
+                .bind(sid)
+                .bind(&offer.principal)
+                .bind(offer.offered_at)
+                .bind(BOOTSTRAP_PRINCIPAL)
+                .bind(Role::Owner.as_str())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db_error)
             }
 
             /// An offer read with [`OFFER_COLS`].
