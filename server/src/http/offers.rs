@@ -117,7 +117,7 @@ pub(crate) async fn accept_offer(
         .accept_offer(session.id, &who.name, now_ms())
         .await?
         .ok_or(ApiError::NotFound("offer"))?;
-    // A role held before (through a link) is replaced: its connections end and reconnect.
+    // A role held before is replaced: its connections end and reconnect.
     let member = Revocation::Member {
         session: session.id,
         principal: who.name,

@@ -327,21 +327,7 @@ macro_rules! access_store {
                     // Changes to one session's members are serialised, so two owners demoting
                     // each other cannot both succeed.
                     Self::lock_session(&mut tx, &sid).await?;
-                    let was = role_in(&mut tx, &sid, principal).await?;
-                    sqlx::query(
-                        "INSERT INTO session_members (session_id, principal, role) \
-                         VALUES ($1, $2, $3) \
-                         ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
-                    )
-                    .bind(&sid)
-                    .bind(principal)
-                    .bind(role.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                    if was == Some(Role::Owner) {
-                        an_owner_remains(&mut tx, &sid).await?;
-                    }
+                    put_role(&mut tx, &sid, principal, role).await?;
                     tx.commit().await.map_err(db_error)
                 }
 
@@ -553,21 +539,7 @@ macro_rules! access_store {
                     let Some(role) = role.as_deref().map(stored_role).transpose()? else {
                         return Ok(None);
                     };
-                    let was = role_in(&mut tx, &sid, principal).await?;
-                    sqlx::query(
-                        "INSERT INTO session_members (session_id, principal, role) \
-                         VALUES ($1, $2, $3) ON CONFLICT (session_id, principal) \
-                         DO UPDATE SET role = excluded.role, via_link = NULL",
-                    )
-                    .bind(&sid)
-                    .bind(principal)
-                    .bind(role.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                    if was == Some(Role::Owner) {
-                        an_owner_remains(&mut tx, &sid).await?;
-                    }
+                    put_role(&mut tx, &sid, principal, role).await?;
                     tx.commit().await.map_err(db_error)?;
                     Ok(Some(role))
                 }
@@ -785,6 +757,33 @@ macro_rules! access_store {
                         })
                         .collect()
                 }
+            }
+
+            /// Gives `principal` `role` on session `sid` (replacing any other), inside the
+            /// caller's transaction; a [`StoreError::Conflict`] ([`LAST_OWNER`]) when that takes
+            /// the owner role from the session's last owner.
+            async fn put_role(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                sid: &str,
+                principal: &str,
+                role: Role,
+            ) -> StoreResult<()> {
+                let was = role_in(tx, sid, principal).await?;
+                sqlx::query(
+                    "INSERT INTO session_members (session_id, principal, role) \
+                     VALUES ($1, $2, $3) \
+                     ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
+                )
+                .bind(sid)
+                .bind(principal)
+                .bind(role.as_str())
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+                if was == Some(Role::Owner) {
+                    an_owner_remains(tx, sid).await?;
+                }
+                Ok(())
             }
 
             /// How many live offers meet `cond` (on `$1`, the session, and `$2`, the name of
