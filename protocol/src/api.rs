@@ -99,6 +99,35 @@ pub struct SessionMember {
     pub role: Role,
     /// The share link they joined through (revoking it removes them); `None` when shared by name.
     pub via_link: Option<String>,
+    /// Not a member yet: the role was offered by name and waits for them to accept it (until
+    /// `offer_expires_at`). Whether an account has that name is not said.
+    #[serde(default)]
+    pub pending: bool,
+    /// When a pending offer expires (ms); `None` for a member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub offer_expires_at: Option<i64>,
+}
+
+/// `GET /api/v1/offers`: a role on a session offered to the caller by one of its owners,
+/// waiting for them to accept (`POST /api/v1/offers/{session}/accept`) or decline
+/// (`DELETE /api/v1/offers/{session}`). The session is not in their session list before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionOffer {
+    /// The session's id.
+    pub session: SessionId,
+    /// The session's name.
+    pub name: String,
+    /// The role accepting gives.
+    pub role: Role,
+    /// The owner who offered it.
+    pub offered_by: String,
+    /// When it was offered (ms).
+    pub offered_at: i64,
+    /// When it expires (ms).
+    pub expires_at: i64,
 }
 
 /// `GET /api/v1/sessions/{id}/share-links` (owners): one of the session's share links, live or

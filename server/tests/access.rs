@@ -113,6 +113,24 @@ impl TestServer {
         self.call(method, path, cred, body).await.status()
     }
 
+    /// `owner` offers `role` on `session` to `user` by name, and `user` (logged in as `them`)
+    /// accepts.
+    async fn share(&self, session: &str, owner: &Cred, user: &str, them: &Cred, role: &str) {
+        let offer = self
+            .status(
+                "PUT",
+                &format!("/sessions/{session}/members/{user}"),
+                owner,
+                Some(json!({ "role": role })),
+            )
+            .await;
+        assert_eq!(offer, StatusCode::ACCEPTED, "offer to {user}");
+        let accept = self
+            .status("POST", &format!("/offers/{session}/accept"), them, None)
+            .await;
+        assert_eq!(accept, StatusCode::OK, "{user} accepts");
+    }
+
     async fn add_user(&self, name: &str) {
         let s = self
             .status(
@@ -306,21 +324,13 @@ async fn cast(server: &TestServer) -> (Cast, Ws) {
         .expect("ola attaches");
     upload_checkpoint(server, &owner, "s1", S1_BLOB).await;
     upload_checkpoint(server, &other_owner, "s2", "the patch of s2's checkpoint").await;
-    for (user, role) in [
-        ("vic", "viewer"),
-        ("cole", "controller"),
-        ("rex", "controller"),
-        ("eve", "controller"),
+    for (user, cred, role) in [
+        ("vic", &viewer, "viewer"),
+        ("cole", &controller, "controller"),
+        ("rex", &revoked, "controller"),
+        ("eve", &expired, "controller"),
     ] {
-        let s = server
-            .status(
-                "PUT",
-                &format!("/sessions/s1/members/{user}"),
-                &owner,
-                Some(json!({"role": role})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::NO_CONTENT, "share with {user}");
+        server.share("s1", &owner, user, cred, role).await;
     }
     assert_eq!(
         server
@@ -1124,17 +1134,11 @@ async fn owners_list_members_and_share_links_without_the_links_secrets() {
     let server = TestServer::spawn().await;
     let owner = server.user("ann").await;
     let pat = server.user("pat").await;
-    server.add_user("cole").await;
+    let cole = server.user("cole").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
-    let put = server
-        .status(
-            "PUT",
-            "/sessions/s1/members/cole",
-            &owner,
-            Some(json!({"role": "controller"})),
-        )
+    server
+        .share("s1", &owner, "cole", &cole, "controller")
         .await;
-    assert_eq!(put, StatusCode::NO_CONTENT);
     let mut made = Vec::new();
     for body in [
         json!({"role": "viewer", "uses": 2, "expires_in": 3600}),
@@ -1176,9 +1180,9 @@ async fn owners_list_members_and_share_links_without_the_links_secrets() {
     assert_eq!(
         members,
         json!([
-            {"principal": "ann", "role": "owner", "via_link": null},
-            {"principal": "cole", "role": "controller", "via_link": null},
-            {"principal": "pat", "role": "viewer", "via_link": link_id},
+            {"principal": "ann", "role": "owner", "via_link": null, "pending": false},
+            {"principal": "cole", "role": "controller", "via_link": null, "pending": false},
+            {"principal": "pat", "role": "viewer", "via_link": link_id, "pending": false},
         ])
     );
     assert_eq!(links.status(), StatusCode::OK);

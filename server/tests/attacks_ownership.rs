@@ -1,7 +1,8 @@
 //! Ownership and quotas, tried as an attacker with an ordinary account would, against a real
 //! server on a loopback port with a real SQLite store: taking over a session its owner left,
 //! claiming a session nobody owns, redeeming a link whose creator has left, probing for
-//! accounts through sharing, and filling the server with sessions and log bytes. Each test is
+//! accounts through sharing, pushing a session into someone's list, flooding them with offers,
+//! and filling the server with sessions and log bytes. Each test is
 //! the attack; it passes when the attack fails safely.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
@@ -11,7 +12,7 @@ use moor_server::quota::Quotas;
 use moor_server::session::states::FollowerCount;
 use moor_server::ServerConfig;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 mod support;
 
@@ -170,15 +171,7 @@ async fn a_share_link_made_by_an_owner_who_has_since_left_grants_nothing() {
     // arrange: ann's session, bob made co-owner; bob makes an owner link, then leaves
     let w = world(|_| {}).await;
     drop(w.ann.bridge("s1").await.socket());
-    let (s, _) = w
-        .ann
-        .call(
-            "PUT",
-            "/sessions/s1/members/bob",
-            Some(json!({"role": "owner"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::NO_CONTENT);
+    w.ann.share("s1", "bob", &w.bob, "owner").await;
     let (s, link) = w
         .bob
         .call(
@@ -359,4 +352,224 @@ async fn sessions_nobody_watches_and_no_bridge_feeds_keep_no_state_follower() {
     until(|| w.followers.get() == 0).await;
     let _live = w.ann.bridge("a1").await.socket();
     assert_eq!(w.followers.get(), 1);
+}
+
+/// The status and body of `owner`'s `PUT …/members/{user}` on `session`.
+async fn put_member(owner: &Client, session: &str, user: &str, role: &str) -> (StatusCode, Value) {
+    owner
+        .call(
+            "PUT",
+            &format!("/sessions/{session}/members/{user}"),
+            Some(json!({ "role": role })),
+        )
+        .await
+}
+
+/// The names of the sessions in `who`'s session list.
+async fn session_names(who: &Client) -> Vec<String> {
+    let (s, list) = who.call("GET", "/sessions", None).await;
+    assert_eq!(s, StatusCode::OK);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The sessions named in `who`'s offers.
+async fn offered_names(who: &Client) -> Vec<String> {
+    let (s, list) = who.call("GET", "/offers", None).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `session`'s member list as its owner `who` sees it, each entry without its name.
+async fn member_views(who: &Client, session: &str) -> Vec<(String, Value)> {
+    let (s, list) = who
+        .call("GET", &format!("/sessions/{session}/members"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            let name = m["principal"].as_str().unwrap().to_owned();
+            m.as_object_mut().unwrap().remove("principal");
+            (name, m)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sharing_by_name_tells_no_one_who_has_an_account_and_adds_no_one_without_consent() {
+    // arrange: mal owns a session with an enticing name
+    let w = world(|_| {}).await;
+    drop(w.mal.bridge("ann-payroll-urgent").await.socket());
+
+    // act: mal shares it with ann (an account) and with ghost (none)
+    let (to_ann, ann_body) = put_member(&w.mal, "ann-payroll-urgent", "ann", "controller").await;
+    let (to_ghost, ghost_body) =
+        put_member(&w.mal, "ann-payroll-urgent", "ghost", "controller").await;
+
+    // assert: the same answer both times, the same entry in mal's member list (apart from
+    // the name); nothing reaches ann's session list, only her offers
+    assert_eq!(to_ann, StatusCode::ACCEPTED, "{ann_body}");
+    assert_eq!((to_ann, &ann_body), (to_ghost, &ghost_body));
+    assert_eq!(ann_body, json!({"status": "offered"}));
+    let views = member_views(&w.mal, "ann-payroll-urgent").await;
+    let ann_view = &views.iter().find(|(n, _)| n == "ann").unwrap().1;
+    let ghost_view = &views.iter().find(|(n, _)| n == "ghost").unwrap().1;
+    assert_eq!(ann_view["pending"], json!(true), "{ann_view}");
+    assert_eq!(ann_view["role"], ghost_view["role"]);
+    assert_eq!(ann_view["pending"], ghost_view["pending"]);
+    assert_eq!(ann_view["via_link"], ghost_view["via_link"]);
+    assert!(session_names(&w.ann).await.is_empty());
+    let (s, _) = w
+        .ann
+        .call("GET", "/sessions/ann-payroll-urgent", None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "an offer gives no role");
+    let (s, offers) = w.ann.call("GET", "/offers", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(offers[0]["name"], "ann-payroll-urgent");
+    assert_eq!(offers[0]["offered_by"], "mal");
+    assert_eq!(offers[0]["role"], "controller");
+
+    // act: ann declines
+    let (decline, _) = w
+        .ann
+        .call("DELETE", "/offers/ann-payroll-urgent", None)
+        .await;
+
+    // assert: gone from her offers and from mal's list; her session list never had it
+    assert_eq!(decline, StatusCode::NO_CONTENT);
+    assert!(offered_names(&w.ann).await.is_empty());
+    assert!(session_names(&w.ann).await.is_empty());
+    let views = member_views(&w.mal, "ann-payroll-urgent").await;
+    assert!(views.iter().all(|(n, _)| n != "ann"), "{views:?}");
+}
+
+#[tokio::test]
+async fn an_offer_made_before_an_account_existed_matches_nobody() {
+    // arrange: mal offers his session to a name nobody has
+    let w = world(|_| {}).await;
+    drop(w.mal.bridge("trap").await.socket());
+    let (s, _) = put_member(&w.mal, "trap", "newcomer", "viewer").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+
+    // act: the account is made afterwards, and its user looks at their offers
+    w.server_store
+        .access
+        .create_user("newcomer", "x", false, moor_protocol::now_ms() + 1)
+        .await
+        .unwrap();
+    let newcomer_offers = w
+        .server_store
+        .access
+        .offers_to("newcomer", moor_protocol::now_ms())
+        .await
+        .unwrap();
+
+    // assert: the offer was addressed to a name, not to the account made later
+    assert!(newcomer_offers.is_empty(), "{newcomer_offers:?}");
+}
+
+#[tokio::test]
+async fn an_accepted_offer_is_a_membership_and_an_offer_dies_with_its_makers_ownership() {
+    // arrange: ann makes bob co-owner (offered, accepted); bob offers mal control
+    let w = world(|_| {}).await;
+    drop(w.ann.bridge("s1").await.socket());
+    w.ann.share("s1", "bob", &w.bob, "owner").await;
+    let (s, _) = put_member(&w.bob, "s1", "mal", "controller").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(offered_names(&w.mal).await, ["s1"]);
+
+    // act: ann removes bob; mal tries to accept bob's offer
+    let (s, _) = w.ann.call("DELETE", "/sessions/s1/members/bob", None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (accept, _) = w.mal.call("POST", "/offers/s1/accept", None).await;
+
+    // assert: bob was a member (s1 in his list until removed); mal gets nothing
+    assert_eq!(accept, StatusCode::NOT_FOUND);
+    assert!(offered_names(&w.mal).await.is_empty());
+    assert!(session_names(&w.mal).await.is_empty());
+    assert!(session_names(&w.bob).await.is_empty());
+    let views = member_views(&w.ann, "s1").await;
+    assert_eq!(views.len(), 1, "only ann: {views:?}");
+}
+
+#[tokio::test]
+async fn an_existing_members_role_changes_directly_and_removing_an_offer_withdraws_it() {
+    // arrange: ann shares s1 with bob as a viewer; offers mal a role
+    let w = world(|_| {}).await;
+    drop(w.ann.bridge("s1").await.socket());
+    w.ann.share("s1", "bob", &w.bob, "viewer").await;
+    let (s, _) = put_member(&w.ann, "s1", "mal", "viewer").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+
+    // act: ann makes bob a controller; withdraws mal's offer
+    let (change, _) = put_member(&w.ann, "s1", "bob", "controller").await;
+    let (withdraw, _) = w.ann.call("DELETE", "/sessions/s1/members/mal", None).await;
+    let (accept, _) = w.mal.call("POST", "/offers/s1/accept", None).await;
+
+    // assert
+    assert_eq!(change, StatusCode::NO_CONTENT);
+    let (_, info) = w.bob.call("GET", "/sessions/s1", None).await;
+    assert_eq!(info["role"], "controller", "{info}");
+    assert_eq!(withdraw, StatusCode::NO_CONTENT);
+    assert_eq!(accept, StatusCode::NOT_FOUND);
+    assert!(session_names(&w.mal).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_flood_of_offers_fills_neither_a_session_nor_anyones_list() {
+    // arrange: mal owns 21 sessions (made in the store: the bridges are not what is tried)
+    let w = world(|_| {}).await;
+    let mut sessions = Vec::new();
+    for i in 0..21 {
+        let row = w
+            .server_store
+            .log
+            .open_session(&format!("flood-{i}"), None)
+            .await
+            .unwrap();
+        assert!(w
+            .server_store
+            .access
+            .claim_session(row.id, "mal")
+            .await
+            .unwrap());
+        sessions.push(format!("flood-{i}"));
+    }
+
+    // act: 64 offers on one session, then one more; one offer to ann from every session
+    for i in 0..64 {
+        let (s, body) = put_member(&w.mal, "flood-0", &format!("n{i}"), "viewer").await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{i}: {body}");
+    }
+    let (over_session, why) = put_member(&w.mal, "flood-0", "n64", "viewer").await;
+    let mut to_ann = Vec::new();
+    for name in &sessions[1..] {
+        to_ann.push(put_member(&w.mal, name, "ann", "viewer").await);
+    }
+
+    // assert: the 65th on one session is refused, saying why; every offer to ann is answered
+    // alike, but she holds 20 of them
+    assert_eq!(over_session, StatusCode::CONFLICT, "{why}");
+    assert!(
+        why["message"].as_str().unwrap().contains("pending offers"),
+        "{why}"
+    );
+    assert!(
+        to_ann
+            .iter()
+            .all(|a| *a == (StatusCode::ACCEPTED, json!({"status": "offered"}))),
+        "{to_ann:?}"
+    );
+    assert_eq!(offered_names(&w.ann).await.len(), 20);
 }

@@ -16,9 +16,10 @@ import type { RecoveryBrief } from "./protocol/RecoveryBrief";
 import type { Role } from "./protocol/Role";
 import type { SessionInfo } from "./protocol/SessionInfo";
 import type { SessionMember } from "./protocol/SessionMember";
+import type { SessionOffer } from "./protocol/SessionOffer";
 import type { ShareLinkInfo } from "./protocol/ShareLinkInfo";
 
-export type { Role, SessionMember, ShareLinkInfo };
+export type { Role, SessionMember, SessionOffer, ShareLinkInfo };
 
 const TOKEN_KEY = "moor.token";
 /** Where the login page returns to (kept per tab). */
@@ -256,10 +257,19 @@ export const api = {
   revokeShareLink: (linkId: string) => call<void>(`/share-links/${enc(linkId)}`, { method: "DELETE" }),
   redeemShareLink: (link: string) =>
     call<{ session: string; role: Role }>("/share-links/redeem", { method: "POST", body: JSON.stringify({ token: link }) }),
+  /** Changes a member's role (`undefined`: done), or offers the role to someone who is not a
+   * member (`{status: "offered"}`: theirs once they accept; said whether or not the name is an
+   * account's). An administrator's is direct. */
   putMember: (id: string, user: string, role: Role) =>
-    call<void>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "PUT", body: JSON.stringify({ role }) }),
+    call<{ status: "offered" } | undefined>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "PUT", body: JSON.stringify({ role }) }),
+  /** The roles offered to the caller, newest first (their sessions are not in `sessions()` yet). */
+  offers: () => call<SessionOffer[]>("/offers"),
+  /** Accepts an offer: the session joins the caller's list with the offered role. */
+  acceptOffer: (session: string) => call<{ session: string; role: Role }>(`/offers/${enc(session)}/accept`, { method: "POST" }),
+  /** Declines an offer. */
+  declineOffer: (session: string) => call<void>(`/offers/${enc(session)}`, { method: "DELETE" }),
   removeMember: (id: string, user: string) => call<void>(`/sessions/${enc(id)}/members/${enc(user)}`, { method: "DELETE" }),
-  /** Everyone with a role on the session (owners only). */
+  /** Everyone with a role on the session, and the pending offers of one (owners only). */
   members: (id: string) => call<SessionMember[]>(`/sessions/${enc(id)}/members`),
   /** The session's share links, live or not, newest first, without their secrets (owners only). */
   shareLinks: (id: string) => call<ShareLinkInfo[]>(`/sessions/${enc(id)}/share-links`),

@@ -282,8 +282,26 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   await owner.fill("#member-name", "walt");
   await owner.selectOption("#member-role", "controller");
   await owner.click("#member-add");
-  await waitFor("walt added", 10000, () => owner.evaluate(() => /walt is now a controller/.test(document.getElementById("member-status").textContent)));
+  // An offer: listed as such to olive, nothing for walt until he accepts it on his list.
+  await waitFor("walt offered", 10000, () => owner.evaluate(() => /Offered walt the controller role/.test(document.getElementById("member-status").textContent)));
+  await waitFor("walt listed as offered", 10000, () =>
+    owner.evaluate(() => document.querySelector('#share-members li[data-member="walt"]')?.dataset.pending === "true"),
+  );
+  await shot(owner, "sheet-share-offered");
   const walt = await (await fetch(`${URL_BASE}/api/v1/auth/login`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ name: "walt", password: PASSWORD }) })).json();
+  const before = (await fetch(`${URL_BASE}/api/v1/sessions/${session.id}`, { headers: { Authorization: `Bearer ${walt.access_token}` } })).status;
+  assert(before === 404, `before accepting walt gets ${before}, not 404`);
+  const wctx = await phone(browser);
+  await loginContext(wctx, "walt");
+  const waltPage = await wctx.newPage();
+  await waltPage.goto(`${URL_BASE}/#/`);
+  await waitFor("walt's invitation", 10000, () => waltPage.evaluate((id) => !!document.querySelector(`#invitations li[data-offer="${id}"]`), session.id));
+  assert(await waltPage.evaluate(() => document.querySelectorAll(".session-card").length === 0), "no session before accepting");
+  await shot(waltPage, "list-invitations");
+  await waltPage.click("#invitations .offer-accept");
+  await waitFor("the session on walt's list", 10000, () => waltPage.evaluate((id) => !!document.querySelector(`.session-card[data-session="${id}"]`), session.id));
+  assert(await waltPage.evaluate(() => document.getElementById("invitations").hidden), "no invitation left");
+  await wctx.close();
   const waltView = await api(`/sessions/${session.id}`, {}, URL_BASE, walt.access_token);
   assert(waltView.role === "controller", `walt's role: ${waltView.role}`);
 
@@ -316,7 +334,7 @@ scenario("a share link with a QR code makes a real viewer: no composer, no Appro
   assert(!(await allEntries(session.id)).some((e) => e.payload?.text === "rm -rf ~"), "nothing forged reached the log");
   // A fresh page of olive's: its dialog lists, from the server, the link made above (vera spent
   // one of its two uses) and the people: admin (whose bridge attached it) and olive, walt by
-  // name, vera through the link.
+  // name (his offer accepted), vera through the link.
   const fresh = await octx.newPage();
   await fresh.goto(`${URL_BASE}/#/s/${session.id}`);
   await fresh.waitForFunction(() => window.__moor !== undefined);

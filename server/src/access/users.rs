@@ -24,6 +24,17 @@ pub fn valid_user_name(name: &str) -> bool {
         && name != "admin"
 }
 
+/// A 400 naming `field` unless `name` may be a user name ([`valid_user_name`]).
+pub(crate) fn checked_user_name(field: &'static str, name: &str) -> Result<(), ApiError> {
+    if valid_user_name(name) {
+        return Ok(());
+    }
+    Err(ApiError::Invalid {
+        field,
+        reason: "1 to 64 letters, digits, '.', '_' or '-', and not \"admin\"".into(),
+    })
+}
+
 /// Whether `password` matches the argon2 hash `phc` (checked off the async threads).
 pub(crate) async fn check_password(password: String, phc: String) -> bool {
     tokio::task::spawn_blocking(move || password::verify(&password, &phc))
@@ -50,12 +61,7 @@ pub async fn add_user(
 
 /// Checks a new user's name and password; the password's argon2id hash.
 pub(crate) async fn validated_user(name: &str, password: String) -> Result<String, ApiError> {
-    if !valid_user_name(name) {
-        return Err(ApiError::Invalid {
-            field: "name",
-            reason: "1 to 64 letters, digits, '.', '_' or '-', and not \"admin\"".into(),
-        });
-    }
+    checked_user_name("name", name)?;
     if password.len() < 8 || password.len() > MAX_PASSWORD {
         return Err(ApiError::Invalid {
             field: "password",

@@ -12,6 +12,7 @@ mod device;
 pub(crate) mod guard;
 mod health;
 mod inputs;
+mod offers;
 mod recovery;
 mod sessions;
 mod setup;
@@ -62,6 +63,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(sharing::redeem_share_link))
         .routes(routes!(sharing::revoke_share_link))
         .routes(routes!(sharing::put_member, sharing::delete_member))
+        .routes(routes!(offers::list_offers))
+        .routes(routes!(offers::accept_offer))
+        .routes(routes!(offers::decline_offer))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

@@ -1,6 +1,7 @@
-//! Sharing endpoints (session owners): members (list, put, delete) and share links (create,
-//! list, redeem, revoke). Roles are checked by `access`; a link's secret is stored only hashed
-//! and is answered once, when the link is made.
+//! Sharing endpoints (session owners): members (list, put, delete; a put for someone who is
+//! not a member is an offer, see `offers`) and share links (create, list, redeem, revoke).
+//! Roles are checked by `access`; a link's secret is stored only hashed and is answered once,
+//! when the link is made.
 //!
 //! Part of the HTTP transport: calls `access` and `store`; never `sse` or `ws`.
 
@@ -8,22 +9,26 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use moor_protocol::api::{SessionMember, ShareLinkInfo};
 use moor_protocol::now_ms;
 use serde::Deserialize;
 
+use crate::access::users::checked_user_name;
 use crate::access::{random_secret, revoke, session_for, token_hash, AuthUser, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::http::offers;
 use crate::state::AppState;
 use crate::store::{MemberRow, Revocation, ShareLinkRow, StoreError};
 
-/// `GET /api/v1/sessions/{id}/members` (owner): everyone with a role on the session, by name.
+/// `GET /api/v1/sessions/{id}/members` (owner): everyone with a role on the session, and
+/// every live offer of one (marked `pending`), by name.
 #[utoipa::path(
     get, path = "/sessions/{id}/members", operation_id = "listMembers", tag = "access",
     params(("id" = String, Path, description = "Session id or name")),
     responses(
-        (status = 200, description = "Everyone with a role on the session", body = Vec<SessionMember>),
+        (status = 200, description = "Everyone with a role on the session, and the pending offers of one", body = Vec<SessionMember>),
         crate::openapi::RoleErrors,
     )
 )]
@@ -34,7 +39,26 @@ pub(crate) async fn list_members(
 ) -> Result<Json<Vec<SessionMember>>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     let rows = state.store.access.members(session.id).await?;
-    Ok(Json(rows.into_iter().map(member).collect()))
+    let offers = state
+        .store
+        .access
+        .session_offers(session.id, now_ms())
+        .await?;
+    let mut list: Vec<SessionMember> = rows.into_iter().map(member).collect();
+    // A pending offer is listed under the name the owner typed, marked as such.
+    for o in offers {
+        if !list.iter().any(|m| m.principal == o.principal) {
+            list.push(SessionMember {
+                principal: o.principal,
+                role: o.role,
+                via_link: None,
+                pending: true,
+                offer_expires_at: Some(o.expires_at),
+            });
+        }
+    }
+    list.sort_by(|a, b| a.principal.cmp(&b.principal));
+    Ok(Json(list))
 }
 
 /// `GET /api/v1/sessions/{id}/share-links` (owner): the session's links, live or not, newest
@@ -62,6 +86,8 @@ fn member(row: MemberRow) -> SessionMember {
         role: row.role,
         principal: row.principal,
         via_link: row.via_link,
+        pending: false,
+        offer_expires_at: None,
     }
 }
 
@@ -73,8 +99,11 @@ pub(crate) struct MemberRequest {
     role: String,
 }
 
-/// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): shares the session. Taking
-/// the owner role from the session's last owner is a 409.
+/// `PUT /api/v1/sessions/{id}/members/{user}` `{role}` (owner): changes a member's role, or
+/// offers the role to someone who is not a member (`202 {"status": "offered"}`, the same
+/// whether an account has that name or not; they accept or decline it). Administrators, who
+/// manage the accounts, give the role directly (404 for an unknown user). Taking the owner role
+/// from the session's last owner is a 409, as is an offer past the session's pending offers.
 #[utoipa::path(
     put, path = "/sessions/{id}/members/{user}", operation_id = "putMember", tag = "access",
     params(
@@ -83,7 +112,8 @@ pub(crate) struct MemberRequest {
     ),
     request_body = MemberRequest,
     responses(
-        (status = 204, description = "The user has the role on the session"),
+        (status = 202, description = "The role is offered to the user (said the same whether an account has the name or not)", body = crate::openapi::OfferMade),
+        (status = 204, description = "The member (or, for an administrator, the user) has the role on the session"),
         crate::openapi::RoleBodyErrors,
         crate::openapi::Conflict,
     )
@@ -93,16 +123,29 @@ pub(crate) async fn put_member(
     AuthUser(who): AuthUser,
     Path((key, user)): Path<(String, String)>,
     Json(req): Json<MemberRequest>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let role = Role::parse(&req.role).ok_or_else(|| ApiError::Invalid {
         field: "role",
         reason: "one of viewer, controller, owner".into(),
     })?;
+    checked_user_name("user", &user)?;
     let session = session_for(&state.store, &who, &key, Role::Owner).await?;
-    match state.store.access.user(&user).await {
-        Ok(u) if u.revoked_at.is_none() => {}
-        Ok(_) | Err(StoreError::NotFound) => return Err(ApiError::NotFound("user")),
-        Err(e) => return Err(e.into()),
+    if who.admin {
+        match state.store.access.user(&user).await {
+            Ok(u) if u.revoked_at.is_none() => {}
+            Ok(_) | Err(StoreError::NotFound) => return Err(ApiError::NotFound("user")),
+            Err(e) => return Err(e.into()),
+        }
+    } else if state
+        .store
+        .access
+        .member_role(session.id, &user)
+        .await?
+        .is_none()
+    {
+        return Ok(offers::offer(&state, &who, &session, &user, role)
+            .await?
+            .into_response());
     }
     state
         .store
@@ -115,11 +158,11 @@ pub(crate) async fn put_member(
         principal: user,
     };
     revoke(&state.auth, &state.store, member).await;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user`; the
-/// session's last owner cannot be removed (409).
+/// `DELETE /api/v1/sessions/{id}/members/{user}` (owner): stops sharing with `user` (their
+/// role, or the offer of one); the session's last owner cannot be removed (409).
 #[utoipa::path(
     delete, path = "/sessions/{id}/members/{user}", operation_id = "deleteMember", tag = "access",
     params(
@@ -127,7 +170,7 @@ pub(crate) async fn put_member(
         ("user" = String, Path, description = "The user name"),
     ),
     responses(
-        (status = 204, description = "The user has no role on the session any more"),
+        (status = 204, description = "The user has no role on the session and no offer of one any more"),
         crate::openapi::RoleErrors,
         crate::openapi::Conflict,
     )

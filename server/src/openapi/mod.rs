@@ -227,6 +227,15 @@ pub struct ShareLinkCreated {
     pub uses: i64,
 }
 
+/// `PUT /api/v1/sessions/{id}/members/{user}` for someone who is not a member: the role is
+/// offered. Said the same whether an account has the name or not.
+#[derive(Debug, ToSchema)]
+pub struct OfferMade {
+    /// Always `offered`.
+    #[schema(example = "offered")]
+    pub status: String,
+}
+
 /// `POST /api/v1/share-links/redeem`: the session joined, and the caller's role on it now.
 #[derive(Debug, ToSchema)]
 pub struct Redeemed {

@@ -21,6 +21,47 @@ pub(crate) trait AccessDialect {
     const OWNED_LOG_BYTES: &'static str;
 }
 
+/// The SQL condition that a grant made by the principal in column `by` on the session in
+/// column `session` still stands: its maker is the bootstrap admin (`bootstrap`, a
+/// placeholder), or is not revoked and is an administrator or holds the role in placeholder
+/// `owner` on the session. Share links and offers die with their maker's ownership this way,
+/// checked in the statement that uses them.
+pub(crate) fn maker_still_owns(by: &str, session: &str, bootstrap: &str, owner: &str) -> String {
+    format!(
+        "({by} = {bootstrap} \
+         OR (NOT EXISTS (SELECT 1 FROM users u WHERE u.name = {by} AND u.revoked_at IS NOT NULL) \
+           AND (EXISTS (SELECT 1 FROM users u WHERE u.name = {by} AND u.admin_since IS NOT NULL) \
+             OR EXISTS (SELECT 1 FROM session_members m WHERE m.session_id = {session} \
+               AND m.principal = {by} AND m.role = {owner}))))"
+    )
+}
+
+/// The SQL condition that the `session_offers` row in scope is live at placeholder `at`:
+/// unexpired, and its maker still owns the session (placeholders `bootstrap` and `owner` as in
+/// [`maker_still_owns`]).
+pub(crate) fn live_offer(at: &str, bootstrap: &str, owner: &str) -> String {
+    format!(
+        "session_offers.expires_at > {at} AND {}",
+        maker_still_owns(
+            "session_offers.offered_by",
+            "session_offers.session_id",
+            bootstrap,
+            owner
+        )
+    )
+}
+
+/// The SQL condition that the `session_offers` row in scope is addressed to an account that is
+/// not revoked and existed when the offer was made (an offer to a name nobody had matches
+/// nobody, even once someone takes the name).
+pub(crate) const OFFER_FINDS_ITS_ACCOUNT: &str =
+    "EXISTS (SELECT 1 FROM users t WHERE t.name = session_offers.principal \
+     AND t.revoked_at IS NULL AND t.created_at <= session_offers.offered_at)";
+
+/// The columns of an offer as the store reads it back.
+pub(crate) const OFFER_COLS: &str =
+    "session_id, principal, role, offered_by, offered_at, expires_at";
+
 /// A role as stored; a name this server does not know means the row was not written by it.
 pub(crate) fn stored_role(name: &str) -> StoreResult<Role> {
     Role::parse(name)
@@ -34,9 +75,10 @@ pub(crate) fn stored_session(id: &str) -> StoreResult<moor_protocol::SessionId> 
 }
 
 /// Implements [`AccessStore`](crate::store::AccessStore) for `$store`, a store over `$db`
-/// with inherent `writes()` and `reads()` pools, `lock_first_admin(&mut tx)` and
-/// `lock_session(&mut tx, &sid)` (each serialises its transaction against other nodes, or
-/// does nothing where one writer already does), and [`AccessDialect`].
+/// with inherent `writes()` and `reads()` pools, `lock_first_admin(&mut tx)`,
+/// `lock_session(&mut tx, &sid)` and `lock_offers_to(&mut tx, &name)` (each serialises its
+/// transaction against other nodes, or does nothing where one writer already does), and
+/// [`AccessDialect`].
 macro_rules! access_store {
     ($store:ident, $db:ty) => {
         mod access_store {
@@ -45,11 +87,15 @@ macro_rules! access_store {
             use sqlx::Row;
 
             use super::$store;
-            use $crate::store::access::{stored_role, stored_session, AccessDialect as _};
+            use $crate::store::access::{
+                live_offer, maker_still_owns, stored_role, stored_session, AccessDialect as _,
+                OFFER_COLS, OFFER_FINDS_ITS_ACCOUNT,
+            };
             use $crate::store::errors::db_error;
             use $crate::store::{
-                AccessStore, FamilyUser, MemberRow, RefreshOutcome, RefreshRow, Role,
-                ShareLinkRow, StoreError, StoreResult, UserRow, BOOTSTRAP_PRINCIPAL, LAST_OWNER,
+                AccessStore, FamilyUser, MemberRow, OfferLimits, OfferRow, Offered,
+                RefreshOutcome, RefreshRow, Role, ShareLinkRow, StoreError, StoreResult, UserRow,
+                BOOTSTRAP_PRINCIPAL, LAST_OWNER, OFFERS_PER_SESSION,
             };
 
             #[async_trait::async_trait]
@@ -282,21 +328,7 @@ macro_rules! access_store {
                     // Changes to one session's members are serialised, so two owners demoting
                     // each other cannot both succeed.
                     Self::lock_session(&mut tx, &sid).await?;
-                    let was = role_in(&mut tx, &sid, principal).await?;
-                    sqlx::query(
-                        "INSERT INTO session_members (session_id, principal, role) \
-                         VALUES ($1, $2, $3) \
-                         ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
-                    )
-                    .bind(&sid)
-                    .bind(principal)
-                    .bind(role.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                    if was == Some(Role::Owner) {
-                        an_owner_remains(&mut tx, &sid).await?;
-                    }
+                    put_role(&mut tx, &sid, principal, role).await?;
                     tx.commit().await.map_err(db_error)
                 }
 
@@ -334,14 +366,16 @@ macro_rules! access_store {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     Self::lock_session(&mut tx, &sid).await?;
                     let was = role_in(&mut tx, &sid, principal).await?;
-                    sqlx::query(
-                        "DELETE FROM session_members WHERE session_id = $1 AND principal = $2",
-                    )
-                    .bind(&sid)
-                    .bind(principal)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
+                    for table in ["session_members", "session_offers"] {
+                        sqlx::query(&format!(
+                            "DELETE FROM {table} WHERE session_id = $1 AND principal = $2"
+                        ))
+                        .bind(&sid)
+                        .bind(principal)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                    }
                     if was == Some(Role::Owner) {
                         an_owner_remains(&mut tx, &sid).await?;
                     }
@@ -386,6 +420,146 @@ macro_rules! access_store {
                     // Byte order, whatever the database's collation.
                     members.sort_by(|a, b| a.principal.cmp(&b.principal));
                     Ok(members)
+                }
+
+                async fn offer(
+                    &self,
+                    offer: &OfferRow,
+                    limits: OfferLimits,
+                ) -> StoreResult<Offered> {
+                    let sid = offer.session.to_string();
+                    let at = offer.offered_at;
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    // Offers of one session, and offers to one name, are serialised: neither
+                    // count can pass its cap through offers made at once on several nodes.
+                    Self::lock_session(&mut tx, &sid).await?;
+                    Self::lock_offers_to(&mut tx, &offer.principal).await?;
+                    sqlx::query(
+                        "DELETE FROM session_offers WHERE (session_id = $1 OR principal = $2) \
+                         AND expires_at <= $3",
+                    )
+                    .bind(&sid)
+                    .bind(&offer.principal)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    // Live offers on the session to others, and to the name on other sessions.
+                    let others = "session_id = $1 AND principal <> $2";
+                    let on_session = live_offers(&mut tx, others, &sid, offer).await?;
+                    if on_session >= i64::from(limits.per_session) {
+                        return Err(StoreError::Conflict(OFFERS_PER_SESSION));
+                    }
+                    let elsewhere = "principal = $2 AND session_id <> $1";
+                    let to_name = live_offers(&mut tx, elsewhere, &sid, offer).await?;
+                    if to_name >= i64::from(limits.per_user) {
+                        tx.commit().await.map_err(db_error)?;
+                        return Ok(Offered::Dropped);
+                    }
+                    sqlx::query(&format!(
+                        "INSERT INTO session_offers ({OFFER_COLS}) VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role, \
+                         offered_by = excluded.offered_by, offered_at = excluded.offered_at, \
+                         expires_at = excluded.expires_at"
+                    ))
+                    .bind(&sid)
+                    .bind(&offer.principal)
+                    .bind(offer.role.as_str())
+                    .bind(&offer.offered_by)
+                    .bind(at)
+                    .bind(offer.expires_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(Offered::Pending)
+                }
+
+                async fn session_offers(
+                    &self,
+                    session: SessionId,
+                    at: i64,
+                ) -> StoreResult<Vec<OfferRow>> {
+                    let rows = sqlx::query(&format!(
+                        "SELECT {OFFER_COLS} FROM session_offers WHERE session_id = $1 AND {}",
+                        live_offer("$2", "$3", "$4")
+                    ))
+                    .bind(session.to_string())
+                    .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let mut offers = rows.iter().map(offer_row).collect::<StoreResult<Vec<_>>>()?;
+                    // Byte order, whatever the database's collation.
+                    offers.sort_by(|a, b| a.principal.cmp(&b.principal));
+                    Ok(offers)
+                }
+
+                async fn offers_to(&self, principal: &str, at: i64) -> StoreResult<Vec<OfferRow>> {
+                    let rows = sqlx::query(&format!(
+                        "SELECT {OFFER_COLS} FROM session_offers WHERE principal = $1 AND {} \
+                         AND {OFFER_FINDS_ITS_ACCOUNT} ORDER BY offered_at DESC, session_id",
+                        live_offer("$2", "$3", "$4")
+                    ))
+                    .bind(principal)
+                    .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter().map(offer_row).collect()
+                }
+
+                async fn accept_offer(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                    at: i64,
+                ) -> StoreResult<Option<Role>> {
+                    let sid = session.to_string();
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    Self::lock_session(&mut tx, &sid).await?;
+                    // Taking the offer and checking that it is live are one statement: an
+                    // offer whose maker left the session (or that expired) gives nothing.
+                    let role: Option<String> = sqlx::query_scalar(&format!(
+                        "DELETE FROM session_offers WHERE session_id = $1 AND principal = $2 \
+                         AND {} AND {OFFER_FINDS_ITS_ACCOUNT} RETURNING role",
+                        live_offer("$3", "$4", "$5")
+                    ))
+                    .bind(&sid)
+                    .bind(principal)
+                    .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let Some(role) = role.as_deref().map(stored_role).transpose()? else {
+                        return Ok(None);
+                    };
+                    put_role(&mut tx, &sid, principal, role).await?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(Some(role))
+                }
+
+                async fn decline_offer(
+                    &self,
+                    session: SessionId,
+                    principal: &str,
+                ) -> StoreResult<bool> {
+                    let n = sqlx::query(
+                        "DELETE FROM session_offers WHERE session_id = $1 AND principal = $2",
+                    )
+                    .bind(session.to_string())
+                    .bind(principal)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    Ok(n > 0)
                 }
 
                 async fn memberships(
@@ -441,19 +615,17 @@ macro_rules! access_store {
                     // redeemed on several nodes at once never go below zero uses.
                     // A link dies with its creator's role: it grants only while whoever made it
                     // still owns the session (or administers the server) and is not revoked.
-                    let row = sqlx::query(
+                    let row = sqlx::query(&format!(
                         "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
-                         AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 \
-                         AND (created_by = $3 \
-                           OR (NOT EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
-                               AND u.revoked_at IS NOT NULL) \
-                             AND (EXISTS (SELECT 1 FROM users u WHERE u.name = created_by \
-                                 AND u.admin_since IS NOT NULL) \
-                               OR EXISTS (SELECT 1 FROM session_members m \
-                                 WHERE m.session_id = share_links.session_id \
-                                 AND m.principal = created_by AND m.role = $4)))) \
+                         AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 AND {} \
                          RETURNING id, session_id, role",
-                    )
+                        maker_still_owns(
+                            "share_links.created_by",
+                            "share_links.session_id",
+                            "$3",
+                            "$4"
+                        )
+                    ))
                     .bind(token_hash)
                     .bind(at)
                     .bind(BOOTSTRAP_PRINCIPAL)
@@ -588,6 +760,67 @@ macro_rules! access_store {
                         })
                         .collect()
                 }
+            }
+
+            /// Gives `principal` `role` on session `sid` (replacing any other), inside the
+            /// caller's transaction; a [`StoreError::Conflict`] ([`LAST_OWNER`]) when that takes
+            /// the owner role from the session's last owner.
+            async fn put_role(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                sid: &str,
+                principal: &str,
+                role: Role,
+            ) -> StoreResult<()> {
+                let was = role_in(tx, sid, principal).await?;
+                sqlx::query(
+                    "INSERT INTO session_members (session_id, principal, role) \
+                     VALUES ($1, $2, $3) \
+                     ON CONFLICT (session_id, principal) DO UPDATE SET role = excluded.role",
+                )
+                .bind(sid)
+                .bind(principal)
+                .bind(role.as_str())
+                .execute(&mut **tx)
+                .await
+                .map_err(db_error)?;
+                if was == Some(Role::Owner) {
+                    an_owner_remains(tx, sid).await?;
+                }
+                Ok(())
+            }
+
+            /// How many live offers meet `cond` (on `$1`, the session, and `$2`, the name of
+            /// `offer`) at its time, inside the caller's transaction.
+            async fn live_offers(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                cond: &str,
+                sid: &str,
+                offer: &OfferRow,
+            ) -> StoreResult<i64> {
+                sqlx::query_scalar(&format!(
+                    "SELECT COUNT(*) FROM session_offers WHERE {cond} AND {}",
+                    live_offer("$3", "$4", "$5")
+                ))
+                .bind(sid)
+                .bind(&offer.principal)
+                .bind(offer.offered_at)
+                .bind(BOOTSTRAP_PRINCIPAL)
+                .bind(Role::Owner.as_str())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db_error)
+            }
+
+            /// An offer read with [`OFFER_COLS`].
+            fn offer_row(r: &<$db as sqlx::Database>::Row) -> StoreResult<OfferRow> {
+                Ok(OfferRow {
+                    session: stored_session(r.try_get("session_id").map_err(db_error)?)?,
+                    principal: r.try_get("principal").map_err(db_error)?,
+                    role: stored_role(r.try_get("role").map_err(db_error)?)?,
+                    offered_by: r.try_get("offered_by").map_err(db_error)?,
+                    offered_at: r.try_get("offered_at").map_err(db_error)?,
+                    expires_at: r.try_get("expires_at").map_err(db_error)?,
+                })
             }
 
             /// `principal`'s role on session `sid`, inside the caller's transaction.

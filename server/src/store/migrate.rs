@@ -161,6 +161,18 @@ const PLAIN_TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "session_offers",
+        select: None,
+        columns: &[
+            ("session_id", "text"),
+            ("principal", "text"),
+            ("role", "text"),
+            ("offered_by", "text"),
+            ("offered_at", "bigint"),
+            ("expires_at", "bigint"),
+        ],
+    },
+    Table {
         name: "checkpoint_blobs",
         select: Some(
             "SELECT b.sha256, s.id AS session_id, b.checkpoint_id \

@@ -378,8 +378,8 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
     /// Makes `principal` the owner of a session that has no members yet; returns whether it did.
     async fn claim_session(&self, session: SessionId, principal: &str) -> StoreResult<bool>;
 
-    /// Removes a principal's role on a session (idempotent). Removing the session's last owner
-    /// is a [`StoreError::Conflict`] ([`LAST_OWNER`]).
+    /// Removes a principal's role on a session, and any offer of one to them (idempotent).
+    /// Removing the session's last owner is a [`StoreError::Conflict`] ([`LAST_OWNER`]).
     async fn remove_member(&self, session: SessionId, principal: &str) -> StoreResult<()>;
 
     /// A principal's role on a session, if any.
@@ -387,6 +387,37 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
 
     /// Everyone with a role on a session, by name (byte order).
     async fn members(&self, session: SessionId) -> StoreResult<Vec<MemberRow>>;
+
+    /// Offers `offer.role` on `offer.session` to `offer.principal` (replacing a pending offer
+    /// to them), whether or not an account has that name. With `limits.per_session` live
+    /// offers pending on the session already it is a [`StoreError::Conflict`]
+    /// ([`OFFERS_PER_SESSION`]); with `limits.per_user` live offers pending to the name from
+    /// other sessions nothing is stored and it reports [`Offered::Dropped`]. Expired offers of
+    /// the session and the name are deleted on the way.
+    async fn offer(&self, offer: &OfferRow, limits: OfferLimits) -> StoreResult<Offered>;
+
+    /// The live offers pending on a session, by name (byte order), whether or not an account
+    /// has the name: what its owners typed.
+    async fn session_offers(&self, session: SessionId, at: i64) -> StoreResult<Vec<OfferRow>>;
+
+    /// The live offers addressed to `principal`, newest first: only those made while their
+    /// account existed (and it is not revoked).
+    async fn offers_to(&self, principal: &str, at: i64) -> StoreResult<Vec<OfferRow>>;
+
+    /// Accepts the live offer of `session` to `principal`: it becomes their role (replacing
+    /// any other) and the offer is gone. `None` when there is no live offer. When it would
+    /// take the owner role from the session's last owner nothing changes: a
+    /// [`StoreError::Conflict`] ([`LAST_OWNER`]).
+    async fn accept_offer(
+        &self,
+        session: SessionId,
+        principal: &str,
+        at: i64,
+    ) -> StoreResult<Option<Role>>;
+
+    /// Deletes the offer of `session` to `principal`, live or not; returns whether there was
+    /// one.
+    async fn decline_offer(&self, session: SessionId, principal: &str) -> StoreResult<bool>;
 
     /// Every session a principal has a role on, with the role.
     async fn memberships(&self, principal: &str) -> StoreResult<Vec<(SessionId, Role)>>;
@@ -433,6 +464,45 @@ pub const BOOTSTRAP_PRINCIPAL: &str = "admin";
 /// owner.
 pub const LAST_OWNER: &str = "a session always has an owner: make someone else owner first \
      (an administrator can reassign a session)";
+
+/// Why an offer was refused: the session has as many pending offers as it may hold.
+pub const OFFERS_PER_SESSION: &str = "this session has as many pending offers as it may hold: \
+     remove some (DELETE …/members/{user}) or wait for them to expire";
+
+/// A role offered on a session to a user name, pending until its user accepts or declines it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferRow {
+    /// The session.
+    pub session: SessionId,
+    /// The user name it is addressed to (an account may or may not have it).
+    pub principal: String,
+    /// The role accepting it gives.
+    pub role: Role,
+    /// The owner who made it; it dies when they no longer own the session.
+    pub offered_by: String,
+    /// When it was made (ms); it matches only an account that existed by then.
+    pub offered_at: i64,
+    /// When it expires (ms).
+    pub expires_at: i64,
+}
+
+/// How many live offers may be pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OfferLimits {
+    /// On one session (more: 409).
+    pub per_session: u32,
+    /// To one user name, from all sessions (more: dropped, answered the same).
+    pub per_user: u32,
+}
+
+/// What [`AccessStore::offer`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offered {
+    /// The offer is stored (new or replacing the pending one).
+    Pending,
+    /// The name has as many offers pending as it may: nothing was stored.
+    Dropped,
+}
 
 /// One open database, by role: what each part of the server needs from it.
 #[derive(Debug, Clone)]

@@ -94,6 +94,14 @@ impl SqliteStore {
     async fn lock_session(_tx: &mut sqlx::Transaction<'_, Sqlite>, _sid: &str) -> StoreResult<()> {
         Ok(())
     }
+
+    /// Offers need no lock: the single writer runs one transaction at a time.
+    async fn lock_offers_to(
+        _tx: &mut sqlx::Transaction<'_, Sqlite>,
+        _name: &str,
+    ) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 impl AccessDialect for SqliteStore {

@@ -11,6 +11,7 @@ mod bounds;
 mod checkpoint_scope;
 mod group;
 mod nodes;
+mod offers;
 mod stories;
 
 use std::future::Future;
@@ -112,6 +113,9 @@ conformance!(
     share_links_grant_roles_until_spent_expired_or_revoked,
     a_sessions_members_and_share_links_are_listed,
     a_session_keeps_an_owner_and_links_die_with_their_creators_role,
+    offers_wait_for_their_user_expire_and_die_with_their_makers_ownership,
+    offers_are_bounded_per_session_and_per_name,
+    offers_to_one_name_raced_from_two_nodes_stay_within_its_bound,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,

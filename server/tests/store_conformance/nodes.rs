@@ -287,6 +287,19 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         .redeem_share_link("hash-l1", "bob", 2)
         .await
         .unwrap();
+    let offer = moor_server::store::OfferRow {
+        session: a,
+        principal: "cat".into(),
+        role: Role::Controller,
+        offered_by: "ann".into(),
+        offered_at: 2,
+        expires_at: i64::MAX,
+    };
+    let limits = moor_server::store::OfferLimits {
+        per_session: 1,
+        per_user: 1,
+    };
+    src.access.offer(&offer, limits).await.unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -330,9 +343,10 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         [a]
     );
     assert_eq!(
-        copied.accounts, 8,
-        "a user, a family, a token, a link, two roles, a checkpoint's blob, its upload"
+        copied.accounts, 9,
+        "a user, a family, a token, a link, two roles, an offer, a checkpoint's blob, its upload"
     );
+    assert_eq!(dst.access.session_offers(a, 3).await.unwrap(), [offer]);
     assert!(
         dst.access.user("ann").await.unwrap().admin,
         "administrators stay"

@@ -18,6 +18,7 @@ pub use crate::bounds::*;
 pub use crate::checkpoint_scope::*;
 pub use crate::group::*;
 pub use crate::nodes::*;
+pub use crate::offers::*;
 
 /// Bound for waiting on a notice; only a failure guard.
 pub(crate) const NOTICE_WAIT: Duration = Duration::from_secs(10);

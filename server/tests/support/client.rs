@@ -114,6 +114,23 @@ impl Client {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// Shares `session` (which this client owns) with `user`, whose client is `them`: offers
+    /// `role` by name, and they accept it.
+    pub async fn share(&self, session: &str, user: &str, them: &Client, role: &str) {
+        let (s, body) = self
+            .call(
+                "PUT",
+                &format!("/sessions/{session}/members/{user}"),
+                Some(json!({ "role": role })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::ACCEPTED, "offer to {user}: {body}");
+        let (s, body) = them
+            .call("POST", &format!("/offers/{session}/accept"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{user} accepts: {body}");
+    }
+
     /// Opens a bridge for session `name` and says `Hello`.
     pub async fn bridge(&self, name: &str) -> Attach {
         handshake(bridge_socket(self.addr, &self.token).await, hello(name)).await

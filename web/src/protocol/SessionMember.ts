@@ -16,4 +16,13 @@ role: Role,
 /**
  * The share link they joined through (revoking it removes them); `None` when shared by name.
  */
-via_link: string | null, };
+via_link: string | null, 
+/**
+ * Not a member yet: the role was offered by name and waits for them to accept it (until
+ * `offer_expires_at`). Whether an account has that name is not said.
+ */
+pending: boolean, 
+/**
+ * When a pending offer expires (ms); `None` for a member.
+ */
+offer_expires_at?: number, };

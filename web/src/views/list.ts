@@ -3,6 +3,7 @@
 import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
 import type { SessionInfo } from "../protocol/SessionInfo";
+import { invitations } from "./offers";
 
 const REFRESH_MS = 5000;
 
@@ -36,10 +37,11 @@ export function listView(root: HTMLElement): () => void {
   const body = h("div.list", { id: "sessions" });
   const note = h("div.banner", { id: "list-banner" });
   const who = h("span.muted.who", { id: "who" });
+  const invites = invitations(() => void refresh());
   root.replaceChildren(
     h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, logoutButton(), themeButton())),
     note,
-    h("main.list-main", null, body),
+    h("main.list-main", null, invites.el, body),
   );
   api.me(true).then(
     (me) => {
@@ -50,8 +52,9 @@ export function listView(root: HTMLElement): () => void {
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
   const refresh = async () => {
+    if (timer) clearTimeout(timer);
     try {
-      const sessions = await api.sessions();
+      const [sessions] = await Promise.all([api.sessions(), invites.refresh()]);
       sessions.sort((x, y) => (y.last_activity ?? y.created_at) - (x.last_activity ?? x.created_at));
       body.replaceChildren(...sessions.map(card));
       if (!sessions.length) body.append(h("p.muted", null, "No sessions yet. Attach an agent: moor run -- <command>"));

@@ -9,6 +9,7 @@ import type { RecoveryBrief } from "../protocol/RecoveryBrief";
 import type { SessionState } from "../protocol/SessionState";
 import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import type { CheckpointSummary } from "../protocol/CheckpointSummary";
+import { addedText } from "./offers";
 import { checkpointCard, patchView, receiptBadge } from "./render";
 
 /** Opens a modal sheet; returns the body element to fill and a close function. */
@@ -206,7 +207,8 @@ function usesText(l: ShareLinkInfo): string {
 
 /**
  * The owner's share dialog: share links (role, expiry, uses) with a QR code, the session's live
- * links (Revoke), and its members (role change, Remove, add by name). Both lists come from the
+ * links (Revoke), and its members and pending offers (role change, Remove, add by name: an
+ * offer the user accepts). Both lists come from the
  * server and are read again after every change, so they show what other pages did too.
  */
 export function sharePanel(sessionId: string, name: string): HTMLElement {
@@ -241,7 +243,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     drawMembers();
   };
   /** Runs one change from a list row, with its button disabled meanwhile, then re-reads both lists. */
-  const change = async (button: HTMLElement, what: string, act: () => Promise<void>) => {
+  const change = async (button: HTMLElement, what: string, act: () => Promise<unknown>) => {
     button.setAttribute("disabled", "");
     try {
       await act();
@@ -265,7 +267,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
   const drawMembers = () => {
     memberList.replaceChildren(
       ...members.map((m) => {
-        const who = h("span", null, h("b", null, m.principal), m.principal === me ? h("span.muted", null, " (you)") : null, m.via_link ? h("span.muted", null, " · through a link") : null);
+        const who = h("span", null, h("b", null, m.principal), m.principal === me ? h("span.muted", null, " (you)") : null, m.via_link ? h("span.muted", null, " · through a link") : null, m.pending ? h("span.muted.member-offered", null, ` · offered, until ${clock(m.offer_expires_at)}`) : null);
         // Yourself, and the admin token (it owns every session whatever the list says): no controls.
         if (m.principal === me || m.principal === "admin") {
           return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.muted", null, m.principal === "admin" ? "admin token" : m.role));
@@ -275,7 +277,7 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
         roleOf.setAttribute("aria-label", `${m.principal}'s role`);
         roleOf.onchange = () => void change(roleOf, "change the role", () => api.putMember(sessionId, m.principal, roleOf.value as Role));
         const remove = h("button.link.member-remove", { type: "button", onclick: () => void change(remove, "remove them", () => api.removeMember(sessionId, m.principal)) }, "Remove");
-        return h("li", { "data-member": m.principal, "data-role": m.role }, who, h("span.actions", null, roleOf, remove));
+        return h("li", { "data-member": m.principal, "data-role": m.role, "data-pending": String(m.pending) }, who, h("span.actions", null, roleOf, remove));
       }),
     );
     memberList.hidden = members.length === 0;
@@ -339,9 +341,9 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
       memberStatus.className = "muted";
       memberStatus.textContent = "Adding…";
       try {
-        await api.putMember(sessionId, who, memberRole.value as Role);
+        const answer = await api.putMember(sessionId, who, memberRole.value as Role);
         memberStatus.className = "ok";
-        memberStatus.textContent = `${who} is now a ${memberRole.value} of this session.`;
+        memberStatus.textContent = addedText(who, memberRole.value as Role, answer);
         member.value = "";
         await refresh();
       } catch (e) {

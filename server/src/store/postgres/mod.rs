@@ -40,6 +40,9 @@ const POOL_SIZE: u32 = 8;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Advisory lock key serialising first-administrator setups across nodes.
 const FIRST_ADMIN_LOCK: i64 = 0x6d6f_6f72_0001;
+/// The class of the advisory locks that serialise offers to one user name (the two-key lock
+/// space, keyed by this and the name's hash).
+const OFFERS_TO_LOCK: i32 = 0x6d6f_6f01;
 /// Channel announcing appended ranges: `"<session> <first> <last> <node>"`.
 pub(crate) const ENTRIES_CHANNEL: &str = "moor_entries";
 /// Channel announcing bridge claims: `"<session> <epoch> <node>"`.
@@ -128,6 +131,18 @@ impl PgStore {
     async fn lock_first_admin(tx: &mut Transaction<'_, Postgres>) -> StoreResult<()> {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(FIRST_ADMIN_LOCK)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Serialises offers to one user name on every node until commit, so the cap on offers
+    /// pending to a name holds (a transaction-scoped advisory lock in its own key space).
+    async fn lock_offers_to(tx: &mut Transaction<'_, Postgres>, name: &str) -> StoreResult<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(OFFERS_TO_LOCK)
+            .bind(name)
             .execute(&mut **tx)
             .await
             .map_err(db_error)?;
