@@ -13,6 +13,7 @@ use crate::extract::BodyLimit;
 use crate::hub::Hub;
 use crate::quota::Quotas;
 use crate::session::log::Log;
+use crate::session::leases::Leases;
 use crate::session::states::States;
 use crate::store::{AccessStore, Stores};
 use crate::streams::Streams;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub conns: TaskTracker,
     /// Live session state followers.
     pub states: States,
+    /// This node's bridge leases.
+    pub leases: Leases,
     /// Base URL people open (no trailing slash).
     pub public_url: Arc<str>,
     /// Per-account quotas and this node's live sessions per account.
@@ -110,6 +113,15 @@ pub(crate) mod testing {
             tasks.clone(),
             shutdown.clone(),
         );
+        let leases = Leases::new(
+            store.leases.clone(),
+            log.clone(),
+            states.clone(),
+            "test-node",
+            config.bridge_lease,
+            config.bridge_lease_renew,
+            true,
+        );
         let auth = Auth::with_admin_token("test-token".into())
             .with_revocations(Revocations::new(shutdown.clone()));
         let state = AppState {
@@ -123,6 +135,7 @@ pub(crate) mod testing {
             tasks,
             conns: TaskTracker::new(),
             states,
+            leases,
             public_url: "http://moor.test".into(),
             streams: Streams::new(u32::MAX),
         };

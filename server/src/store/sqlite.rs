@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::errors::db_error;
+use super::lease::lease_store;
 use super::{
     Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
     INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
@@ -105,6 +106,7 @@ impl AccessDialect for SqliteStore {
 }
 
 access_store!(SqliteStore, sqlx::Sqlite);
+lease_store!(SqliteStore, sqlx::Sqlite);
 
 /// The session id in column `col`, stored as text.
 fn session_id(row: &sqlx::sqlite::SqliteRow, col: &str) -> StoreResult<SessionId> {
