@@ -16,6 +16,7 @@ use super::Db;
 pub use crate::bounds::*;
 pub use crate::checkpoint_scope::*;
 pub use crate::group::*;
+pub use crate::leases::*;
 pub use crate::nodes::*;
 
 /// Bound for waiting on a notice; only a failure guard.
