@@ -79,6 +79,7 @@ impl FromRef<AppState> for BodyLimit {
 #[cfg(test)]
 pub(crate) mod testing {
     use std::pin::Pin;
+    use std::time::Duration;
 
     use axum::extract::ws::Message;
     use futures_util::{Sink, Stream};
@@ -98,6 +99,9 @@ pub(crate) mod testing {
         let dir = tempfile::tempdir().unwrap();
         let mut config = ServerConfig {
             data_dir: dir.path().to_owned(),
+            // Lease renewals are store I/O, which lets paused time run on: none within a test.
+            bridge_lease: Duration::from_secs(4 * 24 * 3600),
+            bridge_lease_renew: Duration::from_secs(2 * 24 * 3600),
             ..ServerConfig::default()
         };
         edit(&mut config);

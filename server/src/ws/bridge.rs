@@ -439,9 +439,7 @@ impl Conn {
             Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
         };
         leases.take_over(self.session).await.map_err(|e| failed(&e))?;
-        let connected = self.welcome(name, conn_id).await.map_err(|e| failed(&e))?;
-        self.connected = Some(connected);
-        match leases.hold(self.session, conn_id, connected).await {
+        match self.welcome(name, conn_id).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Ending::close(
                 close::SUPERSEDED,
@@ -481,9 +479,9 @@ impl Conn {
         }
     }
 
-    /// Settles inputs the bridge reported, records the connection and sends `Welcome`;
-    /// returns the seq of the `bridge.connected` written.
-    async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<Seq> {
+    /// Settles inputs the bridge reported, records the connection, takes the session's lease
+    /// and sends `Welcome`; false (and no `Welcome`) when a newer connection holds the lease.
+    async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<bool> {
         let store = self.state.store.log.clone();
         let hello = &self.hello;
         let mut settle: Vec<Append> = hello
@@ -515,6 +513,15 @@ impl Conn {
             Some(Appended::Stored(e)) => e.seq,
             other => anyhow::bail!("bridge.connected was not stored: {other:?}"),
         };
+        self.connected = Some(connected);
+        if !self
+            .state
+            .leases
+            .hold(self.session, conn_id, connected)
+            .await?
+        {
+            return Ok(false);
+        }
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
             .await?;
@@ -542,7 +549,7 @@ impl Conn {
             .await?;
         // Inputs committed after the Welcome query but before our subscription caught up are
         // picked up by `forward_input`, which compares against `delivered`.
-        Ok(connected)
+        Ok(true)
     }
 
     async fn serve(
