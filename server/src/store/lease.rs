@@ -112,6 +112,17 @@ macro_rules! lease_store {
                 })
             }
 
+            type Query<'q> =
+                sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+
+            impl $store {
+                /// Runs `query` (which changes at most one lease); whether it changed one.
+                async fn changed_lease(&self, query: Query<'_>) -> StoreResult<bool> {
+                    let done = query.execute(self.writes()).await.map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+            }
+
             #[async_trait::async_trait]
             impl LeaseStore for $store {
                 async fn take_lease(&self, session: SessionId) -> StoreResult<Option<Lease>> {
@@ -126,7 +137,7 @@ macro_rules! lease_store {
                 }
 
                 async fn hold_lease(&self, l: &Lease) -> StoreResult<bool> {
-                    let done = sqlx::query(
+                    let query = sqlx::query(
                         "INSERT INTO bridge_leases \
                          (session_id, node, connection, connected_seq, expires_at) \
                          VALUES ($1, $2, $3, $4, $5) \
@@ -140,11 +151,8 @@ macro_rules! lease_store {
                     .bind(&l.node)
                     .bind(l.connection as i64)
                     .bind(l.connected_seq.0 as i64)
-                    .bind(l.expires_at)
-                    .execute(self.writes())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(done.rows_affected() > 0)
+                    .bind(l.expires_at);
+                    self.changed_lease(query).await
                 }
 
                 async fn renew_lease(
@@ -154,18 +162,15 @@ macro_rules! lease_store {
                     node: &str,
                     expires_at: i64,
                 ) -> StoreResult<bool> {
-                    let done = sqlx::query(
+                    let query = sqlx::query(
                         "UPDATE bridge_leases SET expires_at = $1 WHERE session_id = $2 \
                          AND connected_seq = $3 AND node = $4 AND claimed_by IS NULL",
                     )
                     .bind(expires_at)
                     .bind(session.to_string())
                     .bind(connected_seq.0 as i64)
-                    .bind(node)
-                    .execute(self.writes())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(done.rows_affected() > 0)
+                    .bind(node);
+                    self.changed_lease(query).await
                 }
 
                 async fn release_lease(
@@ -173,15 +178,12 @@ macro_rules! lease_store {
                     session: SessionId,
                     connected_seq: Seq,
                 ) -> StoreResult<bool> {
-                    let done = sqlx::query(
+                    let query = sqlx::query(
                         "DELETE FROM bridge_leases WHERE session_id = $1 AND connected_seq = $2",
                     )
                     .bind(session.to_string())
-                    .bind(connected_seq.0 as i64)
-                    .execute(self.writes())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(done.rows_affected() > 0)
+                    .bind(connected_seq.0 as i64);
+                    self.changed_lease(query).await
                 }
 
                 async fn live_lease(
