@@ -322,10 +322,9 @@ where
     };
     // Record the disconnect before closing, so whoever sees the close can also see it logged;
     // keyed on the connection's `bridge.connected`, so a sweep that found its lease expired
-    // (or a newer connection that took over) and recorded the end first is not repeated.
-    state
-        .hub
-        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
+    // (or a newer connection that took over) and recorded the end first is not repeated. The
+    // lease goes once the end is recorded (a crash in between leaves it to a sweep), and this
+    // node shows the bridge offline only then, when inputs already say they are queued.
     let entry = disconnected(conn_id, conn.connected, &ending.reason, ending.code);
     match state.log.append(session.id, vec![entry]).await {
         Ok(_) | Err(StoreError::SessionEnded) => {}
@@ -334,6 +333,9 @@ where
     if let Some(connected) = conn.connected {
         state.leases.release(session.id, connected).await;
     }
+    state
+        .hub
+        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
     if let Some(code) = ending.code {
         super::close(&mut conn.tx, &mut rx, code, &ending.reason).await;
     }
