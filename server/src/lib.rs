@@ -205,7 +205,10 @@ impl Server {
             .await
             .context("end the bridge connections of the previous run")?;
         if ended > 0 {
-            tracing::info!(ended, "recorded the end of bridge connections the previous run held");
+            tracing::info!(
+                ended,
+                "recorded the end of bridge connections the previous run held"
+            );
         }
         tasks.spawn(leases.clone().run(shutdown.clone()));
         let state = AppState {

@@ -685,7 +685,10 @@ async fn a_node_killed_with_its_bridge_has_the_lost_connection_recorded_once_by_
     let lost = tail
         .wait_kind(kinds::BRIDGE_DISCONNECTED, live.seq.0, WAIT, |_| true)
         .await;
-    eprintln!("B recorded the lost bridge {:?} after A died", killed.elapsed());
+    eprintln!(
+        "B recorded the lost bridge {:?} after A died",
+        killed.elapsed()
+    );
     let reason = lost.payload["reason"].as_str().unwrap_or_default();
     assert!(reason.starts_with("node lost: node a"), "{reason}");
     let queued = b.api().post_input(id, "after", "waits for a bridge").await;

@@ -32,7 +32,9 @@ async fn a_bridge_lost_with_its_server_is_recorded_once_after_restart_and_inputs
     assert!(!sent.queued, "a live bridge holds the session: {sent:?}");
     let request = claude
         .tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, sent.seq.0, FINISH, |_| true)
+        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, sent.seq.0, FINISH, |_| {
+            true
+        })
         .await;
 
     // act: kill -9 moord and moor (and the agent under it), then start only moord again
@@ -51,7 +53,11 @@ async fn a_bridge_lost_with_its_server_is_recorded_once_after_restart_and_inputs
         interrupted.payload["pending_permissions"][0]["request_id"],
         request.payload["request_id"]
     );
-    let info = server.api().session(&id.to_string()).await.expect("session");
+    let info = server
+        .api()
+        .session(&id.to_string())
+        .await
+        .expect("session");
     assert!(!info.bridge.online);
     let state = info.state.expect("state");
     assert!(!state.link.up, "{:?}", state.link);

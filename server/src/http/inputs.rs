@@ -35,6 +35,14 @@ pub(super) async fn create(
 ) -> Result<Json<InputAccepted>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Controller).await?;
     Ok(Json(
-        submit(&state.log, &*state.store.log, &state.leases, session.id, who.author(), req).await?,
+        submit(
+            &state.log,
+            &*state.store.log,
+            &state.leases,
+            session.id,
+            who.author(),
+            req,
+        )
+        .await?,
     ))
 }

@@ -22,7 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::log::Log;
 use super::states::States;
-use crate::store::{Append, Appended, Expired, IdemKey, Lease, LeaseStore, StoreError, StoreResult};
+use crate::store::{
+    Append, Appended, Expired, IdemKey, Lease, LeaseStore, StoreError, StoreResult,
+};
 
 /// Why a restarted node ends the connections its earlier run held.
 pub const CAUSE_RESTART: &str = "server restart";
@@ -95,7 +97,8 @@ impl Leases {
     pub async fn take_over(&self, session: SessionId) -> StoreResult<()> {
         if let Some(old) = self.store.take_lease(session).await? {
             let reason = "a newer bridge connection for this session took over";
-            self.append_end(&old, reason, Some(close::SUPERSEDED)).await?;
+            self.append_end(&old, reason, Some(close::SUPERSEDED))
+                .await?;
         }
         Ok(())
     }
@@ -177,7 +180,9 @@ impl Leases {
                     self.release(lease.session, lease.connected_seq).await
                 }
                 // The claim expires and a later sweep tries again.
-                Err(e) => tracing::warn!(error = ?e, session = %lease.session, "could not record a lost bridge"),
+                Err(e) => {
+                    tracing::warn!(error = ?e, session = %lease.session, "could not record a lost bridge")
+                }
             }
         }
         Ok(claimed.len())

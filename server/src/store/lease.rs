@@ -112,8 +112,7 @@ macro_rules! lease_store {
                 })
             }
 
-            type Query<'q> =
-                sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+            type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
 
             impl $store {
                 /// Runs `query` (which changes at most one lease); whether it changed one.

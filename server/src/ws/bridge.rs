@@ -16,8 +16,7 @@ use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::payload::{
-    BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
-    SessionEnded,
+    BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain, SessionEnded,
 };
 use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use tokio::sync::mpsc;
@@ -440,7 +439,10 @@ impl Conn {
             tracing::error!(error = ?e, "bridge handshake failed");
             Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
         };
-        leases.take_over(self.session).await.map_err(|e| failed(&e))?;
+        leases
+            .take_over(self.session)
+            .await
+            .map_err(|e| failed(&e))?;
         match self.welcome(name, conn_id).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Ending::close(

@@ -25,21 +25,39 @@ pub async fn bridge_leases_are_held_renewed_released_and_taken_over(db: Db) {
     let leases = &store.leases;
 
     // act + assert: a held lease is live until it expires; its holder renews it
-    assert!(leases.hold_lease(&lease(s, "node-a", 3, 1_000)).await.unwrap());
+    assert!(leases
+        .hold_lease(&lease(s, "node-a", 3, 1_000))
+        .await
+        .unwrap());
     assert_eq!(
         leases.live_lease(s, 999).await.unwrap(),
         Some(lease(s, "node-a", 3, 1_000))
     );
     assert_eq!(leases.live_lease(s, 1_000).await.unwrap(), None);
-    assert!(leases.renew_lease(s, Seq(3), "node-a", 2_000).await.unwrap());
+    assert!(leases
+        .renew_lease(s, Seq(3), "node-a", 2_000)
+        .await
+        .unwrap());
     assert!(leases.live_lease(s, 1_500).await.unwrap().is_some());
     // ... but nobody else does, nor a connection it does not name
-    assert!(!leases.renew_lease(s, Seq(3), "node-b", 9_000).await.unwrap());
-    assert!(!leases.renew_lease(s, Seq(4), "node-a", 9_000).await.unwrap());
+    assert!(!leases
+        .renew_lease(s, Seq(3), "node-b", 9_000)
+        .await
+        .unwrap());
+    assert!(!leases
+        .renew_lease(s, Seq(4), "node-a", 9_000)
+        .await
+        .unwrap());
 
     // an older connection never replaces a newer one's lease; a newer one does
-    assert!(!leases.hold_lease(&lease(s, "node-b", 2, 5_000)).await.unwrap());
-    assert!(leases.hold_lease(&lease(s, "node-b", 7, 5_000)).await.unwrap());
+    assert!(!leases
+        .hold_lease(&lease(s, "node-b", 2, 5_000))
+        .await
+        .unwrap());
+    assert!(leases
+        .hold_lease(&lease(s, "node-b", 7, 5_000))
+        .await
+        .unwrap());
     assert_eq!(
         leases.live_lease(s, 0).await.unwrap().map(|l| l.node),
         Some("node-b".to_owned())
@@ -50,7 +68,10 @@ pub async fn bridge_leases_are_held_renewed_released_and_taken_over(db: Db) {
     assert_eq!(leases.live_lease(s, 0).await.unwrap(), None);
 
     // a new connection takes over: the lease it removes names the connection before
-    assert!(leases.hold_lease(&lease(s, "node-a", 9, 5_000)).await.unwrap());
+    assert!(leases
+        .hold_lease(&lease(s, "node-a", 9, 5_000))
+        .await
+        .unwrap());
     assert_eq!(
         leases.take_lease(s).await.unwrap(),
         Some(lease(s, "node-a", 9, 5_000))
@@ -65,19 +86,38 @@ pub async fn expired_leases_are_claimed_by_one_node_only(db: Db) {
     const N: u64 = 40;
     let mut expired = HashSet::new();
     for i in 0..N {
-        let s = a.log.open_session(&format!("gone-{i}"), None).await.unwrap().id;
-        assert!(a.leases.hold_lease(&lease(s, "gone", i + 1, 100)).await.unwrap());
+        let s = a
+            .log
+            .open_session(&format!("gone-{i}"), None)
+            .await
+            .unwrap()
+            .id;
+        assert!(a
+            .leases
+            .hold_lease(&lease(s, "gone", i + 1, 100))
+            .await
+            .unwrap());
         expired.insert(s);
     }
     let fresh = a.log.open_session("fresh", None).await.unwrap().id;
-    assert!(a.leases.hold_lease(&lease(fresh, "gone", 1, 10_000)).await.unwrap());
+    assert!(a
+        .leases
+        .hold_lease(&lease(fresh, "gone", 1, 10_000))
+        .await
+        .unwrap());
     let own = a.log.open_session("own", None).await.unwrap().id;
-    assert!(a.leases.hold_lease(&lease(own, "node-b", 1, 10_000)).await.unwrap());
+    assert!(a
+        .leases
+        .hold_lease(&lease(own, "node-b", 1, 10_000))
+        .await
+        .unwrap());
 
     // act: both nodes sweep at once
     let (on_a, on_b) = tokio::join!(
-        a.leases.claim_expired(Expired::Before(1_000), "node-a", 5_000),
-        b.leases.claim_expired(Expired::Before(1_000), "node-b", 5_000),
+        a.leases
+            .claim_expired(Expired::Before(1_000), "node-a", 5_000),
+        b.leases
+            .claim_expired(Expired::Before(1_000), "node-b", 5_000),
     );
     let (on_a, on_b) = (on_a.unwrap(), on_b.unwrap());
 
@@ -98,7 +138,11 @@ pub async fn expired_leases_are_claimed_by_one_node_only(db: Db) {
         .find(|l| l.session == first)
         .unwrap()
         .connected_seq;
-    assert!(!a.leases.renew_lease(first, first_seq, "gone", 9_000).await.unwrap());
+    assert!(!a
+        .leases
+        .renew_lease(first, first_seq, "gone", 9_000)
+        .await
+        .unwrap());
     assert!(b
         .leases
         .claim_expired(Expired::Before(4_000), "node-b", 9_000)
@@ -122,5 +166,8 @@ pub async fn expired_leases_are_claimed_by_one_node_only(db: Db) {
         .await
         .unwrap();
     let all: HashSet<SessionId> = all.iter().map(|l| l.session).collect();
-    assert!(all.contains(&fresh) && all.contains(&own) && all.len() == N as usize + 2, "{all:?}");
+    assert!(
+        all.contains(&fresh) && all.contains(&own) && all.len() == N as usize + 2,
+        "{all:?}"
+    );
 }
