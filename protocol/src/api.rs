@@ -215,6 +215,11 @@ pub struct InputAccepted {
     pub seq: Seq,
     /// True when this `client_msg_id` was already stored and nothing new was written.
     pub duplicate: bool,
+    /// True when no bridge holds the session's lease as the input is stored: it waits in the
+    /// log, and the next bridge to connect gets it (its receipts say when). False: a live
+    /// bridge connection holds the session and is sent the input now.
+    #[serde(default)]
+    pub queued: bool,
 }
 
 /// `GET /api/v1/sessions/{id}/entries`.

@@ -28,6 +28,12 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// Silence on a socket longer than this means it is dead.
     pub idle_timeout: Duration,
+    /// A bridge's lease on its session lasts this long unless the node holding the socket
+    /// renews it; after it, any node records the connection's end.
+    pub bridge_lease: Duration,
+    /// How often a node renews its bridges' leases and looks for expired ones (at most half
+    /// of `bridge_lease`).
+    pub bridge_lease_renew: Duration,
     /// A bridge connection is closed (after a `Move`) once it is this old; zero means never.
     pub bridge_max_lifetime: Duration,
     /// How long before the lifetime cap the bridge is told to move.
@@ -116,6 +122,8 @@ impl Default for ServerConfig {
             public_url: None,
             heartbeat_interval: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            bridge_lease: Duration::from_secs(30),
+            bridge_lease_renew: Duration::from_secs(10),
             bridge_max_lifetime: Duration::ZERO,
             move_notice: Duration::from_secs(5),
             sse_lifetime: Duration::ZERO,

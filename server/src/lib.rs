@@ -52,6 +52,8 @@ use state::AppState;
 #[derive(Debug)]
 pub struct Server {
     config: ServerConfig,
+    /// This node's name (in its bridge leases, and on Postgres in notices).
+    node_id: String,
     store: store::Stores,
     auth: access::Auth,
     token_created: bool,
@@ -95,6 +97,7 @@ impl Server {
             quotas: quota::Quotas::new(&config),
             followers: session::states::FollowerCount::default(),
             config,
+            node_id,
             store,
             auth,
             token_created,
@@ -187,7 +190,29 @@ impl Server {
             shutdown.clone(),
         )
         .counted_by(self.followers);
+        let leases = session::leases::Leases::new(
+            self.store.leases.clone(),
+            log.clone(),
+            states.clone(),
+            &self.node_id,
+            self.config.bridge_lease,
+            self.config.bridge_lease_renew,
+            self.store.cluster.is_none(),
+        );
+        // Connections an earlier run held are ended before new ones are taken.
+        let ended = leases
+            .sweep_at_start()
+            .await
+            .context("end the bridge connections of the previous run")?;
+        if ended > 0 {
+            tracing::info!(
+                ended,
+                "recorded the end of bridge connections the previous run held"
+            );
+        }
+        tasks.spawn(leases.clone().run(shutdown.clone()));
         let state = AppState {
+            leases,
             quotas: self.quotas,
             states,
             log: log.clone(),

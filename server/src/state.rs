@@ -12,6 +12,7 @@ use crate::config::ServerConfig;
 use crate::extract::BodyLimit;
 use crate::hub::Hub;
 use crate::quota::Quotas;
+use crate::session::leases::Leases;
 use crate::session::log::Log;
 use crate::session::states::States;
 use crate::store::{AccessStore, Stores};
@@ -38,6 +39,8 @@ pub struct AppState {
     pub conns: TaskTracker,
     /// Live session state followers.
     pub states: States,
+    /// This node's bridge leases.
+    pub leases: Leases,
     /// Base URL people open (no trailing slash).
     pub public_url: Arc<str>,
     /// Per-account quotas and this node's live sessions per account.
@@ -76,6 +79,7 @@ impl FromRef<AppState> for BodyLimit {
 #[cfg(test)]
 pub(crate) mod testing {
     use std::pin::Pin;
+    use std::time::Duration;
 
     use axum::extract::ws::Message;
     use futures_util::{Sink, Stream};
@@ -95,6 +99,9 @@ pub(crate) mod testing {
         let dir = tempfile::tempdir().unwrap();
         let mut config = ServerConfig {
             data_dir: dir.path().to_owned(),
+            // Lease renewals are store I/O, which lets paused time run on: none within a test.
+            bridge_lease: Duration::from_secs(4 * 24 * 3600),
+            bridge_lease_renew: Duration::from_secs(2 * 24 * 3600),
             ..ServerConfig::default()
         };
         edit(&mut config);
@@ -110,6 +117,15 @@ pub(crate) mod testing {
             tasks.clone(),
             shutdown.clone(),
         );
+        let leases = Leases::new(
+            store.leases.clone(),
+            log.clone(),
+            states.clone(),
+            "test-node",
+            config.bridge_lease,
+            config.bridge_lease_renew,
+            true,
+        );
         let auth = Auth::with_admin_token("test-token".into())
             .with_revocations(Revocations::new(shutdown.clone()));
         let state = AppState {
@@ -123,6 +139,7 @@ pub(crate) mod testing {
             tasks,
             conns: TaskTracker::new(),
             states,
+            leases,
             public_url: "http://moor.test".into(),
             streams: Streams::new(u32::MAX),
         };

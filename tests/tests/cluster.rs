@@ -653,3 +653,56 @@ async fn a_node_whose_database_refuses_connections_answers_a_retryable_503_until
         "served again once it reopens"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_with_its_bridge_has_the_lost_connection_recorded_once_by_the_other() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: short leases; a bridge on A, inputs posted on B
+    let token = token();
+    let lease = |node| {
+        db.node_opts(node, &token)
+            .flag("--bridge-lease-ms", 3000)
+            .flag("--bridge-lease-renew-ms", 500)
+    };
+    let mut a = TestServer::start(lease("a")).await;
+    let b = TestServer::start(lease("b")).await;
+    let name = session_name();
+    let producer = ProducerId::new();
+    let mut first = raw_bridge(&a, &token).await;
+    first.hello(&name, producer).await;
+    let id = b.api().wait_session(&name, WAIT).await.id;
+    let live = b.api().post_input(id, "before", "to the bridge on A").await;
+    assert!(!live.queued, "B sees A's lease: {live:?}");
+
+    // act: A dies with the bridge's socket
+    a.kill().await;
+    let killed = std::time::Instant::now();
+
+    // assert: B records the lost connection once its lease has run out
+    let mut tail = moor_e2e::LogTail::new(b.api(), id);
+    let lost = tail
+        .wait_kind(kinds::BRIDGE_DISCONNECTED, live.seq.0, WAIT, |_| true)
+        .await;
+    eprintln!(
+        "B recorded the lost bridge {:?} after A died",
+        killed.elapsed()
+    );
+    let reason = lost.payload["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("node lost: node a"), "{reason}");
+    let queued = b.api().post_input(id, "after", "waits for a bridge").await;
+    assert!(queued.queued, "nobody holds the session: {queued:?}");
+
+    // ... and the bridge reconnecting to B comes after it, with no second record
+    drop(first);
+    let mut second = raw_bridge(&b, &token).await;
+    second.hello(&name, producer).await;
+    b.api().wait_bridge_online(&name, true, WAIT).await;
+    let log = b.entries_all(id).await;
+    let disconnects = of_kind(&log, kinds::BRIDGE_DISCONNECTED);
+    assert_eq!(disconnects.len(), 1, "{}", summary(&log));
+    let connects = of_kind(&log, kinds::BRIDGE_CONNECTED);
+    assert_eq!(connects.len(), 2, "{}", summary(&log));
+    assert!(connects[1].seq > disconnects[0].seq, "{}", summary(&log));
+}

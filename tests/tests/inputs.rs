@@ -133,6 +133,7 @@ async fn an_input_posted_while_moor_is_down_is_applied_once_by_the_restarted_bri
     rig.bridge.kill().await;
     rig.api.wait_bridge_online(&rig.name, false, WAIT).await;
     let second = rig.api.post_input(rig.id, "msg-2", "second").await;
+    assert!(second.queued, "no bridge holds the session: {second:?}");
     let mut restarted = rig.bridge.respawn(&["echo", "--exit-after", "1"]);
 
     // assert: the restarted agent gets only the new input, once.

@@ -311,7 +311,8 @@ export const error_body: ErrorBody = {
 
 export const input_accepted: InputAccepted = {
   "seq": 3,
-  "duplicate": false
+  "duplicate": false,
+  "queued": false
 };
 
 export const recovery_brief: RecoveryBrief = {

@@ -18,7 +18,7 @@ describe("Outbox", () => {
     const post = async (_s: string, req: InputRequest) => {
       seen.push(req);
       if (!up) throw new TypeError("Failed to fetch");
-      return { seq: 42, duplicate: seen.filter((r) => r.client_msg_id === req.client_msg_id).length > 1 };
+      return { seq: 42, duplicate: seen.filter((r) => r.client_msg_id === req.client_msg_id).length > 1, queued: false };
     };
     const box = await Outbox.open(post, "test-reload");
     expect(box.volatile).toBe(false);
@@ -48,7 +48,7 @@ describe("Outbox", () => {
       const text = (req.payload as { text: string }).text;
       order.push(text);
       if (text === "bad") throw Object.assign(new Error("refused"), { status: 400 });
-      return { seq: order.length, duplicate: false };
+      return { seq: order.length, duplicate: false, queued: false };
     };
     const box = await Outbox.open(post, "test-order");
     for (const t of ["a", "bad", "c"]) await box.send("s", "input.text", { text: t });
@@ -63,7 +63,7 @@ describe("Outbox", () => {
     const post = async () => {
       tries += 1;
       if (!loggedIn) throw Object.assign(new Error("missing or invalid token"), { status: 401 });
-      return { seq: 7, duplicate: false };
+      return { seq: 7, duplicate: false, queued: false };
     };
     const box = await Outbox.open(post, "test-login");
     await box.send("s", "input.text", { text: "after lunch" });

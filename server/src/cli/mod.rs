@@ -62,6 +62,14 @@ pub struct Config {
     /// Silence after which a socket is considered dead.
     #[arg(long, env = "MOOR_IDLE_TIMEOUT_MS", default_value_t = 30_000)]
     idle_timeout_ms: u64,
+    /// How long a bridge's lease lasts unless its node renews it; after it, another node (or
+    /// this one, restarted) records the connection's end.
+    #[arg(long, env = "MOOR_BRIDGE_LEASE_MS", default_value_t = 30_000)]
+    bridge_lease_ms: u64,
+    /// How often a node renews its bridges' leases and looks for expired ones (at most half
+    /// the lease).
+    #[arg(long, env = "MOOR_BRIDGE_LEASE_RENEW_MS", default_value_t = 10_000)]
+    bridge_lease_renew_ms: u64,
     /// Maximum bridge connection lifetime (0 = none); the bridge is told to move before it.
     #[arg(long, env = "MOOR_BRIDGE_MAX_LIFETIME_MS", default_value_t = 0)]
     bridge_max_lifetime_ms: u64,
@@ -178,6 +186,8 @@ impl Config {
             public_url: self.public_url,
             heartbeat_interval: ms(self.heartbeat_interval_ms.max(1)),
             idle_timeout: ms(self.idle_timeout_ms.max(1)),
+            bridge_lease: ms(self.bridge_lease_ms.max(2)),
+            bridge_lease_renew: ms(self.bridge_lease_renew_ms.max(1)),
             bridge_max_lifetime: ms(self.bridge_max_lifetime_ms),
             move_notice: ms(self.move_notice_ms),
             sse_lifetime: ms(self.sse_lifetime_ms),

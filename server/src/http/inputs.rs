@@ -18,7 +18,7 @@ use crate::state::AppState;
     params(("id" = String, Path, description = "Session id or name")),
     request_body = InputRequest,
     responses(
-        (status = 200, description = "Stored (or the same input already stored under this `client_msg_id`)", body = InputAccepted),
+        (status = 200, description = "Stored (or the same input already stored under this `client_msg_id`); `queued` when no bridge holds the session's lease", body = InputAccepted),
         crate::openapi::RoleBodyErrors,
         crate::openapi::Conflict,
     )
@@ -31,6 +31,14 @@ pub(super) async fn create(
 ) -> Result<Json<InputAccepted>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Controller).await?;
     Ok(Json(
-        submit(&state.log, &*state.store.log, session.id, who.author(), req).await?,
+        submit(
+            &state.log,
+            &*state.store.log,
+            &state.leases,
+            session.id,
+            who.author(),
+            req,
+        )
+        .await?,
     ))
 }

@@ -3,14 +3,15 @@
 //! not failed later by the bridge) and appends it through the [`Log`]. Idempotent by
 //! `client_msg_id`: the same input again is answered with its stored seq, a different input
 //! under a stored id is a conflict that carries the stored entry. The bridge picks inputs up
-//! from the log when it is connected, or at its next handshake. The caller has checked the role
-//! already.
+//! from the log when it is connected, or at its next handshake; the answer says which
+//! (`queued`: no bridge holds the session's lease). The caller has checked the role already.
 //!
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
 use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::{kinds, now_ms, BodyError, Entry, EntryBody, Seq, SessionId};
 
+use super::leases::Leases;
 use super::log::Log;
 use crate::error::ApiError;
 use crate::store::{Append, Appended, IdemKey, LogStore, Range};
@@ -20,10 +21,12 @@ const MAX_CLIENT_MSG_ID: usize = 128;
 
 /// Validates and appends one input.
 ///
-/// `author` is the caller's `Principal::author()`; `store` reads the input already stored under a repeated `client_msg_id`.
+/// `author` is the caller's `Principal::author()`; `store` reads the input already stored under a repeated `client_msg_id`;
+/// `leases` tells whether a bridge will be sent it now.
 pub async fn submit(
     log: &Log,
     store: &dyn LogStore,
+    leases: &Leases,
     session: SessionId,
     author: String,
     req: InputRequest,
@@ -41,6 +44,7 @@ pub async fn submit(
         Some(Appended::Stored(e)) => Ok(InputAccepted {
             seq: e.seq,
             duplicate: false,
+            queued: !leases.is_held(session).await,
         }),
         Some(Appended::Duplicate(seq)) => {
             let stored = stored_input(store, session, seq).await?;
@@ -54,6 +58,7 @@ pub async fn submit(
             Ok(InputAccepted {
                 seq,
                 duplicate: true,
+                queued: !leases.is_held(session).await,
             })
         }
         other => Err(ApiError::Internal(anyhow::anyhow!(

@@ -2,12 +2,13 @@
 //! nothing here knows a transport. `log` commits appends (group commit across sessions, then fan-out), `tail`
 //! reads a log from a cursor with no gap at the seam, `cursor` parses and checks viewer
 //! cursors, `input` validates and appends remote input, `states` follows each session's
-//! derived state. It calls down into `store` and `hub` only; never `http`, `sse`, `ws` or
+//! derived state, `leases` holds bridge leases and ends the connections of nodes that are gone. It calls down into `store` and `hub` only; never `http`, `sse`, `ws` or
 //! `state`.
 
 mod commit;
 pub mod cursor;
 pub mod input;
+pub mod leases;
 pub mod log;
 mod queues;
 pub mod states;

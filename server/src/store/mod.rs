@@ -14,6 +14,7 @@ mod checkpoint;
 mod cluster;
 mod errors;
 mod group;
+pub mod lease;
 pub mod migrate;
 mod page;
 mod plan;
@@ -32,6 +33,7 @@ use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use group::GroupPart;
+pub use lease::{Expired, Lease, LeaseStore};
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
@@ -101,7 +103,9 @@ pub enum IdemKey {
     },
     /// A remote input's client-chosen id.
     ClientMsg(String),
-    /// A receipt about the input at this seq; unique per `(kind, input seq)`.
+    /// A receipt about the input at this seq; unique per `(kind, input seq)`. Also keys the
+    /// server's record of an entry at this seq (the `session.interrupted` an entry caused, the
+    /// `bridge.disconnected` of the connection whose `bridge.connected` it is).
     Receipt(Seq),
 }
 
@@ -513,6 +517,8 @@ pub struct Stores {
     pub access: Arc<dyn AccessStore>,
     /// Checkpoint records.
     pub checkpoints: Arc<dyn CheckpointStore>,
+    /// Bridge leases: which node holds each session's bridge, and until when.
+    pub leases: Arc<dyn LeaseStore>,
     /// Coordination with the other nodes sharing the database; `None` for a single-node
     /// store (SQLite).
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -520,23 +526,27 @@ pub struct Stores {
 
 impl Stores {
     /// The roles of a store only one node uses.
-    fn single<S: LogStore + AccessStore + CheckpointStore>(store: S) -> Self {
-        let store = Arc::new(store);
-        Self {
-            log: store.clone(),
-            access: store.clone(),
-            checkpoints: store,
-            cluster: None,
-        }
-    }
-
-    /// The roles of a store several nodes share.
-    fn shared<S: LogStore + AccessStore + CheckpointStore + Cluster>(store: S) -> Self {
+    fn single<S: LogStore + AccessStore + CheckpointStore + LeaseStore>(store: S) -> Self {
         let store = Arc::new(store);
         Self {
             log: store.clone(),
             access: store.clone(),
             checkpoints: store.clone(),
+            leases: store,
+            cluster: None,
+        }
+    }
+
+    /// The roles of a store several nodes share.
+    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + Cluster>(
+        store: S,
+    ) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store.clone(),
+            leases: store.clone(),
             cluster: Some(store),
         }
     }

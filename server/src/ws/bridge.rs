@@ -16,8 +16,7 @@ use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::payload::{
-    BridgeConnected, BridgeDisconnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
-    SessionEnded,
+    BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain, SessionEnded,
 };
 use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use tokio::sync::mpsc;
@@ -28,6 +27,7 @@ use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::hub::{input_feed, BridgeControl, InputFeed};
 use crate::quota::{stored_len, Live, QuotaError};
+use crate::session::leases::disconnected;
 use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
@@ -163,6 +163,8 @@ struct Conn {
     tx: Tx,
     /// Highest input seq sent to this bridge.
     delivered: Seq,
+    /// Seq of this connection's `bridge.connected`, once written: names its lease.
+    connected: Option<Seq>,
     /// Inputs after `delivered` may be in the store but not in the feed (the welcome's page was
     /// full, or a re-read failed): the next feed item re-reads them from the store.
     behind: bool,
@@ -309,29 +311,30 @@ where
         tx,
         delivered: Seq::ZERO,
         behind: false,
+        connected: None,
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
-    let ending = match conn.welcome(&session.name, conn_id).await {
+    let ending = match conn.start(&session.name, conn_id).await {
         Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
-        Err(e) => {
-            tracing::error!(error = ?e, "bridge handshake failed");
-            Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
-        }
+        Err(end) => end,
     };
-    // Record the disconnect before closing, so whoever sees the close can also see it logged.
-    state
-        .hub
-        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
-    let entry = server_entry(BridgeDisconnected {
-        connection: conn_id,
-        reason: Some(ending.reason.clone()),
-        close_code: ending.code,
-    });
+    // Record the disconnect before closing, so whoever sees the close can also see it logged;
+    // keyed on the connection's `bridge.connected`, so a sweep that found its lease expired
+    // (or a newer connection that took over) and recorded the end first is not repeated. The
+    // lease goes once the end is recorded (a crash in between leaves it to a sweep), and this
+    // node shows the bridge offline only then, when inputs already say they are queued.
+    let entry = disconnected(conn_id, conn.connected, &ending.reason, ending.code);
     match state.log.append(session.id, vec![entry]).await {
         Ok(_) | Err(StoreError::SessionEnded) => {}
         Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
     }
+    if let Some(connected) = conn.connected {
+        state.leases.release(session.id, connected).await;
+    }
+    state
+        .hub
+        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
     if let Some(code) = ending.code {
         super::close(&mut conn.tx, &mut rx, code, &ending.reason).await;
     }
@@ -428,8 +431,61 @@ fn receipt(input: Seq, body: impl Into<EntryBody>) -> Append {
 }
 
 impl Conn {
-    /// Settles inputs the bridge reported, records the connection and sends `Welcome`.
-    async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<()> {
+    /// Takes the session over from the connection before (recording its end if nobody has),
+    /// welcomes the bridge and takes the session's lease.
+    async fn start(&mut self, name: &str, conn_id: u64) -> Result<(), Ending> {
+        let leases = self.state.leases.clone();
+        let failed = |e: &dyn std::fmt::Debug| {
+            tracing::error!(error = ?e, "bridge handshake failed");
+            Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
+        };
+        leases
+            .take_over(self.session)
+            .await
+            .map_err(|e| failed(&e))?;
+        match self.welcome(name, conn_id).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Ending::close(
+                close::SUPERSEDED,
+                "a newer bridge connection for this session took over",
+            )),
+            Err(e) => Err(failed(&e)),
+        }
+    }
+
+    /// Renews this connection's lease; an error ends the connection when the lease is lost, or
+    /// when the store has not answered before the lease ran out.
+    async fn renew_lease(&mut self, held_until: &mut Instant) -> Result<(), Ending> {
+        let Some(connected) = self.connected else {
+            return Ok(());
+        };
+        let leases = &self.state.leases;
+        match leases.renew(self.session, connected).await {
+            Ok(true) => {
+                *held_until = Instant::now() + leases.duration();
+                Ok(())
+            }
+            Ok(false) => Err(Ending::close(
+                close::SERVER_ERROR,
+                "this server no longer holds the bridge's lease; reconnect",
+            )),
+            Err(e) if Instant::now() >= *held_until => {
+                tracing::warn!(error = ?e, "bridge lease ran out while the store was unavailable");
+                Err(Ending::close(
+                    close::SERVER_ERROR,
+                    "the bridge's lease could not be renewed; reconnect",
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "could not renew a bridge lease; retrying");
+                Ok(())
+            }
+        }
+    }
+
+    /// Settles inputs the bridge reported, records the connection, takes the session's lease
+    /// and sends `Welcome`; false (and no `Welcome`) when a newer connection holds the lease.
+    async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<bool> {
         let store = self.state.store.log.clone();
         let hello = &self.hello;
         let mut settle: Vec<Append> = hello
@@ -457,7 +513,19 @@ impl Conn {
             producer: Some(hello.producer),
             agent: Some(hello.agent.clone()),
         }));
-        self.state.log.append(self.session, settle).await?;
+        let connected = match self.state.log.append(self.session, settle).await?.pop() {
+            Some(Appended::Stored(e)) => e.seq,
+            other => anyhow::bail!("bridge.connected was not stored: {other:?}"),
+        };
+        self.connected = Some(connected);
+        if !self
+            .state
+            .leases
+            .hold(self.session, conn_id, connected)
+            .await?
+        {
+            return Ok(false);
+        }
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
             .await?;
@@ -485,7 +553,7 @@ impl Conn {
             .await?;
         // Inputs committed after the Welcome query but before our subscription caught up are
         // picked up by `forward_input`, which compares against `delivered`.
-        Ok(())
+        Ok(true)
     }
 
     async fn serve(
@@ -501,6 +569,10 @@ impl Conn {
         let mut move_at = lifetime.map(|end| end.checked_sub(cfg.move_notice).unwrap_or(started));
         let mut heartbeat = interval(cfg.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut renew = interval(self.state.leases.renew_interval());
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        renew.reset();
+        let mut held_until = Instant::now() + self.state.leases.duration();
         let mut last_rx = Instant::now();
         let mut lookahead: Lookahead = VecDeque::new();
         let shutdown = self.state.shutdown.clone();
@@ -541,6 +613,10 @@ impl Conn {
                     self.send(&ServerToBridge::Move { reason: "connection lifetime cap".into(), close_in_ms }).await
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
+                _ = renew.tick() => match self.renew_lease(&mut held_until).await {
+                    Ok(()) => Ok(()),
+                    Err(end) => return end,
+                },
                 input = inputs.recv(), if inputs_open => match input {
                     Some(input) => self.forward_input(input).await,
                     // Detached by a newer connection, which also tells this one to close.

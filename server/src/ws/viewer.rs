@@ -244,6 +244,7 @@ async fn on_frame(
                 match submit(
                     &state.log,
                     &*state.store.log,
+                    &state.leases,
                     session,
                     viewer.who.author(),
                     req,

@@ -10,6 +10,7 @@
 mod bounds;
 mod checkpoint_scope;
 mod group;
+mod leases;
 mod nodes;
 mod offers;
 mod stories;
@@ -121,6 +122,8 @@ conformance!(
     other_nodes_hear_of_appends_and_bridge_claims,
     session_lists_hold_the_members_sessions_only_newest_first_and_bounded,
     pages_stop_at_their_byte_bound_but_always_hold_one_entry,
+    bridge_leases_are_held_renewed_released_and_taken_over,
+    expired_leases_are_claimed_by_one_node_only,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.

@@ -17,6 +17,7 @@ use super::Db;
 pub use crate::bounds::*;
 pub use crate::checkpoint_scope::*;
 pub use crate::group::*;
+pub use crate::leases::*;
 pub use crate::nodes::*;
 pub use crate::offers::*;
 

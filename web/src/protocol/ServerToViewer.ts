@@ -19,7 +19,13 @@ seq: Seq,
 /**
  * True when this `client_msg_id` was already stored and nothing new was written.
  */
-duplicate: boolean, } | { "type": "heartbeat" } | { "type": "error", 
+duplicate: boolean, 
+/**
+ * True when no bridge holds the session's lease as the input is stored: it waits in the
+ * log, and the next bridge to connect gets it (its receipts say when). False: a live
+ * bridge connection holds the session and is sent the input now.
+ */
+queued: boolean, } | { "type": "heartbeat" } | { "type": "error", 
 /**
  * Machine-readable code.
  */
