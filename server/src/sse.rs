@@ -145,6 +145,10 @@ struct StreamState {
     state: Option<StateFeed>,
     tail: Tail,
     keepalive: Interval,
+    /// When the stream last wrote something: a keep-alive is due a period after it. The timer
+    /// is moved on when it fires early, not on every write (which would touch the timer wheel
+    /// once per entry).
+    last_write: Instant,
     deadline: Option<Instant>,
     shutdown: CancellationToken,
     /// Cancelled when the caller's role on the session is removed or changed.
@@ -168,12 +172,13 @@ fn stream(
         state: feed,
         tail,
         keepalive,
+        last_write: Instant::now(),
         deadline: (!cfg.sse_lifetime.is_zero()).then(|| Instant::now() + cfg.sse_lifetime),
         shutdown: stop,
         role_stop,
         started: false,
     };
-    futures_util::stream::unfold(st, |mut st| async move {
+    futures_util::stream::unfold(st, move |mut st| async move {
         if !st.started {
             st.started = true;
             // Reconnect quickly after the server ends a stream.
@@ -207,7 +212,15 @@ fn stream(
                         return Some((Ok(feed.event()), st));
                     }
                     _ = sleep_until_opt(deadline) => return None,
-                    _ = st.keepalive.tick() => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st)),
+                    _ = st.keepalive.tick() => {
+                        let due = st.last_write + period;
+                        if Instant::now() < due {
+                            st.keepalive.reset_at(due);
+                            continue;
+                        }
+                        st.last_write = Instant::now();
+                        return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
+                    }
                     next = st.tail.next() => match next {
                         Ok(f) => {
                             buf.extend_from_slice(f.sse());
@@ -222,7 +235,7 @@ fn stream(
                 break;
             }
         }
-        st.keepalive.reset();
+        st.last_write = Instant::now();
         Some((Ok(buf.freeze()), st))
     })
 }

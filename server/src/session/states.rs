@@ -203,10 +203,14 @@ impl States {
                 batch.push(f);
             }
             for f in &batch {
-                let before = state.clone();
+                // Only busy work can be interrupted: the state before an entry is kept (a
+                // copy per entry) only then.
+                let before = state.is_busy().then(|| state.clone());
                 state.apply(&f.entry);
-                if let Some(cause) = interruption_cause(&before, &f.entry) {
-                    self.record_interruption(session, &before, cause, f.entry.seq);
+                if let Some(before) = before {
+                    if let Some(cause) = interruption_cause(&before, &f.entry) {
+                        self.record_interruption(session, &before, cause, f.entry.seq);
+                    }
                 }
             }
             since_snapshot += batch.len() as u64;

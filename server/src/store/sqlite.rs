@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, Sqlite, SqlitePool};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
@@ -188,14 +188,17 @@ impl LogStore for SqliteStore {
             .transpose()
             .context("encode agent")?;
         let id = Uuid::parse_str(key).unwrap_or_else(|_| Uuid::new_v4());
-        // Insert-if-absent then read: safe against a concurrent creator of the same name.
+        // Insert-if-absent then read: safe against a concurrent creator of the same name. The
+        // writer is taken once for all three statements, so a handshake waits once (not three
+        // times) behind the group commit in flight.
+        let mut writer = self.writer.acquire().await.map_err(db_error)?;
         sqlx::query(
             "INSERT INTO sessions (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
         )
         .bind(id.to_string())
         .bind(key)
         .bind(now_ms())
-        .execute(&self.writer)
+        .execute(&mut *writer)
         .await
         .map_err(db_error)?;
         if let Some(agent_json) = agent_json {
@@ -203,15 +206,16 @@ impl LogStore for SqliteStore {
                 .bind(agent_json)
                 .bind(key)
                 .bind(key)
-                .execute(&self.writer)
+                .execute(&mut *writer)
                 .await
                 .map_err(db_error)?;
         }
-        self.find_session_in(&self.writer, key).await
+        find_session_on(&mut writer, key).await
     }
 
     async fn find_session(&self, key: &str) -> StoreResult<SessionRow> {
-        self.find_session_in(&self.readers, key).await
+        let mut reader = self.readers.acquire().await.map_err(db_error)?;
+        find_session_on(&mut reader, key).await
     }
 
     async fn list_sessions(
@@ -392,17 +396,16 @@ impl LogStore for SqliteStore {
     }
 }
 
-impl SqliteStore {
-    async fn find_session_in(&self, pool: &SqlitePool, key: &str) -> StoreResult<SessionRow> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions WHERE id = ? OR name = ?"
-        ))
-        .bind(key)
-        .bind(key)
-        .fetch_optional(pool)
-        .await
-        .map_err(db_error)?
-        .ok_or(StoreError::NotFound)?;
-        session_row(&row)
-    }
+/// The session named or numbered `key`, read on `conn`.
+async fn find_session_on(conn: &mut SqliteConnection, key: &str) -> StoreResult<SessionRow> {
+    let row = sqlx::query(&format!(
+        "SELECT {SESSION_COLS} FROM sessions WHERE id = ? OR name = ?"
+    ))
+    .bind(key)
+    .bind(key)
+    .fetch_optional(conn)
+    .await
+    .map_err(db_error)?
+    .ok_or(StoreError::NotFound)?;
+    session_row(&row)
 }

@@ -574,6 +574,10 @@ impl Conn {
         renew.reset();
         let mut held_until = Instant::now() + self.state.leases.duration();
         let mut last_rx = Instant::now();
+        // One timer for the idle timeout, moved on only when it fires early: arming a new one
+        // on every pass of the loop (every frame and every commit) costs more than the frame.
+        let idle = tokio::time::sleep_until(last_rx + cfg.idle_timeout);
+        tokio::pin!(idle);
         let mut lookahead: Lookahead = VecDeque::new();
         let shutdown = self.state.shutdown.clone();
         let stop = self.stop.clone();
@@ -600,8 +604,14 @@ impl Conn {
                     Some(BridgeControl::Close { code, reason }) => return Ending::close(code, reason),
                     None => Ok(()),
                 },
-                _ = tokio::time::sleep_until(last_rx + cfg.idle_timeout) => {
-                    return Ending::close(close::HEARTBEAT_TIMEOUT, "no frame from the bridge within the idle timeout");
+                _ = &mut idle => {
+                    let due = last_rx + cfg.idle_timeout;
+                    if Instant::now() < due {
+                        idle.as_mut().reset(due);
+                        Ok(())
+                    } else {
+                        return Ending::close(close::HEARTBEAT_TIMEOUT, "no frame from the bridge within the idle timeout");
+                    }
                 }
                 _ = sleep_until_opt(lifetime) => {
                     let _ = self.settle_all().await;

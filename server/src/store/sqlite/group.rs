@@ -1,10 +1,11 @@
 //! SQLite's group append: several sessions' batches in one transaction on the writer
-//! connection, with a fixed handful of statements whatever the number of sessions: their heads
-//! in one read, their producers' marks in another, every new row in one insert, marks and heads
-//! each in one update. Every statement, and every row read back, is a hand-off to SQLite's
-//! worker thread and back, which on busy cores waits for a time slice; so the rows go in as one
-//! JSON array expanded by `json_each`, and reads come back aggregated into one row. The
-//! decisions themselves are `store::group`'s.
+//! connection, with a fixed handful of calls whatever the number of sessions: `BEGIN`, one read
+//! (the sessions' heads and their producers' marks, aggregated into one row), one write (every
+//! new row in one insert, marks and heads each in one update, sent together), `COMMIT`. Every
+//! call, and every row read back, is a hand-off to SQLite's worker thread and back, which on
+//! busy cores waits for a time slice and costs two thread wake-ups whatever the group's size;
+//! so the rows go in as JSON arrays expanded by `json_each`, and the statements of a step go in
+//! one call. The decisions themselves are `store::group`'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -31,9 +32,7 @@ impl SqliteStore {
         group: Vec<GroupPart>,
     ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
         let mut tx = self.writer.begin().await.map_err(db_error)?;
-        let mut heads = read_heads(&mut tx, &group).await?;
-        let wanted = wanted_producers(&group, &heads);
-        let producers = read_producers(&mut tx, &wanted).await?;
+        let (mut heads, producers) = read_group(&mut tx, &group).await?;
         let mut lookup = SqliteGroupLookup {
             tx: &mut tx,
             spk: 0,
@@ -41,14 +40,12 @@ impl SqliteStore {
         };
         let decided = decide_group(&mut lookup, &group, &mut heads).await?;
         let producers = lookup.producers;
-        insert_rows(&mut tx, &decided.rows, &producers).await?;
         let marks: Vec<(i64, i64)> = decided
             .marks
             .iter()
             .filter_map(|((spk, p), mark)| Some((producers.get(&(*spk, *p))?.0, *mark as i64)))
             .collect();
-        update_marks(&mut tx, &marks).await?;
-        update_heads(&mut tx, &group::written(&heads)).await?;
+        write_group(&mut tx, &decided.rows, &producers, &marks, &group::written(&heads)).await?;
         tx.commit().await.map_err(db_error)?;
         self.append_txs.fetch_add(1, Ordering::Relaxed);
         let parts = decided.parts;
@@ -56,38 +53,52 @@ impl SqliteStore {
     }
 }
 
-/// The `(session pk, producer)` pairs the group's producer entries name.
-fn wanted_producers(
-    group: &[GroupPart],
-    heads: &HashMap<SessionId, Head<i64>>,
-) -> Vec<(i64, ProducerId)> {
+/// The `(session id, producer)` pairs the group's producer entries name.
+fn wanted_producers(group: &[GroupPart]) -> Vec<(String, String)> {
     let mut seen = HashSet::new();
     group
         .iter()
-        .filter_map(|(s, batch)| Some((heads.get(s)?.key, batch)))
-        .flat_map(|(spk, batch)| {
+        .flat_map(|(s, batch)| {
             batch.iter().filter_map(move |a| match a.key {
-                IdemKey::Producer { producer, .. } => Some((spk, producer)),
+                IdemKey::Producer { producer, .. } => Some((*s, producer)),
                 _ => None,
             })
         })
         .filter(|pair| seen.insert(*pair))
+        .map(|(s, p)| (s.to_string(), p.to_string()))
         .collect()
 }
 
-/// The group's sessions that exist, by id: one statement, one row back.
-async fn read_heads(
+/// What the group's reads find, aggregated into one row: the sessions (pk, id, head, ended)
+/// and the stored rows of the producers its entries name (pk, session pk, id, mark).
+type GroupRows = (
+    Vec<(i64, String, i64, Option<i64>)>,
+    Vec<(i64, i64, String, i64)>,
+);
+
+/// The group's sessions that exist, by id, and the stored rows of the producers its entries
+/// name (missing ones are created when first needed): one statement, one row back.
+async fn read_group(
     tx: &mut Transaction<'_, Sqlite>,
     group: &[GroupPart],
-) -> StoreResult<HashMap<SessionId, Head<i64>>> {
+) -> StoreResult<(HashMap<SessionId, Head<i64>>, Producers)> {
     let ids: Vec<String> = group.iter().map(|(s, _)| s.to_string()).collect();
-    let found: Vec<(i64, String, i64, Option<i64>)> = one_json_row(
-        tx,
-        "SELECT json_group_array(json_array(pk, id, head_seq, ended_at)) FROM sessions \
-         WHERE id IN (SELECT value FROM json_each(?))",
-        json!(ids),
+    let text: String = sqlx::query_scalar(
+        "SELECT json_array(\
+         (SELECT json_group_array(json_array(pk, id, head_seq, ended_at)) FROM sessions \
+          WHERE id IN (SELECT value FROM json_each(?))), \
+         (SELECT json_group_array(json_array(p.pk, p.session_pk, p.producer_id, p.last_seq)) \
+          FROM json_each(?) AS k JOIN sessions s ON s.id = json_extract(k.value, '$[0]') \
+          JOIN producers p ON p.session_pk = s.pk \
+          AND p.producer_id = json_extract(k.value, '$[1]')))",
     )
-    .await?;
+    .bind(json!(ids).to_string())
+    .bind(json!(wanted_producers(group)).to_string())
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    let (found, stored): GroupRows =
+        serde_json::from_str(&text).context("decode an aggregated row")?;
     let mut heads = HashMap::with_capacity(found.len());
     for (pk, id, head, ended_at) in found {
         heads.insert(
@@ -95,50 +106,13 @@ async fn read_heads(
             Head::new(pk, head, ended_at.is_some()),
         );
     }
-    Ok(heads)
-}
-
-/// The stored rows of the `wanted` producers (missing ones are created when first needed):
-/// one statement, one row back.
-async fn read_producers(
-    tx: &mut Transaction<'_, Sqlite>,
-    wanted: &[(i64, ProducerId)],
-) -> StoreResult<Producers> {
-    if wanted.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let keys: Vec<(i64, String)> = wanted.iter().map(|(s, p)| (*s, p.to_string())).collect();
-    let found: Vec<(i64, i64, String, i64)> = one_json_row(
-        tx,
-        "SELECT json_group_array(json_array(p.pk, p.session_pk, p.producer_id, p.last_seq)) \
-         FROM json_each(?) AS k JOIN producers p \
-         ON p.session_pk = json_extract(k.value, '$[0]') \
-         AND p.producer_id = json_extract(k.value, '$[1]')",
-        json!(keys),
-    )
-    .await?;
-    let mut producers = HashMap::with_capacity(found.len());
-    for (pk, spk, producer, mark) in found {
+    let mut producers = HashMap::with_capacity(stored.len());
+    for (pk, spk, producer, mark) in stored {
         if let Ok(producer) = producer.parse::<ProducerId>() {
             producers.insert((spk, producer), (pk, mark as u64));
         }
     }
-    Ok(producers)
-}
-
-/// Runs `sql`, which takes one JSON argument and aggregates its answer into one JSON value, and
-/// decodes that value (each row streamed back is a hand-off between threads; one is cheaper).
-async fn one_json_row<T: serde::de::DeserializeOwned>(
-    tx: &mut Transaction<'_, Sqlite>,
-    sql: &'static str,
-    arg: serde_json::Value,
-) -> StoreResult<T> {
-    let text: String = sqlx::query_scalar(sql)
-        .bind(arg.to_string())
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    Ok(serde_json::from_str(&text).context("decode an aggregated row")?)
+    Ok((heads, producers))
 }
 
 /// The producer's row in this session, created with mark 0 if new: its pk and its mark.
@@ -248,13 +222,18 @@ impl Lookup for SqliteGroupLookup<'_, '_> {
     }
 }
 
-/// Inserts the new rows of every session with one statement: the rows go in as one JSON array.
-async fn insert_rows(
+/// Writes what the group decided with one call: every new row of every session (one JSON
+/// array), the moved producer marks `(producer pk, mark)` and the heads of the sessions that got
+/// rows `(session pk, first, head, last ts)`. Three statements, run by SQLite's worker in one
+/// hand-off; an empty list makes its statement a no-op.
+async fn write_group(
     tx: &mut Transaction<'_, Sqlite>,
     rows: &[(i64, NewRow<'_>)],
     producers: &Producers,
+    marks: &[(i64, i64)],
+    written: &[(i64, i64, i64, i64)],
 ) -> StoreResult<()> {
-    if rows.is_empty() {
+    if rows.is_empty() && marks.is_empty() && written.is_empty() {
         return Ok(());
     }
     let values: Vec<serde_json::Value> = rows
@@ -276,63 +255,25 @@ async fn insert_rows(
             ])
         })
         .collect();
-    execute_json(
-        tx,
+    sqlx::query(
         "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
          producer_seq, client_msg_id, ref_seq) \
          SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
          json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
          json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
          json_extract(value, '$[8]'), json_extract(value, '$[9]') \
-         FROM json_each(?) ORDER BY key",
-        json!(values),
-    )
-    .await
-}
-
-/// Saves moved producer marks, `(producer pk, mark)`, with one statement.
-async fn update_marks(tx: &mut Transaction<'_, Sqlite>, marks: &[(i64, i64)]) -> StoreResult<()> {
-    if marks.is_empty() {
-        return Ok(());
-    }
-    execute_json(
-        tx,
-        "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
-         WHERE producers.pk = json_extract(j.value, '$[0]')",
-        json!(marks),
-    )
-    .await
-}
-
-/// Moves the heads of the sessions that got rows, `(session pk, first, head, last ts)`, with
-/// one statement.
-async fn update_heads(
-    tx: &mut Transaction<'_, Sqlite>,
-    written: &[(i64, i64, i64, i64)],
-) -> StoreResult<()> {
-    if written.is_empty() {
-        return Ok(());
-    }
-    execute_json(
-        tx,
-        "UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
+         FROM json_each(?) ORDER BY key; \
+         UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
+         WHERE producers.pk = json_extract(j.value, '$[0]'); \
+         UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
          last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
-        json!(written),
     )
+    .bind(json!(values).to_string())
+    .bind(json!(marks).to_string())
+    .bind(json!(written).to_string())
+    .execute(&mut **tx)
     .await
-}
-
-/// Runs `sql` with one JSON argument.
-async fn execute_json(
-    tx: &mut Transaction<'_, Sqlite>,
-    sql: &'static str,
-    arg: serde_json::Value,
-) -> StoreResult<()> {
-    sqlx::query(sql)
-        .bind(arg.to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
+    .map_err(db_error)?;
     Ok(())
 }
