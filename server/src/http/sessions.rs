@@ -5,7 +5,7 @@
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use moor_protocol::api::{EntriesPage, Me, Role, SessionInfo, SessionStatus};
+use moor_protocol::api::{BridgeStatus, EntriesPage, Me, Role, SessionInfo, SessionStatus};
 use moor_protocol::Seq;
 use serde::Deserialize;
 
@@ -46,6 +46,19 @@ fn info(state: &AppState, row: SessionRow, role: Role) -> SessionInfo {
     }
 }
 
+/// A bridge this node does not hold but whose lease another live node does: online, since a
+/// time this node does not know.
+fn held_elsewhere(bridge: &mut BridgeStatus) {
+    if !bridge.online {
+        *bridge = BridgeStatus {
+            online: true,
+            since: None,
+            last_close_code: None,
+            last_reason: None,
+        };
+    }
+}
+
 /// `GET /api/v1/me`: the caller's name, and whether it is an administrator or the bootstrap
 /// admin token.
 #[utoipa::path(
@@ -81,9 +94,16 @@ pub(super) async fn list(
     let limit = limit_param(query.as_deref(), DEFAULT_LIST, MAX_LIST)?;
     let member = (!who.admin).then_some(who.name.as_str());
     let rows = state.store.log.list_sessions(member, limit).await?;
+    let elsewhere = state.leases.held_elsewhere().await;
     Ok(Json(
         rows.into_iter()
-            .map(|(row, role)| info(&state, row, role))
+            .map(|(row, role)| {
+                let mut info = info(&state, row, role);
+                if elsewhere.contains(&info.id) {
+                    held_elsewhere(&mut info.bridge);
+                }
+                info
+            })
             .collect(),
     ))
 }
@@ -120,6 +140,9 @@ pub(super) async fn get(
     let (row, role) = session_with_role(&state.store, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
     let mut info = info(&state, row, role);
+    if !info.bridge.online && state.leases.held_elsewhere_one(info.id).await {
+        held_elsewhere(&mut info.bridge);
+    }
     info.state = Some((*derived).clone());
     Ok(Json(info))
 }

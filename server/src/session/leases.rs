@@ -31,6 +31,9 @@ pub const CAUSE_RESTART: &str = "server restart";
 /// Why a node ends a connection whose holder stopped renewing its lease.
 pub const CAUSE_NODE_LOST: &str = "node lost";
 
+/// Most leases read to say which listed sessions have a bridge on another node.
+pub const MAX_HELD_ELSEWHERE: i64 = 20_000;
+
 /// This node's bridge leases. Cheap to clone.
 #[derive(Clone)]
 pub struct Leases {
@@ -147,6 +150,27 @@ impl Leases {
                 false
             }
         }
+    }
+
+    /// The sessions whose bridges other nodes hold now (none when this node is alone on its
+    /// database: then this node's hub knows every bridge). At most [`MAX_HELD_ELSEWHERE`];
+    /// empty when the store cannot say, since nothing proves those bridges are there.
+    pub async fn held_elsewhere(&self) -> std::collections::HashSet<SessionId> {
+        if self.alone {
+            return Default::default();
+        }
+        match self.store.live_sessions(now_ms(), MAX_HELD_ELSEWHERE).await {
+            Ok(sessions) => sessions.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = ?e, "could not read the bridge leases");
+                Default::default()
+            }
+        }
+    }
+
+    /// Whether another node holds the bridge of `session` now (never when this node is alone).
+    pub async fn held_elsewhere_one(&self, session: SessionId) -> bool {
+        !self.alone && self.is_held(session).await
     }
 
     /// At start: ends the connections an earlier run of this node held (on a database no other

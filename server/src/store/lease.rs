@@ -72,6 +72,9 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// The lease on `session` that a live node holds at `now` (not expired, not claimed).
     async fn live_lease(&self, session: SessionId, now: i64) -> StoreResult<Option<Lease>>;
 
+    /// The sessions whose leases live nodes hold at `now`, at most `limit` of them.
+    async fn live_sessions(&self, now: i64, limit: i64) -> StoreResult<Vec<SessionId>>;
+
     /// Claims up to [`SWEEP_LIMIT`] leases that `which` names for `node` until `until`, each
     /// by a conditional `UPDATE` that one node wins: a lease is returned to one caller only
     /// (unless that caller, too, lets its claim expire). The caller records each connection's
@@ -200,6 +203,25 @@ macro_rules! lease_store {
                     .await
                     .map_err(db_error)?;
                     row.as_ref().map(lease).transpose()
+                }
+
+                async fn live_sessions(
+                    &self,
+                    now: i64,
+                    limit: i64,
+                ) -> StoreResult<Vec<SessionId>> {
+                    let rows = sqlx::query(
+                        "SELECT session_id FROM bridge_leases \
+                         WHERE expires_at > $1 AND claimed_by IS NULL LIMIT $2",
+                    )
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|r| stored_session(&r.try_get::<String, _>("session_id").map_err(db_error)?))
+                        .collect()
                 }
 
                 async fn claim_expired(
