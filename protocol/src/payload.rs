@@ -69,7 +69,7 @@ pub struct AgentStart {
 }
 
 /// `agent.exit`: the agent process ended. Also the `previous_exit` of an [`AgentRestart`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentExit {
@@ -79,6 +79,28 @@ pub struct AgentExit {
     /// Signal number, if a signal killed it.
     #[serde(default)]
     pub signal: Option<i32>,
+    /// Tool calls still running when it ended; their processes were stopped (`claude`).
+    #[serde(default)]
+    pub stopped_tools: Vec<StalledTool>,
+    /// Processes it started that were still running when it ended, which the bridge stopped
+    /// (at most 64 listed).
+    #[serde(default)]
+    pub stopped_processes: Vec<StoppedProcess>,
+}
+
+/// A process the agent left running when it ended, stopped by the bridge.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoppedProcess {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command line (at most 256 characters).
+    #[serde(default)]
+    pub command: String,
+    /// It ignored SIGTERM for the grace period and was killed (SIGKILL).
+    #[serde(default)]
+    pub killed: bool,
 }
 
 /// `agent.pty.output`: bytes the agent wrote to its terminal (`pty` adapter), batched.
@@ -408,7 +430,8 @@ pub struct AgentPermissionResolved {
     pub reason: Option<String>,
 }
 
-/// The tool that was running when the agent went silent.
+/// A tool call by id and name: the one running when the agent went silent (`agent.stalled`), or
+/// one still running when the agent ended (`agent.exit`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

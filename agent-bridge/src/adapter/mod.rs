@@ -13,6 +13,7 @@ pub mod lines;
 mod process;
 pub mod pty;
 pub mod terminal;
+pub mod tree;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -93,6 +94,9 @@ pub struct AgentOptions {
     pub auto_resume: bool,
     /// Most restarts in a row without a finished turn in between.
     pub max_restarts: u32,
+    /// How long the agent, and what it left running when it ended, get between SIGTERM and
+    /// SIGKILL.
+    pub stop_grace: Duration,
     /// Continue an earlier conversation of the agent instead of starting a new one (Claude
     /// Code: `--resume <id>`), as `moor run --session X` does after a crash.
     pub continuation: Option<Continuation>,
@@ -115,6 +119,7 @@ impl Default for AgentOptions {
             tool_timeout: Duration::from_secs(600),
             auto_resume: false,
             max_restarts: 3,
+            stop_grace: Duration::from_secs(5),
             continuation: None,
         }
     }
@@ -186,6 +191,7 @@ impl AgentExit {
         payload::AgentExit {
             code: self.code,
             signal: self.signal,
+            ..payload::AgentExit::default()
         }
     }
 
@@ -364,7 +370,8 @@ mod tests {
             .payload(),
             payload::AgentExit {
                 code: None,
-                signal: Some(9)
+                signal: Some(9),
+                ..payload::AgentExit::default()
             }
         );
     }

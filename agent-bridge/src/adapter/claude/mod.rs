@@ -46,8 +46,8 @@ use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
 
-/// How long a stopped agent gets between SIGTERM and SIGKILL, and its pipes after it exited.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the pipes of an exited agent may stay open before they are no longer read.
+const PIPE_DRAIN: Duration = Duration::from_secs(5);
 /// Most entries spooled with one fsync.
 const BURST_ENTRIES: usize = 1024;
 
@@ -131,7 +131,7 @@ impl ClaudeAgent {
             true => Some(LocalLines::new()),
             false => None,
         };
-        let exit = loop {
+        let (exit, ended) = loop {
             let deadline = run.watchdog.deadline();
             tokio::select! {
                 out = process.out.recv(), if !process.out_closed => match out {
@@ -142,7 +142,7 @@ impl ClaudeAgent {
                 status = process.child.wait() => {
                     let exit = AgentExit::from_status(status?);
                     match run.after_exit(&mut process, exit).await? {
-                        Some(exit) => break exit,
+                        Some(ended) => break ended,
                         None => continue,
                     }
                 },
@@ -156,7 +156,7 @@ impl ClaudeAgent {
                 _ = sleep_until(deadline) => run.deadline(&mut process).await?,
             }
         };
-        run.spool.append(vec![Draft::new(exit.payload())]).await?;
+        run.spool.append(vec![Draft::new(ended)]).await?;
         drop(run.screen);
         if let Some(thread) = screen_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
