@@ -339,8 +339,10 @@ pub struct AgentResult {
     pub permission_denials: u32,
 }
 
-/// `agent.error`: something went wrong on the agent side that is not a turn result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `agent.error`: something went wrong on the agent side: a line the bridge could not read, a
+/// model API error the agent retries (`reason` `api_retry`), a turn that failed (`reason` its
+/// terminal reason or subtype, next to its `agent.result`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentError {
@@ -350,6 +352,19 @@ pub struct AgentError {
     /// The offending output line (bounded), if there was one.
     #[serde(default)]
     pub line: Option<String>,
+    /// `api_retry`, or a failed turn's terminal reason (`api_error`, `error_during_execution`,
+    /// `error_max_turns`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub reason: Option<String>,
+    /// Model API retries in the turn so far (this one included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub retries: Option<u32>,
+    /// The model API's HTTP status, when it answered with an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub status: Option<u16>,
 }
 
 /// `agent.event`: an agent event of a type the adapter does not model, kept as it came.
