@@ -46,7 +46,8 @@ pub struct AgentOutput {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentStart {
-    /// The command and its arguments.
+    /// The command and its arguments, as run (`claude`: with the adapter's flags, and
+    /// `--resume <id>` when it continues a conversation).
     #[serde(default)]
     pub command: Vec<String>,
     /// Working directory.

@@ -418,6 +418,23 @@ async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finish
         .await;
     assert_eq!(restart.payload["reason"], "stalled");
     assert_eq!(restart.payload["attempt"], 1);
+    // The new process's agent.start says how it ran: resuming the agent session.
+    let restarted = c
+        .tail
+        .wait_kind(kinds::AGENT_START, restart.seq.0, FINISH, |_| true)
+        .await;
+    let argv: Vec<&str> = restarted.payload["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let at = argv.iter().position(|a| *a == "--resume");
+    assert_eq!(
+        at.and_then(|i| argv.get(i + 1)).copied(),
+        restart.payload["agent_session_id"].as_str(),
+        "{argv:?}"
+    );
     let session = c
         .after(seq)
         .into_iter()

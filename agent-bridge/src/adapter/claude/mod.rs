@@ -236,7 +236,7 @@ impl Run {
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
         let start = AgentStart {
-            command: self.spec.command.clone(),
+            command: process.argv.clone(),
             cwd: Some(self.spec.cwd.display().to_string()),
             pid: Some(process.pid),
             adapter: Some("claude".into()),
