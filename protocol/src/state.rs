@@ -169,6 +169,9 @@ pub struct SessionState {
     pub turn: TurnState,
     /// The last prompts, oldest first.
     pub prompts: Vec<String>,
+    /// The prompts since the last finished turn, oldest first: what is still to be done.
+    #[serde(default)]
+    pub open_prompts: Vec<String>,
     /// Tool calls without a result, in start order.
     pub open_tools: Vec<OpenTool>,
     /// The last completed tool calls, oldest first.
@@ -303,6 +306,7 @@ impl SessionState {
                 self.open_tools.clear();
                 self.pending_permissions.clear();
                 self.interrupted = Interrupted::default();
+                self.open_prompts.clear();
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentError(_) => self.counts.errors += 1,
@@ -356,6 +360,8 @@ impl SessionState {
                 self.last_checkpoint = Some(e.payload.clone());
                 self.files_since_checkpoint.clear();
             }
+            // Work cut off stays visible as such: the session ended with it unfinished.
+            EntryBody::SessionEnded(_) if self.phase == Phase::Interrupted => {}
             EntryBody::SessionEnded(_) => self.phase = Phase::Ended,
             EntryBody::InputText(p) => return self.on_input(e, Some(p.text)),
             EntryBody::InputKeys(_)
@@ -489,6 +495,7 @@ impl SessionState {
     fn on_input(&mut self, e: &Entry, prompt: Option<String>) -> bool {
         if let Some(text) = prompt {
             push_bounded(&mut self.prompts, text.clone(), PROMPTS_KEPT);
+            push_bounded(&mut self.open_prompts, text.clone(), PROMPTS_KEPT);
             self.turn = TurnState {
                 prompt: Some(text),
                 partial_text: String::new(),

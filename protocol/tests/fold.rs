@@ -283,3 +283,45 @@ fn a_line_applied_to_a_shell_is_not_a_model_turn_but_a_prompt_to_claude_is() {
         assert_eq!(state.is_busy(), phase != Phase::Idle, "{adapter}");
     }
 }
+
+#[test]
+fn a_session_that_ended_after_its_agent_died_mid_turn_reads_interrupted_with_only_the_open_goal() {
+    // arrange: turn 1 finished; turn 2 was cut off by the agent's death; then the session ended
+    let mut log = entries(&[
+        Ev::Start,
+        Ev::Prompt(1),
+        Ev::Result,
+        Ev::Prompt(2),
+        Ev::ToolUse(2, 2),
+        Ev::Exit,
+    ]);
+    log.push(Entry {
+        seq: Seq(log.len() as u64 + 1),
+        ts: 0,
+        kind: k::SESSION_ENDED.into(),
+        author: "server".into(),
+        payload: json!({"reason": "agent exited"}),
+    });
+
+    // act
+    let state = SessionState::from_entries(&log);
+    let b = brief(&state, RetryPolicy::default());
+
+    // assert
+    assert_eq!(state.phase, Phase::Interrupted, "the work was cut off");
+    assert_eq!(b.phase, Phase::Interrupted);
+    assert_eq!(b.goal, vec!["do thing 2"], "the finished turn's prompt is no goal");
+    assert_eq!(state.prompts, vec!["do thing 1", "do thing 2"]);
+
+    // a session that ends idle reads ended
+    let calm = entries(&[Ev::Start, Ev::Prompt(1), Ev::Result, Ev::Exit]);
+    let mut calm_log = calm.clone();
+    calm_log.push(Entry {
+        seq: Seq(calm.len() as u64 + 1),
+        kind: k::SESSION_ENDED.into(),
+        ..log.last().unwrap().clone()
+    });
+    let calm_state = SessionState::from_entries(&calm_log);
+    assert_eq!(calm_state.phase, Phase::Ended);
+    assert!(brief(&calm_state, RetryPolicy::default()).goal.is_empty());
+}

@@ -407,6 +407,7 @@ export const session_info: SessionInfo = {
       "unknown_kinds": 0,
       "malformed": 0,
       "interruptions": 0
-    }
+    },
+    "open_prompts": ["hello"]
   }
 };

@@ -5,7 +5,8 @@
  */
 export type AgentStart = { 
 /**
- * The command and its arguments.
+ * The command and its arguments, as run (`claude`: with the adapter's flags, and
+ * `--resume <id>` when it continues a conversation).
  */
 command: Array<string>, 
 /**
