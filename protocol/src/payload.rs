@@ -67,6 +67,29 @@ pub struct AgentStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub rows: Option<u16>,
+    /// What the adapter can know about the agent; readers fall back on `adapter` without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub capabilities: Option<AgentCapabilities>,
+}
+
+/// What an adapter can know about its agent, declared in `agent.start`, so that readers show
+/// only what can be proven: a `lines` or `pty` agent has no turns, only `running` / `exited`
+/// and when it last wrote something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentCapabilities {
+    /// It reports turns and their phases (model streaming, tool running, awaiting permission,
+    /// idle waiting for a prompt): Claude Code's structured mode.
+    #[serde(default)]
+    pub turns: bool,
+    /// Its output is logged as it comes, so the time of the last output is known.
+    #[serde(default)]
+    pub output_activity: bool,
+    /// It can tell whether the agent waits on its terminal for input.
+    #[serde(default)]
+    pub terminal_wait: bool,
 }
 
 /// `agent.exit`: the agent process ended. Also the `previous_exit` of an [`AgentRestart`].

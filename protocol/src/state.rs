@@ -13,7 +13,9 @@ use serde_json::Value;
 use crate::entry::Entry;
 use crate::ids::Seq;
 use crate::kinds as k;
-use crate::payload::{AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted};
+use crate::payload::{
+    AgentCapabilities, AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted,
+};
 
 pub use crate::kinds::{CHECKPOINT_CREATED, SESSION_INTERRUPTED, TOOL_INTENT, TOOL_INTENT_CHECKED};
 pub use crate::work::{OpenTool, PendingPermission, Phase, ToolClass};
@@ -116,6 +118,24 @@ pub struct AgentState {
     /// agent (Claude Code) answers a prompt with a model turn.
     #[serde(default)]
     pub adapter: Option<String>,
+    /// What the adapter can know (from `agent.start`), when it said.
+    #[serde(default)]
+    pub capabilities: Option<AgentCapabilities>,
+    /// When the agent last wrote output (ms; `agent.output`, `agent.pty.output`), for "last
+    /// output 3 s ago" where no turn phase can be known.
+    #[serde(default)]
+    pub last_output_at: Option<i64>,
+}
+
+impl AgentState {
+    /// Whether the agent answers a prompt with a turn whose phases it reports (Claude Code):
+    /// as its adapter declared, else by the adapter's name.
+    pub fn has_turns(&self) -> bool {
+        match self.capabilities {
+            Some(c) => c.turns,
+            None => !matches!(self.adapter.as_deref(), Some("pty" | "lines")),
+        }
+    }
 }
 
 /// The current turn.
@@ -268,6 +288,7 @@ impl SessionState {
                 self.agent.running = true;
                 self.agent.cwd = p.cwd.or(self.agent.cwd.take());
                 self.agent.adapter = p.adapter.or(self.agent.adapter.take());
+                self.agent.capabilities = p.capabilities;
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentExit(p) => {
@@ -329,9 +350,10 @@ impl SessionState {
             }
             EntryBody::AgentStalled(_) => self.agent.stalled = true,
             EntryBody::AgentActive(_) => self.agent.stalled = false,
-            EntryBody::AgentOutput(_)
-            | EntryBody::AgentPtyOutput(_)
-            | EntryBody::AgentPtyResize(_)
+            EntryBody::AgentOutput(_) | EntryBody::AgentPtyOutput(_) => {
+                self.agent.last_output_at = Some(e.ts);
+            }
+            EntryBody::AgentPtyResize(_)
             | EntryBody::AgentUser(_)
             | EntryBody::AgentEvent(_) => {}
             EntryBody::BridgeConnected(_) => {
@@ -522,7 +544,7 @@ impl SessionState {
         }
         // A prompt applied to a turn-based agent starts a model turn; a shell or a line agent
         // that read a line is not "answering" (nothing would ever end that phase).
-        let turn_based = !matches!(self.agent.adapter.as_deref(), Some("pty" | "lines"));
+        let turn_based = self.agent.has_turns();
         if status == InputStatus::Applied
             && input.kind == k::INPUT_TEXT
             && turn_based

@@ -372,7 +372,9 @@ export const session_info: SessionInfo = {
       "model": null,
       "cwd": "/tmp/fx",
       "stalled": false,
-      "adapter": null
+      "adapter": null,
+      "capabilities": null,
+      "last_output_at": null
     },
     "turn": {
       "prompt": "hello",

@@ -80,6 +80,7 @@ impl LinesAgent {
             cwd: Some(spec.cwd.display().to_string()),
             pid: Some(pid),
             adapter: Some("lines".into()),
+            capabilities: Some(super::AdapterKind::Lines.capabilities()),
             ..AgentStart::default()
         };
         spool.append(vec![Draft::new(start)]).await?;

@@ -52,6 +52,18 @@ impl AdapterKind {
     }
 }
 
+impl AdapterKind {
+    /// What this adapter can know about its agent (`agent.start`'s `capabilities`): only Claude
+    /// Code reports turns; the others see output as it comes and nothing of what it means.
+    pub fn capabilities(self) -> payload::AgentCapabilities {
+        payload::AgentCapabilities {
+            turns: self == Self::Claude,
+            output_activity: true,
+            terminal_wait: false,
+        }
+    }
+}
+
 /// What `--mode` asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AdapterMode {

@@ -106,6 +106,7 @@ impl PtyAgent {
             adapter: Some("pty".into()),
             cols: Some(size.cols),
             rows: Some(size.rows),
+            capabilities: Some(super::AdapterKind::Pty.capabilities()),
         };
         spool.append(vec![Draft::new(start)]).await?;
 

@@ -240,6 +240,7 @@ impl Run {
             cwd: Some(self.spec.cwd.display().to_string()),
             pid: Some(process.pid),
             adapter: Some("claude".into()),
+            capabilities: Some(super::AdapterKind::Claude.capabilities()),
             ..AgentStart::default()
         };
         self.record(vec![Draft::new(start)]).await?;
