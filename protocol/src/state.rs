@@ -353,9 +353,7 @@ impl SessionState {
             EntryBody::AgentOutput(_) | EntryBody::AgentPtyOutput(_) => {
                 self.agent.last_output_at = Some(e.ts);
             }
-            EntryBody::AgentPtyResize(_)
-            | EntryBody::AgentUser(_)
-            | EntryBody::AgentEvent(_) => {}
+            EntryBody::AgentPtyResize(_) | EntryBody::AgentUser(_) | EntryBody::AgentEvent(_) => {}
             EntryBody::BridgeConnected(_) => {
                 self.link = LinkState {
                     up: true,

@@ -310,7 +310,11 @@ fn a_session_that_ended_after_its_agent_died_mid_turn_reads_interrupted_with_onl
     // assert
     assert_eq!(state.phase, Phase::Interrupted, "the work was cut off");
     assert_eq!(b.phase, Phase::Interrupted);
-    assert_eq!(b.goal, vec!["do thing 2"], "the finished turn's prompt is no goal");
+    assert_eq!(
+        b.goal,
+        vec!["do thing 2"],
+        "the finished turn's prompt is no goal"
+    );
     assert_eq!(state.prompts, vec!["do thing 1", "do thing 2"]);
 
     // a session that ends idle reads ended
@@ -338,14 +342,34 @@ fn an_agent_without_turns_streaming_output_gets_no_model_phase_only_its_last_out
     let caps = json!({"turns": false, "output_activity": true, "terminal_wait": false});
     let log = vec![
         // an adapter of an unknown name that says it has no turns
-        e(1, k::AGENT_START, json!({"adapter": "future", "capabilities": caps})),
-        e(2, k::INPUT_TEXT, json!({"text": "make", "client_msg_id": "m1"})),
+        e(
+            1,
+            k::AGENT_START,
+            json!({"adapter": "future", "capabilities": caps}),
+        ),
+        e(
+            2,
+            k::INPUT_TEXT,
+            json!({"text": "make", "client_msg_id": "m1"}),
+        ),
         e(3, k::INPUT_APPLIED, json!({"input_seq": 2})),
-        e(4, k::AGENT_OUTPUT, json!({"stream": "stdout", "text": "compiling"})),
-        e(5, k::AGENT_OUTPUT, json!({"stream": "stderr", "text": "warning"})),
+        e(
+            4,
+            k::AGENT_OUTPUT,
+            json!({"stream": "stdout", "text": "compiling"}),
+        ),
+        e(
+            5,
+            k::AGENT_OUTPUT,
+            json!({"stream": "stderr", "text": "warning"}),
+        ),
     ];
     let state = SessionState::from_entries(&log);
-    assert_eq!(state.phase, Phase::Idle, "no model phase for an agent without turns");
+    assert_eq!(
+        state.phase,
+        Phase::Idle,
+        "no model phase for an agent without turns"
+    );
     assert!(!state.is_busy());
     assert!(!state.agent.has_turns());
     assert_eq!(state.agent.last_output_at, Some(5000));
@@ -353,5 +377,8 @@ fn an_agent_without_turns_streaming_output_gets_no_model_phase_only_its_last_out
     // the same log from an agent that declares turns is a model turn
     let mut turns = log.clone();
     turns[0].payload["capabilities"]["turns"] = json!(true);
-    assert_eq!(SessionState::from_entries(&turns).phase, Phase::ModelStreaming);
+    assert_eq!(
+        SessionState::from_entries(&turns).phase,
+        Phase::ModelStreaming
+    );
 }

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use moor_e2e::claude::ClaudeSession;
 use moor_e2e::http::permission_answer;
+use moor_e2e::rig::{shell_session, ShellSession};
 use moor_e2e::util::eventually_some;
-use moor_e2e::{BridgeOpts, ClaudeEnv, LogTail, ServerOpts, TestServer, WAIT};
+use moor_e2e::{ClaudeEnv, ServerOpts, TestServer};
 use moor_protocol::payload::PermissionDecision;
 use moor_protocol::{kinds, Entry};
 use serde_json::json;
@@ -116,8 +117,8 @@ async fn killing_claude_code_mid_tool_stops_the_tools_processes_and_agent_exit_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lines_agent_killed_with_a_setsid_child_holding_its_output_ends_and_the_child_is_stopped(
-) {
+async fn a_lines_agent_killed_with_a_setsid_child_holding_its_output_ends_and_the_child_is_stopped()
+{
     // arrange: a shell whose setsid'd child keeps the agent's stdout open
     let server = TestServer::start(ServerOpts::new()).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -126,26 +127,19 @@ async fn a_lines_agent_killed_with_a_setsid_child_holding_its_output_ends_and_th
         "setsid sleep 3603 & echo $! > {}; echo ready; wait",
         pid_file.display()
     );
-    let name = format!("tree-lines-{}", uuid::Uuid::new_v4().simple());
-    let command = ["sh", "-c", &script].map(String::from);
-    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &[])
-        .command(&command)
-        .flag("--mode", "lines")
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail
-        .wait_kind(kinds::AGENT_START, 0, WAIT, |_| true)
-        .await;
+    let ShellSession {
+        mut bridge,
+        mut tail,
+        start,
+        ..
+    } = shell_session(&server, "tree-lines", &script).await;
     tail.wait_agent_lines(1, FINISH).await;
     let child = pid_in(&pid_file).await;
 
     // act
     let shell = start.payload["pid"].as_u64().expect("agent pid") as u32;
     moor_e2e::util::signal(shell, rustix::process::Signal::KILL);
-    let exit = tail
-        .wait_kind(kinds::AGENT_EXIT, 0, FINISH, |_| true)
-        .await;
+    let exit = tail.wait_kind(kinds::AGENT_EXIT, 0, FINISH, |_| true).await;
 
     // assert
     assert!(!alive(child), "the setsid'd sleep {child} survived");

@@ -460,8 +460,8 @@ async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finish
 }
 
 #[tokio::test]
-async fn a_model_api_that_keeps_failing_gives_error_entries_with_the_retry_count_and_a_failed_turn(
-) {
+async fn a_model_api_that_keeps_failing_gives_error_entries_with_the_retry_count_and_a_failed_turn()
+{
     // arrange (`ClaudeEnv` allows the CLI two retries, so the turn fails within seconds)
     let mut c = Claude::start(&[], &[]).await;
 

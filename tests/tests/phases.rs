@@ -1,32 +1,30 @@
 //! Phases that mean something: an agent whose adapter knows no turns (`lines`) is never shown a
 //! model phase, only running / exited and when it last wrote output. Real `moor` and `moord`.
 
+use moor_e2e::rig::{shell_session, ShellSession};
 use moor_e2e::util::eventually_some;
-use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TestServer, WAIT};
-use moor_protocol::state::Phase;
+use moor_e2e::{ServerOpts, TestServer, WAIT};
 use moor_protocol::kinds;
+use moor_protocol::state::Phase;
 
 #[tokio::test]
 async fn a_lines_agent_streaming_output_after_a_prompt_is_not_given_a_model_phase() {
     // arrange: a shell loop that answers every line with output
     let server = TestServer::start(ServerOpts::new()).await;
-    let name = format!("phases-{}", uuid::Uuid::new_v4().simple());
     let script = "while read l; do echo \"got $l\"; echo working; done";
-    let command = ["sh", "-c", script].map(String::from);
-    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &[])
-        .command(&command)
-        .flag("--mode", "lines")
-        .spawn();
-    let id = server.api().wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(server.api(), id);
-    let start = tail
-        .wait_kind(kinds::AGENT_START, 0, WAIT, |_| true)
-        .await;
+    let ShellSession {
+        mut bridge,
+        id,
+        mut tail,
+        start,
+    } = shell_session(&server, "phases", script).await;
 
     // act: a prompt, and the agent streams output
     let seq = server.api().post_input(id, "m1", "hello").await.seq.0;
     let last = tail
-        .wait_kind(kinds::AGENT_OUTPUT, seq, WAIT, |e| e.payload["text"] == "working")
+        .wait_kind(kinds::AGENT_OUTPUT, seq, WAIT, |e| {
+            e.payload["text"] == "working"
+        })
         .await;
 
     // assert: the adapter declared no turns; the state shows output activity, no model phase

@@ -68,7 +68,11 @@ fn scan() -> Vec<Proc> {
         return Vec::new();
     };
     dir.filter_map(Result::ok)
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|s| parse_stat(&s))
         .collect()
@@ -195,7 +199,10 @@ pub async fn stop_leftovers(grace: Duration) -> Vec<StoppedProcess> {
         tokio::time::sleep(POLL).await;
     }
     if !stopped.is_empty() {
-        tracing::info!(count = stopped.len(), "stopped processes the agent left running");
+        tracing::info!(
+            count = stopped.len(),
+            "stopped processes the agent left running"
+        );
     }
     stopped.into_values().collect()
 }

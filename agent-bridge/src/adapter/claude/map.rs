@@ -186,8 +186,9 @@ impl Mapper {
         let status = number("error_status").and_then(|n| u16::try_from(n).ok());
         let what = match event.get("error") {
             Some(Value::String(e)) => e.clone(),
-            Some(e) if !e.is_null() => str_of(e, "message")
-                .map_or_else(|| e.to_string(), str::to_owned),
+            Some(e) if !e.is_null() => {
+                str_of(e, "message").map_or_else(|| e.to_string(), str::to_owned)
+            }
             _ => "no answer".into(),
         };
         let status_text = status.map_or(String::new(), |s| format!(" {s}"));
@@ -214,7 +215,10 @@ pub(super) fn interrupted(terminal_reason: Option<&str>) -> bool {
 }
 
 /// Why a failed turn failed: its terminal reason, else its subtype.
-pub(super) fn failure_reason<'a>(terminal_reason: Option<&'a str>, subtype: Option<&'a str>) -> &'a str {
+pub(super) fn failure_reason<'a>(
+    terminal_reason: Option<&'a str>,
+    subtype: Option<&'a str>,
+) -> &'a str {
     terminal_reason
         .filter(|t| *t != "completed")
         .or(subtype)

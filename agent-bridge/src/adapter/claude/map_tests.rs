@@ -189,7 +189,10 @@ fn model_api_retries_are_errors_with_their_count_and_the_failed_turn_names_them(
     let first = mapper.map_line(&retry(1));
     assert_eq!(kinds_of(&first.drafts), ["agent.error"]);
     let e = &first.drafts[0].payload;
-    assert_eq!((e["retries"].clone(), e["status"].clone()), (1.into(), 529.into()));
+    assert_eq!(
+        (e["retries"].clone(), e["status"].clone()),
+        (1.into(), 529.into())
+    );
     assert_eq!(e["reason"], "api_retry");
     assert!(e["message"].as_str().unwrap().contains("529"), "{e}");
     mapper.map_line(&retry(2));
@@ -200,7 +203,10 @@ fn model_api_retries_are_errors_with_their_count_and_the_failed_turn_names_them(
     let e = &failed.drafts[1].payload;
     assert_eq!(e["retries"], 2);
     assert_eq!(e["reason"], "api_error");
-    assert!(e["message"].as_str().unwrap().contains("API Error: 529"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("API Error: 529"),
+        "{e}"
+    );
     // The count is per turn.
     let next = mapper.map_line(&retry(1));
     assert_eq!(next.drafts[0].payload["retries"], 1);
