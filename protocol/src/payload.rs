@@ -46,7 +46,8 @@ pub struct AgentOutput {
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentStart {
-    /// The command and its arguments.
+    /// The command and its arguments, as run (`claude`: with the adapter's flags, and
+    /// `--resume <id>` when it continues a conversation).
     #[serde(default)]
     pub command: Vec<String>,
     /// Working directory.
@@ -66,10 +67,33 @@ pub struct AgentStart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub rows: Option<u16>,
+    /// What the adapter can know about the agent; readers fall back on `adapter` without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub capabilities: Option<AgentCapabilities>,
+}
+
+/// What an adapter can know about its agent, declared in `agent.start`, so that readers show
+/// only what can be proven: a `lines` or `pty` agent has no turns, only `running` / `exited`
+/// and when it last wrote something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentCapabilities {
+    /// It reports turns and their phases (model streaming, tool running, awaiting permission,
+    /// idle waiting for a prompt): Claude Code's structured mode.
+    #[serde(default)]
+    pub turns: bool,
+    /// Its output is logged as it comes, so the time of the last output is known.
+    #[serde(default)]
+    pub output_activity: bool,
+    /// It can tell whether the agent waits on its terminal for input.
+    #[serde(default)]
+    pub terminal_wait: bool,
 }
 
 /// `agent.exit`: the agent process ended. Also the `previous_exit` of an [`AgentRestart`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentExit {
@@ -79,6 +103,28 @@ pub struct AgentExit {
     /// Signal number, if a signal killed it.
     #[serde(default)]
     pub signal: Option<i32>,
+    /// Tool calls still running when it ended; their processes were stopped (`claude`).
+    #[serde(default)]
+    pub stopped_tools: Vec<StalledTool>,
+    /// Processes it started that were still running when it ended, which the bridge stopped
+    /// (at most 64 listed).
+    #[serde(default)]
+    pub stopped_processes: Vec<StoppedProcess>,
+}
+
+/// A process the agent left running when it ended, stopped by the bridge.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoppedProcess {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command line (at most 256 characters).
+    #[serde(default)]
+    pub command: String,
+    /// It ignored SIGTERM for the grace period and was killed (SIGKILL).
+    #[serde(default)]
+    pub killed: bool,
 }
 
 /// `agent.pty.output`: bytes the agent wrote to its terminal (`pty` adapter), batched.
@@ -317,8 +363,10 @@ pub struct AgentResult {
     pub permission_denials: u32,
 }
 
-/// `agent.error`: something went wrong on the agent side that is not a turn result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `agent.error`: something went wrong on the agent side: a line the bridge could not read, a
+/// model API error the agent retries (`reason` `api_retry`), a turn that failed (`reason` its
+/// terminal reason or subtype, next to its `agent.result`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentError {
@@ -328,6 +376,19 @@ pub struct AgentError {
     /// The offending output line (bounded), if there was one.
     #[serde(default)]
     pub line: Option<String>,
+    /// `api_retry`, or a failed turn's terminal reason (`api_error`, `error_during_execution`,
+    /// `error_max_turns`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub reason: Option<String>,
+    /// Model API retries in the turn so far (this one included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub retries: Option<u32>,
+    /// The model API's HTTP status, when it answered with an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub status: Option<u16>,
 }
 
 /// `agent.event`: an agent event of a type the adapter does not model, kept as it came.
@@ -408,7 +469,8 @@ pub struct AgentPermissionResolved {
     pub reason: Option<String>,
 }
 
-/// The tool that was running when the agent went silent.
+/// A tool call by id and name: the one running when the agent went silent (`agent.stalled`), or
+/// one still running when the agent ended (`agent.exit`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

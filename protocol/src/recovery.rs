@@ -46,7 +46,7 @@ pub struct BriefTool {
 pub struct RecoveryBrief {
     /// Whether the session was interrupted mid-work (or is idle, or ended).
     pub phase: Phase,
-    /// The last prompts, oldest first.
+    /// The prompts whose turns did not finish, oldest first (at most the last 3).
     pub goal: Vec<String>,
     /// Tool calls that returned, oldest first.
     pub completed: Vec<BriefTool>,
@@ -159,7 +159,7 @@ pub fn brief(state: &SessionState, policy: RetryPolicy) -> RecoveryBrief {
         .then(|| state.turn.partial_text.clone());
     let mut b = RecoveryBrief {
         phase: state.phase,
-        goal: state.prompts.clone(),
+        goal: state.open_prompts.clone(),
         completed,
         uncertain,
         partial_answer,

@@ -13,7 +13,9 @@ use serde_json::Value;
 use crate::entry::Entry;
 use crate::ids::Seq;
 use crate::kinds as k;
-use crate::payload::{AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted};
+use crate::payload::{
+    AgentCapabilities, AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted,
+};
 
 pub use crate::kinds::{CHECKPOINT_CREATED, SESSION_INTERRUPTED, TOOL_INTENT, TOOL_INTENT_CHECKED};
 pub use crate::work::{OpenTool, PendingPermission, Phase, ToolClass};
@@ -116,6 +118,24 @@ pub struct AgentState {
     /// agent (Claude Code) answers a prompt with a model turn.
     #[serde(default)]
     pub adapter: Option<String>,
+    /// What the adapter can know (from `agent.start`), when it said.
+    #[serde(default)]
+    pub capabilities: Option<AgentCapabilities>,
+    /// When the agent last wrote output (ms; `agent.output`, `agent.pty.output`), for "last
+    /// output 3 s ago" where no turn phase can be known.
+    #[serde(default)]
+    pub last_output_at: Option<i64>,
+}
+
+impl AgentState {
+    /// Whether the agent answers a prompt with a turn whose phases it reports (Claude Code):
+    /// as its adapter declared, else by the adapter's name.
+    pub fn has_turns(&self) -> bool {
+        match self.capabilities {
+            Some(c) => c.turns,
+            None => !matches!(self.adapter.as_deref(), Some("pty" | "lines")),
+        }
+    }
 }
 
 /// The current turn.
@@ -169,6 +189,9 @@ pub struct SessionState {
     pub turn: TurnState,
     /// The last prompts, oldest first.
     pub prompts: Vec<String>,
+    /// The prompts since the last finished turn, oldest first: what is still to be done.
+    #[serde(default)]
+    pub open_prompts: Vec<String>,
     /// Tool calls without a result, in start order.
     pub open_tools: Vec<OpenTool>,
     /// The last completed tool calls, oldest first.
@@ -265,6 +288,7 @@ impl SessionState {
                 self.agent.running = true;
                 self.agent.cwd = p.cwd.or(self.agent.cwd.take());
                 self.agent.adapter = p.adapter.or(self.agent.adapter.take());
+                self.agent.capabilities = p.capabilities;
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentExit(p) => {
@@ -303,6 +327,7 @@ impl SessionState {
                 self.open_tools.clear();
                 self.pending_permissions.clear();
                 self.interrupted = Interrupted::default();
+                self.open_prompts.clear();
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentError(_) => self.counts.errors += 1,
@@ -325,11 +350,10 @@ impl SessionState {
             }
             EntryBody::AgentStalled(_) => self.agent.stalled = true,
             EntryBody::AgentActive(_) => self.agent.stalled = false,
-            EntryBody::AgentOutput(_)
-            | EntryBody::AgentPtyOutput(_)
-            | EntryBody::AgentPtyResize(_)
-            | EntryBody::AgentUser(_)
-            | EntryBody::AgentEvent(_) => {}
+            EntryBody::AgentOutput(_) | EntryBody::AgentPtyOutput(_) => {
+                self.agent.last_output_at = Some(e.ts);
+            }
+            EntryBody::AgentPtyResize(_) | EntryBody::AgentUser(_) | EntryBody::AgentEvent(_) => {}
             EntryBody::BridgeConnected(_) => {
                 self.link = LinkState {
                     up: true,
@@ -356,6 +380,8 @@ impl SessionState {
                 self.last_checkpoint = Some(e.payload.clone());
                 self.files_since_checkpoint.clear();
             }
+            // Work cut off stays visible as such: the session ended with it unfinished.
+            EntryBody::SessionEnded(_) if self.phase == Phase::Interrupted => {}
             EntryBody::SessionEnded(_) => self.phase = Phase::Ended,
             EntryBody::InputText(p) => return self.on_input(e, Some(p.text)),
             EntryBody::InputKeys(_)
@@ -489,6 +515,7 @@ impl SessionState {
     fn on_input(&mut self, e: &Entry, prompt: Option<String>) -> bool {
         if let Some(text) = prompt {
             push_bounded(&mut self.prompts, text.clone(), PROMPTS_KEPT);
+            push_bounded(&mut self.open_prompts, text.clone(), PROMPTS_KEPT);
             self.turn = TurnState {
                 prompt: Some(text),
                 partial_text: String::new(),
@@ -515,7 +542,7 @@ impl SessionState {
         }
         // A prompt applied to a turn-based agent starts a model turn; a shell or a line agent
         // that read a line is not "answering" (nothing would ever end that phase).
-        let turn_based = !matches!(self.agent.adapter.as_deref(), Some("pty" | "lines"));
+        let turn_based = self.agent.has_turns();
         if status == InputStatus::Applied
             && input.kind == k::INPUT_TEXT
             && turn_based

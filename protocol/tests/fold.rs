@@ -283,3 +283,102 @@ fn a_line_applied_to_a_shell_is_not_a_model_turn_but_a_prompt_to_claude_is() {
         assert_eq!(state.is_busy(), phase != Phase::Idle, "{adapter}");
     }
 }
+
+#[test]
+fn a_session_that_ended_after_its_agent_died_mid_turn_reads_interrupted_with_only_the_open_goal() {
+    // arrange: turn 1 finished; turn 2 was cut off by the agent's death; then the session ended
+    let mut log = entries(&[
+        Ev::Start,
+        Ev::Prompt(1),
+        Ev::Result,
+        Ev::Prompt(2),
+        Ev::ToolUse(2, 2),
+        Ev::Exit,
+    ]);
+    log.push(Entry {
+        seq: Seq(log.len() as u64 + 1),
+        ts: 0,
+        kind: k::SESSION_ENDED.into(),
+        author: "server".into(),
+        payload: json!({"reason": "agent exited"}),
+    });
+
+    // act
+    let state = SessionState::from_entries(&log);
+    let b = brief(&state, RetryPolicy::default());
+
+    // assert
+    assert_eq!(state.phase, Phase::Interrupted, "the work was cut off");
+    assert_eq!(b.phase, Phase::Interrupted);
+    assert_eq!(
+        b.goal,
+        vec!["do thing 2"],
+        "the finished turn's prompt is no goal"
+    );
+    assert_eq!(state.prompts, vec!["do thing 1", "do thing 2"]);
+
+    // a session that ends idle reads ended
+    let calm = entries(&[Ev::Start, Ev::Prompt(1), Ev::Result, Ev::Exit]);
+    let mut calm_log = calm.clone();
+    calm_log.push(Entry {
+        seq: Seq(calm.len() as u64 + 1),
+        kind: k::SESSION_ENDED.into(),
+        ..log.last().unwrap().clone()
+    });
+    let calm_state = SessionState::from_entries(&calm_log);
+    assert_eq!(calm_state.phase, Phase::Ended);
+    assert!(brief(&calm_state, RetryPolicy::default()).goal.is_empty());
+}
+
+#[test]
+fn an_agent_without_turns_streaming_output_gets_no_model_phase_only_its_last_output_time() {
+    let e = |seq: u64, kind: &str, payload: Value| Entry {
+        seq: Seq(seq),
+        ts: 1000 * seq as i64,
+        kind: kind.into(),
+        author: "bridge".into(),
+        payload,
+    };
+    let caps = json!({"turns": false, "output_activity": true, "terminal_wait": false});
+    let log = vec![
+        // an adapter of an unknown name that says it has no turns
+        e(
+            1,
+            k::AGENT_START,
+            json!({"adapter": "future", "capabilities": caps}),
+        ),
+        e(
+            2,
+            k::INPUT_TEXT,
+            json!({"text": "make", "client_msg_id": "m1"}),
+        ),
+        e(3, k::INPUT_APPLIED, json!({"input_seq": 2})),
+        e(
+            4,
+            k::AGENT_OUTPUT,
+            json!({"stream": "stdout", "text": "compiling"}),
+        ),
+        e(
+            5,
+            k::AGENT_OUTPUT,
+            json!({"stream": "stderr", "text": "warning"}),
+        ),
+    ];
+    let state = SessionState::from_entries(&log);
+    assert_eq!(
+        state.phase,
+        Phase::Idle,
+        "no model phase for an agent without turns"
+    );
+    assert!(!state.is_busy());
+    assert!(!state.agent.has_turns());
+    assert_eq!(state.agent.last_output_at, Some(5000));
+    assert!(state.agent.running);
+    // the same log from an agent that declares turns is a model turn
+    let mut turns = log.clone();
+    turns[0].payload["capabilities"]["turns"] = json!(true);
+    assert_eq!(
+        SessionState::from_entries(&turns).phase,
+        Phase::ModelStreaming
+    );
+}

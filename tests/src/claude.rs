@@ -138,5 +138,7 @@ impl ClaudeEnv {
             .env("ANTHROPIC_API_KEY", "sk-ant-fake-key")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_AUTOUPDATER", "1")
+            // A failing model API (`[[fail:529]]`) fails the turn after two retries, not ten.
+            .env("CLAUDE_CODE_MAX_RETRIES", "2")
     }
 }

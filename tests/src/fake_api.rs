@@ -4,6 +4,8 @@
 //! The script is in the prompt, so a test says what the model does by what it asks:
 //! - `[[bash:CMD]]` → a short text, then a `Bash` tool call running CMD;
 //! - `[[write:PATH:CONTENT]]` → a `Write` tool call (PATH absolute);
+//! - `[[fail:STATUS]]` → every request of the turn is answered with that HTTP status (500, 529)
+//!   and an Anthropic error body, so the CLI retries and then fails the turn;
 //! - `[[stall]]` → the response starts, sends a few words, then goes silent (held open until
 //!   the fake is dropped);
 //! - after a tool result → "Tool finished. Result: <result text>";
@@ -99,6 +101,10 @@ async fn messages(State(shared): State<Shared>, Json(req): Json<Value>) -> Respo
         .lock()
         .expect("requests lock")
         .push(req.clone());
+    let prompt = last_user_text(&req).unwrap_or_default();
+    if let Some(status) = marker(&prompt, "[[fail:").and_then(|s| s.parse().ok()) {
+        return api_error(status);
+    }
     let reply = script(&req);
     if req.get("stream").and_then(Value::as_bool) != Some(true) {
         return Json(reply.message(&req)).into_response();
@@ -125,6 +131,18 @@ async fn messages(State(shared): State<Shared>, Json(req): Json<Value>) -> Respo
         .header("cache-control", "no-cache")
         .body(body)
         .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+/// An Anthropic API error answer with `status` (529 is "overloaded").
+fn api_error(status: u16) -> Response {
+    let kind = match status {
+        529 => "overloaded_error",
+        _ => "api_error",
+    };
+    let body = json!({"type": "error", "error": {"type": kind, "message": format!("fake {kind}")}});
+    let status = axum::http::StatusCode::from_u16(status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(body)).into_response()
 }
 
 /// What the fake model answers.

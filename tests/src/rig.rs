@@ -99,3 +99,36 @@ impl Rig {
         entries
     }
 }
+
+/// A shell script running as the agent under `--mode lines`, started by [`shell_session`].
+#[derive(Debug)]
+pub struct ShellSession {
+    /// The `moor` running it.
+    pub bridge: TestBridge,
+    /// The session's id.
+    pub id: SessionId,
+    /// A poller of the session's log, which has seen the agent start.
+    pub tail: LogTail,
+    /// The `agent.start` entry.
+    pub start: Entry,
+}
+
+/// Starts `moor run --mode lines -- sh -c <script>` for a new session `<prefix>-<random>` on
+/// `server` and waits for the agent to start.
+pub async fn shell_session(server: &TestServer, prefix: &str, script: &str) -> ShellSession {
+    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    let command = ["sh", "-c", script].map(String::from);
+    let bridge = BridgeOpts::new(&server.url(), server.token(), &name, &[])
+        .command(&command)
+        .flag("--mode", "lines")
+        .spawn();
+    let id = server.api().wait_session(&name, WAIT).await.id;
+    let mut tail = LogTail::new(server.api(), id);
+    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    ShellSession {
+        bridge,
+        id,
+        tail,
+        start,
+    }
+}

@@ -418,6 +418,23 @@ async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finish
         .await;
     assert_eq!(restart.payload["reason"], "stalled");
     assert_eq!(restart.payload["attempt"], 1);
+    // The new process's agent.start says how it ran: resuming the agent session.
+    let restarted = c
+        .tail
+        .wait_kind(kinds::AGENT_START, restart.seq.0, FINISH, |_| true)
+        .await;
+    let argv: Vec<&str> = restarted.payload["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let at = argv.iter().position(|a| *a == "--resume");
+    assert_eq!(
+        at.and_then(|i| argv.get(i + 1)).copied(),
+        restart.payload["agent_session_id"].as_str(),
+        "{argv:?}"
+    );
     let session = c
         .after(seq)
         .into_iter()
@@ -439,5 +456,47 @@ async fn with_auto_resume_a_stalled_agent_is_restarted_on_its_session_and_finish
         recovery.contains("stalled") && recovery.contains("inspect"),
         "{recovery}"
     );
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_api_that_keeps_failing_gives_error_entries_with_the_retry_count_and_a_failed_turn()
+{
+    // arrange (`ClaudeEnv` allows the CLI two retries, so the turn fails within seconds)
+    let mut c = Claude::start(&[], &[]).await;
+
+    // act: the fake API answers 529 (overloaded) to every request of the turn
+    let seq = c.prompt("[[fail:529]]").await;
+    let result = c.turn_result(seq).await;
+
+    // assert
+    assert_eq!(result.payload["is_error"], true, "{result:?}");
+    let turn = c.after(seq);
+    let errors: Vec<&Entry> = turn
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_ERROR)
+        .collect();
+    let retries: Vec<&Entry> = errors
+        .iter()
+        .copied()
+        .filter(|e| e.payload["reason"] == "api_retry")
+        .collect();
+    assert!(!retries.is_empty(), "{turn:#?}");
+    assert_eq!(retries[0].payload["status"], 529, "{:?}", retries[0]);
+    assert_eq!(retries[0].payload["retries"], 1);
+    let failed = errors
+        .iter()
+        .find(|e| e.payload["reason"] != "api_retry")
+        .unwrap_or_else(|| panic!("the failed turn is an agent.error: {turn:#?}"));
+    assert!(failed.seq > result.seq, "it follows the result");
+    assert_eq!(failed.payload["retries"], retries.len());
+    let api = c.server.api();
+    let id = c.id.to_string();
+    let counts = moor_e2e::util::eventually_some(WAIT, "the fold to count the errors", || async {
+        let state = api.session(&id).await?.state?;
+        (state.head >= failed.seq).then_some(state.counts)
+    })
+    .await;
+    assert_eq!(counts.errors, errors.len() as u64, "{counts:?}");
     c.stop().await;
 }

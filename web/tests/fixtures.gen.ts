@@ -373,7 +373,9 @@ export const session_info: SessionInfo = {
       "model": null,
       "cwd": "/tmp/fx",
       "stalled": false,
-      "adapter": null
+      "adapter": null,
+      "capabilities": null,
+      "last_output_at": null
     },
     "turn": {
       "prompt": "hello",
@@ -408,6 +410,7 @@ export const session_info: SessionInfo = {
       "unknown_kinds": 0,
       "malformed": 0,
       "interruptions": 0
-    }
+    },
+    "open_prompts": ["hello"]
   }
 };

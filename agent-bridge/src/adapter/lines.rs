@@ -75,7 +75,7 @@ impl LinesAgent {
             return Err(missing());
         };
 
-        let start = spec.start_entry(pid, "lines");
+        let start = spec.start_entry(pid, super::AdapterKind::Lines);
         spool.append(vec![Draft::new(start)]).await?;
 
         let (line_tx, line_rx) = mpsc::channel(LINE_QUEUE);
@@ -89,6 +89,8 @@ impl LinesAgent {
         let exit_wait =
             wait_for_exit(&mut child, pid, &mut signals, &mut writer, "agent output").await?;
         exited.cancel();
+        // What it left running dies with it (and lets go of the output pipes).
+        let stopped = super::tree::stop_leftovers(spec.options.stop_grace).await;
         if let Some(err) = exit_wait.spool_failure {
             return Err(err.into());
         }
@@ -102,7 +104,11 @@ impl LinesAgent {
         }
         join_writer(writer, &exit_wait).await?;
         let exit = AgentExit::from_status(exit_wait.status);
-        spool.append(vec![Draft::new(exit.payload())]).await?;
+        let payload = moor_protocol::payload::AgentExit {
+            stopped_processes: stopped,
+            ..exit.payload()
+        };
+        spool.append(vec![Draft::new(payload)]).await?;
         let inputs = feeder
             .await
             .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;

@@ -13,6 +13,7 @@ pub mod lines;
 mod process;
 pub mod pty;
 pub mod terminal;
+pub mod tree;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,18 @@ impl AdapterKind {
             Self::Lines => "lines",
             Self::Pty => "pty",
             Self::Claude => "claude",
+        }
+    }
+}
+
+impl AdapterKind {
+    /// What this adapter can know about its agent (`agent.start`'s `capabilities`): only Claude
+    /// Code reports turns; the others see output as it comes and nothing of what it means.
+    pub fn capabilities(self) -> payload::AgentCapabilities {
+        payload::AgentCapabilities {
+            turns: self == Self::Claude,
+            output_activity: true,
+            terminal_wait: false,
         }
     }
 }
@@ -93,6 +106,9 @@ pub struct AgentOptions {
     pub auto_resume: bool,
     /// Most restarts in a row without a finished turn in between.
     pub max_restarts: u32,
+    /// How long the agent, and what it left running when it ended, get between SIGTERM and
+    /// SIGKILL.
+    pub stop_grace: Duration,
     /// Continue an earlier conversation of the agent instead of starting a new one (Claude
     /// Code: `--resume <id>`), as `moor run --session X` does after a crash.
     pub continuation: Option<Continuation>,
@@ -115,6 +131,7 @@ impl Default for AgentOptions {
             tool_timeout: Duration::from_secs(600),
             auto_resume: false,
             max_restarts: 3,
+            stop_grace: Duration::from_secs(5),
             continuation: None,
         }
     }
@@ -132,13 +149,14 @@ pub struct AgentSpec {
 }
 
 impl AgentSpec {
-    /// The `agent.start` entry of this agent, started as `pid` by `adapter`.
-    pub fn start_entry(&self, pid: u32, adapter: &str) -> payload::AgentStart {
+    /// The `agent.start` entry of this agent, started as `pid` by the adapter `kind`.
+    pub fn start_entry(&self, pid: u32, kind: AdapterKind) -> payload::AgentStart {
         payload::AgentStart {
             command: self.command.clone(),
             cwd: Some(self.cwd.display().to_string()),
             pid: Some(pid),
-            adapter: Some(adapter.into()),
+            adapter: Some(kind.name().into()),
+            capabilities: Some(kind.capabilities()),
             ..payload::AgentStart::default()
         }
     }
@@ -199,6 +217,7 @@ impl AgentExit {
         payload::AgentExit {
             code: self.code,
             signal: self.signal,
+            ..payload::AgentExit::default()
         }
     }
 
@@ -377,7 +396,8 @@ mod tests {
             .payload(),
             payload::AgentExit {
                 code: None,
-                signal: Some(9)
+                signal: Some(9),
+                ..payload::AgentExit::default()
             }
         );
     }

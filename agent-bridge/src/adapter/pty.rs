@@ -102,7 +102,7 @@ impl PtyAgent {
         let start = AgentStart {
             cols: Some(size.cols),
             rows: Some(size.rows),
-            ..spec.start_entry(pid, "pty")
+            ..spec.start_entry(pid, super::AdapterKind::Pty)
         };
         spool.append(vec![Draft::new(start)]).await?;
 
@@ -145,6 +145,8 @@ impl PtyAgent {
         )
         .await?;
         exited.cancel();
+        // What it left running dies with it (and lets go of the terminal).
+        let stopped = super::tree::stop_leftovers(spec.options.stop_grace).await;
         if let Some(err) = exit_wait.spool_failure {
             drop(raw);
             status.set_raw(false);
@@ -161,7 +163,11 @@ impl PtyAgent {
         }
         join_writer(spooler, &exit_wait).await?;
         let exit = AgentExit::from_status(exit_wait.status);
-        spool.append(vec![Draft::new(exit.payload())]).await?;
+        let payload = moor_protocol::payload::AgentExit {
+            stopped_processes: stopped,
+            ..exit.payload()
+        };
+        spool.append(vec![Draft::new(payload)]).await?;
         let inputs = feeder
             .await
             .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;

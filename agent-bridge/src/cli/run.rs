@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::adapter::{terminal, AdapterKind, AdapterMode, AgentOptions, AgentSignal};
+use crate::adapter::{terminal, tree, AdapterKind, AdapterMode, AgentOptions, AgentSignal};
 use crate::backoff::BackoffConfig;
 use crate::checkpoint::{self, CheckpointConfig};
 use crate::config::parse_duration;
@@ -64,6 +64,10 @@ pub(super) struct RunArgs {
     /// Silence while a tool runs that is reported as a stall.
     #[arg(long, env = "MOOR_TOOL_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     tool_timeout: Duration,
+    /// How long the agent, and the processes it leaves running when it ends, get between
+    /// SIGTERM and SIGKILL.
+    #[arg(long, env = "MOOR_STOP_GRACE", default_value = "5s", value_parser = parse_duration)]
+    stop_grace: Duration,
     /// Restart a stalled or crashed Claude Code on the same session (`claude --resume <id>`)
     /// with a short recovery prompt.
     #[arg(long, env = "MOOR_AUTO_RESUME")]
@@ -123,6 +127,7 @@ impl RunArgs {
                 stall_timeout: self.stall_timeout,
                 tool_timeout: self.tool_timeout,
                 auto_resume: self.auto_resume,
+                stop_grace: self.stop_grace,
                 ..AgentOptions::default()
             },
         })
@@ -226,6 +231,7 @@ pub(super) fn run_bridge(
     checkpoints: Option<CheckpointConfig>,
 ) -> anyhow::Result<i32> {
     runtime.block_on(async {
+        let reaper = adopt_orphans();
         let token = config.token.clone();
         let mut bridge = Bridge::new(config);
         if let Some(c) = checkpoints {
@@ -236,8 +242,33 @@ pub(super) fn run_bridge(
         let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
         let result = bridge.run(shutdown.clone()).await;
         signals.abort();
+        if let Some(reaper) = reaper {
+            reaper.abort();
+        }
         Ok(result?.exit_code())
     })
+}
+
+/// Makes `moor` the subreaper of the agent's processes, so what the agent leaves behind is
+/// stopped when it ends, and collects orphans that exit while it runs. Without it (an old
+/// kernel) the agent's leftovers go to init as before.
+fn adopt_orphans() -> Option<tokio::task::JoinHandle<()>> {
+    if let Err(e) = tree::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a subreaper; processes the agent leaves running will not be stopped");
+        return None;
+    }
+    let mut exits = match signal(SignalKind::child()) {
+        Ok(exits) => exits,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGCHLD; orphans are collected when the agent ends");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        while exits.recv().await.is_some() {
+            tree::reap_orphans();
+        }
+    }))
 }
 
 /// First SIGINT/SIGTERM while the agent runs goes to the agent; the bridge then ends the session

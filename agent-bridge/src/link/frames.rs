@@ -97,9 +97,9 @@ mod tests {
         };
         let exit = AgentExit {
             code: Some(0),
-            signal: None,
+            ..AgentExit::default()
         };
-        let drafts = vec![Draft::at(1, output.clone()), Draft::at(2, exit)];
+        let drafts = vec![Draft::at(1, output.clone()), Draft::at(2, exit.clone())];
         spool.append_batch(drafts).unwrap();
         let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
         // act

@@ -59,7 +59,7 @@ async fn agent_output_is_delivered_and_the_session_ends_with_the_agents_exit_cod
     assert_eq!(kinds.last(), Some(&kinds::AGENT_EXIT));
     assert_eq!(
         seen.entries.last().unwrap().payload,
-        json!({"code": 3, "signal": null})
+        json!({"code": 3, "signal": null, "stopped_tools": [], "stopped_processes": []})
     );
     let start = &seen.entries[0].payload;
     assert_eq!(start["command"][0], "sh");
@@ -150,7 +150,7 @@ async fn a_terminal_close_stops_the_agent_and_fails_the_run() {
     );
     assert_eq!(
         agent_exit(state.path(), "s1"),
-        json!({"code": null, "signal": 15}),
+        json!({"code": null, "signal": 15, "stopped_tools": [], "stopped_processes": []}),
         "moor stopped the agent with SIGTERM"
     );
 }

@@ -205,11 +205,7 @@ macro_rules! lease_store {
                     row.as_ref().map(lease).transpose()
                 }
 
-                async fn live_sessions(
-                    &self,
-                    now: i64,
-                    limit: i64,
-                ) -> StoreResult<Vec<SessionId>> {
+                async fn live_sessions(&self, now: i64, limit: i64) -> StoreResult<Vec<SessionId>> {
                     let rows = sqlx::query(
                         "SELECT session_id FROM bridge_leases \
                          WHERE expires_at > $1 AND claimed_by IS NULL LIMIT $2",
@@ -220,7 +216,9 @@ macro_rules! lease_store {
                     .await
                     .map_err(db_error)?;
                     rows.iter()
-                        .map(|r| stored_session(&r.try_get::<String, _>("session_id").map_err(db_error)?))
+                        .map(|r| {
+                            stored_session(&r.try_get::<String, _>("session_id").map_err(db_error)?)
+                        })
                         .collect()
                 }
 

@@ -12,7 +12,7 @@ export type RecoveryBrief = {
  */
 phase: Phase, 
 /**
- * The last prompts, oldest first.
+ * The prompts whose turns did not finish, oldest first (at most the last 3).
  */
 goal: Array<string>, 
 /**

@@ -41,6 +41,10 @@ turn: TurnState,
  */
 prompts: Array<string>, 
 /**
+ * The prompts since the last finished turn, oldest first: what is still to be done.
+ */
+open_prompts: Array<string>, 
+/**
  * Tool calls without a result, in start order.
  */
 open_tools: Array<OpenTool>, 

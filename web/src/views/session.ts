@@ -13,7 +13,8 @@ import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
-import { checkpointsPanel, PHASE_TEXT, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
+import { phaseText } from "../phase";
+import { checkpointsPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
 /** Entries loaded around the cursor when the view opens, and per page when scrolling up. */
@@ -180,8 +181,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const drawBridge = () => {
     if (ended) return setBanner(bridgeBanner, "muted", "ended", "Session ended");
     if (!bridge.known) return setBanner(bridgeBanner, "muted", "unknown", "Agent: no bridge has connected yet");
-    if (bridge.online) return setBanner(bridgeBanner, "ok", "online", `Agent online${state ? ` · ${PHASE_TEXT[state.phase] ?? state.phase}` : ""}`);
-    const phase = state ? ` · last known: ${PHASE_TEXT[state.phase] ?? state.phase}` : "";
+    if (bridge.online) return setBanner(bridgeBanner, "ok", "online", `Agent online${state ? ` · ${phaseText(state)}` : ""}`);
+    const phase = state ? ` · last known: ${phaseText(state)}` : "";
     return setBanner(bridgeBanner, "bad", "offline", `Agent offline since ${clock(bridge.since)}${bridge.reason ? ` (${bridge.reason})` : ""}${phase}`);
   };
   const drawRecovery = () => {

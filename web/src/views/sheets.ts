@@ -7,6 +7,7 @@ import { payloadOf } from "../entries";
 import type { Entry } from "../protocol/Entry";
 import type { RecoveryBrief } from "../protocol/RecoveryBrief";
 import type { SessionState } from "../protocol/SessionState";
+import { phaseText } from "../phase";
 import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import type { CheckpointSummary } from "../protocol/CheckpointSummary";
 import { addedText } from "./offers";
@@ -25,15 +26,6 @@ export function sheet(title: string): { body: HTMLElement; close: () => void } {
   return { body, close };
 }
 
-export const PHASE_TEXT: Record<string, string> = {
-  idle: "idle, waiting for a prompt",
-  model_streaming: "the model is answering",
-  tool_running: "a tool is running",
-  awaiting_permission: "waiting for a permission decision",
-  interrupted: "interrupted",
-  ended: "ended",
-};
-
 function section(title: string, ...content: (Node | string | null)[]): HTMLElement {
   return h("div.panel-sec", null, h("h3", null, title), ...content);
 }
@@ -44,7 +36,7 @@ export function statePanel(s: SessionState | null): HTMLElement {
   return h(
     "div.panel",
     { "data-phase": s.phase },
-    section("Phase", h("p", null, h("b", null, PHASE_TEXT[s.phase] ?? s.phase), s.agent.stalled ? h("span.pill.st-error", null, " stalled") : null)),
+    section("Phase", h("p", null, h("b", null, phaseText(s)), s.agent.stalled ? h("span.pill.st-error", null, " stalled") : null)),
     section(
       "Agent",
       h(

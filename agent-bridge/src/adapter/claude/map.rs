@@ -91,6 +91,8 @@ pub struct Mapped {
 #[derive(Debug, Default)]
 pub struct Mapper {
     last_init: Option<AgentSession>,
+    /// Model API retries in the current turn.
+    retries: u32,
 }
 
 impl Mapper {
@@ -121,7 +123,10 @@ impl Mapper {
             "stream_event" => stream_event(&event, &mut out),
             "assistant" => assistant(&event, &mut out),
             "user" => user(&event, &mut out),
-            "result" => result(&event, &mut out),
+            "result" => {
+                result(&event, self.retries, &mut out);
+                self.retries = 0;
+            }
             "control_request" => control_request(&event, &mut out),
             "control_response" => control_response(&event, &mut out),
             "control_cancel_request" => {
@@ -160,12 +165,101 @@ impl Mapper {
                 out.signals.push(Signal::Model)
             }
             Some("status") => out.signals.push(Signal::Alive),
+            Some("api_retry") => {
+                out.signals.push(Signal::Alive);
+                out.drafts.push(self.api_retry(event));
+            }
             _ => {
                 out.signals.push(Signal::Alive);
                 out.drafts.push(unknown(event, None));
             }
         }
     }
+}
+
+impl Mapper {
+    /// `system/api_retry`: the model API failed and Claude Code tries again.
+    fn api_retry(&mut self, event: &Value) -> Draft {
+        let number = |key| event.get(key).and_then(Value::as_u64);
+        let attempt = number("attempt").and_then(|n| u32::try_from(n).ok());
+        self.retries = attempt.unwrap_or(self.retries.saturating_add(1));
+        let status = number("error_status").and_then(|n| u16::try_from(n).ok());
+        let what = match event.get("error") {
+            Some(Value::String(e)) => e.clone(),
+            Some(e) if !e.is_null() => {
+                str_of(e, "message").map_or_else(|| e.to_string(), str::to_owned)
+            }
+            _ => "no answer".into(),
+        };
+        let status_text = status.map_or(String::new(), |s| format!(" {s}"));
+        let of = number("max_retries").map_or(String::new(), |m| format!(" of {m}"));
+        let delay = number("retry_delay_ms").unwrap_or(0) as f64 / 1000.0;
+        let message = format!(
+            "model API error{status_text} ({}); retry {}{of} in {delay:.1} s",
+            bounded(&what, 200).0,
+            self.retries
+        );
+        Draft::new(AgentError {
+            message,
+            reason: Some("api_retry".into()),
+            retries: Some(self.retries),
+            status,
+            ..AgentError::default()
+        })
+    }
+}
+
+/// Whether a turn's terminal reason says a person stopped it (not an error of the agent).
+pub(super) fn interrupted(terminal_reason: Option<&str>) -> bool {
+    matches!(terminal_reason, Some("aborted_streaming" | "aborted_tools"))
+}
+
+/// Why a failed turn failed: its terminal reason, else its subtype.
+pub(super) fn failure_reason<'a>(
+    terminal_reason: Option<&'a str>,
+    subtype: Option<&'a str>,
+) -> &'a str {
+    terminal_reason
+        .filter(|t| *t != "completed")
+        .or(subtype)
+        .unwrap_or("error")
+}
+
+/// The `agent.error` of a failed turn, unless a person interrupted it.
+fn turn_error(event: &Value, retries: u32) -> Option<Draft> {
+    let terminal = str_of(event, "terminal_reason");
+    if interrupted(terminal) {
+        return None;
+    }
+    let reason = failure_reason(terminal, str_of(event, "subtype"));
+    let errors: Vec<String> = event
+        .get("errors")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .take(3)
+                .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let detail = match (errors.is_empty(), str_of(event, "result")) {
+        (false, _) => errors.join("; "),
+        (true, Some(text)) => text.to_owned(),
+        (true, None) => "no reason given".into(),
+    };
+    let after = match retries {
+        0 => String::new(),
+        n => format!(" after {n} model API retries"),
+    };
+    Some(Draft::new(AgentError {
+        message: format!(
+            "Claude Code turn failed ({reason}){after}: {}",
+            bounded(&detail, RAW_CHARS).0
+        ),
+        reason: Some(reason.to_owned()),
+        retries: (retries > 0).then_some(retries),
+        ..AgentError::default()
+    }))
 }
 
 fn stream_event(event: &Value, out: &mut Mapped) {
@@ -273,11 +367,12 @@ fn user(event: &Value, out: &mut Mapped) {
     }
 }
 
-fn result(event: &Value, out: &mut Mapped) {
+fn result(event: &Value, retries: u32, out: &mut Mapped) {
     let is_error = event
         .get("is_error")
         .and_then(Value::as_bool)
-        .unwrap_or(true);
+        .unwrap_or(true)
+        || str_of(event, "subtype").is_some_and(|s| s.starts_with("error"));
     out.signals.push(Signal::TurnEnded { success: !is_error });
     let denials = event
         .get("permission_denials")
@@ -298,6 +393,9 @@ fn result(event: &Value, out: &mut Mapped) {
         agent_session_id: string(event, "session_id"),
         permission_denials: u32::try_from(denials).unwrap_or(u32::MAX),
     }));
+    if is_error {
+        out.drafts.extend(turn_error(event, retries));
+    }
 }
 
 fn control_request(event: &Value, out: &mut Mapped) {
@@ -417,6 +515,7 @@ pub fn error(message: &str, line: Option<&str>) -> Draft {
     Draft::new(AgentError {
         message: message.to_owned(),
         line: line.map(|l| bounded(l, RAW_CHARS).0),
+        ..AgentError::default()
     })
 }
 

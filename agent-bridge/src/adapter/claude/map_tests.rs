@@ -159,12 +159,57 @@ fn an_interrupted_turn_ends_in_an_error_result() {
 #[test]
 fn a_failed_resume_is_an_error_result_naming_the_reason() {
     let (drafts, _) = map_all("10_resume_unknown_id.stream.jsonl");
-    assert_eq!(kinds_of(&drafts), ["agent.result"]);
+    assert_eq!(kinds_of(&drafts), ["agent.result", "agent.error"]);
     assert_eq!(drafts[0].payload["subtype"], "error_during_execution");
     assert!(drafts[0].payload["errors"][0]
         .as_str()
         .unwrap()
         .contains("No conversation found"));
+    // The failure is an error entry of its own, saying what failed.
+    let error = &drafts[1].payload;
+    assert_eq!(error["reason"], "error_during_execution");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("No conversation found"), "{message}");
+}
+
+#[test]
+fn an_interrupted_turn_is_not_an_agent_error() {
+    let (drafts, _) = map_all("13_interrupt.OUT.jsonl");
+    assert!(!kinds_of(&drafts).contains(&"agent.error"), "{drafts:?}");
+}
+
+#[test]
+fn model_api_retries_are_errors_with_their_count_and_the_failed_turn_names_them() {
+    let mut mapper = Mapper::new();
+    let retry = |n: u32| {
+        format!(
+            r#"{{"type":"system","subtype":"api_retry","attempt":{n},"max_retries":2,"retry_delay_ms":600,"error_status":529,"error":"overloaded_error","session_id":"s"}}"#
+        )
+    };
+    let first = mapper.map_line(&retry(1));
+    assert_eq!(kinds_of(&first.drafts), ["agent.error"]);
+    let e = &first.drafts[0].payload;
+    assert_eq!(
+        (e["retries"].clone(), e["status"].clone()),
+        (1.into(), 529.into())
+    );
+    assert_eq!(e["reason"], "api_retry");
+    assert!(e["message"].as_str().unwrap().contains("529"), "{e}");
+    mapper.map_line(&retry(2));
+    let failed = mapper.map_line(
+        r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 529 Overloaded","terminal_reason":"api_error","total_cost_usd":0,"session_id":"s"}"#,
+    );
+    assert_eq!(kinds_of(&failed.drafts), ["agent.result", "agent.error"]);
+    let e = &failed.drafts[1].payload;
+    assert_eq!(e["retries"], 2);
+    assert_eq!(e["reason"], "api_error");
+    assert!(
+        e["message"].as_str().unwrap().contains("API Error: 529"),
+        "{e}"
+    );
+    // The count is per turn.
+    let next = mapper.map_line(&retry(1));
+    assert_eq!(next.drafts[0].payload["retries"], 1);
 }
 
 #[test]

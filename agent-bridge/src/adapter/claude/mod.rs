@@ -44,8 +44,8 @@ use crate::inputs::PendingInput;
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
 
-/// How long a stopped agent gets between SIGTERM and SIGKILL, and its pipes after it exited.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the pipes of an exited agent may stay open before they are no longer read.
+const PIPE_DRAIN: Duration = Duration::from_secs(5);
 /// Most entries spooled with one fsync.
 const BURST_ENTRIES: usize = 1024;
 
@@ -129,7 +129,7 @@ impl ClaudeAgent {
             true => Some(LocalLines::new()),
             false => None,
         };
-        let exit = loop {
+        let (exit, ended) = loop {
             let deadline = run.watchdog.deadline();
             tokio::select! {
                 out = process.out.recv(), if !process.out_closed => match out {
@@ -140,7 +140,7 @@ impl ClaudeAgent {
                 status = process.child.wait() => {
                     let exit = AgentExit::from_status(status?);
                     match run.after_exit(&mut process, exit).await? {
-                        Some(exit) => break exit,
+                        Some(ended) => break ended,
                         None => continue,
                     }
                 },
@@ -154,7 +154,7 @@ impl ClaudeAgent {
                 _ = sleep_until(deadline) => run.deadline(&mut process).await?,
             }
         };
-        run.spool.append(vec![Draft::new(exit.payload())]).await?;
+        run.spool.append(vec![Draft::new(ended)]).await?;
         drop(run.screen);
         if let Some(thread) = screen_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
@@ -233,7 +233,12 @@ impl Run {
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let start = self.spec.start_entry(process.pid, "claude");
+        let start = moor_protocol::payload::AgentStart {
+            command: process.argv.clone(),
+            ..self
+                .spec
+                .start_entry(process.pid, super::AdapterKind::Claude)
+        };
         self.record(vec![Draft::new(start)]).await?;
         let id = self.next_control_id("init");
         if let Err(e) = process.send(&control::initialize(&id)).await {

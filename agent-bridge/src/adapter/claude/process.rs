@@ -32,6 +32,8 @@ pub(super) struct Process {
     pub(super) child: Child,
     /// Its pid (and process group id).
     pub(super) pid: u32,
+    /// The command line it runs (the person's, with the adapter's flags and `--resume`).
+    pub(super) argv: Vec<String>,
     stdin: Option<ChildStdin>,
     /// Its output; closes when both pipes reached EOF.
     pub(super) out: mpsc::Receiver<Out>,
@@ -55,6 +57,7 @@ impl Process {
         Ok(Self {
             child,
             pid,
+            argv,
             stdin,
             out,
             out_closed: false,

@@ -5,6 +5,7 @@ use moor_protocol::payload::Resolution;
 use moor_protocol::EntryBody;
 use serde_json::Value;
 
+use super::map::{failure_reason, interrupted};
 use crate::spool::Draft;
 
 /// Turns entries into terminal text; remembers whether a message's text was already streamed.
@@ -57,18 +58,19 @@ impl Renderer {
                 };
                 Some(format!("  permission {}: {decision}\n", p.request_id))
             }
-            EntryBody::AgentResult(p) => Some(match p.is_error {
-                false => format!(
-                    "✓ turn done in {:.1} s, ${}\n",
-                    p.duration_ms.unwrap_or(0) as f64 / 1000.0,
-                    p.cost_usd.map_or("null".into(), |c| c.to_string())
-                ),
-                true => format!(
-                    "✗ turn ended: {} {}\n",
-                    or_empty(&p.subtype),
-                    p.errors.unwrap_or(Value::Null)
-                ),
-            }),
+            EntryBody::AgentResult(p) => {
+                let took = format!("{:.1} s", p.duration_ms.unwrap_or(0) as f64 / 1000.0);
+                let cost = p.cost_usd.map_or(String::new(), |c| format!(", {}", dollars(c)));
+                let terminal = p.terminal_reason.as_deref();
+                Some(match (p.is_error, interrupted(terminal)) {
+                    (false, _) => format!("✓ turn done in {took}{cost}\n"),
+                    (true, true) => format!("✗ turn interrupted after {took}{cost}\n"),
+                    (true, false) => format!(
+                        "✗ turn failed ({}) after {took}{cost}\n",
+                        failure_reason(terminal, p.subtype.as_deref())
+                    ),
+                })
+            }
             EntryBody::AgentError(p) => Some(format!("! {}\n", p.message)),
             _ => None,
         }
@@ -94,9 +96,71 @@ fn brief(input: &Value) -> String {
     clip(&text.replace('\n', " "), 120)
 }
 
+/// US dollars to a hundredth of a cent, without float noise: `$0.0032`, `$1.50`, `$0.00`.
+fn dollars(amount: f64) -> String {
+    if !amount.is_finite() {
+        return "$?".into();
+    }
+    let mut text = format!("{amount:.4}");
+    while text.ends_with('0') && text.len() - text.find('.').unwrap_or(0) > 3 {
+        text.pop();
+    }
+    format!("${text}")
+}
+
 fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moor_protocol::payload::AgentResult;
+
+    fn render(result: AgentResult) -> String {
+        Renderer::default()
+            .render(&Draft::new(result))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn costs_are_rounded_to_a_hundredth_of_a_cent() {
+        assert_eq!(dollars(0.003_240_000_000_000_000_3), "$0.0032");
+        assert_eq!(dollars(1.5), "$1.50");
+        assert_eq!(dollars(0.0), "$0.00");
+        assert_eq!(dollars(0.012_25), "$0.0123");
+        let done = AgentResult {
+            duration_ms: Some(1200),
+            cost_usd: Some(0.003_240_000_000_000_000_3),
+            ..AgentResult::default()
+        };
+        assert_eq!(render(done), "✓ turn done in 1.2 s, $0.0032\n");
+    }
+
+    #[test]
+    fn a_failed_turn_says_why_and_an_interrupted_one_says_so() {
+        let failed = AgentResult {
+            subtype: Some("success".into()),
+            is_error: true,
+            terminal_reason: Some("api_error".into()),
+            duration_ms: Some(3000),
+            ..AgentResult::default()
+        };
+        assert_eq!(render(failed), "✗ turn failed (api_error) after 3.0 s\n");
+        let resume = AgentResult {
+            subtype: Some("error_during_execution".into()),
+            is_error: true,
+            ..AgentResult::default()
+        };
+        assert!(render(resume).contains("failed (error_during_execution)"));
+        let stopped = AgentResult {
+            is_error: true,
+            terminal_reason: Some("aborted_streaming".into()),
+            ..AgentResult::default()
+        };
+        assert!(render(stopped).starts_with("✗ turn interrupted"));
     }
 }

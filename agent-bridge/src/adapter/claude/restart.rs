@@ -7,10 +7,10 @@ use tokio::time::Instant;
 
 use super::process::Process;
 use super::recovery::{Interruption, RestartReason};
-use super::{map, watchdog, Run, STOP_GRACE};
-use crate::adapter::{signal_agent, AdapterError, AgentExit, AgentSignal};
+use super::{map, watchdog, Run, PIPE_DRAIN};
+use crate::adapter::{signal_agent, tree, AdapterError, AgentExit, AgentSignal};
 use crate::spool::Draft;
-use moor_protocol::payload::AgentRestart;
+use moor_protocol::payload::{self, AgentRestart};
 
 impl Run {
     /// The watchdog's deadline passed: report the stall, and restart if asked to.
@@ -42,30 +42,53 @@ impl Run {
         Ok(())
     }
 
-    /// The process exited. `Some(exit)` ends the run; `None` means it was restarted.
+    /// The process exited. `Some` (its exit and the `agent.exit` payload) ends the run; `None`
+    /// means it was restarted.
     pub(super) async fn after_exit(
         &mut self,
         process: &mut Process,
         exit: AgentExit,
-    ) -> Result<Option<AgentExit>, AdapterError> {
-        self.drain(process).await?;
+    ) -> Result<Option<(AgentExit, payload::AgentExit)>, AdapterError> {
+        let ended = self.gone(process, exit).await?;
         self.cancel_pending("the agent exited").await?;
         let crashed = !self.stopping && (exit.code != Some(0) || self.watchdog.in_turn());
         if crashed && self.spec.options.auto_resume {
             let silent = self.watchdog.silent(Self::now());
             if self
-                .restart(process, RestartReason::Crashed, None, silent, Some(exit))
+                .restart(
+                    process,
+                    RestartReason::Crashed,
+                    None,
+                    silent,
+                    Some(ended.clone()),
+                )
                 .await?
             {
                 return Ok(None);
             }
         }
-        Ok(Some(exit))
+        Ok(Some((exit, ended)))
+    }
+
+    /// The process is gone (and reaped): stop what it left running, read what is left in its
+    /// pipes, and name the tool calls it had under way.
+    pub(super) async fn gone(
+        &mut self,
+        process: &mut Process,
+        exit: AgentExit,
+    ) -> Result<payload::AgentExit, AdapterError> {
+        let stopped = tree::stop_leftovers(self.spec.options.stop_grace).await;
+        self.drain(process).await?;
+        Ok(payload::AgentExit {
+            stopped_tools: self.watchdog.open_tools(),
+            stopped_processes: stopped,
+            ..exit.payload()
+        })
     }
 
     /// Map what is left in the pipes of a process that is going away.
     pub(super) async fn drain(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let deadline = Instant::now() + STOP_GRACE;
+        let deadline = Instant::now() + PIPE_DRAIN;
         while !process.out_closed {
             match tokio::time::timeout_at(deadline, process.out.recv()).await {
                 Ok(Some(out)) => self.output_burst(process, out).await?,
@@ -80,7 +103,8 @@ impl Run {
     /// Stop the process (SIGTERM, then SIGKILL) and wait for it.
     pub(super) async fn stop(&mut self, process: &mut Process) -> Option<AgentExit> {
         let _ = signal_agent(process.pid, AgentSignal::Terminate);
-        let status = match tokio::time::timeout(STOP_GRACE, process.child.wait()).await {
+        let grace = self.spec.options.stop_grace;
+        let status = match tokio::time::timeout(grace, process.child.wait()).await {
             Ok(status) => status,
             Err(_) => {
                 let _ = signal_agent(process.pid, AgentSignal::Kill);
@@ -98,7 +122,7 @@ impl Run {
         reason: RestartReason,
         open_tool: Option<(String, String)>,
         silent: Duration,
-        exit: Option<AgentExit>,
+        exit: Option<payload::AgentExit>,
     ) -> Result<bool, AdapterError> {
         let Some(session_id) = self.agent_session_id.clone() else {
             let why = "cannot restart Claude Code: it never reported its session id";
@@ -117,11 +141,13 @@ impl Run {
         self.restarts += 1;
         let previous = match exit {
             Some(exit) => Some(exit),
-            None => {
-                let exit = self.stop(process).await;
-                self.drain(process).await?;
-                exit
-            }
+            None => match self.stop(process).await {
+                Some(exit) => Some(self.gone(process, exit).await?),
+                None => {
+                    self.drain(process).await?;
+                    None
+                }
+            },
         };
         self.cancel_pending("the agent is being restarted").await?;
         let interruption = Interruption {
@@ -142,7 +168,7 @@ impl Run {
             agent_session_id: session_id.clone(),
             attempt: self.restarts,
             prompt: prompt.clone(),
-            previous_exit: previous.map(|e| e.payload()),
+            previous_exit: previous,
         };
         self.record(vec![Draft::new(entry)]).await?;
         *process = Process::spawn(&self.spec, Some(&session_id))?;

@@ -101,6 +101,17 @@ impl Watchdog {
         }
     }
 
+    /// The tool calls running now, by id.
+    pub fn open_tools(&self) -> Vec<StalledTool> {
+        self.tools
+            .iter()
+            .map(|(id, name)| StalledTool {
+                id: id.clone(),
+                name: name.clone(),
+            })
+            .collect()
+    }
+
     /// Whether a turn is in progress.
     pub fn in_turn(&self) -> bool {
         self.in_turn
