@@ -8,6 +8,7 @@
 //!
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
+use crate::metrics::InputOutcome;
 use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::{kinds, now_ms, BodyError, Entry, EntryBody, Seq, SessionId};
 
@@ -24,6 +25,23 @@ const MAX_CLIENT_MSG_ID: usize = 128;
 /// `author` is the caller's `Principal::author()`; `store` reads the input already stored under a repeated `client_msg_id`;
 /// `leases` tells whether a bridge will be sent it now.
 pub async fn submit(
+    log: &Log,
+    store: &dyn LogStore,
+    leases: &Leases,
+    session: SessionId,
+    author: String,
+    req: InputRequest,
+) -> Result<InputAccepted, ApiError> {
+    let result = submit_uncounted(log, store, leases, session, author, req).await;
+    log.metrics().input(match &result {
+        Ok(a) if a.duplicate => InputOutcome::Duplicate,
+        Ok(_) => InputOutcome::Accepted,
+        Err(_) => InputOutcome::Refused,
+    });
+    result
+}
+
+async fn submit_uncounted(
     log: &Log,
     store: &dyn LogStore,
     leases: &Leases,

@@ -243,6 +243,10 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// how well appends are grouped (tests and diagnostics).
     fn append_transactions(&self) -> u64;
 
+    /// The newest schema migration applied to the database, read with one query, and the
+    /// newest this build carries: the store is current when they are equal.
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)>;
+
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
 

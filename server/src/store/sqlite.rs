@@ -265,6 +265,21 @@ impl LogStore for SqliteStore {
         self.append_txs.load(Ordering::Relaxed)
     }
 
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
+        let applied: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
+        )
+        .fetch_one(&self.readers)
+        .await
+        .map_err(db_error)?;
+        let built = sqlx::migrate!("../migrations/sqlite")
+            .iter()
+            .map(|m| m.version)
+            .max()
+            .unwrap_or(0);
+        Ok((applied, built))
+    }
+
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(&format!(
             "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",

@@ -66,6 +66,8 @@ pub struct PgStore {
     node: Arc<str>,
     /// Append transactions committed (see [`LogStore::append_transactions`]).
     append_txs: Arc<AtomicU64>,
+    /// Whether a notice feed's `LISTEN` connection is up (see [`Cluster::listening`]).
+    listening: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PgStore {
@@ -108,6 +110,7 @@ impl PgStore {
             listen,
             node: node_id.into(),
             append_txs: Arc::default(),
+            listening: Arc::default(),
         })
     }
 
@@ -312,6 +315,21 @@ impl LogStore for PgStore {
 
     fn append_transactions(&self) -> u64 {
         self.append_txs.load(Ordering::Relaxed)
+    }
+
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
+        let applied: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let built = sqlx::migrate!("../migrations/postgres")
+            .iter()
+            .map(|m| m.version)
+            .max()
+            .unwrap_or(0);
+        Ok((applied, built))
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
