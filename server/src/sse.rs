@@ -29,9 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::{session_for, AuthUser, Role};
 use crate::error::ApiError;
-use crate::session::cursor::{check_cursor, cursor};
 use crate::hub::Hub;
 use crate::metrics::Transport;
+use crate::session::cursor::{check_cursor, cursor};
 use crate::session::tail::Tail;
 use crate::state::AppState;
 use crate::streams::Slot;

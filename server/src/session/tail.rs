@@ -131,12 +131,11 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page =
-                    read_page(&*self.store, self.session, Range::After(self.cursor), limit)
-                        .await
-                        .inspect_err(|_| {
-                            self.hub.metrics().store_errors.inc();
-                        })?;
+                let page = read_page(&*self.store, self.session, Range::After(self.cursor), limit)
+                    .await
+                    .inspect_err(|_| {
+                        self.hub.metrics().store_errors.inc();
+                    })?;
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
                 self.backlog
