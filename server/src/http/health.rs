@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use moor_protocol::api::Health;
+use moor_protocol::error::{ErrorBody, ErrorCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -31,14 +33,11 @@ pub(super) async fn get(State(state): State<AppState>) -> Result<Json<Health>, A
     }))
 }
 
-/// Whether this node can serve: `ready`, or `unavailable` with the reason.
+/// A ready node's answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Readiness {
-    /// `ready` or `unavailable`.
+    /// Always `ready`.
     status: &'static str,
-    /// Why the node is not ready (absent when it is).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
 }
 
 /// Ready when the store answers within a bounded time, its schema is the one this build
@@ -47,48 +46,45 @@ pub(crate) struct Readiness {
     get, path = "/readyz", operation_id = "ready", tag = "server", security(()),
     responses(
         (status = 200, description = "The node can serve", body = Readiness),
-        (status = 503, description = "The node cannot serve; `reason` says why", body = Readiness),
+        (status = 503, description = "The node cannot serve; `message` says why", body = moor_protocol::error::ErrorBody),
     )
 )]
-pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+pub(super) async fn ready(State(state): State<AppState>) -> Response {
     match not_ready(&state).await {
-        None => (
-            StatusCode::OK,
-            Json(Readiness {
-                status: "ready",
-                reason: None,
-            }),
-        ),
-        Some(reason) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(Readiness {
-                status: "unavailable",
-                reason: Some(reason),
-            }),
-        ),
+        None => Json(Readiness { status: "ready" }).into_response(),
+        Some(reason) => {
+            tracing::warn!(%reason, "not ready");
+            let body = ErrorBody {
+                code: ErrorCode::Unavailable,
+                message: reason,
+                stored: None,
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
     }
 }
 
-/// Why the node is not ready, if it is not.
+/// Why the node is not ready, if it is not, in words safe to show anyone (causes are logged).
 async fn not_ready(state: &AppState) -> Option<String> {
     let probe = tokio::time::timeout(READY_TIMEOUT, state.store.log.schema_versions()).await;
     let (applied, built) = match probe {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
             state.hub.metrics().store_errors.inc();
-            return Some(format!("store unreachable: {e}"));
+            tracing::warn!(error = ?e, "readiness: the store failed");
+            return Some("the store cannot be reached".to_owned());
         }
         Err(_) => {
             state.hub.metrics().store_errors.inc();
             return Some(format!(
-                "store unreachable: no answer within {} s",
+                "the store did not answer within {} s",
                 READY_TIMEOUT.as_secs()
             ));
         }
     };
     if applied != built {
         return Some(format!(
-            "database schema is at migration {applied}, this build expects {built}"
+            "the database schema is at migration {applied}, this build expects {built}"
         ));
     }
     match &state.store.cluster {

@@ -15,13 +15,13 @@ use crate::state::AppState;
     get, path = "/metrics", operation_id = "metrics", tag = "server", security(()),
     responses(
         (status = 200, description = "The Prometheus (OpenMetrics) exposition", content_type = "application/openmetrics-text", body = String),
-        (status = 401, description = "No or a wrong `Authorization: Bearer <metrics token>`"),
-        (status = 404, description = "Metrics are not served on this address (no `--metrics-token`)"),
+        (status = 401, description = "No or a wrong `Authorization: Bearer <metrics token>`", body = moor_protocol::error::ErrorBody),
+        (status = 404, description = "Metrics are not served on this address (no `--metrics-token`)", body = moor_protocol::error::ErrorBody),
     )
 )]
 pub(super) async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let Some(token) = state.config.metrics_token.as_deref() else {
-        return ApiError::NotFound("route").into_response();
+        return ApiError::NotFound("metrics").into_response();
     };
     let presented = headers
         .get(header::AUTHORIZATION)
