@@ -131,9 +131,9 @@ async fn readyz_answers_503_while_postgres_is_unreachable_and_200_once_it_is_bac
     // assert: not ready, saying why
     let (status, body) = readyz(&base).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body["status"], "unavailable");
+    assert_eq!(body["code"], "unavailable");
     assert!(
-        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        body["message"].as_str().is_some_and(|r| !r.is_empty()),
         "{body}"
     );
 
