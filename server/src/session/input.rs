@@ -32,57 +32,50 @@ pub async fn submit(
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
-    let result = submit_uncounted(log, store, leases, session, author, req).await;
+    let result: Result<InputAccepted, ApiError> = async {
+        validate(&req)?;
+        let append = Append {
+            ts: now_ms(),
+            kind: req.kind.clone(),
+            author: author.clone(),
+            payload: req.payload.clone(),
+            key: IdemKey::ClientMsg(req.client_msg_id.clone()),
+        };
+        let outcome = log.append(session, vec![append]).await?.pop();
+        match outcome {
+            Some(Appended::Stored(e)) => Ok(InputAccepted {
+                seq: e.seq,
+                duplicate: false,
+                queued: !leases.is_held(session).await,
+            }),
+            Some(Appended::Duplicate(seq)) => {
+                let stored = stored_input(store, session, seq).await?;
+                if (&stored.kind, &stored.author, &stored.payload)
+                    != (&req.kind, &author, &req.payload)
+                {
+                    return Err(ApiError::InputConflict(Box::new((
+                        req.client_msg_id,
+                        stored,
+                    ))));
+                }
+                Ok(InputAccepted {
+                    seq,
+                    duplicate: true,
+                    queued: !leases.is_held(session).await,
+                })
+            }
+            other => Err(ApiError::Internal(anyhow::anyhow!(
+                "unexpected input outcome {other:?}"
+            ))),
+        }
+    }
+    .await;
     log.metrics().input(match &result {
         Ok(a) if a.duplicate => InputOutcome::Duplicate,
         Ok(_) => InputOutcome::Accepted,
         Err(_) => InputOutcome::Refused,
     });
     result
-}
-
-async fn submit_uncounted(
-    log: &Log,
-    store: &dyn LogStore,
-    leases: &Leases,
-    session: SessionId,
-    author: String,
-    req: InputRequest,
-) -> Result<InputAccepted, ApiError> {
-    validate(&req)?;
-    let append = Append {
-        ts: now_ms(),
-        kind: req.kind.clone(),
-        author: author.clone(),
-        payload: req.payload.clone(),
-        key: IdemKey::ClientMsg(req.client_msg_id.clone()),
-    };
-    let outcome = log.append(session, vec![append]).await?.pop();
-    match outcome {
-        Some(Appended::Stored(e)) => Ok(InputAccepted {
-            seq: e.seq,
-            duplicate: false,
-            queued: !leases.is_held(session).await,
-        }),
-        Some(Appended::Duplicate(seq)) => {
-            let stored = stored_input(store, session, seq).await?;
-            if (&stored.kind, &stored.author, &stored.payload) != (&req.kind, &author, &req.payload)
-            {
-                return Err(ApiError::InputConflict(Box::new((
-                    req.client_msg_id,
-                    stored,
-                ))));
-            }
-            Ok(InputAccepted {
-                seq,
-                duplicate: true,
-                queued: !leases.is_held(session).await,
-            })
-        }
-        other => Err(ApiError::Internal(anyhow::anyhow!(
-            "unexpected input outcome {other:?}"
-        ))),
-    }
 }
 
 /// The input the store named as already holding a `client_msg_id`.

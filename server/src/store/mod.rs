@@ -741,3 +741,22 @@ pub(crate) fn seq_bind(seq: Seq) -> i64 {
 pub(crate) fn same_content(stored_kind: &str, stored_payload: &Value, new: &Append) -> bool {
     stored_kind == new.kind && stored_payload == &new.payload
 }
+
+/// The newest migration applied to the database behind `pool` (0 before any).
+async fn applied_migration<'c, E>(pool: E) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c>,
+    i64: sqlx::Type<E::Database> + for<'r> sqlx::Decode<'r, E::Database>,
+    for<'q> <E::Database as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, E::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <E::Database as sqlx::Database>::Row>,
+{
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .map_err(errors::db_error)
+}
+
+/// The newest migration `migrator` carries: what a current database was migrated to.
+fn newest_migration(migrator: &sqlx::migrate::Migrator) -> i64 {
+    migrator.iter().map(|m| m.version).max().unwrap_or(0)
+}

@@ -266,18 +266,11 @@ impl LogStore for SqliteStore {
     }
 
     async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
-        let applied: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
-        )
-        .fetch_one(&self.readers)
-        .await
-        .map_err(db_error)?;
-        let built = sqlx::migrate!("../migrations/sqlite")
-            .iter()
-            .map(|m| m.version)
-            .max()
-            .unwrap_or(0);
-        Ok((applied, built))
+        let applied = super::applied_migration(&self.readers).await?;
+        Ok((
+            applied,
+            super::newest_migration(&sqlx::migrate!("../migrations/sqlite")),
+        ))
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {

@@ -318,18 +318,11 @@ impl LogStore for PgStore {
     }
 
     async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
-        let applied: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db_error)?;
-        let built = sqlx::migrate!("../migrations/postgres")
-            .iter()
-            .map(|m| m.version)
-            .max()
-            .unwrap_or(0);
-        Ok((applied, built))
+        let applied = super::applied_migration(&self.pool).await?;
+        Ok((
+            applied,
+            super::newest_migration(&sqlx::migrate!("../migrations/postgres")),
+        ))
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
