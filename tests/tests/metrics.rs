@@ -146,3 +146,26 @@ async fn readyz_answers_503_while_postgres_is_unreachable_and_200_once_it_is_bac
     })
     .await;
 }
+
+#[tokio::test]
+async fn metrics_listen_serves_the_metrics_without_a_token_on_its_own_address() {
+    // arrange
+    let server = TestServer::start(ServerOpts::new().flag("--metrics-listen", "127.0.0.1:0")).await;
+    let logs = server.logs();
+    let url = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address in the output: {logs}"))
+        .to_owned();
+    // act
+    let (status, text) = get(&url, None).await;
+    // assert: served there, parseable, and still not on the main address
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parseable");
+    assert!(value(&scrape, "moord_live_sessions", &[]).is_some());
+    assert_eq!(get(&server.url(), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(get(&url, None).await.0, StatusCode::OK);
+    let other = reqwest::get(format!("{url}/healthz")).await.expect("GET");
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+}
