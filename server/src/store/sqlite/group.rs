@@ -45,14 +45,7 @@ impl SqliteStore {
             .iter()
             .filter_map(|((spk, p), mark)| Some((producers.get(&(*spk, *p))?.0, *mark as i64)))
             .collect();
-        write_group(
-            &mut tx,
-            &decided.rows,
-            &producers,
-            &marks,
-            &group::written(&heads),
-        )
-        .await?;
+        write_group(&mut tx, &decided.rows, &producers, &marks, &group::written(&heads)).await?;
         tx.commit().await.map_err(db_error)?;
         self.append_txs.fetch_add(1, Ordering::Relaxed);
         let parts = decided.parts;
