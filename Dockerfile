@@ -22,5 +22,7 @@ USER moor
 WORKDIR /data
 ENV MOOR_LISTEN=0.0.0.0:7070 MOOR_DATA_DIR=/data
 EXPOSE 7070
-HEALTHCHECK --interval=10s --timeout=3s CMD curl -fsS http://127.0.0.1:7070/healthz || exit 1
+# /readyz: 200 once the store answers within 3 s, its schema is current and (Postgres) the node
+# listens to the other nodes; 503 with a JSON reason otherwise (curl -f fails on it).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s CMD curl -fsS --max-time 4 http://127.0.0.1:7070/readyz || exit 1
 ENTRYPOINT ["moord"]

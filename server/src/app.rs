@@ -40,6 +40,21 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// What `--metrics-listen` serves: `GET /metrics` without a token, and nothing else.
+pub(crate) fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(
+                |axum::extract::State(state): axum::extract::State<AppState>| async move {
+                    crate::http::metrics::exposition(&state)
+                },
+            ),
+        )
+        .fallback(|| async { ApiError::NotFound("route") })
+        .with_state(state)
+}
+
 /// Every route, each registered together with its description by `routes!` (which reads the
 /// method and the path from the handler's `#[utoipa::path]`). Add routes only this way:
 /// `every_route_is_described` fails on a route the description lacks.

@@ -88,6 +88,11 @@ pub struct ServerConfig {
     pub max_log_bytes_per_account: u64,
     /// Most bytes of checkpoint content (blobs) one account may have sent; zero means no limit.
     pub max_blob_bytes_per_account: u64,
+    /// Bearer token that `GET /metrics` on the main address requires; without it (and
+    /// without `metrics_listen`) metrics are not served.
+    pub metrics_token: Option<String>,
+    /// A separate address serving `GET /metrics` without a token.
+    pub metrics_listen: Option<String>,
 }
 
 /// Size limits of checkpoints: what one upload or one archive may cost.
@@ -148,6 +153,8 @@ impl Default for ServerConfig {
             max_live_sessions_per_account: 32,
             max_log_bytes_per_account: 8 << 30,
             max_blob_bytes_per_account: 8 << 30,
+            metrics_token: None,
+            metrics_listen: None,
         }
     }
 }

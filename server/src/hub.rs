@@ -96,7 +96,7 @@ impl Frame {
 }
 
 /// Length of `value` encoded as JSON, without building the encoding.
-fn encoded_len(value: &serde_json::Value) -> usize {
+pub(crate) fn encoded_len(value: &serde_json::Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -215,6 +215,7 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct Hub {
     inner: Arc<Mutex<Inner>>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Default for Hub {
@@ -235,7 +236,18 @@ impl Hub {
         };
         Self {
             inner: Arc::new(Mutex::new(inner)),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Sessions whose bridge is connected here.
+    pub fn live_sessions(&self) -> usize {
+        self.lock().links.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

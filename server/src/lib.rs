@@ -24,6 +24,7 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod hub;
+pub mod metrics;
 pub mod openapi;
 pub mod quota;
 pub mod relay;
@@ -61,6 +62,7 @@ pub struct Server {
     tls: Option<tls::Acceptor>,
     quotas: quota::Quotas,
     followers: session::states::FollowerCount,
+    metrics_listener: Option<TcpListener>,
 }
 
 impl Server {
@@ -96,6 +98,7 @@ impl Server {
         Ok(Self {
             quotas: quota::Quotas::new(&config),
             followers: session::states::FollowerCount::default(),
+            metrics_listener: None,
             config,
             node_id,
             store,
@@ -143,6 +146,12 @@ impl Server {
             .with_context(|| format!("revoke user {name:?}"))?;
         access::announce(&self.store, &store::Revocation::User(name.to_owned())).await;
         Ok(())
+    }
+
+    /// Serves `GET /metrics` without a token on `listener` too (`--metrics-listen`).
+    pub fn with_metrics_listener(mut self, listener: TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
     }
 
     /// The store's roles, for tools and tests.
@@ -226,6 +235,15 @@ impl Server {
             public_url: public_url.into(),
             streams: streams::Streams::new(max_streams),
         };
+        if let Some(metrics) = self.metrics_listener {
+            tasks.spawn(serve::serve(
+                metrics,
+                app::metrics_router(state.clone()),
+                None,
+                shutdown.clone(),
+                grace,
+            ));
+        }
         serve::serve(
             listener,
             app::router(state),

@@ -29,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::{session_for, AuthUser, Role};
 use crate::error::ApiError;
+use crate::hub::Hub;
+use crate::metrics::Transport;
 use crate::session::cursor::{check_cursor, cursor};
 use crate::session::tail::Tail;
 use crate::state::AppState;
@@ -70,7 +72,8 @@ pub async fn events(
     let stop = state.auth.revocations.token_for(&who);
     let role_stop = state.auth.revocations.member_token(&who, session.id);
     let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor)
-        .page_bytes(state.config.max_page_bytes);
+        .page_bytes(state.config.max_page_bytes)
+        .counted(Transport::Sse);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.log.find_session(&key).await?.head_seq;
     let body = match check_cursor(cursor, head) {
@@ -95,6 +98,7 @@ pub async fn events(
                 stream(tail, feed, &state, stop, role_stop),
                 state.config.stall_timeout,
                 slot,
+                state.hub.clone(),
             ))
         }
     };
@@ -251,11 +255,13 @@ fn pump(
     events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
     stall: Duration,
     slot: Slot,
+    hub: Hub,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let _slot = slot;
+        let _open = hub.metrics().viewer_open(Transport::Sse);
         let mut events = std::pin::pin!(events);
         loop {
             let next = tokio::select! {
@@ -269,6 +275,7 @@ fn pump(
                 Ok(Err(_)) => return,
                 Err(_) => {
                     tracing::debug!("sse reader stalled; ending its stream");
+                    hub.metrics().cut_off(Transport::Sse);
                     let _ = stalled_tx.send(());
                     return;
                 }

@@ -19,6 +19,7 @@ pub mod bridge;
 pub mod claude;
 pub mod fake_api;
 pub mod http;
+pub mod metrics;
 pub mod pg;
 pub mod proxy;
 pub mod rig;

@@ -53,6 +53,13 @@ pub struct Config {
     /// Admin token to use instead of <data-dir>/admin.token.
     #[arg(long, env = "MOOR_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Bearer token a Prometheus scraper presents for `GET /metrics` on the main address
+    /// (without it, and without --metrics-listen, metrics are not served).
+    #[arg(long, env = "MOOR_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Separate address serving `GET /metrics` without a token (keep it private).
+    #[arg(long, env = "MOOR_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
     /// URL people open, if not http://<listen>.
     #[arg(long, env = "MOOR_PUBLIC_URL")]
     public_url: Option<String>,
@@ -213,6 +220,8 @@ impl Config {
             max_live_sessions_per_account: self.max_live_sessions_per_account,
             max_log_bytes_per_account: self.max_log_bytes_per_account,
             max_blob_bytes_per_account: self.max_blob_bytes_per_account,
+            metrics_token: self.metrics_token,
+            metrics_listen: self.metrics_listen,
             tls: self
                 .tls_cert
                 .zip(self.tls_key)
@@ -237,7 +246,14 @@ impl Config {
         let data_dir = config.data_dir.clone();
         let server_config = config.into_server_config();
         let tls = server_config.tls.is_some();
-        let server = Server::build(server_config.clone()).await?;
+        let mut server = Server::build(server_config.clone()).await?;
+        if let Some(addr) = &server_config.metrics_listen {
+            let metrics = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen for metrics on {addr}"))?;
+            println!("metrics on http://{}/metrics", metrics.local_addr()?);
+            server = server.with_metrics_listener(metrics);
+        }
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("listen on {listen}"))?;

@@ -12,6 +12,7 @@ mod device;
 pub(crate) mod guard;
 mod health;
 mod inputs;
+pub(crate) mod metrics;
 mod offers;
 mod recovery;
 mod sessions;
@@ -73,7 +74,10 @@ pub(crate) async fn not_found(_: AuthUser) -> ApiError {
     ApiError::NotFound("route")
 }
 
-/// `/healthz`.
+/// `/healthz`, `/readyz` and `/metrics`.
 pub(crate) fn health() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(health::get))
+    OpenApiRouter::new()
+        .routes(routes!(health::get))
+        .routes(routes!(health::ready))
+        .routes(routes!(metrics::scrape))
 }

@@ -101,6 +101,7 @@ async fn commit(shared: &Shared, mut parts: Vec<Part>) {
     let entries: usize = group.iter().map(|(_, b)| b.len()).sum();
     let started = Instant::now();
     let results = commit_group(shared, group).await;
+    shared.hub.metrics().commit(entries, started.elapsed());
     tracing::debug!(
         sessions = parts.len(),
         entries,
@@ -160,6 +161,7 @@ fn failed_all(n: usize, e: &StoreError) -> Vec<StoreResult<Vec<Appended>>> {
 fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Vec<Appended>>) {
     match result {
         Ok(outcomes) => {
+            count_stored(shared, &outcomes);
             shared.hub.publish(
                 part.session,
                 outcomes.iter().filter_map(|o| match o {
@@ -173,11 +175,26 @@ fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Ve
             }
         }
         Err(e) => {
+            shared.hub.metrics().store_errors.inc();
             for request in part.requests {
                 let _ = request.reply.send(Err(copy_error(&e)));
             }
         }
     }
+}
+
+/// Counts the entries newly stored and their payload bytes: two atomic adds per part.
+fn count_stored(shared: &Shared, outcomes: &[Appended]) {
+    let (mut entries, mut bytes) = (0u64, 0u64);
+    for o in outcomes {
+        if let Appended::Stored(e) = o {
+            entries += 1;
+            bytes += crate::hub::encoded_len(&e.payload) as u64;
+        }
+    }
+    let metrics = shared.hub.metrics();
+    metrics.entries_appended.inc_by(entries);
+    metrics.bytes_appended.inc_by(bytes);
 }
 
 /// The same error for each request of a failed group.

@@ -8,6 +8,7 @@
 //!
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
+use crate::metrics::InputOutcome;
 use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::{kinds, now_ms, BodyError, Entry, EntryBody, Seq, SessionId};
 
@@ -31,40 +32,50 @@ pub async fn submit(
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
-    validate(&req)?;
-    let append = Append {
-        ts: now_ms(),
-        kind: req.kind.clone(),
-        author: author.clone(),
-        payload: req.payload.clone(),
-        key: IdemKey::ClientMsg(req.client_msg_id.clone()),
-    };
-    let outcome = log.append(session, vec![append]).await?.pop();
-    match outcome {
-        Some(Appended::Stored(e)) => Ok(InputAccepted {
-            seq: e.seq,
-            duplicate: false,
-            queued: !leases.is_held(session).await,
-        }),
-        Some(Appended::Duplicate(seq)) => {
-            let stored = stored_input(store, session, seq).await?;
-            if (&stored.kind, &stored.author, &stored.payload) != (&req.kind, &author, &req.payload)
-            {
-                return Err(ApiError::InputConflict(Box::new((
-                    req.client_msg_id,
-                    stored,
-                ))));
-            }
-            Ok(InputAccepted {
-                seq,
-                duplicate: true,
+    let result: Result<InputAccepted, ApiError> = async {
+        validate(&req)?;
+        let append = Append {
+            ts: now_ms(),
+            kind: req.kind.clone(),
+            author: author.clone(),
+            payload: req.payload.clone(),
+            key: IdemKey::ClientMsg(req.client_msg_id.clone()),
+        };
+        let outcome = log.append(session, vec![append]).await?.pop();
+        match outcome {
+            Some(Appended::Stored(e)) => Ok(InputAccepted {
+                seq: e.seq,
+                duplicate: false,
                 queued: !leases.is_held(session).await,
-            })
+            }),
+            Some(Appended::Duplicate(seq)) => {
+                let stored = stored_input(store, session, seq).await?;
+                if (&stored.kind, &stored.author, &stored.payload)
+                    != (&req.kind, &author, &req.payload)
+                {
+                    return Err(ApiError::InputConflict(Box::new((
+                        req.client_msg_id,
+                        stored,
+                    ))));
+                }
+                Ok(InputAccepted {
+                    seq,
+                    duplicate: true,
+                    queued: !leases.is_held(session).await,
+                })
+            }
+            other => Err(ApiError::Internal(anyhow::anyhow!(
+                "unexpected input outcome {other:?}"
+            ))),
         }
-        other => Err(ApiError::Internal(anyhow::anyhow!(
-            "unexpected input outcome {other:?}"
-        ))),
     }
+    .await;
+    log.metrics().input(match &result {
+        Ok(a) if a.duplicate => InputOutcome::Duplicate,
+        Ok(_) => InputOutcome::Accepted,
+        Err(_) => InputOutcome::Refused,
+    });
+    result
 }
 
 /// The input the store named as already holding a `client_msg_id`.

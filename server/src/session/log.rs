@@ -122,6 +122,11 @@ impl Log {
         self.queue(session, batch, None)
     }
 
+    /// The server's metrics (the hub's).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        self.shared.hub.metrics()
+    }
+
     /// Stops accepting appends; the committer answers what is queued and exits.
     pub fn close(&self) {
         self.shared.queues().closed = true;

@@ -16,6 +16,7 @@ use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
+use crate::metrics::Transport;
 use crate::store::{read_page, LogStore, PageLimit, Range, StoreError, StoreResult};
 
 /// Most entries read from the store per query while catching up.
@@ -34,6 +35,8 @@ pub struct Tail {
     backlog: VecDeque<Arc<Frame>>,
     live: bool,
     page_bytes: u64,
+    /// The transport whose deliveries are counted, if any.
+    counted: Option<Transport>,
 }
 
 impl Drop for Tail {
@@ -55,6 +58,7 @@ impl Tail {
             backlog: VecDeque::new(),
             live: false,
             page_bytes: DEFAULT_PAGE_BYTES,
+            counted: None,
         }
     }
 
@@ -62,6 +66,18 @@ impl Tail {
     pub fn page_bytes(mut self, bytes: u64) -> Self {
         self.page_bytes = bytes.max(1);
         self
+    }
+
+    /// Counts the entries returned as deliveries to viewers on `transport`.
+    pub fn counted(mut self, transport: Transport) -> Self {
+        self.counted = Some(transport);
+        self
+    }
+
+    fn delivered(&self) {
+        if let Some(t) = self.counted {
+            self.hub.metrics().delivered(t, 1);
+        }
     }
 
     /// The session tailed.
@@ -78,6 +94,7 @@ impl Tail {
     pub fn ready(&mut self) -> Option<Arc<Frame>> {
         if let Some(f) = self.backlog.pop_front() {
             self.cursor = f.seq();
+            self.delivered();
             return Some(f);
         }
         if !self.live {
@@ -88,9 +105,11 @@ impl Tail {
                 Ok(f) if f.seq() <= self.cursor => continue,
                 Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
+                    self.delivered();
                     return Some(f);
                 }
                 Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    self.hub.metrics().viewer_lagged.inc();
                     self.live = false;
                     return None;
                 }
@@ -104,6 +123,7 @@ impl Tail {
         loop {
             if let Some(f) = self.backlog.pop_front() {
                 self.cursor = f.seq();
+                self.delivered();
                 return Ok(f);
             }
             if !self.live {
@@ -111,8 +131,12 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page =
-                    read_page(&*self.store, self.session, Range::After(self.cursor), limit).await?;
+                let page = read_page(&*self.store, self.session, Range::After(self.cursor), limit)
+                    .await
+                    .inspect_err(|_| {
+                        self.hub.metrics().store_errors.inc();
+                    })?;
+                self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
                 self.backlog
                     .extend(page.entries.into_iter().map(|e| Frame::new(Arc::new(e))));
@@ -122,11 +146,15 @@ impl Tail {
                 Ok(f) if f.seq() <= self.cursor => {}
                 Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
+                    self.delivered();
                     return Ok(f);
                 }
                 // A hole in the live stream, or an entry announced without its payload: the
                 // store has what is missing.
-                Ok(_) | Err(RecvError::Lagged(_)) => self.live = false,
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    self.hub.metrics().viewer_lagged.inc();
+                    self.live = false;
+                }
                 Err(RecvError::Closed) => {
                     return Err(StoreError::Other(anyhow::anyhow!("fan-out closed")));
                 }

@@ -83,4 +83,7 @@ pub trait Cluster: Send + Sync + Debug {
 
     /// Starts listening to the other nodes' notices.
     fn feed(&self) -> Box<dyn NoticeFeed>;
+
+    /// Whether a feed of this node is connected and listening right now.
+    fn listening(&self) -> bool;
 }

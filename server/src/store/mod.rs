@@ -243,6 +243,10 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// how well appends are grouped (tests and diagnostics).
     fn append_transactions(&self) -> u64;
 
+    /// The newest schema migration applied to the database, read with one query, and the
+    /// newest this build carries: the store is current when they are equal.
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)>;
+
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
 
@@ -736,4 +740,23 @@ pub(crate) fn seq_bind(seq: Seq) -> i64 {
 /// if the bridge re-stamped it, and is not part of the content).
 pub(crate) fn same_content(stored_kind: &str, stored_payload: &Value, new: &Append) -> bool {
     stored_kind == new.kind && stored_payload == &new.payload
+}
+
+/// The newest migration applied to the database behind `pool` (0 before any).
+async fn applied_migration<'c, E>(pool: E) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c>,
+    i64: sqlx::Type<E::Database> + for<'r> sqlx::Decode<'r, E::Database>,
+    for<'q> <E::Database as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, E::Database>,
+    (i64,): for<'r> sqlx::FromRow<'r, <E::Database as sqlx::Database>::Row>,
+{
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
+        .map_err(errors::db_error)
+}
+
+/// The newest migration `migrator` carries: what a current database was migrated to.
+fn newest_migration(migrator: &sqlx::migrate::Migrator) -> i64 {
+    migrator.iter().map(|m| m.version).max().unwrap_or(0)
 }

@@ -265,6 +265,14 @@ impl LogStore for SqliteStore {
         self.append_txs.load(Ordering::Relaxed)
     }
 
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
+        let applied = super::applied_migration(&self.readers).await?;
+        Ok((
+            applied,
+            super::newest_migration(&sqlx::migrate!("../migrations/sqlite")),
+        ))
+    }
+
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
         let rows = sqlx::query(&format!(
             "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",

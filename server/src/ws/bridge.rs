@@ -193,6 +193,7 @@ where
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
     let (mut tx, mut rx) = halves(tx, rx);
+    let _open = state.hub.metrics().bridge_open();
     let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,

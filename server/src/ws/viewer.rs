@@ -17,6 +17,8 @@ use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::web::{ServerToViewer, ViewerToServer};
 use moor_protocol::{close, Seq, SessionId};
+
+use crate::metrics::Transport;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -111,8 +113,10 @@ pub(crate) async fn serve<W, R>(
 {
     let (mut tx, mut rx) = super::halves(tx, rx);
     let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, cursor)
-        .page_bytes(state.config.max_page_bytes);
+        .page_bytes(state.config.max_page_bytes)
+        .counted(Transport::Ws);
     let _watching = state.hub.watching(session);
+    let _open = state.hub.metrics().viewer_open(Transport::Ws);
     let head = match state.store.log.find_session(&session.to_string()).await {
         Ok(s) => s.head_seq,
         Err(e) => {
@@ -150,14 +154,14 @@ pub(crate) async fn serve<W, R>(
                 match tokio::time::timeout(cfg.stall_timeout, tx.send(text(&ServerToViewer::Heartbeat))).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return,
-                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
+                    Err(_) => return lagged(&state, &mut tx, &mut rx).await,
                 }
             }
             next = tail.next() => match next {
                 Ok(f) => match tokio::time::timeout(cfg.stall_timeout, write_batch(&mut tx, &mut tail, f)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return,
-                    Err(_) => return lagged(&mut tx, &mut rx, cfg.stall_timeout).await,
+                    Err(_) => return lagged(&state, &mut tx, &mut rx).await,
                 },
                 Err(e) => {
                     tracing::error!(error = ?e, "viewer tail failed");
@@ -189,7 +193,9 @@ pub(crate) async fn serve<W, R>(
 
 /// Closes a viewer that took nothing for the stall timeout with `LAGGED`, waiting for the close
 /// frame no longer than that either: it may not get through a full socket.
-async fn lagged(tx: &mut super::Tx, rx: &mut super::Rx, stall: Duration) {
+async fn lagged(state: &AppState, tx: &mut super::Tx, rx: &mut super::Rx) {
+    state.hub.metrics().cut_off(Transport::Ws);
+    let stall = state.config.stall_timeout;
     let closing = super::close(
         tx,
         rx,

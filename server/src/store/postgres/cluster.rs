@@ -1,6 +1,8 @@
 //! The Postgres side of [`Cluster`]: bridge claims (an epoch column on the session row, bumped
 //! and announced in one statement) and the `LISTEN` feed of the other nodes' notices.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -85,7 +87,12 @@ impl Cluster for PgStore {
             node: self.node.to_string(),
             listener: None,
             failures: 0,
+            listening: self.listening.clone(),
         })
+    }
+
+    fn listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
     }
 }
 
@@ -95,6 +102,14 @@ struct PgFeed {
     node: String,
     listener: Option<PgListener>,
     failures: u32,
+    /// The store's flag, kept equal to `listener.is_some()`.
+    listening: Arc<AtomicBool>,
+}
+
+impl Drop for PgFeed {
+    fn drop(&mut self) {
+        self.listening.store(false, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for PgFeed {
@@ -135,6 +150,7 @@ impl NoticeFeed for PgFeed {
                             tracing::info!(node = %self.node, "listening for other nodes again");
                         }
                         self.listener = Some(l);
+                        self.listening.store(true, Ordering::Relaxed);
                         self.failures = 0;
                         return Notice::Resync;
                     }
@@ -157,10 +173,12 @@ impl NoticeFeed for PgFeed {
                 Ok(None) => {
                     tracing::warn!("lost the listen connection; reconnecting and catching up");
                     self.listener = None;
+                    self.listening.store(false, Ordering::Relaxed);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "listen connection failed; reconnecting and catching up");
                     self.listener = None;
+                    self.listening.store(false, Ordering::Relaxed);
                 }
             }
         }

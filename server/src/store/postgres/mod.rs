@@ -66,6 +66,8 @@ pub struct PgStore {
     node: Arc<str>,
     /// Append transactions committed (see [`LogStore::append_transactions`]).
     append_txs: Arc<AtomicU64>,
+    /// Whether a notice feed's `LISTEN` connection is up (see [`Cluster::listening`]).
+    listening: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PgStore {
@@ -108,6 +110,7 @@ impl PgStore {
             listen,
             node: node_id.into(),
             append_txs: Arc::default(),
+            listening: Arc::default(),
         })
     }
 
@@ -312,6 +315,14 @@ impl LogStore for PgStore {
 
     fn append_transactions(&self) -> u64 {
         self.append_txs.load(Ordering::Relaxed)
+    }
+
+    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
+        let applied = super::applied_migration(&self.pool).await?;
+        Ok((
+            applied,
+            super::newest_migration(&sqlx::migrate!("../migrations/postgres")),
+        ))
     }
 
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {

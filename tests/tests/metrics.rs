@@ -1,0 +1,171 @@
+//! An operator can see and probe the server: `/metrics` for a scraper with the metrics token
+//! (or on `--metrics-listen`), `/readyz` saying whether the node can serve.
+
+use moor_e2e::metrics::{get, scrape, value};
+use moor_e2e::pg::TestDb;
+use moor_e2e::{eventually, Rig, ServerOpts, SseClient, SseOpts, TestServer, WsViewer, WAIT};
+use prometheus_parse::Scrape;
+use reqwest::StatusCode;
+
+const METRICS_TOKEN: &str = "metrics-token-for-the-scraper";
+
+fn at_least(s: &Scrape, name: &str, labels: &[(&str, &str)], min: f64) -> bool {
+    value(s, name, labels).is_some_and(|v| v >= min)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_while_a_session_streams_to_viewers() {
+    // arrange: a bridge streaming lines for longer than the test, an SSE and a WS viewer
+    let opts = ServerOpts::new().flag("--metrics-token", METRICS_TOKEN);
+    let rig = Rig::start(opts, &["count", "100000", "--interval-ms", "20"]).await;
+    let base = rig.server.url();
+    let sse = SseClient::connect(&base, rig.server.token(), rig.id, SseOpts::default());
+    let ws = WsViewer::connect(rig.server.addr(), rig.server.token(), rig.id, 0).await;
+    sse.wait_seq(5, WAIT).await;
+    ws.recorder()
+        .wait_for(WAIT, "5 entries", |s| s.last_seq() >= 5)
+        .await;
+    rig.api.post_input(rig.id, "m-1", "hello").await;
+    let before = scrape(&base, METRICS_TOKEN).await;
+
+    // act + assert: while it streams, every family moves
+    let kind = |k| [("kind", k)];
+    eventually(WAIT, "the metrics to show the live session", || async {
+        let s = scrape(&base, METRICS_TOKEN).await;
+        at_least(&s, "moord_connections", &kind("bridge"), 1.0)
+            && at_least(&s, "moord_connections", &kind("sse"), 1.0)
+            && at_least(&s, "moord_connections", &kind("ws_viewer"), 1.0)
+            && at_least(&s, "moord_live_sessions", &[], 1.0)
+            && at_least(&s, "moord_entries_appended_total", &[], 5.0)
+            && at_least(&s, "moord_appended_bytes_total", &[], 1.0)
+            && at_least(&s, "moord_commit_duration_seconds", &[], 1.0)
+            && at_least(&s, "moord_commit_group_entries", &[], 1.0)
+            && at_least(
+                &s,
+                "moord_viewer_deliveries_total",
+                &[("transport", "sse")],
+                5.0,
+            )
+            && at_least(
+                &s,
+                "moord_viewer_deliveries_total",
+                &[("transport", "ws")],
+                5.0,
+            )
+            && at_least(&s, "moord_replay_pages_total", &[], 2.0)
+            && at_least(&s, "moord_inputs_total", &[("outcome", "accepted")], 1.0)
+            && at_least(&s, "process_resident_memory_bytes", &[], 1.0)
+    })
+    .await;
+    let appended = |s: &Scrape| value(s, "moord_entries_appended_total", &[]).unwrap_or(0.0);
+    eventually(WAIT, "the appended counter to grow", || async {
+        appended(&scrape(&base, METRICS_TOKEN).await) > appended(&before)
+    })
+    .await;
+    assert_eq!(value(&before, "moord_store_errors_total", &[]), Some(0.0));
+    sse.stop();
+}
+
+#[tokio::test]
+async fn metrics_need_the_metrics_token_and_are_not_served_without_one() {
+    // arrange
+    let with = TestServer::start(ServerOpts::new().flag("--metrics-token", METRICS_TOKEN)).await;
+    let without = TestServer::start(ServerOpts::new()).await;
+    // act + assert: no token, a wrong one, the admin token: 401; the metrics token: 200
+    assert_eq!(get(&with.url(), None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        get(&with.url(), Some("wrong")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&with.url(), Some(with.token())).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&with.url(), Some(METRICS_TOKEN)).await.0,
+        StatusCode::OK
+    );
+    // without a metrics token, no metrics on the main address, whatever is presented
+    assert_eq!(
+        get(&without.url(), Some(without.token())).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// `GET /readyz`: the status and the JSON body.
+async fn readyz(base: &str) -> (StatusCode, serde_json::Value) {
+    let resp = reqwest::get(format!("{base}/readyz"))
+        .await
+        .expect("GET /readyz");
+    let status = resp.status();
+    (status, resp.json().await.expect("a JSON body"))
+}
+
+#[tokio::test]
+async fn readyz_is_ready_on_sqlite() {
+    let server = TestServer::start(ServerOpts::new()).await;
+    let (status, body) = readyz(&server.url()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_503_while_postgres_is_unreachable_and_200_once_it_is_back() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: a node on Postgres, ready (its notice feed listening)
+    let server = TestServer::start(db.node_opts("a", "admin-token-a")).await;
+    let admin = db.admin().await;
+    let base = server.url();
+    eventually(WAIT, "the node ready", || async {
+        readyz(&base).await.0 == StatusCode::OK
+    })
+    .await;
+
+    // act: the database refuses connections and the node's connections are cut
+    db.allow_connections(&admin, false).await;
+    db.kill_pool(&admin, "a").await;
+    db.kill_listen(&admin, "a").await;
+
+    // assert: not ready, saying why
+    let (status, body) = readyz(&base).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["code"], "unavailable");
+    assert!(
+        body["message"].as_str().is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
+
+    // act: the database is back
+    db.allow_connections(&admin, true).await;
+
+    // assert: ready again
+    eventually(WAIT, "the node ready again", || async {
+        readyz(&base).await.0 == StatusCode::OK
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn metrics_listen_serves_the_metrics_without_a_token_on_its_own_address() {
+    // arrange
+    let server = TestServer::start(ServerOpts::new().flag("--metrics-listen", "127.0.0.1:0")).await;
+    let logs = server.logs();
+    let url = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address in the output: {logs}"))
+        .to_owned();
+    // act
+    let (status, text) = get(&url, None).await;
+    // assert: served there, parseable, and still not on the main address
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parseable");
+    assert!(value(&scrape, "moord_live_sessions", &[]).is_some());
+    assert_eq!(get(&server.url(), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(get(&url, None).await.0, StatusCode::OK);
+    let other = reqwest::get(format!("{url}/healthz")).await.expect("GET");
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+}
