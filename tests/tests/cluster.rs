@@ -675,6 +675,15 @@ async fn a_node_killed_with_its_bridge_has_the_lost_connection_recorded_once_by_
     let id = b.api().wait_session(&name, WAIT).await.id;
     let live = b.api().post_input(id, "before", "to the bridge on A").await;
     assert!(!live.queued, "B sees A's lease: {live:?}");
+    // B does not hold the bridge, but A's live lease says it is there: online on B too, in the
+    // session and in the list.
+    let on_b = b.api().session(&name).await.expect("the session on B");
+    assert!(on_b.bridge.online, "B shows A's bridge: {:?}", on_b.bridge);
+    let listed = b.api().sessions().await;
+    assert!(
+        listed.iter().any(|s| s.id == id && s.bridge.online),
+        "B's list shows A's bridge online"
+    );
 
     // act: A dies with the bridge's socket
     a.kill().await;
