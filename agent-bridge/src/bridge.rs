@@ -181,6 +181,7 @@ impl Bridge {
             url,
             token: config.token.clone(),
             session: session.clone(),
+            continues: config.continues,
             producer: dir.producer,
             agent: AgentInfo {
                 command: config.command.clone(),

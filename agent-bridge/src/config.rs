@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use moor_protocol::SessionId;
+
 use crate::adapter::{AdapterMode, AgentOptions};
 use crate::backoff::BackoffConfig;
 use crate::error::BridgeError;
@@ -125,6 +127,8 @@ pub struct BridgeConfig {
     pub token: Token,
     /// Session name or id; `None` generates `<command basename>-<6 hex>`.
     pub session: Option<String>,
+    /// The ended session this new one continues (`moor resume`), for `Hello.continues`.
+    pub continues: Option<SessionId>,
     /// Where spools live; `None` means [`default_state_dir`].
     pub state_dir: Option<PathBuf>,
     /// The agent command and its arguments.
@@ -145,6 +149,7 @@ impl Default for BridgeConfig {
             server: DEFAULT_SERVER.to_owned(),
             token: Token::default(),
             session: None,
+            continues: None,
             state_dir: None,
             command: Vec::new(),
             link: LinkConfig::default(),

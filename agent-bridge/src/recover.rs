@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use moor_protocol::api::{InputAccepted, InputRequest, SessionInfo, SessionStatus};
 use moor_protocol::payload::InputText;
+use moor_protocol::SessionId;
 use moor_protocol::recovery::{mutation_advice, resume_prompt, RecoveryBrief, RetryPolicy};
 use moor_protocol::state::{Phase, ToolClass};
 use serde::de::DeserializeOwned;
@@ -158,6 +159,8 @@ pub struct ResumePlan {
     pub prompt: String,
     /// Idempotency key of that prompt.
     pub prompt_id: String,
+    /// The ended session a new session continues (`None` when it resumes on the same one).
+    pub continues: Option<SessionId>,
 }
 
 /// Plans a resume of `key`: same directory, same agent session, the brief as first prompt.
@@ -188,10 +191,13 @@ pub async fn plan_resume(
         .unwrap_or_else(|| "claude".to_owned());
     let mut brief = api.brief(key).await?;
     check_locally(&mut brief, Path::new(&cwd), policy);
-    let session = match info.status {
-        SessionStatus::Live => info.name.clone(),
-        // An ended log is complete; the resumed run gets a session of its own.
-        SessionStatus::Ended => format!("{}-resumed-{}", info.name, info.head_seq),
+    let (session, continues) = match info.status {
+        SessionStatus::Live => (info.name.clone(), None),
+        // An ended log is complete; the resumed run gets a session of its own, linked to it.
+        SessionStatus::Ended => (
+            format!("{}-resumed-{}", info.name, info.head_seq),
+            Some(info.id),
+        ),
     };
     let plan = ResumePlan {
         prompt_id: format!("resume-{}-{}", info.id, info.head_seq),
@@ -199,6 +205,7 @@ pub async fn plan_resume(
         cwd,
         command: vec![program, "--resume".into(), agent_session],
         prompt: brief.resume_prompt.clone(),
+        continues,
     };
     Ok((plan, brief))
 }

@@ -56,6 +56,10 @@ pub struct Hello {
     pub uncertain_inputs: Vec<Seq>,
     /// What the bridge runs.
     pub agent: AgentInfo,
+    /// The ended session this one continues (`moor resume`); the server links the two logs
+    /// when this handshake creates the session and the bridge's user owns the ended one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<SessionId>,
 }
 
 /// What a bridge runs and where.

@@ -17,6 +17,10 @@ pub const PTY_OUTPUT_MAX_BYTES: usize = 128 * 1024;
 /// The agent's terminal changed size. Payload: `{"cols": u16, "rows": u16, "source":
 /// "local"|"remote"|"start"}`.
 pub const AGENT_PTY_RESIZE: &str = "agent.pty.resize";
+/// Who holds a shell agent's terminal changed (`pty`, when the agent is a shell). Payload:
+/// `{"waiting": bool, "foreground": <command name>, "pid": n}`: `waiting` when the shell itself
+/// is in the foreground, at its prompt; else the foreground job's first process.
+pub const AGENT_TERMINAL: &str = "agent.terminal";
 
 /// The structured agent (Claude Code) announced its session. Payload: `{"agent_session_id": ...,
 /// "model": ..., "cwd": ..., "tools": [...], "permission_mode": ..., "version": ...}`.
@@ -101,6 +105,12 @@ pub const BRIDGE_DISCONNECTED: &str = "bridge.disconnected";
 
 /// The session ended: the agent is gone and everything it produced is stored.
 pub const SESSION_ENDED: &str = "session.ended";
+/// This session continues an ended one (`moor resume`). Payload: `{"session": <id>, "name":
+/// ...}`, the ended session. Written by the server in the new session's first commit.
+pub const SESSION_CONTINUED_FROM: &str = "session.continued_from";
+/// This ended session was continued in another (`moor resume`). Payload: `{"session": <id>,
+/// "name": ...}`, the new session. Written by the server once that one has started.
+pub const SESSION_CONTINUED_IN: &str = "session.continued_in";
 
 /// Kind of the server-written entry that records an interruption. Payload: `{"cause":
 /// "link"|"agent", "phase": Phase, "open_tools": [OpenTool], "pending_permissions": [...],

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::bridge::AgentInfo;
 use crate::checkpoint::CheckpointSummary;
 use crate::entry::{Entry, NewEntry};
-use crate::ids::{ProducerId, Seq};
+use crate::ids::{ProducerId, Seq, SessionId};
 use crate::kinds as k;
 use crate::work::{OpenTool, PendingPermission, Phase};
 
@@ -90,6 +90,21 @@ pub struct AgentCapabilities {
     /// It can tell whether the agent waits on its terminal for input.
     #[serde(default)]
     pub terminal_wait: bool,
+}
+
+/// `agent.terminal`: who holds a shell agent's terminal now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentTerminal {
+    /// The shell itself is in the foreground: it waits at its prompt for input.
+    pub waiting: bool,
+    /// The foreground process group's leader's command name (at most 64 bytes).
+    #[serde(default)]
+    pub foreground: String,
+    /// That process's id.
+    #[serde(default)]
+    pub pid: u32,
 }
 
 /// `agent.exit`: the agent process ended. Also the `previous_exit` of an [`AgentRestart`].
@@ -720,6 +735,38 @@ pub struct SessionEnded {
     pub reason: Option<String>,
 }
 
+/// Another session, as a session's log points to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionLink {
+    /// Its id.
+    pub session: SessionId,
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `session.continued_from`: this session continues an ended one (`moor resume`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionContinuedFrom {
+    /// The ended session.
+    #[serde(flatten)]
+    pub from: SessionLink,
+}
+
+/// `session.continued_in`: this ended session was continued in another (`moor resume`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionContinuedIn {
+    /// The session it continues in.
+    #[serde(flatten)]
+    pub to: SessionLink,
+}
+
 /// `session.interrupted`: work was cut off (the link or the agent died mid-work). Written by
 /// the server from the state before the interruption.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -830,6 +877,7 @@ entry_bodies! {
     AgentStart(AgentStart) = k::AGENT_START => "agent.start",
     AgentPtyOutput(AgentPtyOutput) = k::AGENT_PTY_OUTPUT => "agent.pty.output",
     AgentPtyResize(AgentPtyResize) = k::AGENT_PTY_RESIZE => "agent.pty.resize",
+    AgentTerminal(AgentTerminal) = k::AGENT_TERMINAL => "agent.terminal",
     AgentSession(AgentSession) = k::AGENT_SESSION => "agent.session",
     AgentTextDelta(AgentTextDelta) = k::AGENT_TEXT_DELTA => "agent.text.delta",
     AgentText(AgentText) = k::AGENT_TEXT => "agent.text",
@@ -862,6 +910,8 @@ entry_bodies! {
     CheckpointCreated(CheckpointSummary) = k::CHECKPOINT_CREATED => "checkpoint.created",
     SessionInterrupted(SessionInterrupted) = k::SESSION_INTERRUPTED => "session.interrupted",
     SessionEnded(SessionEnded) = k::SESSION_ENDED => "session.ended",
+    SessionContinuedFrom(SessionContinuedFrom) = k::SESSION_CONTINUED_FROM => "session.continued_from",
+    SessionContinuedIn(SessionContinuedIn) = k::SESSION_CONTINUED_IN => "session.continued_in",
 }
 
 impl Entry {

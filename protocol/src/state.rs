@@ -14,7 +14,8 @@ use crate::entry::Entry;
 use crate::ids::Seq;
 use crate::kinds as k;
 use crate::payload::{
-    AgentCapabilities, AgentToolResult, AgentToolUse, BodyError, EntryBody, SessionInterrupted,
+    AgentCapabilities, AgentTerminal, AgentToolResult, AgentToolUse, BodyError, EntryBody,
+    SessionInterrupted, SessionLink,
 };
 
 pub use crate::kinds::{CHECKPOINT_CREATED, SESSION_INTERRUPTED, TOOL_INTENT, TOOL_INTENT_CHECKED};
@@ -125,6 +126,9 @@ pub struct AgentState {
     /// output 3 s ago" where no turn phase can be known.
     #[serde(default)]
     pub last_output_at: Option<i64>,
+    /// Who holds a shell agent's terminal (`agent.terminal`), while it runs.
+    #[serde(default)]
+    pub terminal: Option<AgentTerminal>,
 }
 
 impl AgentState {
@@ -214,6 +218,12 @@ pub struct SessionState {
     pub last_checkpoint: Option<Value>,
     /// Counters.
     pub counts: Counts,
+    /// The ended session this one continues (`moor resume`).
+    #[serde(default)]
+    pub continued_from: Option<SessionLink>,
+    /// The session this ended one was continued in.
+    #[serde(default)]
+    pub continued_in: Option<SessionLink>,
 }
 
 /// Work that will never finish: the tool calls and permission requests of an agent that
@@ -289,11 +299,13 @@ impl SessionState {
                 self.agent.cwd = p.cwd.or(self.agent.cwd.take());
                 self.agent.adapter = p.adapter.or(self.agent.adapter.take());
                 self.agent.capabilities = p.capabilities;
+                self.agent.terminal = None;
                 self.phase = Phase::Idle;
             }
             EntryBody::AgentExit(p) => {
                 self.settle_dead_agent();
                 self.agent.running = false;
+                self.agent.terminal = None;
                 self.agent.exit_code = p.code.map(i64::from);
                 self.agent.exit_signal = p.signal.map(i64::from);
             }
@@ -302,6 +314,7 @@ impl SessionState {
                 self.agent.restarts += 1;
                 self.agent.stalled = false;
             }
+            EntryBody::AgentTerminal(p) => self.agent.terminal = Some(p),
             EntryBody::AgentSession(p) => {
                 self.agent.agent_session_id = p.agent_session_id;
                 self.agent.model = p.model;
@@ -383,6 +396,8 @@ impl SessionState {
             // Work cut off stays visible as such: the session ended with it unfinished.
             EntryBody::SessionEnded(_) if self.phase == Phase::Interrupted => {}
             EntryBody::SessionEnded(_) => self.phase = Phase::Ended,
+            EntryBody::SessionContinuedFrom(p) => self.continued_from = Some(p.from),
+            EntryBody::SessionContinuedIn(p) => self.continued_in = Some(p.to),
             EntryBody::InputText(p) => return self.on_input(e, Some(p.text)),
             EntryBody::InputKeys(_)
             | EntryBody::InputResize(_)

@@ -711,3 +711,173 @@ async fn the_session_says_how_many_viewers_are_watching() {
     }
     assert!(left.is_some(), "the closed stream is still counted");
 }
+
+/// Reads `stream` (an SSE response) until `needle` has appeared `times` times.
+async fn wait_on_stream(stream: &mut reqwest::Response, needle: &str, times: usize) {
+    let mut seen = String::new();
+    tokio::time::timeout(WAIT, async {
+        while seen.matches(needle).count() < times {
+            let chunk = stream.chunk().await.unwrap().expect("the stream stays open");
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{needle} ×{times} on the stream; saw {seen}"));
+}
+
+/// The seq of every entry of `kind` in `entries`.
+fn seqs_of(entries: &[Entry], kind: &str) -> Vec<u64> {
+    entries
+        .iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| e.seq.0)
+        .collect()
+}
+
+/// A Bash tool call still running, as the agent's first entries.
+fn a_running_tool(from: u64) -> Vec<NewEntry> {
+    agent_entries(
+        from,
+        vec![
+            (
+                kinds::AGENT_SESSION,
+                json!({"agent_session_id": "abc", "model": "m", "cwd": "/w"}),
+            ),
+            (
+                kinds::AGENT_TOOL_USE,
+                json!({"id": "t1", "name": "Bash", "input": {"command": "make"}, "command": "make"}),
+            ),
+        ],
+    )
+}
+
+async fn until_acked(ws: &mut Ws, producer_seq: u64) {
+    loop {
+        match recv(ws).await {
+            ServerToBridge::Ack { producer_seq: p } if p >= producer_seq => return,
+            ServerToBridge::Ack { .. } | ServerToBridge::Input { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_agent_that_dies_mid_tool_has_its_interruption_logged_before_the_next_agent_start() {
+    // arrange: a tool call in flight
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("order", ProducerId::new(), 0).await;
+    let mut events = server
+        .get_response("/api/v1/sessions/order/events?after=0")
+        .await;
+    let mut entries = a_running_tool(1);
+    // act: the agent dies and the bridge starts it again, all in one frame
+    entries.extend(agent_entries(
+        3,
+        vec![
+            (kinds::AGENT_EXIT, json!({"signal": 9})),
+            (
+                kinds::AGENT_START,
+                json!({"command": ["claude"], "adapter": "claude"}),
+            ),
+        ],
+    ));
+    send(&mut ws, &BridgeToServer::Entries { entries }).await;
+    until_acked(&mut ws, 4).await;
+    wait_on_stream(&mut events, "session.interrupted", 1).await;
+
+    // assert: exit, then the interruption it caused, then the new start, every time
+    let log = server.entries("order").await;
+    let exit = seqs_of(&log, kinds::AGENT_EXIT);
+    let interrupted = seqs_of(&log, "session.interrupted");
+    let start = seqs_of(&log, kinds::AGENT_START);
+    assert_eq!(interrupted.len(), 1, "{log:#?}");
+    assert!(
+        exit[0] < interrupted[0] && interrupted[0] < start[0],
+        "exit {exit:?}, interrupted {interrupted:?}, start {start:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_bridge_back_at_once_after_a_lost_link_finds_the_interruption_before_its_agent_start() {
+    // arrange: a tool call in flight when the link dies
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("again", ProducerId::new(), 0).await;
+    let mut events = server
+        .get_response("/api/v1/sessions/again/events?after=0")
+        .await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: a_running_tool(1),
+        },
+    )
+    .await;
+    until_acked(&mut ws, 2).await;
+    drop(ws);
+    wait_on_stream(&mut events, "bridge.disconnected", 1).await;
+
+    // act: a new bridge (a restarted `moor`) starts its agent at once
+    let (mut ws, _) = server.bridge("again", ProducerId::new(), 0).await;
+    let start = agent_entries(
+        1,
+        vec![(
+            kinds::AGENT_START,
+            json!({"command": ["claude"], "adapter": "claude"}),
+        )],
+    );
+    send(&mut ws, &BridgeToServer::Entries { entries: start }).await;
+    until_acked(&mut ws, 1).await;
+
+    // assert: the interruption, once, before the new connection and its agent
+    let log = server.entries("again").await;
+    let interrupted = seqs_of(&log, "session.interrupted");
+    let connected = seqs_of(&log, "bridge.connected");
+    let start = seqs_of(&log, kinds::AGENT_START);
+    assert_eq!(interrupted.len(), 1, "{log:#?}");
+    assert!(
+        interrupted[0] < connected[1] && connected[1] < start[0],
+        "interrupted {interrupted:?}, connected {connected:?}, start {start:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_started_over_a_dead_ones_work_records_the_interruption() {
+    // arrange: a tool call in flight, and a link the server has not yet seen die
+    let server = TestServer::spawn(|_| {}).await;
+    let (mut ws, _) = server.bridge("over", ProducerId::new(), 0).await;
+    let mut events = server
+        .get_response("/api/v1/sessions/over/events?after=0")
+        .await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: a_running_tool(1),
+        },
+    )
+    .await;
+    until_acked(&mut ws, 2).await;
+
+    // act: a new bridge takes the session over (a planned move, not a loss) and its agent starts
+    let (mut next, _) = server.bridge("over", ProducerId::new(), 0).await;
+    let start = agent_entries(
+        1,
+        vec![(
+            kinds::AGENT_START,
+            json!({"command": ["claude"], "adapter": "claude"}),
+        )],
+    );
+    send(&mut next, &BridgeToServer::Entries { entries: start }).await;
+    until_acked(&mut next, 1).await;
+    drop(ws);
+
+    // assert: the old agent's work was cut off by the new one, and the log says so once
+    wait_on_stream(&mut events, "session.interrupted", 1).await;
+    let log = server.entries("over").await;
+    let interrupted: Vec<&Entry> = log
+        .iter()
+        .filter(|e| e.kind == "session.interrupted")
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{log:#?}");
+    assert_eq!(interrupted[0].payload["cause"], "agent");
+    assert_eq!(interrupted[0].payload["open_tools"][0]["id"], "t1");
+}

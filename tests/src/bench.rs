@@ -92,6 +92,7 @@ pub async fn bridge(addr: &str, token: &str, session: &str) -> Result<Ws> {
         producer: ProducerId::new(),
         last_applied_input: Seq(0),
         uncertain_inputs: vec![],
+        continues: None,
         agent: AgentInfo {
             command: vec!["bench".into()],
             adapter: "bench".into(),

@@ -141,6 +141,7 @@ impl RawBridge {
             producer,
             last_applied_input: Seq::ZERO,
             uncertain_inputs: Vec::new(),
+            continues: None,
             agent: AgentInfo {
                 command: vec!["raw-bridge".into()],
                 cwd: "/".into(),

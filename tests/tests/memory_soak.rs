@@ -242,6 +242,7 @@ async fn stalled_readers_an_oversized_hello_a_150x_manifest_and_a_bearer_flood_c
         producer: ProducerId::new(),
         last_applied_input: Seq::ZERO,
         uncertain_inputs: vec![],
+        continues: None,
         agent: AgentInfo {
             command: vec!["x".repeat(20 << 20)],
             ..Default::default()

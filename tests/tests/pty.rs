@@ -134,6 +134,59 @@ async fn a_viewer_and_the_local_terminal_both_drive_bash_and_the_terminal_is_res
 }
 
 #[tokio::test]
+async fn a_shell_agent_says_when_it_waits_at_its_prompt_and_which_command_holds_the_terminal() {
+    // arrange: bash on moor's terminal
+    let (mut s, opts) = setup().await;
+    let opts = opts.command(&["bash".into(), "--norc".into(), "--noprofile".into()]);
+    let mut term = TermSession::spawn(&opts, 100, 30);
+    let id = s.attach().await;
+    let start = s
+        .tail
+        .wait_kind(kinds::AGENT_START, 0, WAIT, |_| true)
+        .await;
+    assert_eq!(start.payload["capabilities"]["terminal_wait"], true, "{start:?}");
+    s.tail
+        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| e.payload["waiting"] == true)
+        .await;
+
+    // act: a command that runs until interrupted
+    s.keys(id, 1, "sleep 600\r").await;
+    let busy = s
+        .tail
+        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| e.payload["waiting"] == false)
+        .await;
+    s.keys(id, 2, "\u{3}").await;
+    let back = s
+        .tail
+        .wait_kind(kinds::AGENT_TERMINAL, busy.seq.0, WAIT, |e| {
+            e.payload["waiting"] == true
+        })
+        .await;
+
+    // assert: the command was named while it held the terminal, and the state says the shell
+    // waits again
+    assert_eq!(busy.payload["foreground"], "sleep", "{busy:?}");
+    let api = s.server.api();
+    let key = id.to_string();
+    let state = moor_e2e::util::eventually_some(WAIT, "the fold to reach the prompt", || async {
+        let state = api.session(&key).await?.state?;
+        (state.head >= back.seq).then_some(state)
+    })
+    .await;
+    let terminal = state.agent.terminal.expect("the terminal in the state");
+    assert!(terminal.waiting, "{terminal:?}");
+    assert_eq!(terminal.foreground, "bash");
+    s.keys(id, 3, "exit\r").await;
+    term.wait_exit(FINISH).await;
+    let log = s.server.api().entries_all(id).await;
+    let exit = log.iter().position(|e| e.kind == kinds::AGENT_EXIT).unwrap();
+    assert!(
+        log[exit..].iter().all(|e| e.kind != kinds::AGENT_TERMINAL),
+        "nothing of the terminal after agent.exit"
+    );
+}
+
+#[tokio::test]
 async fn remote_and_local_resizes_reach_the_program() {
     let (mut s, opts) = setup().await;
     let opts = opts.command(&["bash".into(), "--norc".into(), "--noprofile".into()]);

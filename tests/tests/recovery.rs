@@ -262,6 +262,28 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         "the command ran again"
     );
     valid_transcript(&server, &resumed.id.to_string()).await;
+
+    // ... and the two sessions point to each other, in their logs and their states
+    let from = server
+        .api()
+        .entries_all(resumed.id)
+        .await
+        .into_iter()
+        .find(|e| e.kind == kinds::SESSION_CONTINUED_FROM)
+        .expect("the resumed session says what it continues");
+    assert_eq!(from.payload["session"], Value::from(id.to_string()));
+    assert_eq!(from.payload["name"], Value::from(name.clone()));
+    let old = server.api().entries_all(id).await;
+    let to: Vec<&Entry> = old
+        .iter()
+        .filter(|e| e.kind == kinds::SESSION_CONTINUED_IN)
+        .collect();
+    assert_eq!(to.len(), 1, "{old:#?}");
+    assert_eq!(to[0].payload["session"], Value::from(resumed.id.to_string()));
+    let ended = server.api().session(&id.to_string()).await.expect("the ended session");
+    let link = ended.state.and_then(|s| s.continued_in).expect("continued_in in the state");
+    assert_eq!(link.session, resumed.id);
+    assert_eq!(link.name, resumed.name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,7 +32,14 @@ export function phaseText(s: SessionState, now: number = Date.now()): string {
   if (hasTurns(s) || (s.phase !== "idle" && s.phase !== "model_streaming")) {
     return PHASE_TEXT[s.phase] ?? s.phase;
   }
-  const status = s.agent.running ? "running" : "exited";
+  let status = s.agent.running ? "running" : "exited";
+  // Only a shell's terminal tells whether it waits (the adapter said so in agent.start).
+  const terminal = s.agent.terminal;
+  if (s.agent.running && s.agent.capabilities?.terminal_wait && terminal) {
+    status = terminal.waiting ? "waiting at its prompt" : `running ${terminal.foreground || "a command"}`;
+  }
+  const parts = [status];
   const output = lastOutput(s, now);
-  return output ? `${status} · ${output}` : status;
+  if (output) parts.push(output);
+  return parts.join(" · ");
 }

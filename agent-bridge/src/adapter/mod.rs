@@ -9,6 +9,7 @@
 
 pub mod chunks;
 pub mod claude;
+pub mod foreground;
 pub mod lines;
 mod process;
 pub mod pty;

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::chunks::{key_bytes, spool_chunks};
+use super::foreground;
 use super::process::{child_pid, join_writer, program_and_args, spawn_error, wait_for_exit};
 use super::terminal::{self, RawMode, TermSize};
 use super::{settle, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
@@ -99,12 +100,33 @@ impl PtyAgent {
             mut signals,
             status,
         } = io;
-        let start = AgentStart {
+        let mut start = AgentStart {
             cols: Some(size.cols),
             rows: Some(size.rows),
             ..spec.start_entry(pid, super::AdapterKind::Pty)
         };
+        // A shell's terminal says whether it waits at its prompt; nothing else's does.
+        let shell = spec.command.first().is_some_and(|p| foreground::is_shell(p));
+        if let Some(caps) = start.capabilities.as_mut() {
+            caps.terminal_wait = shell;
+        }
         spool.append(vec![Draft::new(start)]).await?;
+        let exited = CancellationToken::new();
+        let watcher = match shell.then(|| rustix::io::dup(&pty)) {
+            Some(Ok(master)) => Some(tokio::spawn(foreground::watch(
+                master,
+                pid,
+                spool.clone(),
+                exited.child_token(),
+            ))),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot watch the terminal's foreground");
+                None
+            }
+            None => None,
+        };
+        // Whichever way this returns, the watcher stops with it.
+        let _stop_watcher = exited.clone().drop_guard();
 
         let raw = if spec.options.interactive {
             RawMode::enter()?
@@ -125,7 +147,6 @@ impl PtyAgent {
         let (chunk_tx, chunk_rx) = mpsc::channel(CHUNK_QUEUE);
         let mut spooler = tokio::spawn(spool_chunks(chunk_rx, spool.clone()));
         let mut pump = tokio::spawn(pump_output(reader, chunk_tx, stdout_tx));
-        let exited = CancellationToken::new();
         let feeder = tokio::spawn(
             Feeder {
                 writer,
@@ -145,6 +166,10 @@ impl PtyAgent {
         )
         .await?;
         exited.cancel();
+        // Its last word on the terminal comes before `agent.exit`.
+        if let Some(watcher) = watcher {
+            let _ = watcher.await;
+        }
         // What it left running dies with it (and lets go of the terminal).
         let stopped = super::tree::stop_leftovers(spec.options.stop_grace).await;
         if let Some(err) = exit_wait.spool_failure {

@@ -87,6 +87,7 @@ pub(super) fn resume(args: RecoverArgs) -> anyhow::Result<i32> {
         server: args.server.clone(),
         token: token.clone(),
         session: Some(plan.session.clone()),
+        continues: plan.continues,
         state_dir: args.state_dir.clone(),
         command: plan.command.clone(),
         print_status: true,

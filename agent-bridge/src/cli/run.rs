@@ -117,6 +117,7 @@ impl RunArgs {
             server: self.server,
             token,
             session: self.session,
+            continues: None,
             state_dir: self.state_dir,
             command: self.command,
             link,

@@ -46,6 +46,8 @@ pub struct LinkParams {
     pub token: Token,
     /// Session name or id for `Hello.session`.
     pub session: String,
+    /// `Hello.continues`: the ended session this one continues.
+    pub continues: Option<SessionId>,
     /// This bridge's producer id.
     pub producer: ProducerId,
     /// What runs, for `Hello.agent`.

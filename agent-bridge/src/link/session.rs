@@ -71,6 +71,7 @@ impl Link {
             last_applied_input: self.p.ledger.last_applied(),
             uncertain_inputs: self.p.ledger.uncertain(),
             agent: self.p.agent.clone(),
+            continues: self.p.continues,
         });
         ws.send(encode(&hello)?).await?;
         let mut last_error = String::new();

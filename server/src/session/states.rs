@@ -267,8 +267,9 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
             );
             (!planned).then_some("link")
         }
-        kinds::AGENT_EXIT => Some("agent"),
-        kinds::AGENT_RESTART => Some("agent"),
+        // A new agent while the last one's work is in flight: that one died unrecorded (its
+        // bridge was killed with it).
+        kinds::AGENT_EXIT | kinds::AGENT_RESTART | kinds::AGENT_START => Some("agent"),
         _ => None,
     }
 }

@@ -16,7 +16,8 @@ use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::payload::{
-    BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain, SessionEnded,
+    BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
+    SessionContinuedFrom, SessionContinuedIn, SessionEnded, SessionLink,
 };
 use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use tokio::sync::mpsc;
@@ -84,6 +85,25 @@ async fn owns(state: &AppState, who: &Principal, session: SessionId) -> bool {
         role_on(&state.store, who, &row).await,
         Ok(Some(Role::Owner))
     )
+}
+
+/// The ended session a new session continues, when `hello` names one that `who` owns and
+/// `session` has nothing in its log yet (its first handshake).
+async fn continues(
+    state: &AppState,
+    who: &Principal,
+    hello: &Hello,
+    session: &crate::store::SessionRow,
+) -> Option<SessionLink> {
+    let from = hello.continues.filter(|from| *from != session.id)?;
+    if session.head_seq != Seq::ZERO || !owns(state, who, from).await {
+        return None;
+    }
+    let row = state.store.log.find_session(&from.to_string()).await.ok()?;
+    Some(SessionLink {
+        session: row.id,
+        name: row.name,
+    })
 }
 
 /// Whether `who`, whose handshake just created `session`, may attach to it: the first
@@ -165,6 +185,8 @@ struct Conn {
     delivered: Seq,
     /// Seq of this connection's `bridge.connected`, once written: names its lease.
     connected: Option<Seq>,
+    /// The ended session this new one continues, linked both ways at the welcome.
+    continued_from: Option<SessionLink>,
     /// Inputs after `delivered` may be in the store but not in the feed (the welcome's page was
     /// full, or a re-read failed): the next feed item re-reads them from the store.
     behind: bool,
@@ -263,6 +285,7 @@ where
             .await;
         }
     };
+    let continued_from = continues(&state, &who, &hello, &session).await;
     let live = match state
         .quotas
         .attach(&*state.store.access, &who, session.id)
@@ -313,6 +336,7 @@ where
         delivered: Seq::ZERO,
         behind: false,
         connected: None,
+        continued_from,
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
@@ -444,13 +468,43 @@ impl Conn {
             .take_over(self.session)
             .await
             .map_err(|e| failed(&e))?;
+        // The end of the connection before, and an interruption it caused, come before this
+        // connection's `bridge.connected` (and so before its agent's entries).
+        let head = self
+            .state
+            .store
+            .log
+            .find_session(&self.session.to_string())
+            .await
+            .map_err(|e| failed(&e))?
+            .head_seq;
+        self.until_folded(head).await;
         match self.welcome(name, conn_id).await {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                self.link_continued(name).await;
+                Ok(())
+            }
             Ok(false) => Err(Ending::close(
                 close::SUPERSEDED,
                 "a newer bridge connection for this session took over",
             )),
             Err(e) => Err(failed(&e)),
+        }
+    }
+
+    /// Points the ended session this one continues (if any) to this one. Its own pointer back
+    /// went in with its first `bridge.connected`; a failure here leaves only that one.
+    async fn link_continued(&mut self, name: &str) {
+        let Some(from) = self.continued_from.take() else {
+            return;
+        };
+        let to = SessionLink {
+            session: self.session,
+            name: name.to_owned(),
+        };
+        let entry = server_entry(SessionContinuedIn { to });
+        if let Err(e) = self.state.log.append(from.session, vec![entry]).await {
+            tracing::warn!(error = ?e, from = %from.session, "could not link the session it continues");
         }
     }
 
@@ -509,6 +563,9 @@ impl Conn {
                     receipt(s, applied)
                 }),
         );
+        if let Some(from) = self.continued_from.clone() {
+            settle.push(server_entry(SessionContinuedFrom { from }));
+        }
         settle.push(server_entry(BridgeConnected {
             connection: conn_id,
             producer: Some(hello.producer),
@@ -641,7 +698,7 @@ impl Conn {
                     last_rx = Instant::now();
                     let (outcomes, producer_seqs) = committed;
                     match self.settle(outcomes, producer_seqs).await {
-                        Ok(()) => Ok(()),
+                        Ok(_) => Ok(()),
                         Err(end) => return end,
                     }
                 }
@@ -741,7 +798,7 @@ impl Conn {
                     rx,
                     self.state.config.max_frame_bytes,
                 );
-                self.submit_entries(entries, raw.len() + merged).await
+                self.submit_in_order(entries, raw.len() + merged).await
             }
             BridgeToServer::Receipt { input_seq, status } => {
                 let body: EntryBody = match status {
@@ -802,6 +859,38 @@ impl Conn {
         }
     }
 
+    /// Hands a batch (`bytes` on the wire) to the committer. An entry that ends or replaces the
+    /// agent (`agent.exit`, `agent.restart`, `agent.start`) is committed, and folded into the
+    /// session's state, before anything after it is submitted: an interruption it causes (which
+    /// the state follower records) then lands right after it, before the agent's next entries,
+    /// whatever the timing.
+    async fn submit_in_order(
+        &mut self,
+        mut entries: Vec<NewEntry>,
+        bytes: usize,
+    ) -> Result<(), Ending> {
+        while let Some(at) = entries.iter().position(|e| changes_agent(&e.kind)) {
+            let rest = entries.split_off(at + 1);
+            self.submit_entries(entries, bytes).await?;
+            if let Some(seq) = self.settle_all().await? {
+                self.until_folded(seq).await;
+            }
+            entries = rest;
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.submit_entries(entries, bytes).await
+    }
+
+    /// Waits (bounded) until the session's state has folded `seq`, and so recorded any
+    /// interruption up to it.
+    async fn until_folded(&mut self, seq: Seq) {
+        if let Err(e) = self.state.states.current(self.session, seq).await {
+            tracing::warn!(error = ?e, session = %self.session, "state did not fold the agent's change in time");
+        }
+    }
+
     /// Validates a batch (`bytes` on the wire) and hands it to the committer; its ack follows from [`Conn::settle`].
     async fn submit_entries(&mut self, entries: Vec<NewEntry>, bytes: usize) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
@@ -848,27 +937,37 @@ impl Conn {
         Ok(())
     }
 
-    /// Waits for every batch in flight and settles it in order.
-    async fn settle_all(&mut self) -> Result<(), Ending> {
+    /// Waits for every batch in flight and settles it in order; the seq of the last entry.
+    async fn settle_all(&mut self) -> Result<Option<Seq>, Ending> {
+        let mut last = None;
         while let Some(mut f) = self.inflight.pop_front() {
             let outcomes = f.commit.wait().await;
-            self.settle(outcomes, f.producer_seqs).await?;
+            last = self.settle(outcomes, f.producer_seqs).await?.or(last);
         }
-        Ok(())
+        Ok(last)
     }
 
-    /// Acks a committed batch, or refuses the connection for a gap or a content mismatch.
+    /// Acks a committed batch, or refuses the connection for a gap or a content mismatch; the
+    /// seq of its last entry.
     async fn settle(
         &mut self,
         outcomes: StoreResult<Vec<Appended>>,
         producer_seqs: Vec<u64>,
-    ) -> Result<(), Ending> {
+    ) -> Result<Option<Seq>, Ending> {
         let producer = self.hello.producer;
         let outcomes = outcomes.map_err(store_ending)?;
         let mut acked = None;
+        let mut last = None;
         for (o, pseq) in outcomes.iter().zip(producer_seqs) {
             match o {
-                Appended::Stored(_) | Appended::Duplicate(_) => acked = Some(pseq),
+                Appended::Stored(e) => {
+                    acked = Some(pseq);
+                    last = Some(e.seq);
+                }
+                Appended::Duplicate(seq) => {
+                    acked = Some(pseq);
+                    last = Some(*seq);
+                }
                 Appended::Mismatch { producer_seq } => {
                     self.ack(acked).await;
                     let msg = format!("producer seq {producer_seq} was replayed with content different from the stored entry; refusing it");
@@ -887,7 +986,7 @@ impl Conn {
             }
         }
         self.ack(acked).await;
-        Ok(())
+        Ok(last)
     }
 
     /// Acks everything up to `producer_seq`: it and all before it are committed.
@@ -915,6 +1014,15 @@ pub fn bridge_may_write(kind: &str) -> bool {
         && !kind.starts_with("bridge.")
         && !kind.starts_with("input.")
         && kind != kinds::SESSION_ENDED
+}
+
+/// Whether an entry of `kind` ends or replaces the agent process, which settles the work it had
+/// in flight.
+fn changes_agent(kind: &str) -> bool {
+    matches!(
+        kind,
+        kinds::AGENT_EXIT | kinds::AGENT_RESTART | kinds::AGENT_START
+    )
 }
 
 /// The outcome of the oldest batch in flight (cancel-safe: it stays queued until it resolves).
@@ -1024,6 +1132,7 @@ mod tests {
             producer: ProducerId::new(),
             last_applied_input: Seq::ZERO,
             uncertain_inputs: vec![],
+            continues: None,
             agent: AgentInfo::default(),
         };
         to_server.send(text(&BridgeToServer::Hello(hello))).unwrap();

@@ -145,6 +145,7 @@ pub fn hello(session: &str) -> Hello {
         producer: ProducerId::new(),
         last_applied_input: Seq::ZERO,
         uncertain_inputs: vec![],
+        continues: None,
         agent: AgentInfo {
             command: vec!["test".into()],
             ..Default::default()

@@ -9,6 +9,7 @@ import type { OpenTool } from "./OpenTool";
 import type { PendingPermission } from "./PendingPermission";
 import type { Phase } from "./Phase";
 import type { Seq } from "./Seq";
+import type { SessionLink } from "./SessionLink";
 import type { TurnState } from "./TurnState";
 import type { JsonValue } from "./serde_json/JsonValue";
 
@@ -84,4 +85,12 @@ last_checkpoint: JsonValue | null,
 /**
  * Counters.
  */
-counts: Counts, };
+counts: Counts, 
+/**
+ * The ended session this one continues (`moor resume`).
+ */
+continued_from: SessionLink | null, 
+/**
+ * The session this ended one was continued in.
+ */
+continued_in: SessionLink | null, };

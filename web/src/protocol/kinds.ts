@@ -8,6 +8,7 @@ export const ENTRY_KINDS = [
   "agent.start",
   "agent.pty.output",
   "agent.pty.resize",
+  "agent.terminal",
   "agent.session",
   "agent.text.delta",
   "agent.text",
@@ -40,6 +41,8 @@ export const ENTRY_KINDS = [
   "checkpoint.created",
   "session.interrupted",
   "session.ended",
+  "session.continued_from",
+  "session.continued_in",
 ] as const satisfies readonly EntryBody["kind"][];
 
 /** A kind of the union missing from the list fails here. */
