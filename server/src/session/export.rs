@@ -378,7 +378,7 @@ fn fenced_lines(text: &str, out: &mut String) {
 /// between two entries is followed across them.
 #[derive(Debug, Default)]
 struct Terminal {
-    state: Esc,
+    state: Scan,
     /// Bytes of a UTF-8 character cut between two entries.
     partial: Vec<u8>,
     /// Text after the last newline, held until the line ends (or the run does).
@@ -388,17 +388,17 @@ struct Terminal {
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Esc {
+enum Scan {
     #[default]
     Text,
     /// After ESC.
-    Esc,
+    Escape,
     /// Inside `ESC [`, until a final byte.
     Csi,
     /// Inside `ESC ]`, until BEL or `ESC \`.
     Osc,
     /// ESC inside an OSC.
-    OscEsc,
+    OscEscape,
 }
 
 /// Most bytes of a line held back: a terminal line longer than this is written as it is.
@@ -424,16 +424,16 @@ impl Terminal {
         let mut done = String::new();
         for c in text.chars() {
             match (self.state, c) {
-                (Esc::Text, '\u{1b}') => self.state = Esc::Esc,
-                (Esc::Text, '\r') => {
+                (Scan::Text, '\u{1b}') => self.state = Scan::Escape,
+                (Scan::Text, '\r') => {
                     self.cr = true;
                     continue;
                 }
-                (Esc::Text, '\n') => {
+                (Scan::Text, '\n') => {
                     done.push_str(&std::mem::take(&mut self.line));
                     done.push('\n');
                 }
-                (Esc::Text, c) if c == '\t' || !c.is_control() => {
+                (Scan::Text, c) if c == '\t' || !c.is_control() => {
                     if self.cr {
                         // A carriage return without a newline: the line is written over; keep
                         // what was there as its own line.
@@ -442,16 +442,16 @@ impl Terminal {
                     }
                     self.line.push(c);
                 }
-                (Esc::Text, _) => {}
-                (Esc::Esc, '[') => self.state = Esc::Csi,
-                (Esc::Esc, ']') => self.state = Esc::Osc,
-                (Esc::Esc, _) => self.state = Esc::Text,
-                (Esc::Csi, c) if ('\u{40}'..='\u{7e}').contains(&c) => self.state = Esc::Text,
-                (Esc::Csi, _) => {}
-                (Esc::Osc, '\u{07}') => self.state = Esc::Text,
-                (Esc::Osc, '\u{1b}') => self.state = Esc::OscEsc,
-                (Esc::Osc, _) => {}
-                (Esc::OscEsc, _) => self.state = Esc::Text,
+                (Scan::Text, _) => {}
+                (Scan::Escape, '[') => self.state = Scan::Csi,
+                (Scan::Escape, ']') => self.state = Scan::Osc,
+                (Scan::Escape, _) => self.state = Scan::Text,
+                (Scan::Csi, c) if ('\u{40}'..='\u{7e}').contains(&c) => self.state = Scan::Text,
+                (Scan::Csi, _) => {}
+                (Scan::Osc, '\u{07}') => self.state = Scan::Text,
+                (Scan::Osc, '\u{1b}') => self.state = Scan::OscEscape,
+                (Scan::Osc, _) => {}
+                (Scan::OscEscape, _) => self.state = Scan::Text,
             }
             self.cr = false;
             if self.line.len() >= MAX_LINE_BYTES {
