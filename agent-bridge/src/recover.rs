@@ -85,6 +85,30 @@ impl Api {
         Ok(Some(Self::json(&path, resp).await?))
     }
 
+    /// `GET /sessions/{key}/export?format=…`, checked for success; the body is the caller's to
+    /// stream. No overall timeout but `max`: an export of a long log takes as long as it takes.
+    pub async fn export(
+        &self,
+        key: &str,
+        format: &str,
+        max: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
+        let path = format!("/api/v1/sessions/{key}/export?format={format}");
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .timeout(max)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            anyhow::bail!("GET {path}: {status}: {body}");
+        }
+        Ok(resp)
+    }
+
     /// The server's recovery brief.
     pub async fn brief(&self, key: &str) -> anyhow::Result<RecoveryBrief> {
         self.get(&format!("/api/v1/sessions/{key}/recovery")).await

@@ -29,6 +29,8 @@ pub struct ServerOpts {
     flags: Vec<(String, String)>,
     /// Files written into the data dir before the first start.
     files: Vec<(String, Vec<u8>)>,
+    /// A backup `moord restore` puts into the data dir before the first start.
+    restore: Option<PathBuf>,
 }
 
 impl ServerOpts {
@@ -47,6 +49,12 @@ impl ServerOpts {
     /// `jwt-keys.json`, as nodes sharing a data dir would see it.
     pub fn data_file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Self {
         self.files.push((name.to_owned(), contents.into()));
+        self
+    }
+
+    /// Runs `moord restore <backup>` into the fresh data dir before the first start.
+    pub fn restore_from(mut self, backup: &Path) -> Self {
+        self.restore = Some(backup.to_owned());
         self
     }
 }
@@ -81,6 +89,22 @@ impl TestServer {
                 .open(dir.path().join("data").join(name))
                 .expect("data file");
             std::io::Write::write_all(&mut f, contents).expect("write data file");
+        }
+        if let Some(backup) = &opts.restore {
+            let out = std::process::Command::new(bin_path("moord"))
+                .arg("--data-dir")
+                .arg(dir.path().join("data"))
+                .arg("restore")
+                .arg(backup)
+                .stdin(Stdio::null())
+                .output()
+                .expect("moord restore runs");
+            assert!(
+                out.status.success(),
+                "moord restore {}: {}",
+                backup.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let mut server = Self {
             dir,

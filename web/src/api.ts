@@ -239,6 +239,12 @@ export const api = {
     return res.text();
   },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),
+  /** The session's whole log as a file: `jsonl` (every entry) or `markdown` (the transcript). */
+  async exportSession(id: string, format: "jsonl" | "markdown"): Promise<Blob> {
+    const res = await authFetch(`/api/v1/sessions/${enc(id)}/export?format=${format}`);
+    if (!res.ok) throw await errorOf(res);
+    return res.blob();
+  },
 
   login: (name: string, password: string) => open<unknown>("/auth/login", { name, password }),
   logout: () => call<void>("/auth/logout", { method: "POST" }, true),

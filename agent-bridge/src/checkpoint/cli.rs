@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use moor_protocol::checkpoint::{CheckpointManifest, CheckpointReason, CheckpointSummary};
+use moor_protocol::utc;
 use tokio::runtime::Handle;
 
 use super::client::Client;
@@ -275,35 +276,4 @@ pub async fn push(ctx: &CliContext) -> Result<(usize, UploadStats), CheckpointEr
     let repo = ctx.repo()?;
     let client = ctx.client("uploading needs the server")?;
     upload::push_all(&repo, &client).await
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` from ms since the epoch.
-pub fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_epoch_milliseconds() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(super::utc(1_709_251_199_000), "2024-02-29 23:59:59 UTC");
-    }
 }

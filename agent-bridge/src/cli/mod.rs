@@ -6,6 +6,7 @@
 //! to an exit code like a shell would.
 
 mod checkpoints;
+mod export;
 mod recover;
 mod run;
 
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use self::checkpoints::CheckpointsCommand;
+use self::export::ExportArgs;
 use self::recover::RecoverArgs;
 use self::run::RunArgs;
 use crate::adapter::AdapterError;
@@ -46,6 +48,8 @@ enum Command {
     /// Restart Claude Code on an interrupted session's own agent session, in its directory, with
     /// the recovery brief as its first prompt.
     Resume(RecoverArgs),
+    /// Download a session's log as JSONL (every entry) or Markdown (the transcript).
+    Export(ExportArgs),
     /// Checkpoints of this git work tree: list, show, diff, restore (here or from the server).
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
@@ -73,6 +77,7 @@ impl Cli {
             Command::Recover(args) => recover::recover(args),
             Command::Resume(args) => recover::resume(args),
             Command::Checkpoints(cmd) => checkpoints::run(cmd),
+            Command::Export(args) => export::export(args),
             Command::Login { server } => run::login(&server),
         };
         match result {

@@ -11,7 +11,7 @@ use crate::checkpoint::CheckpointConfig;
 use crate::recover::{self, Api};
 use crate::{BridgeConfig, Token};
 
-use super::run::{login_token, with_api};
+use super::run::{token_for, with_api};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RecoverArgs {
@@ -34,10 +34,7 @@ pub(super) struct RecoverArgs {
 impl RecoverArgs {
     /// `--token` / `MOOR_TOKEN`, else the credentials of `moor login`, as `moor run` does.
     fn token(&self) -> anyhow::Result<Token> {
-        match self.token.as_deref().filter(|t| !t.trim().is_empty()) {
-            Some(t) => Ok(Token::new(t)),
-            None => login_token(&self.server),
-        }
+        token_for(&self.server, self.token.as_deref())
     }
 }
 

@@ -98,10 +98,7 @@ impl RunArgs {
     }
 
     fn into_config(self) -> anyhow::Result<BridgeConfig> {
-        let token = match self.token.filter(|t| !t.trim().is_empty()) {
-            Some(t) => Token::new(t),
-            None => login_token(&self.server)?,
-        };
+        let token = token_for(&self.server, self.token.as_deref())?;
         let link = LinkConfig {
             backoff: BackoffConfig {
                 initial: Duration::from_millis(self.backoff_initial_ms),
@@ -211,6 +208,14 @@ pub(super) fn login(server: &str) -> anyhow::Result<i32> {
     login::save(&path, &creds)?;
     println!("logged in; credentials saved in {}", path.display());
     Ok(0)
+}
+
+/// `--token` / `MOOR_TOKEN` when given and not blank, else the credentials of `moor login`.
+pub(super) fn token_for(server: &str, given: Option<&str>) -> anyhow::Result<Token> {
+    match given.filter(|t| !t.trim().is_empty()) {
+        Some(t) => Ok(Token::new(t)),
+        None => login_token(server),
+    }
 }
 
 /// The token of `moor login` for `server`, renewing itself.

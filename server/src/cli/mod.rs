@@ -1,5 +1,5 @@
 //! `moord`'s command line: the flags and environment variables (`Config`), serving, and the
-//! administration subcommands (`user`, `keys`, `migrate-store`). `main` only parses and calls
+//! administration subcommands (`user`, `keys`, `export`, `backup`, `restore`, `migrate-store`). `main` only parses and calls
 //! [`Config::run`]; everything here goes through the library's public API ([`Server`]).
 
 use std::path::PathBuf;
@@ -11,6 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Server, ServerConfig};
 
+mod backup;
+mod export;
 mod keys;
 mod migrate;
 mod user;
@@ -170,6 +172,19 @@ pub(crate) enum Command {
         #[command(subcommand)]
         cmd: keys::KeysCommand,
     },
+    /// Copy a SQLite deployment (database, blobs, keys) into a new directory, while moord
+    /// serves.
+    Backup {
+        /// The new directory.
+        path: PathBuf,
+    },
+    /// Put a backup into a fresh data dir (--data-dir), migrating it to this release.
+    Restore {
+        /// The backup directory.
+        path: PathBuf,
+    },
+    /// Write a session's log as JSONL or Markdown (to stdout or --output).
+    Export(export::ExportArgs),
     /// Copy a SQLite database into an empty Postgres database (stop moord first).
     MigrateStore {
         /// Source, e.g. sqlite:moor-data/moor.db
@@ -239,6 +254,9 @@ impl Config {
             return match command {
                 Command::MigrateStore { from, to } => migrate::run(&from, &to).await,
                 Command::Keys { cmd } => keys::run(cmd, server_config),
+                Command::Export(args) => export::run(args, server_config).await,
+                Command::Backup { path } => backup::backup(path, server_config).await,
+                Command::Restore { path } => backup::restore(path, server_config).await,
                 Command::User { cmd } => user::run(cmd, server_config).await,
             };
         }

@@ -9,6 +9,7 @@ mod blobs;
 mod checkpoints;
 mod csrf;
 mod device;
+mod export;
 pub(crate) mod guard;
 mod health;
 mod inputs;
@@ -38,6 +39,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(inputs::create))
         .routes(routes!(recovery::brief))
         .routes(routes!(recovery::transcript))
+        .routes(routes!(export::export))
         .routes(routes!(sessions::close_bridge))
         .routes(routes!(checkpoints::list))
         .routes(routes!(checkpoints::put))

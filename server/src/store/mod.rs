@@ -38,7 +38,7 @@ pub use lease::{Expired, Lease, LeaseStore};
 pub use moor_protocol::api::Role;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
 
 /// Errors a store reports. Each implementation maps its driver's errors itself.
 #[derive(Debug, thiserror::Error)]

@@ -36,6 +36,31 @@ pub struct SqliteStore {
     append_txs: Arc<AtomicU64>,
 }
 
+/// Writes a consistent copy of the SQLite database at `url` to the new file `dest` with
+/// `VACUUM INTO`, on a connection of its own: it reads one snapshot (every transaction committed
+/// before it began, nothing after) while other connections and processes keep writing.
+pub async fn backup_into(url: &str, dest: &std::path::Path) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let opts = SqliteConnectOptions::from_str(url)
+        .with_context(|| format!("parse database url {url:?}"))?
+        .read_only(true)
+        .busy_timeout(Duration::from_secs(30));
+    let mut conn = sqlx::SqliteConnection::connect_with(&opts)
+        .await
+        .context("open the sqlite database")?;
+    let dest = dest
+        .to_str()
+        .context("the backup path is not valid UTF-8")?
+        .to_owned();
+    sqlx::query("VACUUM INTO ?")
+        .bind(dest)
+        .execute(&mut conn)
+        .await
+        .context("VACUUM INTO the backup file")?;
+    conn.close().await.context("close the sqlite database")?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` and migrates it.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {

@@ -14,7 +14,7 @@ import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
 import { phaseText } from "../phase";
-import { checkpointsPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
+import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
 /** Entries loaded around the cursor when the view opens, and per page when scrolling up. */
@@ -92,6 +92,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
+      h("button.tb", { type: "button", id: "export-btn", onclick: () => openExport() }, "Export"),
     ),
     streamBanner,
     bridgeBanner,
@@ -248,6 +249,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     s.body.append(await checkpointsPanel(id, win.entries, state?.last_checkpoint ?? null));
   };
   const openShare = () => sheet("Share").body.append(sharePanel(id, info?.name ?? id));
+  const openExport = () => sheet("Export").body.append(exportPanel(id, info?.name ?? id));
 
   /** Shows what the role allows: composer and Approve/Deny for controllers, Share for owners. */
   const applyRole = (r: Role) => {

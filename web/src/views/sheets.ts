@@ -1,4 +1,5 @@
-// Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR).
+// Bottom sheets of the session view: state panel, recovery brief, checkpoints, share (QR),
+// export.
 
 import qrcode from "qrcode-generator";
 import { api, ApiError, explain, type Role, type SessionMember, type ShareLink, type ShareLinkInfo } from "../api";
@@ -361,5 +362,30 @@ export function sharePanel(sessionId: string, name: string): HTMLElement {
     section("Active links", linkList, noLinks),
     section("People", memberList, listStatus, add, memberStatus),
     section("Open it on your other devices", h("input.share-url", { readonly: true, value: here })),
+  );
+}
+
+/** Download buttons for the session's log as JSONL (every entry) or Markdown (the transcript). */
+export function exportPanel(sessionId: string, name: string): HTMLElement {
+  const status = h("p.muted", { id: "export-status" }, "The whole log up to now, as a file.");
+  const download = async (format: "jsonl" | "markdown") => {
+    status.textContent = "Preparing…";
+    try {
+      const blob = await api.exportSession(sessionId, format);
+      const a = h("a", { href: URL.createObjectURL(blob), download: `moor-session-${name}.${format === "jsonl" ? "jsonl" : "md"}` }) as HTMLAnchorElement;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+      status.textContent = `Downloaded (${blob.size} bytes).`;
+    } catch (e) {
+      status.textContent = `Export failed: ${explain(e)}`;
+    }
+  };
+  return h(
+    "div.panel",
+    null,
+    h("button.tb", { type: "button", id: "export-md", onclick: () => void download("markdown") }, "Transcript (Markdown)"),
+    " ",
+    h("button.tb", { type: "button", id: "export-jsonl", onclick: () => void download("jsonl") }, "Every entry (JSONL)"),
+    status,
   );
 }
