@@ -57,7 +57,7 @@ export function listView(root: HTMLElement): () => void {
       const [sessions] = await Promise.all([api.sessions(), invites.refresh()]);
       sessions.sort((x, y) => (y.last_activity ?? y.created_at) - (x.last_activity ?? x.created_at));
       body.replaceChildren(...sessions.map(card));
-      if (!sessions.length) body.append(h("p.muted", null, "No sessions yet. Attach an agent: moor run -- <command>"));
+      if (!sessions.length) body.append(emptyState(location.origin));
       note.className = "banner";
       note.textContent = "";
     } catch (e) {
@@ -76,6 +76,21 @@ export function listView(root: HTMLElement): () => void {
     stopped = true;
     if (timer) clearTimeout(timer);
   };
+}
+
+/** The empty list: this server's address and the two commands that attach an agent to it. */
+export function emptyState(origin: string): HTMLElement {
+  const cmd = (text: string) => h("pre.cmd", null, h("code", null, text));
+  return h(
+    "div.empty",
+    { id: "empty-state" },
+    h("p", null, "No sessions yet. On the machine where the agent should run:"),
+    h("p.muted", null, "1. log in to this server (once):"),
+    cmd(`moor login ${origin}`),
+    h("p.muted", null, "2. start an agent under moor:"),
+    cmd("moor run -- claude"),
+    h("p.muted", null, "It shows up here as soon as it connects."),
+  );
 }
 
 /** Logs out: the server revokes this login (its cookies are cleared); a stored token is forgotten. */

@@ -2,6 +2,7 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, ApiError, canControl, type Role } from "../api";
+import { WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
 import { ItemModel } from "../items";
@@ -14,6 +15,7 @@ import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
 import { phaseText } from "../phase";
+import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
 import { checkpointsPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
@@ -25,6 +27,15 @@ export const MAX_REPLAY = 5000;
 const BACK_NOTICE_MS = 10000;
 
 const cursorKey = (id: string) => `moor.cursor.${id}`;
+/** The session's info and state are stored at most this often (entries as they come). */
+const META_SAVE_MS = 1000;
+
+let cacheOpen: Promise<WindowCache | null> | null = null;
+/** The device's store of session windows (opened once per page; null without IndexedDB). */
+export function windowCache(): Promise<WindowCache | null> {
+  cacheOpen ??= WindowCache.open();
+  return cacheOpen;
+}
 
 export interface SessionDeps {
   outbox: Outbox;
@@ -48,6 +59,8 @@ export interface SessionProbe {
   renderedSeqs(): number[];
   /** A render of the transcript is scheduled (the DOM lags the model until the next frame). */
   rendering(): boolean;
+  /** The texts of the transcript's input items, in order. */
+  inputTexts(): string[];
 }
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
@@ -59,14 +72,22 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   let info: SessionInfo | null = null;
   let state: SessionState | null = null;
   let status: StreamStatus = { kind: "connecting" };
-  let bridge = { online: false, since: null as number | null, reason: null as string | null, at: -1, known: false };
+  // The three truths the banners tell (status.ts); `bridgeAt` orders the server's words on the
+  // bridge by the seq they are as of.
+  let truth = initial(navigator.onLine, Date.now());
+  let bridgeAt = -1;
   let ended = false;
   let backUntil = 0;
   let term: Terminal | null = null;
+  let cache: WindowCache | null = null;
+  /** The window has its starting point (stored, from the cursor, or the head). */
+  let anchored = false;
   const deciding = new Map<string, string>();
 
   // ---- layout
   const title = h("h1.title", null, "…");
+  const deviceBanner = h("div.banner", { id: "device-banner", role: "status", "aria-live": "polite", hidden: true });
+  const endBar = h("div.banner.bad", { id: "end-bar", hidden: true });
   const streamBanner = h("div.banner", { id: "stream-banner", role: "status", "aria-live": "polite" });
   const bridgeBanner = h("div.banner", { id: "bridge-banner", role: "status", "aria-live": "polite" });
   const recoveryBar = h("div.banner.bad", { id: "recovery-bar", hidden: true });
@@ -93,8 +114,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
     ),
+    deviceBanner,
     streamBanner,
     bridgeBanner,
+    endBar,
     recoveryBar,
   );
   const main = h("main.session", null, scroller, termBox, jump);
@@ -136,6 +159,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           win.hasOlder = false;
           return false;
         }
+        keep(added);
         const old = model.items.length;
         model.rebuild(win.entries);
         vl.prepended(model.items.length - old);
@@ -160,31 +184,25 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     el.dataset.state = state;
     el.textContent = text;
   };
-  const drawStream = () => {
-    const s = status;
-    switch (s.kind) {
-      case "connecting":
-        return setBanner(streamBanner, "warn", "connecting", "Connecting…");
-      case "catching-up":
-        return setBanner(streamBanner, "warn", "catching-up", `Catching up: ${s.got} of ${s.missed} missed entries`);
-      case "reconnecting":
-        return setBanner(streamBanner, "bad", "reconnecting", `Reconnecting, attempt ${s.attempt}: ${s.reason} (since ${clock(s.since)})`);
-      case "stopped":
-        return setBanner(streamBanner, "muted", "stopped", "Stopped");
-      case "live":
-        if (s.resumed && Date.now() < backUntil) {
-          return setBanner(streamBanner, "ok", "back", `Back: ${s.replayed} missed ${s.replayed === 1 ? "entry" : "entries"} replayed`);
-        }
-        return setBanner(streamBanner, "ok", "live", "Live");
-    }
+  const show = (el: HTMLElement, b: { state: string; cls: string; text: string; hidden?: boolean }) => {
+    setBanner(el, b.cls, b.state, b.text);
+    el.hidden = b.hidden === true;
   };
-  const drawBridge = () => {
-    if (ended) return setBanner(bridgeBanner, "muted", "ended", "Session ended");
-    if (!bridge.known) return setBanner(bridgeBanner, "muted", "unknown", "Agent: no bridge has connected yet");
-    if (bridge.online) return setBanner(bridgeBanner, "ok", "online", `Agent online${state ? ` · ${phaseText(state)}` : ""}`);
-    const phase = state ? ` · last known: ${phaseText(state)}` : "";
-    return setBanner(bridgeBanner, "bad", "offline", `Agent offline since ${clock(bridge.since)}${bridge.reason ? ` (${bridge.reason})` : ""}${phase}`);
+  const drawStatus = () => {
+    const b = describe(truth, { now: Date.now(), clock, backNotice: Date.now() < backUntil });
+    show(deviceBanner, b.device);
+    show(streamBanner, b.stream);
+    show(bridgeBanner, b.agent);
+    drawEnd();
   };
+  const drawStream = drawStatus;
+  const feel = (e: StatusEvent) => {
+    truth = reduce(truth, e);
+    drawStatus();
+  };
+  const onDevice = () => feel({ t: "device", online: navigator.onLine, at: Date.now() });
+  window.addEventListener("online", onDevice);
+  window.addEventListener("offline", onDevice);
   const drawRecovery = () => {
     const interrupted = state?.phase === "interrupted";
     recoveryBar.hidden = !interrupted;
@@ -192,6 +210,48 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       recoveryBar.replaceChildren("The session was interrupted mid-work. ", h("button", { type: "button", id: "recovery-btn", onclick: () => openRecovery() }, "Recovery brief"));
     }
   };
+  // ---- end states: nothing more will happen here, and the page says what still can.
+  const resumeCommand = () => `moor resume ${info?.name ?? id}`;
+  const drawEnd = () => {
+    const st = truth.stream;
+    if (st.kind === "refused" && st.status !== 401) {
+      endBar.hidden = false;
+      endBar.dataset.state = truth.hadAccess || st.hadAccess ? "removed" : "gone";
+      endBar.replaceChildren(
+        h("span", null, truth.hadAccess || st.hadAccess ? "You no longer have access to this session. " : "There is no such session you can open. "),
+        h("a.button", { href: "#/", id: "end-back" }, "Back to the sessions"),
+      );
+      scroller.classList.add("stale");
+      composeSlot.replaceChildren();
+      return;
+    }
+    if (ended && truth.ended) {
+      endBar.hidden = false;
+      endBar.dataset.state = "ended";
+      endBar.className = "banner muted";
+      endBar.replaceChildren(
+        h("span", null, "This session has ended: nothing you send would reach an agent. "),
+        h("button.tb", { type: "button", id: "end-recovery", onclick: () => void openRecovery() }, "Recovery brief"),
+        h("button.tb", { type: "button", id: "end-checkpoints", onclick: () => void openCheckpoints() }, "Checkpoints"),
+        h(
+          "button.tb",
+          { type: "button", id: "end-resume", title: "Copy the command that resumes this session on the agent's machine", onclick: () => void navigator.clipboard?.writeText(resumeCommand()) },
+          "Copy ",
+          h("code", null, resumeCommand()),
+        ),
+      );
+      composeSlot.replaceChildren();
+      return;
+    }
+    endBar.hidden = true;
+  };
+  /** The log or the server says the session ended: the composer goes, the way on is offered. */
+  const setEnded = () => {
+    if (ended) return;
+    ended = true;
+    feel({ t: "ended" });
+  };
+
   const backTimer = setInterval(() => {
     if (status.kind === "live" && backUntil && Date.now() >= backUntil) {
       backUntil = 0;
@@ -200,9 +260,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   }, 1000);
 
   const setBridge = (online: boolean, since: number | null, reason: string | null, at: number) => {
-    if (at < bridge.at) return;
-    bridge = { online, since, reason, at, known: since !== null || online };
-    drawBridge();
+    if (at < bridgeAt) return;
+    bridgeAt = at;
+    const agent: AgentSeen = { online, since, reason, phase: state ? phaseText(state) : null };
+    feel({ t: "agent", agent, at: Date.now() });
   };
 
   // ---- pending inputs (not yet in the log)
@@ -259,6 +320,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     composeSlot.replaceChildren(
       control ? h("div.compose-row", null, composer, interrupt) : h("p.muted.readonly", { id: "readonly-note" }, "Read-only: you can watch this session."),
     );
+    drawEnd();
     shareBtn.hidden = r !== "owner";
     bump((it) => it.t === "perm");
   };
@@ -287,18 +349,29 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
 
   // ---- live entries
+  /** Stores entries the window gained on this device (best effort: the page works without). */
+  function keep(added: Entry[]): void {
+    cache?.add(id, added, win.hi).catch(() => {});
+  }
+  let metaTimer: ReturnType<typeof setTimeout> | null = null;
+  const saveMeta = () => {
+    if (metaTimer || !cache) return;
+    metaTimer = setTimeout(() => {
+      metaTimer = null;
+      if (info) cache?.saveMeta({ session: id, info, state, at: Date.now() }).catch(() => {});
+    }, META_SAVE_MS);
+  };
+
   const onEntries = (batch: Entry[]) => {
     const added = win.append(batch);
     if (!added.length) return;
     saveCursor();
+    keep(added);
     for (const e of added) {
       const b = typed(e);
       if (b?.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
       else if (b?.kind === "bridge.disconnected") setBridge(false, e.ts, b.payload.reason ?? null, e.seq);
-      else if (b?.kind === "session.ended") {
-        ended = true;
-        drawBridge();
-      }
+      else if (b?.kind === "session.ended") setEnded();
     }
     if (term) term.write(added);
     model.apply(added);
@@ -315,26 +388,30 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       onEntries,
       onState: (s) => {
         state = s;
+        saveMeta();
         setBridge(s.link.up, s.link.since, s.link.reason, s.head);
         drawRecovery();
-        drawBridge();
       },
       onInfo: (i) => {
+        if (!anchored) anchorAt(i);
         info = i;
+        saveMeta();
         applyRole(i.role);
         title.textContent = i.name;
         document.title = `${i.name} · Mooring`;
-        ended = i.status === "ended";
-        setBridge(i.bridge.online, i.bridge.since, i.bridge.last_reason, i.head_seq);
+        feel({ t: "access" });
         if (i.state) {
           state = i.state;
           drawRecovery();
         }
+        if (i.status === "ended") setEnded();
+        setBridge(i.bridge.online, i.bridge.since, i.bridge.last_reason, i.head_seq);
         deps.outbox.pump();
       },
       onReset: (r) => {
         // The server's log is not the one our cursor came from: start again at its head.
         localStorage.removeItem(cursorKey(id));
+        cache?.clearEntries(id).catch(() => {});
         void reanchor(r.head_seq);
       },
       onStatus: (s) => {
@@ -342,15 +419,23 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           backUntil = Date.now() + BACK_NOTICE_MS;
         }
         status = s;
-        drawStream();
+        feel({ t: "stream", status: s, at: Date.now() });
+        if (s.kind === "refused" && s.status !== 401) forget();
         if (s.kind === "live") deps.outbox.pump();
       },
     },
     { watchdogMs: watchdogFor(deps.keepaliveMs) },
   );
 
+  /** Nothing of the session stays on a device that may no longer see it. */
+  function forget(): void {
+    localStorage.removeItem(cursorKey(id));
+    cache?.forget(id).catch(() => {});
+  }
+
   /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
   function reanchor(head: number): Promise<boolean> {
+    if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
     model.rebuild(win.entries);
     vl.reset();
@@ -358,41 +443,117 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     return loadOlder();
   }
 
+  /** The terminal of a PTY session (xterm.js is loaded only for those), drawn from the window. */
+  let termLoading: Promise<void> | null = null;
+  function ensureTerminal(i: SessionInfo): Promise<void> {
+    interrupt.hidden = i.agent?.adapter !== "claude";
+    if (i.agent?.adapter !== "pty") return Promise.resolve();
+    termLoading ??= (async () => {
+      const { Terminal } = await import("./terminal");
+      if (stopped) return;
+      term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
+      termBox.hidden = false;
+      scroller.classList.add("under-term");
+      term.reload(win.entries);
+    })();
+    return termLoading;
+  }
+
+  /** Draws what this device kept of the session: transcript, terminal, composer, last state. */
+  function restore(w: StoredWindow): void {
+    const m = w.meta;
+    if (m.info) {
+      info = m.info;
+      applyRole(m.info.role);
+      title.textContent = m.info.name;
+      document.title = `${m.info.name} · Mooring`;
+    }
+    if (m.state) {
+      state = m.state;
+      drawRecovery();
+    }
+    if (w.entries.length) {
+      win.reset(w.entries[0].seq - 1);
+      win.append(w.entries);
+      win.hasOlder = win.lo > 1;
+      model.rebuild(win.entries);
+      vl.reset();
+      restoredHi = win.hi;
+    }
+    const b = m.info?.bridge;
+    feel({
+      t: "stored",
+      agent: b ? { online: b.online, since: b.since, reason: b.last_reason, phase: m.state ? phaseText(m.state) : null } : null,
+      at: m.at,
+      ended: m.info?.status === "ended",
+    });
+    if (m.info?.status === "ended") setEnded();
+    if (m.info) void ensureTerminal(m.info);
+    void deps.outbox.settle(id, win.hi);
+    drawPending();
+  }
+  let restoredHi = 0;
+
+  /**
+   * Where the stream starts, once the server's head is known: after the stored window when it
+   * is part of this log and close enough; else after the stored cursor; else at the head. A gap
+   * larger than MAX_REPLAY is not replayed: the view opens at the head and says so.
+   */
+  function anchorAt(i: SessionInfo): void {
+    anchored = true;
+    const head = i.head_seq;
+    if (restoredHi > 0 && restoredHi <= head && head - restoredHi <= MAX_REPLAY) return;
+    if (restoredHi > 0 && head - restoredHi > MAX_REPLAY) {
+      skipped = head - restoredHi;
+    }
+    const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
+    const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;
+    if (anchor === head && stored > 0 && head - stored > MAX_REPLAY) skipped = head - stored;
+    drawSkipped();
+    // Live entries and the history below them load at the same time.
+    void reanchor(anchor).then(() => performance.mark("moor:history"));
+  }
+  let skipped = 0;
+  const skippedNote = h("div.banner.warn", { id: "skipped-note", hidden: true });
+  header.append(skippedNote);
+  const drawSkipped = () => {
+    skippedNote.hidden = skipped === 0;
+    skippedNote.textContent = skipped ? `${skipped} entries came while you were away: opened at the newest; scroll up to page back through them.` : "";
+  };
+
   // ---- open
   let stopped = false;
   (async () => {
-    drawStream();
-    drawBridge();
+    drawStatus();
     drawPending();
-    let first: SessionInfo;
+    cache = await windowCache();
+    const kept = cache ? await cache.load(id).catch(() => null) : null;
+    if (stopped) return;
+    if (kept) {
+      restore(kept);
+      performance.mark("moor:restored");
+    }
+    let first: SessionInfo | null;
     try {
       first = (await deps.early) ?? (await api.session(id));
       performance.mark("moor:info");
     } catch (e) {
-      setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
-      if (e instanceof ApiError && e.status === 401) {
-        // No stream without credentials: the login page is on its way and comes back here.
+      if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) {
+        // No stream without access: say so and stop (a 401 also brings the login page, which
+        // comes back here).
+        feel({ t: "stream", status: { kind: "refused", status: e.status, hadAccess: false }, at: Date.now() });
+        if (e.status !== 401) forget();
         return;
       }
-      // The stream loop retries (and says so) until the server answers.
-      first = null as unknown as SessionInfo;
+      if (e instanceof ApiError) setBanner(streamBanner, "bad", "error", `Cannot open this session: ${e.message}`);
+      // The stream loop retries (and says so) until the server answers; it anchors then.
+      first = null;
     }
     if (stopped) return;
     if (first) {
       applyRole(first.role);
-      const head = first.head_seq;
-      const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
-      const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;
-      if (first.agent?.adapter === "pty") {
-        // xterm.js is loaded only for terminal sessions.
-        const { Terminal } = await import("./terminal");
-        term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
-        termBox.hidden = false;
-        scroller.classList.add("under-term");
-      }
-      interrupt.hidden = first.agent?.adapter !== "claude";
-      // Live entries and the history below them load at the same time.
-      void reanchor(anchor).then(() => performance.mark("moor:history"));
+      anchorAt(first);
+      await ensureTerminal(first);
     }
     stream.start(first ?? undefined);
   })().catch((e) => {
@@ -414,6 +575,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .sort((a, b) => a.top - b.top)
         .map((x) => x.seq),
     rendering: () => vl.pending,
+    inputTexts: () => model.items.flatMap((it) => (it.t === "input" ? [it.text] : [])),
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
 
@@ -423,6 +585,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     saveCursor();
     offOutbox();
     clearInterval(backTimer);
+    window.removeEventListener("online", onDevice);
+    window.removeEventListener("offline", onDevice);
     term?.dispose();
   };
 }
