@@ -12,6 +12,8 @@ import {
   sessionByName, share, shot, TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
+const PTY_ECHO = "printf 'ready\\n'; while IFS= read -r l; do printf 'typed: [%s]\\n' \"$l\"; done";
+
 const scenarios = [];
 const scenario = (name, fn) => scenarios.push({ name, fn });
 
@@ -117,6 +119,103 @@ scenario("2. the server unreachable and the agent killed meanwhile: never green 
   await ctx.close();
 });
 
+/** Waits until this device keeps the session's window up to at least `seq` (IndexedDB). */
+const keptPast = (page, seq) => waitFor(`the window kept past seq ${seq}`, 20000, async () => (await page.evaluate(() => window.__moor.keptHi())) >= seq);
+
+/** The server becomes unreachable for the pages that use the proxy: new connections refused, live ones broken. */
+async function serverDown() {
+  await rpc("proxy_refuse", { on: true });
+  await rpc("proxy_reset");
+}
+
+scenario("3. a reload while the server is down shows the transcript, title and composer; back, it resumes from the stored cursor", async ({ browser }) => {
+  const { url } = await rpc("proxy");
+  const total = 3000;
+  const info = await linesSession("ph-reload-down", total, 10);
+  const ctx = await phone(browser);
+  await ctx.addInitScript(stateRecorder);
+  const page = await ctx.newPage();
+  await page.goto(`${url}/#/s/${info.id}&token=${TOKEN}`);
+  await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
+  await waitFor("entries past 600", 60000, () => page.evaluate(() => window.__moor.hi() >= 600));
+  await serverDown();
+  await waitBanner(page, "stream", "unreachable", 20000);
+  const hiBefore = await page.evaluate(() => window.__moor.hi());
+  await keptPast(page, hiBefore);
+  // Reload with the server unreachable: the cached shell, then this device's window.
+  const t0 = Date.now();
+  await page.reload();
+  await page.waitForFunction(() => window.__moor !== undefined);
+  const shown = await waitFor("the kept transcript drawn", 10000, async () => {
+    const v = await page.evaluate(() => ({ hi: window.__moor.hi(), rows: window.__moor.renderedSeqs().length, title: document.querySelector("h1.title")?.textContent, composer: !!document.getElementById("composer-text") }));
+    return v.rows > 0 ? v : null;
+  });
+  console.log(`     kept transcript on screen ${Date.now() - t0} ms after the reload (server unreachable)`);
+  assert(shown.hi >= hiBefore, `the page holds what it had (${shown.hi} < ${hiBefore})`);
+  assert(shown.title === "ph-reload-down", `the title is the session's name: ${shown.title}`);
+  assert(shown.composer, "the composer is there (what is sent waits in the outbox)");
+  const agent = await banner(page, "bridge");
+  assert(agent.state === "unknown" && /unknown since .*last known: online/.test(agent.text), `the agent as last known, not 'no bridge has connected yet': ${agent.text}`);
+  await waitBanner(page, "stream", "unreachable", 20000);
+  await shot(page, "phone-reload-server-down");
+  // The server comes back: the stream resumes right after the kept window.
+  const opened = [];
+  page.on("request", (r) => {
+    const u = new URL(r.url());
+    if (u.pathname === `/api/v1/sessions/${info.id}/events`) opened.push(Number(u.searchParams.get("after")));
+    if (u.pathname === `/api/v1/sessions/${info.id}/entries`) opened.push(`entries ${u.search}`);
+  });
+  await rpc("proxy_refuse", { on: false });
+  const back = await waitBanner(page, "stream", "back", 30000);
+  assert(typeof opened[0] === "number" && opened[0] === shown.hi, `the stream resumed after ${opened[0]}, the kept window ends at ${shown.hi}: ${JSON.stringify(opened)}`);
+  const k = Number(/Back: (\d+) missed/.exec(back.text)?.[1] ?? -1);
+  assert(k >= 0 && k < total - shown.hi + 1, `missed counts only what came while away (${k}), not the kept entries`);
+  await untilEnded(page, info.id);
+  const seqs = await page.evaluate(() => window.__moor.seqs());
+  for (let i = 1; i < seqs.length; i++) assert(seqs[i] === seqs[i - 1] + 1, `no gap or duplicate at ${i}`);
+  await ctx.close();
+});
+
+scenario("4–5. a PTY session reloaded while the server is down keeps its terminal; an applied input stays applied", async ({ browser }) => {
+  const { url } = await rpc("proxy");
+  await rpc("pty", { session: "ph-pty-down", script: PTY_ECHO });
+  const info = await sessionByName("ph-pty-down");
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${url}/#/s/${info.id}&token=${TOKEN}`);
+  await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
+  await waitFor("the program's output", 20000, () => page.evaluate(() => window.__moor.terminalText()?.includes("ready")));
+  await page.tap("#terminal .xterm");
+  await page.keyboard.type("before the outage");
+  await page.keyboard.press("Enter");
+  await waitFor("the echo", 20000, () => page.evaluate(() => window.__moor.terminalText()?.includes("typed: [before the outage]")));
+  const applied = await waitFor("the keys applied", 20000, async () => {
+    const entries = (await api(`/sessions/${info.id}/entries?after=0&limit=1000`)).entries;
+    const keys = entries.filter((e) => e.kind === "input.keys").map((e) => e.seq);
+    const done = new Set(entries.filter((e) => e.kind === "input.applied").map((e) => e.payload.input_seq));
+    return keys.length && keys.every((s) => done.has(s)) ? entries[entries.length - 1].seq : null;
+  });
+  await waitFor("the page past the receipts", 20000, () => page.evaluate((h) => window.__moor.hi() >= h, applied));
+  await keptPast(page, applied);
+  await serverDown();
+  await page.reload();
+  await page.waitForFunction(() => window.__moor !== undefined);
+  const text = await waitFor("the terminal drawn from this device", 10000, () => page.evaluate(() => window.__moor.terminalText()));
+  assert(text.includes("typed: [before the outage]"), `the terminal shows its output: ${text.slice(0, 200)}`);
+  const pendingShown = await page.evaluate(() => [...document.querySelectorAll("#pending [data-receipt]")].map((el) => el.dataset.receipt));
+  assert(!pendingShown.length, `nothing applied is shown as pending or queued: ${pendingShown}`);
+  const inputs = await page.evaluate(() => window.__moor.inputTexts());
+  assert(inputs.some((t) => t.includes("before the outage")), `the typed line is in the transcript: ${inputs}`);
+  await shot(page, "phone-pty-reload-server-down");
+  await rpc("proxy_refuse", { on: false });
+  await waitFor("the stream back", 30000, async () => ["back", "live"].includes((await banner(page, "stream")).state));
+  await page.tap("#terminal .xterm");
+  await page.keyboard.type("after");
+  await page.keyboard.press("Enter");
+  await waitFor("the echo after the outage", 20000, () => page.evaluate(() => window.__moor.terminalText()?.includes("typed: [after]")));
+  await ctx.close();
+});
+
 scenario("9. a removed member's page stops and says so, with a way back; a user with no role is told at once", async ({ browser }) => {
   await rpc("echo", { session: "ph-removed" });
   const info = await sessionByName("ph-removed");
@@ -192,8 +291,6 @@ scenario("10. an ended session offers no composer but the recovery brief, checkp
   await shot(page, "phone-ended");
   await ctx.close();
 });
-
-const PTY_ECHO = "printf 'ready\\n'; while IFS= read -r l; do printf 'typed: [%s]\\n' \"$l\"; done";
 
 scenario("6–7. terminal: keystrokes fold into one line per burst; helper keys keep the keyboard on the terminal", async ({ browser }) => {
   await rpc("pty", { session: "ph-pty", script: PTY_ECHO });

@@ -152,3 +152,21 @@ group("the issue's sequences", () => {
     expect(say(s).agent).toMatchObject({ state: "unknown", cls: "muted" });
   });
 });
+
+import { needsYou, sortForList } from "../src/views/list";
+import type { SessionInfo } from "../src/protocol/SessionInfo";
+
+group("the list: what needs you comes first", () => {
+  const s = (name: string, last: number, bridge: Partial<SessionInfo["bridge"]>, extra: Partial<SessionInfo> = {}) =>
+    ({ id: name, name, created_at: 0, last_activity: last, status: "running", bridge: { online: true, since: 1, last_close_code: null, last_reason: null, ...bridge }, ...extra }) as unknown as SessionInfo;
+  it("says why and sorts those sessions first", () => {
+    const fine = s("fine", 300, {});
+    const lost = s("lost", 100, { online: false, since: 50 });
+    const never = s("never", 200, { online: false, since: null });
+    const ended = s("ended", 400, { online: false, since: 50 }, { status: "ended" } as Partial<SessionInfo>);
+    expect(needsYou(lost)).toBe("the agent's bridge was lost");
+    expect(needsYou(never)).toBeNull();
+    expect(needsYou(ended)).toBeNull();
+    expect(sortForList([fine, lost, never, ended]).map((x) => x.name)).toEqual(["lost", "ended", "fine", "never"]);
+  });
+});

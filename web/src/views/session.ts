@@ -61,6 +61,10 @@ export interface SessionProbe {
   rendering(): boolean;
   /** The texts of the transcript's input items, in order. */
   inputTexts(): string[];
+  /** The newest seq this device keeps of the session in IndexedDB (0: none). */
+  keptHi(): Promise<number>;
+  /** The text the terminal shows (PTY sessions), or null. */
+  terminalText(): string | null;
 }
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
@@ -274,8 +278,16 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
   const pendingRow = (r: OutboxRecord) => {
     const what = r.kind === "input.text" ? String((r.payload as PayloadOf<"input.text">).text ?? "") : r.kind;
-    const state = r.error ? "refused" : r.seq === null ? "sending" : "queued";
-    const label = r.error ? `refused: ${r.error}` : r.seq === null ? "waiting to send (kept on this device)" : "queued";
+    // Stored on the server with no bridge there: queued for the agent. Stored with a bridge
+    // there: sent, its receipts follow in the log.
+    const state = r.error ? "refused" : r.seq === null ? "sending" : r.queued ? "queued" : "sent";
+    const label = r.error
+      ? `refused: ${r.error}`
+      : r.seq === null
+        ? "waiting to send (kept on this device)"
+        : r.queued
+          ? "queued for the agent: no bridge is connected"
+          : "sent to the server";
     return h(
       "div.bubble.user.pending-item",
       { "data-client-id": r.client_msg_id },
@@ -576,6 +588,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .map((x) => x.seq),
     rendering: () => vl.pending,
     inputTexts: () => model.items.flatMap((it) => (it.t === "input" ? [it.text] : [])),
+    keptHi: async () => {
+      const w = await (await windowCache())?.load(id);
+      return w?.entries.length ? w.entries[w.entries.length - 1].seq : 0;
+    },
+    terminalText: () => (term ? (termBox.querySelector(".xterm-rows")?.textContent ?? "") : null),
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
 
