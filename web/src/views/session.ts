@@ -63,6 +63,8 @@ export interface SessionProbe {
   inputTexts(): string[];
   /** The newest seq this device keeps of the session in IndexedDB (0: none). */
   keptHi(): Promise<number>;
+  /** How many entries this device keeps of the session. */
+  keptCount(): Promise<number>;
   /** The text the terminal shows (PTY sessions), or null. */
   terminalText(): string | null;
 }
@@ -514,11 +516,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   function anchorAt(i: SessionInfo): void {
     anchored = true;
     const head = i.head_seq;
-    if (restoredHi > 0 && restoredHi <= head && head - restoredHi <= MAX_REPLAY) return;
+    const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
+    // The kept window is written after the cursor (IndexedDB is asynchronous): a page that died
+    // in between kept less than it showed. Then the cursor, which is exact, decides.
+    if (restoredHi > 0 && restoredHi >= stored && restoredHi <= head && head - restoredHi <= MAX_REPLAY) return;
     if (restoredHi > 0 && head - restoredHi > MAX_REPLAY) {
       skipped = head - restoredHi;
     }
-    const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
     const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;
     if (anchor === head && stored > 0 && head - stored > MAX_REPLAY) skipped = head - stored;
     drawSkipped();
@@ -592,6 +596,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       const w = await (await windowCache())?.load(id);
       return w?.entries.length ? w.entries[w.entries.length - 1].seq : 0;
     },
+    keptCount: async () => (await (await windowCache())?.load(id))?.entries.length ?? 0,
     terminalText: () => (term ? (termBox.querySelector(".xterm-rows")?.textContent ?? "") : null),
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
