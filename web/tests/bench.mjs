@@ -98,7 +98,10 @@ try {
       },
       head,
       { polling: "raf", timeout: 30000 },
-    );
+    ).catch(async (e) => {
+      const seen = await page.evaluate(() => ({ hi: window.__moor?.hi(), lo: window.__moor?.lo(), status: window.__moor?.status(), rows: window.__moor?.renderedSeqs().slice(-3), banners: [...document.querySelectorAll(".banner")].map((b) => b.textContent) }));
+      throw new Error(`${e.message}: head ${head}, the page: ${JSON.stringify(seen)}`);
+    });
     const t = await handle.jsonValue();
     marks.push(await page.evaluate(() => Object.fromEntries(performance.getEntriesByType("mark").map((m) => [m.name, Math.round(m.startTime)]))));
     return t;
