@@ -98,6 +98,12 @@ export function keyText(raw: string): string {
   return out.replace(/ {2,}/g, " ").trim();
 }
 
+/** The oldest permission request still waiting for a decision, or null. */
+export function pendingDecision(items: Item[]): (Item & { t: "perm" }) | null {
+  for (const it of items) if (it.t === "perm" && it.decision === null) return it;
+  return null;
+}
+
 export class ItemModel {
   items: Item[] = [];
   private texts = new Map<string, Item & { t: "text" }>();

@@ -196,10 +196,17 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   await page.fill("#composer-text", `[[bash:touch ${project}/approved.txt]]`);
   await page.click("#composer button.send");
   await waitFor("a second permission request", 60000, async () => (await permCard(1))?.pending);
-  await page.click(".card.perm.pending button.approve");
+  // Approved from the sticky bar above the composer (within thumb reach), not the card.
+  const bar = await waitFor("the decision bar", 10000, () => page.evaluate(() => {
+    const b = document.getElementById("decision-bar");
+    return b && !b.hidden ? { text: b.textContent, bottom: b.getBoundingClientRect().bottom, h: innerHeight } : null;
+  }));
+  assert(/Bash waits for your decision/.test(bar.text) && bar.bottom > bar.h / 2, `a sticky decision bar in the lower half: ${JSON.stringify(bar)}`);
+  await page.click("#decision-bar button.approve");
   await waitFor("the approved tool to finish", 60000, () =>
     page.evaluate(() => [...document.querySelectorAll(".card.tool")].some((c) => c.classList.contains("st-ok"))),
   );
+  await waitFor("the decision bar gone", 20000, () => page.evaluate(() => document.getElementById("decision-bar").hidden));
   log = await allEntries(info.id);
   const decisions = log.filter((e) => e.kind === "agent.permission.resolved").map((e) => e.payload.decision);
   assert(JSON.stringify(decisions) === JSON.stringify(["deny", "allow"]), `decisions ${decisions}`);

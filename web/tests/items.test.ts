@@ -97,3 +97,19 @@ describe("keystrokes of a PTY session", () => {
     expect(live.items.map((i) => i.t === "input" && i.text)).toEqual(["typed vim x Esc :wq ⏎"]);
   });
 });
+
+describe("pendingDecision", () => {
+  it("is the oldest request without a decision", async () => {
+    const { pendingDecision } = await import("../src/items");
+    const m = new ItemModel();
+    m.apply([
+      e("agent.permission.request", { request_id: "a", tool_name: "Bash", input: {} }),
+      e("agent.permission.request", { request_id: "b", tool_name: "Edit", input: {} }),
+    ]);
+    expect(pendingDecision(m.items)?.t === "perm" && pendingDecision(m.items)?.requestId).toBe("a");
+    m.apply([e("agent.permission.resolved", { request_id: "a", decision: "allow", by: "user:x" })]);
+    expect(pendingDecision(m.items)?.requestId).toBe("b");
+    m.apply([e("agent.exit", { code: 0 })]);
+    expect(pendingDecision(m.items)).toBeNull();
+  });
+});

@@ -5,7 +5,7 @@ import { api, ApiError, canControl, type Role } from "../api";
 import { WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
-import { ItemModel } from "../items";
+import { ItemModel, pendingDecision } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
@@ -100,6 +100,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const scroller = h("div.scroller", { id: "transcript" });
   const termBox = h("div.term", { id: "terminal", hidden: true });
   const pending = h("div.pending", { id: "pending" });
+  // The decision the agent waits for, within thumb reach above the composer.
+  const decisionBar = h("div.decision-bar", { id: "decision-bar", hidden: true });
   const jump = h("button.jump", { type: "button", hidden: true, onclick: () => vl.scrollToBottom() }, "↓ newest");
   const text = h("textarea", { id: "composer-text", rows: 1, placeholder: "Message the agent", autocomplete: "off", enterkeyhint: "send" }) as HTMLTextAreaElement;
   const composer = h(
@@ -128,7 +130,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   );
   const main = h("main.session", null, scroller, termBox, jump);
   const composeSlot = h("div.compose-slot");
-  root.replaceChildren(header, main, h("footer.bottom", null, pending, composeSlot));
+  root.replaceChildren(header, main, h("footer.bottom", null, decisionBar, pending, composeSlot));
   const shareBtn = header.querySelector("#share-btn") as HTMLElement;
 
   // ---- transcript
@@ -182,6 +184,27 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   function bump(pred: (it: (typeof model.items)[number]) => boolean): void {
     for (const it of model.items) if (pred(it)) it.v += 1;
     vl.changed();
+    drawDecision();
+  }
+
+  /** The sticky bar: the oldest undecided request, Approve / Deny for controllers. */
+  function drawDecision(): void {
+    const p = ended ? null : pendingDecision(model.items);
+    decisionBar.hidden = p === null;
+    if (!p) return decisionBar.replaceChildren();
+    const sent = deciding.get(p.requestId);
+    decisionBar.dataset.request = p.requestId;
+    decisionBar.replaceChildren(
+      h("div.ell", null, h("b", null, `${p.toolName} waits for your decision`), p.path ? ` · ${p.path}` : ""),
+      control
+        ? h(
+            "div.actions",
+            null,
+            h("button.approve", { type: "button", disabled: !!sent, onclick: () => ctx.decide(p.requestId, "allow") }, "Approve"),
+            h("button.deny", { type: "button", disabled: !!sent, onclick: () => ctx.decide(p.requestId, "deny") }, "Deny"),
+          )
+        : h("div.muted", null, "Waiting for someone who may decide."),
+    );
   }
 
   // ---- banners
@@ -391,6 +414,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     model.apply(added);
     vl.appended();
     vl.changed();
+    drawDecision();
     void deps.outbox.settle(id, win.hi);
     drawPending();
   };
