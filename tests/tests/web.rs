@@ -2,7 +2,9 @@
 //! `moord` and the real `moor`: `web/tests/browser.mjs` runs the browser scenarios and
 //! `web/tests/browser-reattach.mjs` those of re-attaching (back/forward and the back/forward
 //! cache, a discarded tab, a sleeping phone, a cut or half-open stream, paging a long transcript)
-//! and of checkpoints; these tests own the processes. They start `moord` (with a short
+//! and of checkpoints, and `web/tests/browser-phone.mjs` the phone's (what the banners say
+//! offline, with the server unreachable and after access was removed, an ended session, the
+//! terminal's helper keys, touch targets); these tests own the processes. They start `moord` (with a short
 //! keep-alive, so the page's watchdog interval is short) and serve the script's requests to
 //! start, kill and restart bridges — plain line agents, an echo agent, a PTY shell, the real
 //! Claude Code CLI against the fake Messages API, a shell agent in a git work tree that `moor`
@@ -147,6 +149,13 @@ impl Bridges<'_> {
                 self.proxy = Some(proxy);
                 Ok(json!({ "url": url }))
             }
+            "proxy_refuse" => {
+                // While on, the proxy takes connections and closes them at once: the server is
+                // unreachable through it (live connections are broken with proxy_reset).
+                let proxy = self.proxy.as_ref().ok_or("no proxy")?;
+                proxy.refuse(args["on"].as_bool().unwrap_or(true));
+                Ok(json!({}))
+            }
             "proxy_stall" | "proxy_reset" | "proxy_cut" => {
                 let proxy = self.proxy.as_ref().ok_or("no proxy")?;
                 let n = match op {
@@ -251,6 +260,11 @@ async fn web_client_in_a_real_browser() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_client_reattaches_in_a_real_browser() {
     run_browser_script("tests/browser-reattach.mjs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_client_on_a_phone() {
+    run_browser_script("tests/browser-phone.mjs").await;
 }
 
 /// Starts `moord` (and the short-token one), runs the Node script `script` (relative to `web/`)

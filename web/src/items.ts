@@ -43,7 +43,7 @@ export type Item = Base &
         by: string | null;
       }
     | { t: "todos"; todos: Todo[] }
-    | { t: "input"; kind: string; text: string; author: string; receipt: Receipt; reason: string | null }
+    | { t: "input"; kind: string; text: string; author: string; receipt: Receipt; reason: string | null; raw: string }
     | { t: "sys"; text: string; level: "info" | "warn" | "bad" | "ok" }
     | { t: "checkpoint"; payload: CheckpointSummary }
     | { t: "raw"; kind: string; payload: JsonValue }
@@ -61,6 +61,48 @@ type Body = Item extends unknown ? (Item extends infer I ? (I extends Item ? Omi
  * fold settles them: a running tool will never return, an undecided request has expired.
  */
 const SETTLING = new Set(["agent.start", "agent.exit", "agent.restart", "session.interrupted"]);
+
+/** Keystrokes further apart than this start a new "typed …" item. */
+export const KEYS_BURST_MS = 5000;
+/** A burst item holds at most this many characters of keys. */
+const KEYS_BURST_MAX = 4000;
+
+const KEY_NAMES: Record<string, string> = {
+  "\r": " ⏎",
+  "\n": " ⏎",
+  "\t": " ⇥",
+  "\u001b": " Esc ",
+  "\u007f": "⌫",
+  "\u001b[A": " ↑ ",
+  "\u001b[B": " ↓ ",
+  "\u001b[C": " → ",
+  "\u001b[D": " ← ",
+};
+
+/** Keys as a person reads them: `echo hello ⏎`, `^C`, arrows and Esc by name. */
+export function keyText(raw: string): string {
+  let out = "";
+  for (let i = 0; i < raw.length; i++) {
+    const three = raw.slice(i, i + 3);
+    if (KEY_NAMES[three]) {
+      out += KEY_NAMES[three];
+      i += 2;
+      continue;
+    }
+    const c = raw[i];
+    const code = c.charCodeAt(0);
+    if (KEY_NAMES[c]) out += KEY_NAMES[c];
+    else if (code < 32) out += ` ^${String.fromCharCode(code + 64)} `;
+    else out += c;
+  }
+  return out.replace(/ {2,}/g, " ").trim();
+}
+
+/** The oldest permission request still waiting for a decision, or null. */
+export function pendingDecision(items: Item[]): (Item & { t: "perm" }) | null {
+  for (const it of items) if (it.t === "perm" && it.decision === null) return it;
+  return null;
+}
 
 export class ItemModel {
   items: Item[] = [];
@@ -252,7 +294,7 @@ export class ItemModel {
       case "input.resize":
         return this.input(e, `resize to ${b.payload.cols}×${b.payload.rows}`);
       case "input.keys":
-        return this.input(e, `keys ${JSON.stringify(b.payload.text ?? "…")}`);
+        return this.keys(e, b.payload.text ?? "");
       // Drawn by the terminal, not the transcript.
       case "agent.pty.output":
       case "agent.pty.resize":
@@ -278,8 +320,35 @@ export class ItemModel {
     return this.push(e, { t: "raw", kind: e.kind, payload: e.payload });
   }
 
+  /**
+   * Keystrokes fold into one item per burst: the same author's keys, each within KEYS_BURST_MS
+   * of the last, until an Enter. The item's receipt is its newest keystroke's.
+   */
+  private keys(e: Entry, text: string): Item {
+    const last = this.items[this.items.length - 1];
+    if (
+      last?.t === "input" &&
+      last.kind === "input.keys" &&
+      last.author === e.author &&
+      !last.raw.endsWith("\r") &&
+      e.ts - last.ts <= KEYS_BURST_MS &&
+      last.raw.length < KEYS_BURST_MAX
+    ) {
+      last.raw += text;
+      last.text = `typed ${keyText(last.raw)}`;
+      last.ts = e.ts;
+      last.receipt = "queued";
+      last.reason = null;
+      this.inputs.set(e.seq, last);
+      return last;
+    }
+    const it = this.input(e, `typed ${keyText(text)}`) as Item & { t: "input" };
+    it.raw = text;
+    return it;
+  }
+
   private input(e: Entry, text: string): Item {
-    const it = this.push(e, { t: "input", kind: e.kind, text, author: e.author, receipt: "queued", reason: null }) as Item & { t: "input" };
+    const it = this.push(e, { t: "input", kind: e.kind, text, author: e.author, receipt: "queued", reason: null, raw: "" }) as Item & { t: "input" };
     this.inputs.set(e.seq, it);
     return it;
   }

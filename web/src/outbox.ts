@@ -17,6 +17,8 @@ export interface OutboxRecord {
   created_at: number;
   /** The input's seq once the server stored it. */
   seq: number | null;
+  /** The server stored it with no bridge connected: it waits in the log for the next one. */
+  queued?: boolean;
   /** Why the server refused it for good (4xx); it will not be retried. */
   error: string | null;
   attempts: number;
@@ -211,6 +213,7 @@ export class Outbox {
           payload: r.payload,
         });
         r.seq = accepted.seq;
+        r.queued = accepted.queued === true;
         this.failures = 0;
       } catch (e) {
         const status = (e as { status?: number }).status;

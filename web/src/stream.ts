@@ -14,7 +14,11 @@ export type StreamStatus =
   | { kind: "connecting" }
   | { kind: "catching-up"; missed: number; got: number; resumed: boolean }
   | { kind: "live"; replayed: number; resumed: boolean; since: number }
-  | { kind: "reconnecting"; attempt: number; reason: string; since: number }
+  /** `unreachable`: the last attempt could not reach the server at all (not a dropped stream). */
+  | { kind: "reconnecting"; attempt: number; reason: string; since: number; unreachable?: boolean }
+  /** The server refused the page for good (401/403/404): no more attempts. `hadAccess`: it had
+   * shown this page the session before. */
+  | { kind: "refused"; status: number; hadAccess: boolean }
   | { kind: "stopped" };
 
 export interface StreamHooks {
@@ -60,6 +64,10 @@ export class LiveStream {
   private downSince = 0;
   private parked = false;
   private frozenAt = 0;
+  /** The server answered this stream with the session at least once. */
+  private hadAccess = false;
+  /** The current attempt has its stream open (failures after this are drops, not "unreachable"). */
+  private opened = false;
   private readonly onOnline = () => this.wakeUp();
   private readonly onOffline = () => this.kill("the browser went offline");
   private readonly onVisible = () => {
@@ -109,13 +117,14 @@ export class LiveStream {
     void this.loop();
   }
 
-  stop(): void {
+  /** Stops for good; `say`: report "stopped" (not when an end state was reported already). */
+  stop(say = true): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.listening.abort();
     this.ctrl?.abort(new Stop("stopped"));
     this.wakeUp();
-    this.setStatus({ kind: "stopped" });
+    if (say && this.status.kind !== "refused") this.setStatus({ kind: "stopped" });
   }
 
   /** Drops the current connection now (and reconnects), e.g. when the window was re-anchored. */
@@ -167,13 +176,15 @@ export class LiveStream {
     this.hooks.onStatus(s);
   }
 
-  private down(reason: string): void {
+  private down(reason: string, unreachable = false): void {
+    if (this.status.kind === "refused") return;
     if (this.status.kind !== "reconnecting") this.downSince = Date.now();
     this.setStatus({
       kind: "reconnecting",
       attempt: this.failures + 1,
       reason,
       since: this.downSince,
+      unreachable,
     });
   }
 
@@ -184,15 +195,23 @@ export class LiveStream {
         await this.once(resumed);
       } catch (e) {
         if (this.stopped || e instanceof Stop) break;
+        if (e instanceof ApiError && REFUSED.has(e.status)) {
+          // Retrying will not bring access back: say so and stop (the view offers the way out).
+          this.setStatus({ kind: "refused", status: e.status, hadAccess: this.hadAccess });
+          this.stop(false);
+          break;
+        }
         if (!(e instanceof Parked)) {
           this.failures += 1;
-          this.down(reason(e));
+          this.down(reason(e), !this.opened && navigator.onLine && isNetworkError(e));
         }
       }
       if (this.stopped) break;
       resumed = true;
       await this.backoff();
-      while (this.parked && !this.stopped) await this.until();
+      // An offline device reaches nothing: wait for the browser to say it is back, not counting
+      // attempts that cannot succeed.
+      while ((this.parked || !navigator.onLine) && !this.stopped) await this.until();
     }
   }
 
@@ -223,11 +242,13 @@ export class LiveStream {
   private async once(resumed: boolean): Promise<void> {
     const ctrl = new AbortController();
     this.ctrl = ctrl;
+    this.opened = false;
     this.lastByte = Date.now();
     // The head now, to tell how many entries the resume replays (and the bridge's status).
     const initial = this.initial;
     this.initial = null;
     const info = initial ?? (await withSignal(api.session(this.sessionId), ctrl.signal));
+    this.hadAccess = true;
     this.hooks.onInfo(info);
     const after = this.hooks.cursor();
     const head = info.head_seq;
@@ -244,6 +265,7 @@ export class LiveStream {
       throw new ApiError(res.status, body);
     }
     performance.mark("moor:stream-open");
+    this.opened = true;
     const missed = Math.max(0, head - after);
     const caughtUp = () => {
       this.failures = 0;
@@ -286,6 +308,13 @@ export class LiveStream {
       ctrl.abort();
     }
   }
+}
+
+/** Answers after which the page stops trying: logged out, no role (any more), no such session. */
+const REFUSED = new Set([401, 403, 404]);
+
+function isNetworkError(e: unknown): boolean {
+  return e instanceof TypeError || (e instanceof Error && e.message === "Failed to fetch");
 }
 
 function reason(e: unknown): string {

@@ -60,7 +60,12 @@ export class VirtualList {
     this.dirtyFrom = 0;
     const extra = added.reduce((a, b) => a + b, 0);
     // Indexes moved: forget the rendered rows' positions (their keys stay valid).
-    for (const r of this.rows.values()) r.i += n;
+    // The rows drawn move down with the scroll position, in the same task: the DOM never holds
+    // rows placed for the old offsets under the new scroll position, not even until the frame.
+    for (const r of this.rows.values()) {
+      r.i += n;
+      r.el.style.transform = `translateY(${this.offset(r.i)}px)`;
+    }
     this.layout();
     if (!this.stick) this.scroller.scrollTop += extra;
     this.schedule();

@@ -3,7 +3,10 @@
 //  1. navigation → first live entry on screen when re-attaching to that session (median of 5,
 //     with and without a cursor kept from an earlier visit), while a bridge adds 20 entries/s;
 //  2. frame rate while 500 entries/s stream in (rAF frames counted for 25 s; also the longest
-//     frame, and the page's entries at the end, past 10,000).
+//     frame, and the page's entries at the end, past 10,000);
+//  3. with a 10,000-entry window kept on the device (IndexedDB): reload while offline → the kept
+//     transcript on screen (median of 5), and the bytes the page fetches re-attaching after a
+//     minute away (20 entries/s meanwhile), against the entries missed and the whole log.
 // Prints the figures. Every wait is a condition with a timeout.
 
 import { spawn } from "node:child_process";
@@ -95,7 +98,10 @@ try {
       },
       head,
       { polling: "raf", timeout: 30000 },
-    );
+    ).catch(async (e) => {
+      const seen = await page.evaluate(() => ({ hi: window.__moor?.hi(), lo: window.__moor?.lo(), status: window.__moor?.status(), rows: window.__moor?.renderedSeqs().slice(-3), banners: [...document.querySelectorAll(".banner")].map((b) => b.textContent) }));
+      throw new Error(`${e.message}: head ${head}, the page: ${JSON.stringify(seen)}`);
+    });
     const t = await handle.jsonValue();
     marks.push(await page.evaluate(() => Object.fromEntries(performance.getEntriesByType("mark").map((m) => [m.name, Math.round(m.startTime)]))));
     return t;
@@ -115,6 +121,54 @@ try {
     );
   }
   await ctx.close();
+
+  // --- a 10,000-entry window kept on the device: offline reload, and re-attach after a minute
+  const offCtx = await phone();
+  const op = await offCtx.newPage();
+  await op.goto(`${url}/#token=${token}`);
+  await op.goto(`${url}/#/s/${big.id}`);
+  await op.waitForFunction(() => window.__moor && window.__moor.hi() > 0 && navigator.serviceWorker?.controller, null, { timeout: 60000 });
+  for (let i = 0; i < 200 && (await op.evaluate(() => window.__moor.seqs().length)) < 10000; i++) await op.evaluate(() => window.__moor.loadOlder());
+  await waitFor("10,000 entries kept on the device", 120000, async () => (await op.evaluate(() => window.__moor.keptCount())) >= 10000);
+  const offline = [];
+  let shownOffline = 0;
+  for (let i = 0; i < RUNS; i++) {
+    await offCtx.setOffline(true);
+    await op.reload({ waitUntil: "commit" });
+    const h = await op.waitForFunction(() => (document.querySelectorAll("#transcript .item[data-seq]").length ? performance.now() : 0), null, { polling: "raf", timeout: 30000 });
+    offline.push(await h.jsonValue());
+    shownOffline = await op.evaluate(() => window.__moor.seqs().length);
+    await offCtx.setOffline(false);
+    await waitFor("the stream back", 30000, () => op.evaluate(() => window.__moor.status().kind === "live"));
+  }
+  console.log(`reload while offline, ${shownOffline.toLocaleString("en")} entries kept on the device: navigation → transcript on screen: median ${median(offline).toFixed(0)} ms (runs: ${offline.map((t) => t.toFixed(0)).join(", ")})`);
+
+  const cursor = await op.evaluate(() => window.__moor.hi());
+  await op.goto("about:blank");
+  const away = Date.now();
+  // A minute away (the benchmark's subject, not a synchronisation), bounded.
+  await new Promise((r) => setTimeout(r, 60000));
+  const cdp = await offCtx.newCDPSession(op);
+  await cdp.send("Network.enable");
+  const apiReq = new Set();
+  let bytes = 0;
+  cdp.on("Network.requestWillBeSent", (e) => {
+    if (new URL(e.request.url).pathname.startsWith("/api/")) apiReq.add(e.requestId);
+  });
+  cdp.on("Network.dataReceived", (e) => {
+    if (apiReq.has(e.requestId)) bytes += e.encodedDataLength || e.dataLength;
+  });
+  const headBack = (await api(`/sessions/${big.id}`)).head_seq;
+  await op.goto(`${url}/#/s/${big.id}`, { waitUntil: "commit" });
+  await op.waitForFunction((h) => window.__moor && window.__moor.hi() >= h, headBack, { timeout: 60000 });
+  const missed = headBack - cursor;
+  const sample = await (await fetch(`${url}/api/v1/sessions/${big.id}/entries?after=0&limit=1000`, { headers: { Authorization: `Bearer ${token}` } })).text();
+  const perEntry = sample.length / 1000;
+  console.log(
+    `re-attach after ${((Date.now() - away) / 1000).toFixed(0)} s away: ${missed} entries missed, ${(bytes / 1024).toFixed(1)} KiB fetched from /api/ (${(bytes / missed).toFixed(0)} B per missed entry; ` +
+      `the whole log of ${headBack.toLocaleString("en")} entries is ~${((perEntry * headBack) / 1048576).toFixed(1)} MiB as history pages)`,
+  );
+  await offCtx.close();
 
   // --- 500 entries/s into an open page
   const rateCtx = await phone();

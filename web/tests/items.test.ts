@@ -63,3 +63,53 @@ describe("ItemModel", () => {
     expect(new Set(m.items.map((i) => i.key)).size).toBe(50);
   });
 });
+
+describe("keystrokes of a PTY session", () => {
+  const key = (text: string, ts: number, author = "user:ann"): Entry => ({ seq: ++seq, ts, kind: "input.keys", author, payload: { text } as Entry["payload"] });
+
+  it("fold into one line per burst: `echo hello` and Enter is one item, not eleven", () => {
+    const m = new ItemModel();
+    const typed = [..."echo hello"].map((c, i) => key(c, 1000 + i * 100));
+    const enter = key("\r", 2200);
+    m.apply([...typed, e("agent.pty.output", { data: "ZWNobw==" }), enter, e("input.applied", { input_seq: enter.seq })]);
+    expect(m.items.length).toBe(1);
+    const it0 = m.items[0];
+    expect(it0.t === "input" && it0.text).toBe("typed echo hello ⏎");
+    expect(it0.t === "input" && it0.receipt).toBe("applied");
+    // After an Enter, a new burst.
+    m.apply([key("l", 2300), key("s", 2400), key("\r", 2500)]);
+    expect(m.items.map((i) => (i.t === "input" ? i.text : i.t))).toEqual(["typed echo hello ⏎", "typed ls ⏎"]);
+  });
+
+  it("starts a new burst after a pause or another author, and names control keys", () => {
+    const m = new ItemModel();
+    m.apply([key("a", 0), key("b", 100), key("c", 100 + 6000), key("d", 6200, "user:bob"), key("\u0003", 6300, "user:bob"), key("\u001b[A", 6400, "user:bob")]);
+    expect(m.items.map((i) => (i.t === "input" ? `${i.author}: ${i.text}` : i.t))).toEqual(["user:ann: typed ab", "user:ann: typed c", "user:bob: typed d ^C ↑"]);
+  });
+
+  it("is the same whether the entries come one by one or after a rebuild", () => {
+    const entries = [..."vim x"].map((c, i) => key(c, i)).concat(key("\u001b", 10), key(":wq\r", 20));
+    const live = new ItemModel();
+    for (const x of entries) live.apply([x]);
+    const rebuilt = new ItemModel();
+    rebuilt.rebuild(entries);
+    expect(live.items.map((i) => i.t === "input" && i.text)).toEqual(rebuilt.items.map((i) => i.t === "input" && i.text));
+    expect(live.items.map((i) => i.t === "input" && i.text)).toEqual(["typed vim x Esc :wq ⏎"]);
+  });
+});
+
+describe("pendingDecision", () => {
+  it("is the oldest request without a decision", async () => {
+    const { pendingDecision } = await import("../src/items");
+    const m = new ItemModel();
+    m.apply([
+      e("agent.permission.request", { request_id: "a", tool_name: "Bash", input: {} }),
+      e("agent.permission.request", { request_id: "b", tool_name: "Edit", input: {} }),
+    ]);
+    expect(pendingDecision(m.items)?.t === "perm" && pendingDecision(m.items)?.requestId).toBe("a");
+    m.apply([e("agent.permission.resolved", { request_id: "a", decision: "allow", by: "user:x" })]);
+    expect(pendingDecision(m.items)?.requestId).toBe("b");
+    m.apply([e("agent.exit", { code: 0 })]);
+    expect(pendingDecision(m.items)).toBeNull();
+  });
+});

@@ -2,9 +2,10 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, ApiError, canControl, type Role } from "../api";
+import { WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
-import { ItemModel } from "../items";
+import { ItemModel, pendingDecision } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
@@ -14,6 +15,7 @@ import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
 import { phaseText } from "../phase";
+import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
 import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
@@ -25,6 +27,15 @@ export const MAX_REPLAY = 5000;
 const BACK_NOTICE_MS = 10000;
 
 const cursorKey = (id: string) => `moor.cursor.${id}`;
+/** The session's info and state are stored at most this often (entries as they come). */
+const META_SAVE_MS = 1000;
+
+let cacheOpen: Promise<WindowCache | null> | null = null;
+/** The device's store of session windows (opened once per page; null without IndexedDB). */
+export function windowCache(): Promise<WindowCache | null> {
+  cacheOpen ??= WindowCache.open();
+  return cacheOpen;
+}
 
 export interface SessionDeps {
   outbox: Outbox;
@@ -48,6 +59,14 @@ export interface SessionProbe {
   renderedSeqs(): number[];
   /** A render of the transcript is scheduled (the DOM lags the model until the next frame). */
   rendering(): boolean;
+  /** The texts of the transcript's input items, in order. */
+  inputTexts(): string[];
+  /** The newest seq this device keeps of the session in IndexedDB (0: none). */
+  keptHi(): Promise<number>;
+  /** How many entries this device keeps of the session. */
+  keptCount(): Promise<number>;
+  /** The text the terminal shows (PTY sessions), or null. */
+  terminalText(): string | null;
 }
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
@@ -59,20 +78,30 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   let info: SessionInfo | null = null;
   let state: SessionState | null = null;
   let status: StreamStatus = { kind: "connecting" };
-  let bridge = { online: false, since: null as number | null, reason: null as string | null, at: -1, known: false };
+  // The three truths the banners tell (status.ts); `bridgeAt` orders the server's words on the
+  // bridge by the seq they are as of.
+  let truth = initial(navigator.onLine, Date.now());
+  let bridgeAt = -1;
   let ended = false;
   let backUntil = 0;
   let term: Terminal | null = null;
+  let cache: WindowCache | null = null;
+  /** The window has its starting point (stored, from the cursor, or the head). */
+  let anchored = false;
   const deciding = new Map<string, string>();
 
   // ---- layout
   const title = h("h1.title", null, "…");
+  const deviceBanner = h("div.banner", { id: "device-banner", role: "status", "aria-live": "polite", hidden: true });
+  const endBar = h("div.banner.bad", { id: "end-bar", hidden: true });
   const streamBanner = h("div.banner", { id: "stream-banner", role: "status", "aria-live": "polite" });
   const bridgeBanner = h("div.banner", { id: "bridge-banner", role: "status", "aria-live": "polite" });
   const recoveryBar = h("div.banner.bad", { id: "recovery-bar", hidden: true });
   const scroller = h("div.scroller", { id: "transcript" });
   const termBox = h("div.term", { id: "terminal", hidden: true });
   const pending = h("div.pending", { id: "pending" });
+  // The decision the agent waits for, within thumb reach above the composer.
+  const decisionBar = h("div.decision-bar", { id: "decision-bar", hidden: true });
   const jump = h("button.jump", { type: "button", hidden: true, onclick: () => vl.scrollToBottom() }, "↓ newest");
   const text = h("textarea", { id: "composer-text", rows: 1, placeholder: "Message the agent", autocomplete: "off", enterkeyhint: "send" }) as HTMLTextAreaElement;
   const composer = h(
@@ -94,13 +123,15 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
       h("button.tb", { type: "button", id: "export-btn", onclick: () => openExport() }, "Export"),
     ),
+    deviceBanner,
     streamBanner,
     bridgeBanner,
+    endBar,
     recoveryBar,
   );
   const main = h("main.session", null, scroller, termBox, jump);
   const composeSlot = h("div.compose-slot");
-  root.replaceChildren(header, main, h("footer.bottom", null, pending, composeSlot));
+  root.replaceChildren(header, main, h("footer.bottom", null, decisionBar, pending, composeSlot));
   const shareBtn = header.querySelector("#share-btn") as HTMLElement;
 
   // ---- transcript
@@ -137,6 +168,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           win.hasOlder = false;
           return false;
         }
+        keep(added);
         const old = model.items.length;
         model.rebuild(win.entries);
         vl.prepended(model.items.length - old);
@@ -153,6 +185,27 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   function bump(pred: (it: (typeof model.items)[number]) => boolean): void {
     for (const it of model.items) if (pred(it)) it.v += 1;
     vl.changed();
+    drawDecision();
+  }
+
+  /** The sticky bar: the oldest undecided request, Approve / Deny for controllers. */
+  function drawDecision(): void {
+    const p = ended ? null : pendingDecision(model.items);
+    decisionBar.hidden = p === null;
+    if (!p) return decisionBar.replaceChildren();
+    const sent = deciding.get(p.requestId);
+    decisionBar.dataset.request = p.requestId;
+    decisionBar.replaceChildren(
+      h("div.ell", null, h("b", null, `${p.toolName} waits for your decision`), p.path ? ` · ${p.path}` : ""),
+      control
+        ? h(
+            "div.actions",
+            null,
+            h("button.approve", { type: "button", disabled: !!sent, onclick: () => ctx.decide(p.requestId, "allow") }, "Approve"),
+            h("button.deny", { type: "button", disabled: !!sent, onclick: () => ctx.decide(p.requestId, "deny") }, "Deny"),
+          )
+        : h("div.muted", null, "Waiting for someone who may decide."),
+    );
   }
 
   // ---- banners
@@ -161,31 +214,25 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     el.dataset.state = state;
     el.textContent = text;
   };
-  const drawStream = () => {
-    const s = status;
-    switch (s.kind) {
-      case "connecting":
-        return setBanner(streamBanner, "warn", "connecting", "Connecting…");
-      case "catching-up":
-        return setBanner(streamBanner, "warn", "catching-up", `Catching up: ${s.got} of ${s.missed} missed entries`);
-      case "reconnecting":
-        return setBanner(streamBanner, "bad", "reconnecting", `Reconnecting, attempt ${s.attempt}: ${s.reason} (since ${clock(s.since)})`);
-      case "stopped":
-        return setBanner(streamBanner, "muted", "stopped", "Stopped");
-      case "live":
-        if (s.resumed && Date.now() < backUntil) {
-          return setBanner(streamBanner, "ok", "back", `Back: ${s.replayed} missed ${s.replayed === 1 ? "entry" : "entries"} replayed`);
-        }
-        return setBanner(streamBanner, "ok", "live", "Live");
-    }
+  const show = (el: HTMLElement, b: { state: string; cls: string; text: string; hidden?: boolean }) => {
+    setBanner(el, b.cls, b.state, b.text);
+    el.hidden = b.hidden === true;
   };
-  const drawBridge = () => {
-    if (ended) return setBanner(bridgeBanner, "muted", "ended", "Session ended");
-    if (!bridge.known) return setBanner(bridgeBanner, "muted", "unknown", "Agent: no bridge has connected yet");
-    if (bridge.online) return setBanner(bridgeBanner, "ok", "online", `Agent online${state ? ` · ${phaseText(state)}` : ""}`);
-    const phase = state ? ` · last known: ${phaseText(state)}` : "";
-    return setBanner(bridgeBanner, "bad", "offline", `Agent offline since ${clock(bridge.since)}${bridge.reason ? ` (${bridge.reason})` : ""}${phase}`);
+  const drawStatus = () => {
+    const b = describe(truth, { now: Date.now(), clock, backNotice: Date.now() < backUntil });
+    show(deviceBanner, b.device);
+    show(streamBanner, b.stream);
+    show(bridgeBanner, b.agent);
+    drawEnd();
   };
+  const drawStream = drawStatus;
+  const feel = (e: StatusEvent) => {
+    truth = reduce(truth, e);
+    drawStatus();
+  };
+  const onDevice = () => feel({ t: "device", online: navigator.onLine, at: Date.now() });
+  window.addEventListener("online", onDevice);
+  window.addEventListener("offline", onDevice);
   const drawRecovery = () => {
     const interrupted = state?.phase === "interrupted";
     recoveryBar.hidden = !interrupted;
@@ -193,6 +240,48 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       recoveryBar.replaceChildren("The session was interrupted mid-work. ", h("button", { type: "button", id: "recovery-btn", onclick: () => openRecovery() }, "Recovery brief"));
     }
   };
+  // ---- end states: nothing more will happen here, and the page says what still can.
+  const resumeCommand = () => `moor resume ${info?.name ?? id}`;
+  const drawEnd = () => {
+    const st = truth.stream;
+    if (st.kind === "refused" && st.status !== 401) {
+      endBar.hidden = false;
+      endBar.dataset.state = truth.hadAccess || st.hadAccess ? "removed" : "gone";
+      endBar.replaceChildren(
+        h("span", null, truth.hadAccess || st.hadAccess ? "You no longer have access to this session. " : "There is no such session you can open. "),
+        h("a.button", { href: "#/", id: "end-back" }, "Back to the sessions"),
+      );
+      scroller.classList.add("stale");
+      composeSlot.replaceChildren();
+      return;
+    }
+    if (ended && truth.ended) {
+      endBar.hidden = false;
+      endBar.dataset.state = "ended";
+      endBar.className = "banner muted";
+      endBar.replaceChildren(
+        h("span", null, "This session has ended: nothing you send would reach an agent. "),
+        h("button.tb", { type: "button", id: "end-recovery", onclick: () => void openRecovery() }, "Recovery brief"),
+        h("button.tb", { type: "button", id: "end-checkpoints", onclick: () => void openCheckpoints() }, "Checkpoints"),
+        h(
+          "button.tb",
+          { type: "button", id: "end-resume", title: "Copy the command that resumes this session on the agent's machine", onclick: () => void navigator.clipboard?.writeText(resumeCommand()) },
+          "Copy ",
+          h("code", null, resumeCommand()),
+        ),
+      );
+      composeSlot.replaceChildren();
+      return;
+    }
+    endBar.hidden = true;
+  };
+  /** The log or the server says the session ended: the composer goes, the way on is offered. */
+  const setEnded = () => {
+    if (ended) return;
+    ended = true;
+    feel({ t: "ended" });
+  };
+
   const backTimer = setInterval(() => {
     if (status.kind === "live" && backUntil && Date.now() >= backUntil) {
       backUntil = 0;
@@ -201,9 +290,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   }, 1000);
 
   const setBridge = (online: boolean, since: number | null, reason: string | null, at: number) => {
-    if (at < bridge.at) return;
-    bridge = { online, since, reason, at, known: since !== null || online };
-    drawBridge();
+    if (at < bridgeAt) return;
+    bridgeAt = at;
+    const agent: AgentSeen = { online, since, reason, phase: state ? phaseText(state) : null };
+    feel({ t: "agent", agent, at: Date.now() });
   };
 
   // ---- pending inputs (not yet in the log)
@@ -214,8 +304,16 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
   const pendingRow = (r: OutboxRecord) => {
     const what = r.kind === "input.text" ? String((r.payload as PayloadOf<"input.text">).text ?? "") : r.kind;
-    const state = r.error ? "refused" : r.seq === null ? "sending" : "queued";
-    const label = r.error ? `refused: ${r.error}` : r.seq === null ? "waiting to send (kept on this device)" : "queued";
+    // Stored on the server with no bridge there: queued for the agent. Stored with a bridge
+    // there: sent, its receipts follow in the log.
+    const state = r.error ? "refused" : r.seq === null ? "sending" : r.queued ? "queued" : "sent";
+    const label = r.error
+      ? `refused: ${r.error}`
+      : r.seq === null
+        ? "waiting to send (kept on this device)"
+        : r.queued
+          ? "queued for the agent: no bridge is connected"
+          : "sent to the server";
     return h(
       "div.bubble.user.pending-item",
       { "data-client-id": r.client_msg_id },
@@ -261,6 +359,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     composeSlot.replaceChildren(
       control ? h("div.compose-row", null, composer, interrupt) : h("p.muted.readonly", { id: "readonly-note" }, "Read-only: you can watch this session."),
     );
+    drawEnd();
     shareBtn.hidden = r !== "owner";
     bump((it) => it.t === "perm");
   };
@@ -289,23 +388,35 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
 
   // ---- live entries
+  /** Stores entries the window gained on this device (best effort: the page works without). */
+  function keep(added: Entry[]): void {
+    cache?.add(id, added, win.hi).catch(() => {});
+  }
+  let metaTimer: ReturnType<typeof setTimeout> | null = null;
+  const saveMeta = () => {
+    if (metaTimer || !cache) return;
+    metaTimer = setTimeout(() => {
+      metaTimer = null;
+      if (info) cache?.saveMeta({ session: id, info, state, at: Date.now() }).catch(() => {});
+    }, META_SAVE_MS);
+  };
+
   const onEntries = (batch: Entry[]) => {
     const added = win.append(batch);
     if (!added.length) return;
     saveCursor();
+    keep(added);
     for (const e of added) {
       const b = typed(e);
       if (b?.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
       else if (b?.kind === "bridge.disconnected") setBridge(false, e.ts, b.payload.reason ?? null, e.seq);
-      else if (b?.kind === "session.ended") {
-        ended = true;
-        drawBridge();
-      }
+      else if (b?.kind === "session.ended") setEnded();
     }
     if (term) term.write(added);
     model.apply(added);
     vl.appended();
     vl.changed();
+    drawDecision();
     void deps.outbox.settle(id, win.hi);
     drawPending();
   };
@@ -317,26 +428,30 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       onEntries,
       onState: (s) => {
         state = s;
+        saveMeta();
         setBridge(s.link.up, s.link.since, s.link.reason, s.head);
         drawRecovery();
-        drawBridge();
       },
       onInfo: (i) => {
+        if (!anchored) anchorAt(i);
         info = i;
+        saveMeta();
         applyRole(i.role);
         title.textContent = i.name;
         document.title = `${i.name} · Mooring`;
-        ended = i.status === "ended";
-        setBridge(i.bridge.online, i.bridge.since, i.bridge.last_reason, i.head_seq);
+        feel({ t: "access" });
         if (i.state) {
           state = i.state;
           drawRecovery();
         }
+        if (i.status === "ended") setEnded();
+        setBridge(i.bridge.online, i.bridge.since, i.bridge.last_reason, i.head_seq);
         deps.outbox.pump();
       },
       onReset: (r) => {
         // The server's log is not the one our cursor came from: start again at its head.
         localStorage.removeItem(cursorKey(id));
+        cache?.clearEntries(id).catch(() => {});
         void reanchor(r.head_seq);
       },
       onStatus: (s) => {
@@ -344,15 +459,23 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           backUntil = Date.now() + BACK_NOTICE_MS;
         }
         status = s;
-        drawStream();
+        feel({ t: "stream", status: s, at: Date.now() });
+        if (s.kind === "refused" && s.status !== 401) forget();
         if (s.kind === "live") deps.outbox.pump();
       },
     },
     { watchdogMs: watchdogFor(deps.keepaliveMs) },
   );
 
+  /** Nothing of the session stays on a device that may no longer see it. */
+  function forget(): void {
+    localStorage.removeItem(cursorKey(id));
+    cache?.forget(id).catch(() => {});
+  }
+
   /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
   function reanchor(head: number): Promise<boolean> {
+    if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
     model.rebuild(win.entries);
     vl.reset();
@@ -360,41 +483,119 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     return loadOlder();
   }
 
+  /** The terminal of a PTY session (xterm.js is loaded only for those), drawn from the window. */
+  let termLoading: Promise<void> | null = null;
+  function ensureTerminal(i: SessionInfo): Promise<void> {
+    interrupt.hidden = i.agent?.adapter !== "claude";
+    if (i.agent?.adapter !== "pty") return Promise.resolve();
+    termLoading ??= (async () => {
+      const { Terminal } = await import("./terminal");
+      if (stopped) return;
+      term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
+      termBox.hidden = false;
+      scroller.classList.add("under-term");
+      term.reload(win.entries);
+    })();
+    return termLoading;
+  }
+
+  /** Draws what this device kept of the session: transcript, terminal, composer, last state. */
+  function restore(w: StoredWindow): void {
+    const m = w.meta;
+    if (m.info) {
+      info = m.info;
+      applyRole(m.info.role);
+      title.textContent = m.info.name;
+      document.title = `${m.info.name} · Mooring`;
+    }
+    if (m.state) {
+      state = m.state;
+      drawRecovery();
+    }
+    if (w.entries.length) {
+      win.reset(w.entries[0].seq - 1);
+      win.append(w.entries);
+      win.hasOlder = win.lo > 1;
+      model.rebuild(win.entries);
+      vl.reset();
+      restoredHi = win.hi;
+    }
+    const b = m.info?.bridge;
+    feel({
+      t: "stored",
+      agent: b ? { online: b.online, since: b.since, reason: b.last_reason, phase: m.state ? phaseText(m.state) : null } : null,
+      at: m.at,
+      ended: m.info?.status === "ended",
+    });
+    if (m.info?.status === "ended") setEnded();
+    if (m.info) void ensureTerminal(m.info);
+    void deps.outbox.settle(id, win.hi);
+    drawPending();
+  }
+  let restoredHi = 0;
+
+  /**
+   * Where the stream starts, once the server's head is known: after the stored window when it
+   * is part of this log and close enough; else after the stored cursor; else at the head. A gap
+   * larger than MAX_REPLAY is not replayed: the view opens at the head and says so.
+   */
+  function anchorAt(i: SessionInfo): void {
+    anchored = true;
+    const head = i.head_seq;
+    const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
+    // The kept window is written after the cursor (IndexedDB is asynchronous): a page that died
+    // in between kept less than it showed. Then the cursor, which is exact, decides.
+    if (restoredHi > 0 && restoredHi >= stored && restoredHi <= head && head - restoredHi <= MAX_REPLAY) return;
+    if (restoredHi > 0 && head - restoredHi > MAX_REPLAY) {
+      skipped = head - restoredHi;
+    }
+    const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;
+    if (anchor === head && stored > 0 && head - stored > MAX_REPLAY) skipped = head - stored;
+    drawSkipped();
+    // Live entries and the history below them load at the same time.
+    void reanchor(anchor).then(() => performance.mark("moor:history"));
+  }
+  let skipped = 0;
+  const skippedNote = h("div.banner.warn", { id: "skipped-note", hidden: true });
+  header.append(skippedNote);
+  const drawSkipped = () => {
+    skippedNote.hidden = skipped === 0;
+    skippedNote.textContent = skipped ? `${skipped} entries came while you were away: opened at the newest; scroll up to page back through them.` : "";
+  };
+
   // ---- open
   let stopped = false;
   (async () => {
-    drawStream();
-    drawBridge();
+    drawStatus();
     drawPending();
-    let first: SessionInfo;
+    cache = await windowCache();
+    const kept = cache ? await cache.load(id).catch(() => null) : null;
+    if (stopped) return;
+    if (kept) {
+      restore(kept);
+      performance.mark("moor:restored");
+    }
+    let first: SessionInfo | null;
     try {
       first = (await deps.early) ?? (await api.session(id));
       performance.mark("moor:info");
     } catch (e) {
-      setBanner(streamBanner, "bad", "error", `Cannot open this session: ${(e as Error).message}`);
-      if (e instanceof ApiError && e.status === 401) {
-        // No stream without credentials: the login page is on its way and comes back here.
+      if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) {
+        // No stream without access: say so and stop (a 401 also brings the login page, which
+        // comes back here).
+        feel({ t: "stream", status: { kind: "refused", status: e.status, hadAccess: false }, at: Date.now() });
+        if (e.status !== 401) forget();
         return;
       }
-      // The stream loop retries (and says so) until the server answers.
-      first = null as unknown as SessionInfo;
+      if (e instanceof ApiError) setBanner(streamBanner, "bad", "error", `Cannot open this session: ${e.message}`);
+      // The stream loop retries (and says so) until the server answers; it anchors then.
+      first = null;
     }
     if (stopped) return;
     if (first) {
       applyRole(first.role);
-      const head = first.head_seq;
-      const stored = Number(localStorage.getItem(cursorKey(id)) ?? 0);
-      const anchor = stored > 0 && stored <= head && head - stored <= MAX_REPLAY ? stored : head;
-      if (first.agent?.adapter === "pty") {
-        // xterm.js is loaded only for terminal sessions.
-        const { Terminal } = await import("./terminal");
-        term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
-        termBox.hidden = false;
-        scroller.classList.add("under-term");
-      }
-      interrupt.hidden = first.agent?.adapter !== "claude";
-      // Live entries and the history below them load at the same time.
-      void reanchor(anchor).then(() => performance.mark("moor:history"));
+      anchorAt(first);
+      await ensureTerminal(first);
     }
     stream.start(first ?? undefined);
   })().catch((e) => {
@@ -416,6 +617,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .sort((a, b) => a.top - b.top)
         .map((x) => x.seq),
     rendering: () => vl.pending,
+    inputTexts: () => model.items.flatMap((it) => (it.t === "input" ? [it.text] : [])),
+    keptHi: async () => {
+      const w = await (await windowCache())?.load(id);
+      return w?.entries.length ? w.entries[w.entries.length - 1].seq : 0;
+    },
+    keptCount: async () => (await (await windowCache())?.load(id))?.entries.length ?? 0,
+    terminalText: () => (term ? (termBox.querySelector(".xterm-rows")?.textContent ?? "") : null),
   };
   (window as unknown as { __moor: unknown }).__moor = probe;
 
@@ -425,6 +633,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     saveCursor();
     offOutbox();
     clearInterval(backTimer);
+    window.removeEventListener("online", onDevice);
+    window.removeEventListener("offline", onDevice);
     term?.dispose();
   };
 }

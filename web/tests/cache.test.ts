@@ -1,0 +1,69 @@
+import "fake-indexeddb/auto";
+import { describe, expect, it } from "vitest";
+import { contiguousTail, WINDOW_ENTRIES, WINDOW_SESSIONS, WindowCache } from "../src/cache";
+import type { Entry } from "../src/protocol/Entry";
+import type { SessionInfo } from "../src/protocol/SessionInfo";
+
+const entry = (seq: number): Entry => ({ seq, ts: seq, kind: "agent.output", author: "bridge", payload: { text: `line-${seq}`, stream: "stdout" } as Entry["payload"] });
+const run = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => entry(from + i));
+let n = 0;
+const open = async () => (await WindowCache.open(`test-${++n}`)) as WindowCache;
+const meta = (session: string, at: number) => ({ session, info: { id: session, name: session } as unknown as SessionInfo, state: null, at });
+
+describe("contiguousTail", () => {
+  it("keeps the newest contiguous run, at most max", () => {
+    expect(contiguousTail([entry(3), entry(1), entry(2)]).map((e) => e.seq)).toEqual([1, 2, 3]);
+    expect(contiguousTail([entry(1), entry(2), entry(5), entry(6)]).map((e) => e.seq)).toEqual([5, 6]);
+    expect(contiguousTail(run(1, 10), 4).map((e) => e.seq)).toEqual([7, 8, 9, 10]);
+    expect(contiguousTail([])).toEqual([]);
+  });
+});
+
+describe("WindowCache", () => {
+  it("gives back what it stored, from both ends, with its meta", async () => {
+    const c = await open();
+    expect(await c.load("s")).toBeNull();
+    await c.saveMeta(meta("s", 7));
+    await c.add("s", run(101, 200), 200);
+    await c.add("s", run(51, 100), 200);
+    await c.add("s", run(201, 210), 210);
+    const w = await c.load("s");
+    expect(w?.meta.at).toBe(7);
+    expect(w?.entries.map((e) => e.seq)).toEqual(run(51, 210).map((e) => e.seq));
+    expect(w?.entries[0]).toEqual(entry(51));
+  });
+
+  it("keeps at most WINDOW_ENTRIES, the newest", async () => {
+    const c = await open();
+    await c.saveMeta(meta("s", 1));
+    await c.add("s", run(1, WINDOW_ENTRIES), WINDOW_ENTRIES);
+    await c.add("s", run(WINDOW_ENTRIES + 1, WINDOW_ENTRIES + 500), WINDOW_ENTRIES + 500);
+    const w = await c.load("s");
+    expect(w?.entries.length).toBe(WINDOW_ENTRIES);
+    expect(w?.entries[0].seq).toBe(501);
+    expect(w?.entries[w.entries.length - 1].seq).toBe(WINDOW_ENTRIES + 500);
+  }, 60000);
+
+  it("keeps at most WINDOW_SESSIONS sessions, dropping the least recent with its entries", async () => {
+    const c = await open();
+    for (let i = 0; i < WINDOW_SESSIONS + 2; i++) {
+      await c.add(`s${i}`, run(1, 3), 3);
+      await c.saveMeta(meta(`s${i}`, 1000 + i));
+    }
+    expect(await c.load("s0")).toBeNull();
+    expect(await c.load("s1")).toBeNull();
+    expect((await c.load(`s${WINDOW_SESSIONS + 1}`))?.entries.length).toBe(3);
+  });
+
+  it("forgets a session entirely, or only its entries", async () => {
+    const c = await open();
+    await c.saveMeta(meta("a", 1));
+    await c.add("a", run(1, 5), 5);
+    await c.saveMeta(meta("b", 1));
+    await c.add("b", run(1, 5), 5);
+    await c.clearEntries("a");
+    expect((await c.load("a"))?.entries).toEqual([]);
+    await c.forget("b");
+    expect(await c.load("b")).toBeNull();
+  });
+});
