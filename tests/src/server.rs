@@ -29,6 +29,7 @@ pub struct ServerOpts {
     flags: Vec<(String, String)>,
     /// Files written into the data dir before the first start.
     files: Vec<(String, Vec<u8>)>,
+    envs: Vec<(String, String)>,
 }
 
 impl ServerOpts {
@@ -40,6 +41,12 @@ impl ServerOpts {
     /// Adds `--name value`.
     pub fn flag(mut self, name: &str, value: impl ToString) -> Self {
         self.flags.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Sets an environment variable for `moord`.
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.envs.push((key.to_owned(), value.to_string()));
         self
     }
 
@@ -119,6 +126,9 @@ impl TestServer {
             .arg(self.data_dir());
         for (k, v) in &self.opts.flags {
             cmd.arg(k).arg(v);
+        }
+        for (k, v) in &self.opts.envs {
+            cmd.env(k, v);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -820,6 +820,8 @@ impl Conn {
                 .await);
         }
         let producer = self.hello.producer;
+        #[cfg(debug_assertions)]
+        let entries = injected_bug(entries);
         let producer_seqs: Vec<u64> = entries.iter().map(|e| e.producer_seq).collect();
         let batch: Vec<Append> = entries
             .into_iter()
@@ -976,6 +978,34 @@ fn merge_ready(
         lookahead.push_back(msg);
     }
     merged
+}
+
+/// A deliberate bug for the soak's checker to catch, in debug builds only:
+/// `MOOR_INJECT_BUG=swap-entries` swaps the contents of two `agent.output` entries of one batch
+/// (each keeps its producer seq), once per process.
+#[cfg(debug_assertions)]
+fn injected_bug(mut entries: Vec<NewEntry>) -> Vec<NewEntry> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    let Ok(bug) = std::env::var("MOOR_INJECT_BUG") else {
+        return entries;
+    };
+    let outputs: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == kinds::AGENT_OUTPUT)
+        .map(|(i, _)| i)
+        .collect();
+    let &[a, b, ..] = outputs.as_slice() else {
+        return entries;
+    };
+    if bug != "swap-entries" || DONE.swap(true, Ordering::SeqCst) {
+        return entries;
+    }
+    tracing::warn!(bug, "injecting a bug on purpose (MOOR_INJECT_BUG)");
+    let payload = entries[a].payload.clone();
+    entries[a].payload = std::mem::replace(&mut entries[b].payload, payload);
+    entries
 }
 
 fn store_ending(e: StoreError) -> Ending {
