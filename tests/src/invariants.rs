@@ -196,10 +196,21 @@ fn contiguous(cx: &mut Ctx<'_>) {
             format!("index {i} holds seq {}, expected {want}: {}", e.seq.0, around(log, i))
         });
     }
-    let ended = log.last().is_some_and(|e| e.kind == kinds::SESSION_ENDED);
-    cx.check(ended, "session ended", || {
+    // `session.ended` once; after it only the server's record of the last link closing.
+    let ended: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == kinds::SESSION_ENDED)
+        .map(|(i, _)| i)
+        .collect();
+    let after_end_ok = ended.first().is_some_and(|&i| {
+        log[i + 1..]
+            .iter()
+            .all(|e| e.kind == kinds::BRIDGE_DISCONNECTED && e.author == kinds::AUTHOR_SERVER)
+    });
+    cx.check(ended.len() == 1 && after_end_ok, "session ended", || {
         format!(
-            "the log does not end with session.ended: {}",
+            "session.ended at indexes {ended:?}; the log ends: {}",
             log.len().checked_sub(1).map_or(String::new(), |i| around(log, i))
         )
     });

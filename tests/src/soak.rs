@@ -1213,7 +1213,9 @@ impl Soak {
             .iter()
             .flat_map(|s| &s.log)
             .filter(|e| {
-                e.kind == kinds::BRIDGE_DISCONNECTED && e.payload.to_string().contains("lifetime")
+                e.kind == kinds::BRIDGE_DISCONNECTED
+                    && e.payload.get("close_code").and_then(|c| c.as_u64())
+                        == Some(u64::from(moor_protocol::close::LIFETIME))
             })
             .count() as u64;
         let sse_ends = sessions

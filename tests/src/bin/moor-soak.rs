@@ -1,6 +1,6 @@
 //! `moor-soak`: the seeded chaos soak (see `moor_e2e::soak`).
 //!
-//! `moor-soak [--seed N] [--secs S] [--store sqlite|postgres] [--no-pg-restart] [--token-bridge] [--print-schedule]`
+//! `moor-soak [--seed N] [--secs S] [--store sqlite|postgres] [--no-pg-restart] [--token-bridge] [--inject-bug swap-entries] [--print-schedule]`
 //!
 //! Runs real `moord` and `moor` processes from the target dir under faults drawn from the seed
 //! (random and printed when not given), then checks every invariant. Prints the summary; exits 1
@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("moor-soak: {e}");
-            eprintln!("usage: moor-soak [--seed N] [--secs S] [--store sqlite|postgres] [--no-pg-restart] [--token-bridge] [--print-schedule]");
+            eprintln!("usage: moor-soak [--seed N] [--secs S] [--store sqlite|postgres] [--no-pg-restart] [--token-bridge] [--inject-bug swap-entries] [--print-schedule]");
             return ExitCode::from(2);
         }
     };
@@ -86,7 +86,7 @@ fn parse(args: &[String]) -> Result<SoakConfig, String> {
         duration: Duration::from_secs(secs),
         store,
         pg_restart: !args.iter().any(|a| a == "--no-pg-restart"),
-        inject_bug: None,
+        inject_bug: value("--inject-bug")?.cloned(),
         token_bridge: args.iter().any(|a| a == "--token-bridge"),
     })
 }
