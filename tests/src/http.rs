@@ -259,7 +259,8 @@ impl Api {
         let mut all: Vec<Entry> = Vec::new();
         loop {
             let after = all.last().map_or(0, |e| e.seq.0);
-            let path = format!("/api/v1/sessions/{session}/entries?after={after}&limit={PAGE_LIMIT}");
+            let path =
+                format!("/api/v1/sessions/{session}/entries?after={after}&limit={PAGE_LIMIT}");
             let token = self.token.clone();
             let r = self.try_raw(Method::GET, &path, Some(&token), None).await?;
             if r.status != StatusCode::OK {

@@ -193,7 +193,11 @@ fn contiguous(cx: &mut Ctx<'_>) {
     for (i, e) in log.iter().enumerate() {
         let want = i as u64 + 1;
         cx.check_at(e.seq.0 == want, "log contiguous", Some(e.ts), || {
-            format!("index {i} holds seq {}, expected {want}: {}", e.seq.0, around(log, i))
+            format!(
+                "index {i} holds seq {}, expected {want}: {}",
+                e.seq.0,
+                around(log, i)
+            )
         });
     }
     // `session.ended` once; after it only the server's record of the last link closing.
@@ -211,7 +215,9 @@ fn contiguous(cx: &mut Ctx<'_>) {
     cx.check(ended.len() == 1 && after_end_ok, "session ended", || {
         format!(
             "session.ended at indexes {ended:?}; the log ends: {}",
-            log.len().checked_sub(1).map_or(String::new(), |i| around(log, i))
+            log.len()
+                .checked_sub(1)
+                .map_or(String::new(), |i| around(log, i))
         )
     });
 }
@@ -249,7 +255,10 @@ fn printed_lines(obs: &SessionObs) -> Vec<(String, usize)> {
             for (pos, b) in bytes.iter().enumerate() {
                 if *b == b'\n' {
                     let line = String::from_utf8_lossy(&bytes[start..pos]);
-                    out.push((line.trim_end_matches('\r').to_owned(), origin[start.min(pos)]));
+                    out.push((
+                        line.trim_end_matches('\r').to_owned(),
+                        origin[start.min(pos)],
+                    ));
                     start = pos + 1;
                 }
             }
@@ -296,7 +305,12 @@ fn producers(cx: &mut Ctx<'_>) {
                 obs.output == Output::Pty,
                 "producer exactly once",
                 Some(e.ts),
-                || format!("a line no agent printed: {line:?}: {}", around(&obs.log, *at)),
+                || {
+                    format!(
+                        "a line no agent printed: {line:?}: {}",
+                        around(&obs.log, *at)
+                    )
+                },
             ),
         }
     }
@@ -367,16 +381,19 @@ fn viewers(cx: &mut Ctx<'_>) {
         for e in &v.state.entries {
             let seq = e.seq.0;
             let at = Some(e.ts);
-            cx.check_at(seq == cursor + 1, "viewer saw a gap-free prefix", at, || {
-                format!(
-                    "{} got seq {seq} after seq {cursor} (gap, duplicate or reorder): {}",
-                    v.label,
-                    short(e)
-                )
-            });
-            let stored = seq
-                .checked_sub(1)
-                .and_then(|i| obs.log.get(i as usize));
+            cx.check_at(
+                seq == cursor + 1,
+                "viewer saw a gap-free prefix",
+                at,
+                || {
+                    format!(
+                        "{} got seq {seq} after seq {cursor} (gap, duplicate or reorder): {}",
+                        v.label,
+                        short(e)
+                    )
+                },
+            );
+            let stored = seq.checked_sub(1).and_then(|i| obs.log.get(i as usize));
             cx.check_at(stored == Some(e), "viewer saw the log", at, || {
                 format!(
                     "{} got {} but the log holds {}",
@@ -412,12 +429,16 @@ fn inputs(cx: &mut Ctx<'_>) {
         .iter()
         .filter(|e| e.kind == kinds::INPUT_TEXT)
         .count();
-    cx.check(stored_inputs <= obs.inputs.len(), "inputs stored once", || {
-        format!(
-            "{stored_inputs} input.text entries for {} keys posted",
-            obs.inputs.len()
-        )
-    });
+    cx.check(
+        stored_inputs <= obs.inputs.len(),
+        "inputs stored once",
+        || {
+            format!(
+                "{stored_inputs} input.text entries for {} keys posted",
+                obs.inputs.len()
+            )
+        },
+    );
     for input in &obs.inputs {
         let Some(&seq) = input.accepted.first() else {
             // Never accepted: whether it was stored is unknown to the client; the log must hold

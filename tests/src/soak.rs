@@ -535,6 +535,8 @@ struct Soak {
     rng: StdRng,
     next_node_id: u32,
     faults: BTreeMap<String, u64>,
+    /// Refresh tokens seen in the login bridge's credentials.
+    refresh_tokens: std::collections::BTreeSet<String>,
 }
 
 /// Runs the soak; never panics on a broken invariant (the report says), only on a harness
@@ -676,9 +678,9 @@ impl Soak {
             rng,
             next_node_id: 2,
             faults: BTreeMap::new(),
+            refresh_tokens: Default::default(),
         };
-        soak.faults
-            .insert("bridge-lifetime-cap".into(), 0);
+        soak.faults.insert("bridge-lifetime-cap".into(), 0);
         soak.faults.insert("sse-lifetime-cap".into(), 0);
         soak.faults.insert("token-rotation".into(), 0);
         // Bridge 0 takes the inputs; 1 and 2 may be killed; 3 is a PTY; 4 uses a login whose
@@ -968,7 +970,8 @@ impl Soak {
                 (Some(format!("answers {closed:?}")), None)
             }
             Fault::KillServer { node } => {
-                self.snapshot(&format!("before SIGKILL of node {node}")).await;
+                self.snapshot(&format!("before SIGKILL of node {node}"))
+                    .await;
                 let n = &mut self.nodes[*node];
                 n.server.kill().await;
                 n.server.restart().await;
@@ -1052,7 +1055,9 @@ impl Soak {
                 let listen = db.kill_listen(&admin, &node_id).await;
                 admin.close().await;
                 (
-                    Some(format!("{pool} pool and {listen} listen backends of {node_id}")),
+                    Some(format!(
+                        "{pool} pool and {listen} listen backends of {node_id}"
+                    )),
                     None,
                 )
             }
@@ -1086,7 +1091,10 @@ impl Soak {
                 n.stopped = false;
                 let status = old.terminate().await;
                 // The links still on the old node are cut by its exit; new ones go to the new node.
-                (Some(format!("{id} joined, the old node left ({status})")), None)
+                (
+                    Some(format!("{id} joined, the old node left ({status})")),
+                    None,
+                )
             }
         }
     }
@@ -1110,7 +1118,10 @@ impl Soak {
         // The node id it was started with is in its flags; the first two are n0 and n1, later
         // ones replaced them.
         logs.split_whitespace()
-            .find_map(|w| w.strip_prefix("node_id=").map(|s| s.trim_matches('"').to_owned()))
+            .find_map(|w| {
+                w.strip_prefix("node_id=")
+                    .map(|s| s.trim_matches('"').to_owned())
+            })
             .unwrap_or_else(|| format!("n{node}"))
     }
 
@@ -1177,7 +1188,7 @@ impl Soak {
 
     fn proxy(&self, p: usize) -> &FaultProxy {
         let node = &self.nodes[p / 2];
-        if p % 2 == 0 {
+        if p.is_multiple_of(2) {
             &node.link
         } else {
             &node.view
@@ -1197,9 +1208,8 @@ impl Soak {
                 .ok()
                 .and_then(|v| v[0]["refresh_token"].as_str().map(str::to_owned));
             if let Some(t) = token {
-                let key = format!("refresh:{t}");
-                if !self.faults.contains_key(&key) {
-                    self.faults.insert(key, 0);
+                let first = self.refresh_tokens.is_empty();
+                if self.refresh_tokens.insert(t) && !first {
                     *self.faults.entry("token-rotation".into()).or_default() += 1;
                 }
             }
@@ -1208,7 +1218,6 @@ impl Soak {
 
     /// Lifetime-cap moves and SSE lifetime ends seen in the logs and by viewers.
     fn count_caps(&mut self, sessions: &[SessionObs]) {
-        self.faults.retain(|k, _| !k.starts_with("refresh:"));
         let moves = sessions
             .iter()
             .flat_map(|s| &s.log)
@@ -1278,7 +1287,10 @@ impl Soak {
                 fail(
                     &slot.name,
                     "every bridge finishes",
-                    format!("{} exited with {status}; stderr:\n    {tail}", slot.bridge.label()),
+                    format!(
+                        "{} exited with {status}; stderr:\n    {tail}",
+                        slot.bridge.label()
+                    ),
                 );
             }
         }
@@ -1288,12 +1300,15 @@ impl Soak {
             // A session whose bridge failed may never end: the checker says so.
             let ended_by = Instant::now() + Duration::from_secs(30);
             while Instant::now() < ended_by {
-                let info = tokio::time::timeout(CALL, api.try_raw(
-                    reqwest::Method::GET,
-                    &format!("/api/v1/sessions/{}", slot.id),
-                    Some(&self.token),
-                    None,
-                ))
+                let info = tokio::time::timeout(
+                    CALL,
+                    api.try_raw(
+                        reqwest::Method::GET,
+                        &format!("/api/v1/sessions/{}", slot.id),
+                        Some(&self.token),
+                        None,
+                    ),
+                )
                 .await;
                 let ended = matches!(&info, Ok(Ok(r)) if r.body.get("status").and_then(|v| v.as_str()) == Some("ended"));
                 if ended {
@@ -1302,7 +1317,10 @@ impl Soak {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             let log = api.try_entries_all(slot.id).await.unwrap_or_default();
-            let state = api.session(&slot.id.to_string()).await.and_then(|s| s.state);
+            let state = api
+                .session(&slot.id.to_string())
+                .await
+                .and_then(|s| s.state);
             let head = log.last().map_or(0, |e| e.seq.0);
             let mut viewers = Vec::new();
             for v in self.viewers.iter().filter(|v| v.bridge == i) {
@@ -1311,11 +1329,10 @@ impl Soak {
                     if live {
                         let caught = tokio::time::timeout(
                             Duration::from_secs(30),
-                            c.recorder().wait_for(
-                                Duration::from_secs(31),
-                                "the head",
-                                |s| s.last_seq() >= head || s.finished,
-                            ),
+                            c.recorder()
+                                .wait_for(Duration::from_secs(31), "the head", |s| {
+                                    s.last_seq() >= head || s.finished
+                                }),
                         )
                         .await;
                         if caught.is_err() {

@@ -81,7 +81,10 @@ async fn the_checker_catches_an_injected_reorder_and_prints_the_seed() {
     let report = soak::run(cfg).await.expect("soak runs");
     let summary = report.summary();
     eprintln!("{summary}");
-    assert!(!report.passed(), "the swapped entries went unnoticed: {summary}");
+    assert!(
+        !report.passed(),
+        "the swapped entries went unnoticed: {summary}"
+    );
     assert!(
         report
             .verdict
@@ -90,6 +93,12 @@ async fn the_checker_catches_an_injected_reorder_and_prints_the_seed() {
             .any(|v| v.invariant.starts_with("producer")),
         "the swap is a producer-order violation: {summary}"
     );
-    assert!(summary.contains(&format!("FAIL (seed {seed})")), "{summary}");
-    assert!(summary.contains("schedule up to the first violation"), "{summary}");
+    assert!(
+        summary.contains(&format!("FAIL (seed {seed})")),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("schedule up to the first violation"),
+        "{summary}"
+    );
 }
