@@ -1339,7 +1339,17 @@ impl Soak {
                             fail(
                                 &slot.name,
                                 "viewers catch up",
-                                format!("{} did not reach seq {head}", v.label),
+                                c.recorder().with(|st| {
+                                    format!(
+                                        "{} did not reach seq {head}: at seq {}, {} connections, {} keep-alives, {} clean ends, last errors {:?}",
+                                        v.label,
+                                        st.last_seq(),
+                                        st.connections,
+                                        st.keepalives,
+                                        st.clean_ends,
+                                        &st.errors[st.errors.len().saturating_sub(3)..]
+                                    )
+                                }),
                             );
                         }
                     }
