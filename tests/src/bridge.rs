@@ -58,7 +58,7 @@ pub struct BridgeOpts {
 
 impl BridgeOpts {
     /// A bridge for `session` on `server_url` (usually a proxy) running `moor-test-agent
-    /// <agent…>`.
+    /// <agent…>`; an empty `token` leaves `moor` to its saved credentials.
     pub fn new(server_url: &str, token: &str, session: &str, agent: &[&str]) -> Self {
         Self {
             server_url: server_url.to_owned(),
@@ -96,10 +96,14 @@ impl BridgeOpts {
 
     /// The `moor run …` arguments (without the program) for `state_dir`.
     pub fn run_args(&self, state_dir: &Path) -> Vec<String> {
-        let mut args: Vec<String> = ["run", "--server", &self.server_url, "--token", &self.token]
+        let mut args: Vec<String> = ["run", "--server", &self.server_url]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
+        // No token: `moor` uses the credentials `moor login` saved (see `MOOR_CONFIG_DIR`).
+        if !self.token.is_empty() {
+            args.extend(["--token".into(), self.token.clone()]);
+        }
         args.extend(["--session".into(), self.session.clone()]);
         args.extend(["--state-dir".into(), state_dir.display().to_string()]);
         // An empty value is a switch (`--auto-resume`).
@@ -278,6 +282,21 @@ impl TestBridge {
             self.label,
             self.stderr()
         );
+    }
+
+    /// True while the process has not exited.
+    pub fn running(&mut self) -> bool {
+        if self.status.is_some() {
+            return false;
+        }
+        match self.child.as_mut().map(Child::try_wait) {
+            Some(Ok(Some(status))) => {
+                self.status = Some(status);
+                false
+            }
+            Some(Ok(None)) => true,
+            _ => false,
+        }
     }
 
     /// SIGKILL: a crash of the bridge. Waits until it is gone.

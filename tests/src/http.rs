@@ -88,6 +88,19 @@ impl Api {
         token: Option<&str>,
         body: Option<RawBody>,
     ) -> RawResponse {
+        self.try_raw(method, path, token, body)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Api::raw`], returning a failed request (refused, reset, timed out) as an error.
+    pub async fn try_raw(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<RawBody>,
+    ) -> Result<RawResponse, String> {
         let mut req = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -104,7 +117,7 @@ impl Api {
         let resp = req
             .send()
             .await
-            .unwrap_or_else(|e| panic!("request {path} failed: {e}"));
+            .map_err(|e| format!("request {path} failed: {e}"))?;
         let status = resp.status();
         let content_type = resp
             .headers()
@@ -117,12 +130,12 @@ impl Api {
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let text = resp.text().await.unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        RawResponse {
+        Ok(RawResponse {
             status,
             content_type,
             retry_after,
             body,
-        }
+        })
     }
 
     /// Like [`Api::raw`] with this client's token.
@@ -236,14 +249,29 @@ impl Api {
 
     /// The whole log, paging forward through `/entries`.
     pub async fn entries_all(&self, session: SessionId) -> Vec<Entry> {
+        self.try_entries_all(session)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`Api::entries_all`], returning a failed request or a non-200 answer as an error.
+    pub async fn try_entries_all(&self, session: SessionId) -> Result<Vec<Entry>, String> {
         let mut all: Vec<Entry> = Vec::new();
         loop {
             let after = all.last().map_or(0, |e| e.seq.0);
-            let page = self.entries_after(session, after, PAGE_LIMIT).await;
+            let path =
+                format!("/api/v1/sessions/{session}/entries?after={after}&limit={PAGE_LIMIT}");
+            let token = self.token.clone();
+            let r = self.try_raw(Method::GET, &path, Some(&token), None).await?;
+            if r.status != StatusCode::OK {
+                return Err(format!("GET {path}: {} {:?}", r.status, r.body));
+            }
+            let page: EntriesPage = serde_json::from_value(r.body)
+                .map_err(|e| format!("GET {path}: unexpected body: {e}"))?;
             let got = page.entries.len();
             all.extend(page.entries);
             if !page.has_more || got == 0 {
-                return all;
+                return Ok(all);
             }
         }
     }

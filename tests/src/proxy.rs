@@ -4,7 +4,9 @@
 //! RSTs (SO_LINGER 0), `cut_all` closes with a plain FIN (a WebSocket peer sees 1006), `stall`
 //! stops forwarding on the live connections while keeping them open (a half-open link; new
 //! connections still work, as after a NAT rebinding), and `refuse` makes new connections fail
-//! (the server is unreachable). The upstream address may change (e.g. after a restart).
+//! (the server is unreachable). `shape` adds latency and a bandwidth limit to every chunk
+//! forwarded from then on (a slow mobile link). The upstream address may change (e.g. after a
+//! restart).
 
 use std::collections::HashMap;
 use std::io;
@@ -37,6 +39,27 @@ struct Inner {
     conns: Mutex<HashMap<u64, mpsc::UnboundedSender<Cmd>>>,
     tasks: Mutex<Vec<AbortHandle>>,
     accepted: watch::Sender<u64>,
+    shape: watch::Sender<Shape>,
+}
+
+/// Latency and bandwidth applied to forwarded chunks (both directions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Delay before each chunk is passed on.
+    pub latency: Duration,
+    /// Bytes per second (0: unlimited).
+    pub bytes_per_sec: u64,
+}
+
+impl Shape {
+    /// How long forwarding `n` bytes is held back.
+    fn delay(&self, n: usize) -> Duration {
+        let transfer = match self.bytes_per_sec {
+            0 => Duration::ZERO,
+            rate => Duration::from_micros(n as u64 * 1_000_000 / rate),
+        };
+        self.latency + transfer
+    }
 }
 
 /// A TCP proxy in front of one upstream address, with fault injection.
@@ -58,6 +81,7 @@ impl FaultProxy {
             conns: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             accepted: watch::channel(0).0,
+            shape: watch::channel(Shape::default()).0,
         });
         let accept = tokio::spawn(accept_loop(listener, inner.clone()));
         inner
@@ -150,6 +174,12 @@ impl FaultProxy {
         self.broadcast(|ack| Cmd::Stall(false, ack)).await
     }
 
+    /// Applies `shape` to every chunk forwarded from now on, on live and new connections
+    /// (`Shape::default()` removes it).
+    pub fn shape(&self, shape: Shape) {
+        self.inner.shape.send_replace(shape);
+    }
+
     /// While on, new connections are accepted and closed at once (server unreachable). Live
     /// connections are untouched: combine with `reset_all`/`cut_all`.
     pub fn refuse(&self, on: bool) {
@@ -180,8 +210,9 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         inner.conns.lock().expect("conns lock").insert(id, tx);
         let upstream = *inner.upstream.lock().expect("upstream lock");
         let conn_inner = inner.clone();
+        let shape = inner.shape.subscribe();
         let task = tokio::spawn(async move {
-            run_conn(client, upstream, rx).await;
+            run_conn(client, upstream, rx, shape).await;
             conn_inner.conns.lock().expect("conns lock").remove(&id);
         });
         let mut tasks = inner.tasks.lock().expect("tasks lock");
@@ -199,7 +230,12 @@ enum Ending {
     Cut(Option<oneshot::Sender<()>>),
 }
 
-async fn run_conn(client: TcpStream, upstream: SocketAddr, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+async fn run_conn(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    shape: watch::Receiver<Shape>,
+) {
     let _ = client.set_nodelay(true);
     let upstream =
         match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
@@ -216,8 +252,8 @@ async fn run_conn(client: TcpStream, upstream: SocketAddr, mut cmds: mpsc::Unbou
     let ending = {
         let pumps = async {
             tokio::try_join!(
-                pump(&mut cr, &mut uw, stall_rx.clone()),
-                pump(&mut ur, &mut cw, stall_rx.clone())
+                pump(&mut cr, &mut uw, stall_rx.clone(), &shape),
+                pump(&mut ur, &mut cw, stall_rx.clone(), &shape)
             )
         };
         tokio::pin!(pumps);
@@ -266,11 +302,13 @@ fn zero_linger(a: &TcpStream, b: &TcpStream) {
     let _ = b.set_zero_linger();
 }
 
-/// Copies `from` → `to` until EOF (then half-closes `to`), holding still while stalled.
+/// Copies `from` → `to` until EOF (then half-closes `to`), holding still while stalled and
+/// holding each chunk back as `shape` says.
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
+    shape: &watch::Receiver<Shape>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -284,6 +322,11 @@ async fn pump(
         if n == 0 {
             let _ = to.shutdown().await;
             return Ok(());
+        }
+        let delay = shape.borrow().delay(n);
+        if !delay.is_zero() {
+            // The injected fault itself: a slow link, not a wait for an event.
+            tokio::time::sleep(delay).await;
         }
         let _ = stalled.wait_for(|s| !*s).await;
         to.write_all(&buf[..n]).await?;

@@ -31,6 +31,7 @@ pub struct ServerOpts {
     files: Vec<(String, Vec<u8>)>,
     /// A backup `moord restore` puts into the data dir before the first start.
     restore: Option<PathBuf>,
+    envs: Vec<(String, String)>,
 }
 
 impl ServerOpts {
@@ -42,6 +43,12 @@ impl ServerOpts {
     /// Adds `--name value`.
     pub fn flag(mut self, name: &str, value: impl ToString) -> Self {
         self.flags.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Sets an environment variable for `moord`.
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.envs.push((key.to_owned(), value.to_string()));
         self
     }
 
@@ -143,6 +150,9 @@ impl TestServer {
             .arg(self.data_dir());
         for (k, v) in &self.opts.flags {
             cmd.arg(k).arg(v);
+        }
+        for (k, v) in &self.opts.envs {
+            cmd.env(k, v);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -191,6 +191,25 @@ impl Drop for SseClient {
     }
 }
 
+/// A loopback connection with a tiny receive buffer that asks for `session`'s events from the
+/// start and never reads (a stalled viewer).
+pub async fn stalled_reader(
+    addr: std::net::SocketAddr,
+    token: &str,
+    session: &str,
+) -> std::io::Result<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(4096)?;
+    let mut stream = socket.connect(addr).await?;
+    let request = format!(
+        "GET /api/v1/sessions/{session}/events?after=0 HTTP/1.1\r\nHost: moor\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    Ok(stream)
+}
+
 async fn run(url: String, token: String, opts: SseOpts, rec: Recorder, stop: CancellationToken) {
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))

@@ -56,6 +56,11 @@ impl WsViewer {
         let ws = connect(&url, Some(token))
             .await
             .unwrap_or_else(|e| panic!("viewer websocket {url}: {e}"));
+        Self::record_socket(ws)
+    }
+
+    /// Records the frames of a viewer socket already connected (through a proxy, say).
+    pub fn record_socket(ws: Ws) -> Self {
         let rec = Recorder::default();
         rec.update(|s| s.connections += 1);
         let stop = CancellationToken::new();

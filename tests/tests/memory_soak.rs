@@ -17,8 +17,7 @@ use moor_e2e::{eventually, lines, RawBridge, Rig, ServerOpts, SseClient, SseOpts
 use moor_protocol::bridge::{AgentInfo, BridgeToServer, Hello};
 use moor_protocol::{close, kinds, NewEntry, ProducerId, Seq, PROTOCOL_VERSION};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 const MIB: u64 = 1 << 20;
 /// Entries of the hostile session, and their size.
@@ -84,20 +83,9 @@ impl PeakSampler {
 /// A loopback connection with a tiny receive buffer that asks for a session's events from the
 /// start and never reads.
 async fn stalled_reader(addr: std::net::SocketAddr, token: &str, session: &str) -> TcpStream {
-    let socket = TcpSocket::new_v4().expect("socket");
-    socket
-        .set_recv_buffer_size(4096)
-        .expect("small receive buffer");
-    let mut stream = socket.connect(addr).await.expect("connect");
-    let request = format!(
-        "GET /api/v1/sessions/{session}/events?after=0 HTTP/1.1\r\nHost: moor\r\n\
-         Authorization: Bearer {token}\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
+    moor_e2e::sse::stalled_reader(addr, token, session)
         .await
-        .expect("send the request");
-    stream
+        .expect("stalled reader connects")
 }
 
 fn sha256(content: &[u8]) -> String {

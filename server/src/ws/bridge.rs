@@ -77,14 +77,16 @@ pub async fn upgrade(
 }
 
 /// Whether `who` owns `session` (administrators own every session).
-async fn owns(state: &AppState, who: &Principal, session: SessionId) -> bool {
-    let Ok(row) = state.store.log.find_session(&session.to_string()).await else {
-        return false;
+async fn owns(state: &AppState, who: &Principal, session: SessionId) -> Result<bool, String> {
+    let row = match state.store.log.find_session(&session.to_string()).await {
+        Ok(row) => row,
+        Err(StoreError::NotFound) => return Ok(false),
+        Err(e) => return Err(format!("{e:?}")),
     };
-    matches!(
-        role_on(&state.store, who, &row).await,
-        Ok(Some(Role::Owner))
-    )
+    let role = role_on(&state.store, who, &row)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(matches!(role, Some(Role::Owner)))
 }
 
 /// The ended session a new session continues, when `hello` names one that `who` owns and
@@ -110,12 +112,19 @@ async fn continues(
 /// principal to claim the new session owns it (two handshakes creating one name race for it).
 /// A session that existed before the handshake is never claimed, whoever left it: only its
 /// owners (and administrators) attach to it.
-async fn claims(state: &AppState, who: &Principal, session: SessionId) -> bool {
+async fn claims(state: &AppState, who: &Principal, session: SessionId) -> Result<bool, String> {
     match state.store.access.claim_session(session, &who.name).await {
-        Ok(true) => true,
+        Ok(true) => Ok(true),
         Ok(false) => owns(state, who, session).await,
-        Err(_) => false,
+        Err(e) => Err(format!("{e:?}")),
     }
+}
+
+/// Closes a handshake whose ownership check could not read the store: retryable, never the
+/// terminal "not yours" (a database blip must not stop a bridge for good).
+async fn store_unavailable(tx: &mut Tx, rx: &mut Rx, e: String) {
+    tracing::error!(error = %e, "bridge handshake could not check the session's owner");
+    super::close(tx, rx, close::SERVER_ERROR, "store unavailable; retry").await
 }
 
 /// Closes a handshake refused by a quota: an `error` frame with the whole message, then
@@ -242,10 +251,13 @@ where
         }
     };
     match existing {
-        Some(id) if !owns(&state, &who, id).await => {
-            return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
-        }
-        Some(_) => {}
+        Some(id) => match owns(&state, &who, id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+            }
+            Err(e) => return store_unavailable(&mut tx, &mut rx, e).await,
+        },
         None => {
             if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
                 return refuse_quota(&mut tx, &mut rx, e).await;
@@ -269,8 +281,15 @@ where
             return super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
         }
         Ok(s) => {
-            if existing.is_none() && !claims(&state, &who, s.id).await {
-                return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+            if existing.is_none() {
+                match claims(&state, &who, s.id).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS)
+                            .await;
+                    }
+                    Err(e) => return store_unavailable(&mut tx, &mut rx, e).await,
+                }
             }
             s
         }
@@ -909,6 +928,8 @@ impl Conn {
                 .await);
         }
         let producer = self.hello.producer;
+        #[cfg(debug_assertions)]
+        let entries = injected_bug(entries);
         let producer_seqs: Vec<u64> = entries.iter().map(|e| e.producer_seq).collect();
         let batch: Vec<Append> = entries
             .into_iter()
@@ -1084,6 +1105,34 @@ fn merge_ready(
         lookahead.push_back(msg);
     }
     merged
+}
+
+/// A deliberate bug for the soak's checker to catch, in debug builds only:
+/// `MOOR_INJECT_BUG=swap-entries` swaps the contents of two `agent.output` entries of one batch
+/// (each keeps its producer seq), once per process.
+#[cfg(debug_assertions)]
+fn injected_bug(mut entries: Vec<NewEntry>) -> Vec<NewEntry> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    let Ok(bug) = std::env::var("MOOR_INJECT_BUG") else {
+        return entries;
+    };
+    let outputs: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == kinds::AGENT_OUTPUT)
+        .map(|(i, _)| i)
+        .collect();
+    let &[a, b, ..] = outputs.as_slice() else {
+        return entries;
+    };
+    if bug != "swap-entries" || DONE.swap(true, Ordering::SeqCst) {
+        return entries;
+    }
+    tracing::warn!(bug, "injecting a bug on purpose (MOOR_INJECT_BUG)");
+    let payload = entries[a].payload.clone();
+    entries[a].payload = std::mem::replace(&mut entries[b].payload, payload);
+    entries
 }
 
 fn store_ending(e: StoreError) -> Ending {

@@ -1,8 +1,10 @@
 //! `moor-test-agent`: a real agent stand-in for the end-to-end tests.
 //!
-//! `count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F]`
-//! prints `P<S>` … `P<N>` on stdout (default prefix `line-`), one line at a time, flushing each;
-//! every M-th line is followed by `err-<i>` on stderr. After each line it records the number of
+//! `count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F]
+//! [--pad B] [--burst L]` prints `P<S>` … `P<N>` on stdout (default prefix `line-`), one line at a
+//! time, flushing each; with `--pad B` each line carries ` ` and B filler bytes after its number;
+//! with `--burst L` it pauses K ms only after every L-th line (bursts); every M-th line is followed
+//! by `err-<i>` on stderr. After each line it records the number of
 //! the last printed line in F (atomically, via rename), so a test can tell how far it got.
 //!
 //! With `--echo-inputs K` it also prints `got: <line>` for each stdin line while counting, and
@@ -34,7 +36,7 @@ fn main() -> ExitCode {
 
 fn usage(why: &str) -> ExitCode {
     eprintln!("moor-test-agent: {why}");
-    eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F] [--echo-inputs K]");
+    eprintln!("usage: moor-test-agent count N [--start S] [--interval-ms K] [--stderr-every M] [--prefix P] [--progress-file F] [--echo-inputs K] [--pad B] [--burst L]");
     eprintln!("       moor-test-agent echo [--exit-after N]");
     eprintln!("       moor-test-agent replay FILE [--times N] [--then-crash CODE]");
     ExitCode::from(64)
@@ -70,11 +72,19 @@ fn count(args: &[String]) -> ExitCode {
             flag::<String>(args, "--prefix")?.unwrap_or_else(|| "line-".to_owned()),
             flag::<PathBuf>(args, "--progress-file")?,
             flag::<u64>(args, "--echo-inputs")?,
+            flag::<usize>(args, "--pad")?.unwrap_or(0),
+            flag::<u64>(args, "--burst")?.unwrap_or(1).max(1),
         ))
     })();
-    let (n, start, interval_ms, stderr_every, prefix, progress, echo_inputs) = match parsed {
-        Ok(p) => p,
-        Err(e) => return usage(&e),
+    let (n, start, interval_ms, stderr_every, prefix, progress, echo_inputs, pad, burst) =
+        match parsed {
+            Ok(p) => p,
+            Err(e) => return usage(&e),
+        };
+    let filler = if pad > 0 {
+        format!(" {}", "x".repeat(pad))
+    } else {
+        String::new()
     };
     // Echoing runs beside the count, so stdout is locked per line, not for the whole loop.
     let echoer = echo_inputs.map(|k| std::thread::spawn(move || echo_lines(Some(k))));
@@ -82,7 +92,7 @@ fn count(args: &[String]) -> ExitCode {
     for i in start..=n {
         let mut out = stdout.lock();
         // A closed pipe (the bridge died) ends the agent, as it would a real one.
-        if writeln!(out, "{prefix}{i}")
+        if writeln!(out, "{prefix}{i}{filler}")
             .and_then(|()| out.flush())
             .is_err()
         {
@@ -103,7 +113,7 @@ fn count(args: &[String]) -> ExitCode {
                 return ExitCode::from(4);
             }
         }
-        if interval_ms > 0 && i < n {
+        if interval_ms > 0 && i < n && i % burst == 0 {
             drop(out);
             std::thread::sleep(Duration::from_millis(interval_ms));
         }
