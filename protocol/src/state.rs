@@ -127,7 +127,8 @@ pub struct AgentState {
     #[serde(default)]
     pub last_output_at: Option<i64>,
     /// Who holds a shell agent's terminal (`agent.terminal`), while it runs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub terminal: Option<AgentTerminal>,
 }
 
@@ -219,10 +220,12 @@ pub struct SessionState {
     /// Counters.
     pub counts: Counts,
     /// The ended session this one continues (`moor resume`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub continued_from: Option<SessionLink>,
     /// The session this ended one was continued in.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub continued_in: Option<SessionLink>,
 }
 

@@ -275,6 +275,10 @@ export class ItemModel {
         return this.push(e, { t: "sys", text: `bridge disconnected${b.payload.reason ? `: ${b.payload.reason}` : ""}`, level: "warn" });
       case "session.ended":
         return this.push(e, { t: "sys", text: "session ended", level: "info" });
+      case "session.continued_from":
+        return this.push(e, { t: "sys", text: `continues the ended session ${b.payload.name || b.payload.session}`, level: "info" });
+      case "session.continued_in":
+        return this.push(e, { t: "sys", text: `continued in session ${b.payload.name || b.payload.session} (moor resume)`, level: "info" });
       case "session.interrupted":
         return this.push(e, { t: "sys", text: `interrupted (${b.payload.cause || "?"}) while ${String(b.payload.phase ?? "?").replace("_", " ")}`, level: "bad" });
       case "input.delivered":
@@ -298,6 +302,8 @@ export class ItemModel {
       // Drawn by the terminal, not the transcript.
       case "agent.pty.output":
       case "agent.pty.resize":
+      // Shown in the phase line ("waiting at its prompt"), not as an entry of its own.
+      case "agent.terminal":
         return null;
       case "agent.event":
       case "agent.tool.intent":

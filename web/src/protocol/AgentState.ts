@@ -55,4 +55,4 @@ last_output_at: number | null,
 /**
  * Who holds a shell agent's terminal (`agent.terminal`), while it runs.
  */
-terminal: AgentTerminal | null, };
+terminal?: AgentTerminal, };

@@ -89,8 +89,8 @@ counts: Counts,
 /**
  * The ended session this one continues (`moor resume`).
  */
-continued_from: SessionLink | null, 
+continued_from?: SessionLink, 
 /**
  * The session this ended one was continued in.
  */
-continued_in: SessionLink | null, };
+continued_in?: SessionLink, };
