@@ -259,7 +259,12 @@ fn accept(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Option<Received>, String> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
     let (secret, auth, status, expected_key) = {
         let inner = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(d) = inner.devices.get(id) else {
@@ -287,7 +292,9 @@ fn accept(
             return Err(format!("VAPID key {key} is not the server's {expected}"));
         }
     }
-    let key_bytes = URL_SAFE_NO_PAD.decode(&key).map_err(|e| format!("k=: {e}"))?;
+    let key_bytes = URL_SAFE_NO_PAD
+        .decode(&key)
+        .map_err(|e| format!("k=: {e}"))?;
     let public = ES256PublicKey::from_bytes(&key_bytes).map_err(|e| format!("k=: {e}"))?;
     let options = VerificationOptions {
         max_validity: Some(Duration::from_secs(24 * 3600).into()),
@@ -298,12 +305,19 @@ fn accept(
         .map_err(|e| format!("VAPID JWT does not verify: {e}"))?;
     let origin = format!("http://{}", shared_host());
     let audiences = claims.audiences.ok_or("VAPID JWT without aud")?.into_set();
-    if !audiences.iter().any(|a| a == &origin || a.starts_with(&format!("{origin}:"))) {
-        return Err(format!("VAPID aud {audiences:?} is not this push service's origin"));
+    if !audiences
+        .iter()
+        .any(|a| a == &origin || a.starts_with(&format!("{origin}:")))
+    {
+        return Err(format!(
+            "VAPID aud {audiences:?} is not this push service's origin"
+        ));
     }
     let subject = claims.subject.ok_or("VAPID JWT without sub")?;
     if !(subject.starts_with("mailto:") || subject.starts_with("https:")) {
-        return Err(format!("VAPID sub {subject:?} is not a mailto: or https: URL"));
+        return Err(format!(
+            "VAPID sub {subject:?} is not a mailto: or https: URL"
+        ));
     }
     // RFC 8291 / RFC 8188.
     if header("content-encoding").as_deref() != Some("aes128gcm") {
@@ -314,8 +328,8 @@ fn accept(
     }
     let plain = web_push_native::decrypt(body.to_vec(), &secret, &Auth::clone_from_slice(&auth))
         .map_err(|e| format!("payload does not decrypt: {e}"))?;
-    let message: PushMessage = serde_json::from_slice(&plain)
-        .map_err(|e| format!("payload is not a PushMessage: {e}"))?;
+    let message: PushMessage =
+        serde_json::from_slice(&plain).map_err(|e| format!("payload is not a PushMessage: {e}"))?;
     if !(200..300).contains(&status) {
         return Ok(None);
     }

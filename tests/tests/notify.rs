@@ -43,7 +43,11 @@ async fn subscribe(api: &Api, push: &PushService, device: &Device, label: &str) 
         "keys": {"p256dh": device.p256dh, "auth": device.auth},
     });
     let r = api
-        .authed(Method::POST, "/api/v1/notify/subscriptions", Some(RawBody::Json(body)))
+        .authed(
+            Method::POST,
+            "/api/v1/notify/subscriptions",
+            Some(RawBody::Json(body)),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     r.body["id"].as_str().expect("subscription id").to_owned()
@@ -146,7 +150,8 @@ async fn a_permission_request_reaches_the_owners_phone_with_buttons_and_its_answ
         .await;
 
     // assert: the notification is closed on the phone (same tag)
-    push.wait_until(WAIT, "the retraction", |r, _| r.len() >= 2).await;
+    push.wait_until(WAIT, "the retraction", |r, _| r.len() >= 2)
+        .await;
     let got = push.received_by(&phone);
     assert_eq!(got.len(), 2);
     assert!(got[1].message.close);
@@ -192,7 +197,8 @@ async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_remove
         .await;
 
     // assert: one summary, not three notifications
-    push.wait_until(WAIT, "the summary", |r, _| r.len() >= 2).await;
+    push.wait_until(WAIT, "the summary", |r, _| r.len() >= 2)
+        .await;
     let got = push.received_by(&phone);
     assert_eq!(got.len(), 2, "{got:#?}");
     let m = &got[1].message;
@@ -241,7 +247,8 @@ async fn a_notification_committed_before_a_crash_is_sent_once_after_the_restart(
     let mut agent = Agent::start(&server, &alice, "crashy-2").await;
     agent.send(&[permission("req-2", "ls", 0)]).await;
     push.wait_until(WAIT, "the later notification", |r, _| {
-        r.iter().any(|m| m.message.request_id.as_deref() == Some("req-2"))
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some("req-2"))
     })
     .await;
     let first: Vec<_> = push
@@ -264,7 +271,11 @@ async fn subscriptions_refuse_plain_http_endpoints_and_bad_keys() {
         async move {
             let body = json!({"device": "x", "endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": "AAAAAAAAAAAAAAAAAAAAAA"}});
             alice
-                .authed(Method::POST, "/api/v1/notify/subscriptions", Some(RawBody::Json(body)))
+                .authed(
+                    Method::POST,
+                    "/api/v1/notify/subscriptions",
+                    Some(RawBody::Json(body)),
+                )
                 .await
         }
     };
@@ -280,6 +291,12 @@ async fn subscriptions_refuse_plain_http_endpoints_and_bad_keys() {
     let id = r.body["id"].as_str().unwrap().to_owned();
     let bob = user(&server, "bob").await;
     let path = format!("/api/v1/notify/subscriptions/{id}");
-    assert_eq!(bob.authed(Method::DELETE, &path, None).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(alice.authed(Method::DELETE, &path, None).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        bob.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        alice.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NO_CONTENT
+    );
 }

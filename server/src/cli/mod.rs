@@ -157,7 +157,11 @@ pub struct Config {
     #[arg(long, env = "MOOR_VAPID_KEY_FILE")]
     vapid_key_file: Option<PathBuf>,
     /// Contact push services see in the VAPID token (mailto: or https: URL).
-    #[arg(long, env = "MOOR_VAPID_SUBJECT", default_value = "mailto:admin@localhost")]
+    #[arg(
+        long,
+        env = "MOOR_VAPID_SUBJECT",
+        default_value = "mailto:admin@localhost"
+    )]
     vapid_subject: String,
     /// Accept http:// push endpoints on loopback addresses (local test push services): true/false.
     #[arg(long, env = "MOOR_PUSH_ALLOW_LOOPBACK_HTTP", default_value_t = false, action = clap::ArgAction::Set)]
@@ -172,7 +176,11 @@ pub struct Config {
     #[arg(long, env = "MOOR_NOTIFY_STALE_AFTER_MS", default_value_t = 15 * 60 * 1000)]
     notify_stale_after_ms: u64,
     /// A lost bridge notifies once it has been gone this long, in milliseconds.
-    #[arg(long, env = "MOOR_NOTIFY_BRIDGE_LOST_AFTER_MS", default_value_t = 120_000)]
+    #[arg(
+        long,
+        env = "MOOR_NOTIFY_BRIDGE_LOST_AFTER_MS",
+        default_value_t = 120_000
+    )]
     notify_bridge_lost_after_ms: u64,
     /// First retry delay of a failed notification, in milliseconds (doubles per attempt).
     #[arg(long, env = "MOOR_NOTIFY_RETRY_MS", default_value_t = 2000)]

@@ -75,8 +75,10 @@ pub(crate) async fn add(
         });
     }
     check_endpoint(&req.endpoint, state.config.notify.allow_loopback_http)?;
-    subscription_keys(&req.keys.p256dh, &req.keys.auth)
-        .map_err(|reason| ApiError::Invalid { field: "keys", reason })?;
+    subscription_keys(&req.keys.p256dh, &req.keys.auth).map_err(|reason| ApiError::Invalid {
+        field: "keys",
+        reason,
+    })?;
     let row = PushSubscriptionRow {
         id: random_secret()[..16].to_owned(),
         principal: who.name.clone(),
@@ -104,7 +106,12 @@ pub(crate) async fn remove(
     AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if state.store.notify.remove_subscription(&who.name, &id).await? {
+    if state
+        .store
+        .notify
+        .remove_subscription(&who.name, &id)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("subscription"))

@@ -124,7 +124,10 @@ pub(crate) fn compose(rows: &[(OutboxRow, Option<Entry>)], ages: Ages) -> Compos
         if item.request_id.is_some() || item.resolves.is_some() {
             out.drafts.push(single(item));
         } else {
-            groups.entry((item.session, item.class)).or_default().push(item);
+            groups
+                .entry((item.session, item.class))
+                .or_default()
+                .push(item);
         }
     }
     for ((session, class), group) in groups {
@@ -161,7 +164,10 @@ fn single(item: Item) -> Draft {
 fn coalesce(session: SessionId, class: NotifyClass, group: Vec<Item>) -> Draft {
     let count = group.len() as u32;
     let rows = group.iter().map(|i| i.row).collect();
-    let newest = group.into_iter().max_by_key(|i| i.seq).map(|i| (i.seq, i.title, i.body));
+    let newest = group
+        .into_iter()
+        .max_by_key(|i| i.seq)
+        .map(|i| (i.seq, i.title, i.body));
     let (seq, title, body) = newest.unwrap_or((Seq(0), String::new(), String::new()));
     let title = if count > 1 {
         format!("{count} × {}", plural_title(class).unwrap_or(&title))
@@ -399,7 +405,10 @@ mod tests {
         let rows: Vec<_> = (1..=3)
             .map(|i| {
                 let p = json!({"result": format!("done {i}"), "cost_usd": 0.01});
-                (row(i, s, i as u64, "agent.result", AGES.now), entry(i as u64, "agent.result", AGES.now, p))
+                (
+                    row(i, s, i as u64, "agent.result", AGES.now),
+                    entry(i as u64, "agent.result", AGES.now, p),
+                )
             })
             .collect();
         let out = compose(&rows, AGES);
@@ -417,14 +426,23 @@ mod tests {
         let req = json!({"request_id": "r1", "tool_name": "Bash", "input": {"command": "ls"}});
         let res = json!({"request_id": "r1", "decision": "allow"});
         let both = vec![
-            (row(1, s, 1, "agent.permission.request", AGES.now), entry(1, "agent.permission.request", AGES.now, req.clone())),
-            (row(2, s, 2, "agent.permission.resolved", AGES.now), entry(2, "agent.permission.resolved", AGES.now, res.clone())),
+            (
+                row(1, s, 1, "agent.permission.request", AGES.now),
+                entry(1, "agent.permission.request", AGES.now, req.clone()),
+            ),
+            (
+                row(2, s, 2, "agent.permission.resolved", AGES.now),
+                entry(2, "agent.permission.resolved", AGES.now, res.clone()),
+            ),
         ];
         let out = compose(&both, AGES);
         assert!(out.drafts.is_empty());
         assert_eq!(out.dropped.len(), 2);
 
-        let alone = vec![(row(3, s, 2, "agent.permission.resolved", AGES.now), entry(2, "agent.permission.resolved", AGES.now, res))];
+        let alone = vec![(
+            row(3, s, 2, "agent.permission.resolved", AGES.now),
+            entry(2, "agent.permission.resolved", AGES.now, res),
+        )];
         let out = compose(&alone, AGES);
         assert_eq!(out.drafts.len(), 1);
         assert!(out.drafts[0].close);
@@ -436,9 +454,17 @@ mod tests {
         let s = SessionId::new();
         let old = AGES.now - 120_000;
         let mut rows: Vec<_> = (1..=4)
-            .map(|i| (row(i, s, i as u64, "agent.result", old), entry(i as u64, "agent.result", old, json!({}))))
+            .map(|i| {
+                (
+                    row(i, s, i as u64, "agent.result", old),
+                    entry(i as u64, "agent.result", old, json!({})),
+                )
+            })
             .collect();
-        rows.push((row(9, s, 9, "bridge.disconnected", AGES.now - 1000), entry(9, "bridge.disconnected", AGES.now - 1000, json!({}))));
+        rows.push((
+            row(9, s, 9, "bridge.disconnected", AGES.now - 1000),
+            entry(9, "bridge.disconnected", AGES.now - 1000, json!({})),
+        ));
         let out = compose(&rows, AGES);
         assert_eq!(out.drafts.len(), 1);
         assert_eq!(out.drafts[0].class, NotifyClass::Summary);

@@ -131,7 +131,11 @@ impl Notifier {
     /// The entry an outbox row names.
     async fn entry(&self, row: &OutboxRow) -> StoreResult<Option<Entry>> {
         let after = Seq(row.seq.0.saturating_sub(1));
-        let entries = self.stores.log.read(row.session, Range::After(after), 1).await?;
+        let entries = self
+            .stores
+            .log
+            .read(row.session, Range::After(after), 1)
+            .await?;
         Ok(entries.into_iter().find(|e| e.seq == row.seq))
     }
 
@@ -139,14 +143,29 @@ impl Notifier {
     async fn deliver(&self, draft: Draft, tried: u32, now: i64) -> StoreResult<()> {
         let notify = &self.stores.notify;
         if draft.class == NotifyClass::BridgeLost
-            && self.stores.leases.live_lease(draft.session, now).await?.is_some()
+            && self
+                .stores
+                .leases
+                .live_lease(draft.session, now)
+                .await?
+                .is_some()
         {
             notify
-                .settle_outbox(&draft.rows, &self.node, OutboxState::Dropped, Some("the bridge came back"))
+                .settle_outbox(
+                    &draft.rows,
+                    &self.node,
+                    OutboxState::Dropped,
+                    Some("the bridge came back"),
+                )
                 .await?;
             return Ok(());
         }
-        let name = match self.stores.log.find_session(&draft.session.to_string()).await {
+        let name = match self
+            .stores
+            .log
+            .find_session(&draft.session.to_string())
+            .await
+        {
             Ok(s) => s.name,
             Err(_) => draft.session.to_string(),
         };
@@ -191,7 +210,9 @@ impl Notifier {
                 let delay = self.config.retry_base.saturating_mul(factor);
                 let due = now.saturating_add(delay.as_millis() as i64);
                 for id in &draft.rows {
-                    notify.retry_outbox(*id, &self.node, due, Some(&reason)).await?;
+                    notify
+                        .retry_outbox(*id, &self.node, due, Some(&reason))
+                        .await?;
                 }
             }
         }
@@ -201,12 +222,12 @@ impl Notifier {
     /// The push message `draft` becomes for someone with `role`: buttons only for those who
     /// may decide.
     fn message(&self, draft: &Draft, session_name: &str, role: Role) -> PushMessage {
-        let actions = if draft.class == NotifyClass::Permission && !draft.close && role >= Role::Controller
-        {
-            vec![NotifyAction::Approve, NotifyAction::Deny]
-        } else {
-            Vec::new()
-        };
+        let actions =
+            if draft.class == NotifyClass::Permission && !draft.close && role >= Role::Controller {
+                vec![NotifyAction::Approve, NotifyAction::Deny]
+            } else {
+                Vec::new()
+            };
         PushMessage {
             tag: draft.tag.clone(),
             session: draft.session,
@@ -227,4 +248,3 @@ impl Notifier {
 pub(crate) async fn run(notifier: Notifier, shutdown: CancellationToken) {
     notifier.run(shutdown).await;
 }
-

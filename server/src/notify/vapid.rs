@@ -44,16 +44,15 @@ impl Vapid {
                     .with_context(|| format!("write VAPID key {}", path.display()))?;
                 text
             }
-            Err(e) => {
-                return Err(e).with_context(|| format!("read VAPID key {}", path.display()))
-            }
+            Err(e) => return Err(e).with_context(|| format!("read VAPID key {}", path.display())),
         };
         let bytes = URL_SAFE_NO_PAD
             .decode(text.trim())
             .with_context(|| format!("VAPID key {} is not base64url", path.display()))?;
         let key = ES256KeyPair::from_bytes(&bytes)
             .map_err(|e| anyhow::anyhow!("VAPID key {} is not a P-256 key: {e}", path.display()))?;
-        let public_key = URL_SAFE_NO_PAD.encode(key.public_key().public_key().to_bytes_uncompressed());
+        let public_key =
+            URL_SAFE_NO_PAD.encode(key.public_key().public_key().to_bytes_uncompressed());
         Ok(Self {
             key: Arc::new(key),
             public_key,

@@ -72,7 +72,8 @@ impl WebPush {
         sub: &PushSubscriptionRow,
         message: &PushMessage,
     ) -> Result<axum::http::Request<Vec<u8>>, String> {
-        let endpoint: axum::http::Uri = sub.endpoint.parse().map_err(|e| format!("endpoint: {e}"))?;
+        let endpoint: axum::http::Uri =
+            sub.endpoint.parse().map_err(|e| format!("endpoint: {e}"))?;
         let (public, auth) = subscription_keys(&sub.p256dh, &sub.auth)?;
         let body = serde_json::to_vec(message).map_err(|e| format!("encode: {e}"))?;
         let mut request = WebPushBuilder::new(endpoint, public, auth)

@@ -35,9 +35,9 @@ use serde_json::Value;
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use group::GroupPart;
 pub use lease::{Expired, Lease, LeaseStore};
-pub use notify::NotifyStore;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
+pub use notify::NotifyStore;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -549,9 +549,7 @@ impl Stores {
     }
 
     /// The roles of a store several nodes share.
-    fn shared<
-        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + Cluster,
-    >(
+    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + Cluster>(
         store: S,
     ) -> Self {
         let store = Arc::new(store);

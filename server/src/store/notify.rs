@@ -127,8 +127,11 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<bool>;
 
     /// The fate of the row for entry `seq` of `session`, if the entry notified.
-    async fn outbox_status(&self, session: SessionId, seq: Seq)
-        -> StoreResult<Option<OutboxStatus>>;
+    async fn outbox_status(
+        &self,
+        session: SessionId,
+        seq: Seq,
+    ) -> StoreResult<Option<OutboxStatus>>;
 
     /// Stores `sub` (a known endpoint changes owner and keys); keeps at most
     /// [`MAX_SUBSCRIPTIONS_PER_PRINCIPAL`] per principal, dropping the oldest.
@@ -163,7 +166,9 @@ macro_rules! notify_store {
 
             const SUB_COLUMNS: &str = "id, principal, device, endpoint, p256dh, auth, created_at";
 
-            fn subscription(row: &<$db as sqlx::Database>::Row) -> StoreResult<PushSubscriptionRow> {
+            fn subscription(
+                row: &<$db as sqlx::Database>::Row,
+            ) -> StoreResult<PushSubscriptionRow> {
                 Ok(PushSubscriptionRow {
                     id: row.try_get("id").map_err(db_error)?,
                     principal: row.try_get("principal").map_err(db_error)?,
@@ -346,7 +351,11 @@ macro_rules! notify_store {
                     rows.iter().map(subscription).collect()
                 }
 
-                async fn remove_subscription(&self, principal: &str, id: &str) -> StoreResult<bool> {
+                async fn remove_subscription(
+                    &self,
+                    principal: &str,
+                    id: &str,
+                ) -> StoreResult<bool> {
                     let done = sqlx::query(
                         "DELETE FROM push_subscriptions WHERE principal = $1 AND id = $2",
                     )

@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq};
-use moor_server::store::notify::{OutboxState, PushSubscriptionRow, MAX_SUBSCRIPTIONS_PER_PRINCIPAL};
+use moor_server::store::notify::{
+    OutboxState, PushSubscriptionRow, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+};
 use moor_server::store::{Append, IdemKey};
 use serde_json::json;
 
@@ -54,7 +56,10 @@ pub async fn notifying_entries_get_an_outbox_row_in_their_commit_and_others_none
         assert_eq!(status.state, OutboxState::Pending);
     }
     let claimed = n.claim_outbox("node-a", 10_000, 20_000, 100).await.unwrap();
-    let got: Vec<_> = claimed.iter().map(|r| (r.session, r.seq.0, r.kind.as_str())).collect();
+    let got: Vec<_> = claimed
+        .iter()
+        .map(|r| (r.session, r.seq.0, r.kind.as_str()))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -72,14 +77,20 @@ pub async fn outbox_rows_go_to_one_node_and_back_when_a_claim_lapses(db: Db) {
     let b = db.open("node-b").await;
     let s = a.log.open_session("race", None).await.unwrap().id;
     let p = ProducerId::new();
-    let batch = (1..=60).map(|i| entry(p, i, kinds::AGENT_RESULT, 1)).collect();
+    let batch = (1..=60)
+        .map(|i| entry(p, i, kinds::AGENT_RESULT, 1))
+        .collect();
     a.log.append(s, batch).await.unwrap();
 
     // act: both nodes claim at once, in small batches, until nothing is left
     let claim = |stores: moor_server::store::Stores, node: &'static str| async move {
         let mut got = Vec::new();
         loop {
-            let rows = stores.notify.claim_outbox(node, 100, 1_000, 7).await.unwrap();
+            let rows = stores
+                .notify
+                .claim_outbox(node, 100, 1_000, 7)
+                .await
+                .unwrap();
             if rows.is_empty() {
                 return got;
             }
@@ -96,29 +107,76 @@ pub async fn outbox_rows_go_to_one_node_and_back_when_a_claim_lapses(db: Db) {
     assert_eq!(all.len(), 60);
 
     // a sender that crashed (its claim lapses) leaves its rows to the next claim, once
-    assert!(b.notify.claim_outbox("node-b", 999, 2_000, 100).await.unwrap().is_empty());
-    let again = b.notify.claim_outbox("node-b", 1_000, 2_000, 100).await.unwrap();
+    assert!(b
+        .notify
+        .claim_outbox("node-b", 999, 2_000, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = b
+        .notify
+        .claim_outbox("node-b", 1_000, 2_000, 100)
+        .await
+        .unwrap();
     assert_eq!(again.len(), 60);
 
     // only the claimer settles; settled rows are never claimed again
     let ids: Vec<i64> = again.iter().map(|r| r.id).collect();
-    assert_eq!(a.notify.settle_outbox(&ids, "node-a", OutboxState::Sent, None).await.unwrap(), 0);
-    assert_eq!(b.notify.settle_outbox(&ids[..50], "node-b", OutboxState::Sent, None).await.unwrap(), 50);
+    assert_eq!(
+        a.notify
+            .settle_outbox(&ids, "node-a", OutboxState::Sent, None)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        b.notify
+            .settle_outbox(&ids[..50], "node-b", OutboxState::Sent, None)
+            .await
+            .unwrap(),
+        50
+    );
     // a failed attempt is counted, backs off, and keeps its reason
     let last = *ids.last().unwrap();
-    assert!(b.notify.retry_outbox(last, "node-b", 5_000, Some("push service answered 500")).await.unwrap());
+    assert!(b
+        .notify
+        .retry_outbox(last, "node-b", 5_000, Some("push service answered 500"))
+        .await
+        .unwrap());
     b.notify
-        .settle_outbox(&ids[50..59], "node-b", OutboxState::Dropped, Some("gave up"))
+        .settle_outbox(
+            &ids[50..59],
+            "node-b",
+            OutboxState::Dropped,
+            Some("gave up"),
+        )
         .await
         .unwrap();
-    assert!(a.notify.claim_outbox("node-a", 4_999, 9_000, 100).await.unwrap().is_empty());
-    let retried = a.notify.claim_outbox("node-a", 5_000, 9_000, 100).await.unwrap();
+    assert!(a
+        .notify
+        .claim_outbox("node-a", 4_999, 9_000, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let retried = a
+        .notify
+        .claim_outbox("node-a", 5_000, 9_000, 100)
+        .await
+        .unwrap();
     assert_eq!(retried.len(), 1);
     assert_eq!(retried[0].attempts, 1);
-    let status = a.notify.outbox_status(s, retried[0].seq).await.unwrap().unwrap();
+    let status = a
+        .notify
+        .outbox_status(s, retried[0].seq)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(status.reason.as_deref(), Some("push service answered 500"));
     let dropped = a.notify.outbox_status(s, Seq(51)).await.unwrap().unwrap();
-    assert_eq!((dropped.state, dropped.reason.as_deref()), (OutboxState::Dropped, Some("gave up")));
+    assert_eq!(
+        (dropped.state, dropped.reason.as_deref()),
+        (OutboxState::Dropped, Some("gave up"))
+    );
 }
 
 pub async fn push_subscriptions_are_per_user_bounded_and_removed_by_endpoint(db: Db) {
@@ -151,7 +209,16 @@ pub async fn push_subscriptions_are_per_user_bounded_and_removed_by_endpoint(db:
     // removal: only by its owner, or by endpoint
     assert!(!n.remove_subscription("bob", "moved").await.unwrap());
     assert!(n.remove_subscription("carol", "moved").await.unwrap());
-    assert!(n.remove_endpoint("https://push.test/alice/5").await.unwrap());
-    assert!(!n.remove_endpoint("https://push.test/alice/5").await.unwrap());
-    assert_eq!(n.subscriptions("alice").await.unwrap().len() as i64, MAX_SUBSCRIPTIONS_PER_PRINCIPAL - 1);
+    assert!(n
+        .remove_endpoint("https://push.test/alice/5")
+        .await
+        .unwrap());
+    assert!(!n
+        .remove_endpoint("https://push.test/alice/5")
+        .await
+        .unwrap());
+    assert_eq!(
+        n.subscriptions("alice").await.unwrap().len() as i64,
+        MAX_SUBSCRIPTIONS_PER_PRINCIPAL - 1
+    );
 }
