@@ -300,3 +300,47 @@ async fn subscriptions_refuse_plain_http_endpoints_and_bad_keys() {
         StatusCode::NO_CONTENT
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_is_accepted_only_while_its_request_is_pending() {
+    // arrange: a pending request
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let mut agent = Agent::start(&server, &alice, "stale").await;
+    agent.send(&[permission("req-1", "ls", 0)]).await;
+    let decide = |id: &'static str, request: &'static str| {
+        let alice = alice.clone();
+        let session = agent.session;
+        async move {
+            let payload = json!({"request_id": request, "decision": "allow"});
+            alice
+                .post_input_kind_raw(session, id, kinds::INPUT_PERMISSION, payload)
+                .await
+        }
+    };
+
+    // act + assert: the first Approve is taken; one for a request never made is refused
+    assert_eq!(decide("n1", "req-1").await.status, StatusCode::OK);
+    let unknown = decide("n2", "req-9").await;
+    assert_eq!(unknown.status, StatusCode::CONFLICT, "{:?}", unknown.body);
+
+    // act: the request is resolved
+    agent
+        .send(&[(
+            kinds::AGENT_PERMISSION_RESOLVED,
+            json!({"request_id": "req-1", "decision": "allow"}),
+            0,
+        )])
+        .await;
+
+    // assert: a second Approve (another notification, a fresh client_msg_id) is refused as
+    // stale, and nothing was stored for it
+    let stale = decide("n3", "req-1").await;
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{:?}", stale.body);
+    let entries = server.entries_all(agent.session).await;
+    let decisions = entries
+        .iter()
+        .filter(|e| e.kind == kinds::INPUT_PERMISSION)
+        .count();
+    assert_eq!(decisions, 1);
+}
