@@ -308,9 +308,9 @@ async fn a_decision_is_accepted_only_while_its_request_is_pending() {
     let alice = user(&server, "alice").await;
     let mut agent = Agent::start(&server, &alice, "stale").await;
     agent.send(&[permission("req-1", "ls", 0)]).await;
+    let session = agent.session;
     let decide = |id: &'static str, request: &'static str| {
         let alice = alice.clone();
-        let session = agent.session;
         async move {
             let payload = json!({"request_id": request, "decision": "allow"});
             alice
@@ -343,4 +343,67 @@ async fn a_decision_is_accepted_only_while_its_request_is_pending() {
         .filter(|e| e.kind == kinds::INPUT_PERMISSION)
         .count();
     assert_eq!(decisions, 1);
+}
+
+/// Bench (run with `--run-ignored only`): notifications the outbox sustains per second, and the
+/// delay from the causing entry's commit (its ack to the bridge) to the push request, p50/p99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bench: prints figures, asserts only completeness"]
+async fn bench_outbox_throughput_and_commit_to_push_delay() {
+    const SESSIONS: usize = 50;
+    const ROUNDS: usize = 10;
+    let push = PushService::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut agents = Vec::new();
+    for i in 0..SESSIONS {
+        agents.push(Agent::start(&server, &alice, &format!("bench-{i}")).await);
+    }
+
+    // delay: one permission request at a time, committed (acked) then timed to its push
+    let mut delays = Vec::new();
+    for round in 0..ROUNDS {
+        for (i, agent) in agents.iter_mut().enumerate().take(5) {
+            let id = format!("d-{round}-{i}");
+            let before = push.received().len();
+            agent.send(&[permission(&id, "true", 0)]).await;
+            let committed = now_ms();
+            push.wait_until(WAIT, "the timed notification", |r, _| r.len() > before)
+                .await;
+            let got = push.received();
+            let m = got
+                .iter()
+                .find(|m| m.message.request_id.as_deref() == Some(id.as_str()));
+            delays.push(m.expect("timed notification").at - committed);
+        }
+    }
+    delays.sort_unstable();
+    let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
+
+    // throughput: every session commits ROUNDS requests at once, each its own notification
+    let before = push.received().len();
+    let started = std::time::Instant::now();
+    for round in 0..ROUNDS {
+        for (i, agent) in agents.iter_mut().enumerate() {
+            agent
+                .send(&[permission(&format!("t-{round}-{i}"), "true", 0)])
+                .await;
+        }
+    }
+    let total = SESSIONS * ROUNDS;
+    push.wait_until(Duration::from_secs(120), "every notification", |r, _| {
+        r.len() >= before + total
+    })
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "notify bench: commit→push delay p50 {} ms, p99 {} ms ({} samples, --notify-poll-ms 50); \
+         {total} notifications in {secs:.2} s = {:.0}/s",
+        pct(0.5),
+        pct(0.99),
+        delays.len(),
+        total as f64 / secs
+    );
 }
