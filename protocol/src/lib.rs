@@ -14,6 +14,7 @@ pub mod error;
 pub mod ids;
 pub mod kinds;
 pub mod manifest;
+pub mod notify;
 pub mod payload;
 pub mod recovery;
 pub mod state;

@@ -93,6 +93,56 @@ pub struct ServerConfig {
     pub metrics_token: Option<String>,
     /// A separate address serving `GET /metrics` without a token.
     pub metrics_listen: Option<String>,
+    /// Notifications: the outbox sender and its sinks.
+    pub notify: NotifyConfig,
+}
+
+/// How notifications are sent.
+#[derive(Debug, Clone)]
+pub struct NotifyConfig {
+    /// The VAPID private key file (base64url P-256 scalar); `None` means
+    /// `<data_dir>/vapid.key`, created (mode 0600) on first start.
+    pub vapid_key_file: Option<PathBuf>,
+    /// The VAPID `sub` claim: a `mailto:` or `https:` contact for push services.
+    pub vapid_subject: String,
+    /// Accept `http://` push endpoints on loopback addresses (local push services in tests);
+    /// otherwise only `https://` endpoints are accepted.
+    pub allow_loopback_http: bool,
+    /// Whether this node sends notifications (several nodes may: each row goes to one).
+    pub sender: bool,
+    /// How often the sender looks at the outbox when no commit woke it.
+    pub poll: Duration,
+    /// A claimed outbox row goes back to the other senders after this long unless settled
+    /// (its sender crashed).
+    pub claim_ttl: Duration,
+    /// Outbox rows older than this when claimed (an outage) are folded into one summary.
+    pub stale_after: Duration,
+    /// A lost bridge notifies only once it has been gone this long.
+    pub bridge_lost_after: Duration,
+    /// First retry delay of a failed delivery; doubled per attempt, capped at 64 times.
+    pub retry_base: Duration,
+    /// Failed attempts after which a notification is given up (with the last reason).
+    pub max_attempts: u32,
+    /// Timeout of one request to a push service.
+    pub request_timeout: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            vapid_key_file: None,
+            vapid_subject: "mailto:admin@localhost".to_owned(),
+            allow_loopback_http: false,
+            sender: true,
+            poll: Duration::from_secs(1),
+            claim_ttl: Duration::from_secs(60),
+            stale_after: Duration::from_secs(15 * 60),
+            bridge_lost_after: Duration::from_secs(120),
+            retry_base: Duration::from_secs(2),
+            max_attempts: 8,
+            request_timeout: Duration::from_secs(15),
+        }
+    }
 }
 
 /// Size limits of checkpoints: what one upload or one archive may cost.
@@ -155,6 +205,7 @@ impl Default for ServerConfig {
             max_blob_bytes_per_account: 8 << 30,
             metrics_token: None,
             metrics_listen: None,
+            notify: NotifyConfig::default(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod extract;
 pub mod http;
 pub mod hub;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod quota;
 pub mod relay;
@@ -63,6 +64,7 @@ pub struct Server {
     quotas: quota::Quotas,
     followers: session::states::FollowerCount,
     metrics_listener: Option<TcpListener>,
+    vapid: notify::vapid::Vapid,
 }
 
 impl Server {
@@ -88,6 +90,10 @@ impl Server {
         auth.refresh_ttl = config.refresh_token_ttl;
         auth.limits = access::limits::Limits::new(&config);
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+        let vapid = notify::vapid::Vapid::load_or_create(
+            &config.data_dir,
+            config.notify.vapid_key_file.as_ref(),
+        )?;
         let node_id = config.node_id();
         let store = store::connect_as(&config.database_url(), &node_id).await?;
         let setup_code = if store.access.has_admin().await? {
@@ -99,6 +105,7 @@ impl Server {
             quotas: quota::Quotas::new(&config),
             followers: session::states::FollowerCount::default(),
             metrics_listener: None,
+            vapid,
             config,
             node_id,
             store,
@@ -220,7 +227,19 @@ impl Server {
             );
         }
         tasks.spawn(leases.clone().run(shutdown.clone()));
+        let vapid_public_key: Arc<str> = self.vapid.public_key.as_str().into();
+        let notifier = notify::Notifier::new(
+            self.store.clone(),
+            &self.node_id,
+            self.config.notify.clone(),
+            self.vapid,
+            public_url.as_str().into(),
+        )?;
+        if self.config.notify.sender {
+            tasks.spawn(notify::run(notifier, shutdown.clone()));
+        }
         let state = AppState {
+            vapid_public_key,
             leases,
             quotas: self.quotas,
             states,

@@ -47,6 +47,8 @@ pub struct AppState {
     pub quotas: Quotas,
     /// Open SSE streams and sockets per account.
     pub streams: Streams,
+    /// The VAPID public key browsers subscribe with (base64url).
+    pub vapid_public_key: Arc<str>,
 }
 
 impl AppState {
@@ -142,6 +144,7 @@ pub(crate) mod testing {
             leases,
             public_url: "http://moor.test".into(),
             streams: Streams::new(u32::MAX),
+            vapid_public_key: "".into(),
         };
         TestState { state, _dir: dir }
     }

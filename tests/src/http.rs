@@ -343,7 +343,8 @@ impl Api {
         .await
     }
 
-    async fn post_input_kind_raw(
+    /// `POST /inputs` with an input of `kind`, raw answer.
+    pub async fn post_input_kind_raw(
         &self,
         session: SessionId,
         client_msg_id: &str,

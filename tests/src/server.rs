@@ -312,6 +312,12 @@ impl TestServer {
         }
     }
 
+    /// Sets `--name value` for the next (re)start, replacing an earlier value.
+    pub fn set_flag(&mut self, name: &str, value: impl ToString) {
+        self.opts.flags.retain(|(k, _)| k != name);
+        self.opts.flags.push((name.to_owned(), value.to_string()));
+    }
+
     /// Starts the server again on the same port and data dir (killing it first if it runs).
     pub async fn restart(&mut self) {
         self.kill().await;

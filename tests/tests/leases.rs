@@ -64,12 +64,17 @@ async fn a_bridge_lost_with_its_server_is_recorded_once_after_restart_and_inputs
     assert_ne!(state.phase, Phase::AwaitingPermission);
     assert!(state.pending_permissions.is_empty(), "{state:?}");
 
-    // ... a decision now waits for a bridge, and says so
+    // ... a decision now is refused: the agent that asked is gone, so nothing is pending
     let answer = server
         .api()
-        .answer_permission(id, "p1", &request, PermissionDecision::Allow)
+        .post_input_kind_raw(
+            id,
+            "p1",
+            kinds::INPUT_PERMISSION,
+            moor_e2e::http::permission_answer(&request, PermissionDecision::Allow),
+        )
         .await;
-    assert!(answer.queued, "no bridge holds the session: {answer:?}");
+    assert_eq!(answer.status, 409, "{:?}", answer.body);
 
     // ... and a second restart records nothing more: the end was recorded exactly once
     server.restart().await;

@@ -66,3 +66,69 @@ self.addEventListener("fetch", (event) => {
     );
   }
 });
+
+// Notifications (docs/notifications.md). A push carries a PushMessage: show it, or, with
+// `close`, close the notification of the same tag (its request was answered elsewhere).
+self.addEventListener("push", (event) => {
+  let m;
+  try {
+    m = event.data.json();
+  } catch {
+    return;
+  }
+  event.waitUntil(
+    (async () => {
+      if (m.close) {
+        for (const n of await self.registration.getNotifications({ tag: m.tag })) n.close();
+        return;
+      }
+      const label = { approve: "Approve", deny: "Deny" };
+      await self.registration.showNotification(m.title || "Mooring", {
+        body: m.body,
+        tag: m.tag,
+        renotify: true,
+        data: m,
+        actions: (m.actions || []).map((a) => ({ action: a, title: label[a] || a })),
+      });
+    })(),
+  );
+});
+
+// Approve / Deny post `input.permission` with a fresh client_msg_id, as the signed-in user
+// (the session cookie); the server refuses a decision for a request that is no longer pending.
+// The outcome replaces the notification. A plain tap (or a platform without actions) opens the
+// session.
+self.addEventListener("notificationclick", (event) => {
+  const m = event.notification.data || {};
+  event.notification.close();
+  if ((event.action === "approve" || event.action === "deny") && m.request_id) {
+    event.waitUntil(decide(m, event.action === "approve" ? "allow" : "deny"));
+  } else if (m.url) {
+    event.waitUntil(self.clients.openWindow(m.url));
+  }
+});
+
+async function decide(m, decision) {
+  const body = {
+    client_msg_id: `notify-${self.crypto.randomUUID()}`,
+    kind: "input.permission",
+    payload: { request_id: m.request_id, decision },
+  };
+  let res = null;
+  try {
+    res = await fetch(`/api/v1/sessions/${encodeURIComponent(m.session)}/inputs`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch {
+    res = null;
+  }
+  const ok = !!res && res.ok;
+  await self.registration.showNotification(ok ? `${decision === "allow" ? "Approved" : "Denied"}: ${m.title}` : `Not sent: ${m.title}`, {
+    body: ok ? "Sent to the agent." : res && res.status === 409 ? "This request is no longer pending." : "Open the session to decide.",
+    tag: m.tag,
+    data: { ...m, actions: [], request_id: ok ? null : m.request_id },
+  });
+}

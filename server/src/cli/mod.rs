@@ -155,6 +155,44 @@ pub struct Config {
     /// The PEM private key of --tls-cert.
     #[arg(long, env = "MOOR_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// VAPID private key file for Web Push (default: <data-dir>/vapid.key, created on first start).
+    #[arg(long, env = "MOOR_VAPID_KEY_FILE")]
+    vapid_key_file: Option<PathBuf>,
+    /// Contact push services see in the VAPID token (mailto: or https: URL).
+    #[arg(
+        long,
+        env = "MOOR_VAPID_SUBJECT",
+        default_value = "mailto:admin@localhost"
+    )]
+    vapid_subject: String,
+    /// Accept http:// push endpoints on loopback addresses (local test push services): true/false.
+    #[arg(long, env = "MOOR_PUSH_ALLOW_LOOPBACK_HTTP", default_value_t = false, action = clap::ArgAction::Set)]
+    push_allow_loopback_http: bool,
+    /// Run the notification sender on this node (false: leave the outbox to other nodes).
+    #[arg(long, env = "MOOR_NOTIFY_SENDER", default_value_t = true, action = clap::ArgAction::Set)]
+    notify_sender: bool,
+    /// How often the notification sender looks at the outbox, in milliseconds.
+    #[arg(long, env = "MOOR_NOTIFY_POLL_MS", default_value_t = 1000)]
+    notify_poll_ms: u64,
+    /// Notifications older than this when sent (after an outage) are folded into one summary.
+    #[arg(long, env = "MOOR_NOTIFY_STALE_AFTER_MS", default_value_t = 15 * 60 * 1000)]
+    notify_stale_after_ms: u64,
+    /// A lost bridge notifies once it has been gone this long, in milliseconds.
+    #[arg(
+        long,
+        env = "MOOR_NOTIFY_BRIDGE_LOST_AFTER_MS",
+        default_value_t = 120_000
+    )]
+    notify_bridge_lost_after_ms: u64,
+    /// First retry delay of a failed notification, in milliseconds (doubles per attempt).
+    #[arg(long, env = "MOOR_NOTIFY_RETRY_MS", default_value_t = 2000)]
+    notify_retry_ms: u64,
+    /// Failed attempts after which a notification is given up.
+    #[arg(long, env = "MOOR_NOTIFY_MAX_ATTEMPTS", default_value_t = 8)]
+    notify_max_attempts: u32,
+    /// A claimed notification returns to other nodes after this long unless sent, in ms.
+    #[arg(long, env = "MOOR_NOTIFY_CLAIM_TTL_MS", default_value_t = 60_000)]
+    notify_claim_ttl_ms: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -237,6 +275,19 @@ impl Config {
             max_blob_bytes_per_account: self.max_blob_bytes_per_account,
             metrics_token: self.metrics_token,
             metrics_listen: self.metrics_listen,
+            notify: crate::config::NotifyConfig {
+                vapid_key_file: self.vapid_key_file,
+                vapid_subject: self.vapid_subject,
+                allow_loopback_http: self.push_allow_loopback_http,
+                sender: self.notify_sender,
+                poll: ms(self.notify_poll_ms.max(1)),
+                claim_ttl: ms(self.notify_claim_ttl_ms.max(1)),
+                stale_after: ms(self.notify_stale_after_ms),
+                bridge_lost_after: ms(self.notify_bridge_lost_after_ms),
+                retry_base: ms(self.notify_retry_ms.max(1)),
+                max_attempts: self.notify_max_attempts.max(1),
+                ..crate::config::NotifyConfig::default()
+            },
             tls: self
                 .tls_cert
                 .zip(self.tls_key)

@@ -35,6 +35,7 @@ pub(super) async fn create(
             &state.log,
             &*state.store.log,
             &state.leases,
+            &state.states,
             session.id,
             who.author(),
             req,

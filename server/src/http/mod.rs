@@ -14,6 +14,7 @@ pub(crate) mod guard;
 mod health;
 mod inputs;
 pub(crate) mod metrics;
+mod notify;
 mod offers;
 mod recovery;
 mod sessions;
@@ -69,6 +70,9 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(offers::list_offers))
         .routes(routes!(offers::accept_offer))
         .routes(routes!(offers::decline_offer))
+        .routes(routes!(notify::vapid))
+        .routes(routes!(notify::list, notify::add))
+        .routes(routes!(notify::remove))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

@@ -5,6 +5,9 @@
 //! under a stored id is a conflict that carries the stored entry. The bridge picks inputs up
 //! from the log when it is connected, or at its next handshake; the answer says which
 //! (`queued`: no bridge holds the session's lease). The caller has checked the role already.
+//! A permission decision is accepted only while its request is pending in the session's state
+//! as of the log's head (G9): a decision for a request already answered, withdrawn, or asked
+//! by an agent that is gone is refused with 409, never stored.
 //!
 //! Part of the session core: calls `session::log`, `store` and `error`; never a transport.
 
@@ -14,6 +17,7 @@ use moor_protocol::{kinds, now_ms, BodyError, Entry, EntryBody, Seq, SessionId};
 
 use super::leases::Leases;
 use super::log::Log;
+use super::states::States;
 use crate::error::ApiError;
 use crate::store::{Append, Appended, IdemKey, LogStore, Range};
 
@@ -28,12 +32,14 @@ pub async fn submit(
     log: &Log,
     store: &dyn LogStore,
     leases: &Leases,
+    states: &States,
     session: SessionId,
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
     let result: Result<InputAccepted, ApiError> = async {
         validate(&req)?;
+        require_pending(store, states, session, &req).await?;
         let append = Append {
             ts: now_ms(),
             kind: req.kind.clone(),
@@ -76,6 +82,36 @@ pub async fn submit(
         Err(_) => InputOutcome::Refused,
     });
     result
+}
+
+/// Refuses an `input.permission` whose request is not pending as of the log's head (or, with
+/// no `request_id`, unless exactly one request is pending). A retry of a decision that was
+/// stored and has since settled its request is refused too: the request is no longer pending.
+async fn require_pending(
+    store: &dyn LogStore,
+    states: &States,
+    session: SessionId,
+    req: &InputRequest,
+) -> Result<(), ApiError> {
+    let Ok(EntryBody::InputPermission(decision)) = EntryBody::decode(&req.kind, &req.payload)
+    else {
+        return Ok(());
+    };
+    let head = store.find_session(&session.to_string()).await?.head_seq;
+    let state = states.current(session, head).await?;
+    let pending = &state.pending_permissions;
+    let is_pending = match &decision.request_id {
+        Some(id) => pending.iter().any(|p| &p.request_id == id),
+        None => pending.len() == 1,
+    };
+    if is_pending {
+        Ok(())
+    } else {
+        Err(ApiError::Conflict(match decision.request_id {
+            Some(id) => format!("permission request {id:?} is not pending (answered, withdrawn, or its agent is gone)"),
+            None => format!("{} permission requests are pending: name one with request_id", pending.len()),
+        }))
+    }
 }
 
 /// The input the store named as already holding a `client_msg_id`.

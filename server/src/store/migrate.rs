@@ -194,6 +194,19 @@ const PLAIN_TABLES: &[Table] = &[
             ("uploaded_at", "bigint"),
         ],
     },
+    Table {
+        name: "push_subscriptions",
+        select: None,
+        columns: &[
+            ("id", "text"),
+            ("principal", "text"),
+            ("device", "text"),
+            ("endpoint", "text"),
+            ("p256dh", "text"),
+            ("auth", "text"),
+            ("created_at", "bigint"),
+        ],
+    },
 ];
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`
@@ -253,6 +266,11 @@ pub async fn copy(from: &str, to: &str) -> anyhow::Result<Copied> {
         copied.entries += rows.len() as u64;
     }
 
+    // The copied entries fired the outbox trigger: they are history, not news to send.
+    sqlx::query("DELETE FROM notify_outbox")
+        .execute(&mut *tx)
+        .await
+        .context("clear the outbox of copied entries")?;
     copied.producers = copy_table(&src, &mut tx, &PRODUCERS).await?;
     copy_table(&src, &mut tx, &SNAPSHOTS).await?;
     copied.checkpoints = copy_table(&src, &mut tx, &CHECKPOINTS).await?;

@@ -16,6 +16,7 @@ mod errors;
 mod group;
 pub mod lease;
 pub mod migrate;
+pub mod notify;
 mod page;
 mod plan;
 mod postgres;
@@ -36,6 +37,7 @@ pub use group::GroupPart;
 pub use lease::{Expired, Lease, LeaseStore};
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
+pub use notify::NotifyStore;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
@@ -523,6 +525,8 @@ pub struct Stores {
     pub checkpoints: Arc<dyn CheckpointStore>,
     /// Bridge leases: which node holds each session's bridge, and until when.
     pub leases: Arc<dyn LeaseStore>,
+    /// The notification outbox and Web Push subscriptions.
+    pub notify: Arc<dyn NotifyStore>,
     /// Coordination with the other nodes sharing the database; `None` for a single-node
     /// store (SQLite).
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -530,19 +534,7 @@ pub struct Stores {
 
 impl Stores {
     /// The roles of a store only one node uses.
-    fn single<S: LogStore + AccessStore + CheckpointStore + LeaseStore>(store: S) -> Self {
-        let store = Arc::new(store);
-        Self {
-            log: store.clone(),
-            access: store.clone(),
-            checkpoints: store.clone(),
-            leases: store,
-            cluster: None,
-        }
-    }
-
-    /// The roles of a store several nodes share.
-    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + Cluster>(
+    fn single<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore>(
         store: S,
     ) -> Self {
         let store = Arc::new(store);
@@ -551,6 +543,22 @@ impl Stores {
             access: store.clone(),
             checkpoints: store.clone(),
             leases: store.clone(),
+            notify: store,
+            cluster: None,
+        }
+    }
+
+    /// The roles of a store several nodes share.
+    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + Cluster>(
+        store: S,
+    ) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store.clone(),
+            leases: store.clone(),
+            notify: store.clone(),
             cluster: Some(store),
         }
     }

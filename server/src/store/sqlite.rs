@@ -19,6 +19,7 @@ use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
+use super::notify::notify_store;
 use super::{
     Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
     INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
@@ -140,6 +141,7 @@ impl AccessDialect for SqliteStore {
 
 access_store!(SqliteStore, sqlx::Sqlite);
 lease_store!(SqliteStore, sqlx::Sqlite);
+notify_store!(SqliteStore, sqlx::Sqlite, "");
 
 impl CheckpointDialect for SqliteStore {
     const SAVE_CHECKPOINT: &'static str =

@@ -251,6 +251,7 @@ async fn on_frame(
                     &state.log,
                     &*state.store.log,
                     &state.leases,
+                    &state.states,
                     session,
                     viewer.who.author(),
                     req,

@@ -12,6 +12,7 @@ mod checkpoint_scope;
 mod group;
 mod leases;
 mod nodes;
+mod notify;
 mod offers;
 mod stories;
 
@@ -124,6 +125,9 @@ conformance!(
     pages_stop_at_their_byte_bound_but_always_hold_one_entry,
     bridge_leases_are_held_renewed_released_and_taken_over,
     expired_leases_are_claimed_by_one_node_only,
+    notifying_entries_get_an_outbox_row_in_their_commit_and_others_none,
+    outbox_rows_go_to_one_node_and_back_when_a_claim_lapses,
+    push_subscriptions_are_per_user_bounded_and_removed_by_endpoint,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.

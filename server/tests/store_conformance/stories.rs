@@ -19,6 +19,7 @@ pub use crate::checkpoint_scope::*;
 pub use crate::group::*;
 pub use crate::leases::*;
 pub use crate::nodes::*;
+pub use crate::notify::*;
 pub use crate::offers::*;
 
 /// Bound for waiting on a notice; only a failure guard.

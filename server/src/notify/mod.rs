@@ -1,0 +1,250 @@
+//! Notifications: the sender that drains the store's outbox (filled by a trigger in the
+//! transaction of each notifying entry) into the sinks, with coalescing (`compose`), retries
+//! with backoff and a recorded reason when it gives up, and removal of subscriptions their push
+//! service says are gone.
+//!
+//! Calls `store` (outbox, members, subscriptions, leases, the log for the entries' payloads);
+//! never `http`, `ws` or `sse`.
+
+pub(crate) mod compose;
+pub(crate) mod vapid;
+pub(crate) mod webpush;
+
+use std::sync::Arc;
+
+use moor_protocol::api::Role;
+use moor_protocol::notify::{NotifyAction, NotifyClass, PushMessage};
+use moor_protocol::{now_ms, Entry, Seq};
+use tokio_util::sync::CancellationToken;
+
+use self::compose::{compose, Ages, Draft};
+use self::webpush::{Delivery, WebPush};
+use crate::config::NotifyConfig;
+use crate::store::notify::{OutboxRow, OutboxState, CLAIM_LIMIT};
+use crate::store::{Range, StoreResult, Stores};
+
+/// Longest backoff, in multiples of the first retry delay.
+const MAX_BACKOFF_FACTOR: u32 = 64;
+
+/// Drains the outbox: claims due rows, composes, sends, settles.
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    stores: Stores,
+    node: Arc<str>,
+    config: NotifyConfig,
+    push: WebPush,
+    public_url: Arc<str>,
+}
+
+impl Notifier {
+    /// A sender for `node`, signing with `vapid`.
+    pub(crate) fn new(
+        stores: Stores,
+        node: &str,
+        config: NotifyConfig,
+        vapid: vapid::Vapid,
+        public_url: Arc<str>,
+    ) -> anyhow::Result<Self> {
+        let push = WebPush::new(vapid, config.vapid_subject.clone(), config.request_timeout)?;
+        Ok(Self {
+            stores,
+            node: node.into(),
+            config,
+            push,
+            public_url,
+        })
+    }
+
+    /// Sends until `shutdown`, looking at the outbox every `poll` (and again at once while
+    /// claims come back full).
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        loop {
+            loop {
+                match self.drain_once().await {
+                    Ok(n) if n as i64 >= CLAIM_LIMIT => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = ?e, "notification outbox");
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.config.poll) => {}
+            }
+        }
+    }
+
+    /// Claims one batch of due rows and handles it; how many rows it claimed.
+    pub(crate) async fn drain_once(&self) -> StoreResult<usize> {
+        let now = now_ms();
+        let until = now.saturating_add(self.config.claim_ttl.as_millis() as i64);
+        let rows = self
+            .stores
+            .notify
+            .claim_outbox(&self.node, now, until, CLAIM_LIMIT)
+            .await?;
+        let n = rows.len();
+        if n > 0 {
+            self.handle(rows, now).await?;
+        }
+        Ok(n)
+    }
+
+    async fn handle(&self, rows: Vec<OutboxRow>, now: i64) -> StoreResult<()> {
+        let mut with_entries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let entry = self.entry(&row).await?;
+            with_entries.push((row, entry));
+        }
+        let ages = Ages {
+            now,
+            stale_after: self.config.stale_after.as_millis() as i64,
+            bridge_lost_after: self.config.bridge_lost_after.as_millis() as i64,
+        };
+        let composed = compose(&with_entries, ages);
+        let notify = &self.stores.notify;
+        for (id, due) in composed.deferred {
+            notify.retry_outbox(id, &self.node, due, None).await?;
+        }
+        for (id, reason) in composed.dropped {
+            notify
+                .settle_outbox(&[id], &self.node, OutboxState::Dropped, Some(reason))
+                .await?;
+        }
+        let attempts = |ids: &[i64]| {
+            with_entries
+                .iter()
+                .filter(|(r, _)| ids.contains(&r.id))
+                .map(|(r, _)| r.attempts)
+                .max()
+                .unwrap_or(0)
+        };
+        for draft in composed.drafts {
+            let tried = attempts(&draft.rows);
+            self.deliver(draft, tried, now).await?;
+        }
+        Ok(())
+    }
+
+    /// The entry an outbox row names.
+    async fn entry(&self, row: &OutboxRow) -> StoreResult<Option<Entry>> {
+        let after = Seq(row.seq.0.saturating_sub(1));
+        let entries = self
+            .stores
+            .log
+            .read(row.session, Range::After(after), 1)
+            .await?;
+        Ok(entries.into_iter().find(|e| e.seq == row.seq))
+    }
+
+    /// Sends `draft` to every device of every member of its session, then settles its rows.
+    async fn deliver(&self, draft: Draft, tried: u32, now: i64) -> StoreResult<()> {
+        let notify = &self.stores.notify;
+        if draft.class == NotifyClass::BridgeLost
+            && self
+                .stores
+                .leases
+                .live_lease(draft.session, now)
+                .await?
+                .is_some()
+        {
+            notify
+                .settle_outbox(
+                    &draft.rows,
+                    &self.node,
+                    OutboxState::Dropped,
+                    Some("the bridge came back"),
+                )
+                .await?;
+            return Ok(());
+        }
+        let name = match self
+            .stores
+            .log
+            .find_session(&draft.session.to_string())
+            .await
+        {
+            Ok(s) => s.name,
+            Err(_) => draft.session.to_string(),
+        };
+        let members = self.stores.access.members(draft.session).await?;
+        let mut transient = None;
+        let mut delivered = 0u32;
+        for member in members {
+            let subs = notify.subscriptions(&member.principal).await?;
+            if subs.is_empty() {
+                continue;
+            }
+            let message = self.message(&draft, &name, member.role);
+            for sub in subs {
+                match self.push.send(&sub, &message).await {
+                    Delivery::Sent => delivered += 1,
+                    Delivery::Gone => {
+                        tracing::info!(principal = %sub.principal, device = %sub.device, "push subscription gone; removed");
+                        notify.remove_endpoint(&sub.endpoint).await?;
+                    }
+                    Delivery::Retry(reason) => transient = Some(reason),
+                    Delivery::Failed(reason) => {
+                        tracing::warn!(principal = %sub.principal, device = %sub.device, %reason, "push delivery failed");
+                    }
+                }
+            }
+        }
+        match transient {
+            None => {
+                let reason = (delivered == 0).then_some("nobody to notify");
+                notify
+                    .settle_outbox(&draft.rows, &self.node, OutboxState::Sent, reason)
+                    .await?;
+            }
+            Some(reason) if tried + 1 >= self.config.max_attempts => {
+                let reason = format!("gave up after {} attempts: {reason}", tried + 1);
+                notify
+                    .settle_outbox(&draft.rows, &self.node, OutboxState::Dropped, Some(&reason))
+                    .await?;
+            }
+            Some(reason) => {
+                let factor = 2u32.saturating_pow(tried).min(MAX_BACKOFF_FACTOR);
+                let delay = self.config.retry_base.saturating_mul(factor);
+                let due = now.saturating_add(delay.as_millis() as i64);
+                for id in &draft.rows {
+                    notify
+                        .retry_outbox(*id, &self.node, due, Some(&reason))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The push message `draft` becomes for someone with `role`: buttons only for those who
+    /// may decide.
+    fn message(&self, draft: &Draft, session_name: &str, role: Role) -> PushMessage {
+        let actions =
+            if draft.class == NotifyClass::Permission && !draft.close && role >= Role::Controller {
+                vec![NotifyAction::Approve, NotifyAction::Deny]
+            } else {
+                Vec::new()
+            };
+        PushMessage {
+            tag: draft.tag.clone(),
+            session: draft.session,
+            class: draft.class,
+            seq: draft.seq,
+            count: draft.count,
+            title: format!("{session_name}: {}", draft.title),
+            body: draft.body.clone(),
+            request_id: draft.request_id.clone(),
+            actions,
+            close: draft.close,
+            url: format!("{}/#/s/{}", self.public_url, draft.session),
+        }
+    }
+}
+
+/// Spawnable form of [`Notifier::run`] for the task tracker.
+pub(crate) async fn run(notifier: Notifier, shutdown: CancellationToken) {
+    notifier.run(shutdown).await;
+}

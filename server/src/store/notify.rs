@@ -1,0 +1,382 @@
+//! [`NotifyStore`]: the notification outbox and Web Push subscriptions, written once for both
+//! engines.
+//!
+//! Outbox rows are never inserted from Rust: a trigger on `entries` (migration 0012) inserts
+//! one in the transaction that commits each entry of a notifying kind, so no commit path can
+//! forget one. Senders claim rows until a deadline; a row whose claim lapsed (its sender
+//! crashed) is claimed again, and Postgres nodes skip each other's locked rows
+//! (`FOR UPDATE SKIP LOCKED`), so each row goes to one sender at a time.
+
+use async_trait::async_trait;
+use moor_protocol::{Seq, SessionId};
+
+use super::StoreResult;
+
+/// Most outbox rows one claim returns.
+pub const CLAIM_LIMIT: i64 = 500;
+
+/// Most Web Push subscriptions one principal may hold; adding another replaces the oldest.
+pub const MAX_SUBSCRIPTIONS_PER_PRINCIPAL: i64 = 16;
+
+/// One outbox row as claimed: the entry that caused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// Its id (commit order).
+    pub id: i64,
+    /// The entry's session.
+    pub session: SessionId,
+    /// The entry's seq.
+    pub seq: Seq,
+    /// The entry's kind.
+    pub kind: String,
+    /// The entry's timestamp (ms since the epoch).
+    pub ts: i64,
+    /// Failed attempts so far.
+    pub attempts: u32,
+}
+
+/// What became of an outbox row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxState {
+    /// Waiting to be sent (or retried).
+    Pending,
+    /// Delivered (or folded into a delivered notification).
+    Sent,
+    /// Given up, with a recorded reason.
+    Dropped,
+}
+
+impl OutboxState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Dropped => "dropped",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Self {
+        match s {
+            "sent" => Self::Sent,
+            "dropped" => Self::Dropped,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// An outbox row's fate, for inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxStatus {
+    /// Its state.
+    pub state: OutboxState,
+    /// Failed attempts.
+    pub attempts: u32,
+    /// Why it was dropped, or why its last attempt failed.
+    pub reason: Option<String>,
+}
+
+/// A browser's Web Push subscription, owned by a principal and labelled by device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushSubscriptionRow {
+    /// Its id.
+    pub id: String,
+    /// The user it notifies.
+    pub principal: String,
+    /// The device label its owner gave.
+    pub device: String,
+    /// The push service URL.
+    pub endpoint: String,
+    /// The browser's P-256 public key (base64url, uncompressed point).
+    pub p256dh: String,
+    /// The browser's auth secret (base64url, 16 bytes).
+    pub auth: String,
+    /// When it was added (ms).
+    pub created_at: i64,
+}
+
+/// The outbox and the subscriptions.
+#[async_trait]
+pub trait NotifyStore: Send + Sync + std::fmt::Debug {
+    /// Claims up to `limit` pending rows due at `now` whose claim (if any) lapsed, for `node`
+    /// until `until`; oldest first. A row is returned to one caller until its claim lapses.
+    async fn claim_outbox(
+        &self,
+        node: &str,
+        now: i64,
+        until: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<OutboxRow>>;
+
+    /// Settles rows `ids` that `node` still claims as `state` with `reason`; how many it did.
+    async fn settle_outbox(
+        &self,
+        ids: &[i64],
+        node: &str,
+        state: OutboxState,
+        reason: Option<&str>,
+    ) -> StoreResult<u64>;
+
+    /// Puts row `id` that `node` still claims back as pending, due at `next_at`; with a
+    /// `failure`, counts a failed attempt and records why (without, the row is only deferred).
+    async fn retry_outbox(
+        &self,
+        id: i64,
+        node: &str,
+        next_at: i64,
+        failure: Option<&str>,
+    ) -> StoreResult<bool>;
+
+    /// The fate of the row for entry `seq` of `session`, if the entry notified.
+    async fn outbox_status(
+        &self,
+        session: SessionId,
+        seq: Seq,
+    ) -> StoreResult<Option<OutboxStatus>>;
+
+    /// Stores `sub` (a known endpoint changes owner and keys); keeps at most
+    /// [`MAX_SUBSCRIPTIONS_PER_PRINCIPAL`] per principal, dropping the oldest.
+    async fn put_subscription(&self, sub: &PushSubscriptionRow) -> StoreResult<()>;
+
+    /// The subscriptions of `principal`, oldest first.
+    async fn subscriptions(&self, principal: &str) -> StoreResult<Vec<PushSubscriptionRow>>;
+
+    /// Removes `principal`'s subscription `id`; whether there was one.
+    async fn remove_subscription(&self, principal: &str, id: &str) -> StoreResult<bool>;
+
+    /// Removes the subscription at `endpoint` (the push service said it is gone).
+    async fn remove_endpoint(&self, endpoint: &str) -> StoreResult<bool>;
+}
+
+/// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
+/// pool; `$lock` is appended to the claim's row selection (Postgres: `FOR UPDATE SKIP LOCKED`).
+macro_rules! notify_store {
+    ($store:ident, $db:ty, $lock:literal) => {
+        mod notify_store {
+            use moor_protocol::{Seq, SessionId};
+            use sqlx::Row;
+
+            use super::$store;
+            use $crate::store::access::stored_session;
+            use $crate::store::errors::db_error;
+            use $crate::store::notify::{
+                NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow,
+                MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+            };
+            use $crate::store::StoreResult;
+
+            const SUB_COLUMNS: &str = "id, principal, device, endpoint, p256dh, auth, created_at";
+
+            fn subscription(
+                row: &<$db as sqlx::Database>::Row,
+            ) -> StoreResult<PushSubscriptionRow> {
+                Ok(PushSubscriptionRow {
+                    id: row.try_get("id").map_err(db_error)?,
+                    principal: row.try_get("principal").map_err(db_error)?,
+                    device: row.try_get("device").map_err(db_error)?,
+                    endpoint: row.try_get("endpoint").map_err(db_error)?,
+                    p256dh: row.try_get("p256dh").map_err(db_error)?,
+                    auth: row.try_get("auth").map_err(db_error)?,
+                    created_at: row.try_get("created_at").map_err(db_error)?,
+                })
+            }
+
+            #[async_trait::async_trait]
+            impl NotifyStore for $store {
+                async fn claim_outbox(
+                    &self,
+                    node: &str,
+                    now: i64,
+                    until: i64,
+                    limit: i64,
+                ) -> StoreResult<Vec<OutboxRow>> {
+                    let rows = sqlx::query(concat!(
+                        "UPDATE notify_outbox SET claimed_by = $1, claimed_until = $2 \
+                         WHERE id IN (SELECT id FROM notify_outbox WHERE state = 'pending' \
+                         AND next_at <= $3 AND (claimed_until IS NULL OR claimed_until <= $3) \
+                         ORDER BY id LIMIT $4",
+                        $lock,
+                        ") RETURNING id, session_id, seq, kind, ts, attempts"
+                    ))
+                    .bind(node)
+                    .bind(until)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    let mut out = rows
+                        .iter()
+                        .map(|row| {
+                            let sid: String = row.try_get("session_id").map_err(db_error)?;
+                            let seq: i64 = row.try_get("seq").map_err(db_error)?;
+                            let attempts: i64 = row.try_get("attempts").map_err(db_error)?;
+                            Ok(OutboxRow {
+                                id: row.try_get("id").map_err(db_error)?,
+                                session: stored_session(&sid)?,
+                                seq: Seq(seq as u64),
+                                kind: row.try_get("kind").map_err(db_error)?,
+                                ts: row.try_get("ts").map_err(db_error)?,
+                                attempts: attempts.clamp(0, u32::MAX as i64) as u32,
+                            })
+                        })
+                        .collect::<StoreResult<Vec<_>>>()?;
+                    out.sort_by_key(|r| r.id);
+                    Ok(out)
+                }
+
+                async fn settle_outbox(
+                    &self,
+                    ids: &[i64],
+                    node: &str,
+                    state: OutboxState,
+                    reason: Option<&str>,
+                ) -> StoreResult<u64> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    let mut n = 0;
+                    for id in ids {
+                        let done = sqlx::query(
+                            "UPDATE notify_outbox SET state = $1, reason = $2, \
+                             claimed_by = NULL, claimed_until = NULL \
+                             WHERE id = $3 AND claimed_by = $4 AND state = 'pending'",
+                        )
+                        .bind(state.as_str())
+                        .bind(reason)
+                        .bind(*id)
+                        .bind(node)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                        n += done.rows_affected();
+                    }
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(n)
+                }
+
+                async fn retry_outbox(
+                    &self,
+                    id: i64,
+                    node: &str,
+                    next_at: i64,
+                    failure: Option<&str>,
+                ) -> StoreResult<bool> {
+                    let done = sqlx::query(
+                        "UPDATE notify_outbox SET attempts = attempts + $5, next_at = $1, \
+                         reason = COALESCE($2, reason), claimed_by = NULL, \
+                         claimed_until = NULL \
+                         WHERE id = $3 AND claimed_by = $4 AND state = 'pending'",
+                    )
+                    .bind(next_at)
+                    .bind(failure)
+                    .bind(id)
+                    .bind(node)
+                    .bind(i64::from(failure.is_some()))
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn outbox_status(
+                    &self,
+                    session: SessionId,
+                    seq: Seq,
+                ) -> StoreResult<Option<OutboxStatus>> {
+                    let row = sqlx::query(
+                        "SELECT state, attempts, reason FROM notify_outbox \
+                         WHERE session_id = $1 AND seq = $2",
+                    )
+                    .bind(session.to_string())
+                    .bind(seq.0 as i64)
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    row.map(|row| {
+                        let state: String = row.try_get("state").map_err(db_error)?;
+                        let attempts: i64 = row.try_get("attempts").map_err(db_error)?;
+                        Ok(OutboxStatus {
+                            state: OutboxState::parse(&state),
+                            attempts: attempts.clamp(0, u32::MAX as i64) as u32,
+                            reason: row.try_get("reason").map_err(db_error)?,
+                        })
+                    })
+                    .transpose()
+                }
+
+                async fn put_subscription(&self, s: &PushSubscriptionRow) -> StoreResult<()> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    sqlx::query(
+                        "INSERT INTO push_subscriptions \
+                         (id, principal, device, endpoint, p256dh, auth, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                         ON CONFLICT (endpoint) DO UPDATE SET id = excluded.id, \
+                         principal = excluded.principal, device = excluded.device, \
+                         p256dh = excluded.p256dh, auth = excluded.auth, \
+                         created_at = excluded.created_at",
+                    )
+                    .bind(&s.id)
+                    .bind(&s.principal)
+                    .bind(&s.device)
+                    .bind(&s.endpoint)
+                    .bind(&s.p256dh)
+                    .bind(&s.auth)
+                    .bind(s.created_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    sqlx::query(
+                        "DELETE FROM push_subscriptions WHERE principal = $1 AND id NOT IN \
+                         (SELECT id FROM push_subscriptions WHERE principal = $1 \
+                          ORDER BY created_at DESC, id DESC LIMIT $2)",
+                    )
+                    .bind(&s.principal)
+                    .bind(MAX_SUBSCRIPTIONS_PER_PRINCIPAL)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)
+                }
+
+                async fn subscriptions(
+                    &self,
+                    principal: &str,
+                ) -> StoreResult<Vec<PushSubscriptionRow>> {
+                    let rows = sqlx::query(&format!(
+                        "SELECT {SUB_COLUMNS} FROM push_subscriptions WHERE principal = $1 \
+                         ORDER BY created_at, id"
+                    ))
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter().map(subscription).collect()
+                }
+
+                async fn remove_subscription(
+                    &self,
+                    principal: &str,
+                    id: &str,
+                ) -> StoreResult<bool> {
+                    let done = sqlx::query(
+                        "DELETE FROM push_subscriptions WHERE principal = $1 AND id = $2",
+                    )
+                    .bind(principal)
+                    .bind(id)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn remove_endpoint(&self, endpoint: &str) -> StoreResult<bool> {
+                    let done = sqlx::query("DELETE FROM push_subscriptions WHERE endpoint = $1")
+                        .bind(endpoint)
+                        .execute(self.writes())
+                        .await
+                        .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+            }
+        }
+    };
+}
+pub(crate) use notify_store;

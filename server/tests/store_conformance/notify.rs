@@ -1,0 +1,224 @@
+//! The notification outbox and Web Push subscriptions.
+
+use std::collections::HashSet;
+
+use moor_protocol::{kinds, ProducerId, Seq};
+use moor_server::store::notify::{
+    OutboxState, PushSubscriptionRow, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+};
+use moor_server::store::{Append, IdemKey};
+use serde_json::json;
+
+use super::Db;
+use crate::stories::produced;
+
+fn entry(producer: ProducerId, seq: u64, kind: &str, ts: i64) -> Append {
+    Append {
+        ts,
+        kind: kind.to_owned(),
+        author: "bridge".to_owned(),
+        payload: json!({"request_id": format!("r{seq}"), "tool_name": "Bash"}),
+        key: IdemKey::Producer { producer, seq },
+    }
+}
+
+pub async fn notifying_entries_get_an_outbox_row_in_their_commit_and_others_none(db: Db) {
+    // arrange
+    let a = db.open("node-a").await;
+    let s = a.log.open_session("outbox", None).await.unwrap().id;
+    let p = ProducerId::new();
+
+    // act: a single append and a group append, each mixing notifying and quiet entries
+    a.log
+        .append(
+            s,
+            vec![
+                produced(p, 1, "quiet"),
+                entry(p, 2, kinds::AGENT_PERMISSION_REQUEST, 1_000),
+            ],
+        )
+        .await
+        .unwrap();
+    let t = a.log.open_session("outbox-2", None).await.unwrap().id;
+    a.log
+        .append_group(vec![
+            (s, vec![entry(p, 3, kinds::AGENT_RESULT, 1_001)]),
+            (t, vec![entry(p, 1, kinds::SESSION_ENDED, 1_002)]),
+        ])
+        .await
+        .unwrap();
+
+    // assert: exactly the notifying entries have a pending row
+    let n = &a.notify;
+    assert_eq!(n.outbox_status(s, Seq(1)).await.unwrap(), None);
+    for (session, seq) in [(s, 2), (s, 3), (t, 1)] {
+        let status = n.outbox_status(session, Seq(seq)).await.unwrap().unwrap();
+        assert_eq!(status.state, OutboxState::Pending);
+    }
+    let claimed = n.claim_outbox("node-a", 10_000, 20_000, 100).await.unwrap();
+    let got: Vec<_> = claimed
+        .iter()
+        .map(|r| (r.session, r.seq.0, r.kind.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (s, 2, kinds::AGENT_PERMISSION_REQUEST),
+            (s, 3, kinds::AGENT_RESULT),
+            (t, 1, kinds::SESSION_ENDED),
+        ]
+    );
+    assert_eq!(claimed[0].ts, 1_000);
+}
+
+pub async fn outbox_rows_go_to_one_node_and_back_when_a_claim_lapses(db: Db) {
+    // arrange: 60 notifying entries
+    let a = db.open("node-a").await;
+    let b = db.open("node-b").await;
+    let s = a.log.open_session("race", None).await.unwrap().id;
+    let p = ProducerId::new();
+    let batch = (1..=60)
+        .map(|i| entry(p, i, kinds::AGENT_RESULT, 1))
+        .collect();
+    a.log.append(s, batch).await.unwrap();
+
+    // act: both nodes claim at once, in small batches, until nothing is left
+    let claim = |stores: moor_server::store::Stores, node: &'static str| async move {
+        let mut got = Vec::new();
+        loop {
+            let rows = stores
+                .notify
+                .claim_outbox(node, 100, 1_000, 7)
+                .await
+                .unwrap();
+            if rows.is_empty() {
+                return got;
+            }
+            got.extend(rows.into_iter().map(|r| r.id));
+        }
+    };
+    let (on_a, on_b) = tokio::join!(claim(a.clone(), "node-a"), claim(b.clone(), "node-b"));
+
+    // assert: each row claimed exactly once
+    let mut all = HashSet::new();
+    for id in on_a.iter().chain(&on_b) {
+        assert!(all.insert(*id), "row {id} claimed twice");
+    }
+    assert_eq!(all.len(), 60);
+
+    // a sender that crashed (its claim lapses) leaves its rows to the next claim, once
+    assert!(b
+        .notify
+        .claim_outbox("node-b", 999, 2_000, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = b
+        .notify
+        .claim_outbox("node-b", 1_000, 2_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 60);
+
+    // only the claimer settles; settled rows are never claimed again
+    let ids: Vec<i64> = again.iter().map(|r| r.id).collect();
+    assert_eq!(
+        a.notify
+            .settle_outbox(&ids, "node-a", OutboxState::Sent, None)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        b.notify
+            .settle_outbox(&ids[..50], "node-b", OutboxState::Sent, None)
+            .await
+            .unwrap(),
+        50
+    );
+    // a failed attempt is counted, backs off, and keeps its reason
+    let last = *ids.last().unwrap();
+    assert!(b
+        .notify
+        .retry_outbox(last, "node-b", 5_000, Some("push service answered 500"))
+        .await
+        .unwrap());
+    b.notify
+        .settle_outbox(
+            &ids[50..59],
+            "node-b",
+            OutboxState::Dropped,
+            Some("gave up"),
+        )
+        .await
+        .unwrap();
+    assert!(a
+        .notify
+        .claim_outbox("node-a", 4_999, 9_000, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let retried = a
+        .notify
+        .claim_outbox("node-a", 5_000, 9_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0].attempts, 1);
+    let status = a
+        .notify
+        .outbox_status(s, retried[0].seq)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.reason.as_deref(), Some("push service answered 500"));
+    let dropped = a.notify.outbox_status(s, Seq(51)).await.unwrap().unwrap();
+    assert_eq!(
+        (dropped.state, dropped.reason.as_deref()),
+        (OutboxState::Dropped, Some("gave up"))
+    );
+}
+
+pub async fn push_subscriptions_are_per_user_bounded_and_removed_by_endpoint(db: Db) {
+    let a = db.open("node-a").await;
+    let n = &a.notify;
+    let sub = |i: i64, who: &str| PushSubscriptionRow {
+        id: format!("id-{who}-{i}"),
+        principal: who.to_owned(),
+        device: format!("device {i}"),
+        endpoint: format!("https://push.test/{who}/{i}"),
+        p256dh: "key".to_owned(),
+        auth: "auth".to_owned(),
+        created_at: i,
+    };
+    for i in 0..MAX_SUBSCRIPTIONS_PER_PRINCIPAL + 2 {
+        n.put_subscription(&sub(i, "alice")).await.unwrap();
+    }
+    n.put_subscription(&sub(0, "bob")).await.unwrap();
+    let alice = n.subscriptions("alice").await.unwrap();
+    assert_eq!(alice.len() as i64, MAX_SUBSCRIPTIONS_PER_PRINCIPAL);
+    assert_eq!(alice[0].id, "id-alice-2", "the oldest two were dropped");
+    // a known endpoint changes hands rather than doubling
+    let mut moved = sub(0, "bob");
+    moved.id = "moved".into();
+    moved.principal = "carol".into();
+    moved.created_at = 99;
+    n.put_subscription(&moved).await.unwrap();
+    assert!(n.subscriptions("bob").await.unwrap().is_empty());
+    assert_eq!(n.subscriptions("carol").await.unwrap().len(), 1);
+    // removal: only by its owner, or by endpoint
+    assert!(!n.remove_subscription("bob", "moved").await.unwrap());
+    assert!(n.remove_subscription("carol", "moved").await.unwrap());
+    assert!(n
+        .remove_endpoint("https://push.test/alice/5")
+        .await
+        .unwrap());
+    assert!(!n
+        .remove_endpoint("https://push.test/alice/5")
+        .await
+        .unwrap());
+    assert_eq!(
+        n.subscriptions("alice").await.unwrap().len() as i64,
+        MAX_SUBSCRIPTIONS_PER_PRINCIPAL - 1
+    );
+}

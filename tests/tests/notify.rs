@@ -1,0 +1,408 @@
+//! Notifications through Web Push: a local push service verifies each request's VAPID JWT and
+//! decrypts its `aes128gcm` payload with the subscribed device's private key, so what is
+//! checked is what a browser would show.
+
+use std::time::Duration;
+
+use moor_e2e::http::RawBody;
+use moor_e2e::{eventually, Api, Device, PushService, RawBridge, ServerOpts, TestServer};
+use moor_protocol::bridge::BridgeToServer;
+use moor_protocol::notify::{NotifyAction, NotifyClass};
+use moor_protocol::{kinds, now_ms, NewEntry, ProducerId};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A server that sends to loopback push services and looks at its outbox often.
+fn opts() -> ServerOpts {
+    ServerOpts::new()
+        .flag("--push-allow-loopback-http", true)
+        .flag("--notify-poll-ms", 50)
+        .flag("--notify-retry-ms", 50)
+}
+
+/// Adds user `name` and returns an API client with their token.
+async fn user(server: &TestServer, name: &str) -> Api {
+    let admin = server.api();
+    admin.add_user(name, "correct horse battery").await;
+    let tokens = admin.login(name, "correct horse battery").await;
+    let token = tokens["access_token"].as_str().expect("access token");
+    Api::new(server.url(), token)
+}
+
+/// Subscribes `device` for the user of `api`, after pointing the push service at the server's
+/// VAPID key.
+async fn subscribe(api: &Api, push: &PushService, device: &Device, label: &str) -> String {
+    let key = api.authed(Method::GET, "/api/v1/notify/vapid", None).await;
+    assert_eq!(key.status, StatusCode::OK, "{:?}", key.body);
+    push.expect_vapid_key(key.body["public_key"].as_str().expect("public key"));
+    let body = json!({
+        "device": label,
+        "endpoint": device.endpoint,
+        "keys": {"p256dh": device.p256dh, "auth": device.auth},
+    });
+    let r = api
+        .authed(
+            Method::POST,
+            "/api/v1/notify/subscriptions",
+            Some(RawBody::Json(body)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    r.body["id"].as_str().expect("subscription id").to_owned()
+}
+
+/// A bridge of `api`'s user on session `name`, sending typed entries by hand.
+struct Agent {
+    raw: RawBridge,
+    next: u64,
+    session: moor_protocol::SessionId,
+}
+
+impl Agent {
+    async fn start(server: &TestServer, api: &Api, name: &str) -> Self {
+        let mut raw = RawBridge::connect(server.addr(), Some(api.token()))
+            .await
+            .expect("bridge connects");
+        let welcome = raw.hello(name, ProducerId::new()).await;
+        Self {
+            raw,
+            next: 1,
+            session: welcome.session_id,
+        }
+    }
+
+    /// Sends `entries` (kind, payload, age in ms) in one batch and waits for the ack: they
+    /// are committed.
+    async fn send(&mut self, entries: &[(&str, Value, i64)]) {
+        let now = now_ms();
+        let batch: Vec<NewEntry> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (kind, payload, age))| NewEntry {
+                producer_seq: self.next + i as u64,
+                ts: now - age,
+                kind: (*kind).to_owned(),
+                payload: payload.clone(),
+            })
+            .collect();
+        self.next += batch.len() as u64;
+        self.raw
+            .send(&BridgeToServer::Entries { entries: batch })
+            .await;
+        self.raw.wait_ack(self.next - 1, WAIT).await;
+    }
+}
+
+fn permission(id: &str, command: &str, age: i64) -> (&'static str, Value, i64) {
+    (
+        kinds::AGENT_PERMISSION_REQUEST,
+        json!({"request_id": id, "tool_name": "Bash", "input": {"command": command}}),
+        age,
+    )
+}
+
+fn turn(text: &str, age: i64) -> (&'static str, Value, i64) {
+    (
+        kinds::AGENT_RESULT,
+        json!({"subtype": "success", "result": text, "cost_usd": 0.0125}),
+        age,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_request_reaches_the_owners_phone_with_buttons_and_its_answer_retracts_it() {
+    // arrange
+    let push = PushService::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut agent = Agent::start(&server, &alice, "perm-demo").await;
+
+    // act: the agent asks
+    agent.send(&[permission("req-1", "rm -rf build", 0)]).await;
+
+    // assert: one high-urgency notification with Approve/Deny, the command, its tag
+    push.wait_until(WAIT, "the permission notification", |r, _| !r.is_empty())
+        .await;
+    let got = push.received_by(&phone);
+    assert_eq!(got.len(), 1);
+    let m = &got[0].message;
+    assert_eq!(m.class, NotifyClass::Permission);
+    assert_eq!(m.title, "perm-demo: Permission: Bash");
+    assert_eq!(m.body, "rm -rf build");
+    assert_eq!(m.actions, vec![NotifyAction::Approve, NotifyAction::Deny]);
+    assert_eq!(m.tag, format!("perm:{}:req-1", agent.session));
+    assert_eq!(m.request_id.as_deref(), Some("req-1"));
+    assert!(!m.close);
+    assert_eq!(got[0].urgency.as_deref(), Some("high"));
+    assert!(got[0].topic.is_some());
+
+    // act: the request is answered elsewhere (the terminal)
+    agent
+        .send(&[(
+            kinds::AGENT_PERMISSION_RESOLVED,
+            json!({"request_id": "req-1", "decision": "allow", "by": "local"}),
+            0,
+        )])
+        .await;
+
+    // assert: the notification is closed on the phone (same tag)
+    push.wait_until(WAIT, "the retraction", |r, _| r.len() >= 2)
+        .await;
+    let got = push.received_by(&phone);
+    assert_eq!(got.len(), 2);
+    assert!(got[1].message.close);
+    assert_eq!(got[1].message.tag, got[0].message.tag);
+    assert!(got[1].message.actions.is_empty());
+    assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_removed() {
+    // arrange
+    let push = PushService::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut agent = Agent::start(&server, &alice, "turns").await;
+
+    // act: three turns finish in one commit
+    agent
+        .send(&[turn("first", 0), turn("second", 0), turn("third\nmore", 0)])
+        .await;
+
+    // assert: one notification for three
+    push.wait_until(WAIT, "the coalesced turns", |r, _| !r.is_empty())
+        .await;
+    let got = push.received_by(&phone);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let m = &got[0].message;
+    assert_eq!((m.class, m.count), (NotifyClass::Turn, 3));
+    assert_eq!(m.title, "turns: 3 × turns finished");
+    assert_eq!(m.body, "third ($0.0125)");
+    assert!(m.actions.is_empty());
+
+    // act: entries from an hour ago (a bridge back from a long outage) arrive
+    let hour = 3_600_000;
+    agent
+        .send(&[
+            turn("old 1", hour),
+            permission("old-req", "make", hour),
+            turn("old 2", hour),
+        ])
+        .await;
+
+    // assert: one summary, not three notifications
+    push.wait_until(WAIT, "the summary", |r, _| r.len() >= 2)
+        .await;
+    let got = push.received_by(&phone);
+    assert_eq!(got.len(), 2, "{got:#?}");
+    let m = &got[1].message;
+    assert_eq!((m.class, m.count), (NotifyClass::Summary, 3));
+    assert_eq!(m.body, "1 permission requests, 2 turns finished");
+
+    // act: the push service says the subscription is gone
+    push.answer_with(&phone, 410);
+    agent.send(&[turn("after", 0)]).await;
+
+    // assert: the server removed it
+    push.wait_until(WAIT, "the 410", |_, refused| !refused.is_empty())
+        .await;
+    eventually(WAIT, "the gone subscription is removed", || async {
+        let r = alice
+            .authed(Method::GET, "/api/v1/notify/subscriptions", None)
+            .await;
+        r.body.as_array().is_some_and(|a| a.is_empty())
+    })
+    .await;
+    assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_committed_before_a_crash_is_sent_once_after_the_restart() {
+    // arrange: a node that does not send (it crashes before it would)
+    let push = PushService::start().await;
+    let mut server = TestServer::start(opts().flag("--notify-sender", false)).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut agent = Agent::start(&server, &alice, "crashy").await;
+    agent.send(&[permission("req-1", "cargo publish", 0)]).await;
+
+    // act: SIGKILL after the commit, restart as a sender
+    server.kill().await;
+    server.set_flag("--notify-sender", true);
+    server.restart().await;
+
+    // assert: delivered once; a later notification passes it, and it never comes again
+    push.wait_until(WAIT, "the notification after the restart", |r, _| {
+        !r.is_empty()
+    })
+    .await;
+    let alice = Api::new(server.url(), alice.token());
+    let mut agent = Agent::start(&server, &alice, "crashy-2").await;
+    agent.send(&[permission("req-2", "ls", 0)]).await;
+    push.wait_until(WAIT, "the later notification", |r, _| {
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some("req-2"))
+    })
+    .await;
+    let first: Vec<_> = push
+        .received_by(&phone)
+        .into_iter()
+        .filter(|m| m.message.request_id.as_deref() == Some("req-1"))
+        .collect();
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert_eq!(first[0].message.body, "cargo publish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_refuse_plain_http_endpoints_and_bad_keys() {
+    let push = PushService::start().await;
+    let server = TestServer::start(ServerOpts::new()).await;
+    let alice = user(&server, "alice").await;
+    let device = push.subscribe();
+    let post = |endpoint: String, p256dh: String| {
+        let alice = alice.clone();
+        async move {
+            let body = json!({"device": "x", "endpoint": endpoint, "keys": {"p256dh": p256dh, "auth": "AAAAAAAAAAAAAAAAAAAAAA"}});
+            alice
+                .authed(
+                    Method::POST,
+                    "/api/v1/notify/subscriptions",
+                    Some(RawBody::Json(body)),
+                )
+                .await
+        }
+    };
+    // a loopback http endpoint without --push-allow-loopback-http
+    let r = post(device.endpoint.clone(), device.p256dh.clone()).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    // an https endpoint with a key that is not a P-256 point
+    let r = post("https://push.example/x".into(), "AAAA".into()).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    // a good one is listed, and removed by its owner only
+    let r = post("https://push.example/x".into(), device.p256dh.clone()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let bob = user(&server, "bob").await;
+    let path = format!("/api/v1/notify/subscriptions/{id}");
+    assert_eq!(
+        bob.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        alice.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_is_accepted_only_while_its_request_is_pending() {
+    // arrange: a pending request
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let mut agent = Agent::start(&server, &alice, "stale").await;
+    agent.send(&[permission("req-1", "ls", 0)]).await;
+    let session = agent.session;
+    let decide = |id: &'static str, request: &'static str| {
+        let alice = alice.clone();
+        async move {
+            let payload = json!({"request_id": request, "decision": "allow"});
+            alice
+                .post_input_kind_raw(session, id, kinds::INPUT_PERMISSION, payload)
+                .await
+        }
+    };
+
+    // act + assert: the first Approve is taken; one for a request never made is refused
+    assert_eq!(decide("n1", "req-1").await.status, StatusCode::OK);
+    let unknown = decide("n2", "req-9").await;
+    assert_eq!(unknown.status, StatusCode::CONFLICT, "{:?}", unknown.body);
+
+    // act: the request is resolved
+    agent
+        .send(&[(
+            kinds::AGENT_PERMISSION_RESOLVED,
+            json!({"request_id": "req-1", "decision": "allow"}),
+            0,
+        )])
+        .await;
+
+    // assert: a second Approve (another notification, a fresh client_msg_id) is refused as
+    // stale, and nothing was stored for it
+    let stale = decide("n3", "req-1").await;
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{:?}", stale.body);
+    let entries = server.entries_all(agent.session).await;
+    let decisions = entries
+        .iter()
+        .filter(|e| e.kind == kinds::INPUT_PERMISSION)
+        .count();
+    assert_eq!(decisions, 1);
+}
+
+/// Bench (run with `--run-ignored only`): notifications the outbox sustains per second, and the
+/// delay from the causing entry's commit (its ack to the bridge) to the push request, p50/p99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bench: prints figures, asserts only completeness"]
+async fn bench_outbox_throughput_and_commit_to_push_delay() {
+    const SESSIONS: usize = 20;
+    const ROUNDS: usize = 10;
+    let push = PushService::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut agents = Vec::new();
+    for i in 0..SESSIONS {
+        agents.push(Agent::start(&server, &alice, &format!("bench-{i}")).await);
+    }
+
+    // delay: one permission request at a time, committed (acked) then timed to its push
+    let mut delays = Vec::new();
+    for round in 0..ROUNDS {
+        for (i, agent) in agents.iter_mut().enumerate().take(5) {
+            let id = format!("d-{round}-{i}");
+            let before = push.received().len();
+            agent.send(&[permission(&id, "true", 0)]).await;
+            let committed = now_ms();
+            push.wait_until(WAIT, "the timed notification", |r, _| r.len() > before)
+                .await;
+            let got = push.received();
+            let m = got
+                .iter()
+                .find(|m| m.message.request_id.as_deref() == Some(id.as_str()));
+            delays.push(m.expect("timed notification").at - committed);
+        }
+    }
+    delays.sort_unstable();
+    let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
+
+    // throughput: each session commits ROUNDS requests in one batch, each its own notification
+    let before = push.received().len();
+    let started = std::time::Instant::now();
+    for (i, agent) in agents.iter_mut().enumerate() {
+        let batch: Vec<_> = (0..ROUNDS)
+            .map(|round| permission(&format!("t-{round}-{i}"), "true", 0))
+            .collect();
+        agent.send(&batch).await;
+    }
+    let total = SESSIONS * ROUNDS;
+    push.wait_until(Duration::from_secs(120), "every notification", |r, _| {
+        r.len() >= before + total
+    })
+    .await;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "notify bench: commit→push delay p50 {} ms, p99 {} ms ({} samples, --notify-poll-ms 50); \
+         {total} notifications in {secs:.2} s = {:.0}/s",
+        pct(0.5),
+        pct(0.99),
+        delays.len(),
+        total as f64 / secs
+    );
+}

@@ -1,0 +1,85 @@
+// "Notify me on this device": subscribes this browser to Web Push after a click (browsers
+// require a user action), registers it with moord under a device label, and removes it again.
+// iOS delivers Web Push only to a web app added to the home screen, on iOS 16.4 or later.
+
+import { authHeaders } from "../api";
+import { h } from "../dom";
+import type { PushSubscriptionInfo } from "../protocol/PushSubscriptionInfo";
+import type { VapidKey } from "../protocol/VapidKey";
+
+const IOS_NOTE = "On iPhone and iPad: add Mooring to the home screen first (Share → Add to Home Screen, iOS 16.4 or later), then turn this on from there.";
+
+/** The device label moord lists: a short guess from the user agent. */
+export function deviceLabel(ua: string): string {
+  if (/iPhone|iPad/.test(ua)) return "iPhone/iPad";
+  if (/Android/.test(ua)) return "Android";
+  if (/Mac OS X/.test(ua)) return "Mac";
+  if (/Windows/.test(ua)) return "Windows";
+  if (/Linux/.test(ua)) return "Linux";
+  return "browser";
+}
+
+/** A base64url string as the bytes `applicationServerKey` takes. */
+export function keyBytes(b64url: string): Uint8Array<ArrayBuffer> {
+  const b64 = b64url.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((b64url.length + 3) % 4);
+  const bytes = new Uint8Array(new ArrayBuffer(atob(b64).length));
+  bytes.set(Array.from(atob(b64), (c) => c.charCodeAt(0)));
+  return bytes;
+}
+
+async function call<T>(method: string, path: string, body?: unknown): Promise<T | null> {
+  const res = await fetch(`/api/v1/notify/${path}`, {
+    method,
+    credentials: "same-origin",
+    headers: { ...authHeaders(), ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  if (!res.ok) throw new Error(`${method} ${path}: ${res.status}`);
+  return res.status === 204 ? null : ((await res.json()) as T);
+}
+
+/** The switch; its state is whether this browser's subscription is registered with moord. */
+export function notifySwitch(): HTMLElement {
+  const box = h("input", { type: "checkbox", id: "notify-switch" }) as HTMLInputElement;
+  const note = h("span.muted", { id: "notify-note" });
+  const el = h("label.notify", null, box, " Notify me on this device ", note);
+  const supported = "serviceWorker" in navigator && "PushManager" in window && window.isSecureContext;
+  if (!supported) {
+    box.disabled = true;
+    note.textContent = /iPhone|iPad/.test(navigator.userAgent) ? IOS_NOTE : "(this browser cannot receive notifications here)";
+    return el;
+  }
+  const current = async () => (await navigator.serviceWorker.ready).pushManager.getSubscription();
+  void (async () => {
+    const sub = await current();
+    if (!sub) return;
+    const mine = (await call<PushSubscriptionInfo[]>("GET", "subscriptions")) ?? [];
+    box.checked = mine.some((s) => s.endpoint === sub.endpoint);
+  })().catch(() => {});
+  box.addEventListener("change", () => {
+    void (async () => {
+      note.textContent = "";
+      if (box.checked) {
+        if ((await Notification.requestPermission()) !== "granted") {
+          box.checked = false;
+          note.textContent = "(notifications are blocked for this site)";
+          return;
+        }
+        const key = await call<VapidKey>("GET", "vapid");
+        const reg = await navigator.serviceWorker.ready;
+        const sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: keyBytes(key!.public_key) });
+        const json = sub.toJSON();
+        await call("POST", "subscriptions", { device: deviceLabel(navigator.userAgent), endpoint: sub.endpoint, keys: json.keys });
+      } else {
+        const sub = await current();
+        const mine = (await call<PushSubscriptionInfo[]>("GET", "subscriptions")) ?? [];
+        for (const s of mine.filter((s) => s.endpoint === sub?.endpoint)) await call("DELETE", `subscriptions/${encodeURIComponent(s.id)}`);
+        await sub?.unsubscribe();
+      }
+    })().catch((e: Error) => {
+      box.checked = !box.checked;
+      note.textContent = `(${e.message})`;
+    });
+  });
+  return el;
+}

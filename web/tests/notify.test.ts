@@ -1,0 +1,17 @@
+import { describe, expect, it } from "vitest";
+import { deviceLabel, keyBytes } from "../src/views/notify";
+
+describe("notify switch helpers", () => {
+  it("decodes a base64url VAPID key into the 65 bytes of an uncompressed point", () => {
+    const key = "BLn9b-VR0ca83knDNZ32dCHGyjJp-1riX9ZTN40MqV8K_LpQmLqxC_DoHvqvFXO_nGdAB4W9dogZb_sM-uV4JbY";
+    const bytes = keyBytes(key);
+    expect(bytes.length).toBe(65);
+    expect(bytes[0]).toBe(4);
+  });
+
+  it("labels devices by platform", () => {
+    expect(deviceLabel("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X)")).toBe("iPhone/iPad");
+    expect(deviceLabel("Mozilla/5.0 (Linux; Android 14)")).toBe("Android");
+    expect(deviceLabel("Mozilla/5.0 (X11; Linux x86_64)")).toBe("Linux");
+  });
+});
