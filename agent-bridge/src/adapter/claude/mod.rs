@@ -8,13 +8,13 @@
 //! Permission requests are never answered by default: a request nobody decides stays pending.
 
 pub mod control;
-mod decide;
+pub(crate) mod decide;
 pub mod intent;
 mod local;
 pub mod map;
-mod process;
+pub(crate) mod process;
 pub mod recovery;
-mod render;
+pub(crate) mod render;
 mod restart;
 pub mod watchdog;
 

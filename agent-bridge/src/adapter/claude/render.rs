@@ -10,13 +10,13 @@ use crate::spool::Draft;
 
 /// Turns entries into terminal text; remembers whether a message's text was already streamed.
 #[derive(Debug, Default)]
-pub(super) struct Renderer {
+pub(crate) struct Renderer {
     streamed: Option<Option<String>>,
 }
 
 impl Renderer {
     /// The text to print for `draft`, if any.
-    pub(super) fn render(&mut self, draft: &Draft) -> Option<String> {
+    pub(crate) fn render(&mut self, draft: &Draft) -> Option<String> {
         let or_empty = |s: &Option<String>| s.clone().unwrap_or_default();
         match draft.body().ok()? {
             EntryBody::AgentSession(p) => Some(format!(
