@@ -74,6 +74,9 @@ pub struct Mapper {
     replayed: u64,
     /// `session/load` is replaying history.
     pub replaying: bool,
+    /// The agent replays history after answering `session/load` and ends it with
+    /// `available_commands_update` (Gemini CLI 0.61) instead of before answering (the protocol).
+    pub replay_ends_with_commands: bool,
 }
 
 impl Mapper {
@@ -121,8 +124,14 @@ impl Mapper {
         let update = params.get("update").unwrap_or(&Value::Null);
         let kind = str_of(update, "sessionUpdate").unwrap_or_default();
         if self.replaying {
-            self.replayed += 1;
             out.signals.push(Signal::Alive);
+            if kind == "available_commands_update" && self.replay_ends_with_commands {
+                self.replaying = false;
+                out.drafts.extend(self.replay_summary());
+                out.drafts.push(acp_event(kind, update));
+            } else {
+                self.replayed += 1;
+            }
             return out;
         }
         match kind {
@@ -193,9 +202,18 @@ impl Mapper {
         out
     }
 
-    /// `session/load` finished: one entry saying how much history the agent replayed.
+    /// `session/load` was answered: unless the agent replays after answering, the replay is
+    /// over, logged as one entry saying how much history the agent replayed (the history itself
+    /// is in the log already, from the run that lived it).
     pub fn replay_done(&mut self) -> Option<Draft> {
+        if self.replay_ends_with_commands {
+            return None;
+        }
         self.replaying = false;
+        self.replay_summary()
+    }
+
+    fn replay_summary(&mut self) -> Option<Draft> {
         let n = std::mem::take(&mut self.replayed);
         (n > 0).then(|| acp_event("history_replayed", &json!({"updates": n})))
     }
@@ -260,6 +278,10 @@ impl Mapper {
         self.flush(&mut out);
         let call = params.get("toolCall").unwrap_or(&Value::Null);
         let tool_use_id = str_of(call, "toolCallId").map(str::to_owned);
+        // Gemini CLI asks before it announces the call: announce it first, as Claude Code does.
+        if tool_use_id.is_some() {
+            self.tool_call(call, &mut out);
+        }
         let known = tool_use_id
             .as_ref()
             .and_then(|id| self.tools.get(id).cloned());
@@ -308,7 +330,6 @@ impl Mapper {
         session_id: Option<&str>,
     ) -> Mapped {
         let mut out = Mapped::default();
-        self.flush(&mut out);
         let stop = match outcome {
             Ok(result) => str_of(result, "stopReason")
                 .unwrap_or("end_turn")
@@ -327,6 +348,7 @@ impl Mapper {
                 truncated: false,
             }));
         }
+        self.flush(&mut out);
         let (is_error, terminal) = match stop.as_str() {
             "end_turn" => (false, "completed"),
             // The words the fold and the renderer already read as "a person stopped it".
@@ -342,6 +364,12 @@ impl Mapper {
             agent_session_id: session_id.map(str::to_owned),
             ..AgentResult::default()
         }));
+        if let Ok(result) = outcome {
+            if let Some(meta) = result.get("_meta").filter(|m| !m.is_null()) {
+                // Usage and quota as the agent reports them: no entry kind has their shape.
+                out.drafts.push(acp_event("prompt_result_meta", meta));
+            }
+        }
         if let Err(e) = outcome {
             out.drafts.push(error(
                 &format!("the agent's turn failed: {}", bounded(e, RAW_CHARS).0),
@@ -464,3 +492,7 @@ fn push_bounded(into: &mut String, text: &str) {
 fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
+
+#[cfg(test)]
+#[path = "map_tests.rs"]
+mod tests;

@@ -350,6 +350,8 @@ impl Run {
                     .and_then(|i| i.get("version"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
+                let name = result.get("agentInfo").and_then(|i| i.get("name"));
+                self.mapper.replay_ends_with_commands = name == Some(&json!("gemini-cli"));
                 drafts.push(map::acp_event("initialized", &result));
                 let cwd = self.spec.cwd.display().to_string();
                 let resume = self
@@ -409,6 +411,7 @@ impl Run {
                 self.session_ready(process, Some(id), &result, drafts).await;
             }
             (Call::LoadSession(id), Err(e)) => {
+                self.mapper.replay_ends_with_commands = false;
                 drafts.extend(self.mapper.replay_done());
                 drafts.push(error(
                     &format!("the agent could not load conversation {id} ({e}); a new one starts"),
