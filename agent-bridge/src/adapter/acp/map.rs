@@ -418,8 +418,16 @@ fn describe(call: &Value) -> (String, Value, Option<String>) {
     if !title.is_empty() && input.get("title").is_none() {
         input["title"] = json!(title);
     }
-    if kind == "execute" && input.get("command").is_none() && !title.is_empty() {
-        input["command"] = json!(title);
+    // The command line as one string, as the brief and the terminal show it (Codex gives argv).
+    if kind == "execute" && !title.is_empty() {
+        match input.get("command") {
+            Some(Value::String(_)) => {}
+            Some(argv) => {
+                input["argv"] = argv.clone();
+                input["command"] = json!(title);
+            }
+            None => input["command"] = json!(title),
+        }
     }
     let path = call
         .get("locations")

@@ -13,7 +13,7 @@ fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
 
 fn fixture(name: &str) -> String {
     let path = format!(
-        "{}/tests/fixtures/gemini-cli/{name}",
+        "{}/tests/fixtures/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -37,7 +37,7 @@ fn replay(name: &str) -> Vec<Draft> {
         .collect();
     let mut mapper = Mapper::new();
     mapper.replaying = ours.values().any(|m| m == "session/load");
-    mapper.replay_ends_with_commands = true;
+    mapper.replay_ends_with_commands = name.starts_with("gemini-cli/");
     mapper.turn_started();
     let mut drafts = Vec::new();
     for line in fixture(&format!("{name}.OUT.jsonl")).lines() {
@@ -68,12 +68,17 @@ fn replay(name: &str) -> Vec<Draft> {
     drafts
 }
 
-const CAPTURES: [&str; 2] = ["01_prompt_allow_deny_cancel", "02_load_then_prompt"];
+const CAPTURES: [&str; 4] = [
+    "gemini-cli/01_prompt_allow_deny_cancel",
+    "gemini-cli/02_load_then_prompt",
+    "codex-acp/01_prompt_allow_deny",
+    "codex-acp/02_load_then_prompt",
+];
 
-/// Every prefix of every captured Gemini CLI stream folds to a valid state: an API-valid
+/// Every prefix of every captured stream (Gemini CLI, Codex through codex-acp) folds to a valid state: an API-valid
 /// repaired transcript, and a fold that resumes from any snapshot to the same state.
 #[test]
-fn every_prefix_of_every_gemini_capture_gives_a_valid_transcript_and_a_consistent_fold() {
+fn every_prefix_of_every_acp_capture_gives_a_valid_transcript_and_a_consistent_fold() {
     use moor_protocol::state::SessionState;
     use moor_protocol::transcript::{repaired, validate};
     for name in CAPTURES {
@@ -109,7 +114,7 @@ fn every_prefix_of_every_gemini_capture_gives_a_valid_transcript_and_a_consisten
 
 #[test]
 fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_result() {
-    let drafts = replay("01_prompt_allow_deny_cancel");
+    let drafts = replay("gemini-cli/01_prompt_allow_deny_cancel");
     let kinds: Vec<&str> = kinds_of(&drafts)
         .into_iter()
         .filter(|k| *k != "agent.text.delta" && *k != "agent.event")
@@ -157,7 +162,7 @@ fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_resul
 
 #[test]
 fn a_loaded_session_logs_how_much_history_it_replayed_not_the_history_again() {
-    let drafts = replay("02_load_then_prompt");
+    let drafts = replay("gemini-cli/02_load_then_prompt");
     let replayed = drafts
         .iter()
         .find(|d| d.payload["subtype"] == "history_replayed")
@@ -210,4 +215,24 @@ fn plans_unknown_updates_and_oversized_input_are_kept_bounded() {
     assert_eq!(input["truncated"], true);
     assert_eq!(call.drafts[0].payload["path"], "/p/f");
     assert_eq!(call.drafts[0].payload["name"], "Edit");
+}
+
+#[test]
+fn codex_replays_before_answering_and_its_command_argv_is_kept_beside_the_command_line() {
+    let loaded = replay("codex-acp/02_load_then_prompt");
+    let replayed = loaded
+        .iter()
+        .find(|d| d.payload["subtype"] == "history_replayed")
+        .expect("a replay summary");
+    assert_eq!(replayed.payload["raw"]["updates"], 9);
+    assert_eq!(kinds_of(&loaded).iter().filter(|k| **k == "agent.tool_use").count(), 0);
+    let drafts = replay("codex-acp/01_prompt_allow_deny");
+    let tool = drafts.iter().find(|d| d.kind == "agent.tool_use").unwrap();
+    assert_eq!(tool.payload["name"], "Bash");
+    let command = tool.payload["input"]["command"].as_str().unwrap();
+    assert!(command.starts_with("touch "), "{command}");
+    assert_eq!(tool.payload["input"]["argv"][0], "/bin/bash");
+    // Codex's "abort" answer to a permission request ends the turn as cancelled.
+    let last = drafts.iter().rev().find(|d| d.kind == "agent.result").unwrap();
+    assert_eq!(last.payload["subtype"], "cancelled");
 }

@@ -46,11 +46,12 @@ const BURST: usize = 1024;
 /// Most prompts waiting for the running turn to end.
 const MAX_QUEUED_PROMPTS: usize = 32;
 
-/// Whether `program` is an agent this adapter runs by default (`gemini`, by any path).
+/// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
+/// ACP adapter of Codex; by any path).
 pub fn is_acp_agent(program: &str) -> bool {
     Path::new(program)
         .file_name()
-        .is_some_and(|n| n == "gemini")
+        .is_some_and(|n| n == "gemini" || n == "codex-acp")
 }
 
 /// The command with what puts a known agent in ACP mode: `gemini` gets `--acp` unless it has
@@ -722,6 +723,10 @@ mod tests {
         assert_eq!(
             command_line(&strings(&["gemini", "--experimental-acp"])),
             strings(&["gemini", "--experimental-acp"])
+        );
+        assert_eq!(
+            command_line(&strings(&["/x/codex-acp"])),
+            strings(&["/x/codex-acp"])
         );
         assert_eq!(
             command_line(&strings(&["opencode", "acp"])),
