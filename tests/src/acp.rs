@@ -246,6 +246,18 @@ impl AcpRun {
             .collect()
     }
 
+    /// `moor` and the agent (its whole process group) killed at once, as a machine crash would;
+    /// returns the server's `session.interrupted` entry, written after `after`.
+    pub async fn crash(&mut self, after: u64) -> Entry {
+        self.s.bridge.kill().await;
+        // Already gone is fine: the point is that nothing of it runs on.
+        let _ = self.s.signal_agent_group(rustix::process::Signal::KILL);
+        self.s
+            .tail
+            .wait_kind("session.interrupted", after, FINISH, |_| true)
+            .await
+    }
+
     /// The session's recovery brief.
     pub async fn brief(&self) -> RecoveryBrief {
         let resp = self
@@ -274,3 +286,59 @@ pub fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
         .collect()
 }
 
+
+/// Path of the installed `codex-acp` launcher; panics with the fix when it is missing.
+pub fn codex_acp_bin() -> PathBuf {
+    let path = std::env::var_os("MOOR_CODEX_ACP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/codex-acp/node_modules/.bin/codex-acp")
+        });
+    assert!(
+        path.is_file(),
+        "codex-acp is not installed at {}: run scripts/install-agents (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+impl AcpEnv {
+    /// The environment Codex (through codex-acp) needs to run offline against `api`: a custom
+    /// model provider on the Responses API in `$CODEX_HOME/config.toml`, every command but the
+    /// known-safe ones asked for (`untrusted`), no sandbox (it needs bubblewrap), no analytics.
+    pub fn for_codex(api: &crate::fake_openai::FakeOpenAi) -> Self {
+        let mut env = Self::new();
+        let codex_home = env.home.join(".codex");
+        std::fs::create_dir_all(&codex_home).expect("codex home");
+        let config = format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\napproval_policy = \"untrusted\"\n\
+             sandbox_mode = \"danger-full-access\"\n\n[model_providers.fake]\nname = \"fake\"\n\
+             base_url = \"{}\"\nenv_key = \"FAKE_OPENAI_KEY\"\nwire_api = \"responses\"\n\n\
+             [analytics]\nenabled = false\n",
+            api.base_url()
+        );
+        std::fs::write(codex_home.join("config.toml"), config).expect("codex config");
+        env.envs = vec![
+            ("CODEX_HOME".into(), codex_home.display().to_string()),
+            ("FAKE_OPENAI_KEY".into(), "fake-openai-key".into()),
+        ];
+        env
+    }
+
+    /// `codex-acp` (auto mode picks the acp adapter by its name).
+    pub fn codex_command() -> Vec<String> {
+        vec![codex_acp_bin().display().to_string()]
+    }
+}
+
+impl AcpSession {
+    /// Sends `sig` to the agent's process group (an npm launcher and the program it started).
+    pub fn signal_agent_group(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
+        let pid = self.start.payload["pid"]
+            .as_i64()
+            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
+        rustix::process::kill_process_group(pid, sig)
+    }
+}

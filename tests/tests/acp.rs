@@ -148,19 +148,14 @@ async fn a_silent_turn_is_reported_stalled_and_an_interrupt_cancels_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_mid_tool_is_in_the_brief_and_moor_run_again_loads_the_same_conversation() {
-    // arrange: one finished turn, then the agent dies while a tool runs
+async fn an_agent_that_dies_mid_tool_leaves_the_call_in_agent_exit_and_in_the_brief() {
     let mut a = start(&[]).await;
-    let session = a.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
-    let seq = a.prompt("remember the word heron").await;
-    a.wait(kinds::AGENT_RESULT, seq).await;
+    a.wait(kinds::AGENT_SESSION, 0).await;
+
     let seq = a.prompt("[[crash-in-tool:make deploy]]").await;
     let tool = a.wait(kinds::AGENT_TOOL_USE, seq).await;
     let exit = a.wait(kinds::AGENT_EXIT, seq).await;
-    a.s.bridge.wait_exit(FINISH).await;
 
-    // assert: the brief names the tool that was cut off
     assert_eq!(exit.payload["code"], 3);
     assert_eq!(exit.payload["stopped_tools"][0]["id"], tool.payload["id"]);
     let brief = a.brief().await;
@@ -171,6 +166,33 @@ async fn a_crash_mid_tool_is_in_the_brief_and_moor_run_again_loads_the_same_conv
             .any(|t| t.target.as_deref() == Some("make deploy")),
         "{brief:#?}"
     );
+    a.s.bridge.wait_exit(FINISH).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_the_brief() {
+    // arrange: one finished turn, then moor and the agent die while an allowed command runs
+    let mut a = start(&[]).await;
+    let session = a.wait(kinds::AGENT_SESSION, 0).await;
+    let conversation = session.payload["agent_session_id"].clone();
+    let seq = a.prompt("remember the word heron").await;
+    a.wait(kinds::AGENT_RESULT, seq).await;
+    let seq = a.prompt("[[tool:sleep 120]]").await;
+    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+    let decided = a.decide(&request, PermissionDecision::Allow).await;
+    a.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
+    let interrupted = a.crash(decided).await;
+
+    // assert: the brief names the command that was cut off
+    assert!(interrupted.seq.0 > decided);
+    let brief = a.brief().await;
+    assert!(
+        brief
+            .uncertain
+            .iter()
+            .any(|t| t.target.as_deref() == Some("sleep 120")),
+        "{brief:#?}"
+    );
     assert_eq!(
         brief.agent_session_id.as_deref(),
         conversation.as_str(),
@@ -179,7 +201,7 @@ async fn a_crash_mid_tool_is_in_the_brief_and_moor_run_again_loads_the_same_conv
 
     // act: the same `moor run --session X` again, then a question about the first turn
     let mut again = a.s.bridge.respawn(&[]);
-    let restart = a.wait(kinds::AGENT_RESTART, exit.seq.0).await;
+    let restart = a.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
     let resumed = a.wait(kinds::AGENT_RESULT, restart.seq.0).await;
     let question = a.prompt("which word?").await;
     a.wait(kinds::AGENT_RESULT, question).await;
@@ -190,7 +212,7 @@ async fn a_crash_mid_tool_is_in_the_brief_and_moor_run_again_loads_the_same_conv
     assert!(restart.payload["prompt"]
         .as_str()
         .unwrap()
-        .contains("make deploy"));
+        .contains("sleep 120"));
     assert_eq!(resumed.payload["is_error"], false);
     let replayed = a
         .after(restart.seq.0)
