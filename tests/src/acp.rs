@@ -83,13 +83,22 @@ impl AcpEnv {
 
     /// `moor run … -- command` for `session` on `server_url` (auto mode: `--mode acp` for an
     /// agent not named `gemini`).
-    pub fn bridge(&self, server_url: &str, token: &str, session: &str, command: &[String]) -> BridgeOpts {
+    pub fn bridge(
+        &self,
+        server_url: &str,
+        token: &str,
+        session: &str,
+        command: &[String],
+    ) -> BridgeOpts {
         let mut opts = BridgeOpts::new(server_url, token, session, &[])
             .command(command)
             .cwd(&self.project)
             .env("HOME", self.home.display())
             .env("TMPDIR", self.dir.path().display())
-            .env("MOOR_ACP_AGENT_DIR", self.dir.path().join("agent-state").display());
+            .env(
+                "MOOR_ACP_AGENT_DIR",
+                self.dir.path().join("agent-state").display(),
+            );
         for (k, v) in &self.envs {
             opts = opts.env(k, v);
         }
@@ -110,7 +119,9 @@ impl AcpEnv {
         let id = server.api().wait_session(&name, WAIT).await.id;
         let mut tail = LogTail::new(server.api(), id);
         let start = tail
-            .wait_kind(kinds::AGENT_START, 0, WAIT, |e| e.payload["adapter"] == "acp")
+            .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+                e.payload["adapter"] == "acp"
+            })
             .await;
         AcpSession {
             id,
@@ -285,7 +296,6 @@ pub fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
         })
         .collect()
 }
-
 
 /// Path of the installed `codex-acp` launcher; panics with the fix when it is missing.
 pub fn codex_acp_bin() -> PathBuf {

@@ -102,18 +102,26 @@ async fn handle(State(shared): State<Shared>, uri: Uri, body: Bytes) -> Response
             if let Some(text) = item["content"][0]["text"].as_str() {
                 let mut added = item.clone();
                 added["content"] = json!([]);
-                events.push(json!({"type": "response.output_item.added", "output_index": 0, "item": added}));
+                events.push(
+                    json!({"type": "response.output_item.added", "output_index": 0, "item": added}),
+                );
                 let cut = text.len() / 2;
                 for delta in [&text[..cut], &text[cut..]] {
-                    events.push(json!({"type": "response.output_text.delta", "item_id": item["id"],
-                        "output_index": 0, "content_index": 0, "delta": delta}));
+                    events.push(
+                        json!({"type": "response.output_text.delta", "item_id": item["id"],
+                        "output_index": 0, "content_index": 0, "delta": delta}),
+                    );
                 }
             }
-            events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
-            events.push(json!({"type": "response.completed", "response": {"id": id, "usage": {
+            events.push(
+                json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            );
+            events.push(
+                json!({"type": "response.completed", "response": {"id": id, "usage": {
                 "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": 15}}}));
+                "total_tokens": 15}}}),
+            );
             false
         }
     };
@@ -168,7 +176,10 @@ fn script(req: &Value, n: u64) -> Option<Value> {
         .find_map(|i| {
             let t = texts(i);
             let start = t.find("remember the word ")? + "remember the word ".len();
-            let word: String = t[start..].chars().take_while(|c| c.is_alphanumeric()).collect();
+            let word: String = t[start..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric())
+                .collect();
             Some(word)
         });
     if let Some(word) = earlier {

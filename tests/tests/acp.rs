@@ -55,7 +55,9 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
     let denied = a.env.file("denied.txt");
 
     // approved remotely: allow once, the command runs
-    let seq = a.prompt(&format!("[[tool:touch {}]]", allowed.display())).await;
+    let seq = a
+        .prompt(&format!("[[tool:touch {}]]", allowed.display()))
+        .await;
     let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     assert!(!allowed.exists(), "nothing runs before a person decides");
     let decided = a.decide(&request, PermissionDecision::Allow).await;
@@ -75,7 +77,10 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
         ],
         "{turn:#?}"
     );
-    let tool = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_USE).unwrap();
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
     assert_eq!(tool.payload["name"], "Bash");
     assert_eq!(
         tool.payload["input"]["command"],
@@ -97,7 +102,9 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
     assert_eq!(tool_result.payload["is_error"], false);
 
     // denied remotely: the agent is told no, nothing runs
-    let seq = a.prompt(&format!("[[tool:touch {}]]", denied.display())).await;
+    let seq = a
+        .prompt(&format!("[[tool:touch {}]]", denied.display()))
+        .await;
     let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     let decided = a.decide(&request, PermissionDecision::Deny).await;
     a.wait(kinds::AGENT_RESULT, decided).await;
@@ -135,8 +142,9 @@ async fn a_silent_turn_is_reported_stalled_and_an_interrupt_cancels_it() {
     assert_eq!(result.payload["subtype"], "cancelled");
     assert_eq!(result.payload["terminal_reason"], "aborted_streaming");
     let turn = a.after(seq);
-    assert!(turn.iter().any(|e| e.kind == kinds::AGENT_THINKING
-        && e.payload["text"] == "considering"));
+    assert!(turn
+        .iter()
+        .any(|e| e.kind == kinds::AGENT_THINKING && e.payload["text"] == "considering"));
     assert!(turn
         .iter()
         .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == interrupt));
@@ -229,6 +237,8 @@ async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_
         answer.payload["text"],
         "you said: which word? (earlier: remember the word heron)"
     );
-    assert!(again.stderr().contains("continuing the agent's conversation"));
+    assert!(again
+        .stderr()
+        .contains("continuing the agent's conversation"));
     again.kill().await;
 }

@@ -23,7 +23,9 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
     let denied = c.env.file("denied.txt");
 
     // approved remotely
-    let seq = c.prompt(&format!("[[bash:touch {}]]", allowed.display())).await;
+    let seq = c
+        .prompt(&format!("[[bash:touch {}]]", allowed.display()))
+        .await;
     let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     assert!(!allowed.exists(), "nothing runs before a person decides");
     let decided = c.decide(&request, PermissionDecision::Allow).await;
@@ -32,7 +34,12 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
     assert_eq!(result.payload["is_error"], false, "{result:?}");
     let turn = c.after(seq);
     let kinds_seen = agent_kinds(&turn);
-    let at = |k: &str| kinds_seen.iter().position(|x| *x == k).unwrap_or(usize::MAX);
+    let at = |k: &str| {
+        kinds_seen
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(usize::MAX)
+    };
     assert!(
         at("agent.tool_use") < at("agent.permission.request")
             && at("agent.permission.request") < at("agent.permission.resolved")
@@ -40,7 +47,10 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
             && at("agent.tool_result") < at("agent.result"),
         "{kinds_seen:?}"
     );
-    let tool = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_USE).unwrap();
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
     assert_eq!(tool.payload["name"], "Bash");
     assert_eq!(
         tool.payload["input"]["command"],
@@ -53,7 +63,9 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
     assert_eq!(tool_result.payload["is_error"], false);
 
     // denied remotely: Codex's reject ("abort") ends the turn
-    let seq = c.prompt(&format!("[[bash:touch {}]]", denied.display())).await;
+    let seq = c
+        .prompt(&format!("[[bash:touch {}]]", denied.display()))
+        .await;
     let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     let decided = c.decide(&request, PermissionDecision::Deny).await;
     let result = c.wait(kinds::AGENT_RESULT, decided).await;

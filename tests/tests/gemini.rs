@@ -28,7 +28,9 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
     let denied = g.env.file("denied.txt");
 
     // approved remotely
-    let seq = g.prompt(&format!("[[bash:touch {}]]", allowed.display())).await;
+    let seq = g
+        .prompt(&format!("[[bash:touch {}]]", allowed.display()))
+        .await;
     let request = g.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     assert!(!allowed.exists(), "nothing runs before a person decides");
     let decided = g.decide(&request, PermissionDecision::Allow).await;
@@ -49,7 +51,10 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
         ],
         "{turn:#?}"
     );
-    let tool = turn.iter().find(|e| e.kind == kinds::AGENT_TOOL_USE).unwrap();
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
     assert_eq!(tool.payload["name"], "Bash");
     assert_eq!(
         tool.payload["input"]["command"],
@@ -59,7 +64,9 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
     assert_eq!(text.payload["text"], "Tool finished.");
 
     // denied remotely
-    let seq = g.prompt(&format!("[[bash:touch {}]]", denied.display())).await;
+    let seq = g
+        .prompt(&format!("[[bash:touch {}]]", denied.display()))
+        .await;
     let request = g.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
     let decided = g.decide(&request, PermissionDecision::Deny).await;
     g.wait(kinds::AGENT_RESULT, decided).await;

@@ -2,7 +2,7 @@
 //! adapter, the second ACP agent beside Gemini CLI (no second real ACP agent installs from npm
 //! and runs offline here). It speaks ACP v1 over stdio, keeps each session's history in
 //! `$MOOR_ACP_AGENT_DIR` (default `.moor-acp-agent` in its working directory) so `session/load`
-//! continues a conversation in a new process, and follows scripts in the prompt text:
+//! continues a conversation in a new process, and follows a script that starts a prompt:
 //!
 //! - `[[tool:CMD]]` announces an `execute` tool call, asks `session/request_permission`
 //!   (`proceed_once`, `proceed_always`, `cancel`), runs `sh -c CMD` only when allowed;
@@ -197,7 +197,7 @@ impl Agent {
             );
             std::process::exit(3);
         }
-        if text.contains("[[hang]]") {
+        if text.trim_start().starts_with("[[hang]]") {
             chunk(session, "agent_thought_chunk", "considering");
             chunk(session, "agent_message_chunk", "working on it");
             return match self.wait(session, None) {
@@ -229,12 +229,14 @@ impl Agent {
         update(session, announce);
         let request = self.next_request;
         self.next_request += 1;
-        send(json!({"jsonrpc": "2.0", "id": request, "method": "session/request_permission",
+        send(
+            json!({"jsonrpc": "2.0", "id": request, "method": "session/request_permission",
             "params": {"sessionId": session, "toolCall": call, "options": [
                 {"optionId": "proceed_once", "name": "Allow", "kind": "allow_once"},
                 {"optionId": "proceed_always", "name": "Allow always", "kind": "allow_always"},
                 {"optionId": "cancel", "name": "Reject", "kind": "reject_once"},
-            ]}}));
+            ]}}),
+        );
         let status = |status: &str, text: &str| {
             update(
                 session,
@@ -299,8 +301,11 @@ impl Agent {
     }
 }
 
+/// The script of a prompt that starts with `open` (a prompt quoting one, like a recovery brief,
+/// is not a script).
 fn script(text: &str, open: &str) -> Option<String> {
-    let start = text.find(open)? + open.len();
+    let start = text.trim_start().strip_prefix(open).map(|_| open.len())?;
+    let text = text.trim_start();
     let end = text[start..].find("]]")? + start;
     Some(text[start..end].to_owned())
 }

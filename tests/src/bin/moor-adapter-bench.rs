@@ -89,11 +89,10 @@ async fn main() -> Result<()> {
 /// chunks, tool calls and their updates) replayed under `--mode acp`, each replay ended by one
 /// notification the adapter keeps as `agent.event`, which the viewer counts.
 async fn acp_per_event(runs: usize, replays: u64, dir: &Path) -> Result<()> {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-        "../agent-bridge/tests/fixtures/gemini-cli/01_prompt_allow_deny_cancel.OUT.jsonl",
-    );
-    let text = std::fs::read_to_string(&source)
-        .with_context(|| format!("read {}", source.display()))?;
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent-bridge/tests/fixtures/gemini-cli/01_prompt_allow_deny_cancel.OUT.jsonl");
+    let text =
+        std::fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
     let mut lines: Vec<&str> = text
         .lines()
         .filter(|l| {

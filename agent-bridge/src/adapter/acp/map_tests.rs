@@ -12,10 +12,7 @@ fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
 }
 
 fn fixture(name: &str) -> String {
-    let path = format!(
-        "{}/tests/fixtures/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -52,7 +49,13 @@ fn replay(name: &str) -> Vec<Draft> {
                     Some(_) => Resolution::Deny,
                     None => Resolution::Cancelled,
                 };
-                drafts.push(resolved(&request.request_id, decision, Some("user:t"), None, None));
+                drafts.push(resolved(
+                    &request.request_id,
+                    decision,
+                    Some("user:t"),
+                    None,
+                    None,
+                ));
             }
             Incoming::Response { id, outcome } => match ours[&id].as_str() {
                 "session/prompt" => {
@@ -143,16 +146,16 @@ fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_resul
             "agent.result",
         ]
     );
-    let uses: Vec<&Draft> = drafts.iter().filter(|d| d.kind == "agent.tool_use").collect();
+    let uses: Vec<&Draft> = drafts
+        .iter()
+        .filter(|d| d.kind == "agent.tool_use")
+        .collect();
     assert_eq!(uses[0].payload["name"], "Bash");
     assert!(uses[0].payload["input"]["command"]
         .as_str()
         .unwrap()
         .starts_with("touch "));
-    let results: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.result")
-        .collect();
+    let results: Vec<&Draft> = drafts.iter().filter(|d| d.kind == "agent.result").collect();
     assert_eq!(results[3].payload["terminal_reason"], "aborted_streaming");
     assert_eq!(results[3].payload["is_error"], true);
     assert!(drafts
@@ -203,14 +206,17 @@ fn plans_unknown_updates_and_oversized_input_are_kept_bounded() {
         {"content": "a", "priority": "high", "status": "in_progress"}]}}));
     assert_eq!(kinds_of(&plan.drafts), ["agent.todos"]);
     assert_eq!(plan.drafts[0].payload["todos"][0]["status"], "in_progress");
-    let odd = mapper.update(&json!({"update": {"sessionUpdate": "current_mode_update", "modeId": "yolo"}}));
+    let odd = mapper
+        .update(&json!({"update": {"sessionUpdate": "current_mode_update", "modeId": "yolo"}}));
     assert_eq!(kinds_of(&odd.drafts), ["agent.event"]);
     assert_eq!(odd.drafts[0].payload["type"], "acp");
     assert_eq!(odd.drafts[0].payload["subtype"], "current_mode_update");
     let huge = "x".repeat(RAW_CHARS * 2);
-    let call = mapper.update(&json!({"update": {"sessionUpdate": "tool_call", "toolCallId": "t",
+    let call = mapper.update(
+        &json!({"update": {"sessionUpdate": "tool_call", "toolCallId": "t",
         "title": "write", "kind": "edit", "status": "pending",
-        "locations": [{"path": "/p/f"}], "rawInput": {"content": huge}}}));
+        "locations": [{"path": "/p/f"}], "rawInput": {"content": huge}}}),
+    );
     let input = &call.drafts[0].payload["input"];
     assert_eq!(input["truncated"], true);
     assert_eq!(call.drafts[0].payload["path"], "/p/f");
@@ -225,7 +231,13 @@ fn codex_replays_before_answering_and_its_command_argv_is_kept_beside_the_comman
         .find(|d| d.payload["subtype"] == "history_replayed")
         .expect("a replay summary");
     assert_eq!(replayed.payload["raw"]["updates"], 9);
-    assert_eq!(kinds_of(&loaded).iter().filter(|k| **k == "agent.tool_use").count(), 0);
+    assert_eq!(
+        kinds_of(&loaded)
+            .iter()
+            .filter(|k| **k == "agent.tool_use")
+            .count(),
+        0
+    );
     let drafts = replay("codex-acp/01_prompt_allow_deny");
     let tool = drafts.iter().find(|d| d.kind == "agent.tool_use").unwrap();
     assert_eq!(tool.payload["name"], "Bash");
@@ -233,6 +245,10 @@ fn codex_replays_before_answering_and_its_command_argv_is_kept_beside_the_comman
     assert!(command.starts_with("touch "), "{command}");
     assert_eq!(tool.payload["input"]["argv"][0], "/bin/bash");
     // Codex's "abort" answer to a permission request ends the turn as cancelled.
-    let last = drafts.iter().rev().find(|d| d.kind == "agent.result").unwrap();
+    let last = drafts
+        .iter()
+        .rev()
+        .find(|d| d.kind == "agent.result")
+        .unwrap();
     assert_eq!(last.payload["subtype"], "cancelled");
 }

@@ -111,7 +111,7 @@ impl AcpAgent {
             spool,
             status,
             screen,
-            renderer: Renderer::default(),
+            renderer: Renderer::for_agent("ACP agent"),
             mapper: Mapper::new(),
             pending: BTreeMap::new(),
             calls: BTreeMap::new(),
