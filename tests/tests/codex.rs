@@ -127,7 +127,12 @@ async fn codex_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_sess
     // act: `moor run --session X -- codex-acp` again, then a question about the first turn
     let mut again = c.s.bridge.respawn(&[]);
     let restart = c.wait(kinds::AGENT_RESTART, exit.seq.0).await;
-    c.wait(kinds::AGENT_RESULT, restart.seq.0).await;
+    // The brief quotes the cut-off command, so the fake model asks to run it again: it is not
+    // run again unasked, and here the person says no.
+    let again_asked = c.wait(kinds::AGENT_PERMISSION_REQUEST, restart.seq.0).await;
+    assert_eq!(again_asked.payload["input"]["command"], "sleep 120");
+    let denied = c.decide(&again_asked, PermissionDecision::Deny).await;
+    c.wait(kinds::AGENT_RESULT, denied).await;
     let question = c.prompt("which word?").await;
     c.wait(kinds::AGENT_RESULT, question).await;
 
