@@ -148,9 +148,13 @@ async fn codex_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_sess
         .into_iter()
         .find(|e| e.kind == kinds::AGENT_TEXT)
         .unwrap();
-    assert_eq!(
-        answer.payload["text"],
-        "Hello from the fake OpenAI. You asked me to remember heron."
+    // (codex-acp streams its own notices, like unknown model metadata, as agent text.)
+    assert!(
+        answer.payload["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("Hello from the fake OpenAI. You asked me to remember heron."),
+        "{answer:?}"
     );
     assert!(api
         .requests()

@@ -58,7 +58,9 @@ pub fn is_acp_agent(program: &str) -> bool {
 /// it (or the older `--experimental-acp`). Other commands are taken as given.
 pub fn command_line(command: &[String]) -> Vec<String> {
     let mut argv = command.to_vec();
-    let is_gemini = command.first().is_some_and(|p| is_acp_agent(p));
+    let is_gemini = command
+        .first()
+        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "gemini"));
     let has_flag = command[1.min(command.len())..]
         .iter()
         .any(|a| a == "--acp" || a == "--experimental-acp");
