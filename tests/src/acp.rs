@@ -42,17 +42,6 @@ pub struct AcpSession {
     pub start: Entry,
 }
 
-impl AcpSession {
-    /// Sends `sig` to the agent process itself (not to `moor`).
-    pub fn signal_agent(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
-        let pid = self.start.payload["pid"]
-            .as_i64()
-            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
-            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
-        rustix::process::kill_process(pid, sig)
-    }
-}
-
 impl AcpEnv {
     /// Lays out the directories.
     pub fn new() -> Self {

@@ -30,6 +30,7 @@ use super::claude::decide::resolved;
 use super::claude::map::{bounded, error, RAW_CHARS};
 use super::claude::process::{Out, Process};
 use super::claude::render::Renderer;
+use super::claude::sleep_until;
 use super::claude::watchdog::Watchdog;
 use super::{
     settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AdapterKind,
@@ -698,13 +699,6 @@ impl Run {
             stopped_processes: stopped,
             ..exit.payload()
         })
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
