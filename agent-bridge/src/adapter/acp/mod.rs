@@ -446,7 +446,11 @@ impl Run {
                 self.turn = false;
                 let mapped = self.mapper.turn_ended(&outcome, self.session_id.as_deref());
                 self.observe(mapped, drafts);
-                self.pending.clear();
+                // A question the agent no longer waits for is not pending any more.
+                for id in std::mem::take(&mut self.pending).into_keys() {
+                    let why = Some("the turn ended");
+                    drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+                }
                 if let Some((input, text)) = self.queued.pop_front() {
                     let result = self.prompt(process, &text).await;
                     if let Some(input) = input {
