@@ -200,9 +200,9 @@ impl Agent {
         if text.trim_start().starts_with("[[hang]]") {
             chunk(session, "agent_thought_chunk", "considering");
             chunk(session, "agent_message_chunk", "working on it");
-            return match self.wait(session, None) {
-                _ => "cancelled",
-            };
+            // Only session/cancel (or the end of stdin) ends this wait.
+            self.wait(session, None);
+            return "cancelled";
         }
         let mut reply = format!("you said: {text}");
         if let Some(first) = earlier {
