@@ -15,8 +15,7 @@ use tokio_util::sync::CancellationToken;
 use moor_protocol::checkpoint::CheckpointReason;
 
 use crate::adapter::{
-    AdapterDone, AdapterError, AdapterIo, AdapterKind, Agent, AgentExit, AgentPid, AgentSignal,
-    AgentSpec,
+    AdapterDone, AdapterError, AdapterIo, Agent, AgentExit, AgentPid, AgentSignal, AgentSpec,
 };
 use crate::checkpoint::{CheckpointConfig, CheckpointContext, Checkpoints};
 use crate::config::{self, BridgeConfig};
@@ -169,7 +168,7 @@ impl Bridge {
                     token: config.token.clone(),
                     spool: dir.spool.clone(),
                     status: status.clone(),
-                    after_tools: kind == AdapterKind::Claude,
+                    after_tools: kind.structured(),
                 },
             ),
             None => Checkpoints::disabled(),

@@ -249,7 +249,8 @@ pub async fn continuation(
     let Some(state) = info.state.filter(|_| info.status == SessionStatus::Live) else {
         return Ok(None);
     };
-    let (Some("claude"), Some(id)) = (state.agent.adapter.as_deref(), state.agent.agent_session_id)
+    let (Some("claude" | "acp"), Some(id)) =
+        (state.agent.adapter.as_deref(), state.agent.agent_session_id)
     else {
         return Ok(None);
     };

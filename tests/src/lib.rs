@@ -13,11 +13,14 @@
 //! otherwise it is printed, and the temp dirs kept, when a test fails.
 #![warn(missing_docs)]
 
+pub mod acp;
 pub mod assert;
 pub mod bench;
 pub mod bridge;
 pub mod claude;
 pub mod fake_api;
+pub mod fake_gemini;
+pub mod fake_openai;
 pub mod http;
 pub mod invariants;
 pub mod metrics;

@@ -7,6 +7,7 @@
 //! is spooled. It never touches the network, and input accounting is done for it by
 //! [`crate::inputs`]: it only says applied or failed.
 
+pub mod acp;
 pub mod chunks;
 pub mod claude;
 pub mod foreground;
@@ -40,6 +41,8 @@ pub enum AdapterKind {
     Pty,
     /// Claude Code's stream-json mode, as typed entries.
     Claude,
+    /// An Agent Client Protocol agent (JSON-RPC over stdio), as typed entries.
+    Acp,
 }
 
 impl AdapterKind {
@@ -49,26 +52,37 @@ impl AdapterKind {
             Self::Lines => "lines",
             Self::Pty => "pty",
             Self::Claude => "claude",
+            Self::Acp => "acp",
         }
     }
 }
 
 impl AdapterKind {
     /// What this adapter can know about its agent (`agent.start`'s `capabilities`): only Claude
-    /// Code reports turns; the others see output as it comes and nothing of what it means.
+    /// Code and ACP agents report turns; the others see output as it comes and nothing of what
+    /// it means.
     pub fn capabilities(self) -> payload::AgentCapabilities {
         payload::AgentCapabilities {
-            turns: self == Self::Claude,
+            turns: self.structured(),
             output_activity: true,
             terminal_wait: false,
         }
     }
 }
 
+impl AdapterKind {
+    /// Whether the adapter understands turns, tools and permissions (and can continue the
+    /// agent's own conversation after a crash).
+    pub fn structured(self) -> bool {
+        matches!(self, Self::Claude | Self::Acp)
+    }
+}
+
 /// What `--mode` asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AdapterMode {
-    /// `claude` when the command is `claude`, else `pty` when stdin is a terminal, else `lines`.
+    /// `claude` when the command is `claude`, `acp` when it is `gemini`, else `pty` when stdin is
+    /// a terminal, else `lines`.
     #[default]
     Auto,
     /// This adapter, whatever the command.
@@ -81,6 +95,7 @@ impl AdapterMode {
         match self {
             Self::Fixed(kind) => kind,
             Self::Auto if command.first().is_some_and(|c| is_claude(c)) => AdapterKind::Claude,
+            Self::Auto if command.first().is_some_and(|c| acp::is_acp_agent(c)) => AdapterKind::Acp,
             Self::Auto if stdin_is_terminal => AdapterKind::Pty,
             Self::Auto => AdapterKind::Lines,
         }
@@ -321,6 +336,8 @@ pub enum Agent {
     Pty(pty::PtyAgent),
     /// The `claude` adapter.
     Claude(claude::ClaudeAgent),
+    /// The `acp` adapter.
+    Acp(acp::AcpAgent),
 }
 
 impl Agent {
@@ -330,6 +347,7 @@ impl Agent {
             AdapterKind::Lines => lines::LinesAgent::start(spec).map(Self::Lines),
             AdapterKind::Pty => pty::PtyAgent::start(spec).map(Self::Pty),
             AdapterKind::Claude => claude::ClaudeAgent::start(spec).map(Self::Claude),
+            AdapterKind::Acp => acp::AcpAgent::start(spec).map(Self::Acp),
         }
     }
 
@@ -339,6 +357,7 @@ impl Agent {
             Self::Lines(agent) => AgentPid::new(agent.pid()),
             Self::Pty(agent) => AgentPid::new(agent.pid()),
             Self::Claude(agent) => agent.pid(),
+            Self::Acp(agent) => agent.pid(),
         }
     }
 
@@ -348,6 +367,7 @@ impl Agent {
             Self::Lines(agent) => agent.run(io).await,
             Self::Pty(agent) => agent.run(io).await,
             Self::Claude(agent) => agent.run(io).await,
+            Self::Acp(agent) => agent.run(io).await,
         }
     }
 }
@@ -365,6 +385,7 @@ mod tests {
             auto.resolve(&cmd("/opt/bin/claude"), true),
             AdapterKind::Claude
         );
+        assert_eq!(auto.resolve(&cmd("gemini"), false), AdapterKind::Acp);
         assert_eq!(auto.resolve(&cmd("bash"), true), AdapterKind::Pty);
         assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);
         let pty = AdapterMode::Fixed(AdapterKind::Pty);

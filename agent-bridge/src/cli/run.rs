@@ -54,8 +54,8 @@ pub(super) struct RunArgs {
     /// Most entries sent and not yet acknowledged.
     #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
     window: u64,
-    /// How the agent runs: auto (claude for `claude`, pty when stdin is a terminal, else lines),
-    /// pty, claude or lines.
+    /// How the agent runs: auto (claude for `claude`, acp for `gemini`, pty when stdin is a
+    /// terminal, else lines), pty, claude, acp (any Agent Client Protocol agent) or lines.
     #[arg(long, env = "MOOR_MODE", default_value = "auto", value_parser = parse_mode)]
     mode: AdapterMode,
     /// Silence while a model response streams that is reported as a stall (e.g. 60s, 1500ms).
@@ -138,7 +138,8 @@ fn parse_mode(s: &str) -> Result<AdapterMode, String> {
         "pty" => Ok(AdapterMode::Fixed(AdapterKind::Pty)),
         "claude" => Ok(AdapterMode::Fixed(AdapterKind::Claude)),
         "lines" => Ok(AdapterMode::Fixed(AdapterKind::Lines)),
-        other => Err(format!("{other:?}: use auto, pty, claude or lines")),
+        "acp" => Ok(AdapterMode::Fixed(AdapterKind::Acp)),
+        other => Err(format!("{other:?}: use auto, pty, claude, acp or lines")),
     }
 }
 
@@ -161,10 +162,10 @@ async fn continue_conversation(config: &mut BridgeConfig) {
     let Some(key) = config.session.clone() else {
         return;
     };
-    if config
+    if !config
         .mode
         .resolve(&config.command, config.agent.interactive)
-        != AdapterKind::Claude
+        .structured()
     {
         return;
     }

@@ -3,6 +3,8 @@
 //! - PTY throughput: a program printing 100 MB (random bytes, terminal in raw mode) into a bare
 //!   PTY that is simply drained, side by side with the same program under `moor run --mode pty`
 //!   with a live SSE viewer decoding every byte; MB/s of each and the ratio.
+//! - ACP adapter per event: the session/update lines of a Gemini CLI capture, replayed the
+//!   same way under `--mode acp`.
 //! - Claude adapter per event: a recorded Claude Code capture (stream-json, partial messages)
 //!   replayed many times as the agent's output under `--mode claude`, and the same lines under
 //!   `--mode lines` as a baseline; moor's CPU time and the wall time until a live viewer has the
@@ -80,6 +82,45 @@ async fn main() -> Result<()> {
             median(wall)
         );
     }
+    acp_per_event(runs, replays, dir.path()).await
+}
+
+/// The ACP adapter per event: the model-side notifications of a real Gemini CLI capture (text
+/// chunks, tool calls and their updates) replayed under `--mode acp`, each replay ended by one
+/// notification the adapter keeps as `agent.event`, which the viewer counts.
+async fn acp_per_event(runs: usize, replays: u64, dir: &Path) -> Result<()> {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent-bridge/tests/fixtures/gemini-cli/01_prompt_allow_deny_cancel.OUT.jsonl");
+    let text =
+        std::fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
+    let mut lines: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            ["agent_message_chunk", "tool_call_update"]
+                .iter()
+                .any(|k| l.contains(&format!("\"sessionUpdate\":\"{k}\"")))
+        })
+        .collect();
+    let end = r#"{"jsonrpc":"2.0","method":"moor/bench_end","params":{}}"#;
+    lines.push(end);
+    let capture = dir.join("acp-updates.jsonl");
+    std::fs::write(&capture, lines.join("\n") + "\n")?;
+    let events = lines.len() as u64 * replays;
+    println!(
+        "ACP adapter, {} session/update lines of a Gemini CLI capture (+1 end marker) replayed {replays}x ({events} events), median of {runs}:",
+        lines.len() - 1
+    );
+    let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (c, w) = replay("acp", &capture, replays, events).await?;
+        cpu.push(c / events as f64 * 1e6);
+        wall.push(w / events as f64 * 1e6);
+    }
+    println!(
+        "  --mode acp     moor CPU {:6.1} µs/event   wall to viewer {:6.1} µs/event",
+        median(cpu),
+        median(wall)
+    );
     Ok(())
 }
 
@@ -152,8 +193,13 @@ async fn replay(mode: &str, capture: &Path, replays: u64, events: u64) -> Result
     let id = server.api().wait_session(&name, GUARD).await.id;
     let (mut results, mut outputs) = (0u64, 0u64);
     view(&server, id, |e| match e.kind.as_ref() {
-        // One result per replay of the capture; one output entry per line in lines mode.
-        "agent.result" => {
+        // One result per replay of the capture (one end marker, for acp); one output entry per
+        // line in lines mode.
+        "agent.result" if mode == "claude" => {
+            results += 1;
+            results >= replays
+        }
+        "agent.event" if mode == "acp" => {
             results += 1;
             results >= replays
         }

@@ -79,7 +79,7 @@ impl Run {
 }
 
 /// An `agent.permission.resolved` entry.
-pub(super) fn resolved(
+pub(crate) fn resolved(
     request_id: &str,
     decision: Resolution,
     by: Option<&str>,

@@ -478,7 +478,7 @@ fn summarize(content: Option<&Value>) -> (String, usize, bool) {
 }
 
 /// At most `max` characters of `text`.
-fn bounded(text: &str, max: usize) -> (String, bool) {
+pub(crate) fn bounded(text: &str, max: usize) -> (String, bool) {
     match text.char_indices().nth(max) {
         Some((cut, _)) => (text[..cut].to_owned(), true),
         None => (text.to_owned(), false),
@@ -496,6 +496,22 @@ fn string(v: &Value, key: &str) -> Option<String> {
 /// An event kept as it came (bounded), for types nobody modelled; `parent` is the tool call
 /// (a subagent) it came under.
 fn unknown(event: &Value, parent: Option<String>) -> Draft {
+    raw_event(
+        string(event, "type"),
+        string(event, "subtype"),
+        event,
+        parent,
+    )
+}
+
+/// An `agent.event` keeping `event` (bounded) under the given type and subtype: what an agent's
+/// protocol says that the entry vocabulary has no kind for.
+pub(crate) fn raw_event(
+    event_type: Option<String>,
+    subtype: Option<String>,
+    event: &Value,
+    parent: Option<String>,
+) -> Draft {
     let raw = event.to_string();
     let raw = if raw.len() > RAW_CHARS {
         Value::String(bounded(&raw, RAW_CHARS).0)
@@ -503,8 +519,8 @@ fn unknown(event: &Value, parent: Option<String>) -> Draft {
         event.clone()
     };
     Draft::new(AgentEvent {
-        event_type: string(event, "type"),
-        subtype: string(event, "subtype"),
+        event_type,
+        subtype,
         raw,
         parent_tool_use_id: parent,
     })

@@ -8,13 +8,13 @@
 //! Permission requests are never answered by default: a request nobody decides stays pending.
 
 pub mod control;
-mod decide;
+pub(crate) mod decide;
 pub mod intent;
 mod local;
 pub mod map;
-mod process;
+pub(crate) mod process;
 pub mod recovery;
-mod render;
+pub(crate) mod render;
 mod restart;
 pub mod watchdog;
 
@@ -380,7 +380,8 @@ impl Run {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
+/// Sleeps until `deadline`; forever without one (an adapter loop's watchdog arm).
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -18,7 +18,7 @@ const LINE_QUEUE: usize = 1024;
 
 /// A line the agent printed.
 #[derive(Debug)]
-pub(super) enum Out {
+pub(crate) enum Out {
     /// On stdout (stream-json).
     Stdout(String),
     /// On stderr (free text).
@@ -27,24 +27,29 @@ pub(super) enum Out {
 
 /// A running Claude Code.
 #[derive(Debug)]
-pub(super) struct Process {
+pub(crate) struct Process {
     /// The child.
-    pub(super) child: Child,
+    pub(crate) child: Child,
     /// Its pid (and process group id).
-    pub(super) pid: u32,
+    pub(crate) pid: u32,
     /// The command line it runs (the person's, with the adapter's flags and `--resume`).
-    pub(super) argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     stdin: Option<ChildStdin>,
     /// Its output; closes when both pipes reached EOF.
-    pub(super) out: mpsc::Receiver<Out>,
+    pub(crate) out: mpsc::Receiver<Out>,
     /// `out` has closed.
-    pub(super) out_closed: bool,
+    pub(crate) out_closed: bool,
 }
 
 impl Process {
     /// Start `spec.command` in structured mode, resuming `resume` when given.
-    pub(super) fn spawn(spec: &AgentSpec, resume: Option<&str>) -> Result<Self, AdapterError> {
-        let argv = control::command_line(&spec.command, resume);
+    pub(crate) fn spawn(spec: &AgentSpec, resume: Option<&str>) -> Result<Self, AdapterError> {
+        Self::spawn_argv(spec, control::command_line(&spec.command, resume))
+    }
+
+    /// Start `argv` (another structured agent's full command line) in `spec.cwd`, piped the same
+    /// way.
+    pub(crate) fn spawn_argv(spec: &AgentSpec, argv: Vec<String>) -> Result<Self, AdapterError> {
         let (mut child, pid) = spawn_piped(spec, &argv, true)?;
         let (tx, out) = mpsc::channel(LINE_QUEUE);
         if let Some(stdout) = child.stdout.take() {
@@ -65,7 +70,7 @@ impl Process {
     }
 
     /// Write one JSON line to the agent's stdin.
-    pub(super) async fn send(&mut self, line: &str) -> Result<(), String> {
+    pub(crate) async fn send(&mut self, line: &str) -> Result<(), String> {
         let Some(stdin) = self.stdin.as_mut() else {
             return Err("the agent's input is closed".into());
         };
@@ -81,7 +86,7 @@ impl Process {
     }
 
     /// Close the agent's stdin: it finishes the current turn and exits.
-    pub(super) fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
     }
 }
@@ -103,7 +108,7 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<Out>, wrap: f
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading Claude Code's output failed");
+                tracing::warn!(error = %e, "reading the agent's output failed");
                 break;
             }
         }

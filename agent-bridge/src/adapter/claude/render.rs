@@ -10,17 +10,28 @@ use crate::spool::Draft;
 
 /// Turns entries into terminal text; remembers whether a message's text was already streamed.
 #[derive(Debug, Default)]
-pub(super) struct Renderer {
+pub(crate) struct Renderer {
     streamed: Option<Option<String>>,
+    /// The agent's name, when it is not Claude Code.
+    agent: Option<String>,
 }
 
 impl Renderer {
+    /// A renderer for another agent than Claude Code, named `agent`.
+    pub(crate) fn for_agent(agent: &str) -> Self {
+        Self {
+            agent: Some(agent.to_owned()),
+            ..Self::default()
+        }
+    }
+
     /// The text to print for `draft`, if any.
-    pub(super) fn render(&mut self, draft: &Draft) -> Option<String> {
+    pub(crate) fn render(&mut self, draft: &Draft) -> Option<String> {
         let or_empty = |s: &Option<String>| s.clone().unwrap_or_default();
         match draft.body().ok()? {
             EntryBody::AgentSession(p) => Some(format!(
-                "● Claude Code {} ({}), session {}\n",
+                "● {} {} ({}), session {}\n",
+                self.agent.as_deref().unwrap_or("Claude Code"),
                 or_empty(&p.version),
                 or_empty(&p.model),
                 or_empty(&p.agent_session_id)
@@ -43,13 +54,21 @@ impl Renderer {
                 let mark = if p.is_error { "✗" } else { "⎿" };
                 Some(format!("  {mark} {}\n", clip(&first, 160)))
             }
-            EntryBody::AgentPermissionRequest(p) => Some(format!(
-                "? {} wants to run {}({}). Type y or n here, or decide from a viewer (request {}).\n",
-                "Claude",
-                p.tool_name,
-                brief(&p.input),
-                p.request_id
-            )),
+            EntryBody::AgentPermissionRequest(p) => Some(match &self.agent {
+                None => format!(
+                    "? Claude wants to run {}({}). Type y or n here, or decide from a viewer (request {}).\n",
+                    p.tool_name,
+                    brief(&p.input),
+                    p.request_id
+                ),
+                // Only Claude Code's adapter reads this terminal.
+                Some(agent) => format!(
+                    "? {agent} wants to run {}({}). Decide from a viewer (request {}).\n",
+                    p.tool_name,
+                    brief(&p.input),
+                    p.request_id
+                ),
+            }),
             EntryBody::AgentPermissionResolved(p) => {
                 let decision = match p.decision {
                     Resolution::Allow => "allow",

@@ -1,0 +1,343 @@
+//! `AcpEnv`: a private project and home for one Agent Client Protocol agent under `moor run
+//! --mode acp`, and the session it runs in. The agent is `moor-acp-agent` (this crate's small
+//! ACP agent) or a real one (Gemini CLI, see `gemini`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use moor_protocol::payload::PermissionDecision;
+use moor_protocol::recovery::RecoveryBrief;
+use moor_protocol::{kinds, Entry, SessionId};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use crate::bridge::{BridgeOpts, TestBridge};
+use crate::http::LogTail;
+use crate::rig::WAIT;
+use crate::server::{ServerOpts, TestServer};
+use crate::util::bin_path;
+
+/// A project directory and a home for one agent.
+#[derive(Debug)]
+pub struct AcpEnv {
+    /// Where the agent runs.
+    pub project: PathBuf,
+    /// The agent's `HOME`.
+    pub home: PathBuf,
+    /// Extra environment for the agent.
+    pub envs: Vec<(String, String)>,
+    dir: TempDir,
+}
+
+/// An ACP session under way.
+#[derive(Debug)]
+pub struct AcpSession {
+    /// The session's id.
+    pub id: SessionId,
+    /// The `moor` running the agent.
+    pub bridge: TestBridge,
+    /// A poller of the session's log, which has seen the agent start.
+    pub tail: LogTail,
+    /// The `agent.start` entry.
+    pub start: Entry,
+}
+
+impl AcpEnv {
+    /// Lays out the directories.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("moor-e2e-acp-")
+            .tempdir()
+            .expect("temp dir");
+        for sub in ["home", "project"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("acp dirs");
+        }
+        Self {
+            project: dir.path().join("project"),
+            home: dir.path().join("home"),
+            envs: Vec::new(),
+            dir,
+        }
+    }
+
+    /// A path in the project directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.project.join(name)
+    }
+
+    /// `moor-acp-agent`'s command line.
+    pub fn test_agent() -> Vec<String> {
+        vec![bin_path("moor-acp-agent").display().to_string()]
+    }
+
+    /// `moor run … -- command` for `session` on `server_url` (auto mode: `--mode acp` for an
+    /// agent not named `gemini`).
+    pub fn bridge(
+        &self,
+        server_url: &str,
+        token: &str,
+        session: &str,
+        command: &[String],
+    ) -> BridgeOpts {
+        let mut opts = BridgeOpts::new(server_url, token, session, &[])
+            .command(command)
+            .cwd(&self.project)
+            .env("HOME", self.home.display())
+            .env("TMPDIR", self.dir.path().display())
+            .env(
+                "MOOR_ACP_AGENT_DIR",
+                self.dir.path().join("agent-state").display(),
+            );
+        for (k, v) in &self.envs {
+            opts = opts.env(k, v);
+        }
+        opts
+    }
+
+    /// Starts `command` for a new session `<prefix>-<random>` on `server` with the options
+    /// `adjust` makes, and waits for the agent to start.
+    pub async fn session(
+        &self,
+        server: &TestServer,
+        prefix: &str,
+        command: &[String],
+        adjust: impl FnOnce(BridgeOpts) -> BridgeOpts,
+    ) -> AcpSession {
+        let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        let bridge = adjust(self.bridge(&server.url(), server.token(), &name, command)).spawn();
+        let id = server.api().wait_session(&name, WAIT).await.id;
+        let mut tail = LogTail::new(server.api(), id);
+        let start = tail
+            .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+                e.payload["adapter"] == "acp"
+            })
+            .await;
+        AcpSession {
+            id,
+            bridge,
+            tail,
+            start,
+        }
+    }
+}
+
+impl Default for AcpEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Path of the installed `gemini` binary; panics with the fix when it is missing.
+pub fn gemini_bin() -> PathBuf {
+    let path = std::env::var_os("MOOR_GEMINI_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/gemini-cli/node_modules/.bin/gemini")
+        });
+    assert!(
+        path.is_file(),
+        "the Gemini CLI is not installed at {}: run scripts/install-agents (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+impl AcpEnv {
+    /// The environment Gemini CLI needs to run offline against `api`: an API key and base URL,
+    /// API-key auth, no folder trust prompt, no usage statistics, one attempt per request, and no
+    /// relaunch as a child (which would ignore SIGTERM).
+    pub fn for_gemini(api: &crate::fake_gemini::FakeGemini) -> Self {
+        let mut env = Self::new();
+        let settings = serde_json::json!({
+            "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
+            "privacy": {"usageStatisticsEnabled": false},
+            "general": {"maxAttempts": 1, "disableAutoUpdate": true},
+        });
+        let dir = env.home.join(".gemini");
+        std::fs::create_dir_all(&dir).expect("gemini settings dir");
+        std::fs::write(dir.join("settings.json"), settings.to_string()).expect("gemini settings");
+        env.envs = vec![
+            ("GEMINI_API_KEY".into(), "fake-gemini-key".into()),
+            ("GOOGLE_GEMINI_BASE_URL".into(), api.base_url()),
+            ("GEMINI_CLI_NO_RELAUNCH".into(), "true".into()),
+        ];
+        env
+    }
+
+    /// `gemini -m gemini-2.5-flash` (a fixed model: no routing requests); auto mode adds `--acp`.
+    pub fn gemini_command() -> Vec<String> {
+        vec![
+            gemini_bin().display().to_string(),
+            "-m".into(),
+            "gemini-2.5-flash".into(),
+        ]
+    }
+}
+
+/// How long a turn may take on a loaded machine (a failure guard).
+pub const FINISH: Duration = Duration::from_secs(60);
+
+/// A session running an ACP agent under `moor`, on its own `moord`.
+#[derive(Debug)]
+pub struct AcpRun {
+    /// The agent's directories.
+    pub env: AcpEnv,
+    /// The server.
+    pub server: TestServer,
+    /// The session.
+    pub s: AcpSession,
+    inputs: u32,
+}
+
+impl AcpRun {
+    /// `moor run [flags] -- command` in `env` on a new server; waits for the agent to start.
+    pub async fn start(env: AcpEnv, command: &[String], flags: &[(&str, &str)]) -> Self {
+        let server = TestServer::start(ServerOpts::new()).await;
+        let s = env
+            .session(&server, "acp", command, |o| {
+                flags.iter().fold(o, |o, (k, v)| o.flag(k, v))
+            })
+            .await;
+        Self {
+            env,
+            server,
+            s,
+            inputs: 0,
+        }
+    }
+
+    /// Posts an input of `kind`; returns its seq.
+    pub async fn input(&mut self, kind: &str, payload: Value) -> u64 {
+        self.inputs += 1;
+        let msg = format!("in-{}", self.inputs);
+        let accepted = self
+            .server
+            .api()
+            .post_input_kind(self.s.id, &msg, kind, payload)
+            .await;
+        accepted.seq.0
+    }
+
+    /// Posts a prompt; returns its seq.
+    pub async fn prompt(&mut self, text: &str) -> u64 {
+        self.input(kinds::INPUT_TEXT, json!({ "text": text })).await
+    }
+
+    /// Waits for an entry of `kind` after `after`.
+    pub async fn wait(&mut self, kind: &str, after: u64) -> Entry {
+        self.s.tail.wait_kind(kind, after, FINISH, |_| true).await
+    }
+
+    /// Answers the permission request `request`; returns the input's seq.
+    pub async fn decide(&mut self, request: &Entry, decision: PermissionDecision) -> u64 {
+        let payload = crate::http::permission_answer(request, decision);
+        self.input(kinds::INPUT_PERMISSION, payload).await
+    }
+
+    /// The entries fetched so far after `seq`.
+    pub fn after(&self, seq: u64) -> Vec<Entry> {
+        self.s
+            .tail
+            .entries
+            .iter()
+            .filter(|e| e.seq.0 > seq)
+            .cloned()
+            .collect()
+    }
+
+    /// `moor` and the agent (its whole process group) killed at once, as a machine crash would;
+    /// returns the server's `session.interrupted` entry, written after `after`.
+    pub async fn crash(&mut self, after: u64) -> Entry {
+        self.s.bridge.kill().await;
+        // Already gone is fine: the point is that nothing of it runs on.
+        let _ = self.s.signal_agent_group(rustix::process::Signal::KILL);
+        self.s
+            .tail
+            .wait_kind("session.interrupted", after, FINISH, |_| true)
+            .await
+    }
+
+    /// The session's recovery brief.
+    pub async fn brief(&self) -> RecoveryBrief {
+        let resp = self
+            .server
+            .api()
+            .authed(
+                reqwest::Method::GET,
+                &format!("/api/v1/sessions/{}/recovery", self.s.id),
+                None,
+            )
+            .await;
+        serde_json::from_value(resp.body).expect("brief json")
+    }
+}
+
+/// The `agent.*` kinds of `entries`, without deltas and intent records.
+pub fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
+    entries
+        .iter()
+        .map(|e| e.kind.as_str())
+        .filter(|k| {
+            k.starts_with("agent.")
+                && *k != kinds::AGENT_TEXT_DELTA
+                && !k.starts_with("agent.tool.intent")
+        })
+        .collect()
+}
+
+/// Path of the installed `codex-acp` launcher; panics with the fix when it is missing.
+pub fn codex_acp_bin() -> PathBuf {
+    let path = std::env::var_os("MOOR_CODEX_ACP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools/codex-acp/node_modules/.bin/codex-acp")
+        });
+    assert!(
+        path.is_file(),
+        "codex-acp is not installed at {}: run scripts/install-agents (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+impl AcpEnv {
+    /// The environment Codex (through codex-acp) needs to run offline against `api`: a custom
+    /// model provider on the Responses API in `$CODEX_HOME/config.toml`, every command but the
+    /// known-safe ones asked for (`untrusted`), no sandbox (it needs bubblewrap), no analytics.
+    pub fn for_codex(api: &crate::fake_openai::FakeOpenAi) -> Self {
+        let mut env = Self::new();
+        let codex_home = env.home.join(".codex");
+        std::fs::create_dir_all(&codex_home).expect("codex home");
+        let config = format!(
+            "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\napproval_policy = \"untrusted\"\n\
+             sandbox_mode = \"danger-full-access\"\n\n[model_providers.fake]\nname = \"fake\"\n\
+             base_url = \"{}\"\nenv_key = \"FAKE_OPENAI_KEY\"\nwire_api = \"responses\"\n\n\
+             [analytics]\nenabled = false\n",
+            api.base_url()
+        );
+        std::fs::write(codex_home.join("config.toml"), config).expect("codex config");
+        env.envs = vec![
+            ("CODEX_HOME".into(), codex_home.display().to_string()),
+            ("FAKE_OPENAI_KEY".into(), "fake-openai-key".into()),
+        ];
+        env
+    }
+
+    /// `codex-acp` (auto mode picks the acp adapter by its name).
+    pub fn codex_command() -> Vec<String> {
+        vec![codex_acp_bin().display().to_string()]
+    }
+}
+
+impl AcpSession {
+    /// Sends `sig` to the agent's process group (an npm launcher and the program it started).
+    pub fn signal_agent_group(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
+        let pid = self.start.payload["pid"]
+            .as_i64()
+            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
+        rustix::process::kill_process_group(pid, sig)
+    }
+}

@@ -1,0 +1,244 @@
+//! The `acp` adapter through the real `moor` and `moord`, driving `moor-acp-agent` (this
+//! crate's small Agent Client Protocol agent; Gemini CLI is the other ACP agent, in
+//! `gemini.rs`): prompts, permission requests approved and denied remotely, an interrupt, a
+//! stalled turn caught by the watchdog, and a crash mid-tool continued by `session/load`.
+
+use moor_e2e::acp::{agent_kinds, AcpEnv, AcpRun, FINISH};
+use moor_protocol::kinds;
+use moor_protocol::payload::PermissionDecision;
+use serde_json::json;
+
+async fn start(flags: &[(&str, &str)]) -> AcpRun {
+    let mut flags = flags.to_vec();
+    flags.push(("--mode", "acp"));
+    AcpRun::start(AcpEnv::new(), &AcpEnv::test_agent(), &flags).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_prompt_is_one_acp_turn_logged_as_typed_entries() {
+    let mut a = start(&[]).await;
+    let session = a.wait(kinds::AGENT_SESSION, 0).await;
+
+    let seq = a.prompt("hello there").await;
+    let result = a.wait(kinds::AGENT_RESULT, seq).await;
+
+    assert!(session.payload["agent_session_id"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("s-")));
+    assert_eq!(session.payload["version"], "1.0.0");
+    let turn = a.after(seq);
+    assert_eq!(
+        agent_kinds(&turn),
+        ["agent.text", "agent.result"],
+        "{turn:#?}"
+    );
+    let deltas: String = turn
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_TEXT_DELTA)
+        .map(|e| e.payload["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(deltas, "you said: hello there");
+    let text = turn.iter().find(|e| e.kind == kinds::AGENT_TEXT).unwrap();
+    assert_eq!(text.payload["text"], "you said: hello there");
+    assert_eq!(result.payload["is_error"], false);
+    assert_eq!(result.payload["subtype"], "end_turn");
+    assert!(turn
+        .iter()
+        .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == seq));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
+    let mut a = start(&[]).await;
+    a.wait(kinds::AGENT_SESSION, 0).await;
+    let allowed = a.env.file("allowed.txt");
+    let denied = a.env.file("denied.txt");
+
+    // approved remotely: allow once, the command runs
+    let seq = a
+        .prompt(&format!("[[tool:touch {}]]", allowed.display()))
+        .await;
+    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+    assert!(!allowed.exists(), "nothing runs before a person decides");
+    let decided = a.decide(&request, PermissionDecision::Allow).await;
+    let result = a.wait(kinds::AGENT_RESULT, decided).await;
+    assert!(allowed.exists(), "allowed: the command ran");
+    assert_eq!(result.payload["is_error"], false);
+    let turn = a.after(seq);
+    assert_eq!(
+        agent_kinds(&turn),
+        [
+            "agent.tool_use",
+            "agent.permission.request",
+            "agent.permission.resolved",
+            "agent.tool_result",
+            "agent.text",
+            "agent.result"
+        ],
+        "{turn:#?}"
+    );
+    let tool = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .unwrap();
+    assert_eq!(tool.payload["name"], "Bash");
+    assert_eq!(
+        tool.payload["input"]["command"],
+        format!("touch {}", allowed.display())
+    );
+    assert_eq!(request.payload["tool_use_id"], tool.payload["id"]);
+    assert_eq!(request.payload["tool_name"], "Bash");
+    let resolved = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
+        .unwrap();
+    assert_eq!(resolved.payload["decision"], "allow");
+    assert_eq!(resolved.payload["input_seq"], decided);
+    let tool_result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
+    assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
+    assert_eq!(tool_result.payload["is_error"], false);
+
+    // denied remotely: the agent is told no, nothing runs
+    let seq = a
+        .prompt(&format!("[[tool:touch {}]]", denied.display()))
+        .await;
+    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+    let decided = a.decide(&request, PermissionDecision::Deny).await;
+    a.wait(kinds::AGENT_RESULT, decided).await;
+    assert!(!denied.exists(), "denied: the command did not run");
+    let turn = a.after(seq);
+    let resolved = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
+        .unwrap();
+    assert_eq!(resolved.payload["decision"], "deny");
+    let tool_result = turn
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
+    assert_eq!(tool_result.payload["is_error"], true);
+    let text = turn.iter().find(|e| e.kind == kinds::AGENT_TEXT).unwrap();
+    assert!(text.payload["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("not allowed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_turn_is_reported_stalled_and_an_interrupt_cancels_it() {
+    let mut a = start(&[("--stall-timeout", "2s")]).await;
+    a.wait(kinds::AGENT_SESSION, 0).await;
+
+    let seq = a.prompt("[[hang]]").await;
+    let stalled = a.wait(kinds::AGENT_STALLED, seq).await;
+    let interrupt = a.input(kinds::INPUT_INTERRUPT, json!({})).await;
+    let result = a.wait(kinds::AGENT_RESULT, interrupt).await;
+
+    assert_eq!(stalled.payload["phase"], "streaming");
+    assert_eq!(stalled.payload["timeout_ms"], 2000);
+    assert_eq!(result.payload["subtype"], "cancelled");
+    assert_eq!(result.payload["terminal_reason"], "aborted_streaming");
+    let turn = a.after(seq);
+    assert!(turn
+        .iter()
+        .any(|e| e.kind == kinds::AGENT_THINKING && e.payload["text"] == "considering"));
+    assert!(turn
+        .iter()
+        .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == interrupt));
+
+    // the agent takes the next prompt
+    let seq = a.prompt("still there?").await;
+    let result = a.wait(kinds::AGENT_RESULT, seq).await;
+    assert_eq!(result.payload["is_error"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_dies_mid_tool_leaves_the_call_in_agent_exit_and_in_the_brief() {
+    let mut a = start(&[]).await;
+    a.wait(kinds::AGENT_SESSION, 0).await;
+
+    let seq = a.prompt("[[crash-in-tool:make deploy]]").await;
+    let tool = a.wait(kinds::AGENT_TOOL_USE, seq).await;
+    let exit = a.wait(kinds::AGENT_EXIT, seq).await;
+
+    assert_eq!(exit.payload["code"], 3);
+    assert_eq!(exit.payload["stopped_tools"][0]["id"], tool.payload["id"]);
+    let brief = a.brief().await;
+    assert!(
+        brief
+            .uncertain
+            .iter()
+            .any(|t| t.target.as_deref() == Some("make deploy")),
+        "{brief:#?}"
+    );
+    a.s.bridge.wait_exit(FINISH).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_the_brief() {
+    // arrange: one finished turn, then moor and the agent die while an allowed command runs
+    let mut a = start(&[]).await;
+    let session = a.wait(kinds::AGENT_SESSION, 0).await;
+    let conversation = session.payload["agent_session_id"].clone();
+    let seq = a.prompt("remember the word heron").await;
+    a.wait(kinds::AGENT_RESULT, seq).await;
+    let seq = a.prompt("[[tool:sleep 120]]").await;
+    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+    let decided = a.decide(&request, PermissionDecision::Allow).await;
+    a.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
+    let interrupted = a.crash(decided).await;
+
+    // assert: the brief names the command that was cut off
+    assert!(interrupted.seq.0 > decided);
+    let brief = a.brief().await;
+    assert!(
+        brief
+            .uncertain
+            .iter()
+            .any(|t| t.target.as_deref() == Some("sleep 120")),
+        "{brief:#?}"
+    );
+    assert_eq!(
+        brief.agent_session_id.as_deref(),
+        conversation.as_str(),
+        "{brief:#?}"
+    );
+
+    // act: the same `moor run --session X` again, then a question about the first turn
+    let mut again = a.s.bridge.respawn(&[]);
+    let restart = a.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
+    let resumed = a.wait(kinds::AGENT_RESULT, restart.seq.0).await;
+    let question = a.prompt("which word?").await;
+    a.wait(kinds::AGENT_RESULT, question).await;
+
+    // assert: continued on the agent's own session, with the brief as first prompt
+    assert_eq!(restart.payload["reason"], "continued");
+    assert_eq!(restart.payload["agent_session_id"], conversation);
+    assert!(restart.payload["prompt"]
+        .as_str()
+        .unwrap()
+        .contains("sleep 120"));
+    assert_eq!(resumed.payload["is_error"], false);
+    let replayed = a
+        .after(restart.seq.0)
+        .into_iter()
+        .find(|e| e.kind == kinds::AGENT_EVENT && e.payload["subtype"] == "history_replayed")
+        .expect("session/load replayed the history");
+    assert!(replayed.payload["raw"]["updates"].as_u64().unwrap() >= 3);
+    let answer = a
+        .after(question)
+        .into_iter()
+        .find(|e| e.kind == kinds::AGENT_TEXT)
+        .unwrap();
+    assert_eq!(
+        answer.payload["text"],
+        "you said: which word? (earlier: remember the word heron)"
+    );
+    assert!(again
+        .stderr()
+        .contains("continuing the agent's conversation"));
+    again.kill().await;
+}
