@@ -49,11 +49,7 @@ impl SqliteStore {
             // A larger page cache and memory-mapped reads keep the writer's B-tree pages in
             // memory instead of copying them in from the page cache on every insert.
             .pragma("cache_size", "-65536")
-            .pragma("mmap_size", "268435456")
-            .pragma(
-                "wal_autocheckpoint",
-                std::env::var("MOOR_X_WAL_PAGES").unwrap_or_else(|_| "1000".into()),
-            );
+            .pragma("mmap_size", "268435456");
         let file = opts.get_filename();
         if !file.as_os_str().is_empty() && file != std::path::Path::new(":memory:") {
             crate::util::touch_private(file)

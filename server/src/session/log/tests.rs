@@ -171,12 +171,15 @@ async fn an_idle_committer_waits_its_window_for_other_active_sessions_to_join_on
     log.append(b, vec![input(1)]).await.unwrap();
     let before = store.append_transactions();
 
-    // act: on paused time (nothing but the committer's window and this test's timer pending),
-    // `a` submits, and `b` submits halfway through the window
+    // act: on paused time (nothing but the committer's window and this test's timer pending,
+    // no I/O), `a` submits, `b` submits halfway through the window, then the window ends and
+    // the clock runs again for the commit's I/O
     tokio::time::pause();
     let mut first = log.submit(a, vec![input(2)]).await.unwrap();
     tokio::time::sleep(window / 2).await;
     let mut second = log.submit(b, vec![input(2)]).await.unwrap();
+    tokio::time::advance(window / 2).await;
+    tokio::time::resume();
 
     // assert: both in one transaction, each with its own seq
     assert_eq!(seqs(&first.wait().await.unwrap()), [Seq(2)]);
