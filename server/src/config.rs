@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub sse_lifetime: Duration,
     /// Interval of SSE keep-alive comments and viewer WebSocket heartbeats.
     pub keepalive: Duration,
+    /// How long an idle committer waits for other sessions' entries to join a group when
+    /// several sessions are writing (zero: never waits).
+    pub commit_window: Duration,
     /// Largest WebSocket message accepted.
     pub max_frame_bytes: usize,
     /// Largest HTTP request body accepted.
@@ -183,6 +186,7 @@ impl Default for ServerConfig {
             move_notice: Duration::from_secs(5),
             sse_lifetime: Duration::ZERO,
             keepalive: Duration::from_secs(15),
+            commit_window: Duration::from_millis(1),
             max_frame_bytes: 4 << 20,
             max_body_bytes: 1 << 20,
             max_page_bytes: 2 << 20,

@@ -189,7 +189,12 @@ impl Server {
         let hub = hub::Hub::default();
         let grace = self.config.shutdown_grace;
         let max_streams = self.config.max_streams_per_user;
-        let log = session::log::Log::new(self.store.log.clone(), hub.clone(), tasks.clone());
+        let log = session::log::Log::new(
+            self.store.log.clone(),
+            hub.clone(),
+            tasks.clone(),
+            self.config.commit_window,
+        );
         let revocations = access::revocations::Revocations::new(shutdown.clone());
         // Several nodes on one database: follow the others' notices (returns at once otherwise).
         tasks.spawn(relay::run(

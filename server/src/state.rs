@@ -111,7 +111,12 @@ pub(crate) mod testing {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let hub = Hub::default();
-        let log = Log::new(store.log.clone(), hub.clone(), tasks.clone());
+        let log = Log::new(
+            store.log.clone(),
+            hub.clone(),
+            tasks.clone(),
+            Duration::ZERO,
+        );
         let states = States::new(
             store.log.clone(),
             hub.clone(),

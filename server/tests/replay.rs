@@ -56,7 +56,7 @@ async fn scenario(ops: Vec<Op>, capacity: usize) {
     let session: SessionId = store.open_session("replay", None).await.unwrap().id;
     let hub = Hub::with_capacity(capacity);
     let tasks = TaskTracker::new();
-    let log = Log::new(store.clone(), hub.clone(), tasks.clone());
+    let log = Log::new(store.clone(), hub.clone(), tasks.clone(), Duration::ZERO);
 
     let mut produced = 0usize;
     let mut viewers = Vec::new();

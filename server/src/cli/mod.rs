@@ -91,6 +91,10 @@ pub struct Config {
     /// Keep-alive interval for SSE and viewer sockets.
     #[arg(long, env = "MOOR_KEEPALIVE_MS", default_value_t = 15_000)]
     keepalive_ms: u64,
+    /// How long an idle committer waits for other sessions' entries to join one transaction
+    /// while several sessions are writing (0 = never waits); a lone session never waits.
+    #[arg(long, env = "MOOR_COMMIT_WINDOW_MS", default_value_t = 1)]
+    commit_window_ms: u64,
     /// Largest WebSocket message accepted.
     #[arg(long, env = "MOOR_MAX_FRAME_BYTES", default_value_t = 4 << 20)]
     max_frame_bytes: usize,
@@ -252,6 +256,7 @@ impl Config {
             move_notice: ms(self.move_notice_ms),
             sse_lifetime: ms(self.sse_lifetime_ms),
             keepalive: ms(self.keepalive_ms.max(1)),
+            commit_window: ms(self.commit_window_ms),
             max_frame_bytes: self.max_frame_bytes,
             max_body_bytes: self.max_body_bytes,
             checkpoints: crate::config::CheckpointLimits {

@@ -4,8 +4,9 @@
 //!
 //! Part of the session core: calls `store` and `hub`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use moor_protocol::SessionId;
@@ -18,6 +19,10 @@ use crate::store::{Appended, GroupPart, StoreError, StoreResult};
 /// split, so a single larger batch makes a larger transaction on its own.
 const MAX_GROUP_ENTRIES: usize = 8192;
 
+/// Groups remembered to decide whether a group is worth waiting for: if all of them were one
+/// and the same session, nothing else would join it.
+const GROUPS_REMEMBERED: usize = 16;
+
 /// One session's requests in a group, oldest first.
 struct Part {
     session: SessionId,
@@ -25,8 +30,12 @@ struct Part {
 }
 
 /// Commits what is ready, group after group, until the log is closed and everything queued
-/// is answered.
-pub(super) async fn commit_loop(shared: Arc<Shared>) {
+/// is answered. When the committer was idle and other sessions were active lately, it first
+/// waits `window` for them to join the group: one commit (one fsync, one write of each shared
+/// page) for several sessions' entries instead of one each, at the price of at most `window`
+/// of latency. A busy committer never waits: what arrived during a commit is the next group.
+pub(super) async fn commit_loop(shared: Arc<Shared>, window: Duration) {
+    let mut active = Active::default();
     loop {
         let parts = {
             let mut q = shared.queues();
@@ -39,9 +48,41 @@ pub(super) async fn commit_loop(shared: Arc<Shared>) {
         if parts.is_empty() {
             // A wake-up sent since the queues were looked at is kept, so none is missed.
             shared.wake.notified().await;
+            if !window.is_zero() && active.others() && shared.queues().worth_waiting() {
+                tokio::time::sleep(window).await;
+            }
             continue;
         }
+        active.note(&parts);
         commit(&shared, parts).await;
+    }
+}
+
+/// Who committed in the last [`GROUPS_REMEMBERED`] groups: each group's first session, and
+/// whether it held others.
+#[derive(Default)]
+struct Active {
+    groups: VecDeque<(SessionId, bool)>,
+}
+
+impl Active {
+    fn note(&mut self, parts: &[Part]) {
+        let Some(first) = parts.first() else {
+            return;
+        };
+        if self.groups.len() == GROUPS_REMEMBERED {
+            self.groups.pop_front();
+        }
+        self.groups.push_back((first.session, parts.len() > 1));
+    }
+
+    /// More than one session committed lately, so another may join a group that waits.
+    fn others(&self) -> bool {
+        let mut groups = self.groups.iter();
+        let Some(&(first, several)) = groups.next() else {
+            return false;
+        };
+        several || groups.any(|&(s, several)| several || s != first)
     }
 }
 

@@ -10,8 +10,10 @@
 //! 3. **Commit.** One committer task (`commit.rs`) takes whatever is ready from every session,
 //!    up to `MAX_GROUP_ENTRIES` entries, and hands it to the store as ONE transaction
 //!    ([`LogStore::append_group`]): one commit and one fsync for all of them. Whatever arrives
-//!    meanwhile waits for the next transaction, so a group is one entry under light load and
-//!    everything that arrived during one commit under heavy load.
+//!    meanwhile waits for the next transaction, so a group is everything that arrived during
+//!    one commit under heavy load. An idle committer woken while other sessions have been
+//!    writing lately first waits a commit window (about a millisecond) for them to join, so
+//!    many quiet sessions share commits; a lone session never waits.
 //! 4. **Publish and answer.** After the commit, each session's new entries go to the hub in seq
 //!    order, then each request is answered in submission order (a bridge's ack follows from
 //!    that answer, so never before the commit: G2), and its bytes go back to the budget.
@@ -23,6 +25,7 @@
 //! Part of the session core: calls `store` and `hub`; never a transport.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::anyhow;
 use moor_protocol::SessionId;
@@ -63,15 +66,16 @@ impl std::fmt::Debug for Log {
 
 impl Log {
     /// A log over `store` publishing to `hub`; its committer task is spawned on `tasks` and
-    /// runs until [`Log::close`].
-    pub fn new(store: Arc<dyn LogStore>, hub: Hub, tasks: TaskTracker) -> Self {
+    /// runs until [`Log::close`]. An idle committer waits up to `window` for other sessions
+    /// to join a group (zero: never waits).
+    pub fn new(store: Arc<dyn LogStore>, hub: Hub, tasks: TaskTracker, window: Duration) -> Self {
         let shared = Arc::new(Shared {
             store,
             hub,
             queues: Mutex::new(Queues::default()),
             wake: Notify::new(),
         });
-        tasks.spawn(commit_loop(shared.clone()));
+        tasks.spawn(commit_loop(shared.clone(), window));
         Self { shared }
     }
 

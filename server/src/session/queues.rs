@@ -57,6 +57,13 @@ pub(super) struct Queues {
     pub(super) closed: bool,
 }
 
+impl Queues {
+    /// Something is ready and the log still takes appends: a group may wait for company.
+    pub(super) fn worth_waiting(&self) -> bool {
+        !self.closed && !self.ready.is_empty()
+    }
+}
+
 /// What the committer and the submitters share.
 pub(super) struct Shared {
     pub(super) store: Arc<dyn LogStore>,

@@ -314,7 +314,12 @@ mod tests {
         let store = crate::store::connect(&url).await.unwrap().log;
         let hub = Hub::default();
         let tasks = TaskTracker::new();
-        let log = Log::new(store.clone(), hub.clone(), tasks.clone());
+        let log = Log::new(
+            store.clone(),
+            hub.clone(),
+            tasks.clone(),
+            std::time::Duration::ZERO,
+        );
         let states = States::new(
             store.clone(),
             hub,

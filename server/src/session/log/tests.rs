@@ -43,10 +43,15 @@ fn seqs(outcomes: &[Appended]) -> Vec<Seq> {
 
 /// A log over a real SQLite store in a temp dir (kept alive by the returned guard).
 async fn log_on_sqlite() -> (tempfile::TempDir, Log, Arc<dyn LogStore>) {
+    log_with_window(Duration::ZERO).await
+}
+
+/// The same with a commit window.
+async fn log_with_window(window: Duration) -> (tempfile::TempDir, Log, Arc<dyn LogStore>) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("moor.db").display());
     let store = crate::store::connect(&url).await.unwrap().log;
-    let log = Log::new(store.clone(), Hub::default(), TaskTracker::new());
+    let log = Log::new(store.clone(), Hub::default(), TaskTracker::new(), window);
     (dir, log, store)
 }
 
@@ -153,4 +158,47 @@ async fn a_closed_log_answers_what_was_queued_and_refuses_more() {
     assert_eq!(seqs(&queued.wait().await.unwrap()), [Seq(1)]);
     assert!(log.submit(s, vec![input(2)]).await.is_err());
     assert!(log.submit_now(s, vec![input(2)]).is_err());
+}
+
+#[tokio::test]
+async fn an_idle_committer_waits_its_window_for_other_active_sessions_to_join_one_transaction() {
+    // arrange: two sessions have committed lately, so the committer expects company
+    let window = Duration::from_secs(10);
+    let (_dir, log, store) = log_with_window(window).await;
+    let a = store.open_session("a", None).await.unwrap().id;
+    let b = store.open_session("b", None).await.unwrap().id;
+    log.append(a, vec![input(1)]).await.unwrap();
+    log.append(b, vec![input(1)]).await.unwrap();
+    let before = store.append_transactions();
+
+    // act: on paused time (nothing but the committer's window and this test's timer pending,
+    // no I/O), `a` submits, `b` submits halfway through the window, then the window ends and
+    // the clock runs again for the commit's I/O
+    tokio::time::pause();
+    let mut first = log.submit(a, vec![input(2)]).await.unwrap();
+    tokio::time::sleep(window / 2).await;
+    let mut second = log.submit(b, vec![input(2)]).await.unwrap();
+    tokio::time::advance(window / 2).await;
+    tokio::time::resume();
+
+    // assert: both in one transaction, each with its own seq
+    assert_eq!(seqs(&first.wait().await.unwrap()), [Seq(2)]);
+    assert_eq!(seqs(&second.wait().await.unwrap()), [Seq(2)]);
+    assert_eq!(store.append_transactions() - before, 1);
+}
+
+#[tokio::test]
+async fn a_lone_session_is_never_held_by_the_commit_window() {
+    // arrange: a window far longer than the failure guard
+    let (_dir, log, store) = log_with_window(Duration::from_secs(3600)).await;
+    let s = store.open_session("s", None).await.unwrap().id;
+
+    // act + assert: appends one after another each commit without waiting for company
+    for n in 1..=3 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), log.append(s, vec![input(n)]))
+            .await
+            .expect("a lone session's append is not held by the window")
+            .unwrap();
+        assert_eq!(seqs(&outcome), [Seq(n)]);
+    }
 }
