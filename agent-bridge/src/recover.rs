@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use moor_protocol::api::{InputAccepted, InputRequest, SessionInfo, SessionStatus};
 use moor_protocol::payload::InputText;
-use moor_protocol::SessionId;
 use moor_protocol::recovery::{mutation_advice, resume_prompt, RecoveryBrief, RetryPolicy};
 use moor_protocol::state::{Phase, ToolClass};
+use moor_protocol::SessionId;
 use serde::de::DeserializeOwned;
 
 use crate::adapter::claude::intent::Intent;

@@ -717,7 +717,11 @@ async fn wait_on_stream(stream: &mut reqwest::Response, needle: &str, times: usi
     let mut seen = String::new();
     tokio::time::timeout(WAIT, async {
         while seen.matches(needle).count() < times {
-            let chunk = stream.chunk().await.unwrap().expect("the stream stays open");
+            let chunk = stream
+                .chunk()
+                .await
+                .unwrap()
+                .expect("the stream stays open");
             seen.push_str(&String::from_utf8_lossy(&chunk));
         }
     })
@@ -749,6 +753,38 @@ fn a_running_tool(from: u64) -> Vec<NewEntry> {
             ),
         ],
     )
+}
+
+/// A bridge on session `name` with a Bash call in flight (acked), and the session's event stream.
+async fn busy_session(server: &TestServer, name: &str) -> (Ws, reqwest::Response) {
+    let (mut ws, _) = server.bridge(name, ProducerId::new(), 0).await;
+    let events = server
+        .get_response(&format!("/api/v1/sessions/{name}/events?after=0"))
+        .await;
+    send(
+        &mut ws,
+        &BridgeToServer::Entries {
+            entries: a_running_tool(1),
+        },
+    )
+    .await;
+    until_acked(&mut ws, 2).await;
+    (ws, events)
+}
+
+/// A new bridge on session `name` whose agent starts at once (a restarted `moor`).
+async fn restarted_bridge(server: &TestServer, name: &str) -> Ws {
+    let (mut ws, _) = server.bridge(name, ProducerId::new(), 0).await;
+    let start = agent_entries(
+        1,
+        vec![(
+            kinds::AGENT_START,
+            json!({"command": ["claude"], "adapter": "claude"}),
+        )],
+    );
+    send(&mut ws, &BridgeToServer::Entries { entries: start }).await;
+    until_acked(&mut ws, 1).await;
+    ws
 }
 
 async fn until_acked(ws: &mut Ws, producer_seq: u64) {
@@ -801,32 +837,12 @@ async fn an_agent_that_dies_mid_tool_has_its_interruption_logged_before_the_next
 async fn a_bridge_back_at_once_after_a_lost_link_finds_the_interruption_before_its_agent_start() {
     // arrange: a tool call in flight when the link dies
     let server = TestServer::spawn(|_| {}).await;
-    let (mut ws, _) = server.bridge("again", ProducerId::new(), 0).await;
-    let mut events = server
-        .get_response("/api/v1/sessions/again/events?after=0")
-        .await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: a_running_tool(1),
-        },
-    )
-    .await;
-    until_acked(&mut ws, 2).await;
+    let (ws, mut events) = busy_session(&server, "again").await;
     drop(ws);
     wait_on_stream(&mut events, "bridge.disconnected", 1).await;
 
     // act: a new bridge (a restarted `moor`) starts its agent at once
-    let (mut ws, _) = server.bridge("again", ProducerId::new(), 0).await;
-    let start = agent_entries(
-        1,
-        vec![(
-            kinds::AGENT_START,
-            json!({"command": ["claude"], "adapter": "claude"}),
-        )],
-    );
-    send(&mut ws, &BridgeToServer::Entries { entries: start }).await;
-    until_acked(&mut ws, 1).await;
+    let _ws = restarted_bridge(&server, "again").await;
 
     // assert: the interruption, once, before the new connection and its agent
     let log = server.entries("again").await;
@@ -844,30 +860,10 @@ async fn a_bridge_back_at_once_after_a_lost_link_finds_the_interruption_before_i
 async fn an_agent_started_over_a_dead_ones_work_records_the_interruption() {
     // arrange: a tool call in flight, and a link the server has not yet seen die
     let server = TestServer::spawn(|_| {}).await;
-    let (mut ws, _) = server.bridge("over", ProducerId::new(), 0).await;
-    let mut events = server
-        .get_response("/api/v1/sessions/over/events?after=0")
-        .await;
-    send(
-        &mut ws,
-        &BridgeToServer::Entries {
-            entries: a_running_tool(1),
-        },
-    )
-    .await;
-    until_acked(&mut ws, 2).await;
+    let (ws, mut events) = busy_session(&server, "over").await;
 
     // act: a new bridge takes the session over (a planned move, not a loss) and its agent starts
-    let (mut next, _) = server.bridge("over", ProducerId::new(), 0).await;
-    let start = agent_entries(
-        1,
-        vec![(
-            kinds::AGENT_START,
-            json!({"command": ["claude"], "adapter": "claude"}),
-        )],
-    );
-    send(&mut next, &BridgeToServer::Entries { entries: start }).await;
-    until_acked(&mut next, 1).await;
+    let _next = restarted_bridge(&server, "over").await;
     drop(ws);
 
     // assert: the old agent's work was cut off by the new one, and the log says so once

@@ -144,16 +144,23 @@ async fn a_shell_agent_says_when_it_waits_at_its_prompt_and_which_command_holds_
         .tail
         .wait_kind(kinds::AGENT_START, 0, WAIT, |_| true)
         .await;
-    assert_eq!(start.payload["capabilities"]["terminal_wait"], true, "{start:?}");
+    assert_eq!(
+        start.payload["capabilities"]["terminal_wait"], true,
+        "{start:?}"
+    );
     s.tail
-        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| e.payload["waiting"] == true)
+        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| {
+            e.payload["waiting"] == true
+        })
         .await;
 
     // act: a command that runs until interrupted
     s.keys(id, 1, "sleep 600\r").await;
     let busy = s
         .tail
-        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| e.payload["waiting"] == false)
+        .wait_kind(kinds::AGENT_TERMINAL, 0, WAIT, |e| {
+            e.payload["waiting"] == false
+        })
         .await;
     s.keys(id, 2, "\u{3}").await;
     let back = s
@@ -179,7 +186,10 @@ async fn a_shell_agent_says_when_it_waits_at_its_prompt_and_which_command_holds_
     s.keys(id, 3, "exit\r").await;
     term.wait_exit(FINISH).await;
     let log = s.server.api().entries_all(id).await;
-    let exit = log.iter().position(|e| e.kind == kinds::AGENT_EXIT).unwrap();
+    let exit = log
+        .iter()
+        .position(|e| e.kind == kinds::AGENT_EXIT)
+        .unwrap();
     assert!(
         log[exit..].iter().all(|e| e.kind != kinds::AGENT_TERMINAL),
         "nothing of the terminal after agent.exit"

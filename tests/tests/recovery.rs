@@ -279,9 +279,19 @@ async fn an_agent_killed_mid_command_is_resumed_on_its_session_and_the_command_i
         .filter(|e| e.kind == kinds::SESSION_CONTINUED_IN)
         .collect();
     assert_eq!(to.len(), 1, "{old:#?}");
-    assert_eq!(to[0].payload["session"], Value::from(resumed.id.to_string()));
-    let ended = server.api().session(&id.to_string()).await.expect("the ended session");
-    let link = ended.state.and_then(|s| s.continued_in).expect("continued_in in the state");
+    assert_eq!(
+        to[0].payload["session"],
+        Value::from(resumed.id.to_string())
+    );
+    let ended = server
+        .api()
+        .session(&id.to_string())
+        .await
+        .expect("the ended session");
+    let link = ended
+        .state
+        .and_then(|s| s.continued_in)
+        .expect("continued_in in the state");
     assert_eq!(link.session, resumed.id);
     assert_eq!(link.name, resumed.name);
 }

@@ -106,7 +106,10 @@ impl PtyAgent {
             ..spec.start_entry(pid, super::AdapterKind::Pty)
         };
         // A shell's terminal says whether it waits at its prompt; nothing else's does.
-        let shell = spec.command.first().is_some_and(|p| foreground::is_shell(p));
+        let shell = spec
+            .command
+            .first()
+            .is_some_and(|p| foreground::is_shell(p));
         if let Some(caps) = start.capabilities.as_mut() {
             caps.terminal_wait = shell;
         }

@@ -69,6 +69,7 @@ pub fn bare_link_to(servers: &str, dir: &SessionDir, config: LinkConfig) -> (Lin
         url: moor_bridge::config::bridge_ws_url(servers).unwrap(),
         token: Token::new(TOKEN),
         session: "s1".into(),
+        continues: None,
         producer: dir.producer,
         agent: Default::default(),
         config,

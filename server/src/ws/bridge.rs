@@ -98,7 +98,7 @@ async fn continues(
     session: &crate::store::SessionRow,
 ) -> Option<SessionLink> {
     let from = hello.continues.filter(|from| *from != session.id)?;
-    if session.head_seq != Seq::ZERO || !owns(state, who, from).await {
+    if session.head_seq != Seq::ZERO || !owns(state, who, from).await.unwrap_or(false) {
         return None;
     }
     let row = state.store.log.find_session(&from.to_string()).await.ok()?;
