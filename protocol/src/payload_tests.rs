@@ -26,6 +26,10 @@ fn sample(kind: &str) -> Value {
             "diffstat": {"files": 0, "insertions": 0, "deletions": 0},
             "files": [], "files_total": 0, "skipped": [], "skipped_total": 0,
         }),
+        k::AGENT_TERMINAL => json!({"waiting": true, "foreground": "bash", "pid": 7}),
+        k::SESSION_CONTINUED_FROM | k::SESSION_CONTINUED_IN => {
+            json!({"session": "00000000-0000-0000-0000-000000000001", "name": "s"})
+        }
         // Every other kind's fields all have defaults.
         _ => json!({}),
     }
