@@ -241,23 +241,32 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
         "nothing runs while the request is pending"
     );
 
-    // a decision for a request that does not exist is refused, the real one stays pending
+    // a decision for a request that is not pending is refused at the POST (nothing is stored),
+    // the real one stays pending
     let bogus = c
-        .input(
+        .server
+        .api()
+        .post_input_kind_raw(
+            c.id,
+            "bogus",
             kinds::INPUT_PERMISSION,
             json!({"request_id": "nope", "decision": "allow"}),
         )
         .await;
-    let failed = c
-        .tail
-        .wait_kind(kinds::INPUT_FAILED, bogus, WAIT, |e| {
-            e.payload["input_seq"] == bogus
-        })
-        .await;
-    assert!(failed.payload["reason"]
-        .as_str()
-        .unwrap()
-        .contains("no pending permission request"));
+    assert_eq!(
+        bogus.status,
+        reqwest::StatusCode::CONFLICT,
+        "{:?}",
+        bogus.body
+    );
+    assert!(
+        bogus.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("not pending"),
+        "{:?}",
+        bogus.body
+    );
 
     // deny: the tool does not run, the model gets an error result
     let deny = c
