@@ -286,8 +286,13 @@ scenario("10. an ended session offers no composer but the recovery brief, checkp
   assert(seen.recovery && seen.checkpoints, `the recovery brief and checkpoints offered: ${JSON.stringify(seen)}`);
   assert(seen.resume.includes("moor resume ph-ended"), `the resume command to copy: ${seen.resume}`);
   assert(seen.agent === "ended", `the agent banner says ended: ${seen.agent}`);
-  await page.click("#end-recovery");
-  await waitFor("the recovery sheet", 10000, () => page.evaluate(() => /Recovery brief/.test(document.querySelector(".sheet")?.textContent ?? "")));
+  // The end bar is redrawn as the state settles: a tap on a button being replaced is lost, so tap
+  // again until the sheet is up.
+  await waitFor("the recovery sheet", 20000, async () => {
+    const up = await page.evaluate(() => /Recovery brief/.test(document.querySelector(".sheet")?.textContent ?? ""));
+    if (!up) await page.click("#end-recovery", { timeout: 2000 }).catch(() => {});
+    return up;
+  });
   await shot(page, "phone-ended");
   await ctx.close();
 });

@@ -195,14 +195,19 @@ scenario("a discarded tab (hidden, frozen, its renderer gone) reopens from its s
     const opened = await waitFor("a stream request", 10000, () => streams(log.all, id)[0]);
     assert(opened.after === stored, `the reopened tab resumed after ${opened.after}, its stored seq is ${stored}`);
     await viewPast(page, id, stored + 20);
+    // The history below the cursor comes from the window the page kept (IndexedDB), or, when the
+    // tab was dropped before that was saved, as one page fetched right below the cursor.
     const firstPages = pages(log.all, id);
-    assert(firstPages.length === 1 && firstPages[0].before === stored + 1 && firstPages[0].limit <= 200, `one page of history right below the cursor: ${JSON.stringify(firstPages)}`);
-    const fetched = await waitFor("that page", 10000, () => (page.responses.length ? page.responses.flatMap((r) => r.json.entries.map((e) => e.seq)) : null));
-    assert(fetched.length <= 200 && fetched.every((s) => s <= stored), `history fetched: ${fetched.length} entries up to ${Math.max(...fetched)}`);
+    assert(firstPages.length <= 1, `at most one page of history: ${JSON.stringify(firstPages)}`);
+    if (firstPages.length === 1) {
+      assert(firstPages[0].before === stored + 1 && firstPages[0].limit <= 200, `one page of history right below the cursor: ${JSON.stringify(firstPages)}`);
+      const fetched = await waitFor("that page", 10000, () => (page.responses.length ? page.responses.flatMap((r) => r.json.entries.map((e) => e.seq)) : null));
+      assert(fetched.length <= 200 && fetched.every((s) => s <= stored), `history fetched: ${fetched.length} entries up to ${Math.max(...fetched)}`);
+    }
     await untilEnded(page, id);
-    // Its view: the page below the cursor, then everything after it, contiguous, from one stream.
+    // Its view: history up to the cursor, then everything after it, contiguous, from one stream.
     const seqs = await page.evaluate(() => window.__moor.seqs());
-    assert(seqs[0] === stored - 199 && seqs.every((s, i) => s === seqs[0] + i), `contiguous from the page below the cursor: ${seqs[0]}..${seqs[seqs.length - 1]}`);
+    assert(seqs[0] <= stored - 199 + (firstPages.length ? 0 : 199) && seqs[0] <= stored && seqs.every((s, i) => s === seqs[0] + i), `contiguous through the cursor ${stored}: ${seqs[0]}..${seqs[seqs.length - 1]}`);
     assert(streams(log.all, id).length === 1, `one stream request (${streams(log.all, id).length})`);
     await shot(page, "reattach-discarded-tab");
     await assertExact(page, id, numbered(2000));
