@@ -200,7 +200,12 @@ scenario("4–5. a PTY session reloaded while the server is down keeps its termi
   await serverDown();
   await page.reload();
   await page.waitForFunction(() => window.__moor !== undefined);
-  const text = await waitFor("the terminal drawn from this device", 10000, () => page.evaluate(() => window.__moor.terminalText()));
+  // The terminal is written asynchronously: wait for the kept output, not its first character.
+  let text = "";
+  await waitFor("the terminal drawn from this device", 10000, async () => {
+    text = (await page.evaluate(() => window.__moor.terminalText())) ?? "";
+    return text.includes("typed: [before the outage]");
+  }).catch(() => {});
   assert(text.includes("typed: [before the outage]"), `the terminal shows its output: ${text.slice(0, 200)}`);
   const pendingShown = await page.evaluate(() => [...document.querySelectorAll("#pending [data-receipt]")].map((el) => el.dataset.receipt));
   assert(!pendingShown.length, `nothing applied is shown as pending or queued: ${pendingShown}`);
