@@ -34,6 +34,8 @@ pub struct Frame {
     notice: bool,
     sse: OnceLock<Bytes>,
     ws: OnceLock<String>,
+    /// The payload's length as JSON, measured once (for the live-payload bound and metrics).
+    payload_bytes: OnceLock<usize>,
 }
 
 impl Frame {
@@ -44,13 +46,21 @@ impl Frame {
             notice: false,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
+            payload_bytes: OnceLock::new(),
         })
+    }
+
+    /// The length of the entry's payload encoded as JSON, measured on first use.
+    pub fn payload_bytes(&self) -> usize {
+        *self
+            .payload_bytes
+            .get_or_init(|| encoded_len(&self.entry.payload))
     }
 
     /// What live subscribers get for this entry: the frame itself, or a notice without the
     /// payload when the payload is over [`LIVE_PAYLOAD_BYTES`].
     fn for_subscribers(self: &Arc<Self>) -> Arc<Self> {
-        if encoded_len(&self.entry.payload) <= LIVE_PAYLOAD_BYTES {
+        if self.payload_bytes() <= LIVE_PAYLOAD_BYTES {
             return self.clone();
         }
         Arc::new(Self {
@@ -63,6 +73,7 @@ impl Frame {
             notice: true,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
+            payload_bytes: OnceLock::new(),
         })
     }
 

@@ -202,14 +202,15 @@ fn failed_all(n: usize, e: &StoreError) -> Vec<StoreResult<Vec<Appended>>> {
 fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Vec<Appended>>) {
     match result {
         Ok(outcomes) => {
-            count_stored(shared, &outcomes);
-            shared.hub.publish(
-                part.session,
-                outcomes.iter().filter_map(|o| match o {
+            let frames: Vec<_> = outcomes
+                .iter()
+                .filter_map(|o| match o {
                     Appended::Stored(e) => Some(Frame::new(e.clone())),
                     _ => None,
-                }),
-            );
+                })
+                .collect();
+            count_stored(shared, &frames);
+            shared.hub.publish(part.session, frames);
             let mut outcomes = outcomes.into_iter();
             for (request, n) in part.requests.into_iter().zip(sizes) {
                 let _ = request.reply.send(Ok(outcomes.by_ref().take(n).collect()));
@@ -224,18 +225,13 @@ fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Ve
     }
 }
 
-/// Counts the entries newly stored and their payload bytes: two atomic adds per part.
-fn count_stored(shared: &Shared, outcomes: &[Appended]) {
-    let (mut entries, mut bytes) = (0u64, 0u64);
-    for o in outcomes {
-        if let Appended::Stored(e) = o {
-            entries += 1;
-            bytes += crate::hub::encoded_len(&e.payload) as u64;
-        }
-    }
+/// Counts the entries newly stored and their payload bytes (measured once per frame, which
+/// the hub's live-payload bound reuses): two atomic adds per part.
+fn count_stored(shared: &Shared, frames: &[Arc<Frame>]) {
+    let bytes: usize = frames.iter().map(|f| f.payload_bytes()).sum();
     let metrics = shared.hub.metrics();
-    metrics.entries_appended.inc_by(entries);
-    metrics.bytes_appended.inc_by(bytes);
+    metrics.entries_appended.inc_by(frames.len() as u64);
+    metrics.bytes_appended.inc_by(bytes as u64);
 }
 
 /// The same error for each request of a failed group.

@@ -1,8 +1,12 @@
 //! Bridge leases: a bridge's presence as the server can prove it.
 //!
 //! A bridge connection holds a lease on its session, stored with this node's name
-//! (`store::LeaseStore`) and renewed every [`Leases::renew_interval`] while the socket lives;
-//! the connection deletes it when it ends, after recording `bridge.disconnected`. A lease that
+//! (`store::LeaseStore`) and renewed every [`Leases::renew_interval`] while the socket lives:
+//! the node renews all the leases its connections hold at once (one store write per interval,
+//! not one per connection: with a thousand quiet bridges, per-connection renewals were a
+//! hundred transactions a second on SQLite's one writer, each with its fsync, queued with the
+//! group commit), and tells a connection whose lease was not renewed that it is lost. The
+//! connection deletes its lease when it ends, after recording `bridge.disconnected`. A lease that
 //! outlives its connection means the node holding it is gone: at start a node claims the leases
 //! its earlier run left (on SQLite, where it is alone, every lease at once), and every renewal
 //! interval it claims the leases other nodes stopped renewing. Each claim is won by one node,
@@ -13,11 +17,14 @@
 //!
 //! Part of the session core: calls `session::{log, states}` and `store`; never a transport.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use moor_protocol::payload::BridgeDisconnected;
 use moor_protocol::{close, kinds, now_ms, EntryBody, Seq, SessionId};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::log::Log;
@@ -45,6 +52,53 @@ pub struct Leases {
     renew: Duration,
     /// No other node uses the database (SQLite): at start every lease is stale.
     alone: bool,
+    /// The leases this node's connections hold, renewed together.
+    held: Arc<Mutex<Held>>,
+}
+
+/// Why a connection's lease ended while its socket lived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// Another node claimed it, or a newer connection took the session over.
+    Taken,
+    /// The store did not answer a renewal before the lease ran out.
+    RanOut,
+}
+
+/// What a connection holds while its lease lives: dropping it gives the lease up (in memory;
+/// the stored row goes with [`Leases::release`]).
+#[derive(Debug)]
+pub struct HeldLease {
+    /// Fires when the lease is lost; the connection must then end.
+    pub lost: oneshot::Receiver<LeaseLost>,
+    key: (SessionId, Seq),
+    held: Arc<Mutex<Held>>,
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        lock(&self.held).leases.remove(&self.key);
+    }
+}
+
+/// The registry of held leases.
+#[derive(Debug, Default)]
+struct Held {
+    /// Numbers registrations: a renewal judges only leases registered (stored) before it began.
+    next: u64,
+    leases: HashMap<(SessionId, Seq), Registered>,
+}
+
+#[derive(Debug)]
+struct Registered {
+    number: u64,
+    /// The stored expiry is at least this (as of the last renewal that returned it).
+    valid_until: Instant,
+    lost: Option<oneshot::Sender<LeaseLost>>,
+}
+
+fn lock(held: &Mutex<Held>) -> MutexGuard<'_, Held> {
+    held.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl std::fmt::Debug for Leases {
@@ -78,6 +132,7 @@ impl Leases {
             renew: renew.clamp(Duration::from_millis(1), ttl / 2),
             ttl,
             alone,
+            held: Arc::default(),
         }
     }
 
@@ -107,13 +162,15 @@ impl Leases {
     }
 
     /// Takes the lease for connection `connection`, whose `bridge.connected` is `connected_seq`;
-    /// false when a later connection holds it already.
+    /// `None` when a later connection holds it already. The node renews it from then on, until
+    /// the returned handle is dropped.
     pub async fn hold(
         &self,
         session: SessionId,
         connection: u64,
         connected_seq: Seq,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<HeldLease>> {
+        let stored_at = Instant::now();
         let lease = Lease {
             session,
             node: self.node.to_string(),
@@ -121,15 +178,71 @@ impl Leases {
             connected_seq,
             expires_at: self.expiry(),
         };
-        self.store.hold_lease(&lease).await
+        if !self.store.hold_lease(&lease).await? {
+            return Ok(None);
+        }
+        let (tx, lost) = oneshot::channel();
+        let key = (session, connected_seq);
+        let mut held = lock(&self.held);
+        let number = held.next;
+        held.next += 1;
+        held.leases.insert(
+            key,
+            Registered {
+                number,
+                valid_until: stored_at + self.ttl,
+                lost: Some(tx),
+            },
+        );
+        Ok(Some(HeldLease {
+            lost,
+            key,
+            held: self.held.clone(),
+        }))
     }
 
-    /// Renews the lease of connection `connected_seq`; false when it is lost (another node
-    /// claimed it, or a newer connection took the session over): the connection must end.
-    pub async fn renew(&self, session: SessionId, connected_seq: Seq) -> StoreResult<bool> {
-        self.store
-            .renew_lease(session, connected_seq, &self.node, self.expiry())
-            .await
+    /// Renews every lease this node's connections hold, in one store write (per
+    /// [`RENEW_CHUNK`](crate::store::RENEW_CHUNK) sessions), and tells each connection whose
+    /// lease was not renewed that it is lost. When the store fails, only leases that have run
+    /// out by now are lost: the next renewal tries again. Returns how many were renewed.
+    pub async fn renew_held(&self) -> usize {
+        let started = Instant::now();
+        let (judged, sessions) = {
+            let held = lock(&self.held);
+            let sessions: Vec<SessionId> = held.leases.keys().map(|(s, _)| *s).collect();
+            (held.next, sessions)
+        };
+        if sessions.is_empty() {
+            return 0;
+        }
+        let result = self
+            .store
+            .renew_leases(&self.node, &sessions, self.expiry())
+            .await;
+        let mut held = lock(&self.held);
+        match result {
+            Ok(renewed) => {
+                let renewed: HashSet<(SessionId, Seq)> = renewed.into_iter().collect();
+                for (key, lease) in held.leases.iter_mut() {
+                    if renewed.contains(key) {
+                        lease.valid_until = started + self.ttl;
+                    } else if lease.number < judged {
+                        lease.tell(LeaseLost::Taken);
+                    }
+                }
+                renewed.len()
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, leases = held.leases.len(), "could not renew the bridge leases; retrying");
+                let now = Instant::now();
+                for lease in held.leases.values_mut() {
+                    if lease.valid_until <= now {
+                        lease.tell(LeaseLost::RanOut);
+                    }
+                }
+                0
+            }
+        }
     }
 
     /// Gives up the lease of connection `connected_seq` (its end is recorded already).
@@ -143,6 +256,11 @@ impl Leases {
     /// Whether a live node holds a bridge lease on `session` now. When the store cannot say,
     /// no: nothing proves that a bridge will get what is sent.
     pub async fn is_held(&self, session: SessionId) -> bool {
+        // A lease this node holds and renewed in time needs no store read (on SQLite, that
+        // read would wait behind the group commit on the one writer connection).
+        if self.holds(session) {
+            return true;
+        }
         match self.store.live_lease(session, now_ms()).await {
             Ok(lease) => lease.is_some(),
             Err(e) => {
@@ -150,6 +268,16 @@ impl Leases {
                 false
             }
         }
+    }
+
+    /// Whether one of this node's connections holds a lease on `session` that its last
+    /// renewal kept valid until after now.
+    fn holds(&self, session: SessionId) -> bool {
+        let now = Instant::now();
+        lock(&self.held)
+            .leases
+            .iter()
+            .any(|((s, _), l)| *s == session && l.lost.is_some() && l.valid_until > now)
     }
 
     /// The sessions whose bridges other nodes hold now (none when this node is alone on its
@@ -212,13 +340,15 @@ impl Leases {
         Ok(claimed.len())
     }
 
-    /// Sweeps for expired leases every renewal interval until `shutdown`.
+    /// Every renewal interval until `shutdown`: renews this node's leases, then sweeps for
+    /// expired ones.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.renew) => {}
             }
+            self.renew_held().await;
             if let Err(e) = self.sweep_expired().await {
                 tracing::warn!(error = ?e, "bridge lease sweep failed; retrying");
             }
@@ -249,6 +379,15 @@ impl Leases {
     }
 }
 
+impl Registered {
+    /// Tells the connection its lease is lost (once).
+    fn tell(&mut self, why: LeaseLost) {
+        if let Some(tx) = self.lost.take() {
+            let _ = tx.send(why);
+        }
+    }
+}
+
 /// The `bridge.disconnected` entry for connection `connection`. With `connected_seq` (the seq
 /// of its `bridge.connected`) it is keyed on it, so whichever node records the end writes it
 /// once.
@@ -269,5 +408,88 @@ pub fn disconnected(
         author: kinds::AUTHOR_SERVER.into(),
         payload: body.payload(),
         key: connected_seq.map_or(IdemKey::None, IdemKey::Receipt),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::hub::Hub;
+
+    #[tokio::test]
+    async fn a_renewal_keeps_the_nodes_leases_and_tells_each_connection_that_lost_its_own() {
+        // arrange: a real SQLite store, three connections on this node holding their leases
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
+        let store = crate::store::connect(&url).await.unwrap();
+        let hub = Hub::default();
+        let tasks = TaskTracker::new();
+        let log = Log::new(
+            store.log.clone(),
+            hub.clone(),
+            tasks.clone(),
+            Duration::ZERO,
+        );
+        let states = States::new(
+            store.log.clone(),
+            hub,
+            log.clone(),
+            tasks,
+            CancellationToken::new(),
+        );
+        let ttl = Duration::from_secs(30);
+        let leases = Leases::new(
+            store.leases.clone(),
+            log,
+            states,
+            "node-a",
+            ttl,
+            ttl / 3,
+            false,
+        );
+        let mut held = Vec::new();
+        for name in ["kept", "taken-over", "claimed"] {
+            let s = store.log.open_session(name, None).await.unwrap().id;
+            let lease = leases.hold(s, 1, Seq(5)).await.unwrap().expect("held");
+            held.push((s, lease));
+        }
+        let [(kept, mut kept_lease), (taken, mut taken_lease), (claimed, mut claimed_lease)] =
+            <[_; 3]>::try_from(held).unwrap();
+        let before = store.leases.live_lease(kept, 0).await.unwrap().unwrap();
+
+        // act: a newer connection takes one session over; another node claims the other's
+        // lease (as if this node had stopped renewing); then this node renews
+        assert!(store.leases.take_lease(taken).await.unwrap().is_some());
+        let newer = Lease {
+            session: claimed,
+            node: "node-b".into(),
+            connection: 2,
+            connected_seq: Seq(9),
+            expires_at: now_ms() + 60_000,
+        };
+        assert!(store.leases.hold_lease(&newer).await.unwrap());
+        let renewed = leases.renew_held().await;
+
+        // assert: one lease renewed (its expiry moved on), the two others told they are lost,
+        // and the kept one not told anything
+        assert_eq!(renewed, 1);
+        let after = store.leases.live_lease(kept, 0).await.unwrap().unwrap();
+        assert!(after.expires_at >= before.expires_at);
+        assert_eq!(taken_lease.lost.try_recv(), Ok(LeaseLost::Taken));
+        assert_eq!(claimed_lease.lost.try_recv(), Ok(LeaseLost::Taken));
+        assert_eq!(
+            kept_lease.lost.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
+        assert!(leases.is_held(kept).await);
+        let _ = (taken, claimed);
+
+        // a connection that ends drops its lease from the renewals
+        drop(kept_lease);
+        drop(taken_lease);
+        drop(claimed_lease);
+        assert_eq!(leases.renew_held().await, 0);
     }
 }

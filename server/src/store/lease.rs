@@ -1,7 +1,8 @@
 //! [`LeaseStore`]: bridge leases, written once for both engines.
 //!
 //! A bridge's presence is a lease stored with the node that holds its socket: one row per
-//! session (`bridge_leases`), renewed by the holder while the socket lives, deleted when the
+//! session (`bridge_leases`), renewed by the holder while the socket lives (a node renews all
+//! its leases together, in one statement per [`RENEW_CHUNK`] sessions), deleted when the
 //! connection ends. A lease that outlives its holder (the node crashed, or lost the database)
 //! expires; any node may then claim it with one conditional `UPDATE` that only one node wins,
 //! and records the connection's end. The table has the same columns on SQLite and Postgres and
@@ -44,6 +45,10 @@ pub enum Expired<'a> {
 /// Most leases one sweep claims; the next sweep takes the rest.
 pub const SWEEP_LIMIT: i64 = 500;
 
+/// Most sessions named in one renewal statement (well under both engines' limit on bound
+/// parameters).
+pub const RENEW_CHUNK: usize = 500;
+
 /// Bridge leases.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + std::fmt::Debug {
@@ -55,15 +60,16 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// stored; returns whether `lease` is now the session's.
     async fn hold_lease(&self, lease: &Lease) -> StoreResult<bool>;
 
-    /// Moves the expiry of the lease of connection `connected_seq` held by `node` to
-    /// `expires_at`; false when that lease is gone or claimed (the connection must end).
-    async fn renew_lease(
+    /// Moves the expiry of the leases `node` holds on `sessions` (unclaimed) to `expires_at`,
+    /// in as few statements as the list allows ([`RENEW_CHUNK`] sessions each); returns the
+    /// leases renewed, each with its connection's `connected_seq`. A session missing from the
+    /// answer, or answered with another connection, has lost its lease: its connection must end.
+    async fn renew_leases(
         &self,
-        session: SessionId,
-        connected_seq: Seq,
         node: &str,
+        sessions: &[SessionId],
         expires_at: i64,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<Vec<(SessionId, Seq)>>;
 
     /// Deletes the lease of connection `connected_seq`, if it is still stored; returns whether
     /// it was.
@@ -97,7 +103,7 @@ macro_rules! lease_store {
             use super::$store;
             use $crate::store::access::stored_session;
             use $crate::store::errors::db_error;
-            use $crate::store::lease::{Expired, Lease, LeaseStore, SWEEP_LIMIT};
+            use $crate::store::lease::{Expired, Lease, LeaseStore, RENEW_CHUNK, SWEEP_LIMIT};
             use $crate::store::StoreResult;
 
             const COLUMNS: &str = "session_id, node, connection, connected_seq, expires_at";
@@ -157,22 +163,34 @@ macro_rules! lease_store {
                     self.changed_lease(query).await
                 }
 
-                async fn renew_lease(
+                async fn renew_leases(
                     &self,
-                    session: SessionId,
-                    connected_seq: Seq,
                     node: &str,
+                    sessions: &[SessionId],
                     expires_at: i64,
-                ) -> StoreResult<bool> {
-                    let query = sqlx::query(
-                        "UPDATE bridge_leases SET expires_at = $1 WHERE session_id = $2 \
-                         AND connected_seq = $3 AND node = $4 AND claimed_by IS NULL",
-                    )
-                    .bind(expires_at)
-                    .bind(session.to_string())
-                    .bind(connected_seq.0 as i64)
-                    .bind(node);
-                    self.changed_lease(query).await
+                ) -> StoreResult<Vec<(SessionId, Seq)>> {
+                    let mut renewed = Vec::with_capacity(sessions.len());
+                    for chunk in sessions.chunks(RENEW_CHUNK) {
+                        let listed: Vec<String> =
+                            (0..chunk.len()).map(|i| format!("${}", i + 3)).collect();
+                        let sql = format!(
+                            "UPDATE bridge_leases SET expires_at = $1 WHERE node = $2 \
+                             AND claimed_by IS NULL AND session_id IN ({}) \
+                             RETURNING session_id, connected_seq",
+                            listed.join(", ")
+                        );
+                        let mut query = sqlx::query(&sql).bind(expires_at).bind(node);
+                        for s in chunk {
+                            query = query.bind(s.to_string());
+                        }
+                        let rows = query.fetch_all(self.writes()).await.map_err(db_error)?;
+                        for row in &rows {
+                            let sid: String = row.try_get("session_id").map_err(db_error)?;
+                            let seq: i64 = row.try_get("connected_seq").map_err(db_error)?;
+                            renewed.push((stored_session(&sid)?, Seq(seq as u64)));
+                        }
+                    }
+                    Ok(renewed)
                 }
 
                 async fn release_lease(

@@ -34,7 +34,7 @@ use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use group::GroupPart;
-pub use lease::{Expired, Lease, LeaseStore};
+pub use lease::{Expired, Lease, LeaseStore, RENEW_CHUNK};
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;

@@ -28,7 +28,7 @@ use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::hub::{input_feed, BridgeControl, InputFeed};
 use crate::quota::{stored_len, Live, QuotaError};
-use crate::session::leases::disconnected;
+use crate::session::leases::{disconnected, HeldLease, LeaseLost};
 use crate::session::log::Pending;
 use crate::state::AppState;
 use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
@@ -194,6 +194,8 @@ struct Conn {
     delivered: Seq,
     /// Seq of this connection's `bridge.connected`, once written: names its lease.
     connected: Option<Seq>,
+    /// This connection's lease, renewed by the node while it is held.
+    lease: Option<HeldLease>,
     /// The ended session this new one continues, linked both ways at the welcome.
     continued_from: Option<SessionLink>,
     /// Inputs after `delivered` may be in the store but not in the feed (the welcome's page was
@@ -355,6 +357,7 @@ where
         delivered: Seq::ZERO,
         behind: false,
         connected: None,
+        lease: None,
         continued_from,
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
@@ -527,36 +530,6 @@ impl Conn {
         }
     }
 
-    /// Renews this connection's lease; an error ends the connection when the lease is lost, or
-    /// when the store has not answered before the lease ran out.
-    async fn renew_lease(&mut self, held_until: &mut Instant) -> Result<(), Ending> {
-        let Some(connected) = self.connected else {
-            return Ok(());
-        };
-        let leases = &self.state.leases;
-        match leases.renew(self.session, connected).await {
-            Ok(true) => {
-                *held_until = Instant::now() + leases.duration();
-                Ok(())
-            }
-            Ok(false) => Err(Ending::close(
-                close::SERVER_ERROR,
-                "this server no longer holds the bridge's lease; reconnect",
-            )),
-            Err(e) if Instant::now() >= *held_until => {
-                tracing::warn!(error = ?e, "bridge lease ran out while the store was unavailable");
-                Err(Ending::close(
-                    close::SERVER_ERROR,
-                    "the bridge's lease could not be renewed; reconnect",
-                ))
-            }
-            Err(e) => {
-                tracing::warn!(error = ?e, "could not renew a bridge lease; retrying");
-                Ok(())
-            }
-        }
-    }
-
     /// Settles inputs the bridge reported, records the connection, takes the session's lease
     /// and sends `Welcome`; false (and no `Welcome`) when a newer connection holds the lease.
     async fn welcome(&mut self, name: &str, conn_id: u64) -> anyhow::Result<bool> {
@@ -595,13 +568,14 @@ impl Conn {
             other => anyhow::bail!("bridge.connected was not stored: {other:?}"),
         };
         self.connected = Some(connected);
-        if !self
+        match self
             .state
             .leases
             .hold(self.session, conn_id, connected)
             .await?
         {
-            return Ok(false);
+            Some(lease) => self.lease = Some(lease),
+            None => return Ok(false),
         }
         let pending = store
             .inputs_after(self.session, hello.last_applied_input, WELCOME_INPUTS)
@@ -646,10 +620,6 @@ impl Conn {
         let mut move_at = lifetime.map(|end| end.checked_sub(cfg.move_notice).unwrap_or(started));
         let mut heartbeat = interval(cfg.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut renew = interval(self.state.leases.renew_interval());
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        renew.reset();
-        let mut held_until = Instant::now() + self.state.leases.duration();
         let mut last_rx = Instant::now();
         // One timer for the idle timeout, moved on only when it fires early: arming a new one
         // on every pass of the loop (every frame and every commit) costs more than the frame.
@@ -700,10 +670,13 @@ impl Conn {
                     self.send(&ServerToBridge::Move { reason: "connection lifetime cap".into(), close_in_ms }).await
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
-                _ = renew.tick() => match self.renew_lease(&mut held_until).await {
-                    Ok(()) => Ok(()),
-                    Err(end) => return end,
-                },
+                lost = lease_lost(&mut self.lease) => {
+                    let _ = self.settle_all().await;
+                    return match lost {
+                        LeaseLost::Taken => Ending::close(close::SERVER_ERROR, "this server no longer holds the bridge's lease; reconnect"),
+                        LeaseLost::RanOut => Ending::close(close::SERVER_ERROR, "the bridge's lease could not be renewed; reconnect"),
+                    };
+                }
                 input = inputs.recv(), if inputs_open => match input {
                     Some(input) => self.forward_input(input).await,
                     // Detached by a newer connection, which also tells this one to close.
@@ -1047,6 +1020,18 @@ fn changes_agent(kind: &str) -> bool {
 }
 
 /// The outcome of the oldest batch in flight (cancel-safe: it stays queued until it resolves).
+/// Resolves when the connection's lease is lost; never while it lives (or if none is held).
+async fn lease_lost(lease: &mut Option<HeldLease>) -> LeaseLost {
+    match lease.as_mut() {
+        Some(l) => match (&mut l.lost).await {
+            Ok(why) => why,
+            // The node dropped the sender: it is shutting down, which ends the connection.
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_commit(inflight: &mut VecDeque<InFlight>) -> (StoreResult<Vec<Appended>>, Vec<u64>) {
     let Some(front) = inflight.front_mut() else {
         return std::future::pending().await;

@@ -34,20 +34,18 @@ pub async fn bridge_leases_are_held_renewed_released_and_taken_over(db: Db) {
         Some(lease(s, "node-a", 3, 1_000))
     );
     assert_eq!(leases.live_lease(s, 1_000).await.unwrap(), None);
-    assert!(leases
-        .renew_lease(s, Seq(3), "node-a", 2_000)
-        .await
-        .unwrap());
+    assert_eq!(
+        leases.renew_leases("node-a", &[s], 2_000).await.unwrap(),
+        vec![(s, Seq(3))]
+    );
     assert!(leases.live_lease(s, 1_500).await.unwrap().is_some());
-    // ... but nobody else does, nor a connection it does not name
-    assert!(!leases
-        .renew_lease(s, Seq(3), "node-b", 9_000)
+    // ... but nobody else does
+    assert!(leases
+        .renew_leases("node-b", &[s], 9_000)
         .await
-        .unwrap());
-    assert!(!leases
-        .renew_lease(s, Seq(4), "node-a", 9_000)
-        .await
-        .unwrap());
+        .unwrap()
+        .is_empty());
+    assert!(leases.live_lease(s, 2_000).await.unwrap().is_none());
 
     // an older connection never replaces a newer one's lease; a newer one does
     assert!(!leases
@@ -77,6 +75,55 @@ pub async fn bridge_leases_are_held_renewed_released_and_taken_over(db: Db) {
         Some(lease(s, "node-a", 9, 5_000))
     );
     assert_eq!(leases.take_lease(s).await.unwrap(), None);
+}
+
+pub async fn a_node_renews_the_leases_it_names_in_one_call_whatever_their_number(db: Db) {
+    // arrange: more leases on node-a than one statement names, one of node-b's, one unlisted
+    let store = db.open("node-a").await;
+    let leases = &store.leases;
+    let n = moor_server::store::RENEW_CHUNK + 20;
+    let mut mine = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = store
+            .log
+            .open_session(&format!("renewed-{i}"), None)
+            .await
+            .unwrap()
+            .id;
+        assert!(leases
+            .hold_lease(&lease(s, "node-a", i as u64 + 1, 1_000))
+            .await
+            .unwrap());
+        mine.push((s, Seq(i as u64 + 1)));
+    }
+    let theirs = store.log.open_session("theirs", None).await.unwrap().id;
+    assert!(leases
+        .hold_lease(&lease(theirs, "node-b", 1, 1_000))
+        .await
+        .unwrap());
+    let unlisted = store.log.open_session("unlisted", None).await.unwrap().id;
+    assert!(leases
+        .hold_lease(&lease(unlisted, "node-a", 1, 1_000))
+        .await
+        .unwrap());
+
+    // act: node-a renews what it names, node-b's session among them
+    let mut named: Vec<SessionId> = mine.iter().map(|(s, _)| *s).collect();
+    named.push(theirs);
+    let renewed = leases.renew_leases("node-a", &named, 5_000).await.unwrap();
+
+    // assert: exactly node-a's named leases, each with its connection, are renewed
+    assert_eq!(
+        renewed.into_iter().collect::<HashSet<_>>(),
+        mine.iter().copied().collect::<HashSet<_>>()
+    );
+    assert!(leases
+        .live_lease(mine[n - 1].0, 4_000)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(leases.live_lease(theirs, 4_000).await.unwrap().is_none());
+    assert!(leases.live_lease(unlisted, 4_000).await.unwrap().is_none());
 }
 
 pub async fn expired_leases_are_claimed_by_one_node_only(db: Db) {
@@ -140,9 +187,10 @@ pub async fn expired_leases_are_claimed_by_one_node_only(db: Db) {
         .connected_seq;
     assert!(!a
         .leases
-        .renew_lease(first, first_seq, "gone", 9_000)
+        .renew_leases("gone", &[first], 9_000)
         .await
-        .unwrap());
+        .unwrap()
+        .contains(&(first, first_seq)));
     assert!(b
         .leases
         .claim_expired(Expired::Before(4_000), "node-b", 9_000)

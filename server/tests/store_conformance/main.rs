@@ -124,6 +124,7 @@ conformance!(
     session_lists_hold_the_members_sessions_only_newest_first_and_bounded,
     pages_stop_at_their_byte_bound_but_always_hold_one_entry,
     bridge_leases_are_held_renewed_released_and_taken_over,
+    a_node_renews_the_leases_it_names_in_one_call_whatever_their_number,
     expired_leases_are_claimed_by_one_node_only,
     notifying_entries_get_an_outbox_row_in_their_commit_and_others_none,
     outbox_rows_go_to_one_node_and_back_when_a_claim_lapses,
