@@ -70,6 +70,8 @@ struct Inner {
     received: Vec<Received>,
     /// Requests answered with a device's chosen failure status: `(device, status)`.
     refused: Vec<(String, u16)>,
+    /// When each refused request arrived (ms since the epoch), in the order of `refused`.
+    refused_at: Vec<i64>,
     rejections: Vec<String>,
     vapid_key: Option<String>,
 }
@@ -175,6 +177,18 @@ impl PushService {
         self.lock().refused.clone()
     }
 
+    /// When the requests to `device` that it refused arrived (ms since the epoch), in order.
+    pub fn refused_at(&self, device: &Device) -> Vec<i64> {
+        let inner = self.lock();
+        inner
+            .refused
+            .iter()
+            .zip(&inner.refused_at)
+            .filter(|((d, _), _)| *d == device.id)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
     /// Requests refused as invalid (bad VAPID, undecryptable): tests expect none.
     pub fn rejections(&self) -> Vec<String> {
         self.lock().rejections.clone()
@@ -239,6 +253,7 @@ async fn push(
             Ok(None) => {
                 let status = inner.devices.get(&id).map(|d| d.status).unwrap_or(404);
                 inner.refused.push((id, status));
+                inner.refused_at.push(moor_protocol::now_ms());
                 StatusCode::from_u16(status).unwrap_or(StatusCode::GONE)
             }
             Err(reason) => {

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use moor_e2e::http::RawBody;
+use moor_e2e::metrics::{scrape, value};
 use moor_e2e::{eventually, Api, Device, PushService, RawBridge, ServerOpts, TestServer};
 use moor_protocol::bridge::BridgeToServer;
 use moor_protocol::notify::{NotifyAction, NotifyClass};
@@ -13,6 +14,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(30);
+const METRICS_TOKEN: &str = "metrics-token-for-the-scraper";
 
 /// A server that sends to loopback push services and looks at its outbox often.
 fn opts() -> ServerOpts {
@@ -220,6 +222,65 @@ async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_remove
     })
     .await;
     assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_push_service_is_retried_with_backoff_then_given_up_and_the_row_deleted() {
+    // arrange: 4 attempts at most, 100 ms first retry, settled rows kept 2 s
+    let push = PushService::start().await;
+    let server = TestServer::start(
+        ServerOpts::new()
+            .flag("--push-allow-loopback-http", true)
+            .flag("--notify-poll-ms", 50)
+            .flag("--notify-retry-ms", 100)
+            .flag("--notify-max-attempts", 4)
+            .flag("--notify-keep-ms", 2_000)
+            .flag("--metrics-token", METRICS_TOKEN),
+    )
+    .await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    push.answer_with(&phone, 500);
+    let mut agent = Agent::start(&server, &alice, "failing").await;
+
+    // act
+    agent.send(&[turn("done", 0)]).await;
+
+    // assert: four attempts, each wait at least double the one before
+    push.wait_until(WAIT, "four attempts", |_, refused| refused.len() >= 4)
+        .await;
+    let outbox = |state: &'static str| {
+        let base = server.url();
+        async move {
+            let s = scrape(&base, METRICS_TOKEN).await;
+            value(&s, "moord_notify_outbox_rows", &[("state", state)])
+        }
+    };
+    eventually(WAIT, "the given-up row counted as dropped", || async {
+        outbox("dropped").await == Some(1.0) && outbox("pending").await == Some(0.0)
+    })
+    .await;
+    let at = push.refused_at(&phone);
+    assert_eq!(at.len(), 4, "{at:?}");
+    for (i, pair) in at.windows(2).enumerate() {
+        let wait = pair[1] - pair[0];
+        assert!(
+            wait >= 100 << i,
+            "attempt {} came {wait} ms after the one before",
+            i + 2
+        );
+    }
+
+    // assert: the dropped row is deleted after its keep, and no fifth attempt was made
+    eventually(WAIT, "the dropped row deleted", || async {
+        outbox("dropped").await == Some(0.0)
+    })
+    .await;
+    assert_eq!(outbox("pending").await, Some(0.0));
+    assert_eq!(outbox("sent").await, Some(0.0));
+    assert_eq!(push.refused().len(), 4);
+    assert!(push.received().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
