@@ -7,6 +7,7 @@
 //! never `http`, `ws` or `sse`.
 
 pub(crate) mod compose;
+pub(crate) mod sinks;
 pub(crate) mod vapid;
 pub(crate) mod webpush;
 
@@ -18,6 +19,7 @@ use moor_protocol::{now_ms, Entry, Seq};
 use tokio_util::sync::CancellationToken;
 
 use self::compose::{compose, Ages, Draft};
+use self::sinks::Sinks;
 use self::webpush::{Delivery, WebPush};
 use crate::config::NotifyConfig;
 use crate::metrics::OutboxGauges;
@@ -34,6 +36,7 @@ pub struct Notifier {
     node: Arc<str>,
     config: NotifyConfig,
     push: WebPush,
+    sinks: Sinks,
     public_url: Arc<str>,
     gauges: OutboxGauges,
 }
@@ -49,11 +52,13 @@ impl Notifier {
         gauges: OutboxGauges,
     ) -> anyhow::Result<Self> {
         let push = WebPush::new(vapid, config.vapid_subject.clone(), config.request_timeout)?;
+        let sinks = Sinks::new(config.request_timeout)?;
         Ok(Self {
             stores,
             node: node.into(),
             config,
             push,
+            sinks,
             public_url,
             gauges,
         })
@@ -204,7 +209,8 @@ impl Notifier {
         let mut delivered = 0u32;
         for member in members {
             let subs = notify.subscriptions(&member.principal).await?;
-            if subs.is_empty() {
+            let sinks = notify.sinks(&member.principal).await?;
+            if subs.is_empty() && sinks.is_empty() {
                 continue;
             }
             let message = self.message(&draft, &name, member.role);
@@ -218,6 +224,18 @@ impl Notifier {
                     Delivery::Retry(reason) => transient = Some(reason),
                     Delivery::Failed(reason) => {
                         tracing::warn!(principal = %sub.principal, device = %sub.device, %reason, "push delivery failed");
+                    }
+                }
+            }
+            for sink in sinks {
+                match self.sinks.send(&sink, &message).await {
+                    Delivery::Sent => delivered += 1,
+                    Delivery::Retry(reason) => transient = Some(reason),
+                    Delivery::Failed(reason) => {
+                        tracing::warn!(principal = %sink.principal, sink = %sink.label, kind = %sink.kind, %reason, "notification sink refused");
+                    }
+                    Delivery::Gone => {
+                        tracing::warn!(principal = %sink.principal, sink = %sink.label, kind = %sink.kind, "notification sink gone");
                     }
                 }
             }

@@ -22,6 +22,28 @@ pub const MAX_PENDING_PER_SESSION: i64 = 1_000;
 /// Most Web Push subscriptions one principal may hold; adding another replaces the oldest.
 pub const MAX_SUBSCRIPTIONS_PER_PRINCIPAL: i64 = 16;
 
+/// Most ntfy and webhook sinks one principal may hold.
+pub const MAX_SINKS_PER_PRINCIPAL: i64 = 8;
+
+/// A self-hosted sink (ntfy topic or webhook) of a principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkRow {
+    /// Its id.
+    pub id: String,
+    /// The user it notifies.
+    pub principal: String,
+    /// `ntfy` or `webhook`.
+    pub kind: String,
+    /// Its label.
+    pub label: String,
+    /// Where to POST.
+    pub url: String,
+    /// ntfy: an access token (empty for none); webhook: the signing key.
+    pub secret: String,
+    /// When it was added (ms).
+    pub created_at: i64,
+}
+
 /// One outbox row as claimed: the entry that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxRow {
@@ -164,6 +186,16 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
 
     /// Removes the subscription at `endpoint` (the push service said it is gone).
     async fn remove_endpoint(&self, endpoint: &str) -> StoreResult<bool>;
+
+    /// Adds `sink` unless its principal already has [`MAX_SINKS_PER_PRINCIPAL`]; whether it
+    /// was added.
+    async fn add_sink(&self, sink: &SinkRow) -> StoreResult<bool>;
+
+    /// The sinks of `principal`, oldest first.
+    async fn sinks(&self, principal: &str) -> StoreResult<Vec<SinkRow>>;
+
+    /// Removes `principal`'s sink `id`; whether there was one.
+    async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
@@ -178,8 +210,8 @@ macro_rules! notify_store {
             use $crate::store::access::stored_session;
             use $crate::store::errors::db_error;
             use $crate::store::notify::{
-                NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow,
-                MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+                NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow, SinkRow,
+                MAX_SINKS_PER_PRINCIPAL, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
             };
             use $crate::store::StoreResult;
 
@@ -454,6 +486,64 @@ macro_rules! notify_store {
                         .execute(self.writes())
                         .await
                         .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn add_sink(&self, s: &SinkRow) -> StoreResult<bool> {
+                    // The count and the insert in one statement; two nodes adding at the same
+                    // instant could each pass the count (the bound then holds per node).
+                    let done = sqlx::query(
+                        "INSERT INTO notify_sinks \
+                         (id, principal, kind, label, url, secret, created_at) \
+                         SELECT $1, $2, $3, $4, $5, $6, $7 WHERE \
+                         (SELECT COUNT(*) FROM notify_sinks WHERE principal = $2) < $8",
+                    )
+                    .bind(&s.id)
+                    .bind(&s.principal)
+                    .bind(&s.kind)
+                    .bind(&s.label)
+                    .bind(&s.url)
+                    .bind(&s.secret)
+                    .bind(s.created_at)
+                    .bind(MAX_SINKS_PER_PRINCIPAL)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn sinks(&self, principal: &str) -> StoreResult<Vec<SinkRow>> {
+                    let rows = sqlx::query(
+                        "SELECT id, principal, kind, label, url, secret, created_at \
+                         FROM notify_sinks WHERE principal = $1 ORDER BY created_at, id",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok(SinkRow {
+                                id: row.try_get("id").map_err(db_error)?,
+                                principal: row.try_get("principal").map_err(db_error)?,
+                                kind: row.try_get("kind").map_err(db_error)?,
+                                label: row.try_get("label").map_err(db_error)?,
+                                url: row.try_get("url").map_err(db_error)?,
+                                secret: row.try_get("secret").map_err(db_error)?,
+                                created_at: row.try_get("created_at").map_err(db_error)?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool> {
+                    let done =
+                        sqlx::query("DELETE FROM notify_sinks WHERE principal = $1 AND id = $2")
+                            .bind(principal)
+                            .bind(id)
+                            .execute(self.writes())
+                            .await
+                            .map_err(db_error)?;
                     Ok(done.rows_affected() > 0)
                 }
             }
