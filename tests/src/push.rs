@@ -94,25 +94,15 @@ struct Shared {
 impl PushService {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the push service");
-        let addr = listener.local_addr().expect("local addr");
         let inner = Arc::new(Mutex::new(Inner::default()));
         let changed = Arc::new(Notify::new());
-        let stop = CancellationToken::new();
         let app = Router::new()
             .route("/push/{id}", post(push))
             .with_state(Shared {
                 inner: inner.clone(),
                 changed: changed.clone(),
             });
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
+        let (addr, stop) = crate::util::serve_loopback(app, "push service").await;
         Self {
             addr,
             inner,

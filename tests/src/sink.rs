@@ -77,25 +77,15 @@ pub struct SinkReceiver {
 impl SinkReceiver {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the sink receiver");
-        let addr = listener.local_addr().expect("local addr");
         let inner = Arc::new(Mutex::new(Inner::default()));
         let changed = Arc::new(Notify::new());
-        let stop = CancellationToken::new();
         let app = Router::new()
             .route("/{*path}", post(receive))
             .with_state(Shared {
                 inner: inner.clone(),
                 changed: changed.clone(),
             });
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
+        let (addr, stop) = crate::util::serve_loopback(app, "sink receiver").await;
         Self {
             addr,
             inner,
