@@ -124,3 +124,70 @@ pub struct VapidKey {
     /// Uncompressed P-256 point, base64url without padding.
     pub public_key: String,
 }
+
+/// The kind of a self-hosted notification sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SinkKind {
+    /// An ntfy topic URL: the notification is POSTed as text with ntfy's headers.
+    Ntfy,
+    /// A generic webhook: the notification is POSTed as JSON, HMAC-SHA256 signed.
+    Webhook,
+}
+
+/// `POST /api/v1/notify/sinks`: a sink to add for the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NewNotifySink {
+    /// ntfy or webhook.
+    pub kind: SinkKind,
+    /// A label of 1 to 64 characters.
+    pub label: String,
+    /// Where to POST: an `https://` URL (for ntfy, the topic's URL).
+    pub url: String,
+    /// ntfy only: an access token sent as `Authorization: Bearer` (a protected topic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub token: Option<String>,
+}
+
+/// A sink as listed; a webhook's signing secret only in the answer that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotifySinkInfo {
+    /// Its id, for removal.
+    pub id: String,
+    /// ntfy or webhook.
+    pub kind: SinkKind,
+    /// Its label.
+    pub label: String,
+    /// Where it is POSTed to.
+    pub url: String,
+    /// When it was added, ms since the epoch.
+    pub created_at: i64,
+    /// Webhook only, and only when it is created: the HMAC-SHA256 key (base64url) that signs
+    /// each request's `X-Moor-Signature`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub secret: Option<String>,
+}
+
+/// The JSON body a webhook sink receives. `X-Moor-Timestamp` carries `timestamp`;
+/// `X-Moor-Signature` is `sha256=` and the hex HMAC-SHA256, keyed with the sink's secret, of
+/// `"<timestamp>.<body>"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebhookBody {
+    /// Always `moor.notification`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When it was sent, ms since the epoch (reject old ones: replay).
+    pub timestamp: i64,
+    /// The notification, as a Web Push device would get it.
+    pub message: PushMessage,
+}

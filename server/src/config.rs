@@ -128,6 +128,8 @@ pub struct NotifyConfig {
     pub max_attempts: u32,
     /// Timeout of one request to a push service.
     pub request_timeout: Duration,
+    /// Sent and dropped outbox rows are kept this long for inspection, then deleted.
+    pub keep: Duration,
 }
 
 impl Default for NotifyConfig {
@@ -144,6 +146,7 @@ impl Default for NotifyConfig {
             retry_base: Duration::from_secs(2),
             max_attempts: 8,
             request_timeout: Duration::from_secs(15),
+            keep: Duration::from_secs(24 * 3600),
         }
     }
 }

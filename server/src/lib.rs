@@ -239,6 +239,7 @@ impl Server {
             self.config.notify.clone(),
             self.vapid,
             public_url.as_str().into(),
+            hub.metrics().notify_outbox.clone(),
         )?;
         if self.config.notify.sender {
             tasks.spawn(notify::run(notifier, shutdown.clone()));

@@ -80,6 +80,26 @@ pub struct Metrics {
     /// Failed store operations on the append and replay paths and the readiness probe.
     pub store_errors: Counter,
     resident: Gauge,
+    /// Rows in the notification outbox, by state (as this node's sender last counted them).
+    pub notify_outbox: OutboxGauges,
+}
+
+/// The notification outbox's size, by row state.
+#[derive(Debug, Clone, Default)]
+pub struct OutboxGauges {
+    pending: Gauge,
+    sent: Gauge,
+    dropped: Gauge,
+}
+
+impl OutboxGauges {
+    /// Records a count of (pending, sent, dropped) rows.
+    pub fn set(&self, (pending, sent, dropped): (u64, u64, u64)) {
+        let g = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.pending.set(g(pending));
+        self.sent.set(g(sent));
+        self.dropped.set(g(dropped));
+    }
 }
 
 impl Default for Metrics {
@@ -172,6 +192,19 @@ impl Metrics {
             "Failed store operations (appends, replay reads, readiness probes)",
             store_errors.clone(),
         );
+        let outbox = Labeled::<Gauge>::default();
+        r.register(
+            "notify_outbox_rows",
+            "Rows in the notification outbox by state (pending, sent, dropped), as last counted by this node's sender",
+            outbox.clone(),
+        );
+        // One statement per label: a family's guard must be dropped before the next insert.
+        let state = |s| outbox.get_or_create(&[("state", s)]).clone();
+        let notify_outbox = OutboxGauges {
+            pending: state("pending"),
+            sent: state("sent"),
+            dropped: state("dropped"),
+        };
         let conn = |kind| connections.get_or_create(&[("kind", kind)]).clone();
         let transport = |f: &Labeled<Counter>, t| f.get_or_create(&[("transport", t)]).clone();
         let input = |o| inputs.get_or_create(&[("outcome", o)]).clone();
@@ -195,6 +228,7 @@ impl Metrics {
             inputs_refused: input("refused"),
             store_errors,
             resident,
+            notify_outbox,
             registry: root,
         }
     }

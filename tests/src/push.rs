@@ -70,6 +70,8 @@ struct Inner {
     received: Vec<Received>,
     /// Requests answered with a device's chosen failure status: `(device, status)`.
     refused: Vec<(String, u16)>,
+    /// When each refused request arrived (ms since the epoch), in the order of `refused`.
+    refused_at: Vec<i64>,
     rejections: Vec<String>,
     vapid_key: Option<String>,
 }
@@ -92,25 +94,15 @@ struct Shared {
 impl PushService {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the push service");
-        let addr = listener.local_addr().expect("local addr");
         let inner = Arc::new(Mutex::new(Inner::default()));
         let changed = Arc::new(Notify::new());
-        let stop = CancellationToken::new();
         let app = Router::new()
             .route("/push/{id}", post(push))
             .with_state(Shared {
                 inner: inner.clone(),
                 changed: changed.clone(),
             });
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
+        let (addr, stop) = crate::util::serve_loopback(app, "push service").await;
         Self {
             addr,
             inner,
@@ -173,6 +165,18 @@ impl PushService {
     /// Requests answered with a device's chosen failure status.
     pub fn refused(&self) -> Vec<(String, u16)> {
         self.lock().refused.clone()
+    }
+
+    /// When the requests to `device` that it refused arrived (ms since the epoch), in order.
+    pub fn refused_at(&self, device: &Device) -> Vec<i64> {
+        let inner = self.lock();
+        inner
+            .refused
+            .iter()
+            .zip(&inner.refused_at)
+            .filter(|((d, _), _)| *d == device.id)
+            .map(|(_, at)| *at)
+            .collect()
     }
 
     /// Requests refused as invalid (bad VAPID, undecryptable): tests expect none.
@@ -239,6 +243,7 @@ async fn push(
             Ok(None) => {
                 let status = inner.devices.get(&id).map(|d| d.status).unwrap_or(404);
                 inner.refused.push((id, status));
+                inner.refused_at.push(moor_protocol::now_ms());
                 StatusCode::from_u16(status).unwrap_or(StatusCode::GONE)
             }
             Err(reason) => {

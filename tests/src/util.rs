@@ -230,3 +230,23 @@ pub fn git_work_tree(dir: &Path, files: &[(&str, &[u8])]) {
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", "base"]);
 }
+
+/// Serves `app` on 127.0.0.1 (a free port) until the returned token is cancelled: the local
+/// stand-ins for push services and notification sinks.
+pub async fn serve_loopback(
+    app: axum::Router,
+    what: &str,
+) -> (std::net::SocketAddr, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind the {what}: {e}"));
+    let addr = listener.local_addr().expect("local addr");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let shutdown = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+    });
+    (addr, stop)
+}

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use moor_e2e::http::RawBody;
-use moor_e2e::{eventually, Api, Device, PushService, RawBridge, ServerOpts, TestServer};
+use moor_e2e::metrics::{scrape, value};
+use moor_e2e::{
+    eventually, Api, Device, PushService, RawBridge, ServerOpts, SinkReceiver, TestServer,
+};
 use moor_protocol::bridge::BridgeToServer;
 use moor_protocol::notify::{NotifyAction, NotifyClass};
 use moor_protocol::{kinds, now_ms, NewEntry, ProducerId};
@@ -13,6 +16,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(30);
+const METRICS_TOKEN: &str = "metrics-token-for-the-scraper";
 
 /// A server that sends to loopback push services and looks at its outbox often.
 fn opts() -> ServerOpts {
@@ -220,6 +224,206 @@ async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_remove
     })
     .await;
     assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_push_service_is_retried_with_backoff_then_given_up_and_the_row_deleted() {
+    // arrange: 4 attempts at most, 100 ms first retry, settled rows kept 2 s
+    let push = PushService::start().await;
+    let server = TestServer::start(
+        ServerOpts::new()
+            .flag("--push-allow-loopback-http", true)
+            .flag("--notify-poll-ms", 50)
+            .flag("--notify-retry-ms", 100)
+            .flag("--notify-max-attempts", 4)
+            .flag("--notify-keep-ms", 2_000)
+            .flag("--metrics-token", METRICS_TOKEN),
+    )
+    .await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    push.answer_with(&phone, 500);
+    let mut agent = Agent::start(&server, &alice, "failing").await;
+
+    // act
+    agent.send(&[turn("done", 0)]).await;
+
+    // assert: four attempts, each wait at least double the one before
+    push.wait_until(WAIT, "four attempts", |_, refused| refused.len() >= 4)
+        .await;
+    let outbox = |state: &'static str| {
+        let base = server.url();
+        async move {
+            let s = scrape(&base, METRICS_TOKEN).await;
+            value(&s, "moord_notify_outbox_rows", &[("state", state)])
+        }
+    };
+    eventually(WAIT, "the given-up row counted as dropped", || async {
+        outbox("dropped").await == Some(1.0) && outbox("pending").await == Some(0.0)
+    })
+    .await;
+    let at = push.refused_at(&phone);
+    assert_eq!(at.len(), 4, "{at:?}");
+    for (i, pair) in at.windows(2).enumerate() {
+        let wait = pair[1] - pair[0];
+        assert!(
+            wait >= 100 << i,
+            "attempt {} came {wait} ms after the one before",
+            i + 2
+        );
+    }
+
+    // assert: the dropped row is deleted after its keep, and no fifth attempt was made
+    eventually(WAIT, "the dropped row deleted", || async {
+        outbox("dropped").await == Some(0.0)
+    })
+    .await;
+    assert_eq!(outbox("pending").await, Some(0.0));
+    assert_eq!(outbox("sent").await, Some(0.0));
+    assert_eq!(push.refused().len(), 4);
+    assert!(push.received().is_empty());
+}
+
+/// Adds a sink for the user of `api`; the created sink as answered.
+async fn add_sink(api: &Api, body: Value) -> (StatusCode, Value) {
+    let r = api
+        .authed(
+            Method::POST,
+            "/api/v1/notify/sinks",
+            Some(RawBody::Json(body)),
+        )
+        .await;
+    (r.status, r.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhook_is_retried() {
+    // arrange: alice has an ntfy topic (with a token) and a webhook, no browser
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let (status, ntfy) = add_sink(
+        &alice,
+        json!({"kind": "ntfy", "label": "ntfy", "url": sinks.url("alice-topic"), "token": "tk_abc"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{ntfy:?}");
+    assert!(ntfy.get("secret").is_none());
+    let (status, hook) = add_sink(
+        &alice,
+        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
+    let secret = hook["secret"].as_str().expect("the webhook's secret, once");
+    sinks.expect_signed("hook", secret);
+    let listed = alice
+        .authed(Method::GET, "/api/v1/notify/sinks", None)
+        .await;
+    let listed = listed.body.as_array().expect("sinks").clone();
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed.iter().all(|s| s.get("secret").is_none()),
+        "{listed:?}"
+    );
+    let mut agent = Agent::start(&server, &alice, "sinky").await;
+
+    // act: a permission request
+    agent.send(&[permission("req-1", "rm -rf build", 0)]).await;
+
+    // assert: ntfy gets the text with its headers; the webhook the signed JSON
+    sinks
+        .wait_until(WAIT, "both sinks", |hits| {
+            hits.iter().any(|h| h.path == "alice-topic") && hits.iter().any(|h| h.path == "hook")
+        })
+        .await;
+    let n = &sinks.hits("alice-topic")[0];
+    assert_eq!(n.text(), "rm -rf build");
+    assert_eq!(n.header("title"), Some("sinky: Permission: Bash"));
+    assert_eq!(n.header("priority"), Some("5"));
+    assert_eq!(n.header("authorization"), Some("Bearer tk_abc"));
+    assert!(n
+        .header("click")
+        .unwrap()
+        .ends_with(&format!("/#/s/{}", agent.session)));
+    let w = &sinks.hits("hook")[0];
+    assert_eq!(w.header("content-type"), Some("application/json"));
+    let body = w.json();
+    assert_eq!(body["type"], "moor.notification");
+    assert_eq!(body["message"]["request_id"], "req-1");
+    assert_eq!(body["message"]["body"], "rm -rf build");
+    assert_eq!(body["message"]["actions"], json!(["approve", "deny"]));
+    assert_eq!(
+        body["timestamp"].as_i64().map(|t| t.to_string()).as_deref(),
+        w.header("x-moor-timestamp")
+    );
+
+    // act: the webhook fails twice, then takes it
+    sinks.answer_next("hook", &[500, 503]);
+    agent.send(&[turn("built", 0)]).await;
+
+    // assert: retried through the outbox until it is taken
+    sinks
+        .wait_until(WAIT, "the turn after two failures", |hits| {
+            hits.iter()
+                .filter(|h| h.path == "hook" && h.json()["message"]["class"] == "turn")
+                .map(|h| h.status)
+                .collect::<Vec<_>>()
+                == vec![500, 503, 200]
+        })
+        .await;
+    assert!(sinks.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinks_refuse_plain_http_are_bounded_per_user_and_removed_by_their_owner_only() {
+    // arrange
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let bob = user(&server, "bob").await;
+
+    // act + assert: plain http off loopback, a bad label, a bad kind
+    for body in [
+        json!({"kind": "webhook", "label": "x", "url": "http://example.com/hook"}),
+        json!({"kind": "ntfy", "label": "", "url": "https://ntfy.sh/topic"}),
+        json!({"kind": "ntfy", "label": "x", "url": "https://ntfy.sh/t", "token": "a b"}),
+        json!({"kind": "email", "label": "x", "url": "https://example.com"}),
+    ] {
+        let (status, _) = add_sink(&alice, body.clone()).await;
+        assert!(status.is_client_error(), "{body}: {status}");
+    }
+    // at most 8
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let (status, s) = add_sink(
+            &alice,
+            json!({"kind": "ntfy", "label": format!("t{i}"), "url": format!("https://ntfy.sh/t{i}")}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{s:?}");
+        ids.push(s["id"].as_str().unwrap().to_owned());
+    }
+    let (status, _) = add_sink(
+        &alice,
+        json!({"kind": "ntfy", "label": "t9", "url": "https://ntfy.sh/t9"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // bob cannot remove alice's; alice can
+    let path = format!("/api/v1/notify/sinks/{}", ids[0]);
+    assert_eq!(
+        bob.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        alice.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let listed = alice
+        .authed(Method::GET, "/api/v1/notify/sinks", None)
+        .await;
+    assert_eq!(listed.body.as_array().map(Vec::len), Some(7));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { deviceLabel, keyBytes } from "../src/views/notify";
+import { deviceLabel, keyBytes, sinkLine } from "../src/views/notify";
 
 describe("notify switch helpers", () => {
   it("decodes a base64url VAPID key into the 65 bytes of an uncompressed point", () => {
@@ -13,5 +13,10 @@ describe("notify switch helpers", () => {
     expect(deviceLabel("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X)")).toBe("iPhone/iPad");
     expect(deviceLabel("Mozilla/5.0 (Linux; Android 14)")).toBe("Android");
     expect(deviceLabel("Mozilla/5.0 (X11; Linux x86_64)")).toBe("Linux");
+  });
+
+  it("describes a sink by kind, label and URL", () => {
+    expect(sinkLine({ kind: "ntfy", label: "phone", url: "https://ntfy.sh/t" })).toBe("ntfy · phone · https://ntfy.sh/t");
+    expect(sinkLine({ kind: "webhook", label: "ci", url: "https://ci/hook" })).toBe("webhook · ci · https://ci/hook");
   });
 });

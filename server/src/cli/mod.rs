@@ -197,6 +197,9 @@ pub struct Config {
     /// A claimed notification returns to other nodes after this long unless sent, in ms.
     #[arg(long, env = "MOOR_NOTIFY_CLAIM_TTL_MS", default_value_t = 60_000)]
     notify_claim_ttl_ms: u64,
+    /// How long sent and dropped notifications stay in the outbox for inspection, in ms.
+    #[arg(long, env = "MOOR_NOTIFY_KEEP_MS", default_value_t = 24 * 3600 * 1000)]
+    notify_keep_ms: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -291,6 +294,7 @@ impl Config {
                 bridge_lost_after: ms(self.notify_bridge_lost_after_ms),
                 retry_base: ms(self.notify_retry_ms.max(1)),
                 max_attempts: self.notify_max_attempts.max(1),
+                keep: ms(self.notify_keep_ms),
                 ..crate::config::NotifyConfig::default()
             },
             tls: self

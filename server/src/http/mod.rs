@@ -73,6 +73,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notify::vapid))
         .routes(routes!(notify::list, notify::add))
         .routes(routes!(notify::remove))
+        .routes(routes!(notify::list_sinks, notify::add_sink))
+        .routes(routes!(notify::remove_sink))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

@@ -5,7 +5,9 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use moor_protocol::notify::{NewPushSubscription, PushSubscriptionInfo, VapidKey};
+use moor_protocol::notify::{
+    NewNotifySink, NewPushSubscription, NotifySinkInfo, PushSubscriptionInfo, SinkKind, VapidKey,
+};
 use moor_protocol::now_ms;
 
 use crate::access::{random_secret, AuthUser};
@@ -13,12 +15,14 @@ use crate::error::ApiError;
 use crate::extract::Json;
 use crate::notify::webpush::subscription_keys;
 use crate::state::AppState;
-use crate::store::notify::PushSubscriptionRow;
+use crate::store::notify::{PushSubscriptionRow, SinkRow, MAX_SINKS_PER_PRINCIPAL};
 
 /// Longest push endpoint URL accepted.
 const MAX_ENDPOINT_BYTES: usize = 2048;
 /// Longest device label accepted.
 const MAX_DEVICE_CHARS: usize = 64;
+/// Longest ntfy access token accepted.
+const MAX_TOKEN_BYTES: usize = 256;
 
 /// `GET /api/v1/notify/vapid`.
 #[utoipa::path(
@@ -118,6 +122,116 @@ pub(crate) async fn remove(
     }
 }
 
+/// `GET /api/v1/notify/sinks`.
+#[utoipa::path(
+    get, path = "/notify/sinks", operation_id = "listNotifySinks", tag = "access",
+    responses(
+        (status = 200, description = "The caller's ntfy topics and webhooks, oldest first (no secrets)", body = Vec<NotifySinkInfo>),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn list_sinks(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+) -> Result<Json<Vec<NotifySinkInfo>>, ApiError> {
+    let sinks = state.store.notify.sinks(&who.name).await?;
+    Ok(Json(
+        sinks.into_iter().map(|s| sink_info(s, false)).collect(),
+    ))
+}
+
+/// `POST /api/v1/notify/sinks`: adds an ntfy topic or a webhook for the caller.
+#[utoipa::path(
+    post, path = "/notify/sinks", operation_id = "addNotifySink", tag = "access",
+    request_body = NewNotifySink,
+    responses(
+        (status = 201, description = "The sink will be notified; a webhook's signing secret is shown only here", body = NotifySinkInfo),
+        crate::openapi::BodyErrors,
+    )
+)]
+pub(crate) async fn add_sink(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Json(req): Json<NewNotifySink>,
+) -> Result<(StatusCode, Json<NotifySinkInfo>), ApiError> {
+    let label = req.label.trim();
+    if label.is_empty() || label.chars().count() > MAX_DEVICE_CHARS {
+        return Err(ApiError::Invalid {
+            field: "label",
+            reason: format!("give a label of 1 to {MAX_DEVICE_CHARS} characters"),
+        });
+    }
+    check_url(&req.url, "url", state.config.notify.allow_loopback_http)?;
+    let (kind, secret) = match req.kind {
+        SinkKind::Ntfy => {
+            let token = req.token.unwrap_or_default();
+            if token.len() > MAX_TOKEN_BYTES || token.chars().any(|c| !c.is_ascii_graphic()) {
+                return Err(ApiError::Invalid {
+                    field: "token",
+                    reason: format!(
+                        "an access token is up to {MAX_TOKEN_BYTES} printable ASCII characters"
+                    ),
+                });
+            }
+            ("ntfy", token)
+        }
+        SinkKind::Webhook => ("webhook", random_secret()),
+    };
+    let row = SinkRow {
+        id: random_secret()[..16].to_owned(),
+        principal: who.name.clone(),
+        kind: kind.to_owned(),
+        label: label.to_owned(),
+        url: req.url,
+        secret,
+        created_at: now_ms(),
+    };
+    if !state.store.notify.add_sink(&row).await? {
+        return Err(ApiError::Invalid {
+            field: "kind",
+            reason: format!("at most {MAX_SINKS_PER_PRINCIPAL} sinks per user; remove one first"),
+        });
+    }
+    Ok((StatusCode::CREATED, Json(sink_info(row, true))))
+}
+
+/// `DELETE /api/v1/notify/sinks/{id}`.
+#[utoipa::path(
+    delete, path = "/notify/sinks/{id}", operation_id = "deleteNotifySink", tag = "access",
+    params(("id" = String, Path, description = "The sink id")),
+    responses(
+        (status = 204, description = "The sink is no longer notified"),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn remove_sink(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if state.store.notify.remove_sink(&who.name, &id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("sink"))
+    }
+}
+
+fn sink_info(row: SinkRow, with_secret: bool) -> NotifySinkInfo {
+    let kind = if row.kind == "ntfy" {
+        SinkKind::Ntfy
+    } else {
+        SinkKind::Webhook
+    };
+    NotifySinkInfo {
+        id: row.id,
+        kind,
+        label: row.label,
+        url: row.url,
+        created_at: row.created_at,
+        secret: (with_secret && kind == SinkKind::Webhook).then_some(row.secret),
+    }
+}
+
 fn info(row: PushSubscriptionRow) -> PushSubscriptionInfo {
     PushSubscriptionInfo {
         id: row.id,
@@ -127,18 +241,22 @@ fn info(row: PushSubscriptionRow) -> PushSubscriptionInfo {
     }
 }
 
-/// A push endpoint must be `https://`, or `http://` on a loopback address when allowed (a
-/// local push service): the server posts to it, so anything else could reach internal hosts
-/// in the clear.
+/// A URL the server posts to (push endpoint, ntfy topic, webhook) must be `https://`, or
+/// `http://` on a loopback address when allowed (local services): anything else could reach
+/// internal hosts in the clear.
 fn check_endpoint(endpoint: &str, allow_loopback_http: bool) -> Result<(), ApiError> {
+    check_url(endpoint, "endpoint", allow_loopback_http)
+}
+
+fn check_url(url: &str, field: &'static str, allow_loopback_http: bool) -> Result<(), ApiError> {
     let invalid = |reason: &str| ApiError::Invalid {
-        field: "endpoint",
+        field,
         reason: reason.to_owned(),
     };
-    if endpoint.len() > MAX_ENDPOINT_BYTES {
-        return Err(invalid("the endpoint URL is too long"));
+    if url.len() > MAX_ENDPOINT_BYTES {
+        return Err(invalid("the URL is too long"));
     }
-    let uri: axum::http::Uri = endpoint.parse().map_err(|_| invalid("not a URL"))?;
+    let uri: axum::http::Uri = url.parse().map_err(|_| invalid("not a URL"))?;
     let host = uri.host().unwrap_or("");
     match uri.scheme_str() {
         Some("https") if !host.is_empty() => Ok(()),
@@ -151,6 +269,6 @@ fn check_endpoint(endpoint: &str, allow_loopback_http: bool) -> Result<(), ApiEr
         {
             Ok(())
         }
-        _ => Err(invalid("a push endpoint must be an https:// URL")),
+        _ => Err(invalid("the URL must be https://")),
     }
 }

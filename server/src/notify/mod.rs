@@ -7,6 +7,7 @@
 //! never `http`, `ws` or `sse`.
 
 pub(crate) mod compose;
+pub(crate) mod sinks;
 pub(crate) mod vapid;
 pub(crate) mod webpush;
 
@@ -18,9 +19,11 @@ use moor_protocol::{now_ms, Entry, Seq};
 use tokio_util::sync::CancellationToken;
 
 use self::compose::{compose, Ages, Draft};
+use self::sinks::Sinks;
 use self::webpush::{Delivery, WebPush};
 use crate::config::NotifyConfig;
-use crate::store::notify::{OutboxRow, OutboxState, CLAIM_LIMIT};
+use crate::metrics::OutboxGauges;
+use crate::store::notify::{OutboxRow, OutboxState, CLAIM_LIMIT, MAX_PENDING_PER_SESSION};
 use crate::store::{Range, StoreResult, Stores};
 
 /// Longest backoff, in multiples of the first retry delay.
@@ -33,7 +36,9 @@ pub struct Notifier {
     node: Arc<str>,
     config: NotifyConfig,
     push: WebPush,
+    sinks: Sinks,
     public_url: Arc<str>,
+    gauges: OutboxGauges,
 }
 
 impl Notifier {
@@ -44,14 +49,18 @@ impl Notifier {
         config: NotifyConfig,
         vapid: vapid::Vapid,
         public_url: Arc<str>,
+        gauges: OutboxGauges,
     ) -> anyhow::Result<Self> {
         let push = WebPush::new(vapid, config.vapid_subject.clone(), config.request_timeout)?;
+        let sinks = Sinks::new(config.request_timeout)?;
         Ok(Self {
             stores,
             node: node.into(),
             config,
             push,
+            sinks,
             public_url,
+            gauges,
         })
     }
 
@@ -69,11 +78,36 @@ impl Notifier {
                     }
                 }
             }
+            if let Err(e) = self.prune().await {
+                tracing::warn!(error = ?e, "notification outbox bounds");
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(self.config.poll) => {}
             }
         }
+    }
+
+    /// Deletes settled rows older than `--notify-keep-ms`, drops what a session holds beyond
+    /// [`MAX_PENDING_PER_SESSION`], and counts what is left for the metrics.
+    pub(crate) async fn prune(&self) -> StoreResult<()> {
+        let now = now_ms();
+        let before = now.saturating_sub(self.config.keep.as_millis() as i64);
+        let notify = &self.stores.notify;
+        let (deleted, dropped) = notify
+            .prune_outbox(before, MAX_PENDING_PER_SESSION, now)
+            .await?;
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "notifications dropped: a session had too many waiting"
+            );
+        }
+        if deleted > 0 {
+            tracing::debug!(deleted, "settled notifications deleted");
+        }
+        self.gauges.set(notify.outbox_counts().await?);
+        Ok(())
     }
 
     /// Claims one batch of due rows and handles it; how many rows it claimed.
@@ -110,7 +144,7 @@ impl Notifier {
         }
         for (id, reason) in composed.dropped {
             notify
-                .settle_outbox(&[id], &self.node, OutboxState::Dropped, Some(reason))
+                .settle_outbox(&[id], &self.node, OutboxState::Dropped, Some(reason), now)
                 .await?;
         }
         let attempts = |ids: &[i64]| {
@@ -156,6 +190,7 @@ impl Notifier {
                     &self.node,
                     OutboxState::Dropped,
                     Some("the bridge came back"),
+                    now,
                 )
                 .await?;
             return Ok(());
@@ -174,7 +209,8 @@ impl Notifier {
         let mut delivered = 0u32;
         for member in members {
             let subs = notify.subscriptions(&member.principal).await?;
-            if subs.is_empty() {
+            let sinks = notify.sinks(&member.principal).await?;
+            if subs.is_empty() && sinks.is_empty() {
                 continue;
             }
             let message = self.message(&draft, &name, member.role);
@@ -191,24 +227,42 @@ impl Notifier {
                     }
                 }
             }
+            for sink in sinks {
+                match self.sinks.send(&sink, &message).await {
+                    Delivery::Sent => delivered += 1,
+                    Delivery::Retry(reason) => transient = Some(reason),
+                    Delivery::Failed(reason) => {
+                        tracing::warn!(principal = %sink.principal, sink = %sink.label, kind = %sink.kind, %reason, "notification sink refused");
+                    }
+                    Delivery::Gone => {
+                        tracing::warn!(principal = %sink.principal, sink = %sink.label, kind = %sink.kind, "notification sink gone");
+                    }
+                }
+            }
         }
         match transient {
             None => {
                 let reason = (delivered == 0).then_some("nobody to notify");
                 notify
-                    .settle_outbox(&draft.rows, &self.node, OutboxState::Sent, reason)
+                    .settle_outbox(&draft.rows, &self.node, OutboxState::Sent, reason, now)
                     .await?;
             }
             Some(reason) if tried + 1 >= self.config.max_attempts => {
                 let reason = format!("gave up after {} attempts: {reason}", tried + 1);
                 notify
-                    .settle_outbox(&draft.rows, &self.node, OutboxState::Dropped, Some(&reason))
+                    .settle_outbox(
+                        &draft.rows,
+                        &self.node,
+                        OutboxState::Dropped,
+                        Some(&reason),
+                        now,
+                    )
                     .await?;
             }
             Some(reason) => {
-                let factor = 2u32.saturating_pow(tried).min(MAX_BACKOFF_FACTOR);
-                let delay = self.config.retry_base.saturating_mul(factor);
-                let due = now.saturating_add(delay.as_millis() as i64);
+                let delay = backoff(self.config.retry_base, tried);
+                // From the failure, not the claim: the wait is never shorter than the backoff.
+                let due = now_ms().saturating_add(delay.as_millis() as i64);
                 for id in &draft.rows {
                     notify
                         .retry_outbox(*id, &self.node, due, Some(&reason))
@@ -244,7 +298,32 @@ impl Notifier {
     }
 }
 
+/// The wait before retrying after `tried` earlier failed attempts (and this one): `base`
+/// doubled per attempt, at most [`MAX_BACKOFF_FACTOR`] times `base`.
+fn backoff(base: std::time::Duration, tried: u32) -> std::time::Duration {
+    let factor = 2u32.saturating_pow(tried).min(MAX_BACKOFF_FACTOR);
+    base.saturating_mul(factor)
+}
+
 /// Spawnable form of [`Notifier::run`] for the task tracker.
 pub(crate) async fn run(notifier: Notifier, shutdown: CancellationToken) {
     notifier.run(shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::backoff;
+
+    #[test]
+    fn retries_back_off_doubling_up_to_64_times_the_first_delay() {
+        let base = Duration::from_millis(100);
+        let waits: Vec<u128> = (0..10).map(|t| backoff(base, t).as_millis()).collect();
+        assert_eq!(
+            waits,
+            vec![100, 200, 400, 800, 1_600, 3_200, 6_400, 6_400, 6_400, 6_400]
+        );
+        assert_eq!(backoff(base, u32::MAX), Duration::from_millis(6_400));
+    }
 }

@@ -119,7 +119,8 @@ fn topic(tag: &str) -> String {
     URL_SAFE_NO_PAD.encode(&digest[..24])
 }
 
-fn classify(status: u16) -> Delivery {
+/// What a push service's (or sink's) answer means.
+pub(crate) fn classify(status: u16) -> Delivery {
     match status {
         200..=299 => Delivery::Sent,
         404 | 410 => Delivery::Gone,

@@ -207,6 +207,19 @@ const PLAIN_TABLES: &[Table] = &[
             ("created_at", "bigint"),
         ],
     },
+    Table {
+        name: "notify_sinks",
+        select: None,
+        columns: &[
+            ("id", "text"),
+            ("principal", "text"),
+            ("kind", "text"),
+            ("label", "text"),
+            ("url", "text"),
+            ("secret", "text"),
+            ("created_at", "bigint"),
+        ],
+    },
 ];
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`

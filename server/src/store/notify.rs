@@ -15,8 +15,34 @@ use super::StoreResult;
 /// Most outbox rows one claim returns.
 pub const CLAIM_LIMIT: i64 = 500;
 
+/// Most rows one session may have waiting in the outbox; beyond it the oldest are dropped
+/// (a flood of notifying entries cannot grow the table without bound).
+pub const MAX_PENDING_PER_SESSION: i64 = 1_000;
+
 /// Most Web Push subscriptions one principal may hold; adding another replaces the oldest.
 pub const MAX_SUBSCRIPTIONS_PER_PRINCIPAL: i64 = 16;
+
+/// Most ntfy and webhook sinks one principal may hold.
+pub const MAX_SINKS_PER_PRINCIPAL: i64 = 8;
+
+/// A self-hosted sink (ntfy topic or webhook) of a principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkRow {
+    /// Its id.
+    pub id: String,
+    /// The user it notifies.
+    pub principal: String,
+    /// `ntfy` or `webhook`.
+    pub kind: String,
+    /// Its label.
+    pub label: String,
+    /// Where to POST.
+    pub url: String,
+    /// ntfy: an access token (empty for none); webhook: the signing key.
+    pub secret: String,
+    /// When it was added (ms).
+    pub created_at: i64,
+}
 
 /// One outbox row as claimed: the entry that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,14 +133,29 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
         limit: i64,
     ) -> StoreResult<Vec<OutboxRow>>;
 
-    /// Settles rows `ids` that `node` still claims as `state` with `reason`; how many it did.
+    /// Settles rows `ids` that `node` still claims as `state` with `reason` at `now`; how many
+    /// it did.
     async fn settle_outbox(
         &self,
         ids: &[i64],
         node: &str,
         state: OutboxState,
         reason: Option<&str>,
+        now: i64,
     ) -> StoreResult<u64>;
+
+    /// Keeps the outbox bounded: deletes rows settled before `settled_before`, and drops (as
+    /// settled at `now`) the oldest unclaimed pending rows of any session holding more than
+    /// `max_pending` pending rows. How many rows it deleted and dropped.
+    async fn prune_outbox(
+        &self,
+        settled_before: i64,
+        max_pending: i64,
+        now: i64,
+    ) -> StoreResult<(u64, u64)>;
+
+    /// How many outbox rows there are in each state: (pending, sent, dropped).
+    async fn outbox_counts(&self) -> StoreResult<(u64, u64, u64)>;
 
     /// Puts row `id` that `node` still claims back as pending, due at `next_at`; with a
     /// `failure`, counts a failed attempt and records why (without, the row is only deferred).
@@ -145,6 +186,16 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
 
     /// Removes the subscription at `endpoint` (the push service said it is gone).
     async fn remove_endpoint(&self, endpoint: &str) -> StoreResult<bool>;
+
+    /// Adds `sink` unless its principal already has [`MAX_SINKS_PER_PRINCIPAL`]; whether it
+    /// was added.
+    async fn add_sink(&self, sink: &SinkRow) -> StoreResult<bool>;
+
+    /// The sinks of `principal`, oldest first.
+    async fn sinks(&self, principal: &str) -> StoreResult<Vec<SinkRow>>;
+
+    /// Removes `principal`'s sink `id`; whether there was one.
+    async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
@@ -159,8 +210,8 @@ macro_rules! notify_store {
             use $crate::store::access::stored_session;
             use $crate::store::errors::db_error;
             use $crate::store::notify::{
-                NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow,
-                MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+                NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow, SinkRow,
+                MAX_SINKS_PER_PRINCIPAL, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
             };
             use $crate::store::StoreResult;
 
@@ -230,19 +281,21 @@ macro_rules! notify_store {
                     node: &str,
                     state: OutboxState,
                     reason: Option<&str>,
+                    now: i64,
                 ) -> StoreResult<u64> {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     let mut n = 0;
                     for id in ids {
                         let done = sqlx::query(
                             "UPDATE notify_outbox SET state = $1, reason = $2, \
-                             claimed_by = NULL, claimed_until = NULL \
+                             claimed_by = NULL, claimed_until = NULL, settled_at = $5 \
                              WHERE id = $3 AND claimed_by = $4 AND state = 'pending'",
                         )
                         .bind(state.as_str())
                         .bind(reason)
                         .bind(*id)
                         .bind(node)
+                        .bind(now)
                         .execute(&mut *tx)
                         .await
                         .map_err(db_error)?;
@@ -250,6 +303,66 @@ macro_rules! notify_store {
                     }
                     tx.commit().await.map_err(db_error)?;
                     Ok(n)
+                }
+
+                async fn prune_outbox(
+                    &self,
+                    settled_before: i64,
+                    max_pending: i64,
+                    now: i64,
+                ) -> StoreResult<(u64, u64)> {
+                    let deleted = sqlx::query(
+                        "DELETE FROM notify_outbox WHERE state <> 'pending' \
+                         AND settled_at < $1",
+                    )
+                    .bind(settled_before)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    let reason = format!(
+                        "more than {max_pending} notifications of the session were waiting"
+                    );
+                    let dropped = sqlx::query(
+                        "UPDATE notify_outbox SET state = 'dropped', reason = $1, \
+                         settled_at = $2, claimed_by = NULL, claimed_until = NULL \
+                         WHERE state = 'pending' \
+                         AND (claimed_until IS NULL OR claimed_until <= $2) \
+                         AND session_id IN (SELECT session_id FROM notify_outbox \
+                           WHERE state = 'pending' GROUP BY session_id HAVING COUNT(*) > $3) \
+                         AND id NOT IN (SELECT o.id FROM notify_outbox o \
+                           WHERE o.session_id = notify_outbox.session_id \
+                           AND o.state = 'pending' ORDER BY o.id DESC LIMIT $3)",
+                    )
+                    .bind(reason)
+                    .bind(now)
+                    .bind(max_pending)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    Ok((deleted, dropped))
+                }
+
+                async fn outbox_counts(&self) -> StoreResult<(u64, u64, u64)> {
+                    let rows = sqlx::query(
+                        "SELECT state, COUNT(*) AS n FROM notify_outbox GROUP BY state",
+                    )
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    let mut counts = (0, 0, 0);
+                    for row in rows {
+                        let state: String = row.try_get("state").map_err(db_error)?;
+                        let n: i64 = row.try_get("n").map_err(db_error)?;
+                        let n = n.max(0) as u64;
+                        match OutboxState::parse(&state) {
+                            OutboxState::Pending => counts.0 = n,
+                            OutboxState::Sent => counts.1 = n,
+                            OutboxState::Dropped => counts.2 = n,
+                        }
+                    }
+                    Ok(counts)
                 }
 
                 async fn retry_outbox(
@@ -373,6 +486,64 @@ macro_rules! notify_store {
                         .execute(self.writes())
                         .await
                         .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn add_sink(&self, s: &SinkRow) -> StoreResult<bool> {
+                    // The count and the insert in one statement; two nodes adding at the same
+                    // instant could each pass the count (the bound then holds per node).
+                    let done = sqlx::query(
+                        "INSERT INTO notify_sinks \
+                         (id, principal, kind, label, url, secret, created_at) \
+                         SELECT $1, $2, $3, $4, $5, $6, $7 WHERE \
+                         (SELECT COUNT(*) FROM notify_sinks WHERE principal = $2) < $8",
+                    )
+                    .bind(&s.id)
+                    .bind(&s.principal)
+                    .bind(&s.kind)
+                    .bind(&s.label)
+                    .bind(&s.url)
+                    .bind(&s.secret)
+                    .bind(s.created_at)
+                    .bind(MAX_SINKS_PER_PRINCIPAL)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn sinks(&self, principal: &str) -> StoreResult<Vec<SinkRow>> {
+                    let rows = sqlx::query(
+                        "SELECT id, principal, kind, label, url, secret, created_at \
+                         FROM notify_sinks WHERE principal = $1 ORDER BY created_at, id",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok(SinkRow {
+                                id: row.try_get("id").map_err(db_error)?,
+                                principal: row.try_get("principal").map_err(db_error)?,
+                                kind: row.try_get("kind").map_err(db_error)?,
+                                label: row.try_get("label").map_err(db_error)?,
+                                url: row.try_get("url").map_err(db_error)?,
+                                secret: row.try_get("secret").map_err(db_error)?,
+                                created_at: row.try_get("created_at").map_err(db_error)?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool> {
+                    let done =
+                        sqlx::query("DELETE FROM notify_sinks WHERE principal = $1 AND id = $2")
+                            .bind(principal)
+                            .bind(id)
+                            .execute(self.writes())
+                            .await
+                            .map_err(db_error)?;
                     Ok(done.rows_affected() > 0)
                 }
             }

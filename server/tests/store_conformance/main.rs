@@ -128,6 +128,7 @@ conformance!(
     expired_leases_are_claimed_by_one_node_only,
     notifying_entries_get_an_outbox_row_in_their_commit_and_others_none,
     outbox_rows_go_to_one_node_and_back_when_a_claim_lapses,
+    settled_outbox_rows_are_deleted_after_their_keep_and_a_flooded_session_is_cut,
     push_subscriptions_are_per_user_bounded_and_removed_by_endpoint,
 );
 

@@ -124,14 +124,14 @@ pub async fn outbox_rows_go_to_one_node_and_back_when_a_claim_lapses(db: Db) {
     let ids: Vec<i64> = again.iter().map(|r| r.id).collect();
     assert_eq!(
         a.notify
-            .settle_outbox(&ids, "node-a", OutboxState::Sent, None)
+            .settle_outbox(&ids, "node-a", OutboxState::Sent, None, 1_500)
             .await
             .unwrap(),
         0
     );
     assert_eq!(
         b.notify
-            .settle_outbox(&ids[..50], "node-b", OutboxState::Sent, None)
+            .settle_outbox(&ids[..50], "node-b", OutboxState::Sent, None, 1_500)
             .await
             .unwrap(),
         50
@@ -149,6 +149,7 @@ pub async fn outbox_rows_go_to_one_node_and_back_when_a_claim_lapses(db: Db) {
             "node-b",
             OutboxState::Dropped,
             Some("gave up"),
+            1_600,
         )
         .await
         .unwrap();
@@ -221,4 +222,63 @@ pub async fn push_subscriptions_are_per_user_bounded_and_removed_by_endpoint(db:
         n.subscriptions("alice").await.unwrap().len() as i64,
         MAX_SUBSCRIPTIONS_PER_PRINCIPAL - 1
     );
+}
+
+pub async fn settled_outbox_rows_are_deleted_after_their_keep_and_a_flooded_session_is_cut(db: Db) {
+    // arrange: 5 notifying entries in one session, 12 in another
+    let a = db.open("node-a").await;
+    let s = a.log.open_session("kept", None).await.unwrap().id;
+    let t = a.log.open_session("flood", None).await.unwrap().id;
+    let p = ProducerId::new();
+    let five = (1..=5)
+        .map(|i| entry(p, i, kinds::AGENT_RESULT, 1))
+        .collect();
+    a.log.append(s, five).await.unwrap();
+    let q = ProducerId::new();
+    let twelve = (1..=12)
+        .map(|i| entry(q, i, kinds::AGENT_RESULT, 1))
+        .collect();
+    a.log.append(t, twelve).await.unwrap();
+    let n = &a.notify;
+
+    // act: claim the first session's rows; settle two at 1_000, one at 2_000, keep two pending
+    let rows = n.claim_outbox("node-a", 100, 10_000, 5).await.unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert!(rows.iter().all(|r| r.session == s));
+    n.settle_outbox(&ids[..2], "node-a", OutboxState::Sent, None, 1_000)
+        .await
+        .unwrap();
+    n.settle_outbox(&ids[2..3], "node-a", OutboxState::Dropped, Some("x"), 2_000)
+        .await
+        .unwrap();
+
+    // assert: rows settled before the cut are deleted, later and pending ones stay
+    let pruned = n.prune_outbox(1_500, 100, 3_000).await.unwrap();
+    assert_eq!(pruned, (2, 0));
+    assert_eq!(n.outbox_status(s, Seq(1)).await.unwrap(), None);
+    assert_eq!(n.outbox_status(s, Seq(2)).await.unwrap(), None);
+    let kept = n.outbox_status(s, Seq(3)).await.unwrap().unwrap();
+    assert_eq!(kept.state, OutboxState::Dropped);
+    assert_eq!(n.outbox_counts().await.unwrap(), (14, 0, 1));
+
+    // act: a bound of 4 waiting rows per session; the first session's 2 are claimed
+    let pruned = n.prune_outbox(1_500, 4, 3_000).await.unwrap();
+
+    // assert: the flooded session keeps its newest 4; claimed rows are left to their sender
+    assert_eq!(pruned, (0, 8));
+    for seq in 1..=8 {
+        let st = n.outbox_status(t, Seq(seq)).await.unwrap().unwrap();
+        assert_eq!(st.state, OutboxState::Dropped, "seq {seq}");
+        assert!(st.reason.unwrap().contains("more than 4"));
+    }
+    for seq in 9..=12 {
+        let st = n.outbox_status(t, Seq(seq)).await.unwrap().unwrap();
+        assert_eq!(st.state, OutboxState::Pending, "seq {seq}");
+    }
+    assert_eq!(n.outbox_counts().await.unwrap(), (6, 0, 9));
+
+    // and everything settled goes once its time is up
+    let pruned = n.prune_outbox(3_001, 4, 4_000).await.unwrap();
+    assert_eq!(pruned, (9, 0));
+    assert_eq!(n.outbox_counts().await.unwrap(), (6, 0, 0));
 }

@@ -3,7 +3,7 @@
 import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
 import type { SessionInfo } from "../protocol/SessionInfo";
-import { notifySwitch } from "./notify";
+import { notifySwitch, sinksPanel } from "./notify";
 import { invitations } from "./offers";
 
 const REFRESH_MS = 5000;
@@ -70,7 +70,7 @@ export function listView(root: HTMLElement): () => void {
   root.replaceChildren(
     h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, logoutButton(), themeButton())),
     note,
-    h("main.list-main", null, notifySwitch(), invites.el, body),
+    h("main.list-main", null, notifySwitch(), sinksPanel(), invites.el, body),
   );
   api.me(true).then(
     (me) => {

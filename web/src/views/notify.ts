@@ -4,7 +4,10 @@
 
 import { authHeaders } from "../api";
 import { h } from "../dom";
+import type { NewNotifySink } from "../protocol/NewNotifySink";
+import type { NotifySinkInfo } from "../protocol/NotifySinkInfo";
 import type { PushSubscriptionInfo } from "../protocol/PushSubscriptionInfo";
+import type { SinkKind } from "../protocol/SinkKind";
 import type { VapidKey } from "../protocol/VapidKey";
 
 const IOS_NOTE = "On iPhone and iPad: add Mooring to the home screen first (Share → Add to Home Screen, iOS 16.4 or later), then turn this on from there.";
@@ -82,4 +85,49 @@ export function notifySwitch(): HTMLElement {
     });
   });
   return el;
+}
+
+/** One line of the sinks list: what it is and where it posts. */
+export function sinkLine(s: Pick<NotifySinkInfo, "kind" | "label" | "url">): string {
+  return `${s.kind === "ntfy" ? "ntfy" : "webhook"} · ${s.label} · ${s.url}`;
+}
+
+/** The caller's ntfy topics and webhooks: listed, added (a webhook's secret shown once), removed. */
+export function sinksPanel(): HTMLElement {
+  const list = h("ul.sinks", { id: "notify-sinks" });
+  const note = h("div.muted", { id: "notify-sinks-note" });
+  const kind = h("select", { id: "sink-kind" }, h("option", { value: "ntfy" }, "ntfy topic"), h("option", { value: "webhook" }, "webhook")) as HTMLSelectElement;
+  const label = h("input", { id: "sink-label", placeholder: "label", maxlength: 64 }) as HTMLInputElement;
+  const url = h("input", { id: "sink-url", placeholder: "https://ntfy.sh/my-topic", type: "url" }) as HTMLInputElement;
+  const token = h("input", { id: "sink-token", placeholder: "ntfy access token (optional)" }) as HTMLInputElement;
+  const refresh = async () => {
+    const sinks = (await call<NotifySinkInfo[]>("GET", "sinks")) ?? [];
+    list.replaceChildren(
+      ...sinks.map((s) =>
+        h(
+          "li",
+          null,
+          sinkLine(s),
+          " ",
+          h("button", {
+            onclick: () => void call("DELETE", `sinks/${encodeURIComponent(s.id)}`).then(refresh, (e: Error) => (note.textContent = e.message)),
+          }, "Remove"),
+        ),
+      ),
+    );
+  };
+  const add = h("button", { id: "sink-add" }, "Add") as HTMLButtonElement;
+  add.addEventListener("click", () => {
+    const body: NewNotifySink = { kind: kind.value as SinkKind, label: label.value.trim(), url: url.value.trim() };
+    if (body.kind === "ntfy" && token.value.trim()) body.token = token.value.trim();
+    void call<NotifySinkInfo>("POST", "sinks", body)
+      .then((made) => {
+        note.textContent = made?.secret ? `Webhook secret (shown once; it signs X-Moor-Signature): ${made.secret}` : "";
+        label.value = url.value = token.value = "";
+        return refresh();
+      })
+      .catch((e: Error) => (note.textContent = e.message));
+  });
+  void refresh().catch(() => {});
+  return h("details.notify-sinks", null, h("summary", null, "Also notify: ntfy and webhooks"), list, h("div.row", null, kind, label, url, token, add), note);
 }
