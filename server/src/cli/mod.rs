@@ -197,6 +197,15 @@ pub struct Config {
     /// A claimed notification returns to other nodes after this long unless sent, in ms.
     #[arg(long, env = "MOOR_NOTIFY_CLAIM_TTL_MS", default_value_t = 60_000)]
     notify_claim_ttl_ms: u64,
+    /// Delete ended sessions this many days after they ended (fractions allowed; 0: keep them).
+    #[arg(long, env = "MOOR_RETENTION_DAYS", default_value_t = 0.0)]
+    retention_days: f64,
+    /// How often this node runs retention batches, in milliseconds.
+    #[arg(long, env = "MOOR_RETENTION_INTERVAL_MS", default_value_t = 60_000)]
+    retention_interval_ms: u64,
+    /// Most entries one retention batch (one transaction) deletes.
+    #[arg(long, env = "MOOR_RETENTION_BATCH_ENTRIES", default_value_t = 10_000)]
+    retention_batch_entries: u32,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -292,6 +301,14 @@ impl Config {
                 retry_base: ms(self.notify_retry_ms.max(1)),
                 max_attempts: self.notify_max_attempts.max(1),
                 ..crate::config::NotifyConfig::default()
+            },
+            retention: crate::config::RetentionConfig {
+                keep_ended: (self.retention_days > 0.0)
+                    .then(|| Duration::try_from_secs_f64(self.retention_days * 86_400.0).ok())
+                    .flatten(),
+                interval: ms(self.retention_interval_ms.max(1)),
+                batch_entries: self.retention_batch_entries.max(1),
+                ..crate::config::RetentionConfig::default()
             },
             tls: self
                 .tls_cert

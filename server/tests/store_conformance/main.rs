@@ -14,6 +14,7 @@ mod leases;
 mod nodes;
 mod notify;
 mod offers;
+mod retention;
 mod stories;
 
 use std::future::Future;
@@ -128,6 +129,9 @@ conformance!(
     notifying_entries_get_an_outbox_row_in_their_commit_and_others_none,
     outbox_rows_go_to_one_node_and_back_when_a_claim_lapses,
     push_subscriptions_are_per_user_bounded_and_removed_by_endpoint,
+    ended_sessions_past_retention_are_deleted_in_bounded_batches_live_ones_kept,
+    an_owner_deletes_only_an_ended_session_without_a_live_bridge,
+    retention_batches_raced_from_two_nodes_do_each_batch_once,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.
