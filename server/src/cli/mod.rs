@@ -17,24 +17,48 @@ mod keys;
 mod migrate;
 mod user;
 
-/// Installs the log subscriber: `RUST_LOG`, else `moor_server=info`, written to `writer`.
-pub fn init_tracing<W>(writer: W)
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields` (with `message`) and
+    /// the `span`s it happened in.
+    Json,
+}
+
+/// Installs the log subscriber: `RUST_LOG`, else `moor_server=info`, written to `writer` in
+/// `format`.
+pub fn init_tracing<W>(writer: W, format: LogFormat)
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "moor_server=info".into()),
         )
-        .with_writer(writer)
-        .init();
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// The Mooring relay server.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 pub struct Config {
+    /// Log lines as text or as JSON objects (one a line), on stderr.
+    #[arg(
+        long,
+        env = "MOOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
     /// Address to listen on.
     #[arg(long, env = "MOOR_LISTEN", default_value = "127.0.0.1:7070")]
     listen: String,
