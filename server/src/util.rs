@@ -159,34 +159,3 @@ mod tests {
         assert_eq!(query_param("", "t"), None);
     }
 }
-
-/// A time in ms since the epoch as `YYYY-MM-DD HH:MM UTC`, for messages people read.
-pub(crate) fn utc_minute(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
-}
-
-#[cfg(test)]
-mod utc_tests {
-    #[test]
-    fn formats_utc_minutes() {
-        assert_eq!(super::utc_minute(0), "1970-01-01 00:00 UTC");
-        assert_eq!(super::utc_minute(1_798_761_599_000), "2026-12-31 23:59 UTC");
-        assert_eq!(super::utc_minute(951_782_400_000), "2000-02-29 00:00 UTC");
-    }
-}

@@ -88,7 +88,7 @@ pub async fn deleted_or_missing(store: &Stores, key: &str) -> ApiError {
         Ok(Some(r)) => ApiError::Gone(format!(
             "session {:?} was deleted on {} ({}); its history is no longer kept",
             r.name,
-            crate::util::utc_minute(r.retired_at),
+            moor_protocol::utc(r.retired_at),
             r.reason
         )),
         Ok(None) => ApiError::NotFound("session"),

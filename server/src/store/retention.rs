@@ -137,6 +137,26 @@ macro_rules! retention_store {
                 "notify_outbox",
             ];
 
+            /// Deletes everything of `sid` but its log, its producers and its row: checkpoints
+            /// (blob names first), the state snapshot, and the rows keyed by its id as text.
+            async fn delete_small_rows(tx: &mut Tx<'_>, sid: &str) -> StoreResult<()> {
+                for table in ["checkpoint_blobs", "checkpoints", "state_snapshots"] {
+                    sqlx::query(&format!("DELETE FROM {table} WHERE {ROWS_OF}"))
+                        .bind(sid)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(db_error)?;
+                }
+                for table in BY_SESSION_ID {
+                    sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
+                        .bind(sid)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(db_error)?;
+                }
+                Ok(())
+            }
+
             /// Records the retirement of `sid` and deletes all but its log, its producers and
             /// its row; returns the blobs no checkpoint names any more. False (and nothing
             /// done) when it was retired already.
@@ -168,20 +188,7 @@ macro_rules! retention_store {
                 .fetch_all(&mut **tx)
                 .await
                 .map_err(db_error)?;
-                for table in ["checkpoint_blobs", "checkpoints", "state_snapshots"] {
-                    sqlx::query(&format!("DELETE FROM {table} WHERE {ROWS_OF}"))
-                        .bind(sid)
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_error)?;
-                }
-                for table in BY_SESSION_ID {
-                    sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
-                        .bind(sid)
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_error)?;
-                }
+                delete_small_rows(tx, sid).await?;
                 for sha in blobs {
                     let named: Option<i64> = sqlx::query_scalar(
                         "SELECT CAST(1 AS BIGINT) FROM checkpoint_blobs WHERE sha256 = $1 LIMIT 1",
@@ -230,20 +237,7 @@ macro_rules! retention_store {
                     .await
                     .map_err(db_error)?;
                 // Rows a late bookkeeping append added since the retirement.
-                for table in ["state_snapshots", "checkpoint_blobs", "checkpoints"] {
-                    sqlx::query(&format!("DELETE FROM {table} WHERE {ROWS_OF}"))
-                        .bind(sid)
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_error)?;
-                }
-                for table in BY_SESSION_ID {
-                    sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
-                        .bind(sid)
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(db_error)?;
-                }
+                delete_small_rows(tx, sid).await?;
                 sqlx::query(&format!("DELETE FROM sessions WHERE {ID_IS}"))
                     .bind(sid)
                     .execute(&mut **tx)
