@@ -147,6 +147,20 @@ impl Bridge {
 
         let dir = SessionDir::open(&state_dir, &session)?;
         let status = Status::new(config.print_status, &session);
+        let metrics_stop = shutdown.child_token();
+        let _metrics_stop = metrics_stop.clone().drop_guard();
+        if let Some(addr) = &config.metrics_listen {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                BridgeError::Config(format!("cannot listen for metrics on {addr}: {e}"))
+            })?;
+            tracing::info!(addr = %addr, "serving metrics");
+            tokio::spawn(crate::metrics::serve(
+                listener,
+                status.clone(),
+                dir.spool.clone(),
+                metrics_stop,
+            ));
+        }
         status.resuming(dir.spool.unacked(), dir.ledger.uncertain().len());
         let spec = AgentSpec {
             command: config.command.clone(),

@@ -141,6 +141,8 @@ pub struct BridgeConfig {
     pub mode: AdapterMode,
     /// Adapter knobs (stall watchdog, auto-resume, whether a person is at the terminal).
     pub agent: AgentOptions,
+    /// Serve `GET /metrics` (spool depth, link state) on this address (see [`crate::metrics`]).
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for BridgeConfig {
@@ -156,6 +158,7 @@ impl Default for BridgeConfig {
             print_status: true,
             mode: AdapterMode::Auto,
             agent: AgentOptions::default(),
+            metrics_listen: None,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod error;
 pub mod inputs;
 pub mod link;
 pub mod login;
+pub mod metrics;
 pub mod recover;
 pub mod session_dir;
 pub mod spool;

@@ -16,6 +16,8 @@ pub struct Status {
     state: Arc<Mutex<Printed>>,
     /// Whether a connection is welcomed now (for those who act when the link drops).
     link_up: Arc<watch::Sender<bool>>,
+    /// Connections welcomed so far.
+    connections: Arc<std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Debug, Default)]
@@ -44,7 +46,13 @@ impl Status {
             enabled,
             state: Arc::new(Mutex::new(printed)),
             link_up: Arc::new(watch::channel(false).0),
+            connections: Arc::default(),
         }
+    }
+
+    /// Connections moord welcomed so far.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Watches whether the link is up (true from a welcome until the connection ends).
@@ -127,6 +135,8 @@ impl Status {
 
     /// A connection was welcomed.
     pub fn connected(&self, welcome: &Welcome, resend: u64) {
+        self.connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.set_link_up(true);
         let (first, recovered) = self.with(|p| {
             let first = !p.identified;

@@ -70,6 +70,14 @@ impl BlobStore {
             .map(|m| m.len())
     }
 
+    /// Deletes it; a blob that is not stored is no error.
+    pub async fn remove(&self, sha256: &str) -> std::io::Result<()> {
+        match tokio::fs::remove_file(self.path(sha256)).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Opens it for reading, if stored.
     pub async fn open(&self, sha256: &str) -> std::io::Result<Option<tokio::fs::File>> {
         match tokio::fs::File::open(self.path(sha256)).await {

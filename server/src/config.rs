@@ -98,6 +98,36 @@ pub struct ServerConfig {
     pub metrics_listen: Option<String>,
     /// Notifications: the outbox sender and its sinks.
     pub notify: NotifyConfig,
+    /// Deleting old sessions.
+    pub retention: RetentionConfig,
+}
+
+/// The retention policy and how its batches run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Ended sessions are deleted this long after they ended; `None` keeps them forever (an
+    /// owner may still delete one).
+    pub keep_ended: Option<Duration>,
+    /// How often a node runs retention batches (each node tries; one runs each batch).
+    pub interval: Duration,
+    /// Most entries one batch deletes (one transaction).
+    pub batch_entries: u32,
+    /// Most sessions one batch retires.
+    pub batch_sessions: u32,
+    /// Most batches one run does before waiting for the next interval.
+    pub batches_per_run: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            keep_ended: None,
+            interval: Duration::from_secs(60),
+            batch_entries: 10_000,
+            batch_sessions: 16,
+            batches_per_run: 100,
+        }
+    }
 }
 
 /// How notifications are sent.
@@ -213,6 +243,7 @@ impl Default for ServerConfig {
             metrics_token: None,
             metrics_listen: None,
             notify: NotifyConfig::default(),
+            retention: RetentionConfig::default(),
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod notify;
 pub mod openapi;
 pub mod quota;
 pub mod relay;
+pub mod retention;
 pub mod serve;
 pub mod session;
 pub mod sse;
@@ -244,6 +245,12 @@ impl Server {
         if self.config.notify.sender {
             tasks.spawn(notify::run(notifier, shutdown.clone()));
         }
+        tasks.spawn(retention::run(
+            self.store.clone(),
+            blobs::BlobStore::new(&self.config.data_dir),
+            self.config.retention.clone(),
+            shutdown.clone(),
+        ));
         let state = AppState {
             vapid_public_key,
             leases,

@@ -7,6 +7,6 @@ use moor_server::cli::{init_tracing, Config};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    init_tracing(std::io::stderr);
+    init_tracing(std::io::stderr, config.log_format);
     config.run().await
 }

@@ -35,8 +35,42 @@ pub struct Cli {
     /// moord serving a certificate of a private CA.
     #[arg(long, env = "MOOR_CA_FILE", global = true)]
     ca_file: Option<PathBuf>,
+    /// Log lines (stderr, filtered by RUST_LOG) as text or as JSON objects, one a line.
+    #[arg(
+        long,
+        env = "MOOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields` (with `message`).
+    Json,
+}
+
+impl LogFormat {
+    /// Installs the log subscriber: `RUST_LOG`, else `warn`, on stderr, in this format.
+    pub fn init(self) {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        match self {
+            Self::Text => builder.init(),
+            Self::Json => builder.json().init(),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

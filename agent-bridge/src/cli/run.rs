@@ -54,6 +54,10 @@ pub(super) struct RunArgs {
     /// Most entries sent and not yet acknowledged.
     #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
     window: u64,
+    /// Serve Prometheus metrics (spool depth, acked seq, link state, reconnects) at
+    /// `GET /metrics` on this address, e.g. 127.0.0.1:9465 (plain HTTP: keep it private).
+    #[arg(long, env = "MOOR_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
     /// How the agent runs: auto (claude for `claude`, acp for `gemini`, pty when stdin is a
     /// terminal, else lines), pty, claude, acp (any Agent Client Protocol agent) or lines.
     #[arg(long, env = "MOOR_MODE", default_value = "auto", value_parser = parse_mode)]
@@ -128,6 +132,7 @@ impl RunArgs {
                 stop_grace: self.stop_grace,
                 ..AgentOptions::default()
             },
+            metrics_listen: self.metrics_listen,
         })
     }
 }

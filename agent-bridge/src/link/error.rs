@@ -17,7 +17,10 @@ pub enum ConnectError {
         detail: String,
     },
     /// The server speaks another protocol version.
-    #[error("server speaks protocol version {server}, this moor speaks {ours}")]
+    #[error(
+        "moord speaks protocol {server}, this moor speaks {ours}: {}",
+        if server > ours { "upgrade moor to moord's release" } else { "upgrade moord (it is older than this moor)" }
+    )]
     VersionMismatch {
         /// Ours.
         ours: u32,

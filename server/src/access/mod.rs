@@ -29,7 +29,7 @@ pub use auth::{
 pub use principal::Principal;
 
 use crate::error::ApiError;
-use crate::store::{RefreshRow, Revocation, SessionRow, Stores};
+use crate::store::{RefreshRow, Revocation, SessionRow, StoreError, Stores};
 
 /// What a principal may do on one session (the wire type: ordered, each role includes the ones
 /// below it).
@@ -66,11 +66,33 @@ pub async fn session_with_role(
     key: &str,
     need: Role,
 ) -> Result<(SessionRow, Role), ApiError> {
-    let session = store.log.find_session(key).await?;
+    let session = match store.log.find_session(key).await {
+        Err(StoreError::NotFound) => return Err(deleted_or_missing(store, key).await),
+        found => found?,
+    };
     match role_on(store, who, &session).await? {
         None => Err(ApiError::NotFound("session")),
         Some(r) if r < need => Err(ApiError::Forbidden),
         Some(r) => Ok((session, r)),
+    }
+}
+
+/// The answer for a session `key` that no lookup finds: 410 saying when and why it was
+/// deleted when `key` is the id of a deleted session (ids are unguessable: whoever has one was
+/// given it), else 404.
+pub async fn deleted_or_missing(store: &Stores, key: &str) -> ApiError {
+    let Ok(id) = key.parse::<moor_protocol::SessionId>() else {
+        return ApiError::NotFound("session");
+    };
+    match store.retention.retired_session(id).await {
+        Ok(Some(r)) => ApiError::Gone(format!(
+            "session {:?} was deleted on {} ({}); its history is no longer kept",
+            r.name,
+            moor_protocol::utc(r.retired_at),
+            r.reason
+        )),
+        Ok(None) => ApiError::NotFound("session"),
+        Err(e) => e.into(),
     }
 }
 

@@ -17,24 +17,48 @@ mod keys;
 mod migrate;
 mod user;
 
-/// Installs the log subscriber: `RUST_LOG`, else `moor_server=info`, written to `writer`.
-pub fn init_tracing<W>(writer: W)
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields` (with `message`) and
+    /// the `span`s it happened in.
+    Json,
+}
+
+/// Installs the log subscriber: `RUST_LOG`, else `moor_server=info`, written to `writer` in
+/// `format`.
+pub fn init_tracing<W>(writer: W, format: LogFormat)
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "moor_server=info".into()),
         )
-        .with_writer(writer)
-        .init();
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// The Mooring relay server.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 pub struct Config {
+    /// Log lines as text or as JSON objects (one a line), on stderr.
+    #[arg(
+        long,
+        env = "MOOR_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
     /// Address to listen on.
     #[arg(long, env = "MOOR_LISTEN", default_value = "127.0.0.1:7070")]
     listen: String,
@@ -200,6 +224,15 @@ pub struct Config {
     /// How long sent and dropped notifications stay in the outbox for inspection, in ms.
     #[arg(long, env = "MOOR_NOTIFY_KEEP_MS", default_value_t = 24 * 3600 * 1000)]
     notify_keep_ms: u64,
+    /// Delete ended sessions this many days after they ended (fractions allowed; 0: keep them).
+    #[arg(long, env = "MOOR_RETENTION_DAYS", default_value_t = 0.0)]
+    retention_days: f64,
+    /// How often this node runs retention batches, in milliseconds.
+    #[arg(long, env = "MOOR_RETENTION_INTERVAL_MS", default_value_t = 60_000)]
+    retention_interval_ms: u64,
+    /// Most entries one retention batch (one transaction) deletes.
+    #[arg(long, env = "MOOR_RETENTION_BATCH_ENTRIES", default_value_t = 10_000)]
+    retention_batch_entries: u32,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -296,6 +329,14 @@ impl Config {
                 max_attempts: self.notify_max_attempts.max(1),
                 keep: ms(self.notify_keep_ms),
                 ..crate::config::NotifyConfig::default()
+            },
+            retention: crate::config::RetentionConfig {
+                keep_ended: (self.retention_days > 0.0)
+                    .then(|| Duration::try_from_secs_f64(self.retention_days * 86_400.0).ok())
+                    .flatten(),
+                interval: ms(self.retention_interval_ms.max(1)),
+                batch_entries: self.retention_batch_entries.max(1),
+                ..crate::config::RetentionConfig::default()
             },
             tls: self
                 .tls_cert

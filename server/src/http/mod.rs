@@ -35,7 +35,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(sessions::me))
         .routes(routes!(sessions::list))
-        .routes(routes!(sessions::get))
+        .routes(routes!(sessions::get, sessions::delete))
         .routes(routes!(sessions::entries))
         .routes(routes!(inputs::create))
         .routes(routes!(recovery::brief))

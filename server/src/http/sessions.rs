@@ -1,6 +1,8 @@
-//! Session resources: list, get, history paging, and closing a live bridge (operators).
+//! Session resources: list, get, delete, history paging, and closing a live bridge
+//! (operators).
 //!
-//! Part of the HTTP transport: calls `access`, `store` and `hub`; never `sse` or `ws`.
+//! Part of the HTTP transport: calls `access`, `store`, `blobs`, `retention` and `hub`; never
+//! `sse` or `ws`.
 
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -11,6 +13,7 @@ use serde::Deserialize;
 
 use crate::access::AuthUser;
 use crate::access::{session_for, session_with_role};
+use crate::blobs::BlobStore;
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
@@ -155,6 +158,36 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
                 .map_err(|_| ApiError::InvalidCursor(v))
         })
         .transpose()
+}
+
+/// `DELETE /api/v1/sessions/{id}`: the owner deletes an ended session. It is gone from lists
+/// and lookups at once (410 with the reason for its id); its log, checkpoints and blobs no
+/// other checkpoint names are deleted by the retention task's next batches.
+#[utoipa::path(
+    delete, path = "/sessions/{id}", operation_id = "deleteSession", tag = "sessions",
+    params(("id" = String, Path, description = "Session id or name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        crate::openapi::RoleErrors,
+        crate::openapi::Conflict,
+        crate::openapi::Gone,
+    )
+)]
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(key): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = session_for(&state.store, &who, &key, Role::Owner).await?;
+    let reason = format!("deleted by {}", who.name);
+    let orphans = state
+        .store
+        .retention
+        .retire_session(session.id, moor_protocol::now_ms(), &reason)
+        .await?;
+    crate::retention::remove_blobs(&BlobStore::new(&state.config.data_dir), &orphans).await;
+    tracing::info!(session = %session.id, by = %who.name, "session deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /api/v1/sessions/{id}/entries?after=N|before=N&limit=M`.

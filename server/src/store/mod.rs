@@ -20,6 +20,7 @@ pub mod notify;
 mod page;
 mod plan;
 mod postgres;
+pub mod retention;
 mod sqlite;
 
 use std::fmt::Debug;
@@ -40,6 +41,7 @@ pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
+pub use retention::{RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
 
 /// Errors a store reports. Each implementation maps its driver's errors itself.
@@ -527,6 +529,8 @@ pub struct Stores {
     pub leases: Arc<dyn LeaseStore>,
     /// The notification outbox and Web Push subscriptions.
     pub notify: Arc<dyn NotifyStore>,
+    /// Deleting sessions (retention, owners' deletions).
+    pub retention: Arc<dyn RetentionStore>,
     /// Coordination with the other nodes sharing the database; `None` for a single-node
     /// store (SQLite).
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -534,22 +538,9 @@ pub struct Stores {
 
 impl Stores {
     /// The roles of a store only one node uses.
-    fn single<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore>(
-        store: S,
-    ) -> Self {
-        let store = Arc::new(store);
-        Self {
-            log: store.clone(),
-            access: store.clone(),
-            checkpoints: store.clone(),
-            leases: store.clone(),
-            notify: store,
-            cluster: None,
-        }
-    }
-
-    /// The roles of a store several nodes share.
-    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + Cluster>(
+    fn single<
+        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + RetentionStore,
+    >(
         store: S,
     ) -> Self {
         let store = Arc::new(store);
@@ -559,6 +550,31 @@ impl Stores {
             checkpoints: store.clone(),
             leases: store.clone(),
             notify: store.clone(),
+            retention: store,
+            cluster: None,
+        }
+    }
+
+    /// The roles of a store several nodes share.
+    fn shared<
+        S: LogStore
+            + AccessStore
+            + CheckpointStore
+            + LeaseStore
+            + NotifyStore
+            + RetentionStore
+            + Cluster,
+    >(
+        store: S,
+    ) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store.clone(),
+            leases: store.clone(),
+            notify: store.clone(),
+            retention: store.clone(),
             cluster: Some(store),
         }
     }

@@ -11,7 +11,9 @@ use anyhow::Context;
 use async_trait::async_trait;
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
@@ -20,6 +22,7 @@ use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
 use super::notify::notify_store;
+use super::retention::{retention_store, RetentionDialect};
 use super::{
     Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
     INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
@@ -83,7 +86,10 @@ impl SqliteStore {
         }
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect_with(opts.clone())
+            // Only takes effect on a new database (or after a VACUUM): lets retention give
+            // deleted pages back with `PRAGMA incremental_vacuum`. Set by the writer only (a
+            // read-only connection may not).
+            .connect_with(opts.clone().auto_vacuum(SqliteAutoVacuum::Incremental))
             .await
             .context("open sqlite database")?;
         sqlx::migrate!("../migrations/sqlite")
@@ -122,6 +128,21 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Retention batches need no lock: the single writer runs one transaction at a time.
+    async fn lock_retention(_tx: &mut sqlx::Transaction<'_, Sqlite>) -> StoreResult<bool> {
+        Ok(true)
+    }
+
+    /// Returns up to `pages` free pages to the file system (a no-op unless the database was
+    /// created with incremental auto-vacuum, see [`SqliteStore::connect`]).
+    async fn vacuum_pages(&self, pages: u32) -> StoreResult<()> {
+        sqlx::query(&format!("PRAGMA incremental_vacuum({pages})"))
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
     /// Offers need no lock: the single writer runs one transaction at a time.
     async fn lock_offers_to(
         _tx: &mut sqlx::Transaction<'_, Sqlite>,
@@ -130,6 +151,14 @@ impl SqliteStore {
         Ok(())
     }
 }
+
+impl RetentionDialect for SqliteStore {
+    const ROWS_OF: &'static str = SESSION_ENTRIES;
+    const ID_IS: &'static str = "id = $1";
+    const S_ID_TEXT: &'static str = "s.id";
+}
+
+retention_store!(SqliteStore, sqlx::Sqlite);
 
 impl AccessDialect for SqliteStore {
     const TOKEN_ROW_LOCK: &'static str = "";
@@ -204,6 +233,8 @@ fn entry_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Entry> {
 }
 
 const SESSION_COLS: &str = "id, name, created_at, head_seq, last_ts, ended_at, agent";
+/// Leaves out the deleted sessions (alias `s`) whose rows are still being deleted.
+const NOT_RETIRED: &str = "NOT EXISTS (SELECT 1 FROM retired_sessions r WHERE r.id = s.id)";
 /// Selects the entries of the session whose id is in `$1`.
 const SESSION_ENTRIES: &str = "session_pk = (SELECT pk FROM sessions WHERE id = $1)";
 
@@ -254,11 +285,12 @@ impl LogStore for SqliteStore {
             "s.id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
              CASE WHEN length(CAST(s.agent AS BLOB)) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
         );
-        let order = "ORDER BY COALESCE(s.last_ts, s.created_at) DESC LIMIT ?";
+        let order =
+            format!("AND {NOT_RETIRED} ORDER BY COALESCE(s.last_ts, s.created_at) DESC LIMIT ?");
         let rows = match member {
             None => {
                 sqlx::query(&format!(
-                    "SELECT {cols}, 'owner' AS role FROM sessions s {order}"
+                    "SELECT {cols}, 'owner' AS role FROM sessions s WHERE 1 = 1 {order}"
                 ))
                 .bind(i64::from(limit))
                 .fetch_all(&self.readers)
@@ -434,7 +466,7 @@ impl LogStore for SqliteStore {
 /// The session named or numbered `key`, read on `conn`.
 async fn find_session_on(conn: &mut SqliteConnection, key: &str) -> StoreResult<SessionRow> {
     let row = sqlx::query(&format!(
-        "SELECT {SESSION_COLS} FROM sessions WHERE id = ? OR name = ?"
+        "SELECT {SESSION_COLS} FROM sessions s WHERE (id = ? OR name = ?) AND {NOT_RETIRED}"
     ))
     .bind(key)
     .bind(key)

@@ -426,10 +426,7 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     if hello.version != PROTOCOL_VERSION {
         return Err(Ending::close(
             close::VERSION_MISMATCH,
-            format!(
-                "bridge speaks protocol {}, server speaks {PROTOCOL_VERSION}; upgrade moor",
-                hello.version
-            ),
+            version_mismatch(hello.version),
         ));
     }
     if hello.session.is_empty() || hello.session.len() > 128 {
@@ -1131,6 +1128,16 @@ fn store_ending(e: StoreError) -> Ending {
             )
         }
     }
+}
+
+/// The close reason for a bridge speaking protocol `theirs`: which side to upgrade.
+pub(crate) fn version_mismatch(theirs: u32) -> String {
+    let upgrade = if theirs < PROTOCOL_VERSION {
+        "upgrade moor to this moord's release"
+    } else {
+        "this moord is older than moor: upgrade moord"
+    };
+    format!("moor speaks protocol {theirs}, moord speaks {PROTOCOL_VERSION}; {upgrade}")
 }
 
 #[cfg(test)]

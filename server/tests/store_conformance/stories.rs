@@ -21,6 +21,7 @@ pub use crate::leases::*;
 pub use crate::nodes::*;
 pub use crate::notify::*;
 pub use crate::offers::*;
+pub use crate::retention::*;
 
 /// Bound for waiting on a notice; only a failure guard.
 pub(crate) const NOTICE_WAIT: Duration = Duration::from_secs(10);

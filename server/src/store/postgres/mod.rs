@@ -31,6 +31,7 @@ use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
 use super::notify::notify_store;
+use super::retention::{retention_store, RetentionDialect};
 use super::{
     redact_url, seq_bind, Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError,
     StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
@@ -45,6 +46,8 @@ const FIRST_ADMIN_LOCK: i64 = 0x6d6f_6f72_0001;
 /// The class of the advisory locks that serialise offers to one user name (the two-key lock
 /// space, keyed by this and the name's hash).
 const OFFERS_TO_LOCK: i32 = 0x6d6f_6f01;
+/// Advisory lock key held by the node running a retention batch.
+const RETENTION_LOCK: i64 = 0x6d6f_6f72_0002;
 /// Channel announcing appended ranges: `"<session> <first> <last> <node>"`.
 pub(crate) const ENTRIES_CHANNEL: &str = "moor_entries";
 /// Channel announcing bridge claims: `"<session> <epoch> <node>"`.
@@ -56,6 +59,8 @@ pub(crate) const REVOCATIONS_CHANNEL: &str = "moor_revocations";
 const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
 /// Selects the entries of the session whose id is in `$1`.
 const SESSION_ENTRIES: &str = "session_id = $1::uuid";
+/// Leaves out the deleted sessions (alias `s`) whose rows are still being deleted.
+const NOT_RETIRED: &str = "NOT EXISTS (SELECT 1 FROM retired_sessions r WHERE r.id = s.id::text)";
 
 /// Postgres implementation of [`LogStore`], [`AccessStore`](super::AccessStore),
 /// [`CheckpointStore`](super::CheckpointStore) and [`Cluster`](super::Cluster).
@@ -154,6 +159,21 @@ impl PgStore {
         Ok(())
     }
 
+    /// Takes the retention lock until commit if no other node holds it; false when one does
+    /// (that node is running a batch).
+    async fn lock_retention(tx: &mut Transaction<'_, Postgres>) -> StoreResult<bool> {
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(RETENTION_LOCK)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)
+    }
+
+    /// Autovacuum makes deleted rows' space reusable; nothing to ask for.
+    async fn vacuum_pages(&self, _pages: u32) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Locks the session's row until commit, so claims of one session serialise on any node.
     async fn lock_session(tx: &mut Transaction<'_, Postgres>, sid: &str) -> StoreResult<()> {
         sqlx::query("SELECT 1 FROM sessions WHERE id = $1::uuid FOR UPDATE")
@@ -166,7 +186,8 @@ impl PgStore {
 
     async fn find_session_by(&self, key: &str) -> StoreResult<SessionRow> {
         let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions WHERE name = $1 OR id = $2::uuid"
+            "SELECT {SESSION_COLS} FROM sessions s WHERE (name = $1 OR id = $2::uuid) \
+             AND {NOT_RETIRED}"
         ))
         .bind(key)
         .bind(uuid_text(key))
@@ -186,6 +207,13 @@ impl AccessDialect for PgStore {
          WHERE m.principal = $1 AND m.role = $2";
 }
 
+impl RetentionDialect for PgStore {
+    const ROWS_OF: &'static str = SESSION_ENTRIES;
+    const ID_IS: &'static str = "id = $1::uuid";
+    const S_ID_TEXT: &'static str = "s.id::text";
+}
+
+retention_store!(PgStore, sqlx::Postgres);
 access_store!(PgStore, sqlx::Postgres);
 lease_store!(PgStore, sqlx::Postgres);
 notify_store!(PgStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED");
@@ -277,11 +305,11 @@ impl LogStore for PgStore {
             "s.id::text AS id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
              CASE WHEN octet_length(s.agent) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
         );
-        let order = "ORDER BY COALESCE(s.last_ts, s.created_at) DESC";
+        let order = format!("AND {NOT_RETIRED} ORDER BY COALESCE(s.last_ts, s.created_at) DESC");
         let rows = match member {
             None => {
                 sqlx::query(&format!(
-                    "SELECT {cols}, 'owner' AS role FROM sessions s {order} LIMIT $1"
+                    "SELECT {cols}, 'owner' AS role FROM sessions s WHERE TRUE {order} LIMIT $1"
                 ))
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)

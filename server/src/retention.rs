@@ -1,0 +1,107 @@
+//! The retention task: on a timer, deletes the sessions the policy says are too old and
+//! finishes deleting the ones their owners deleted, in bounded batches (see
+//! [`crate::store::retention`]), then deletes the blob files no checkpoint names any more and
+//! gives SQLite's freed pages back to the file system.
+//!
+//! Calls only `store`, `blobs` and `config`.
+
+use std::time::Duration;
+
+use moor_protocol::now_ms;
+use tokio_util::sync::CancellationToken;
+
+use crate::blobs::BlobStore;
+use crate::config::RetentionConfig;
+use crate::store::{StoreResult, Stores, Sweep};
+
+/// Pages of free space one run gives back (4 KiB each: 64 MiB).
+const VACUUM_PAGES: u32 = 16_384;
+
+/// The reason the policy records on a session it deletes.
+pub fn policy_reason(keep: Duration) -> String {
+    let days = keep.as_secs_f64() / 86_400.0;
+    format!("the server keeps ended sessions for {days} days")
+}
+
+/// Deletes the files of blobs no checkpoint names any more. A failure is logged: the blob is
+/// unreachable already (no checkpoint names it), it only takes space.
+pub async fn remove_blobs(blobs: &BlobStore, orphans: &[String]) {
+    for sha in orphans {
+        if let Err(e) = blobs.remove(sha).await {
+            tracing::warn!(blob = %sha, error = %e, "could not delete an unreferenced blob");
+        }
+    }
+}
+
+/// One run: batches until there is no more work, another node holds the batch, or
+/// `batches_per_run` batches ran. Returns what they did in total.
+pub async fn run_once(
+    store: &Stores,
+    blobs: &BlobStore,
+    config: &RetentionConfig,
+) -> StoreResult<Sweep> {
+    let mut total = Sweep::default();
+    let reason = config.keep_ended.map(policy_reason).unwrap_or_default();
+    for _ in 0..config.batches_per_run.max(1) {
+        let now = now_ms();
+        let before = config
+            .keep_ended
+            .map(|keep| now.saturating_sub(i64::try_from(keep.as_millis()).unwrap_or(i64::MAX)));
+        let Some(sweep) = store
+            .retention
+            .retention_batch(
+                before,
+                now,
+                &reason,
+                config.batch_sessions,
+                config.batch_entries,
+            )
+            .await?
+        else {
+            break;
+        };
+        remove_blobs(blobs, &sweep.orphan_blobs).await;
+        let idle = sweep.retired.is_empty()
+            && sweep.finished.is_empty()
+            && sweep.entries_deleted == 0
+            && sweep.orphan_blobs.is_empty();
+        total.retired.extend(sweep.retired);
+        total.finished.extend(sweep.finished);
+        total.entries_deleted += sweep.entries_deleted;
+        total.orphan_blobs.extend(sweep.orphan_blobs);
+        if idle {
+            break;
+        }
+    }
+    if total.entries_deleted > 0 || !total.finished.is_empty() {
+        store.retention.reclaim_space(VACUUM_PAGES).await?;
+        tracing::info!(
+            retired = total.retired.len(),
+            finished = total.finished.len(),
+            entries = total.entries_deleted,
+            blobs = total.orphan_blobs.len(),
+            "retention deleted old sessions"
+        );
+    }
+    Ok(total)
+}
+
+/// Runs [`run_once`] every `config.interval` until `shutdown`.
+pub async fn run(
+    store: Stores,
+    blobs: BlobStore,
+    config: RetentionConfig,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(config.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = run_once(&store, &blobs, &config).await {
+            tracing::warn!(error = %e, "retention batch failed; retrying at the next interval");
+        }
+    }
+}
