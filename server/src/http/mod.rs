@@ -13,6 +13,7 @@ mod export;
 pub(crate) mod guard;
 mod health;
 mod inputs;
+mod machines;
 pub(crate) mod metrics;
 mod notify;
 mod offers;
@@ -73,6 +74,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notify::vapid))
         .routes(routes!(notify::list, notify::add))
         .routes(routes!(notify::remove))
+        .routes(routes!(machines::register, machines::list))
+        .routes(routes!(machines::get))
+        .routes(routes!(machines::start))
+        .routes(routes!(machines::stop))
+        .routes(routes!(machines::resume))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

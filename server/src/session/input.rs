@@ -40,6 +40,46 @@ pub async fn submit(
     let result: Result<InputAccepted, ApiError> = async {
         validate(&req)?;
         require_pending(store, states, session, &req).await?;
+        store_input(log, store, leases, session, author, req).await
+    }
+    .await;
+    count(log, &result);
+    result
+}
+
+/// Appends an `input.host` action to a machine's log (the caller, `http::machines`, checked
+/// it against what the machine offers): idempotent by `client_msg_id` like any input.
+pub async fn submit_host_action(
+    log: &Log,
+    store: &dyn LogStore,
+    leases: &Leases,
+    session: SessionId,
+    author: String,
+    req: InputRequest,
+) -> Result<InputAccepted, ApiError> {
+    let result = store_input(log, store, leases, session, author, req).await;
+    count(log, &result);
+    result
+}
+
+fn count(log: &Log, result: &Result<InputAccepted, ApiError>) {
+    log.metrics().input(match result {
+        Ok(a) if a.duplicate => InputOutcome::Duplicate,
+        Ok(_) => InputOutcome::Accepted,
+        Err(_) => InputOutcome::Refused,
+    });
+}
+
+/// Stores one checked input under its `client_msg_id`.
+async fn store_input(
+    log: &Log,
+    store: &dyn LogStore,
+    leases: &Leases,
+    session: SessionId,
+    author: String,
+    req: InputRequest,
+) -> Result<InputAccepted, ApiError> {
+    {
         let append = Append {
             ts: now_ms(),
             kind: req.kind.clone(),
@@ -75,13 +115,6 @@ pub async fn submit(
             ))),
         }
     }
-    .await;
-    log.metrics().input(match &result {
-        Ok(a) if a.duplicate => InputOutcome::Duplicate,
-        Ok(_) => InputOutcome::Accepted,
-        Err(_) => InputOutcome::Refused,
-    });
-    result
 }
 
 /// Refuses an `input.permission` whose request is not pending as of the log's head (or, with
@@ -145,6 +178,12 @@ pub fn validate(req: &InputRequest) -> Result<(), ApiError> {
                 req.kind,
                 kinds::INPUT_TEXT
             ),
+        });
+    }
+    if req.kind == kinds::INPUT_HOST {
+        return Err(ApiError::Invalid {
+            field: "kind",
+            reason: "a machine's actions are asked for through /api/v1/machines".into(),
         });
     }
     // An input kind this server does not know is stored as it is, for a newer bridge.

@@ -15,6 +15,7 @@ mod cluster;
 mod errors;
 mod group;
 pub mod lease;
+pub mod machines;
 pub mod migrate;
 pub mod notify;
 mod page;
@@ -35,6 +36,7 @@ use serde_json::Value;
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use group::GroupPart;
 pub use lease::{Expired, Lease, LeaseStore};
+pub use machines::MachineStore;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
@@ -527,6 +529,8 @@ pub struct Stores {
     pub leases: Arc<dyn LeaseStore>,
     /// The notification outbox and Web Push subscriptions.
     pub notify: Arc<dyn NotifyStore>,
+    /// Machines running `moor host` and the sessions they were asked to start.
+    pub machines: Arc<dyn MachineStore>,
     /// Coordination with the other nodes sharing the database; `None` for a single-node
     /// store (SQLite).
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -534,22 +538,9 @@ pub struct Stores {
 
 impl Stores {
     /// The roles of a store only one node uses.
-    fn single<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore>(
-        store: S,
-    ) -> Self {
-        let store = Arc::new(store);
-        Self {
-            log: store.clone(),
-            access: store.clone(),
-            checkpoints: store.clone(),
-            leases: store.clone(),
-            notify: store,
-            cluster: None,
-        }
-    }
-
-    /// The roles of a store several nodes share.
-    fn shared<S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + Cluster>(
+    fn single<
+        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + MachineStore,
+    >(
         store: S,
     ) -> Self {
         let store = Arc::new(store);
@@ -559,6 +550,31 @@ impl Stores {
             checkpoints: store.clone(),
             leases: store.clone(),
             notify: store.clone(),
+            machines: store,
+            cluster: None,
+        }
+    }
+
+    /// The roles of a store several nodes share.
+    fn shared<
+        S: LogStore
+            + AccessStore
+            + CheckpointStore
+            + LeaseStore
+            + NotifyStore
+            + MachineStore
+            + Cluster,
+    >(
+        store: S,
+    ) -> Self {
+        let store = Arc::new(store);
+        Self {
+            log: store.clone(),
+            access: store.clone(),
+            checkpoints: store.clone(),
+            leases: store.clone(),
+            notify: store.clone(),
+            machines: store.clone(),
             cluster: Some(store),
         }
     }
