@@ -26,9 +26,11 @@ struct Reaper(Arc<Mutex<Vec<i32>>>);
 
 impl Reaper {
     fn adopt(&self, log: &[Entry]) {
-        let mut pids = self.0.lock().unwrap();
+        let mut pids = self.0.lock().expect("pids lock");
         for e in log.iter().filter(|e| e.kind == kinds::HOST_SESSION_STARTED) {
-            let pid = e.payload["pid"].as_i64().unwrap() as i32;
+            let pid = e.payload["pid"]
+                .as_i64()
+                .expect("a started session names its pid") as i32;
             if !pids.contains(&pid) {
                 pids.push(pid);
             }
@@ -38,7 +40,7 @@ impl Reaper {
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        for pid in self.0.lock().unwrap().iter() {
+        for pid in self.0.lock().expect("pids lock").iter() {
             if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
                 let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
@@ -59,9 +61,9 @@ struct Machine {
 
 /// A git work tree on `main` with one uncommitted file.
 fn dirty_repo(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
+    std::fs::create_dir_all(dir).expect("mkdir");
     moor_e2e::util::git_work_tree(dir, &[("README", b"notes\n")]);
-    std::fs::write(dir.join("draft.txt"), "unsaved").unwrap();
+    std::fs::write(dir.join("draft.txt"), "unsaved").expect("write");
 }
 
 impl Machine {
@@ -73,7 +75,7 @@ impl Machine {
         let dir = tempfile::Builder::new()
             .prefix("moor-e2e-host-")
             .tempdir()
-            .unwrap();
+            .expect("temp dir");
         let notes = dir.path().join("notes");
         dirty_repo(&notes);
         let code: PathBuf = claude.map_or_else(|| dir.path().to_owned(), |c| c.project.clone());
@@ -85,10 +87,10 @@ impl Machine {
                  [projects.code]\ndir = {code:?}\n[projects.notes]\ndir = {notes:?}\n\
                  [agents.claude]\ncommand = [{claude:?}]\nmode = \"claude\"\n\
                  [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n",
-                claude = claude_bin_or_sh(claude.is_some()),
+                claude = claude_program(claude.is_some()),
             ),
         )
-        .unwrap();
+        .expect("write the configuration");
         // An interactive shell ignores SIGTERM: its stop is forced after a short grace.
         let mut opts =
             BridgeOpts::host(&proxy.url(), server.token(), &config).flag("--stop-grace", "1s");
@@ -145,7 +147,7 @@ impl Machine {
     async fn act(&self, path: &str, body: Value) -> ActionAccepted {
         let (status, body) = self.post(path, body).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body:?}");
-        serde_json::from_value(body).unwrap()
+        serde_json::from_value(body).expect("an ActionAccepted")
     }
 
     /// Waits for the action at `seq` to be applied; the machine's log so far.
@@ -175,7 +177,9 @@ impl Machine {
     }
 }
 
-fn claude_bin_or_sh(claude: bool) -> String {
+/// The Claude Code CLI for the `claude` agent, or `false` (a program that exits at once) on a
+/// machine whose test starts no Claude session.
+fn claude_program(claude: bool) -> String {
     if claude {
         claude_bin().display().to_string()
     } else {
@@ -186,7 +190,7 @@ fn claude_bin_or_sh(claude: bool) -> String {
 async fn get<T: serde::de::DeserializeOwned>(api: &Api, path: &str) -> T {
     let r = api.authed(Method::GET, path, None).await;
     assert_eq!(r.status, StatusCode::OK, "GET {path}: {:?}", r.body);
-    serde_json::from_value(r.body).unwrap()
+    serde_json::from_value(r.body).expect("the expected body")
 }
 
 #[tokio::test]
