@@ -56,6 +56,7 @@ struct Machine {
     log: SessionId,
     tail: LogTail,
     reaper: Reaper,
+    keystrokes: u32,
     _dir: tempfile::TempDir,
 }
 
@@ -120,6 +121,7 @@ impl Machine {
             id: m.id,
             log,
             reaper: Reaper::default(),
+            keystrokes: 0,
             _dir: dir,
         }
     }
@@ -148,6 +150,37 @@ impl Machine {
         let (status, body) = self.post(path, body).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body:?}");
         serde_json::from_value(body).expect("an ActionAccepted")
+    }
+
+    /// Asks for a shell in `notes` under `key`.
+    async fn start_request(&self, key: &str) -> ActionAccepted {
+        self.act(
+            "/sessions",
+            json!({"project": "notes", "agent": "shell", "idempotency_key": key}),
+        )
+        .await
+    }
+
+    /// Starts a shell in `notes` and waits for it to run: the receipt, its id, its log.
+    async fn start_shell(&mut self, key: &str) -> (ActionAccepted, SessionId, LogTail) {
+        let shell = self.start_request(key).await;
+        self.applied(shell.seq).await;
+        let id = self.api().wait_session(&shell.session, WAIT).await.id;
+        let mut tail = LogTail::new(self.api(), id);
+        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+            e.payload["adapter"] == "pty"
+        })
+        .await;
+        (shell, id, tail)
+    }
+
+    /// Types `text` into the terminal of session `id`.
+    async fn keys(&mut self, id: SessionId, text: &str) {
+        self.keystrokes += 1;
+        let msg = format!("k{}", self.keystrokes);
+        self.api()
+            .post_input_kind(id, &msg, kinds::INPUT_KEYS, json!({ "text": text }))
+            .await;
     }
 
     /// Waits for the action at `seq` to be applied; the machine's log so far.
@@ -213,35 +246,10 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     assert_eq!(agents, [("claude", "claude"), ("shell", "pty")]);
 
     // act: a shell in `notes`, driven from the API
-    let shell = m
-        .act(
-            "/sessions",
-            json!({"project": "notes", "agent": "shell", "idempotency_key": "s1"}),
-        )
-        .await;
-    let again = m
-        .act(
-            "/sessions",
-            json!({"project": "notes", "agent": "shell", "idempotency_key": "s1"}),
-        )
-        .await;
+    let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
+    let again = m.start_request("s1").await;
     assert!(again.duplicate && again.session == shell.session && again.seq == shell.seq);
-    m.applied(shell.seq).await;
-    let shell_id = m.api().wait_session(&shell.session, WAIT).await.id;
-    let mut shell_tail = LogTail::new(m.api(), shell_id);
-    shell_tail
-        .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
-            e.payload["adapter"] == "pty"
-        })
-        .await;
-    m.api()
-        .post_input_kind(
-            shell_id,
-            "k1",
-            kinds::INPUT_KEYS,
-            json!({"text": "echo from-$((6*7))-phone\r"}),
-        )
-        .await;
+    m.keys(shell_id, "echo from-$((6*7))-phone\r").await;
     shell_tail.wait_pty_output("from-42-phone", WAIT).await;
 
     // act: Claude Code in `code` with a first prompt
@@ -420,18 +428,7 @@ async fn requests_naming_anything_not_offered_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn after_a_cut_link_and_a_moord_restart_the_machine_comes_back_and_applies_nothing_twice() {
     let mut m = Machine::start(None).await;
-    let shell = m
-        .act(
-            "/sessions",
-            json!({"project": "notes", "agent": "shell", "idempotency_key": "s1"}),
-        )
-        .await;
-    m.applied(shell.seq).await;
-    let shell_id = m.api().wait_session(&shell.session, WAIT).await.id;
-    let mut shell_tail = LogTail::new(m.api(), shell_id);
-    shell_tail
-        .wait_kind(kinds::AGENT_START, 0, WAIT, |_| true)
-        .await;
+    let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
 
     // act: cut every link through the proxy, then restart moord
     m.proxy.cut_all().await;
@@ -449,22 +446,10 @@ async fn after_a_cut_link_and_a_moord_restart_the_machine_comes_back_and_applies
     })
     .await;
     // the session keeps streaming
-    m.api()
-        .post_input_kind(
-            shell_id,
-            "k1",
-            kinds::INPUT_KEYS,
-            json!({"text": "echo back-$((40+2))\r"}),
-        )
-        .await;
+    m.keys(shell_id, "echo back-$((40+2))\r").await;
     shell_tail.wait_pty_output("back-42", FINISH).await;
     // the same request again is a duplicate, and nothing was started twice
-    let again = m
-        .act(
-            "/sessions",
-            json!({"project": "notes", "agent": "shell", "idempotency_key": "s1"}),
-        )
-        .await;
+    let again = m.start_request("s1").await;
     assert!(again.duplicate && again.seq == shell.seq);
     let stop = m
         .act(

@@ -14,7 +14,7 @@
 //! Part of the HTTP transport: calls `access`, `session`, `store` and `hub`; never `sse` or `ws`.
 
 use axum::extract::{Path, State};
-use moor_protocol::api::{BridgeStatus, InputRequest, Role};
+use moor_protocol::api::{InputRequest, Role};
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
     is_valid_name, ActionAccepted, AgentOffer, HostAction, MachineInfo, MachineRegistered,
@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::access::{random_secret, session_with_role, AuthUser, Principal};
 use crate::error::ApiError;
 use crate::extract::Json;
-use crate::session::input::submit_host_action;
+use crate::session::input::submit_checked;
 use crate::state::AppState;
 use crate::store::machines::{MachineRow, MachineSessionRow};
 use crate::store::StoreError;
@@ -208,24 +208,10 @@ async fn machine_for(
     }
 }
 
-/// A session's bridge link as this node can vouch for it.
-async fn link_status(state: &AppState, session: SessionId) -> BridgeStatus {
-    let mut status = state.hub.bridge_status(session);
-    if !status.online && state.leases.held_elsewhere_one(session).await {
-        status = BridgeStatus {
-            online: true,
-            since: None,
-            last_close_code: None,
-            last_reason: None,
-        };
-    }
-    status
-}
-
 async fn info(state: &AppState, row: MachineRow, log: SessionId) -> MachineInfo {
     let offers: Offers = serde_json::from_str(&row.offers).unwrap_or_default();
     MachineInfo {
-        link: link_status(state, log).await,
+        link: super::sessions::bridge_status(state, log).await,
         id: row.id,
         name: row.name,
         os: row.os,
@@ -309,7 +295,7 @@ async fn session_info(state: &AppState, s: MachineSessionRow) -> Result<MachineS
     out.id = Some(row.id);
     out.ended = row.ended_at.is_some();
     if row.agent.is_some() {
-        out.bridge = Some(link_status(state, row.id).await);
+        out.bridge = Some(super::sessions::bridge_status(state, row.id).await);
     }
     let derived = state.states.current(row.id, row.head_seq).await?;
     out.phase = Some(derived.phase);
@@ -363,7 +349,7 @@ async fn ask(
     action: &HostAction,
 ) -> Result<ActionAccepted, ApiError> {
     let payload = serde_json::to_value(action).map_err(|e| ApiError::Internal(e.into()))?;
-    let accepted = submit_host_action(
+    let accepted = submit_checked(
         &state.log,
         &*state.store.log,
         &state.leases,
@@ -487,12 +473,10 @@ pub(super) async fn stop(
     Path((id, name)): Path<(String, String)>,
     Json(req): Json<SessionAction>,
 ) -> Result<Json<ActionAccepted>, ApiError> {
-    let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
-    check_key(&req.idempotency_key)?;
-    let row = machine_session(&state, &machine, &name).await?;
-    let action = HostAction::Stop { session: row.name };
-    let key = format!("stop:{}", req.idempotency_key);
-    Ok(Json(ask(&state, &who, log, key, &action).await?))
+    on_session(&state, &who, (&id, &name), &req, "stop", |row, _| {
+        Ok(HostAction::Stop { session: row.name })
+    })
+    .await
 }
 
 /// `POST /api/v1/machines/{id}/sessions/{name}/resume`: ask the machine to run the session's
@@ -514,16 +498,32 @@ pub(super) async fn resume(
     Path((id, name)): Path<(String, String)>,
     Json(req): Json<SessionAction>,
 ) -> Result<Json<ActionAccepted>, ApiError> {
-    let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
+    on_session(&state, &who, (&id, &name), &req, "resume", |row, offers| {
+        check_offered(offers, &row.project, &row.agent)?;
+        Ok(HostAction::Resume {
+            session: row.name,
+            project: row.project,
+            agent: row.agent,
+        })
+    })
+    .await
+}
+
+/// Asks machine `id` for the action `make` builds from its session `name` and its offers,
+/// under the key `<kind>:<idempotency_key>`.
+async fn on_session(
+    state: &AppState,
+    who: &Principal,
+    (id, name): (&str, &str),
+    req: &SessionAction,
+    kind: &str,
+    make: impl FnOnce(MachineSessionRow, &Offers) -> Result<HostAction, ApiError>,
+) -> Result<Json<ActionAccepted>, ApiError> {
+    let (machine, log) = machine_for(state, who, id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
-    let row = machine_session(&state, &machine, &name).await?;
+    let row = machine_session(state, &machine, name).await?;
     let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
-    check_offered(&offers, &row.project, &row.agent)?;
-    let action = HostAction::Resume {
-        session: row.name,
-        project: row.project,
-        agent: row.agent,
-    };
-    let key = format!("resume:{}", req.idempotency_key);
-    Ok(Json(ask(&state, &who, log, key, &action).await?))
+    let action = make(row, &offers)?;
+    let key = format!("{kind}:{}", req.idempotency_key);
+    Ok(Json(ask(state, who, log, key, &action).await?))
 }

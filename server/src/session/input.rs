@@ -37,19 +37,21 @@ pub async fn submit(
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
-    let result: Result<InputAccepted, ApiError> = async {
+    let checked = async {
         validate(&req)?;
-        require_pending(store, states, session, &req).await?;
-        store_input(log, store, leases, session, author, req).await
+        require_pending(store, states, session, &req).await
     }
     .await;
-    count(log, &result);
-    result
+    if let Err(e) = checked {
+        log.metrics().input(InputOutcome::Refused);
+        return Err(e);
+    }
+    submit_checked(log, store, leases, session, author, req).await
 }
 
-/// Appends an `input.host` action to a machine's log (the caller, `http::machines`, checked
-/// it against what the machine offers): idempotent by `client_msg_id` like any input.
-pub async fn submit_host_action(
+/// Appends an input its caller checked (`http::machines` checks an `input.host` action against
+/// what the machine offers): idempotent by `client_msg_id`, as [`submit`].
+pub async fn submit_checked(
     log: &Log,
     store: &dyn LogStore,
     leases: &Leases,
@@ -57,29 +59,7 @@ pub async fn submit_host_action(
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
-    let result = store_input(log, store, leases, session, author, req).await;
-    count(log, &result);
-    result
-}
-
-fn count(log: &Log, result: &Result<InputAccepted, ApiError>) {
-    log.metrics().input(match result {
-        Ok(a) if a.duplicate => InputOutcome::Duplicate,
-        Ok(_) => InputOutcome::Accepted,
-        Err(_) => InputOutcome::Refused,
-    });
-}
-
-/// Stores one checked input under its `client_msg_id`.
-async fn store_input(
-    log: &Log,
-    store: &dyn LogStore,
-    leases: &Leases,
-    session: SessionId,
-    author: String,
-    req: InputRequest,
-) -> Result<InputAccepted, ApiError> {
-    {
+    let result: Result<InputAccepted, ApiError> = async {
         let append = Append {
             ts: now_ms(),
             kind: req.kind.clone(),
@@ -115,6 +95,13 @@ async fn store_input(
             ))),
         }
     }
+    .await;
+    log.metrics().input(match &result {
+        Ok(a) if a.duplicate => InputOutcome::Duplicate,
+        Ok(_) => InputOutcome::Accepted,
+        Err(_) => InputOutcome::Refused,
+    });
+    result
 }
 
 /// Refuses an `input.permission` whose request is not pending as of the log's head (or, with
