@@ -71,7 +71,12 @@ impl Machine {
     /// `moor host` through a proxy, with the projects `code` (`claude_project`, or a temp dir)
     /// and `notes`, and the agents `claude` and `shell`.
     async fn start(claude: Option<&ClaudeEnv>) -> Self {
-        let server = TestServer::start(ServerOpts::new()).await;
+        Self::start_on(ServerOpts::new(), claude).await
+    }
+
+    /// [`Machine::start`] on a `moord` started with `opts`.
+    async fn start_on(opts: ServerOpts, claude: Option<&ClaudeEnv>) -> Self {
+        let server = TestServer::start(opts).await;
         let proxy = FaultProxy::start(server.addr()).await;
         let dir = tempfile::Builder::new()
             .prefix("moor-e2e-host-")
@@ -427,7 +432,19 @@ async fn requests_naming_anything_not_offered_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn after_a_cut_link_and_a_moord_restart_the_machine_comes_back_and_applies_nothing_twice() {
-    let mut m = Machine::start(None).await;
+    cut_and_restart(Machine::start(None).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_the_machine_comes_back_after_a_cut_link_and_a_moord_restart() {
+    let Some(db) = moor_e2e::pg::TestDb::create().await else {
+        return;
+    };
+    cut_and_restart(Machine::start_on(db.node_opts("a", "host-test-admin-token"), None).await)
+        .await;
+}
+
+async fn cut_and_restart(mut m: Machine) {
     let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
 
     // act: cut every link through the proxy, then restart moord
