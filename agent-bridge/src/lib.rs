@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod host;
 pub mod inputs;
 pub mod link;
 pub mod login;

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::adapter::claude::intent::Intent;
 use crate::adapter::Continuation;
-use crate::config::BRIDGE_PATH;
+use crate::config::{Token, BRIDGE_PATH};
 use crate::error::BridgeError;
 
 /// A small client for moord's HTTP API.
@@ -114,6 +114,32 @@ impl Api {
         self.get(&format!("/api/v1/sessions/{key}/recovery")).await
     }
 
+    /// Registers this machine (`moor host`): its id and the name of its log session.
+    pub async fn register_machine(
+        &self,
+        req: &moor_protocol::host::MachineRegistration,
+    ) -> anyhow::Result<moor_protocol::host::MachineRegistered> {
+        let path = "/api/v1/machines";
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(req)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(Refused {
+                what: format!("POST {path}"),
+                status: status.as_u16(),
+                body,
+            }
+            .into());
+        }
+        Ok(resp.json().await?)
+    }
+
     /// Posts a text input (idempotent by `client_msg_id`).
     pub async fn post_text(
         &self,
@@ -140,6 +166,31 @@ impl Api {
             );
         }
         Ok(resp.json().await?)
+    }
+}
+
+/// An HTTP answer that was not a success.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {status}: {body}")]
+pub struct Refused {
+    /// The request.
+    pub what: String,
+    /// Its status.
+    pub status: u16,
+    /// The answer's body.
+    pub body: String,
+}
+
+/// Runs `call` with an API client for `server`, once more with a renewed token after a failure
+/// when the token can be renewed (the access token of `moor login` may have expired).
+pub async fn with_api<T, F, Fut>(server: &str, token: &Token, call: F) -> anyhow::Result<T>
+where
+    F: Fn(Api) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    match call(Api::new(server, &token.expose())?).await {
+        Err(_) if token.refresh().await => call(Api::new(server, &token.expose())?).await,
+        result => result,
     }
 }
 

@@ -126,6 +126,15 @@ pub const TOOL_INTENT_CHECKED: &str = "agent.tool.intent_checked";
 /// Kind of a checkpoint entry (see the checkpoints work); the fold keeps the last one.
 pub const CHECKPOINT_CREATED: &str = "checkpoint.created";
 
+/// An action a machine running `moor host` is asked to apply (payload
+/// [`crate::host::HostAction`]), in the machine's own log. Written only through the
+/// `/api/v1/machines` routes, never through `POST …/inputs`.
+pub const INPUT_HOST: &str = "input.host";
+/// A machine started a session's `moor run` (payload [`crate::host::HostSessionStarted`]).
+pub const HOST_SESSION_STARTED: &str = "host.session.started";
+/// A session's `moor run` on a machine ended (payload [`crate::host::HostSessionExited`]).
+pub const HOST_SESSION_EXITED: &str = "host.session.exited";
+
 /// Receipt kinds: entries about an input, keyed by the input's seq (at most one of each kind
 /// per input).
 pub const RECEIPTS: [&str; 4] = [

@@ -11,6 +11,7 @@ pub mod close;
 pub mod debug;
 pub mod entry;
 pub mod error;
+pub mod host;
 pub mod ids;
 pub mod kinds;
 pub mod manifest;

@@ -54,6 +54,8 @@ pub struct BridgeOpts {
     command: Option<Vec<String>>,
     envs: Vec<(String, String)>,
     cwd: Option<PathBuf>,
+    /// Runs `moor host --config <this>` instead of `moor run`.
+    host_config: Option<PathBuf>,
 }
 
 impl BridgeOpts {
@@ -73,6 +75,15 @@ impl BridgeOpts {
             command: None,
             envs: Vec::new(),
             cwd: None,
+            host_config: None,
+        }
+    }
+
+    /// `moor host --config <config>` on `server_url` (usually a proxy), instead of `moor run`.
+    pub fn host(server_url: &str, token: &str, config: &Path) -> Self {
+        Self {
+            host_config: Some(config.to_owned()),
+            ..Self::new(server_url, token, "", &[])
         }
     }
 
@@ -96,7 +107,12 @@ impl BridgeOpts {
 
     /// The `moor run …` arguments (without the program) for `state_dir`.
     pub fn run_args(&self, state_dir: &Path) -> Vec<String> {
-        let mut args: Vec<String> = ["run", "--server", &self.server_url]
+        let command = if self.host_config.is_some() {
+            "host"
+        } else {
+            "run"
+        };
+        let mut args: Vec<String> = [command, "--server", &self.server_url]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
@@ -104,12 +120,18 @@ impl BridgeOpts {
         if !self.token.is_empty() {
             args.extend(["--token".into(), self.token.clone()]);
         }
-        args.extend(["--session".into(), self.session.clone()]);
+        match &self.host_config {
+            Some(config) => args.extend(["--config".into(), config.display().to_string()]),
+            None => args.extend(["--session".into(), self.session.clone()]),
+        }
         args.extend(["--state-dir".into(), state_dir.display().to_string()]);
         // An empty value is a switch (`--auto-resume`).
         for (k, v) in &self.flags {
             args.push(k.clone());
             args.extend((!v.is_empty()).then(|| v.clone()));
+        }
+        if self.host_config.is_some() {
+            return args;
         }
         args.push("--".into());
         match &self.command {

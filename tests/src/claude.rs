@@ -129,10 +129,17 @@ impl ClaudeEnv {
     ) -> BridgeOpts {
         let mut command = vec![claude_bin().display().to_string()];
         command.extend(args.iter().map(|a| (*a).to_owned()));
-        BridgeOpts::new(server_url, token, session, &[])
-            .command(&command)
-            .cwd(&self.project)
-            .env("HOME", self.dir.path().join("home").display())
+        self.environment(
+            BridgeOpts::new(server_url, token, session, &[])
+                .command(&command)
+                .cwd(&self.project),
+        )
+    }
+
+    /// `opts` with the CLI's environment (its home, temp dir and the fake API), for `moor run`
+    /// or for a `moor host` whose sessions run the CLI.
+    pub fn environment(&self, opts: BridgeOpts) -> BridgeOpts {
+        opts.env("HOME", self.dir.path().join("home").display())
             .env("TMPDIR", self.dir.path().join("tmp").display())
             .env("ANTHROPIC_BASE_URL", self.api.base_url())
             .env("ANTHROPIC_API_KEY", "sk-ant-fake-key")

@@ -456,6 +456,16 @@ impl LogTail {
         .await
     }
 
+    /// Waits for `needle` in the terminal output (`agent.pty.output`) of the log.
+    pub async fn wait_pty_output(&mut self, needle: &str, timeout: Duration) {
+        self.wait_for(
+            timeout,
+            &format!("{needle:?} in the terminal output"),
+            |es| contains(&pty_bytes(es), needle.as_bytes()),
+        )
+        .await;
+    }
+
     /// Waits until an entry of `kind` matching `pred` exists after `after_seq`; returns it.
     pub async fn wait_kind(
         &mut self,
@@ -498,4 +508,23 @@ pub fn permission_answer(request: &Entry, decision: PermissionDecision) -> Value
         message: None,
     };
     serde_json::to_value(answer).expect("input.permission serialises")
+}
+
+/// Every byte of `agent.pty.output` in `entries`, in order.
+pub fn pty_bytes(entries: &[Entry]) -> Vec<u8> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    entries
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT)
+        .flat_map(|e| {
+            b64.decode(e.payload["data"].as_str().expect("data is a string"))
+                .expect("data is base64")
+        })
+        .collect()
+}
+
+/// Whether `needle` occurs in `hay`.
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }

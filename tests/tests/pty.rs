@@ -3,38 +3,15 @@
 
 use std::time::Duration;
 
-use base64::Engine;
-use moor_e2e::http::RawBody;
+use moor_e2e::http::{contains, pty_bytes, RawBody};
 use moor_e2e::{BridgeOpts, LogTail, ServerOpts, TermSession, TestServer, WAIT};
-use moor_protocol::{kinds, Entry};
+use moor_protocol::kinds;
 use serde_json::json;
 
 const FINISH: Duration = Duration::from_secs(60);
 
-/// Every byte of `agent.pty.output` in the log, in order.
-fn pty_bytes(entries: &[Entry]) -> Vec<u8> {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    entries
-        .iter()
-        .filter(|e| e.kind == kinds::AGENT_PTY_OUTPUT)
-        .flat_map(|e| {
-            b64.decode(e.payload["data"].as_str().expect("data is a string"))
-                .expect("data is base64")
-        })
-        .collect()
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 async fn wait_output(tail: &mut LogTail, needle: &str, timeout: Duration) {
-    tail.wait_for(
-        timeout,
-        &format!("{needle:?} in the terminal output"),
-        |es| contains(&pty_bytes(es), needle.as_bytes()),
-    )
-    .await;
+    tail.wait_pty_output(needle, timeout).await;
 }
 
 struct Setup {

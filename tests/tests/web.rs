@@ -143,6 +143,25 @@ impl Bridges<'_> {
                 self.trees.push(dir);
                 Ok(json!({ "repo": repo.display().to_string() }))
             }
+            "host" => {
+                // `moor host` offering a shell in a git work tree (`notes`, on main, with
+                // uncommitted changes); an interactive shell ignores SIGTERM, so a stop is
+                // forced after a short grace.
+                let (dir, repo) = work_tree();
+                std::fs::write(repo.join("draft.txt"), "unsaved").map_err(|e| e.to_string())?;
+                let config = dir.path().join("host.toml");
+                let text = format!(
+                    "name = \"phone-box\"\n[projects.notes]\ndir = {repo:?}\n\
+                     [agents.shell]\ncommand = [\"bash\"]\nmode = \"pty\"\n"
+                );
+                std::fs::write(&config, text).map_err(|e| e.to_string())?;
+                let host = BridgeOpts::host(&self.url, &self.token, &config)
+                    .flag("--stop-grace", "1s")
+                    .spawn();
+                self.running.insert("host".into(), host);
+                self.trees.push(dir);
+                Ok(json!({}))
+            }
             "proxy" => {
                 let proxy = FaultProxy::start(self.server_addr).await;
                 let url = proxy.url();

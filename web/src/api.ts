@@ -6,6 +6,9 @@
 // into someone's account. On a 401 the page spends its refresh cookie once and retries; when
 // that fails too it shows the login page and comes back afterwards.
 
+import type { ActionAccepted } from "./protocol/ActionAccepted";
+import type { MachineInfo } from "./protocol/MachineInfo";
+import type { StartSession } from "./protocol/StartSession";
 import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
@@ -279,6 +282,19 @@ export const api = {
   members: (id: string) => call<SessionMember[]>(`/sessions/${enc(id)}/members`),
   /** The session's share links, live or not, newest first, without their secrets (owners only). */
   shareLinks: (id: string) => call<ShareLinkInfo[]>(`/sessions/${enc(id)}/share-links`),
+  /** The caller's machines (`moor host`). */
+  machines: () => call<MachineInfo[]>("/machines"),
+  /** One machine with its newest sessions. */
+  machine: (id: string) => call<MachineInfo>(`/machines/${enc(id)}`),
+  /** Asks a machine to start a session: names only, never a command or a path. */
+  startOnMachine: (id: string, req: StartSession) =>
+    call<ActionAccepted>(`/machines/${enc(id)}/sessions`, { method: "POST", body: JSON.stringify(req) }),
+  /** Asks a machine to stop or resume one of its sessions. */
+  machineAction: (id: string, session: string, action: "stop" | "resume", key: string) =>
+    call<ActionAccepted>(`/machines/${enc(id)}/sessions/${enc(session)}/${action}`, {
+      method: "POST",
+      body: JSON.stringify({ idempotency_key: key }),
+    }),
 };
 
 /** Server hints for the client (no secrets): the keep-alive interval the watchdog relies on. */

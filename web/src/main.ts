@@ -1,6 +1,7 @@
 // Entry point: token capture, theme, the service worker, the outbox, and a hash router:
 // `#/` the session list, `#/s/<id>` a session, `#/login`, `#/setup&code=…`, `#/device&code=…`
-// (approving `moor login`) and `#/join&link=…` (a share link).
+// (approving `moor login`), `#/join&link=…` (a share link), `#/machines` and `#/m/<id>` (machines
+// running `moor host`).
 
 import "./style.css";
 import { api, appConfig, captureToken } from "./api";
@@ -9,6 +10,7 @@ import { Outbox } from "./outbox";
 import type { SessionInfo } from "./protocol/SessionInfo";
 import { deviceView, joinView, loginView, setupView } from "./views/access";
 import { listView } from "./views/list";
+import { machineView, machinesView } from "./views/machines";
 import { sessionView } from "./views/session";
 
 /** The route of the fragment (`/s/<id>`, `/login`…) and its `&key=value` parameters. */
@@ -47,6 +49,8 @@ async function main(): Promise<void> {
     else if (path === "/setup") setupView(root, params.get("code") ?? "");
     else if (path === "/device") deviceView(root, params.get("code") ?? "");
     else if (path === "/join") joinView(root, params.get("link") ?? "");
+    else if (path === "/machines") close = machinesView(root);
+    else if (path.startsWith("/m/")) close = machineView(root, decodeURIComponent(path.slice(3)));
     else close = listView(root);
     early = undefined;
     window.scrollTo(0, 0);

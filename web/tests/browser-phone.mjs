@@ -3,8 +3,8 @@
 // issue 15 played as the user met it, now true: what the banners say with the device offline and
 // with the server unreachable (a fault proxy refusing connections), a removed member's page, a
 // user with no role, an ended session, keystrokes and helper keys of a terminal, a terminal
-// wider than the phone, touch targets and the empty list. Every wait is a condition with a
-// timeout as a failure guard. Prints one line per scenario and "N passed, M failed".
+// wider than the phone, touch targets and the empty list; and the machines view of `moor host`.
+// Every wait is a condition with a timeout as a failure guard. Prints one line per scenario and "N passed, M failed".
 // MOOR_WEB_ONLY=<regex> runs the matching scenarios only.
 
 import {
@@ -414,6 +414,36 @@ scenario("11. every tap target is at least 44×44; the empty list gives the serv
   assert(text.includes("moor run -- claude"), `the run command: ${text}`);
   await shot(p2, "phone-empty-list");
   await ctx2.close();
+});
+
+scenario("12. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it", async ({ browser }) => {
+  await rpc("host", {});
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/machines&token=${TOKEN}`);
+  await waitFor("the machine, online", 20000, () =>
+    page.evaluate(() => document.querySelector('[data-machine] [data-link="online"]') !== null));
+  await page.locator("[data-machine]").first().tap();
+  const projects = await waitFor("the start sheet's projects", 10000, () =>
+    page.evaluate(() => document.getElementById("start-project")?.textContent || null));
+  assert(/notes · main · changes/.test(projects), `the project with its branch and dirty state: ${projects}`);
+  await page.locator("#start-agent").selectOption("shell");
+  await page.locator("#start-prompt").fill("");
+  await page.locator("#start-session").tap();
+  await waitFor("the session running on the machine", 30000, () =>
+    page.evaluate(() => document.querySelector('[data-machine-session] [data-action="stop"]') !== null));
+  const phase = await page.evaluate(() => document.querySelector("[data-machine-session] [data-phase]")?.textContent ?? "");
+  assert(phase.length > 0, "the session's phase is shown");
+  const small = await page.evaluate(() =>
+    [...document.querySelectorAll("#start-session, [data-action], #back")]
+      .map((el) => el.getBoundingClientRect())
+      .filter((r) => r.width < 44 || r.height < 44).length);
+  assert(small === 0, `${small} machine controls under 44×44`);
+  await shot(page, "phone-machine");
+  await page.locator('[data-machine-session] [data-action="stop"]').tap();
+  await waitFor("the stopped session offered for resume", 30000, () =>
+    page.evaluate(() => document.querySelector('[data-machine-session] [data-action="resume"]') !== null));
+  await ctx.close();
 });
 
 // ---- run

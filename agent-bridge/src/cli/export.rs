@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use futures_util::StreamExt;
 
-use super::run::{token_for, with_api};
+use super::run::token_for;
+use crate::recover::with_api;
 
 /// The longest an export download may take.
 const MAX_EXPORT_TIME: Duration = Duration::from_secs(6 * 3600);

@@ -7,6 +7,7 @@
 
 mod checkpoints;
 mod export;
+mod host;
 mod recover;
 mod run;
 
@@ -17,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 use self::checkpoints::CheckpointsCommand;
 use self::export::ExportArgs;
+use self::host::HostArgs;
 use self::recover::RecoverArgs;
 use self::run::RunArgs;
 use crate::adapter::AdapterError;
@@ -87,6 +89,9 @@ enum Command {
     /// Checkpoints of this git work tree: list, show, diff, restore (here or from the server).
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
+    /// Start, stop and resume sessions on this machine when asked through moord, from what
+    /// its configuration file allows (`moor host install` writes a service that runs it).
+    Host(HostArgs),
     /// Log this device in to moord: shows a code and a QR code to approve while logged in;
     /// `moor run` then needs no token.
     Login {
@@ -112,6 +117,7 @@ impl Cli {
             Command::Resume(args) => recover::resume(args),
             Command::Checkpoints(cmd) => checkpoints::run(cmd),
             Command::Export(args) => export::export(args),
+            Command::Host(args) => host::host(args),
             Command::Login { server } => run::login(&server),
         };
         match result {

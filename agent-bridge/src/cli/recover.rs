@@ -8,10 +8,10 @@ use anyhow::Context;
 
 use crate::adapter::{terminal, AdapterKind, AdapterMode};
 use crate::checkpoint::CheckpointConfig;
-use crate::recover::{self, Api};
+use crate::recover::{self, with_api, Api};
 use crate::{BridgeConfig, Token};
 
-use super::run::{token_for, with_api};
+use super::run::token_for;
 
 #[derive(Debug, clap::Args)]
 pub(super) struct RecoverArgs {

@@ -14,7 +14,7 @@ use crate::backoff::BackoffConfig;
 use crate::checkpoint::{self, CheckpointConfig};
 use crate::config::parse_duration;
 use crate::login;
-use crate::recover::{self, Api};
+use crate::recover::{self, with_api};
 use crate::{Bridge, BridgeConfig, BridgeHandle, LinkConfig, Token};
 
 #[derive(Debug, clap::Args)]
@@ -36,24 +36,8 @@ pub(super) struct RunArgs {
     /// Where spools live (default: $XDG_STATE_HOME/moor or ~/.local/state/moor).
     #[arg(long, env = "MOOR_STATE_DIR")]
     state_dir: Option<PathBuf>,
-    /// First reconnect delay ceiling, ms.
-    #[arg(long, env = "MOOR_BACKOFF_INITIAL_MS", default_value_t = 1000)]
-    backoff_initial_ms: u64,
-    /// Largest reconnect delay, ms.
-    #[arg(long, env = "MOOR_BACKOFF_MAX_MS", default_value_t = 30_000)]
-    backoff_max_ms: u64,
-    /// A connection that lived this long resets the backoff, ms.
-    #[arg(long, env = "MOOR_STABLE_AFTER_MS", default_value_t = 10_000)]
-    stable_after_ms: u64,
-    /// TCP connect + WebSocket upgrade + welcome must finish within this, ms.
-    #[arg(long, env = "MOOR_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
-    connect_timeout_ms: u64,
-    /// Most entries per frame.
-    #[arg(long, env = "MOOR_BATCH_MAX", default_value_t = 1000)]
-    batch_max: usize,
-    /// Most entries sent and not yet acknowledged.
-    #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
-    window: u64,
+    #[command(flatten)]
+    link: LinkArgs,
     /// Serve Prometheus metrics (spool depth, acked seq, link state, reconnects) at
     /// `GET /metrics` on this address, e.g. 127.0.0.1:9465 (plain HTTP: keep it private).
     #[arg(long, env = "MOOR_METRICS_LISTEN")]
@@ -92,6 +76,45 @@ pub(super) struct RunArgs {
     pub(super) command: Vec<String>,
 }
 
+/// The link's timings and limits, shared by `moor run` and `moor host`.
+#[derive(Debug, clap::Args)]
+pub(super) struct LinkArgs {
+    /// First reconnect delay ceiling, ms.
+    #[arg(long, env = "MOOR_BACKOFF_INITIAL_MS", default_value_t = 1000)]
+    backoff_initial_ms: u64,
+    /// Largest reconnect delay, ms.
+    #[arg(long, env = "MOOR_BACKOFF_MAX_MS", default_value_t = 30_000)]
+    backoff_max_ms: u64,
+    /// A connection that lived this long resets the backoff, ms.
+    #[arg(long, env = "MOOR_STABLE_AFTER_MS", default_value_t = 10_000)]
+    stable_after_ms: u64,
+    /// TCP connect + WebSocket upgrade + welcome must finish within this, ms.
+    #[arg(long, env = "MOOR_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
+    connect_timeout_ms: u64,
+    /// Most entries per frame.
+    #[arg(long, env = "MOOR_BATCH_MAX", default_value_t = 1000)]
+    batch_max: usize,
+    /// Most entries sent and not yet acknowledged.
+    #[arg(long, env = "MOOR_WINDOW", default_value_t = 20_000)]
+    window: u64,
+}
+
+impl LinkArgs {
+    pub(super) fn config(&self) -> LinkConfig {
+        LinkConfig {
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(self.backoff_initial_ms),
+                max: Duration::from_millis(self.backoff_max_ms),
+                stable_after: Duration::from_millis(self.stable_after_ms),
+            },
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            batch_max: self.batch_max,
+            window: self.window,
+            ..LinkConfig::default()
+        }
+    }
+}
+
 impl RunArgs {
     fn checkpoints(&self) -> Option<CheckpointConfig> {
         (!self.no_checkpoints).then(|| CheckpointConfig {
@@ -103,17 +126,7 @@ impl RunArgs {
 
     fn into_config(self) -> anyhow::Result<BridgeConfig> {
         let token = token_for(&self.server, self.token.as_deref())?;
-        let link = LinkConfig {
-            backoff: BackoffConfig {
-                initial: Duration::from_millis(self.backoff_initial_ms),
-                max: Duration::from_millis(self.backoff_max_ms),
-                stable_after: Duration::from_millis(self.stable_after_ms),
-            },
-            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
-            batch_max: self.batch_max,
-            window: self.window,
-            ..LinkConfig::default()
-        };
+        let link = self.link.config();
         Ok(BridgeConfig {
             server: self.server,
             token,
@@ -137,7 +150,7 @@ impl RunArgs {
     }
 }
 
-fn parse_mode(s: &str) -> Result<AdapterMode, String> {
+pub(super) fn parse_mode(s: &str) -> Result<AdapterMode, String> {
     match s {
         "auto" => Ok(AdapterMode::Auto),
         "pty" => Ok(AdapterMode::Fixed(AdapterKind::Pty)),
@@ -190,19 +203,6 @@ async fn continue_conversation(config: &mut BridgeConfig) {
             "moor: could not read session {key} from the server ({e:#}); starting a new Claude \
              Code conversation (`moor resume {key}` continues the earlier one)"
         ),
-    }
-}
-
-/// Runs `call` with an API client for `server`, once more with a renewed token after a failure
-/// when the token can be renewed (the access token of `moor login` may have expired).
-pub(super) async fn with_api<T, F, Fut>(server: &str, token: &Token, call: F) -> anyhow::Result<T>
-where
-    F: Fn(Api) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    match call(Api::new(server, &token.expose())?).await {
-        Err(_) if token.refresh().await => call(Api::new(server, &token.expose())?).await,
-        result => result,
     }
 }
 

@@ -13,6 +13,7 @@ mod export;
 pub(crate) mod guard;
 mod health;
 mod inputs;
+mod machines;
 pub(crate) mod metrics;
 mod notify;
 mod offers;
@@ -75,6 +76,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notify::remove))
         .routes(routes!(notify::list_sinks, notify::add_sink))
         .routes(routes!(notify::remove_sink))
+        .routes(routes!(machines::register, machines::list))
+        .routes(routes!(machines::get))
+        .routes(routes!(machines::start))
+        .routes(routes!(machines::stop))
+        .routes(routes!(machines::resume))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

@@ -8,7 +8,7 @@ use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use moor_protocol::api::{BridgeStatus, EntriesPage, Me, Role, SessionInfo, SessionStatus};
-use moor_protocol::Seq;
+use moor_protocol::{Seq, SessionId};
 use serde::Deserialize;
 
 use crate::access::AuthUser;
@@ -60,6 +60,16 @@ fn held_elsewhere(bridge: &mut BridgeStatus) {
             last_reason: None,
         };
     }
+}
+
+/// A session's bridge link as this node can vouch for it (online when another live node holds
+/// its lease).
+pub(super) async fn bridge_status(state: &AppState, session: SessionId) -> BridgeStatus {
+    let mut bridge = state.hub.bridge_status(session);
+    if !bridge.online && state.leases.held_elsewhere_one(session).await {
+        held_elsewhere(&mut bridge);
+    }
+    bridge
 }
 
 /// `GET /api/v1/me`: the caller's name, and whether it is an administrator or the bootstrap
@@ -143,9 +153,7 @@ pub(super) async fn get(
     let (row, role) = session_with_role(&state.store, &who, &key, Role::Viewer).await?;
     let derived = state.states.current(row.id, row.head_seq).await?;
     let mut info = info(&state, row, role);
-    if !info.bridge.online && state.leases.held_elsewhere_one(info.id).await {
-        held_elsewhere(&mut info.bridge);
-    }
+    info.bridge = bridge_status(&state, info.id).await;
     info.state = Some((*derived).clone());
     Ok(Json(info))
 }

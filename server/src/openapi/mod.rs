@@ -38,6 +38,8 @@ pub const CHECKPOINTS: &str = "checkpoints";
 pub const ACCESS: &str = "access";
 /// Tag of the web client's files and the server's own description.
 pub const SERVER: &str = "server";
+/// Tag of the machine routes (`moor host`).
+pub const MACHINES: &str = "machines";
 
 /// The document's frame; `app::routes` adds every operation to it.
 #[derive(Debug, OpenApi)]
@@ -67,6 +69,7 @@ pub const SERVER: &str = "server";
         (name = CHECKPOINTS, description = "Work-tree checkpoints and their content-addressed blobs"),
         (name = ACCESS, description = "Login, tokens, device grants, users and sharing"),
         (name = SERVER, description = "Health, the web client, and this description"),
+        (name = MACHINES, description = "Machines running `moor host`: what they offer, and the sessions they start, stop and resume on request"),
     )
 )]
 pub struct ApiDoc;

@@ -37,9 +37,29 @@ pub async fn submit(
     author: String,
     req: InputRequest,
 ) -> Result<InputAccepted, ApiError> {
-    let result: Result<InputAccepted, ApiError> = async {
+    let checked = async {
         validate(&req)?;
-        require_pending(store, states, session, &req).await?;
+        require_pending(store, states, session, &req).await
+    }
+    .await;
+    if let Err(e) = checked {
+        log.metrics().input(InputOutcome::Refused);
+        return Err(e);
+    }
+    submit_checked(log, store, leases, session, author, req).await
+}
+
+/// Appends an input its caller checked (`http::machines` checks an `input.host` action against
+/// what the machine offers): idempotent by `client_msg_id`, as [`submit`].
+pub async fn submit_checked(
+    log: &Log,
+    store: &dyn LogStore,
+    leases: &Leases,
+    session: SessionId,
+    author: String,
+    req: InputRequest,
+) -> Result<InputAccepted, ApiError> {
+    let result: Result<InputAccepted, ApiError> = async {
         let append = Append {
             ts: now_ms(),
             kind: req.kind.clone(),
@@ -145,6 +165,12 @@ pub fn validate(req: &InputRequest) -> Result<(), ApiError> {
                 req.kind,
                 kinds::INPUT_TEXT
             ),
+        });
+    }
+    if req.kind == kinds::INPUT_HOST {
+        return Err(ApiError::Invalid {
+            field: "kind",
+            reason: "a machine's actions are asked for through /api/v1/machines".into(),
         });
     }
     // An input kind this server does not know is stored as it is, for a newer bridge.

@@ -220,6 +220,32 @@ const PLAIN_TABLES: &[Table] = &[
             ("created_at", "bigint"),
         ],
     },
+    Table {
+        name: "machines",
+        select: None,
+        columns: &[
+            ("id", "text"),
+            ("owner", "text"),
+            ("name", "text"),
+            ("os", "text"),
+            ("version", "text"),
+            ("offers", "text"),
+            ("max_sessions", "bigint"),
+            ("log_session", "text"),
+            ("registered_at", "bigint"),
+        ],
+    },
+    Table {
+        name: "machine_sessions",
+        select: None,
+        columns: &[
+            ("machine_id", "text"),
+            ("name", "text"),
+            ("project", "text"),
+            ("agent", "text"),
+            ("created_at", "bigint"),
+        ],
+    },
 ];
 
 /// Copies everything from the SQLite database at `from` into the Postgres database at `to`

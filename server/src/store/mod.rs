@@ -15,6 +15,7 @@ mod cluster;
 mod errors;
 mod group;
 pub mod lease;
+pub mod machines;
 pub mod migrate;
 pub mod notify;
 mod page;
@@ -36,6 +37,7 @@ use serde_json::Value;
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
 pub use group::GroupPart;
 pub use lease::{Expired, Lease, LeaseStore, RENEW_CHUNK};
+pub use machines::MachineStore;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
@@ -531,6 +533,8 @@ pub struct Stores {
     pub notify: Arc<dyn NotifyStore>,
     /// Deleting sessions (retention, owners' deletions).
     pub retention: Arc<dyn RetentionStore>,
+    /// Machines running `moor host` and the sessions they were asked to start.
+    pub machines: Arc<dyn MachineStore>,
     /// Coordination with the other nodes sharing the database; `None` for a single-node
     /// store (SQLite).
     pub cluster: Option<Arc<dyn Cluster>>,
@@ -539,7 +543,8 @@ pub struct Stores {
 impl Stores {
     /// The roles of a store only one node uses.
     fn single<
-        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + RetentionStore,
+        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + RetentionStore
+            + MachineStore,
     >(
         store: S,
     ) -> Self {
@@ -551,6 +556,7 @@ impl Stores {
             leases: store.clone(),
             notify: store.clone(),
             retention: store,
+            machines: store,
             cluster: None,
         }
     }
@@ -563,6 +569,7 @@ impl Stores {
             + LeaseStore
             + NotifyStore
             + RetentionStore
+            + MachineStore
             + Cluster,
     >(
         store: S,
@@ -575,6 +582,7 @@ impl Stores {
             leases: store.clone(),
             notify: store.clone(),
             retention: store.clone(),
+            machines: store.clone(),
             cluster: Some(store),
         }
     }

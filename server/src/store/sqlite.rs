@@ -21,6 +21,7 @@ use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
+use super::machines::machine_store;
 use super::notify::notify_store;
 use super::retention::{retention_store, RetentionDialect};
 use super::{
@@ -171,6 +172,7 @@ impl AccessDialect for SqliteStore {
 access_store!(SqliteStore, sqlx::Sqlite);
 lease_store!(SqliteStore, sqlx::Sqlite);
 notify_store!(SqliteStore, sqlx::Sqlite, "");
+machine_store!(SqliteStore, sqlx::Sqlite);
 
 impl CheckpointDialect for SqliteStore {
     const SAVE_CHECKPOINT: &'static str =

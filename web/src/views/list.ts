@@ -68,7 +68,7 @@ export function listView(root: HTMLElement): () => void {
   const who = h("span.muted.who", { id: "who" });
   const invites = invitations(() => void refresh());
   root.replaceChildren(
-    h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, logoutButton(), themeButton())),
+    h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, h("a.tb", { href: "#/machines", id: "machines-link" }, "Machines"), logoutButton(), themeButton())),
     note,
     h("main.list-main", null, notifySwitch(), sinksPanel(), invites.el, body),
   );

@@ -30,6 +30,7 @@ use super::access::{access_store, stored_role, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
+use super::machines::machine_store;
 use super::notify::notify_store;
 use super::retention::{retention_store, RetentionDialect};
 use super::{
@@ -217,6 +218,7 @@ retention_store!(PgStore, sqlx::Postgres);
 access_store!(PgStore, sqlx::Postgres);
 lease_store!(PgStore, sqlx::Postgres);
 notify_store!(PgStore, sqlx::Postgres, " FOR UPDATE SKIP LOCKED");
+machine_store!(PgStore, sqlx::Postgres);
 
 impl CheckpointDialect for PgStore {
     const SAVE_CHECKPOINT: &'static str =

@@ -1,0 +1,431 @@
+//! `moor host`: a long-running process that starts, stops and resumes sessions on this
+//! machine when asked through `moord`, from what [`HostConfig`] allows.
+//!
+//! The machine's own log is an ordinary session, so the link to `moord` is the bridge's own
+//! [`Link`] (lease, backoff, watchdog, `move`) with its spool and input ledger: an action
+//! (`input.host`) is applied at most once across link cuts, `moord` restarts and restarts of
+//! `moor host` itself (one interrupted while being applied is reported `input.uncertain`, never
+//! replayed), and what the machine did goes into the same log (`host.session.started`,
+//! `host.session.exited`) with the input's receipt (`input.applied` or `input.failed` with the
+//! reason). Sessions it starts are ordinary `moor run` processes of this same binary, each in
+//! its own process group, so they get the same log, roles and recovery as any other.
+
+pub mod config;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use moor_protocol::bridge::AgentInfo;
+use moor_protocol::host::{
+    AgentOffer, HostAction, HostSessionExited, HostSessionStarted, MachineRegistration,
+    ProjectOffer,
+};
+use moor_protocol::{kinds, now_ms};
+use rustix::process::{kill_process_group, Pid, Signal};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use self::config::{AgentDef, HostConfig};
+use crate::backoff::Backoff;
+use crate::config::{LinkConfig, Token};
+use crate::inputs::{Inputs, PendingInput};
+use crate::link::{Link, LinkParams};
+use crate::recover::Api;
+use crate::session_dir::SessionDir;
+use crate::spool::{Draft, Spool};
+use crate::status::Status;
+
+/// Everything `moor host` needs, with no CLI parsing attached.
+#[derive(Debug, Clone)]
+pub struct HostParams {
+    /// moord's URL.
+    pub server: String,
+    /// The credential (a `moor login` token renews itself).
+    pub token: Token,
+    /// Set when the token was given explicitly: passed to the sessions as `MOOR_TOKEN`.
+    pub explicit_token: Option<String>,
+    /// What may be started.
+    pub config: HostConfig,
+    /// Where the machine's spool and the sessions' spools live.
+    pub state_dir: PathBuf,
+    /// The link's timings.
+    pub link: LinkConfig,
+    /// How long a stopped session gets between SIGTERM and SIGKILL.
+    pub stop_grace: Duration,
+    /// How often the machine registers again (branch and dirty state of its projects).
+    pub refresh: Duration,
+    /// The `moor` binary sessions run (this one).
+    pub moor: PathBuf,
+}
+
+/// A session's `moor run` this process started.
+#[derive(Debug)]
+struct Child {
+    pid: u32,
+    stopping: bool,
+}
+
+/// A child that ended: its session, and its exit code (None: a signal).
+type Exit = (String, Option<i32>);
+
+/// The running host.
+#[derive(Debug)]
+struct Host {
+    p: HostParams,
+    spool: Spool,
+    children: HashMap<String, Child>,
+    exits: mpsc::UnboundedSender<Exit>,
+    api: Api,
+}
+
+/// What the machine offers now: its projects (with branch and dirty state) and agents.
+pub fn registration(config: &HostConfig) -> MachineRegistration {
+    MachineRegistration {
+        name: config.name.clone(),
+        os: std::env::consts::OS.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        projects: config
+            .projects
+            .iter()
+            .map(|(name, dir)| {
+                let (branch, dirty) = git_state(dir);
+                ProjectOffer {
+                    name: name.clone(),
+                    branch,
+                    dirty,
+                }
+            })
+            .collect(),
+        agents: config
+            .agents
+            .iter()
+            .map(|(name, a)| AgentOffer {
+                name: name.clone(),
+                mode: a.mode.clone(),
+            })
+            .collect(),
+        max_sessions: config.max_sessions,
+    }
+}
+
+/// The checked-out branch and whether the work tree has changes (None, None outside git).
+fn git_state(dir: &std::path::Path) -> (Option<String>, Option<bool>) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let Some(status) = git(&["status", "--porcelain", "--untracked-files=normal"]) else {
+        return (None, None);
+    };
+    let branch = git(&["symbolic-ref", "--short", "-q", "HEAD"]).filter(|b| !b.is_empty());
+    (branch, Some(!status.is_empty()))
+}
+
+/// Registers the machine, retrying with the link's backoff until `moord` answers (or
+/// `shutdown`); a refusal (4xx other than 401/408/429) is final.
+async fn register(
+    p: &HostParams,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<moor_protocol::host::MachineRegistered>> {
+    let mut backoff = Backoff::new(p.link.backoff);
+    loop {
+        let result = crate::recover::with_api(&p.server, &p.token, |api| async move {
+            api.register_machine(&registration(&p.config)).await
+        })
+        .await;
+        match result {
+            Ok(r) => return Ok(Some(r)),
+            Err(e) if is_final(&e) => return Err(e.context("moord refused the machine")),
+            Err(e) => {
+                let delay = backoff.next_delay();
+                eprintln!("moor host: cannot register yet ({e:#}); retrying in {delay:?}");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Whether a registration error is a refusal to stop at (a 4xx other than 401, 408 and 429).
+fn is_final(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<crate::recover::Refused>()
+        .is_some_and(|r| (400..500).contains(&r.status) && ![401, 408, 429].contains(&r.status))
+}
+
+/// Runs `moor host` until `shutdown`, or a terminal link error. Sessions it started keep
+/// running when it stops.
+pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let Some(registered) = register(&p, &shutdown).await? else {
+        return Ok(());
+    };
+    eprintln!(
+        "moor host: {} registered as machine {} (log session {})",
+        p.config.name, registered.id, registered.log_session
+    );
+    let dir = SessionDir::open(&p.state_dir, &registered.log_session)?;
+    let status = Status::new(true, &registered.log_session);
+    let (link, ports) = Link::new(LinkParams {
+        url: crate::config::bridge_ws_url(&p.server)?,
+        token: p.token.clone(),
+        session: registered.log_session.clone(),
+        continues: None,
+        producer: dir.producer,
+        agent: AgentInfo {
+            command: vec!["moor".into(), "host".into()],
+            cwd: String::new(),
+            host: p.config.name.clone(),
+            adapter: "host".into(),
+        },
+        config: p.link.clone(),
+        spool: dir.spool.clone(),
+        ledger: dir.ledger.clone(),
+        status,
+    });
+    let link_stop = shutdown.child_token();
+    let mut link_task = tokio::spawn(link.run(link_stop.clone()));
+    let mut inputs = Inputs::new(ports.inputs, dir.ledger.clone(), ports.receipts);
+    let (exits, mut exits_rx) = mpsc::unbounded_channel();
+    let mut host = Host {
+        api: Api::new(&p.server, &p.token.expose())?,
+        spool: dir.spool.clone(),
+        children: HashMap::new(),
+        exits,
+        p,
+    };
+    let mut refresh = tokio::time::interval(host.p.refresh.max(Duration::from_secs(1)));
+    refresh.tick().await;
+    let result = loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break Ok(()),
+            ended = &mut link_task => {
+                break match ended {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(anyhow::Error::new(e).context("the machine's link stopped")),
+                    Err(e) => Err(anyhow::anyhow!("the machine's link failed: {e}")),
+                };
+            }
+            input = inputs.next() => match input? {
+                Some(input) => host.apply(input).await?,
+                None => break Ok(()),
+            },
+            Some((session, code)) = exits_rx.recv() => host.exited(session, code).await?,
+            _ = refresh.tick() => {
+                if let Err(e) = host.api.register_machine(&registration(&host.p.config)).await {
+                    tracing::info!(error = %e, "could not refresh the machine's registration");
+                }
+            }
+        }
+    };
+    link_stop.cancel();
+    let _ = link_task.await;
+    result
+}
+
+impl Host {
+    /// Applies one action and answers it.
+    async fn apply(&mut self, input: PendingInput) -> anyhow::Result<()> {
+        if input.kind != kinds::INPUT_HOST {
+            let reason = format!("{} is not an action for a machine", input.kind);
+            input.failed(reason).await?;
+            return Ok(());
+        }
+        let action = match serde_json::from_value::<HostAction>(input.payload.clone()) {
+            Ok(a) => a,
+            Err(e) => {
+                input.failed(format!("not a valid action: {e}")).await?;
+                return Ok(());
+            }
+        };
+        let seq = input.seq.0;
+        let outcome = match action {
+            HostAction::Start {
+                session,
+                project,
+                agent,
+                prompt,
+            } => self.start(&session, &project, &agent, seq, prompt).await,
+            HostAction::Resume {
+                session,
+                project,
+                agent,
+            } => self.start(&session, &project, &agent, seq, None).await,
+            HostAction::Stop { session } => self.stop(&session),
+        };
+        match outcome {
+            Ok(()) => input.applied().await?,
+            Err(reason) => input.failed(reason).await?,
+        }
+        Ok(())
+    }
+
+    /// Starts `moor run --session <session>` of `agent` in `project`, as the configuration
+    /// says; the reason when it may not or cannot.
+    async fn start(
+        &mut self,
+        session: &str,
+        project: &str,
+        agent: &str,
+        input_seq: u64,
+        prompt: Option<String>,
+    ) -> Result<(), String> {
+        let config = &self.p.config;
+        let dir = config
+            .project(project)
+            .ok_or_else(|| format!("this machine has no project {project:?}"))?
+            .to_owned();
+        let def = config
+            .agent(agent)
+            .ok_or_else(|| format!("this machine has no agent {agent:?}"))?
+            .clone();
+        if !moor_protocol::host::is_valid_name(session) {
+            return Err(format!("{session:?} is not a session name"));
+        }
+        if self.children.contains_key(session) {
+            return Err(format!("session {session} already runs here"));
+        }
+        let running = self.children.len();
+        if running >= config.max_sessions as usize {
+            return Err(format!(
+                "this machine already runs {running} sessions, its limit (max_sessions)"
+            ));
+        }
+        let pid = self.spawn(session, &dir, &def)?;
+        self.children.insert(
+            session.to_owned(),
+            Child {
+                pid,
+                stopping: false,
+            },
+        );
+        self.record(
+            kinds::HOST_SESSION_STARTED,
+            &HostSessionStarted {
+                session: session.to_owned(),
+                project: project.to_owned(),
+                agent: agent.to_owned(),
+                pid,
+                input_seq,
+            },
+        )
+        .await
+        .map_err(|e| format!("could not record the start: {e}"))?;
+        if let Some(prompt) = prompt.filter(|p| !p.is_empty()) {
+            // The session exists on the server already (moord made it before asking); the
+            // prompt waits there until the new bridge takes it. Idempotent by its id.
+            let (api, session, id) = (
+                Api::new(&self.p.server, &self.p.token.expose()).map_err(|e| e.to_string())?,
+                session.to_owned(),
+                format!("host-prompt-{input_seq}"),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = api.post_text(&session, &id, &prompt).await {
+                    eprintln!("moor host: could not give {session} its first prompt: {e:#}");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Spawns the session's `moor run` in its own process group; its pid.
+    fn spawn(&self, session: &str, dir: &std::path::Path, def: &AgentDef) -> Result<u32, String> {
+        let logs = self.p.state_dir.join("host-logs");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(logs.join(format!("{session}.log")))
+            .map_err(|e| format!("cannot open the session's log file: {e}"))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = tokio::process::Command::new(&self.p.moor);
+        cmd.arg("run")
+            .arg("--server")
+            .arg(&self.p.server)
+            .arg("--session")
+            .arg(session)
+            .arg("--state-dir")
+            .arg(&self.p.state_dir)
+            .arg("--mode")
+            .arg(&def.mode)
+            .arg("--")
+            .args(&def.command)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some(token) = &self.p.explicit_token {
+            cmd.env("MOOR_TOKEN", token);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.p.moor.display()))?;
+        let pid = child.id().ok_or("the session's process ended at once")?;
+        let (exits, name) = (self.exits.clone(), session.to_owned());
+        tokio::spawn(async move {
+            let code = child.wait().await.ok().and_then(|s| s.code());
+            let _ = exits.send((name, code));
+        });
+        Ok(pid)
+    }
+
+    /// Stops the session's `moor run`: SIGTERM to its process group (it ends the session
+    /// normally), SIGKILL to the group after the grace.
+    fn stop(&mut self, session: &str) -> Result<(), String> {
+        let child = self
+            .children
+            .get_mut(session)
+            .ok_or_else(|| format!("session {session} does not run on this machine"))?;
+        child.stopping = true;
+        let pid = i32::try_from(child.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or("bad pid")?;
+        kill_process_group(pid, Signal::TERM).map_err(|e| format!("cannot signal it: {e}"))?;
+        let grace = self.p.stop_grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            // The group is gone once everything in it exited: ESRCH is the good outcome.
+            let _ = kill_process_group(pid, Signal::KILL);
+        });
+        Ok(())
+    }
+
+    /// Records that a session's `moor run` ended.
+    async fn exited(&mut self, session: String, code: Option<i32>) -> anyhow::Result<()> {
+        let stopped = self.children.remove(&session).is_some_and(|c| c.stopping);
+        self.record(
+            kinds::HOST_SESSION_EXITED,
+            &HostSessionExited {
+                session,
+                code,
+                stopped,
+            },
+        )
+        .await
+    }
+
+    /// Spools one entry of the machine's log.
+    async fn record(&self, kind: &str, payload: &impl serde::Serialize) -> anyhow::Result<()> {
+        self.spool
+            .append(vec![Draft {
+                ts: now_ms(),
+                kind: kind.to_owned(),
+                payload: serde_json::to_value(payload)?,
+            }])
+            .await?;
+        Ok(())
+    }
+}

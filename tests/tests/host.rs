@@ -1,0 +1,493 @@
+//! `moor host` end to end: a real `moor host` with a configuration of two projects and two
+//! agents (Claude Code against the fake model API, and a PTY shell), driven through the
+//! `/api/v1/machines` routes of a real `moord`, its link through the fault proxy.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use moor_e2e::claude::claude_bin;
+use moor_e2e::http::RawBody;
+use moor_e2e::{
+    eventually_some, Api, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestBridge,
+    TestServer, WAIT,
+};
+use moor_protocol::host::{ActionAccepted, MachineInfo};
+use moor_protocol::{kinds, Entry, SessionId};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const FINISH: Duration = Duration::from_secs(60);
+
+/// Kills the process groups of the sessions' `moor run`s when the test ends: they are their
+/// own groups and outlive `moor host` by design.
+#[derive(Default, Clone)]
+struct Reaper(Arc<Mutex<Vec<i32>>>);
+
+impl Reaper {
+    fn adopt(&self, log: &[Entry]) {
+        let mut pids = self.0.lock().expect("pids lock");
+        for e in log.iter().filter(|e| e.kind == kinds::HOST_SESSION_STARTED) {
+            let pid = e.payload["pid"]
+                .as_i64()
+                .expect("a started session names its pid") as i32;
+            if !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in self.0.lock().expect("pids lock").iter() {
+            if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
+struct Machine {
+    server: TestServer,
+    proxy: FaultProxy,
+    host: TestBridge,
+    id: String,
+    log: SessionId,
+    tail: LogTail,
+    reaper: Reaper,
+    keystrokes: u32,
+    _dir: tempfile::TempDir,
+}
+
+/// A git work tree on `main` with one uncommitted file.
+fn dirty_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    moor_e2e::util::git_work_tree(dir, &[("README", b"notes\n")]);
+    std::fs::write(dir.join("draft.txt"), "unsaved").expect("write");
+}
+
+impl Machine {
+    /// `moor host` through a proxy, with the projects `code` (`claude_project`, or a temp dir)
+    /// and `notes`, and the agents `claude` and `shell`.
+    async fn start(claude: Option<&ClaudeEnv>) -> Self {
+        Self::start_on(ServerOpts::new(), claude).await
+    }
+
+    /// [`Machine::start`] on a `moord` started with `opts`.
+    async fn start_on(opts: ServerOpts, claude: Option<&ClaudeEnv>) -> Self {
+        let server = TestServer::start(opts).await;
+        let proxy = FaultProxy::start(server.addr()).await;
+        let dir = tempfile::Builder::new()
+            .prefix("moor-e2e-host-")
+            .tempdir()
+            .expect("temp dir");
+        let notes = dir.path().join("notes");
+        dirty_repo(&notes);
+        let code: PathBuf = claude.map_or_else(|| dir.path().to_owned(), |c| c.project.clone());
+        let config = dir.path().join("host.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"box\"\nmax_sessions = 2\n\
+                 [projects.code]\ndir = {code:?}\n[projects.notes]\ndir = {notes:?}\n\
+                 [agents.claude]\ncommand = [{claude:?}]\nmode = \"claude\"\n\
+                 [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n",
+                claude = claude_program(claude.is_some()),
+            ),
+        )
+        .expect("write the configuration");
+        // An interactive shell ignores SIGTERM: its stop is forced after a short grace.
+        let mut opts =
+            BridgeOpts::host(&proxy.url(), server.token(), &config).flag("--stop-grace", "1s");
+        if let Some(c) = claude {
+            opts = c.environment(opts);
+        }
+        let host = opts.spawn();
+        let api = server.api();
+        let m: MachineInfo = eventually_some(WAIT, "the machine registered and online", || {
+            let api = api.clone();
+            async move {
+                let list: Vec<MachineInfo> = get(&api, "/api/v1/machines").await;
+                list.into_iter().find(|m| m.link.online)
+            }
+        })
+        .await;
+        let log = api
+            .session(&m.log_session)
+            .await
+            .expect("the log session")
+            .id;
+        Self {
+            tail: LogTail::new(api, log),
+            server,
+            proxy,
+            host,
+            id: m.id,
+            log,
+            reaper: Reaper::default(),
+            keystrokes: 0,
+            _dir: dir,
+        }
+    }
+
+    fn api(&self) -> Api {
+        self.server.api()
+    }
+
+    async fn machine(&self) -> MachineInfo {
+        get(&self.api(), &format!("/api/v1/machines/{}", self.id)).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .api()
+            .authed(
+                Method::POST,
+                &format!("/api/v1/machines/{}{path}", self.id),
+                Some(RawBody::Json(body)),
+            )
+            .await;
+        (r.status, r.body)
+    }
+
+    async fn act(&self, path: &str, body: Value) -> ActionAccepted {
+        let (status, body) = self.post(path, body).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body:?}");
+        serde_json::from_value(body).expect("an ActionAccepted")
+    }
+
+    /// Asks for a shell in `notes` under `key`.
+    async fn start_request(&self, key: &str) -> ActionAccepted {
+        self.act(
+            "/sessions",
+            json!({"project": "notes", "agent": "shell", "idempotency_key": key}),
+        )
+        .await
+    }
+
+    /// Starts a shell in `notes` and waits for it to run: the receipt, its id, its log.
+    async fn start_shell(&mut self, key: &str) -> (ActionAccepted, SessionId, LogTail) {
+        let shell = self.start_request(key).await;
+        self.applied(shell.seq).await;
+        let id = self.api().wait_session(&shell.session, WAIT).await.id;
+        let mut tail = LogTail::new(self.api(), id);
+        tail.wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
+            e.payload["adapter"] == "pty"
+        })
+        .await;
+        (shell, id, tail)
+    }
+
+    /// Types `text` into the terminal of session `id`.
+    async fn keys(&mut self, id: SessionId, text: &str) {
+        self.keystrokes += 1;
+        let msg = format!("k{}", self.keystrokes);
+        self.api()
+            .post_input_kind(id, &msg, kinds::INPUT_KEYS, json!({ "text": text }))
+            .await;
+    }
+
+    /// Waits for the action at `seq` to be applied; the machine's log so far.
+    async fn applied(&mut self, seq: u64) -> Vec<Entry> {
+        self.tail
+            .wait_kind(kinds::INPUT_APPLIED, 0, WAIT, |e| {
+                e.payload["input_seq"] == seq
+            })
+            .await;
+        let log = self.api().entries_all(self.log).await;
+        self.reaper.adopt(&log);
+        assert!(
+            !log.iter()
+                .any(|e| e.kind == kinds::INPUT_FAILED && e.payload["input_seq"] == seq),
+            "the action failed: {log:#?}"
+        );
+        log
+    }
+
+    /// The `host.session.started` entries for `session`.
+    async fn starts(&self, session: &str) -> Vec<Entry> {
+        let log = self.api().entries_all(self.log).await;
+        self.reaper.adopt(&log);
+        log.into_iter()
+            .filter(|e| e.kind == kinds::HOST_SESSION_STARTED && e.payload["session"] == session)
+            .collect()
+    }
+}
+
+/// The Claude Code CLI for the `claude` agent, or `false` (a program that exits at once) on a
+/// machine whose test starts no Claude session.
+fn claude_program(claude: bool) -> String {
+    if claude {
+        claude_bin().display().to_string()
+    } else {
+        "false".to_owned()
+    }
+}
+
+async fn get<T: serde::de::DeserializeOwned>(api: &Api, path: &str) -> T {
+    let r = api.authed(Method::GET, path, None).await;
+    assert_eq!(r.status, StatusCode::OK, "GET {path}: {:?}", r.body);
+    serde_json::from_value(r.body).expect("the expected body")
+}
+
+#[tokio::test]
+async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine() {
+    // arrange: a machine offering Claude Code and a shell in two projects
+    let claude = ClaudeEnv::start().await;
+    let mut m = Machine::start(Some(&claude)).await;
+    let info = m.machine().await;
+    assert_eq!((info.name.as_str(), info.max_sessions), ("box", 2));
+    let notes = info.projects.iter().find(|p| p.name == "notes").unwrap();
+    assert_eq!(
+        (notes.branch.as_deref(), notes.dirty),
+        (Some("main"), Some(true))
+    );
+    let agents: Vec<_> = info
+        .agents
+        .iter()
+        .map(|a| (a.name.as_str(), a.mode.as_str()))
+        .collect();
+    assert_eq!(agents, [("claude", "claude"), ("shell", "pty")]);
+
+    // act: a shell in `notes`, driven from the API
+    let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
+    let again = m.start_request("s1").await;
+    assert!(again.duplicate && again.session == shell.session && again.seq == shell.seq);
+    m.keys(shell_id, "echo from-$((6*7))-phone\r").await;
+    shell_tail.wait_pty_output("from-42-phone", WAIT).await;
+
+    // act: Claude Code in `code` with a first prompt
+    let cc = m
+        .act(
+            "/sessions",
+            json!({"project": "code", "agent": "claude", "prompt": "first question", "idempotency_key": "c1"}),
+        )
+        .await;
+    m.applied(cc.seq).await;
+    let cc_id = m.api().wait_session(&cc.session, WAIT).await.id;
+    let mut cc_tail = LogTail::new(m.api(), cc_id);
+    cc_tail
+        .wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
+        .await;
+    assert!(claude
+        .api
+        .prompts()
+        .iter()
+        .any(|p| p.contains("first question")));
+
+    // assert: the machine view lists both, online, with their phase
+    let view = m.machine().await;
+    assert_eq!(view.sessions.len(), 2, "{view:#?}");
+    for s in &view.sessions {
+        assert!(s.bridge.as_ref().is_some_and(|b| b.online), "{s:?}");
+        assert!(s.phase.is_some() && !s.ended, "{s:?}");
+    }
+
+    // act: a third session is over the machine's limit of two: refused on the machine
+    let third = m
+        .act(
+            "/sessions",
+            json!({"project": "notes", "agent": "shell", "idempotency_key": "s3"}),
+        )
+        .await;
+    let failed = m
+        .tail
+        .wait_kind(kinds::INPUT_FAILED, 0, WAIT, |e| {
+            e.payload["input_seq"] == third.seq
+        })
+        .await;
+    assert!(
+        failed.payload["reason"].as_str().unwrap().contains("limit"),
+        "{failed:?}"
+    );
+
+    // act: stop the shell
+    let stop = m
+        .act(
+            &format!("/sessions/{}/stop", shell.session),
+            json!({"idempotency_key": "st1"}),
+        )
+        .await;
+    m.tail
+        .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
+            e.payload["session"] == shell.session.as_str() && e.payload["stopped"] == true
+        })
+        .await;
+    m.api()
+        .wait_bridge_online(&shell.session, false, WAIT)
+        .await;
+
+    // act: kill Claude's moor run (a crash), then resume it from the phone
+    let pid = m.starts(&cc.session).await[0].payload["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).unwrap();
+    m.tail
+        .wait_kind(kinds::HOST_SESSION_EXITED, 0, FINISH, |e| {
+            e.payload["session"] == cc.session.as_str() && e.payload["stopped"] == false
+        })
+        .await;
+    let resume = m
+        .act(
+            &format!("/sessions/{}/resume", cc.session),
+            json!({"idempotency_key": "r1"}),
+        )
+        .await;
+    m.applied(resume.seq).await;
+    assert_eq!(m.starts(&cc.session).await.len(), 2);
+    let head = m.api().session(&cc.session).await.unwrap().head_seq.0;
+    let n = claude.api.requests().len();
+    m.api()
+        .post_input(cc_id, "again-1", "second question")
+        .await;
+    cc_tail
+        .wait_kind(kinds::AGENT_RESULT, head, FINISH, |_| true)
+        .await;
+    // The resumed Claude Code continued the conversation: the first question is in its history.
+    let later = &claude.api.requests()[n..];
+    assert!(
+        later
+            .iter()
+            .any(|r| r.to_string().contains("first question")),
+        "the resumed conversation lost its history"
+    );
+
+    // assert: the machine's log says who asked what, and what came of it
+    let log = m.api().entries_all(m.log).await;
+    let actions: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == kinds::INPUT_HOST)
+        .map(|e| (e.author.as_str(), e.payload["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("user:admin", "start"),
+            ("user:admin", "start"),
+            ("user:admin", "start"),
+            ("user:admin", "stop"),
+            ("user:admin", "resume")
+        ]
+    );
+    let applied = log
+        .iter()
+        .filter(|e| e.kind == kinds::INPUT_APPLIED)
+        .count();
+    let failed = log.iter().filter(|e| e.kind == kinds::INPUT_FAILED).count();
+    assert_eq!((applied, failed), (4, 1));
+    drop(m.host);
+}
+
+#[tokio::test]
+async fn requests_naming_anything_not_offered_are_refused_and_change_nothing() {
+    let mut m = Machine::start(None).await;
+    let before = m.api().entries_all(m.log).await.len();
+    for body in [
+        json!({"project": "notes", "agent": "bash", "idempotency_key": "a"}),
+        json!({"project": "../etc", "agent": "shell", "idempotency_key": "b"}),
+        json!({"project": "/home", "agent": "shell", "idempotency_key": "c"}),
+        json!({"project": "notes", "agent": "shell", "command": "rm -rf /", "idempotency_key": "d"}),
+        json!({"project": "notes", "agent": "shell -c id", "idempotency_key": "e"}),
+        json!({"project": "notes", "agent": "shell", "idempotency_key": ""}),
+    ] {
+        let (status, answer) = m.post("/sessions", body.clone()).await;
+        assert!(status.is_client_error(), "{body}: {status} {answer:?}");
+    }
+    // An action cannot be slipped in as an ordinary input either.
+    let r = m
+        .api()
+        .authed(
+            Method::POST,
+            &format!("/api/v1/sessions/{}/inputs", m.log),
+            Some(RawBody::Json(json!({"client_msg_id": "x", "kind": kinds::INPUT_HOST,
+                "payload": {"action": "start", "session": "s", "project": "notes", "agent": "shell"}}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    let (status, _) = m
+        .post("/sessions/nope/stop", json!({"idempotency_key": "f"}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        m.api().entries_all(m.log).await.len(),
+        before,
+        "the machine's log changed"
+    );
+    assert!(m.machine().await.sessions.is_empty());
+
+    // Another user sees no machine at all.
+    m.api().add_user("eve", "correct horse battery").await;
+    let eve = m.api().login("eve", "correct horse battery").await;
+    let eve = Api::new(m.server.url(), eve["access_token"].as_str().unwrap());
+    let list: Vec<MachineInfo> = get(&eve, "/api/v1/machines").await;
+    assert!(list.is_empty());
+    let r = eve
+        .authed(Method::GET, &format!("/api/v1/machines/{}", m.id), None)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let _ = m.tail.refresh().await;
+}
+
+#[tokio::test]
+async fn after_a_cut_link_and_a_moord_restart_the_machine_comes_back_and_applies_nothing_twice() {
+    cut_and_restart(Machine::start(None).await).await;
+}
+
+#[tokio::test]
+async fn on_postgres_the_machine_comes_back_after_a_cut_link_and_a_moord_restart() {
+    let Some(db) = moor_e2e::pg::TestDb::create().await else {
+        return;
+    };
+    cut_and_restart(Machine::start_on(db.node_opts("a", "host-test-admin-token"), None).await)
+        .await;
+}
+
+async fn cut_and_restart(mut m: Machine) {
+    let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
+
+    // act: cut every link through the proxy, then restart moord
+    m.proxy.cut_all().await;
+    m.server.restart().await;
+
+    // assert: the machine is back online, truthfully, with its session
+    let api = m.api();
+    let id = m.id.clone();
+    eventually_some(WAIT, "the machine online again", || {
+        let (api, id) = (api.clone(), id.clone());
+        async move {
+            let info: MachineInfo = get(&api, &format!("/api/v1/machines/{id}")).await;
+            (info.link.online && info.sessions.len() == 1).then_some(())
+        }
+    })
+    .await;
+    // the session keeps streaming
+    m.keys(shell_id, "echo back-$((40+2))\r").await;
+    shell_tail.wait_pty_output("back-42", FINISH).await;
+    // the same request again is a duplicate, and nothing was started twice
+    let again = m.start_request("s1").await;
+    assert!(again.duplicate && again.seq == shell.seq);
+    let stop = m
+        .act(
+            &format!("/sessions/{}/stop", shell.session),
+            json!({"idempotency_key": "st"}),
+        )
+        .await;
+    m.applied(stop.seq).await;
+    m.tail
+        .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
+            e.payload["stopped"] == true
+        })
+        .await;
+    assert_eq!(m.starts(&shell.session).await.len(), 1);
+    let log = m.api().entries_all(m.log).await;
+    assert_eq!(
+        log.iter()
+            .filter(|e| e.kind == kinds::INPUT_APPLIED)
+            .count(),
+        2,
+        "{log:#?}"
+    );
+    drop(m.host);
+}
