@@ -2,7 +2,7 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, ApiError, canControl, type Role } from "../api";
-import { WindowCache, type StoredWindow } from "../cache";
+import { WINDOW_ENTRIES, WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
 import { ItemModel, pendingDecision } from "../items";
@@ -14,6 +14,7 @@ import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
+import { markTurnsSeen } from "../needs";
 import { phaseText } from "../phase";
 import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
 import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
@@ -42,6 +43,15 @@ export interface SessionDeps {
   keepaliveMs: number;
   /** The session's info, if the page already asked for it. */
   early?: Promise<SessionInfo | null>;
+  /** The newest part of the window this device keeps of the session, if already asked for. */
+  kept?: Promise<StoredWindow | null>;
+}
+
+/** The newest part of the window kept of `id` (PAGE entries): what a reload draws first. */
+export function keptTail(id: string): Promise<StoredWindow | null> {
+  return windowCache()
+    .then((c) => c?.loadTail(id, PAGE) ?? null)
+    .catch(() => null);
 }
 
 /** Test and benchmark hooks (window.__moor). */
@@ -68,6 +78,9 @@ export interface SessionProbe {
   /** The text the terminal shows (PTY sessions), or null. */
   terminalText(): string | null;
 }
+
+/** Resolves once the next frame has been drawn (a task after it). */
+const afterPaint = () => new Promise<void>((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
   const win = new EntryWindow(0);
@@ -160,6 +173,9 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     if (!win.hasOlder) return Promise.resolve(false);
     loadingOlder = (async () => {
       try {
+        // What this device keeps below the first screen comes before any page from the server.
+        if (keptRest) await keptRest;
+        if (!win.hasOlder) return false;
         const before = win.lo;
         const page = await api.entriesBefore(id, before, PAGE);
         if (win.lo !== before) return false;
@@ -169,10 +185,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           return false;
         }
         keep(added);
-        const old = model.items.length;
-        model.rebuild(win.entries);
-        vl.prepended(model.items.length - old);
-        if (term) term.reload(win.entries);
+        redrawPrepended();
         return true;
       } finally {
         loadingOlder = null;
@@ -181,6 +194,35 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     return loadingOlder;
   };
   vl.onNearTop = () => void loadOlder();
+
+  /** Older entries were put in front of the window: the model, the list and the terminal follow. */
+  function redrawPrepended(): void {
+    const old = model.items.length;
+    model.rebuild(win.entries);
+    vl.prepended(model.items.length - old);
+    if (term) term.reload(win.entries);
+  }
+
+  /**
+   * After the first screen of a restore: the rest of the kept window, read below it, unless the
+   * window was started elsewhere meanwhile (re-anchored: those entries are no longer its past).
+   */
+  let keptRest: Promise<void> | null = null;
+  let anchorGen = 0;
+  function restoreRest(lo: number, have: number): void {
+    const gen = anchorGen;
+    keptRest = (async () => {
+      // Not before the first screen is on it: reading thousands of rows would hold that frame.
+      await afterPaint();
+      const older = await (cache?.loadBefore(id, lo, WINDOW_ENTRIES - have) ?? Promise.resolve([]));
+      if (stopped || gen !== anchorGen || win.lo !== lo || !older.length) return;
+      if (win.prepend(older, true).length) redrawPrepended();
+    })()
+      .catch(() => {})
+      .finally(() => {
+        keptRest = null;
+      });
+  }
 
   function bump(pred: (it: (typeof model.items)[number]) => boolean): void {
     for (const it of model.items) if (pred(it)) it.v += 1;
@@ -231,6 +273,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawStatus();
   };
   const onDevice = () => feel({ t: "device", online: navigator.onLine, at: Date.now() });
+  /** The turns finished so far are on screen: the list stops counting them as not seen. */
+  const markSeen = () => {
+    if (state && document.visibilityState === "visible") markTurnsSeen(id, state.counts.turns);
+  };
+  document.addEventListener("visibilitychange", markSeen);
   window.addEventListener("online", onDevice);
   window.addEventListener("offline", onDevice);
   const drawRecovery = () => {
@@ -428,6 +475,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       onEntries,
       onState: (s) => {
         state = s;
+        markSeen();
         saveMeta();
         setBridge(s.link.up, s.link.since, s.link.reason, s.head);
         drawRecovery();
@@ -442,6 +490,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         feel({ t: "access" });
         if (i.state) {
           state = i.state;
+          markSeen();
           drawRecovery();
         }
         if (i.status === "ended") setEnded();
@@ -475,6 +524,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
   function reanchor(head: number): Promise<boolean> {
+    anchorGen += 1;
     if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
     model.rebuild(win.entries);
@@ -519,6 +569,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       model.rebuild(win.entries);
       vl.reset();
       restoredHi = win.hi;
+      restoreRest(win.lo, win.entries.length);
     }
     const b = m.info?.bridge;
     feel({
@@ -569,7 +620,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawStatus();
     drawPending();
     cache = await windowCache();
-    const kept = cache ? await cache.load(id).catch(() => null) : null;
+    // The newest page of the kept window first (the first screen), the rest after it is drawn.
+    const kept = await (deps.kept ?? keptTail(id));
     if (stopped) return;
     if (kept) {
       restore(kept);
@@ -635,6 +687,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     clearInterval(backTimer);
     window.removeEventListener("online", onDevice);
     window.removeEventListener("offline", onDevice);
+    document.removeEventListener("visibilitychange", markSeen);
     term?.dispose();
   };
 }
