@@ -4,8 +4,9 @@
 import { api, ApiError, canControl, type Role } from "../api";
 import { WINDOW_ENTRIES, WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
+import { Dictation, recognitionCtor } from "../dictation";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
-import { ItemModel, pendingDecision } from "../items";
+import { ItemModel, pendingDecision, type Item } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
@@ -28,6 +29,8 @@ export const MAX_REPLAY = 5000;
 const BACK_NOTICE_MS = 10000;
 
 const cursorKey = (id: string) => `moor.cursor.${id}`;
+/** Whether keystroke bursts are hidden from PTY transcripts on this device ("1"). */
+const HIDE_KEYS = "moor.hide-keys";
 /** The session's info and state are stored at most this often (entries as they come). */
 const META_SAVE_MS = 1000;
 
@@ -71,12 +74,33 @@ export interface SessionProbe {
   rendering(): boolean;
   /** The texts of the transcript's input items, in order. */
   inputTexts(): string[];
+  /** The same, of the items drawn (keystroke bursts may be hidden). */
+  shownInputTexts(): string[];
   /** The newest seq this device keeps of the session in IndexedDB (0: none). */
   keptHi(): Promise<number>;
   /** How many entries this device keeps of the session. */
   keptCount(): Promise<number>;
   /** The text the terminal shows (PTY sessions), or null. */
   terminalText(): string | null;
+}
+
+/**
+ * The microphone: dictation into `text` where the browser offers speech recognition, else
+ * nothing. Recognised words land at the caret, to edit and send.
+ */
+function micButton(text: HTMLTextAreaElement): HTMLElement | null {
+  const Ctor = recognitionCtor(window);
+  if (!Ctor) return null;
+  const d = new Dictation(Ctor, text);
+  const btn = h("button.icon.mic", { type: "button", id: "mic", "aria-label": "Dictate", "aria-pressed": "false", title: "Dictate" }, "🎤");
+  btn.addEventListener("click", () => d.toggle());
+  d.onState = (s) => {
+    btn.setAttribute("aria-pressed", String(s === "listening"));
+    btn.classList.toggle("listening", s === "listening");
+    btn.title = typeof s === "object" ? s.error : s === "listening" ? "Listening: tap to stop" : "Dictate";
+    btn.dataset.state = typeof s === "object" ? "error" : s;
+  };
+  return btn;
 }
 
 /** Resolves once the next frame has been drawn (a task after it). */
@@ -121,6 +145,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     "form.composer",
     { id: "composer" },
     text,
+    micButton(text),
     h("button.send", { type: "submit", "aria-label": "Send" }, "Send"),
   );
   const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", hidden: true, onclick: () => void send("input.interrupt", {}) }, "■");
@@ -148,6 +173,29 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const shareBtn = header.querySelector("#share-btn") as HTMLElement;
 
   // ---- transcript
+  // The items drawn: all of the model's, or all but keystroke bursts when those are hidden (a
+  // PTY session's typing is in its terminal already).
+  let hideKeys = localStorage.getItem(HIDE_KEYS) === "1";
+  let shown: Item[] = model.items;
+  const isKeys = (it: Item) => it.t === "input" && it.kind === "input.keys";
+  /** Brings `shown` up to the model (items are only appended or rebuilt, so indexes hold). */
+  const sync = () => {
+    shown = hideKeys ? model.items.filter((it) => !isKeys(it)) : model.items;
+  };
+  const keysToggle = h("button.tb", { type: "button", id: "keys-toggle", hidden: true, onclick: () => setHideKeys(!hideKeys) });
+  const drawKeysToggle = () => {
+    keysToggle.setAttribute("aria-pressed", String(hideKeys));
+    keysToggle.textContent = hideKeys ? "Show keystrokes" : "Hide keystrokes";
+  };
+  const setHideKeys = (on: boolean) => {
+    hideKeys = on;
+    localStorage.setItem(HIDE_KEYS, on ? "1" : "0");
+    drawKeysToggle();
+    sync();
+    vl.reset();
+  };
+  drawKeysToggle();
+  header.querySelector(".row.tools")?.append(keysToggle);
   const ctx: RenderCtx = {
     canControl: false,
     deciding,
@@ -158,11 +206,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     },
   };
   const vl = new VirtualList(scroller, {
-    count: () => model.items.length,
-    key: (i) => model.items[i].key,
-    version: (i) => model.items[i].v,
-    estimate: (i) => (model.items[i].t === "line" || model.items[i].t === "sys" ? 22 : 64),
-    render: (i) => renderItem(model.items[i], ctx),
+    count: () => shown.length,
+    key: (i) => shown[i].key,
+    version: (i) => shown[i].v,
+    estimate: (i) => (shown[i].t === "line" || shown[i].t === "sys" ? 22 : 64),
+    render: (i) => renderItem(shown[i], ctx),
   });
   vl.onRendered = () => {
     jump.hidden = vl.stick;
@@ -197,9 +245,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   /** Older entries were put in front of the window: the model, the list and the terminal follow. */
   function redrawPrepended(): void {
-    const old = model.items.length;
+    const old = shown.length;
     model.rebuild(win.entries);
-    vl.prepended(model.items.length - old);
+    sync();
+    vl.prepended(shown.length - old);
     if (term) term.reload(win.entries);
   }
 
@@ -461,6 +510,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     }
     if (term) term.write(added);
     model.apply(added);
+    sync();
     vl.appended();
     vl.changed();
     drawDecision();
@@ -528,6 +578,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
     model.rebuild(win.entries);
+    sync();
     vl.reset();
     term?.reload(win.entries);
     return loadOlder();
@@ -538,6 +589,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   function ensureTerminal(i: SessionInfo): Promise<void> {
     interrupt.hidden = i.agent?.adapter !== "claude";
     if (i.agent?.adapter !== "pty") return Promise.resolve();
+    keysToggle.hidden = false;
     termLoading ??= (async () => {
       const { Terminal } = await import("./terminal");
       if (stopped) return;
@@ -567,6 +619,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       win.append(w.entries);
       win.hasOlder = win.lo > 1;
       model.rebuild(win.entries);
+      sync();
       vl.reset();
       restoredHi = win.hi;
       restoreRest(win.lo, win.entries.length);
@@ -670,6 +723,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .map((x) => x.seq),
     rendering: () => vl.pending,
     inputTexts: () => model.items.flatMap((it) => (it.t === "input" ? [it.text] : [])),
+    shownInputTexts: () => shown.flatMap((it) => (it.t === "input" ? [it.text] : [])),
     keptHi: async () => {
       const w = await (await windowCache())?.load(id);
       return w?.entries.length ? w.entries[w.entries.length - 1].seq : 0;
