@@ -663,6 +663,38 @@ macro_rules! access_store {
                     Ok(Some((stored_session(&session)?, stored_role(&now)?)))
                 }
 
+                async fn share_link_preview(
+                    &self,
+                    token_hash: &str,
+                    at: i64,
+                ) -> StoreResult<Option<(SessionId, Role, String)>> {
+                    let row = sqlx::query(&format!(
+                        "SELECT session_id, role, created_by FROM share_links \
+                         WHERE token_hash = $1 AND revoked_at IS NULL AND expires_at > $2 \
+                         AND uses_left > 0 AND {}",
+                        maker_still_owns(
+                            "share_links.created_by",
+                            "share_links.session_id",
+                            "$3",
+                            "$4"
+                        )
+                    ))
+                    .bind(token_hash)
+                    .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let Some(row) = row else {
+                        return Ok(None);
+                    };
+                    let session: String = row.try_get("session_id").map_err(db_error)?;
+                    let role: String = row.try_get("role").map_err(db_error)?;
+                    let by: String = row.try_get("created_by").map_err(db_error)?;
+                    Ok(Some((stored_session(&session)?, stored_role(&role)?, by)))
+                }
+
                 async fn revoke_share_link(
                     &self,
                     id: &str,
