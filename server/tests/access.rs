@@ -1130,7 +1130,8 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
 #[tokio::test]
 async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_use() {
     // arrange: a one-use controller link of s1, made by its owner
-    let server = TestServer::spawn().await;
+    let spawned = TestServer::spawn().await;
+    let server = &spawned;
     let owner = server.user("ann").await;
     let pat = server.user("pat").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
