@@ -36,6 +36,22 @@ pub(crate) fn maker_still_owns(by: &str, session: &str, bootstrap: &str, owner: 
     )
 }
 
+/// The SQL condition that the `share_links` row in scope grants at placeholder `at`: unrevoked,
+/// unexpired, not used up, and its maker still owns the session (placeholders `bootstrap` and
+/// `owner` as in [`maker_still_owns`]). Redeeming and previewing a link test the same.
+pub(crate) fn live_link(at: &str, bootstrap: &str, owner: &str) -> String {
+    format!(
+        "share_links.revoked_at IS NULL AND share_links.expires_at > {at} \
+         AND share_links.uses_left > 0 AND {}",
+        maker_still_owns(
+            "share_links.created_by",
+            "share_links.session_id",
+            bootstrap,
+            owner
+        )
+    )
+}
+
 /// The SQL condition that the `session_offers` row in scope is live at placeholder `at`:
 /// unexpired, and its maker still owns the session (placeholders `bootstrap` and `owner` as in
 /// [`maker_still_owns`]).
@@ -617,14 +633,8 @@ macro_rules! access_store {
                     // still owns the session (or administers the server) and is not revoked.
                     let row = sqlx::query(&format!(
                         "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
-                         AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 AND {} \
-                         RETURNING id, session_id, role",
-                        maker_still_owns(
-                            "share_links.created_by",
-                            "share_links.session_id",
-                            "$3",
-                            "$4"
-                        )
+                         AND {} RETURNING id, session_id, role",
+                        live_link("$2", "$3", "$4")
                     ))
                     .bind(token_hash)
                     .bind(at)
@@ -670,14 +680,8 @@ macro_rules! access_store {
                 ) -> StoreResult<Option<(SessionId, Role, String)>> {
                     let row = sqlx::query(&format!(
                         "SELECT session_id, role, created_by FROM share_links \
-                         WHERE token_hash = $1 AND revoked_at IS NULL AND expires_at > $2 \
-                         AND uses_left > 0 AND {}",
-                        maker_still_owns(
-                            "share_links.created_by",
-                            "share_links.session_id",
-                            "$3",
-                            "$4"
-                        )
+                         WHERE token_hash = $1 AND {}",
+                        live_link("$2", "$3", "$4")
                     ))
                     .bind(token_hash)
                     .bind(at)
