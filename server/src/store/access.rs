@@ -104,7 +104,7 @@ macro_rules! access_store {
 
             use super::$store;
             use $crate::store::access::{
-                live_offer, maker_still_owns, stored_role, stored_session, AccessDialect as _,
+                live_link, live_offer, stored_role, stored_session, AccessDialect as _,
                 OFFER_COLS, OFFER_FINDS_ITS_ACCOUNT,
             };
             use $crate::store::errors::db_error;
