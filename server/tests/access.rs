@@ -1128,6 +1128,75 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
 }
 
 #[tokio::test]
+async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_use() {
+    // arrange: a one-use controller link of s1, made by its owner
+    let spawned = TestServer::spawn().await;
+    let server = &spawned;
+    let owner = server.user("ann").await;
+    let pat = server.user("pat").await;
+    let _bridge = server.bridge("s1", &owner).await.unwrap();
+    let made = server
+        .call_json(
+            "POST",
+            "/sessions/s1/share-links",
+            &owner,
+            Some(json!({"role": "controller", "uses": 1})),
+        )
+        .await;
+    let preview = |token: Value| async move {
+        server
+            .call(
+                "POST",
+                "/share-links/preview",
+                &Cred(None),
+                Some(json!({ "token": token })),
+            )
+            .await
+    };
+
+    // act: asked twice with no credential at all
+    let first = preview(made["token"].clone()).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let said: Value = first.json().await.unwrap();
+    let again = preview(made["token"].clone()).await.status();
+
+    // assert: the session's name and the role, and the one use is still there to redeem
+    assert_eq!(said["name"], "s1");
+    assert_eq!(said["role"], "controller");
+    assert_eq!(said["created_by"], "ann");
+    assert!(said["session"].is_string());
+    assert_eq!(again, StatusCode::OK);
+    let body = Some(json!({"token": made["token"]}));
+    assert_eq!(
+        server
+            .status("POST", "/share-links/redeem", &pat, body)
+            .await,
+        StatusCode::OK
+    );
+    // Spent, unknown or expired: a 404, as redeeming would answer.
+    assert_eq!(
+        preview(made["token"].clone()).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        preview(json!("no-such-link")).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let expired = server
+        .call_json(
+            "POST",
+            "/sessions/s1/share-links",
+            &owner,
+            Some(json!({"role": "viewer", "expires_in": 0})),
+        )
+        .await;
+    assert_eq!(
+        preview(expired["token"].clone()).await.status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
 async fn owners_list_members_and_share_links_without_the_links_secrets() {
     // arrange: ann owns s1, shares it with cole by name and with pat through a link of 2 uses;
     // a second link is revoked.

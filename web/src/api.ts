@@ -28,6 +28,14 @@ const TOKEN_KEY = "moor.token";
 /** Where the login page returns to (kept per tab). */
 const RETURN_KEY = "moor.return";
 
+/** `POST /api/v1/share-links/preview`: what a live share link grants. */
+export interface LinkPreview {
+  session: string;
+  name: string;
+  role: Role;
+  created_by: string;
+}
+
 /** Whether `role` may send input and decide permission requests. */
 export function canControl(role: Role): boolean {
   return role !== "viewer";
@@ -150,6 +158,11 @@ export function refresh(): Promise<boolean> {
 }
 
 /** The route to come back to after logging in (then forgotten). */
+/** Where the login page will return to, without taking it. */
+export function peekReturn(): string {
+  return sessionStorage.getItem(RETURN_KEY) ?? "";
+}
+
 export function takeReturn(): string {
   const r = sessionStorage.getItem(RETURN_KEY);
   sessionStorage.removeItem(RETURN_KEY);
@@ -264,6 +277,9 @@ export const api = {
       body: JSON.stringify({ role, expires_in: expiresIn, uses }),
     }),
   revokeShareLink: (linkId: string) => call<void>(`/share-links/${enc(linkId)}`, { method: "DELETE" }),
+  /** What a share link grants (its session's name, the role, its maker), asked with no login. */
+  previewShareLink: (link: string) =>
+    call<LinkPreview>("/share-links/preview", { method: "POST", body: JSON.stringify({ token: link }) }, true),
   redeemShareLink: (link: string) =>
     call<{ session: string; role: Role }>("/share-links/redeem", { method: "POST", body: JSON.stringify({ token: link }) }),
   /** Changes a member's role (`undefined`: done), or offers the role to someone who is not a

@@ -39,6 +39,11 @@ export function contiguousTail(entries: Entry[], max = WINDOW_ENTRIES): Entry[] 
   return sorted.slice(start);
 }
 
+/** A stored row without its session key: the entry as the server sent it. */
+function strip({ session: _s, ...e }: Entry & { session: string }): Entry {
+  return e as Entry;
+}
+
 function req<T>(r: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
     r.onsuccess = () => resolve(r.result);
@@ -90,8 +95,39 @@ export class WindowCache {
       req(tx.objectStore("entries").getAll(this.range(session)) as IDBRequest<(Entry & { session: string })[]>),
     ]);
     if (!meta) return null;
-    const entries = contiguousTail(rows.map(({ session: _s, ...e }) => e as Entry));
+    const entries = contiguousTail(rows.map(strip));
     return { meta, entries };
+  }
+
+  /**
+   * The newest `n` entries of the stored window of `session` and its meta, or null: what the
+   * first screen needs, read without the rest of the window (one key step back from the end,
+   * then one bounded range), so the time to draw does not grow with the window kept.
+   */
+  async loadTail(session: string, n: number): Promise<StoredWindow | null> {
+    const tx = this.db.transaction(["meta", "entries"], "readonly");
+    const entries = tx.objectStore("entries");
+    const [meta, last] = await Promise.all([
+      req(tx.objectStore("meta").get(session) as IDBRequest<StoredMeta | undefined>),
+      req(entries.openKeyCursor(this.range(session), "prev")),
+    ]);
+    if (!meta) return null;
+    if (!last) return { meta, entries: [] };
+    const hi = (last.key as [string, number])[1];
+    const rows = await req(entries.getAll(this.range(session, Math.max(0, hi - n + 1), hi)) as IDBRequest<(Entry & { session: string })[]>);
+    return { meta, entries: contiguousTail(rows.map(strip), n) };
+  }
+
+  /**
+   * The stored entries right below `lo`, at most `max`: the newest contiguous run of them if it
+   * ends at `lo - 1`, else none (the part of the window a tail read left out).
+   */
+  async loadBefore(session: string, lo: number, max: number): Promise<Entry[]> {
+    if (lo <= 1 || max <= 0) return [];
+    const tx = this.db.transaction("entries", "readonly");
+    const rows = await req(tx.objectStore("entries").getAll(this.range(session, Math.max(0, lo - max), lo - 1)) as IDBRequest<(Entry & { session: string })[]>);
+    const run = contiguousTail(rows.map(strip), max);
+    return run.length && run[run.length - 1].seq === lo - 1 ? run : [];
   }
 
   /** Stores entries the window gained (either end), and trims below the newest WINDOW_ENTRIES. */

@@ -6,12 +6,13 @@
 import "./style.css";
 import { api, appConfig, captureToken } from "./api";
 import { applyTheme } from "./dom";
+import type { StoredWindow } from "./cache";
 import { Outbox } from "./outbox";
 import type { SessionInfo } from "./protocol/SessionInfo";
 import { deviceView, joinView, loginView, setupView } from "./views/access";
 import { listView } from "./views/list";
 import { machineView, machinesView } from "./views/machines";
-import { sessionView } from "./views/session";
+import { keptTail, sessionView } from "./views/session";
 
 /** The route of the fragment (`/s/<id>`, `/login`…) and its `&key=value` parameters. */
 function parseHash(): { path: string; params: URLSearchParams } {
@@ -33,6 +34,8 @@ async function main(): Promise<void> {
   const sessionOf = (path: string) => /^\/s\/([^/]+)$/.exec(path);
   const m0 = sessionOf(parseHash().path);
   let early: Promise<SessionInfo | null> | undefined = m0 ? api.session(decodeURIComponent(m0[1])).catch(() => null) : undefined;
+  // And what this device keeps of it (a reload offline draws from that).
+  let kept: Promise<StoredWindow | null> | undefined = m0 ? keptTail(decodeURIComponent(m0[1])) : undefined;
   const [config, outbox] = await Promise.all([appConfig(), Outbox.open((session, req) => api.postInput(session, req))]);
   performance.mark("moor:boot");
   window.addEventListener("online", () => outbox.pump());
@@ -44,7 +47,7 @@ async function main(): Promise<void> {
     close = null;
     const { path, params } = parseHash();
     const m = sessionOf(path);
-    if (m) close = sessionView(root, decodeURIComponent(m[1]), { outbox, keepaliveMs: config.keepalive_ms, early });
+    if (m) close = sessionView(root, decodeURIComponent(m[1]), { outbox, keepaliveMs: config.keepalive_ms, early, kept });
     else if (path === "/login") loginView(root);
     else if (path === "/setup") setupView(root, params.get("code") ?? "");
     else if (path === "/device") deviceView(root, params.get("code") ?? "");
@@ -53,6 +56,7 @@ async function main(): Promise<void> {
     else if (path.startsWith("/m/")) close = machineView(root, decodeURIComponent(path.slice(3)));
     else close = listView(root);
     early = undefined;
+    kept = undefined;
     window.scrollTo(0, 0);
   };
   window.addEventListener("hashchange", route);

@@ -67,7 +67,10 @@ export class VirtualList {
       r.el.style.transform = `translateY(${this.offset(r.i)}px)`;
     }
     this.layout();
-    if (!this.stick) this.scroller.scrollTop += extra;
+    // Shifted in the same task, stuck to the bottom or not: a scroll event already queued (from
+    // the last render's move to the bottom) then still finds the reader where they were, and
+    // does not take rows put above for a scroll away from the newest.
+    this.scroller.scrollTop += extra;
     this.schedule();
   }
 

@@ -8,7 +8,7 @@
 // MOOR_WEB_ONLY=<regex> runs the matching scenarios only.
 
 import {
-  addUser, api, assert, banner, echoSessionOnPhone, launch, linesSession, loginContext, phone, rpc, runScenarios,
+  addUser, api, assert, banner, echoSessionOnPhone, launch, linesSession, loginContext, loginForm, phone, rpc, runScenarios,
   sessionByName, share, shot, TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
@@ -344,6 +344,20 @@ scenario("6–7. terminal: keystrokes fold into one line per burst; helper keys 
   const resizes1 = (await api(`/sessions/${info.id}/entries?after=0&limit=1000`)).entries.filter((e) => e.kind === "input.resize").length;
   assert(resizes1 === resizes0, `no resize from a zoom tap and typing (${resizes1 - resizes0})`);
   await shot(page, "phone-pty-keys");
+  // The keystrokes hidden behind the toggle: the transcript keeps the rest, the terminal all.
+  const keysShown = () => page.evaluate(() => window.__moor.shownInputTexts().filter((t) => t.startsWith("typed")).length);
+  assert((await keysShown()) > 0, "keystroke bursts are drawn by default");
+  await page.tap("#keys-toggle");
+  assert(await page.evaluate(() => document.getElementById("keys-toggle").getAttribute("aria-pressed")) === "true", "the toggle says keystrokes are hidden");
+  await waitFor("the bursts gone from the transcript", 5000, async () => (await keysShown()) === 0 && (await page.evaluate(() => ![...document.querySelectorAll(".item.i-input")].some((el) => /typed/.test(el.textContent)))));
+  assert((await page.evaluate(() => window.__moor.inputTexts().filter((t) => t.startsWith("typed")).length)) > 0, "hidden, not dropped");
+  // The choice holds on this device: a reload keeps them hidden.
+  await page.reload();
+  await waitFor("the terminal again", 20000, () => page.evaluate(() => window.__moor?.terminalText()?.includes("ready")));
+  await waitFor("the log loaded", 20000, () => page.evaluate(() => window.__moor.inputTexts().some((t) => t.startsWith("typed"))));
+  assert((await keysShown()) === 0, "still hidden after a reload");
+  await page.tap("#keys-toggle");
+  await waitFor("the bursts back", 5000, async () => (await keysShown()) > 0);
   await ctx.close();
 });
 
@@ -416,7 +430,126 @@ scenario("11. every tap target is at least 44×44; the empty list gives the serv
   await ctx2.close();
 });
 
-scenario("12. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it", async ({ browser }) => {
+scenario("3b. needs you: a finished turn not yet seen and a lost bridge come first, badged, counted in the title and the app badge; an opened turn is seen", async ({ browser }) => {
+  await rpc("claude", { session: "ph-turn" });
+  const turn = await sessionByName("ph-turn");
+  await waitFor("the agent started", 60000, async () => (await api(`/sessions/${turn.id}`)).state?.agent.running);
+  await api(`/sessions/${turn.id}/inputs`, { method: "POST", body: JSON.stringify({ client_msg_id: "ph-turn-1", kind: "input.text", payload: { text: "Say hello." } }) });
+  await waitFor("the turn finished", 120000, async () => (await api(`/sessions/${turn.id}`)).state?.turn.finished);
+  await rpc("echo", { session: "ph-lost" });
+  const lost = await sessionByName("ph-lost");
+  await rpc("kill", { session: "ph-lost" });
+  await waitFor("the server to see the bridge gone", 20000, async () => !(await api(`/sessions/${lost.id}`)).bridge.online);
+  const ctx = await phone(browser);
+  // The Badging API as the page calls it (Chromium has it only for installed apps).
+  await ctx.addInitScript(() => {
+    navigator.setAppBadge = (n) => ((window.__badge = n), Promise.resolve());
+    navigator.clearAppBadge = () => ((window.__badge = 0), Promise.resolve());
+  });
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/&token=${TOKEN}`);
+  const list = () =>
+    page.evaluate(() => ({
+      cards: [...document.querySelectorAll(".session-card")].map((c) => ({ id: c.dataset.session, need: c.dataset.needsYou ?? null, text: c.textContent })),
+      title: document.title,
+      badge: window.__badge,
+    }));
+  const seen = await waitFor("both sessions flagged", 30000, async () => {
+    const l = await list();
+    const t = l.cards.find((c) => c.id === turn.id);
+    const b = l.cards.find((c) => c.id === lost.id);
+    return t?.need === "turn-unseen" && b?.need === "bridge-lost" ? l : null;
+  });
+  const t = seen.cards.find((c) => c.id === turn.id);
+  assert(/needs you\s*finished its turn: not seen yet/.test(t.text), `the turn in words: ${t.text}`);
+  assert(/the agent's bridge was lost/.test(seen.cards.find((c) => c.id === lost.id).text), "the lost bridge in words");
+  const firstCalm = seen.cards.findIndex((c) => !c.need);
+  assert(firstCalm === -1 || seen.cards.slice(firstCalm).every((c) => !c.need), `what needs you comes first: ${JSON.stringify(seen.cards.map((c) => c.need))}`);
+  assert(seen.cards.findIndex((c) => c.id === lost.id) < seen.cards.findIndex((c) => c.id === turn.id), "a lost bridge before a turn to read");
+  const n = seen.cards.filter((c) => c.need).length;
+  assert(seen.title === `(${n}) Mooring`, `the title counts them: ${seen.title} for ${n}`);
+  assert(seen.badge === n, `the app badge counts them: ${seen.badge} for ${n}`);
+  await shot(page, "phone-needs-you");
+  // Open the finished turn, read it, go back: it no longer waits on you.
+  await page.tap(`.session-card[data-session="${turn.id}"]`);
+  await waitFor("the session's state on screen", 30000, () => page.evaluate(() => window.__moor?.status().kind === "live"));
+  await page.goto(`${URL_BASE}/#/`);
+  const after = await waitFor("the turn seen", 30000, async () => {
+    const l = await list();
+    return l.cards.find((c) => c.id === turn.id) && !l.cards.find((c) => c.id === turn.id).need ? l : null;
+  });
+  const m = after.cards.filter((c) => c.need).length;
+  assert(after.title === (m ? `(${m}) Mooring` : "Mooring") && m === n - 1, `one fewer counted: ${after.title}, ${m} of ${n}`);
+  assert(after.cards.find((c) => c.id === lost.id).need === "bridge-lost", "the lost bridge still needs you");
+  await ctx.close();
+});
+
+scenario("11b. a share link opened logged out says what it joins and as which role, then joins it", async ({ browser }) => {
+  await rpc("echo", { session: "ph-shared" });
+  const info = await sessionByName("ph-shared");
+  await addUser("ph-sam");
+  const made = await api(`/sessions/${info.id}/share-links`, { method: "POST", body: JSON.stringify({ role: "controller" }) });
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(made.url.replace(/^https?:\/\/[^/]+/, URL_BASE));
+  await page.waitForSelector("#login-form", { timeout: 10000 });
+  const what = await waitFor("what the link joins", 10000, () => page.evaluate(() => document.getElementById("join-what")?.dataset.role ? document.getElementById("join-what").textContent : null));
+  assert(what.includes("“ph-shared”") && /as a controller: you can watch, write to the agent/.test(what), `the login page says it: ${what}`);
+  await shot(page, "phone-join-login");
+  await loginForm(page, "ph-sam");
+  await waitFor("the session, joined", 20000, () => page.evaluate((id) => window.__moor?.id === id && !!document.getElementById("composer-text"), info.id));
+  // The link had one use: spent now, and a second person is told so before logging in.
+  const ctx2 = await phone(browser);
+  const p2 = await ctx2.newPage();
+  await p2.goto(made.url.replace(/^https?:\/\/[^/]+/, URL_BASE));
+  const dead = await waitFor("the dead link said", 10000, () => p2.evaluate(() => (document.getElementById("join-what")?.className === "bad" ? document.getElementById("join-what").textContent : null)));
+  assert(/expired, used up or revoked/.test(dead), `a spent link: ${dead}`);
+  await ctx.close();
+  await ctx2.close();
+});
+
+scenario("12. a microphone dictates into the composer where the browser recognises speech, and is not there where it cannot", async ({ browser }) => {
+  await rpc("echo", { session: "ph-mic" });
+  const info = await sessionByName("ph-mic");
+  // A recognition that hears one sentence once started (the real one needs a microphone and a service).
+  const ctx = await phone(browser);
+  await ctx.addInitScript(() => {
+    window.SpeechRecognition = window.webkitSpeechRecognition = class {
+      start() {
+        setTimeout(() => this.onresult?.({ resultIndex: 0, results: [{ isFinal: true, 0: { transcript: "run the tests" } }] }), 10);
+      }
+      stop() {
+        this.onend?.();
+      }
+    };
+  });
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${info.id}&token=${TOKEN}`);
+  await page.waitForSelector("#composer-text", { timeout: 20000 });
+  await page.fill("#composer-text", "please");
+  await page.tap("#mic");
+  await waitFor("the words in the composer", 5000, () => page.evaluate(() => document.getElementById("composer-text").value === "please run the tests"));
+  assert(await page.evaluate(() => document.getElementById("mic").getAttribute("aria-pressed")) === "true", "the button shows it listens");
+  await page.tap("#mic");
+  assert(await page.evaluate(() => document.getElementById("mic").getAttribute("aria-pressed")) === "false", "a second tap stops");
+  const box = await page.evaluate(() => document.getElementById("mic").getBoundingClientRect().toJSON());
+  assert(box.width >= 44 && box.height >= 44, `a thumb-sized button: ${JSON.stringify(box)}`);
+  await shot(page, "phone-dictation");
+  await ctx.close();
+  // A browser without speech recognition: no button.
+  const ctx2 = await phone(browser);
+  await ctx2.addInitScript(() => {
+    delete window.webkitSpeechRecognition;
+    delete window.SpeechRecognition;
+  });
+  const p2 = await ctx2.newPage();
+  await p2.goto(`${URL_BASE}/#/s/${info.id}&token=${TOKEN}`);
+  await p2.waitForSelector("#composer-text", { timeout: 20000 });
+  assert(!(await p2.evaluate(() => !!document.getElementById("mic"))), "no microphone without speech recognition");
+  await ctx2.close();
+});
+
+scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it", async ({ browser }) => {
   await rpc("host", {});
   const ctx = await phone(browser);
   const page = await ctx.newPage();

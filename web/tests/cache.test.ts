@@ -55,6 +55,32 @@ describe("WindowCache", () => {
     expect((await c.load(`s${WINDOW_SESSIONS + 1}`))?.entries.length).toBe(3);
   });
 
+  it("reads the newest part first, then the rest right below it, only while contiguous", async () => {
+    const c = await open();
+    expect(await c.loadTail("s", 10)).toBeNull();
+    await c.saveMeta(meta("s", 3));
+    expect(await c.loadTail("s", 10)).toEqual({ meta: meta("s", 3), entries: [] });
+    await c.add("s", run(1, 100), 100);
+    // Another session's rows around it are never read.
+    await c.add("r", run(1, 300), 300);
+    const tail = await c.loadTail("s", 10);
+    expect(tail?.meta.at).toBe(3);
+    expect(tail?.entries.map((e) => e.seq)).toEqual(run(91, 100).map((e) => e.seq));
+    expect(tail?.entries[0]).toEqual(entry(91));
+    const rest = await c.loadBefore("s", 91, 1000);
+    expect(rest.map((e) => e.seq)).toEqual(run(1, 90).map((e) => e.seq));
+    expect((await c.loadBefore("s", 91, 20)).map((e) => e.seq)).toEqual(run(71, 90).map((e) => e.seq));
+    expect(await c.loadBefore("s", 1, 10)).toEqual([]);
+    // A hole right below: nothing (the window below is not contiguous with what is shown).
+    await c.add("h", [...run(1, 5), ...run(8, 20)], 20);
+    await c.saveMeta(meta("h", 1));
+    expect((await c.loadTail("h", 10))?.entries.map((e) => e.seq)).toEqual(run(11, 20).map((e) => e.seq));
+    expect((await c.loadBefore("h", 11, 100)).map((e) => e.seq)).toEqual(run(8, 10).map((e) => e.seq));
+    expect(await c.loadBefore("h", 7, 100)).toEqual([]);
+    // A tail with a hole in it: its newest contiguous run.
+    expect((await c.loadTail("h", 15))?.entries.map((e) => e.seq)).toEqual(run(8, 20).map((e) => e.seq));
+  });
+
   it("forgets a session entirely, or only its entries", async () => {
     const c = await open();
     await c.saveMeta(meta("a", 1));

@@ -153,7 +153,7 @@ group("the issue's sequences", () => {
   });
 });
 
-import { needsYou, sortForList } from "../src/views/list";
+import { needsYou, sortForList } from "../src/needs";
 import type { SessionInfo } from "../src/protocol/SessionInfo";
 
 group("the list: what needs you comes first", () => {

@@ -66,6 +66,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(sharing::list_members))
         .routes(routes!(sharing::redeem_share_link))
+        .routes(routes!(sharing::preview_share_link))
         .routes(routes!(sharing::revoke_share_link))
         .routes(routes!(sharing::put_member, sharing::delete_member))
         .routes(routes!(offers::list_offers))

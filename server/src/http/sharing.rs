@@ -308,6 +308,41 @@ pub(crate) async fn redeem_share_link(
     ))
 }
 
+/// `POST /api/v1/share-links/preview` `{token}`, open to anyone holding the secret (no login):
+/// what the link would grant, without spending a use, so the page a share link opens can say
+/// what you are joining and as which role before asking you to log in. 404 exactly when
+/// redeeming would be refused.
+#[utoipa::path(
+    post, path = "/share-links/preview", operation_id = "previewShareLink", tag = "access", security(()),
+    request_body = Redeem,
+    responses(
+        (status = 200, description = "What the link grants", body = crate::openapi::LinkPreview),
+        crate::openapi::BodyLookupErrors,
+    )
+)]
+pub(crate) async fn preview_share_link(
+    State(state): State<AppState>,
+    Json(req): Json<Redeem>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (session, role, by) = state
+        .store
+        .access
+        .share_link_preview(&token_hash(&req.token), now_ms())
+        .await?
+        .ok_or(ApiError::NotFound("share link"))?;
+    let row = match state.store.log.find_session(&session.to_string()).await {
+        Ok(row) => row,
+        Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Json(serde_json::json!({
+        "session": session,
+        "name": row.name,
+        "role": role,
+        "created_by": by,
+    })))
+}
+
 /// `DELETE /api/v1/share-links/{id}` (the session's owner): the link stops working, and the
 /// people who joined through it lose their role and their live connections (409 when that
 /// would remove the session's last owner).

@@ -248,6 +248,19 @@ pub struct Redeemed {
     pub role: Role,
 }
 
+/// `POST /api/v1/share-links/preview`: what a live share link grants.
+#[derive(Debug, ToSchema)]
+pub struct LinkPreview {
+    /// The session.
+    pub session: SessionId,
+    /// Its name.
+    pub name: String,
+    /// The role redeeming the link gives (a role the user already has is kept).
+    pub role: Role,
+    /// Who made the link.
+    pub created_by: String,
+}
+
 /// `GET /api/v1/sessions/{id}/transcript`: the repaired conversation, in the Anthropic
 /// Messages API shape.
 #[derive(Debug, ToSchema)]

@@ -36,6 +36,22 @@ pub(crate) fn maker_still_owns(by: &str, session: &str, bootstrap: &str, owner: 
     )
 }
 
+/// The SQL condition that the `share_links` row in scope grants at placeholder `at`: unrevoked,
+/// unexpired, not used up, and its maker still owns the session (placeholders `bootstrap` and
+/// `owner` as in [`maker_still_owns`]). Redeeming and previewing a link test the same.
+pub(crate) fn live_link(at: &str, bootstrap: &str, owner: &str) -> String {
+    format!(
+        "share_links.revoked_at IS NULL AND share_links.expires_at > {at} \
+         AND share_links.uses_left > 0 AND {}",
+        maker_still_owns(
+            "share_links.created_by",
+            "share_links.session_id",
+            bootstrap,
+            owner
+        )
+    )
+}
+
 /// The SQL condition that the `session_offers` row in scope is live at placeholder `at`:
 /// unexpired, and its maker still owns the session (placeholders `bootstrap` and `owner` as in
 /// [`maker_still_owns`]).
@@ -88,7 +104,7 @@ macro_rules! access_store {
 
             use super::$store;
             use $crate::store::access::{
-                live_offer, maker_still_owns, stored_role, stored_session, AccessDialect as _,
+                live_link, live_offer, stored_role, stored_session, AccessDialect as _,
                 OFFER_COLS, OFFER_FINDS_ITS_ACCOUNT,
             };
             use $crate::store::errors::db_error;
@@ -617,14 +633,8 @@ macro_rules! access_store {
                     // still owns the session (or administers the server) and is not revoked.
                     let row = sqlx::query(&format!(
                         "UPDATE share_links SET uses_left = uses_left - 1 WHERE token_hash = $1 \
-                         AND revoked_at IS NULL AND expires_at > $2 AND uses_left > 0 AND {} \
-                         RETURNING id, session_id, role",
-                        maker_still_owns(
-                            "share_links.created_by",
-                            "share_links.session_id",
-                            "$3",
-                            "$4"
-                        )
+                         AND {} RETURNING id, session_id, role",
+                        live_link("$2", "$3", "$4")
                     ))
                     .bind(token_hash)
                     .bind(at)
@@ -661,6 +671,32 @@ macro_rules! access_store {
                     .map_err(db_error)?;
                     tx.commit().await.map_err(db_error)?;
                     Ok(Some((stored_session(&session)?, stored_role(&now)?)))
+                }
+
+                async fn share_link_preview(
+                    &self,
+                    token_hash: &str,
+                    at: i64,
+                ) -> StoreResult<Option<(SessionId, Role, String)>> {
+                    let row = sqlx::query(&format!(
+                        "SELECT session_id, role, created_by FROM share_links \
+                         WHERE token_hash = $1 AND {}",
+                        live_link("$2", "$3", "$4")
+                    ))
+                    .bind(token_hash)
+                    .bind(at)
+                    .bind(BOOTSTRAP_PRINCIPAL)
+                    .bind(Role::Owner.as_str())
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let Some(row) = row else {
+                        return Ok(None);
+                    };
+                    let session: String = row.try_get("session_id").map_err(db_error)?;
+                    let role: String = row.try_get("role").map_err(db_error)?;
+                    let by: String = row.try_get("created_by").map_err(db_error)?;
+                    Ok(Some((stored_session(&session)?, stored_role(&role)?, by)))
                 }
 
                 async fn revoke_share_link(

@@ -451,6 +451,15 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
         at: i64,
     ) -> StoreResult<Option<(SessionId, Role)>>;
 
+    /// What the live link whose secret hashes to `token_hash` grants, without spending a use:
+    /// its session, its role and who made it. `None` for a link redeeming would refuse (dead or
+    /// unknown), by the same test.
+    async fn share_link_preview(
+        &self,
+        token_hash: &str,
+        at: i64,
+    ) -> StoreResult<Option<(SessionId, Role, String)>>;
+
     /// Revokes a link and removes the members who joined through it. Returns the link's
     /// session and those members. When that would remove the session's last owner nothing
     /// changes: a [`StoreError::Conflict`] ([`LAST_OWNER`]).

@@ -114,6 +114,7 @@ conformance!(
     the_first_admin_is_created_once,
     accounts_refresh_tokens_and_roles_are_kept,
     share_links_grant_roles_until_spent_expired_or_revoked,
+    a_share_link_preview_says_what_redeeming_would_without_spending_a_use,
     a_sessions_members_and_share_links_are_listed,
     a_session_keeps_an_owner_and_links_die_with_their_creators_role,
     offers_wait_for_their_user_expire_and_die_with_their_makers_ownership,

@@ -821,6 +821,42 @@ pub async fn share_links_grant_roles_until_spent_expired_or_revoked(db: Db) {
     ));
 }
 
+pub async fn a_share_link_preview_says_what_redeeming_would_without_spending_a_use(db: Db) {
+    // arrange: a one-use controller link made by ann, the owner; one by bob, who owns nothing
+    let Stores { log, access, .. } = db.open("a").await;
+    let s = log.open_session("previewed", None).await.unwrap().id;
+    access.set_member(s, "ann", Role::Owner).await.unwrap();
+    access
+        .create_share_link(&share_link("p1", s, Role::Controller, 1))
+        .await
+        .unwrap();
+    let mut orphan = share_link("p2", s, Role::Viewer, 1);
+    orphan.info.created_by = "bob".into();
+    access.create_share_link(&orphan).await.unwrap();
+
+    // act
+    let before = access.share_link_preview("hash-p1", 10).await.unwrap();
+    let again = access.share_link_preview("hash-p1", 10).await.unwrap();
+    let redeemed = redeem(&*access, "hash-p1", "cat", 10).await;
+    let spent = access.share_link_preview("hash-p1", 10).await.unwrap();
+    let expired = access.share_link_preview("hash-p2", 2000).await.unwrap();
+    let makers_gone = access.share_link_preview("hash-p2", 10).await.unwrap();
+    let unknown = access.share_link_preview("nope", 10).await.unwrap();
+
+    // assert
+    let grants = Some((s, Role::Controller, "ann".to_owned()));
+    assert_eq!((before.clone(), again), (grants.clone(), grants));
+    assert_eq!(
+        redeemed,
+        Some((s, Role::Controller)),
+        "previews spent no use"
+    );
+    assert_eq!(
+        (spent, expired, makers_gone, unknown),
+        (None, None, None, None)
+    );
+}
+
 pub async fn a_session_keeps_an_owner_and_links_die_with_their_creators_role(db: Db) {
     // arrange: ann owns s with bob; each made an owner link; one entry in s's log
     let Stores { log, access, .. } = db.open("a").await;

@@ -1,7 +1,7 @@
 // Access pages: log in, create the first admin, approve a device (`moor login`), join through a
 // share link. Each says plainly what went wrong; none ever shows or stores a password.
 
-import { api, ApiError, explain, needLogin, setToken, takeReturn } from "../api";
+import { api, ApiError, explain, needLogin, peekReturn, setToken, takeReturn, type LinkPreview } from "../api";
 import { h, themeButton } from "../dom";
 import type { Me } from "../protocol/Me";
 
@@ -75,9 +75,12 @@ export function loginView(root: HTMLElement): void {
     tokenInput,
     h("button", { type: "submit" }, "Use token"),
   );
+  // Reached from a share link: say what logging in will join, and as which role.
+  const joining = joiningNote(linkOf(peekReturn()));
   page(
     root,
     "Log in",
+    joining,
     form,
     h("details.token-alt", null, h("summary", null, "Use an access token instead"), h("p.muted", null, "Paste the admin token moord printed at its first start."), tokenForm),
   );
@@ -212,10 +215,50 @@ export function deviceView(root: HTMLElement, code: string): void {
   })();
 }
 
-/** `#/join&link=…`: redeems a share link (after logging in), then opens the session. */
+/** What each role may do, in words. */
+export const ROLE_WORDS: Record<string, string> = {
+  viewer: "a viewer: you can watch the session",
+  controller: "a controller: you can watch, write to the agent and approve or deny its requests",
+  owner: "an owner: you can do everything, including sharing it",
+};
+
+/** "You are joining «name» as …", from the server's word on the link. */
+export function joiningText(p: LinkPreview): string {
+  return `You are joining “${p.name}” as ${ROLE_WORDS[p.role] ?? p.role}. Shared by ${p.created_by}.`;
+}
+
+/** The share link secret of a `#/join&link=…` route, or "". */
+export function linkOf(hash: string): string {
+  if (!hash.startsWith("#/join")) return "";
+  return new URLSearchParams(hash.slice(1).split("&").slice(1).join("&")).get("link") ?? "";
+}
+
+/**
+ * A note saying what a share link grants (asked of the server, which answers without a login),
+ * or that it grants nothing any more; null without a link.
+ */
+function joiningNote(link: string): HTMLElement | null {
+  if (!link) return null;
+  const note = h("p.join-what", { id: "join-what", role: "status" }, "Checking the share link…");
+  api.previewShareLink(link).then(
+    (p) => {
+      note.dataset.role = p.role;
+      note.textContent = joiningText(p);
+    },
+    (e) => {
+      note.className = "bad";
+      note.textContent = e instanceof ApiError && e.status === 404 ? DEAD_LINK : `Cannot check the share link: ${explain(e)}`;
+    },
+  );
+  return note;
+}
+
+const DEAD_LINK = "This share link is unknown, expired, used up or revoked: ask for a new one.";
+
+/** `#/join&link=…`: says what the link grants, redeems it (after logging in), opens the session. */
 export function joinView(root: HTMLElement, link: string): void {
   const status = h("p.muted", { id: "join-status" }, "Joining…");
-  page(root, "Join a session", status);
+  page(root, "Join a session", joiningNote(link), status);
   void (async () => {
     if (!link) {
       status.textContent = "This link has no share token.";
@@ -233,7 +276,7 @@ export function joinView(root: HTMLElement, link: string): void {
     } catch (e) {
       status.className = "bad";
       status.textContent =
-        e instanceof ApiError && e.status === 404 ? "This share link is unknown, expired, used up or revoked: ask for a new one." : explain(e);
+        e instanceof ApiError && e.status === 404 ? DEAD_LINK : explain(e);
     }
   })();
 }

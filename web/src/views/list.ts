@@ -2,7 +2,9 @@
 
 import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
+import { badge, needOf, seenTurns, sortForList, titleFor } from "../needs";
 import type { SessionInfo } from "../protocol/SessionInfo";
+import type { SessionState } from "../protocol/SessionState";
 import { notifySwitch, sinksPanel } from "./notify";
 import { invitations } from "./offers";
 
@@ -15,40 +17,57 @@ function statusOf(s: SessionInfo): { cls: string; text: string } {
   return { cls: "bad", text: `bridge offline since ${clock(s.bridge.since)}` };
 }
 
+/** Live sessions whose derived state the list asks for (the most recently active). */
+export const MAX_DETAILED = 50;
+/** Requests for those states at once. */
+const DETAIL_REQUESTS = 4;
+
 /**
- * Why a session waits on a person, in words, from what the list knows: its bridge was lost while
- * the session still runs. (A pending decision or a finished turn is in the session's state, which
- * the list does not carry.) Null: nothing waits on you.
+ * The derived state of each live session as of a head the list saw: asked for one by one (the
+ * list does not carry it), again only when the session's head moved. A failed request leaves the
+ * session's state unknown, and nothing is claimed from it.
  */
-export function needsYou(s: SessionInfo): string | null {
-  if (s.status === "ended") return null;
-  if (s.state?.phase === "awaiting_permission") return "waiting for your decision";
-  if (!s.bridge.online && s.bridge.since !== null) return "the agent's bridge was lost";
-  return null;
+export class ListDetails {
+  private known = new Map<string, { head: number; state: SessionState | null }>();
+
+  constructor(private readonly fetchInfo: (id: string) => Promise<SessionInfo> = api.session) {}
+
+  state(id: string): SessionState | null {
+    return this.known.get(id)?.state ?? null;
+  }
+
+  /** Brings the states up to the heads in `sessions` (newest activity first); true if any changed. */
+  async refresh(sessions: SessionInfo[]): Promise<boolean> {
+    const live = sessions.filter((s) => s.status !== "ended").slice(0, MAX_DETAILED);
+    const keep = new Set(live.map((s) => s.id));
+    for (const id of [...this.known.keys()]) if (!keep.has(id)) this.known.delete(id);
+    const todo = live.filter((s) => this.known.get(s.id)?.head !== s.head_seq);
+    let changed = false;
+    const worker = async () => {
+      for (let s = todo.shift(); s; s = todo.shift()) {
+        try {
+          const info = await this.fetchInfo(s.id);
+          this.known.set(s.id, { head: info.head_seq, state: info.state ?? null });
+        } catch {
+          this.known.delete(s.id);
+        }
+        changed = true;
+      }
+    };
+    await Promise.all(Array.from({ length: DETAIL_REQUESTS }, worker));
+    return changed;
+  }
 }
 
-/** Sessions that need a person first, then the most recently active. */
-export function sortForList(sessions: SessionInfo[]): SessionInfo[] {
-  const recent = (x: SessionInfo) => x.last_activity ?? x.created_at;
-  return [...sessions].sort((x, y) => Number(needsYou(y) !== null) - Number(needsYou(x) !== null) || recent(y) - recent(x));
-}
-
-/** The page title and the app badge count the sessions that need a person. */
-function countNeeds(n: number): void {
-  document.title = n ? `(${n}) Mooring` : "Mooring";
-  const nav = navigator as Navigator & { setAppBadge?: (n: number) => Promise<void>; clearAppBadge?: () => Promise<void> };
-  if (n) nav.setAppBadge?.(n).catch(() => {});
-  else nav.clearAppBadge?.().catch(() => {});
-}
-
-function card(s: SessionInfo): HTMLElement {
+function card(s: SessionInfo, state: SessionState | null): HTMLElement {
   const st = statusOf(s);
-  const need = needsYou(s);
+  const why = needOf(s, state, seenTurns(s.id));
+  const need = why?.text ?? null;
   const a = s.agent;
   const watchers = (s as SessionInfo & { watchers?: number }).watchers;
   return h(
     "a.session-card",
-    { href: `#/s/${encodeURIComponent(s.id)}`, "data-session": s.id, "data-needs-you": need ? "true" : null, class: need ? "needs-you" : null },
+    { href: `#/s/${encodeURIComponent(s.id)}`, "data-session": s.id, "data-needs-you": why?.need ?? null, class: need ? "needs-you" : null },
     h("div.row", null, h("b.ell", null, s.name), h("div.spacer"), h(`span.pill.${st.cls}`, null, st.text)),
     need ? h("div.need", null, h("span.badge", null, "needs you"), ` ${need}`) : null,
     a ? h("div.muted.ell", null, `${a.adapter} · ${a.command.join(" ")}`) : null,
@@ -80,16 +99,28 @@ export function listView(root: HTMLElement): () => void {
   );
   let timer: ReturnType<typeof setTimeout> | null = null;
   let stopped = false;
+  const details = new ListDetails();
+  /** The cards, what needs you first; the title and the app badge count those. */
+  const draw = (sessions: SessionInfo[]) => {
+    const need = (s: SessionInfo) => needOf(s, details.state(s.id), seenTurns(s.id))?.need ?? null;
+    const sorted = sortForList(sessions, need);
+    body.replaceChildren(...sorted.map((s) => card(s, details.state(s.id))));
+    const n = sorted.filter((s) => need(s) !== null).length;
+    document.title = titleFor(n);
+    badge(n);
+    if (!sessions.length) body.append(emptyState(location.origin));
+  };
   const refresh = async () => {
     if (timer) clearTimeout(timer);
     try {
       const [sessions] = await Promise.all([api.sessions(), invites.refresh()]);
-      const sorted = sortForList(sessions);
-      body.replaceChildren(...sorted.map(card));
-      countNeeds(sorted.filter((x) => needsYou(x) !== null).length);
-      if (!sessions.length) body.append(emptyState(location.origin));
+      draw(sessions);
       note.className = "banner";
       note.textContent = "";
+      if (await details.refresh(sessions)) {
+        if (stopped) return;
+        draw(sessions);
+      }
     } catch (e) {
       if (e instanceof ApiError && e.status === 401) {
         // The login page is on its way (api.ts), and comes back here.

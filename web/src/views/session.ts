@@ -2,10 +2,11 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, ApiError, canControl, type Role } from "../api";
-import { WindowCache, type StoredWindow } from "../cache";
+import { WINDOW_ENTRIES, WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
+import { Dictation, recognitionCtor } from "../dictation";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
-import { ItemModel, pendingDecision } from "../items";
+import { ItemModel, pendingDecision, type Item } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
@@ -14,6 +15,7 @@ import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
 import { EntryWindow, GapError } from "../window";
 import { renderItem, type RenderCtx } from "./render";
+import { markTurnsSeen } from "../needs";
 import { phaseText } from "../phase";
 import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
 import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
@@ -27,6 +29,8 @@ export const MAX_REPLAY = 5000;
 const BACK_NOTICE_MS = 10000;
 
 const cursorKey = (id: string) => `moor.cursor.${id}`;
+/** Whether keystroke bursts are hidden from PTY transcripts on this device ("1"). */
+const HIDE_KEYS = "moor.hide-keys";
 /** The session's info and state are stored at most this often (entries as they come). */
 const META_SAVE_MS = 1000;
 
@@ -42,6 +46,15 @@ export interface SessionDeps {
   keepaliveMs: number;
   /** The session's info, if the page already asked for it. */
   early?: Promise<SessionInfo | null>;
+  /** The newest part of the window this device keeps of the session, if already asked for. */
+  kept?: Promise<StoredWindow | null>;
+}
+
+/** The newest part of the window kept of `id` (PAGE entries): what a reload draws first. */
+export function keptTail(id: string): Promise<StoredWindow | null> {
+  return windowCache()
+    .then((c) => c?.loadTail(id, PAGE) ?? null)
+    .catch(() => null);
 }
 
 /** Test and benchmark hooks (window.__moor). */
@@ -61,6 +74,8 @@ export interface SessionProbe {
   rendering(): boolean;
   /** The texts of the transcript's input items, in order. */
   inputTexts(): string[];
+  /** The same, of the items drawn (keystroke bursts may be hidden). */
+  shownInputTexts(): string[];
   /** The newest seq this device keeps of the session in IndexedDB (0: none). */
   keptHi(): Promise<number>;
   /** How many entries this device keeps of the session. */
@@ -68,6 +83,28 @@ export interface SessionProbe {
   /** The text the terminal shows (PTY sessions), or null. */
   terminalText(): string | null;
 }
+
+/**
+ * The microphone: dictation into `text` where the browser offers speech recognition, else
+ * nothing. Recognised words land at the caret, to edit and send.
+ */
+function micButton(text: HTMLTextAreaElement): HTMLElement | null {
+  const Ctor = recognitionCtor(window);
+  if (!Ctor) return null;
+  const d = new Dictation(Ctor, text);
+  const btn = h("button.icon.mic", { type: "button", id: "mic", "aria-label": "Dictate", "aria-pressed": "false", title: "Dictate" }, "🎤");
+  btn.addEventListener("click", () => d.toggle());
+  d.onState = (s) => {
+    btn.setAttribute("aria-pressed", String(s === "listening"));
+    btn.classList.toggle("listening", s === "listening");
+    btn.title = typeof s === "object" ? s.error : s === "listening" ? "Listening: tap to stop" : "Dictate";
+    btn.dataset.state = typeof s === "object" ? "error" : s;
+  };
+  return btn;
+}
+
+/** Resolves once the next frame has been drawn (a task after it). */
+const afterPaint = () => new Promise<void>((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 
 export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): () => void {
   const win = new EntryWindow(0);
@@ -108,6 +145,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     "form.composer",
     { id: "composer" },
     text,
+    micButton(text),
     h("button.send", { type: "submit", "aria-label": "Send" }, "Send"),
   );
   const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", hidden: true, onclick: () => void send("input.interrupt", {}) }, "■");
@@ -135,6 +173,29 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const shareBtn = header.querySelector("#share-btn") as HTMLElement;
 
   // ---- transcript
+  // The items drawn: all of the model's, or all but keystroke bursts when those are hidden (a
+  // PTY session's typing is in its terminal already).
+  let hideKeys = localStorage.getItem(HIDE_KEYS) === "1";
+  let shown: Item[] = model.items;
+  const isKeys = (it: Item) => it.t === "input" && it.kind === "input.keys";
+  /** Brings `shown` up to the model (items are only appended or rebuilt, so indexes hold). */
+  const sync = () => {
+    shown = hideKeys ? model.items.filter((it) => !isKeys(it)) : model.items;
+  };
+  const keysToggle = h("button.tb", { type: "button", id: "keys-toggle", hidden: true, onclick: () => setHideKeys(!hideKeys) });
+  const drawKeysToggle = () => {
+    keysToggle.setAttribute("aria-pressed", String(hideKeys));
+    keysToggle.textContent = hideKeys ? "Show keystrokes" : "Hide keystrokes";
+  };
+  const setHideKeys = (on: boolean) => {
+    hideKeys = on;
+    localStorage.setItem(HIDE_KEYS, on ? "1" : "0");
+    drawKeysToggle();
+    sync();
+    vl.reset();
+  };
+  drawKeysToggle();
+  header.querySelector(".row.tools")?.append(keysToggle);
   const ctx: RenderCtx = {
     canControl: false,
     deciding,
@@ -145,11 +206,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     },
   };
   const vl = new VirtualList(scroller, {
-    count: () => model.items.length,
-    key: (i) => model.items[i].key,
-    version: (i) => model.items[i].v,
-    estimate: (i) => (model.items[i].t === "line" || model.items[i].t === "sys" ? 22 : 64),
-    render: (i) => renderItem(model.items[i], ctx),
+    count: () => shown.length,
+    key: (i) => shown[i].key,
+    version: (i) => shown[i].v,
+    estimate: (i) => (shown[i].t === "line" || shown[i].t === "sys" ? 22 : 64),
+    render: (i) => renderItem(shown[i], ctx),
   });
   vl.onRendered = () => {
     jump.hidden = vl.stick;
@@ -160,6 +221,9 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     if (!win.hasOlder) return Promise.resolve(false);
     loadingOlder = (async () => {
       try {
+        // What this device keeps below the first screen comes before any page from the server.
+        if (keptRest) await keptRest;
+        if (!win.hasOlder) return false;
         const before = win.lo;
         const page = await api.entriesBefore(id, before, PAGE);
         if (win.lo !== before) return false;
@@ -169,10 +233,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           return false;
         }
         keep(added);
-        const old = model.items.length;
-        model.rebuild(win.entries);
-        vl.prepended(model.items.length - old);
-        if (term) term.reload(win.entries);
+        redrawPrepended();
         return true;
       } finally {
         loadingOlder = null;
@@ -181,6 +242,36 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     return loadingOlder;
   };
   vl.onNearTop = () => void loadOlder();
+
+  /** Older entries were put in front of the window: the model, the list and the terminal follow. */
+  function redrawPrepended(): void {
+    const old = shown.length;
+    model.rebuild(win.entries);
+    sync();
+    vl.prepended(shown.length - old);
+    if (term) term.reload(win.entries);
+  }
+
+  /**
+   * After the first screen of a restore: the rest of the kept window, read below it, unless the
+   * window was started elsewhere meanwhile (re-anchored: those entries are no longer its past).
+   */
+  let keptRest: Promise<void> | null = null;
+  let anchorGen = 0;
+  function restoreRest(lo: number, have: number): void {
+    const gen = anchorGen;
+    keptRest = (async () => {
+      // Not before the first screen is on it: reading thousands of rows would hold that frame.
+      await afterPaint();
+      const older = await (cache?.loadBefore(id, lo, WINDOW_ENTRIES - have) ?? Promise.resolve([]));
+      if (stopped || gen !== anchorGen || win.lo !== lo || !older.length) return;
+      if (win.prepend(older, true).length) redrawPrepended();
+    })()
+      .catch(() => {})
+      .finally(() => {
+        keptRest = null;
+      });
+  }
 
   function bump(pred: (it: (typeof model.items)[number]) => boolean): void {
     for (const it of model.items) if (pred(it)) it.v += 1;
@@ -231,6 +322,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawStatus();
   };
   const onDevice = () => feel({ t: "device", online: navigator.onLine, at: Date.now() });
+  /** The turns finished so far are on screen: the list stops counting them as not seen. */
+  const markSeen = () => {
+    if (state && document.visibilityState === "visible") markTurnsSeen(id, state.counts.turns);
+  };
+  document.addEventListener("visibilitychange", markSeen);
   window.addEventListener("online", onDevice);
   window.addEventListener("offline", onDevice);
   const drawRecovery = () => {
@@ -414,6 +510,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     }
     if (term) term.write(added);
     model.apply(added);
+    sync();
     vl.appended();
     vl.changed();
     drawDecision();
@@ -428,6 +525,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       onEntries,
       onState: (s) => {
         state = s;
+        markSeen();
         saveMeta();
         setBridge(s.link.up, s.link.since, s.link.reason, s.head);
         drawRecovery();
@@ -442,6 +540,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         feel({ t: "access" });
         if (i.state) {
           state = i.state;
+          markSeen();
           drawRecovery();
         }
         if (i.status === "ended") setEnded();
@@ -475,9 +574,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
 
   /** Starts the window at `head` (empty); the history below it is paged in like older pages. */
   function reanchor(head: number): Promise<boolean> {
+    anchorGen += 1;
     if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
     model.rebuild(win.entries);
+    sync();
     vl.reset();
     term?.reload(win.entries);
     return loadOlder();
@@ -488,6 +589,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   function ensureTerminal(i: SessionInfo): Promise<void> {
     interrupt.hidden = i.agent?.adapter !== "claude";
     if (i.agent?.adapter !== "pty") return Promise.resolve();
+    keysToggle.hidden = false;
     termLoading ??= (async () => {
       const { Terminal } = await import("./terminal");
       if (stopped) return;
@@ -517,8 +619,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       win.append(w.entries);
       win.hasOlder = win.lo > 1;
       model.rebuild(win.entries);
+      sync();
       vl.reset();
       restoredHi = win.hi;
+      restoreRest(win.lo, win.entries.length);
     }
     const b = m.info?.bridge;
     feel({
@@ -569,7 +673,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     drawStatus();
     drawPending();
     cache = await windowCache();
-    const kept = cache ? await cache.load(id).catch(() => null) : null;
+    // The newest page of the kept window first (the first screen), the rest after it is drawn.
+    const kept = await (deps.kept ?? keptTail(id));
     if (stopped) return;
     if (kept) {
       restore(kept);
@@ -618,6 +723,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         .map((x) => x.seq),
     rendering: () => vl.pending,
     inputTexts: () => model.items.flatMap((it) => (it.t === "input" ? [it.text] : [])),
+    shownInputTexts: () => shown.flatMap((it) => (it.t === "input" ? [it.text] : [])),
     keptHi: async () => {
       const w = await (await windowCache())?.load(id);
       return w?.entries.length ? w.entries[w.entries.length - 1].seq : 0;
@@ -635,6 +741,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     clearInterval(backTimer);
     window.removeEventListener("online", onDevice);
     window.removeEventListener("offline", onDevice);
+    document.removeEventListener("visibilitychange", markSeen);
     term?.dispose();
   };
 }
