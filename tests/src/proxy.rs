@@ -211,6 +211,8 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
+        // Read before the connection is counted: whoever waits for the count may then change it.
+        let hold = inner.hold_after_upgrade.load(Ordering::SeqCst);
         inner.accepted.send_modify(|c| *c += 1);
         if inner.refuse.load(Ordering::SeqCst) {
             drop(client);
@@ -222,7 +224,6 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         let upstream = *inner.upstream.lock().expect("upstream lock");
         let conn_inner = inner.clone();
         let shape = inner.shape.subscribe();
-        let hold = inner.hold_after_upgrade.load(Ordering::SeqCst);
         let task = tokio::spawn(async move {
             run_conn(client, upstream, rx, shape, hold).await;
             conn_inner.conns.lock().expect("conns lock").remove(&id);

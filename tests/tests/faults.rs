@@ -284,7 +284,10 @@ async fn a_connect_attempt_the_bridge_gave_up_on_does_not_stop_it_when_its_hello
     // has given up on it (no welcome within --connect-timeout-ms) and connected again; then
     // the abandoned hello reaches the server, after the live connection's.
     rig.proxy.hold_after_upgrade(true);
-    assert!(rig.proxy.cut_all().await >= 1, "the bridge's connection was live");
+    assert!(
+        rig.proxy.cut_all().await >= 1,
+        "the bridge's connection was live"
+    );
     rig.proxy.wait_connections(conns + 1, WAIT).await;
     rig.proxy.hold_after_upgrade(false);
     let live = rig
