@@ -40,6 +40,10 @@ pub const SERVER_ERROR: u16 = 4010;
 /// The account's quota (sessions, live sessions or stored log bytes) is used up; the reason
 /// says which. Retrying does not help until the owner frees some.
 pub const QUOTA_EXCEEDED: u16 = 4012;
+/// A later connection of the same bridge (same producer) took over: either the bridge moved
+/// on purpose, or a connect attempt it had given up on reached the server late. Not terminal:
+/// a bridge that still uses this connection reconnects, and its new connection takes over.
+pub const SUPERSEDED_BY_SAME_BRIDGE: u16 = 4013;
 /// The hello named a session no session can have (empty, too long, or a UUID not written in
 /// its canonical lower-case hyphenated form). Terminal for a bridge: retrying the same hello
 /// cannot help.
@@ -81,6 +85,7 @@ pub fn describe(code: u16) -> &'static str {
         SERVER_ERROR => "server error",
         QUOTA_EXCEEDED => "account quota used up",
         INVALID_SESSION => "invalid session id or name",
+        SUPERSEDED_BY_SAME_BRIDGE => "superseded by a later connection of the same bridge",
         _ => "unknown close code",
     }
 }
@@ -99,6 +104,7 @@ mod tests {
             INTERNAL_ERROR,
             LIFETIME,
             LAGGED,
+            SUPERSEDED_BY_SAME_BRIDGE,
         ] {
             assert!(!is_terminal(code), "{code}");
         }

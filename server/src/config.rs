@@ -63,6 +63,8 @@ pub struct ServerConfig {
     pub access_token_ttl: Duration,
     /// Lifetime of refresh tokens (each use replaces the token).
     pub refresh_token_ttl: Duration,
+    /// How long a spent refresh token may be presented again while its successor is unused.
+    pub refresh_grace: Duration,
     /// `iss` of access tokens this server issues and accepts.
     pub token_issuer: String,
     /// Browser origins (`https://host[:port]`) besides the public URL's that may call the API
@@ -228,6 +230,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             access_token_ttl: Duration::from_secs(15 * 60),
             refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            refresh_grace: Duration::from_secs(30),
             token_issuer: DEFAULT_TOKEN_ISSUER.to_owned(),
             allowed_origins: Vec::new(),
             trust_forwarded: false,

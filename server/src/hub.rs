@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use bytes::Bytes;
 use moor_protocol::api::BridgeStatus;
 use moor_protocol::web::ServerToViewer;
-use moor_protocol::{close, now_ms, Entry, Seq, SessionId};
+use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
@@ -170,9 +170,13 @@ struct Link {
     conn: u64,
     /// The claim epoch of the connection (0 on a single node).
     epoch: u64,
+    /// The bridge (producer) on this connection; `None` for a placeholder without one.
+    producer: Option<ProducerId>,
     /// Highest epoch claimed for this session on another node: local connections below it are
     /// superseded.
     claimed_elsewhere: u64,
+    /// The bridge that made that claim, when known.
+    claimed_by: Option<ProducerId>,
     control: Option<mpsc::UnboundedSender<BridgeControl>>,
     /// The connection's input feed, while it is attached here.
     inputs: Option<InputSender>,
@@ -316,32 +320,40 @@ impl Hub {
         }
     }
 
-    /// Registers a new bridge connection for `session` with its claim `epoch` (0 on a single
-    /// node), returning its connection number and the control channel of the connection it
-    /// supersedes, if any. A connection whose epoch another node has already outbid is told to
-    /// close at once. The session's inputs committed after `head` (its head when the connection
-    /// read it, before attaching) go to `inputs`.
+    /// Registers a new connection of bridge `producer` for `session` with its claim `epoch` (0
+    /// on a single node), returning its connection number. The connection it supersedes, if
+    /// any, is told to close: with 4013 when it is the same bridge's (which reconnects if it
+    /// still uses that one: this may be an attempt it gave up on, arriving late), else 4003. A
+    /// connection whose epoch another node has already outbid is told the same at once. The
+    /// session's inputs committed after `head` (its head when the connection read it, before
+    /// attaching) go to `inputs`.
     pub fn attach_bridge(
         &self,
         session: SessionId,
+        producer: ProducerId,
         control: mpsc::UnboundedSender<BridgeControl>,
         inputs: InputSender,
         epoch: u64,
         head: Seq,
-    ) -> (u64, Option<mpsc::UnboundedSender<BridgeControl>>) {
+    ) -> u64 {
         let mut inner = self.lock();
         inner.next_conn += 1;
         let conn = inner.next_conn;
-        let claimed_elsewhere = inner.links.get(&session).map_or(0, |l| l.claimed_elsewhere);
+        let (claimed_elsewhere, claimed_by) = inner
+            .links
+            .get(&session)
+            .map_or((0, None), |l| (l.claimed_elsewhere, l.claimed_by));
         if epoch < claimed_elsewhere {
-            let _ = control.send(superseded());
+            let _ = control.send(superseded(claimed_by == Some(producer)));
         }
         let old = inner.links.insert(
             session,
             Link {
                 conn,
                 epoch,
+                producer: Some(producer),
                 claimed_elsewhere,
+                claimed_by,
                 control: Some(control),
                 inputs: Some(inputs),
                 seen: head,
@@ -354,27 +366,39 @@ impl Hub {
                 },
             },
         );
-        (conn, old.and_then(|l| l.control))
+        if let Some(old) = old {
+            if let Some(control) = old.control {
+                let _ = control.send(superseded(old.producer == Some(producer)));
+            }
+        }
+        conn
     }
 
-    /// Another node claimed `session`'s bridge with `epoch`: closes the local connection if it
-    /// is older, and remembers the claim for connections still being set up here.
-    pub fn supersede_bridge(&self, session: SessionId, epoch: u64) {
+    /// Another node claimed `session`'s bridge with `epoch` for bridge `producer` (`None` when
+    /// not known): closes the local connection if it is older, and remembers the claim for
+    /// connections still being set up here.
+    pub fn supersede_bridge(&self, session: SessionId, epoch: u64, producer: Option<ProducerId>) {
         let mut inner = self.lock();
         let link = inner.links.entry(session).or_insert_with(|| Link {
             conn: 0,
             epoch: 0,
+            producer: None,
             claimed_elsewhere: 0,
+            claimed_by: None,
             control: None,
             inputs: None,
             seen: Seq::ZERO,
             overflowed: false,
             status: offline(),
         });
-        link.claimed_elsewhere = link.claimed_elsewhere.max(epoch);
+        if epoch > link.claimed_elsewhere {
+            link.claimed_elsewhere = epoch;
+            link.claimed_by = producer;
+        }
         if link.epoch < epoch {
             if let Some(control) = link.control.take() {
-                let _ = control.send(superseded());
+                let same = producer.is_some() && producer == link.producer;
+                let _ = control.send(superseded(same));
             }
         }
     }
@@ -489,10 +513,19 @@ fn offline() -> BridgeStatus {
     }
 }
 
-fn superseded() -> BridgeControl {
-    BridgeControl::Close {
-        code: close::SUPERSEDED,
-        reason: "a newer bridge connection for this session took over".into(),
+/// The close for a connection a later one took over; `same_bridge`: both are one bridge's.
+fn superseded(same_bridge: bool) -> BridgeControl {
+    if same_bridge {
+        BridgeControl::Close {
+            code: close::SUPERSEDED_BY_SAME_BRIDGE,
+            reason: "a later connection of this bridge took over; reconnect if this one is in use"
+                .into(),
+        }
+    } else {
+        BridgeControl::Close {
+            code: close::SUPERSEDED,
+            reason: "a newer bridge connection for this session took over".into(),
+        }
     }
 }
 
@@ -534,7 +567,7 @@ mod tests {
     fn attach(hub: &Hub, session: SessionId, head: u64) -> mpsc::Receiver<InputFeed> {
         let (control, _) = mpsc::unbounded_channel();
         let (tx, rx) = input_feed();
-        hub.attach_bridge(session, control, tx, 0, Seq(head));
+        hub.attach_bridge(session, ProducerId::new(), control, tx, 0, Seq(head));
         rx
     }
 

@@ -89,6 +89,7 @@ impl Server {
             .with_issuer(&config.token_issuer);
         auth.access_ttl = config.access_token_ttl;
         auth.refresh_ttl = config.refresh_token_ttl;
+        auth.refresh_grace = config.refresh_grace;
         auth.limits = access::limits::Limits::new(&config);
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let vapid = notify::vapid::Vapid::load_or_create(

@@ -60,8 +60,12 @@ pub async fn run(store: Stores, hub: Hub, revocations: Revocations, shutdown: Ca
                 first,
                 last,
             }) => relay.publish_range(session, first, last).await,
-            Some(Notice::BridgeClaimed { session, epoch }) => {
-                relay.hub.supersede_bridge(session, epoch);
+            Some(Notice::BridgeClaimed {
+                session,
+                epoch,
+                producer,
+            }) => {
+                relay.hub.supersede_bridge(session, epoch, Some(producer));
                 Ok(())
             }
             Some(Notice::Revoked(revocation)) => {
@@ -135,7 +139,8 @@ impl Relay<'_> {
             let sessions: Vec<SessionId> = local.iter().map(|(s, _)| *s).collect();
             for (session, epoch) in self.cluster.bridge_epochs(&sessions).await? {
                 if local.iter().any(|(s, e)| *s == session && *e < epoch) {
-                    self.hub.supersede_bridge(session, epoch);
+                    // Which bridge claimed it is not known here: told as by another bridge.
+                    self.hub.supersede_bridge(session, epoch, None);
                 }
             }
         }

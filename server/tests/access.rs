@@ -557,24 +557,24 @@ async fn a_viewer_socket_refuses_input_from_a_viewer_and_takes_it_from_a_control
 
 #[tokio::test]
 async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
-    // arrange
+    // arrange, act: normal rotations
     let server = TestServer::spawn().await;
-    server.add_user("ann").await;
-    let first = server.login("ann").await;
+    let (first, second) = login_and_refresh(&server).await;
     let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
-    // act: a normal rotation
-    let resp = server
-        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
-        .await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let second: Value = resp.json().await.unwrap();
+    assert!(second["refresh_token"].is_string());
     assert_ne!(second["refresh_token"], first["refresh_token"]);
-    let access = Cred(Some(second["access_token"].as_str().unwrap().to_owned()));
+    let third: Value = server
+        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let access = Cred(Some(third["access_token"].as_str().unwrap().to_owned()));
     assert_eq!(
         server.status("GET", "/sessions", &access, None).await,
         StatusCode::OK
     );
-    // act: the spent token again (as a thief would)
+    // act: a spent token again (as a thief would), its successor used already
     let reuse = server
         .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
         .await;
@@ -582,7 +582,7 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
     assert_eq!(reuse, StatusCode::UNAUTHORIZED);
     assert_eq!(
         server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&third)))
             .await,
         StatusCode::UNAUTHORIZED
     );
@@ -597,6 +597,84 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
             .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&other)))
             .await,
         StatusCode::OK
+    );
+}
+
+/// Logs `ann` (created here) in and refreshes once: the first pair and the one replacing it.
+async fn login_and_refresh(server: &TestServer) -> (Value, Value) {
+    server.add_user("ann").await;
+    let first = server.login("ann").await;
+    let body = json!({"refresh_token": first["refresh_token"]});
+    let second: Value = server
+        .call("POST", "/auth/refresh", &Cred(None), Some(body))
+        .await
+        .json()
+        .await
+        .unwrap();
+    (first, second)
+}
+
+/// A refresh whose answer is lost (the connection reset after the server rotated the token)
+/// leaves the client with the spent token: within the grace window, while the token that
+/// replaced it is unused, presenting it again gets a new pair; the lost token is then spent,
+/// and presenting it (as a thief holding it would) revokes the family.
+#[tokio::test]
+async fn a_refresh_whose_answer_was_lost_can_be_repeated_within_the_grace_window() {
+    // arrange
+    let server = TestServer::spawn().await;
+    let (first, lost) = login_and_refresh(&server).await;
+    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
+
+    // act: the client never saw `lost`, and presents its token again
+    let resp = server
+        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
+        .await;
+
+    // assert
+    assert_eq!(resp.status(), StatusCode::OK);
+    let again: Value = resp.json().await.unwrap();
+    assert_ne!(again["refresh_token"], lost["refresh_token"]);
+    let next = server
+        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&again)))
+        .await;
+    assert_eq!(next.status(), StatusCode::OK, "the new pair rotates on");
+    let next: Value = next.json().await.unwrap();
+    assert_eq!(
+        server
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&lost)))
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "the pair whose answer was lost is spent"
+    );
+    assert_eq!(
+        server
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&next)))
+            .await,
+        StatusCode::UNAUTHORIZED,
+        "presenting the spent one revoked the family"
+    );
+}
+
+/// Past the grace window a spent token is a reuse, even while its successor is unused.
+#[tokio::test]
+async fn a_spent_refresh_token_past_the_grace_window_revokes_the_family() {
+    // arrange: no grace
+    let server = TestServer::spawn_with(|c| c.refresh_grace = Duration::ZERO).await;
+    let (first, second) = login_and_refresh(&server).await;
+    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
+
+    // act
+    let reuse = server
+        .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
+        .await;
+
+    // assert
+    assert_eq!(reuse, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        server
+            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
+            .await,
+        StatusCode::UNAUTHORIZED
     );
 }
 

@@ -4,7 +4,9 @@
 //! RSTs (SO_LINGER 0), `cut_all` closes with a plain FIN (a WebSocket peer sees 1006), `stall`
 //! stops forwarding on the live connections while keeping them open (a half-open link; new
 //! connections still work, as after a NAT rebinding), and `refuse` makes new connections fail
-//! (the server is unreachable). `shape` adds latency and a bandwidth limit to every chunk
+//! (the server is unreachable). `hold_after_upgrade` makes new connections pass their first
+//! request and every answer, then hold what the client sends next (a WebSocket `hello`) until
+//! `unstall`: a handshake that reaches the server only after the client gave up on it. `shape` adds latency and a bandwidth limit to every chunk
 //! forwarded from then on (a slow mobile link). The upstream address may change (e.g. after a
 //! restart).
 
@@ -35,6 +37,7 @@ enum Cmd {
 struct Inner {
     upstream: Mutex<SocketAddr>,
     refuse: AtomicBool,
+    hold_after_upgrade: AtomicBool,
     next_id: AtomicU64,
     conns: Mutex<HashMap<u64, mpsc::UnboundedSender<Cmd>>>,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -77,6 +80,7 @@ impl FaultProxy {
         let inner = Arc::new(Inner {
             upstream: Mutex::new(upstream),
             refuse: AtomicBool::new(false),
+            hold_after_upgrade: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
@@ -180,6 +184,13 @@ impl FaultProxy {
         self.inner.shape.send_replace(shape);
     }
 
+    /// While on, new connections forward their first chunk from the client (the HTTP upgrade
+    /// request) and everything from the server, then hold the client's further bytes and its
+    /// close, as `stall` does, until `unstall`. Connections made before are untouched.
+    pub fn hold_after_upgrade(&self, on: bool) {
+        self.inner.hold_after_upgrade.store(on, Ordering::SeqCst);
+    }
+
     /// While on, new connections are accepted and closed at once (server unreachable). Live
     /// connections are untouched: combine with `reset_all`/`cut_all`.
     pub fn refuse(&self, on: bool) {
@@ -200,6 +211,8 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         let Ok((client, _)) = listener.accept().await else {
             continue;
         };
+        // Read before the connection is counted: whoever waits for the count may then change it.
+        let hold = inner.hold_after_upgrade.load(Ordering::SeqCst);
         inner.accepted.send_modify(|c| *c += 1);
         if inner.refuse.load(Ordering::SeqCst) {
             drop(client);
@@ -212,7 +225,7 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         let conn_inner = inner.clone();
         let shape = inner.shape.subscribe();
         let task = tokio::spawn(async move {
-            run_conn(client, upstream, rx, shape).await;
+            run_conn(client, upstream, rx, shape, hold).await;
             conn_inner.conns.lock().expect("conns lock").remove(&id);
         });
         let mut tasks = inner.tasks.lock().expect("tasks lock");
@@ -235,6 +248,7 @@ async fn run_conn(
     upstream: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     shape: watch::Receiver<Shape>,
+    hold_after_first: bool,
 ) {
     let _ = client.set_nodelay(true);
     let upstream =
@@ -248,12 +262,16 @@ async fn run_conn(
     let (mut cr, mut cw) = client.into_split();
     let (mut ur, mut uw) = upstream.into_split();
     let (stall_tx, stall_rx) = watch::channel(false);
+    // The client → server direction stalls with the whole connection, and on its own after its
+    // first chunk when held.
+    let (up_stall_tx, up_stall_rx) = watch::channel(false);
+    let hold = hold_after_first.then_some(&up_stall_tx);
 
     let ending = {
         let pumps = async {
             tokio::try_join!(
-                pump(&mut cr, &mut uw, stall_rx.clone(), &shape),
-                pump(&mut ur, &mut cw, stall_rx.clone(), &shape)
+                pump(&mut cr, &mut uw, up_stall_rx.clone(), &shape, hold),
+                pump(&mut ur, &mut cw, stall_rx.clone(), &shape, None)
             )
         };
         tokio::pin!(pumps);
@@ -265,6 +283,7 @@ async fn run_conn(
                     Some(Cmd::Cut(ack)) => break Ending::Cut(Some(ack)),
                     Some(Cmd::Stall(on, ack)) => {
                         let _ = stall_tx.send(on);
+                        let _ = up_stall_tx.send(on);
                         let _ = ack.send(());
                     }
                     None => break Ending::Cut(None),
@@ -303,12 +322,14 @@ fn zero_linger(a: &TcpStream, b: &TcpStream) {
 }
 
 /// Copies `from` → `to` until EOF (then half-closes `to`), holding still while stalled and
-/// holding each chunk back as `shape` says.
+/// holding each chunk back as `shape` says. With `hold`, stalls itself (through `hold`, the
+/// sender of `stalled`) once its first chunk is passed on.
 async fn pump(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
     shape: &watch::Receiver<Shape>,
+    mut hold: Option<&watch::Sender<bool>>,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -330,5 +351,8 @@ async fn pump(
         }
         let _ = stalled.wait_for(|s| !*s).await;
         to.write_all(&buf[..n]).await?;
+        if let Some(hold) = hold.take() {
+            hold.send_replace(true);
+        }
     }
 }

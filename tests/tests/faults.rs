@@ -273,6 +273,49 @@ async fn bridge_rides_out_a_stretch_when_the_server_is_unreachable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_attempt_the_bridge_gave_up_on_does_not_stop_it_when_its_hello_arrives_late() {
+    // arrange
+    let mut rig = Rig::start(ServerOpts::new(), &["count", "600", "--interval-ms", "10"]).await;
+    rig.tail.wait_agent_lines(50, WAIT).await;
+    let conns = rig.proxy.connections();
+    let head = rig.tail.entries.last().map_or(0, |e| e.seq.0);
+
+    // act: the link drops; the next connection's hello is held on the way until the bridge
+    // has given up on it (no welcome within --connect-timeout-ms) and connected again; then
+    // the abandoned hello reaches the server, after the live connection's.
+    rig.proxy.hold_after_upgrade(true);
+    assert!(
+        rig.proxy.cut_all().await >= 1,
+        "the bridge's connection was live"
+    );
+    rig.proxy.wait_connections(conns + 1, WAIT).await;
+    rig.proxy.hold_after_upgrade(false);
+    let live = rig
+        .tail
+        .wait_kind(kinds::BRIDGE_CONNECTED, head, WAIT, |_| true)
+        .await;
+    rig.tail.wait_agent_lines(120, WAIT).await;
+    rig.proxy.unstall().await;
+    let abandoned = rig
+        .tail
+        .wait_kind(kinds::BRIDGE_CONNECTED, live.seq.0, WAIT, |_| true)
+        .await;
+
+    // assert: the bridge is not stopped by its own abandoned attempt: it connects again and
+    // delivers everything.
+    rig.tail
+        .wait_kind(kinds::BRIDGE_CONNECTED, abandoned.seq.0, WAIT, |_| true)
+        .await;
+    let entries = rig.finish(&lines(600)).await;
+    assert!(
+        !rig.bridge.stderr().contains("another bridge took over"),
+        "the bridge thought another bridge took over: {}",
+        rig.bridge.stderr()
+    );
+    assert!(of_kind(&entries, kinds::BRIDGE_CONNECTED).len() >= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_bridge_supersedes_the_first_which_exits_saying_so() {
     // arrange: bridge A streams a long run through the proxy.
     let mut rig = Rig::start(

@@ -43,6 +43,9 @@ pub struct Auth {
     pub access_ttl: Duration,
     /// Lifetime of refresh tokens.
     pub refresh_ttl: Duration,
+    /// How long after a refresh token was spent it may be presented again while its successor
+    /// is unused (the answer carrying the successor was lost).
+    pub refresh_grace: Duration,
     issuer: Arc<str>,
     /// Live connections by credential, for revocation.
     pub revocations: Revocations,
@@ -68,6 +71,7 @@ impl Auth {
             keys: Arc::new(Keys::ephemeral()),
             access_ttl: Duration::from_secs(15 * 60),
             refresh_ttl: Duration::from_secs(30 * 24 * 3600),
+            refresh_grace: Duration::from_secs(30),
             issuer: ISSUER.into(),
             revocations: Revocations::default(),
             limits: Limits::default(),

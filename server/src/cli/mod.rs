@@ -152,6 +152,11 @@ pub struct Config {
     /// Lifetime of refresh tokens, in seconds (each use replaces the token).
     #[arg(long, env = "MOOR_REFRESH_TOKEN_TTL_SECS", default_value_t = 30 * 24 * 3600)]
     refresh_token_ttl_secs: u64,
+    /// How long after a refresh token was spent it may be presented again, in milliseconds,
+    /// while the token that replaced it is still unused (the client lost the answer); any
+    /// other second use revokes the login (0: never).
+    #[arg(long, env = "MOOR_REFRESH_GRACE_MS", default_value_t = 30_000)]
+    refresh_grace_ms: u64,
     /// Browser origins besides the public URL's allowed to call the API and open sockets
     /// (comma-separated, e.g. https://app.example).
     #[arg(long, env = "MOOR_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -305,6 +310,7 @@ impl Config {
             max_streams_per_user: self.max_streams_per_user.max(1),
             access_token_ttl: Duration::from_secs(self.access_token_ttl_secs.max(1)),
             refresh_token_ttl: Duration::from_secs(self.refresh_token_ttl_secs.max(1)),
+            refresh_grace: ms(self.refresh_grace_ms),
             allowed_origins: self.allowed_origins,
             trust_forwarded: self.trust_forwarded,
             rate_limit_per_sec: self.rate_limit,

@@ -169,7 +169,8 @@ pub(crate) struct RefreshRequest {
 
 /// `POST /api/v1/auth/refresh` `{refresh_token}` (or the `moor_refresh` cookie): spends the
 /// token and answers with a new pair. A token that was spent already revokes its family and
-/// ends its live connections.
+/// ends its live connections, unless it was spent within `--refresh-grace-ms` and the token
+/// that replaced it is unused: the answer was lost, and a new pair replaces that one.
 #[utoipa::path(
     post, path = "/auth/refresh", operation_id = "refresh", tag = "access", security(()),
     request_body(content = Option<RefreshRequest>, description = "The refresh token; without a body, the `moor_refresh` cookie is used"),
@@ -192,7 +193,12 @@ pub(crate) async fn refresh(
     match state
         .store
         .access
-        .rotate_refresh(&token_hash(&token), &row, now_ms())
+        .rotate_refresh(
+            &token_hash(&token),
+            &row,
+            now_ms(),
+            state.auth.refresh_grace.as_millis() as i64,
+        )
         .await?
     {
         RefreshOutcome::Rotated { family, user } => tokens_response(&state, &user, &family, next),

@@ -262,7 +262,11 @@ fn interruption_cause(before: &SessionState, entry: &Entry) -> Option<&'static s
             let planned = matches!(
                 code,
                 Some(
-                    close::SUPERSEDED | close::LIFETIME | close::GOING_AWAY | close::SESSION_ENDED
+                    close::SUPERSEDED
+                        | close::SUPERSEDED_BY_SAME_BRIDGE
+                        | close::LIFETIME
+                        | close::GOING_AWAY
+                        | close::SESSION_ENDED
                 )
             );
             (!planned).then_some("link")

@@ -244,12 +244,13 @@ macro_rules! access_store {
                     old_hash: &str,
                     next: &RefreshRow,
                     at: i64,
+                    grace_ms: i64,
                 ) -> StoreResult<RefreshOutcome> {
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     // The token's row stays locked until commit: a concurrent rotation of the same
                     // token (on this node or another) waits, then sees it used.
                     let row = sqlx::query(&format!(
-                        "SELECT t.family, t.user_name, t.expires_at, t.used_at, \
+                        "SELECT t.family, t.user_name, t.expires_at, t.used_at, t.replaced_by, \
                          f.revoked_at AS fam_revoked, u.revoked_at AS user_revoked \
                          FROM refresh_tokens t JOIN token_families f ON f.family = t.family \
                          JOIN users u ON u.name = t.user_name WHERE t.token_hash = $1{}",
@@ -267,6 +268,38 @@ macro_rules! access_store {
                     let used: Option<i64> = row.try_get("used_at").map_err(db_error)?;
                     let fam_revoked: Option<i64> = row.try_get("fam_revoked").map_err(db_error)?;
                     let user_revoked: Option<i64> = row.try_get("user_revoked").map_err(db_error)?;
+                    let replaced_by: Option<String> = row.try_get("replaced_by").map_err(db_error)?;
+                    let next = RefreshRow {
+                        user: user.clone(),
+                        ..next.clone()
+                    };
+                    let in_grace = used.is_some_and(|u| at.saturating_sub(u) < grace_ms)
+                        && fam_revoked.is_none()
+                        && user_revoked.is_none();
+                    if let (true, Some(successor)) = (in_grace, replaced_by) {
+                        // Spent unused: it was issued, but its answer may have been lost. Any
+                        // later use of it is a reuse.
+                        let spent = sqlx::query(
+                            "UPDATE refresh_tokens SET used_at = $1 \
+                             WHERE token_hash = $2 AND used_at IS NULL",
+                        )
+                        .bind(at)
+                        .bind(&successor)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                        if spent.rows_affected() == 1 {
+                            sqlx::query("UPDATE refresh_tokens SET replaced_by = $1 WHERE token_hash = $2")
+                                .bind(&next.token_hash)
+                                .bind(old_hash)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(db_error)?;
+                            insert_refresh(&mut tx, &family, &next).await?;
+                            tx.commit().await.map_err(db_error)?;
+                            return Ok(RefreshOutcome::Rotated { family, user });
+                        }
+                    }
                     if used.is_some() || fam_revoked.is_some() || user_revoked.is_some() {
                         sqlx::query(
                             "UPDATE token_families SET revoked_at = COALESCE(revoked_at, $1) \
@@ -283,16 +316,15 @@ macro_rules! access_store {
                     if row.try_get::<i64, _>("expires_at").map_err(db_error)? <= at {
                         return Ok(RefreshOutcome::Invalid);
                     }
-                    sqlx::query("UPDATE refresh_tokens SET used_at = $1 WHERE token_hash = $2")
-                        .bind(at)
-                        .bind(old_hash)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db_error)?;
-                    let next = RefreshRow {
-                        user: user.clone(),
-                        ..next.clone()
-                    };
+                    sqlx::query(
+                        "UPDATE refresh_tokens SET used_at = $1, replaced_by = $3 WHERE token_hash = $2",
+                    )
+                    .bind(at)
+                    .bind(old_hash)
+                    .bind(&next.token_hash)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
                     insert_refresh(&mut tx, &family, &next).await?;
                     tx.commit().await.map_err(db_error)?;
                     Ok(RefreshOutcome::Rotated { family, user })

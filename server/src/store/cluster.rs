@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 
 use async_trait::async_trait;
-use moor_protocol::{Seq, SessionId};
+use moor_protocol::{ProducerId, Seq, SessionId};
 
 use super::StoreResult;
 
@@ -31,6 +31,9 @@ pub enum Notice {
         session: SessionId,
         /// The claim's epoch (higher is newer).
         epoch: u64,
+        /// The bridge that claimed it (a local connection of the same bridge is told it may
+        /// reconnect).
+        producer: ProducerId,
     },
     /// A credential or role was revoked on another node: end this node's live connections
     /// opened with it.
@@ -72,7 +75,7 @@ pub trait Cluster: Send + Sync + Debug {
 
     /// Claims `session`'s bridge for a new connection on this node: returns an epoch higher than
     /// every earlier claim, and tells the other nodes ([`Notice::BridgeClaimed`]).
-    async fn claim_bridge(&self, session: SessionId) -> StoreResult<u64>;
+    async fn claim_bridge(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;
 
     /// Tells the other nodes about a revocation (after it is stored), so they end their live
     /// connections for it too ([`Notice::Revoked`]).

@@ -371,12 +371,15 @@ pub trait AccessStore: Send + Sync + Debug + 'static {
 
     /// Rotates a refresh token: marks `old_hash` used and stores `next` in the same family, in
     /// one transaction. A token already used (or of a revoked family) revokes the whole family
-    /// and reports [`RefreshOutcome::Reused`].
+    /// and reports [`RefreshOutcome::Reused`], except within `grace_ms` of its use while the
+    /// token that replaced it is still unused (the answer carrying it was lost): that one is
+    /// then spent unused, and `next` replaces it.
     async fn rotate_refresh(
         &self,
         old_hash: &str,
         next: &RefreshRow,
         at: i64,
+        grace_ms: i64,
     ) -> StoreResult<RefreshOutcome>;
 
     /// Revokes a token family (idempotent); returns its user.

@@ -317,7 +317,7 @@ where
     };
     // With several nodes, the claim tells the others to close their connection for the session.
     let epoch = match &state.store.cluster {
-        Some(cluster) => match cluster.claim_bridge(session.id).await {
+        Some(cluster) => match cluster.claim_bridge(session.id, hello.producer).await {
             Ok(epoch) => epoch,
             Err(e) => {
                 tracing::error!(error = ?e, "bridge handshake could not claim the session");
@@ -332,18 +332,16 @@ where
         },
         None => 0,
     };
-    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (control_tx, mut control_rx) = mpsc::unbounded_channel();
     let (inputs_tx, inputs) = input_feed();
-    let (conn_id, old) =
-        state
-            .hub
-            .attach_bridge(session.id, control_tx, inputs_tx, epoch, session.head_seq);
-    if let Some(old) = old {
-        let _ = old.send(BridgeControl::Close {
-            code: close::SUPERSEDED,
-            reason: "a newer bridge connection for this session took over".into(),
-        });
-    }
+    let conn_id = state.hub.attach_bridge(
+        session.id,
+        hello.producer,
+        control_tx,
+        inputs_tx,
+        epoch,
+        session.head_seq,
+    );
     let mut conn = Conn {
         // Keep the session's state current while a bridge feeds it (interruption records
         // need it): the follower runs while someone watches.
@@ -364,6 +362,12 @@ where
     };
     let ending = match conn.start(&session.name, conn_id).await {
         Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
+        // Taken over while starting: the connection that took over said how (4013 when it is
+        // the same bridge's, which then reconnects if this is the one it uses).
+        Err(end) if end.code == Some(close::SUPERSEDED) => match control_rx.try_recv() {
+            Ok(BridgeControl::Close { code, reason }) => Ending::close(code, reason),
+            Err(_) => end,
+        },
         Err(end) => end,
     };
     // Record the disconnect before closing, so whoever sees the close can also see it logged;

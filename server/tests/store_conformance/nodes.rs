@@ -123,8 +123,9 @@ pub async fn other_nodes_hear_of_appends_and_bridge_claims(db: Db) {
         )
         .await
         .unwrap();
-    let e1 = ca.claim_bridge(s).await.unwrap();
-    let e2 = ca.claim_bridge(s).await.unwrap();
+    let (p1, p2) = (ProducerId::new(), ProducerId::new());
+    let e1 = ca.claim_bridge(s, p1).await.unwrap();
+    let e2 = ca.claim_bridge(s, p2).await.unwrap();
 
     // assert: B does not hear its own append, hears A's range and A's claims in order
     assert_eq!(
@@ -139,14 +140,16 @@ pub async fn other_nodes_hear_of_appends_and_bridge_claims(db: Db) {
         next(&mut feed).await,
         Notice::BridgeClaimed {
             session: s,
-            epoch: e1
+            epoch: e1,
+            producer: p1
         }
     );
     assert_eq!(
         next(&mut feed).await,
         Notice::BridgeClaimed {
             session: s,
-            epoch: e2
+            epoch: e2,
+            producer: p2
         }
     );
     assert!(e2 > e1, "epochs grow");
@@ -369,7 +372,8 @@ pub async fn migrate_store_copies_everything(pg: Db) {
                     token_hash: "h2".into(),
                     ..refresh
                 },
-                2
+                2,
+                0
             )
             .await
             .unwrap(),
@@ -450,8 +454,8 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
             .unwrap();
         let (next_a, next_b) = (token(&format!("a{i}")), token(&format!("b{i}")));
         let (x, y) = tokio::join!(
-            a.access.rotate_refresh(&old, &next_a, 2),
-            b.access.rotate_refresh(&old, &next_b, 2)
+            a.access.rotate_refresh(&old, &next_a, 2, 0),
+            b.access.rotate_refresh(&old, &next_b, 2, 0)
         );
         let outcomes = [x.unwrap(), y.unwrap()];
         rotated += outcomes

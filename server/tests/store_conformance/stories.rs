@@ -662,7 +662,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         })
     );
     let rotated = access
-        .rotate_refresh("h1", &token("h2", 1000), 10)
+        .rotate_refresh("h1", &token("h2", 1000), 10, 0)
         .await
         .unwrap();
     let (family, user) = ("f1".to_owned(), "ann".to_owned());
@@ -674,7 +674,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         }
     );
     let reused = access
-        .rotate_refresh("h1", &token("h9", 1000), 11)
+        .rotate_refresh("h1", &token("h9", 1000), 11, 0)
         .await
         .unwrap();
     assert_eq!(
@@ -685,7 +685,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
     assert_eq!(access.active_family("f1").await.unwrap(), None);
     assert_eq!(
         access
-            .rotate_refresh("nope", &token("h8", 1000), 12)
+            .rotate_refresh("nope", &token("h8", 1000), 12, 0)
             .await
             .unwrap(),
         RefreshOutcome::Invalid
@@ -696,7 +696,7 @@ pub async fn accounts_refresh_tokens_and_roles_are_kept(db: Db) {
         .unwrap();
     assert_eq!(
         access
-            .rotate_refresh("h3", &token("h4", 1000), 10)
+            .rotate_refresh("h3", &token("h4", 1000), 10, 0)
             .await
             .unwrap(),
         RefreshOutcome::Invalid,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use moor_protocol::{Seq, SessionId};
+use moor_protocol::{ProducerId, Seq, SessionId};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
@@ -28,18 +28,19 @@ impl Cluster for PgStore {
         &self.node
     }
 
-    async fn claim_bridge(&self, session: SessionId) -> StoreResult<u64> {
+    async fn claim_bridge(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
         let sid = session.to_string();
         // One statement, so the bump and its notice commit together.
         let epoch: i64 = sqlx::query_scalar(
             "WITH c AS (UPDATE sessions SET bridge_epoch = bridge_epoch + 1 \
              WHERE id = $1::uuid RETURNING bridge_epoch) \
              SELECT c.bridge_epoch FROM c, \
-             LATERAL (SELECT pg_notify($2, $1 || ' ' || c.bridge_epoch::text || ' ' || $3)) n",
+             LATERAL (SELECT pg_notify($2, $1 || ' ' || c.bridge_epoch::text || ' ' || $4 || ' ' || $3)) n",
         )
         .bind(&sid)
         .bind(BRIDGES_CHANNEL)
         .bind(&*self.node)
+        .bind(producer.to_string())
         .fetch_one(&self.pool)
         .await
         .map_err(db_error)?;
@@ -200,12 +201,13 @@ fn parse(channel: &str, payload: &str, own_node: &str) -> Option<Notice> {
             })
         }
         BRIDGES_CHANNEL => {
-            let mut parts = payload.splitn(3, ' ');
-            let (sid, epoch) = (parts.next()?, parts.next()?);
+            let mut parts = payload.splitn(4, ' ');
+            let (sid, epoch, producer) = (parts.next()?, parts.next()?, parts.next()?);
             (parts.next()? != own_node).then_some(())?;
             Some(Notice::BridgeClaimed {
                 session: sid.parse().ok()?,
                 epoch: epoch.parse().ok()?,
+                producer: producer.parse().ok()?,
             })
         }
         REVOCATIONS_CHANNEL => {
@@ -253,11 +255,13 @@ mod tests {
             })
         );
         assert_eq!(parse(ENTRIES_CHANNEL, &format!("{sid} 3 7 a"), "a"), None);
+        let producer = ProducerId::new();
         assert_eq!(
-            parse(BRIDGES_CHANNEL, &format!("{sid} 9 node b"), "a"),
+            parse(BRIDGES_CHANNEL, &format!("{sid} 9 {producer} node b"), "a"),
             Some(Notice::BridgeClaimed {
                 session: sid,
-                epoch: 9
+                epoch: 9,
+                producer
             })
         );
         assert_eq!(parse(BRIDGES_CHANNEL, "garbage", "a"), None);
