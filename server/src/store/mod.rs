@@ -555,7 +555,12 @@ pub struct Stores {
 impl Stores {
     /// The roles of a store only one node uses.
     fn single<
-        S: LogStore + AccessStore + CheckpointStore + LeaseStore + NotifyStore + RetentionStore
+        S: LogStore
+            + AccessStore
+            + CheckpointStore
+            + LeaseStore
+            + NotifyStore
+            + RetentionStore
             + MachineStore,
     >(
         store: S,
@@ -567,7 +572,7 @@ impl Stores {
             checkpoints: store.clone(),
             leases: store.clone(),
             notify: store.clone(),
-            retention: store,
+            retention: store.clone(),
             machines: store,
             cluster: None,
         }
