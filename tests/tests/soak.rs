@@ -2,8 +2,8 @@
 //! which must end with zero invariant violations; and a deliberately injected bug in `moord`
 //! (`MOOR_INJECT_BUG=swap-entries`, debug builds) that the checker must catch, seed printed.
 //!
-//! The four soak runs are ignored in the default suite until the defects they find are fixed
-//! (docs/testing.md lists them); `scripts/soak` and `cargo nextest run --run-ignored all
+//! The four soak runs are ignored in the default suite until the defect they still find is fixed
+//! (docs/testing.md says which); `scripts/soak` and `cargo nextest run --run-ignored all
 //! --test soak` run them. The injected-bug test runs every time.
 //!
 //! `MOOR_SOAK_SECS` scales the runs (default: 120 s for the fixed SQLite seed, 45 s for the
@@ -52,25 +52,25 @@ async fn soak_passes(seed: u64, duration: Duration, store: Store, pg_restart: bo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds open defects (a stalled SSE viewer, a superseded live link): run with scripts/soak or --run-ignored"]
+#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_sqlite_fixed_seed() {
     soak_passes(FIXED_SEED, secs(120), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds open defects (a stalled SSE viewer, a superseded live link): run with scripts/soak or --run-ignored"]
+#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_sqlite_random_seed() {
     soak_passes(rand::random(), secs(45), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds open defects (a stalled SSE viewer, a superseded live link): run with scripts/soak or --run-ignored"]
+#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_postgres_fixed_seed() {
     soak_passes(FIXED_SEED, secs(60), Store::Postgres, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds open defects (a stalled SSE viewer, a superseded live link): run with scripts/soak or --run-ignored"]
+#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_postgres_random_seed() {
     soak_passes(rand::random(), secs(45), Store::Postgres, true).await;
 }
