@@ -5,6 +5,7 @@
 
 import "./style.css";
 import { api, appConfig, captureToken } from "./api";
+import { watchNeeds } from "./attention";
 import { applyTheme } from "./dom";
 import type { StoredWindow } from "./cache";
 import { Outbox } from "./outbox";
@@ -42,18 +43,24 @@ async function main(): Promise<void> {
   outbox.pump();
 
   let close: (() => void) | null = null;
+  // Views signed in to, other than the list (which counts itself), keep the title's and the
+  // badge's count of sessions that need you current.
+  const also = (a: () => void, b: () => void) => () => {
+    a();
+    b();
+  };
   const route = () => {
     close?.();
     close = null;
     const { path, params } = parseHash();
     const m = sessionOf(path);
-    if (m) close = sessionView(root, decodeURIComponent(m[1]), { outbox, keepaliveMs: config.keepalive_ms, early, kept });
+    if (m) close = also(sessionView(root, decodeURIComponent(m[1]), { outbox, keepaliveMs: config.keepalive_ms, early, kept }), watchNeeds());
     else if (path === "/login") loginView(root);
     else if (path === "/setup") setupView(root, params.get("code") ?? "");
     else if (path === "/device") deviceView(root, params.get("code") ?? "");
     else if (path === "/join") joinView(root, params.get("link") ?? "");
-    else if (path === "/machines") close = machinesView(root);
-    else if (path.startsWith("/m/")) close = machineView(root, decodeURIComponent(path.slice(3)));
+    else if (path === "/machines") close = also(machinesView(root), watchNeeds());
+    else if (path.startsWith("/m/")) close = also(machineView(root, decodeURIComponent(path.slice(3))), watchNeeds());
     else close = listView(root);
     early = undefined;
     kept = undefined;

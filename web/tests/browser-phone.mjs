@@ -473,6 +473,12 @@ scenario("3b. needs you: a finished turn not yet seen and a lost bridge come fir
   // Open the finished turn, read it, go back: it no longer waits on you.
   await page.tap(`.session-card[data-session="${turn.id}"]`);
   await waitFor("the session's state on screen", 30000, () => page.evaluate(() => window.__moor?.status().kind === "live"));
+  // Inside a session, the title and the badge still count what needs you (the lost bridge).
+  const inside = await waitFor("the count in the session's title", 30000, async () => {
+    const l = await list();
+    return /^\(\d+\) ph-turn · Mooring$/.test(l.title) ? l : null;
+  });
+  assert(inside.badge >= 1, `the badge still counts the lost bridge inside a session: ${inside.badge}`);
   await page.goto(`${URL_BASE}/#/`);
   const after = await waitFor("the turn seen", 30000, async () => {
     const l = await list();

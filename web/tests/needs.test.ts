@@ -1,8 +1,8 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { badge, markTurnsSeen, needOf, needsYou, seenTurns, sortForList, titleFor } from "../src/needs";
 import type { SessionInfo } from "../src/protocol/SessionInfo";
 import type { SessionState } from "../src/protocol/SessionState";
-import { ListDetails, MAX_DETAILED } from "../src/views/list";
+import { ListDetails, MAX_DETAILED, setNeedCount, setTitle, watchNeeds } from "../src/attention";
 
 const info = (name: string, extra: Partial<SessionInfo> = {}, bridge: Partial<SessionInfo["bridge"]> = {}): SessionInfo =>
   ({
@@ -119,5 +119,65 @@ describe("the list's session states", () => {
     const many = Array.from({ length: MAX_DETAILED + 20 }, (_, i) => info(`s${i}`));
     await d.refresh(many);
     expect(asked.length).toBe(MAX_DETAILED);
+  });
+});
+
+describe("the count outside the list", () => {
+  it("keeps the title's and the badge's count current while a session is open, and only while the page is visible", async () => {
+    vi.useFakeTimers();
+    try {
+      const listeners: (() => void)[] = [];
+      const doc = {
+        title: "",
+        visibilityState: "visible" as DocumentVisibilityState,
+        addEventListener: (_: string, f: () => void) => void listeners.push(f),
+        removeEventListener: (_: string, f: () => void) => void listeners.splice(listeners.indexOf(f), 1),
+      };
+      const badges: number[] = [];
+      const nav = { setAppBadge: async (n: number) => void badges.push(n), clearAppBadge: async () => void badges.push(0) } as unknown as Navigator;
+      setTitle("work · Mooring", doc);
+      setNeedCount(0, doc, nav);
+      expect(doc.title).toBe("work · Mooring");
+      // Another session waits on a decision; the open one does not.
+      let sessions = [info("work"), info("other", { head_seq: 11 })];
+      let fail = false;
+      let asked = 0;
+      const details = new ListDetails(async (id) => info(id, { state: id === "other" ? state({ phase: "awaiting_permission", pending: 1 }) : state() } as Partial<SessionInfo>));
+      const list = async () => {
+        asked += 1;
+        if (fail) throw new Error("offline");
+        return sessions;
+      };
+      const stop = watchNeeds({ every: 1000, list, details, doc, nav, seen: () => 0 });
+      await vi.advanceTimersByTimeAsync(0);
+      expect(doc.title).toBe("(1) work · Mooring");
+      expect(badges.at(-1)).toBe(1);
+      // The view's own title change keeps the count in front.
+      setTitle("work2 · Mooring", doc);
+      expect(doc.title).toBe("(1) work2 · Mooring");
+      // Unreachable: the count stays as last known rather than a guess.
+      fail = true;
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(doc.title).toBe("(1) work2 · Mooring");
+      // Hidden: no requests; visible again: one at once, with the decision answered.
+      doc.visibilityState = "hidden";
+      const before = asked;
+      await vi.advanceTimersByTimeAsync(5000);
+      expect(asked).toBe(before);
+      fail = false;
+      sessions = [info("work"), info("other", { head_seq: 12 })];
+      details.refresh = async () => false;
+      doc.visibilityState = "visible";
+      listeners.forEach((f) => f());
+      await vi.advanceTimersByTimeAsync(0);
+      expect(asked).toBe(before + 1);
+      stop();
+      const stopped = asked;
+      await vi.advanceTimersByTimeAsync(5000);
+      expect(asked).toBe(stopped);
+      expect(listeners.length).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -32,6 +32,11 @@ use crate::store::{Append, IdemKey, LogStore, StoreError, StoreResult};
 
 /// Entries folded between two stored snapshots.
 pub const SNAPSHOT_EVERY: u64 = 1000;
+/// How long [`States::current`] waits for the follower to reach a head.
+const CATCH_UP: Duration = Duration::from_secs(10);
+/// A follower paused by a store error tries again after this, doubling up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Per-session state followers. Cheap to clone.
 #[derive(Clone)]
@@ -107,8 +112,25 @@ impl States {
         self.count.set(followers.len());
         let this = self.clone();
         self.tasks.spawn(async move {
-            if let Err(e) = this.follow(session, &tx).await {
-                tracing::error!(error = ?e, %session, "state follower stopped");
+            // A store error (a database restarting, SQLite busy) pauses the follower, not ends
+            // it: its watchers keep their channel and see the state move on once it resumes.
+            let mut pause = RETRY_FIRST;
+            loop {
+                match this.follow(session, &tx).await {
+                    Ok(()) => break,
+                    Err(e) if tx.receiver_count() > 0 && !this.shutdown.is_cancelled() => {
+                        tracing::warn!(error = ?e, %session, retry_in = ?pause, "state follower paused by a store error");
+                        tokio::select! {
+                            _ = this.shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
+                        pause = (pause * 2).min(RETRY_MAX);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = ?e, %session, "state follower stopped");
+                        break;
+                    }
+                }
             }
             // Only this follower's own entry: a retired follower's session may have a new one.
             let mut followers = this.followers.lock().unwrap_or_else(|p| p.into_inner());
@@ -142,19 +164,30 @@ impl States {
     }
 
     /// The state of `session` once it has folded at least up to `head`.
+    ///
+    /// A follower that is not there by [`CATCH_UP`] (the store is unavailable, or the log is
+    /// long and the machine busy) is `Unavailable`: the caller is told to retry, not that
+    /// something broke.
     pub async fn current(&self, session: SessionId, head: Seq) -> StoreResult<Arc<SessionState>> {
-        let mut rx = self.watch(session);
-        let caught_up = tokio::time::timeout(Duration::from_secs(10), async {
-            rx.wait_for(|s| s.head >= head).await.map(|s| s.clone())
+        let caught_up = tokio::time::timeout(CATCH_UP, async {
+            loop {
+                // A follower that stopped (it had retired, or the server is shutting down)
+                // is replaced by the next `watch`.
+                let mut rx = self.watch(session);
+                if let Ok(s) = rx.wait_for(|s| s.head >= head).await {
+                    return s.clone();
+                }
+                if self.shutdown.is_cancelled() {
+                    return std::future::pending().await;
+                }
+            }
         })
         .await;
-        match caught_up {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(_)) => Err(StoreError::Other(anyhow::anyhow!("state follower stopped"))),
-            Err(_) => Err(StoreError::Other(anyhow::anyhow!(
-                "state follower did not catch up with seq {head}"
-            ))),
-        }
+        caught_up.map_err(|_| {
+            StoreError::Unavailable(anyhow::anyhow!(
+                "the session's state has not been folded up to seq {head} yet"
+            ))
+        })
     }
 
     async fn follow(
@@ -162,12 +195,18 @@ impl States {
         session: SessionId,
         tx: &watch::Sender<Arc<SessionState>>,
     ) -> StoreResult<()> {
-        let mut state = match self.store.latest_snapshot(session).await? {
-            Some((_, json)) => serde_json::from_str(&json).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, %session, "unreadable state snapshot; folding from the start");
-                SessionState::default()
-            }),
-            None => SessionState::default(),
+        // Resuming after a pause: from what the watchers already have.
+        let published = tx.borrow().clone();
+        let mut state = if published.head > Seq::ZERO {
+            (*published).clone()
+        } else {
+            match self.store.latest_snapshot(session).await? {
+                Some((_, json)) => serde_json::from_str(&json).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, %session, "unreadable state snapshot; folding from the start");
+                    SessionState::default()
+                }),
+                None => SessionState::default(),
+            }
         };
         let mut tail = Tail::new(self.store.clone(), &self.hub, session, state.head);
         let mut since_snapshot = 0u64;
@@ -360,5 +399,53 @@ mod tests {
             .await
             .expect("the new follower folds the end")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_meets_a_store_error_pauses_and_resumes_for_its_watchers() {
+        // arrange: a real SQLite store and a session with entries, whose log table another
+        // connection has taken away before anyone watches
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
+        let store = crate::store::connect(&url).await.unwrap().log;
+        let hub = Hub::default();
+        let tasks = TaskTracker::new();
+        let log = Log::new(store.clone(), hub.clone(), tasks.clone(), Duration::ZERO);
+        let states = States::new(
+            store.clone(),
+            hub,
+            log.clone(),
+            tasks,
+            CancellationToken::new(),
+        );
+        let session = store.open_session("s", None).await.unwrap().id;
+        log.append(session, vec![server_entry(kinds::SESSION_ENDED, 1)])
+            .await
+            .unwrap();
+        let other = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::query("ALTER TABLE entries RENAME TO entries_away")
+            .execute(&other)
+            .await
+            .unwrap();
+
+        // act: a watcher starts the follower, which cannot read the log; then the table is back
+        let mut watching = states.watch(session);
+        let paused = tokio::time::timeout(Duration::from_millis(300), watching.changed()).await;
+        sqlx::query("ALTER TABLE entries_away RENAME TO entries")
+            .execute(&other)
+            .await
+            .unwrap();
+
+        // assert: the watcher's channel outlived the error (it was not closed) and carries the
+        // folded log once the store answers again
+        assert!(
+            !matches!(paused, Ok(Err(_))),
+            "the follower gave up on its watcher at the first store error"
+        );
+        tokio::time::timeout(WAIT, watching.wait_for(|s| s.phase == Phase::Ended))
+            .await
+            .expect("the follower resumes and folds the log")
+            .unwrap();
+        assert!(states.is_following(session));
     }
 }

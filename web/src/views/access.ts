@@ -2,11 +2,12 @@
 // share link. Each says plainly what went wrong; none ever shows or stores a password.
 
 import { api, ApiError, explain, needLogin, peekReturn, setToken, takeReturn, type LinkPreview } from "../api";
+import { setTitle } from "../attention";
 import { h, themeButton } from "../dom";
 import type { Me } from "../protocol/Me";
 
 function page(root: HTMLElement, title: string, ...body: (Node | null)[]): void {
-  document.title = `${title} · Mooring`;
+  setTitle(`${title} · Mooring`);
   root.replaceChildren(
     h("header.top", null, h("div.row", null, h("a.icon", { href: "#/", "aria-label": "Sessions" }, "‹"), h("h1.title", null, title), h("div.spacer"), themeButton())),
     h("main.access", null, ...body),

@@ -2,7 +2,8 @@
 
 import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
-import { badge, needOf, seenTurns, sortForList, titleFor } from "../needs";
+import { ListDetails, needsCount, setNeedCount, setTitle } from "../attention";
+import { needOf, seenTurns, sortForList } from "../needs";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
 import { notifySwitch, sinksPanel } from "./notify";
@@ -15,48 +16,6 @@ function statusOf(s: SessionInfo): { cls: string; text: string } {
   if (s.bridge.online) return { cls: "ok", text: "live" };
   if (s.bridge.since === null) return { cls: "muted", text: "waiting for a bridge" };
   return { cls: "bad", text: `bridge offline since ${clock(s.bridge.since)}` };
-}
-
-/** Live sessions whose derived state the list asks for (the most recently active). */
-export const MAX_DETAILED = 50;
-/** Requests for those states at once. */
-const DETAIL_REQUESTS = 4;
-
-/**
- * The derived state of each live session as of a head the list saw: asked for one by one (the
- * list does not carry it), again only when the session's head moved. A failed request leaves the
- * session's state unknown, and nothing is claimed from it.
- */
-export class ListDetails {
-  private known = new Map<string, { head: number; state: SessionState | null }>();
-
-  constructor(private readonly fetchInfo: (id: string) => Promise<SessionInfo> = api.session) {}
-
-  state(id: string): SessionState | null {
-    return this.known.get(id)?.state ?? null;
-  }
-
-  /** Brings the states up to the heads in `sessions` (newest activity first); true if any changed. */
-  async refresh(sessions: SessionInfo[]): Promise<boolean> {
-    const live = sessions.filter((s) => s.status !== "ended").slice(0, MAX_DETAILED);
-    const keep = new Set(live.map((s) => s.id));
-    for (const id of [...this.known.keys()]) if (!keep.has(id)) this.known.delete(id);
-    const todo = live.filter((s) => this.known.get(s.id)?.head !== s.head_seq);
-    let changed = false;
-    const worker = async () => {
-      for (let s = todo.shift(); s; s = todo.shift()) {
-        try {
-          const info = await this.fetchInfo(s.id);
-          this.known.set(s.id, { head: info.head_seq, state: info.state ?? null });
-        } catch {
-          this.known.delete(s.id);
-        }
-        changed = true;
-      }
-    };
-    await Promise.all(Array.from({ length: DETAIL_REQUESTS }, worker));
-    return changed;
-  }
 }
 
 function card(s: SessionInfo, state: SessionState | null): HTMLElement {
@@ -82,6 +41,7 @@ function card(s: SessionInfo, state: SessionState | null): HTMLElement {
 }
 
 export function listView(root: HTMLElement): () => void {
+  setTitle("Mooring");
   const body = h("div.list", { id: "sessions" });
   const note = h("div.banner", { id: "list-banner" });
   const who = h("span.muted.who", { id: "who" });
@@ -105,9 +65,7 @@ export function listView(root: HTMLElement): () => void {
     const need = (s: SessionInfo) => needOf(s, details.state(s.id), seenTurns(s.id))?.need ?? null;
     const sorted = sortForList(sessions, need);
     body.replaceChildren(...sorted.map((s) => card(s, details.state(s.id))));
-    const n = sorted.filter((s) => need(s) !== null).length;
-    document.title = titleFor(n);
-    badge(n);
+    setNeedCount(needsCount(sessions, details));
     if (!sessions.length) body.append(emptyState(location.origin));
   };
   const refresh = async () => {

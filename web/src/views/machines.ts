@@ -4,6 +4,7 @@
 // advertised, and a first prompt. The page sends names only, never a command or a path.
 
 import { api, ApiError, explain } from "../api";
+import { setTitle } from "../attention";
 import { clock, h, randomId, themeButton } from "../dom";
 import type { BridgeStatus } from "../protocol/BridgeStatus";
 import type { MachineInfo } from "../protocol/MachineInfo";
@@ -41,6 +42,7 @@ function header(title: string, back: string | null): HTMLElement {
 
 /** `#/machines`. */
 export function machinesView(root: HTMLElement): () => void {
+  setTitle("Machines · Mooring");
   const body = h("div.list", { id: "machines" });
   const note = h("div.banner", { id: "machines-banner" });
   root.replaceChildren(header("Machines", "#/"), note, h("main.list-main", null, body));
@@ -63,6 +65,7 @@ export function machinesView(root: HTMLElement): () => void {
 
 /** `#/m/<id>`: one machine, its sessions, and the start sheet. */
 export function machineView(root: HTMLElement, id: string): () => void {
+  setTitle("Machine · Mooring");
   const title = h("h2", { id: "machine-name" });
   const link = h("span.pill", { id: "machine-link" });
   const sessions = h("div.list", { id: "machine-sessions" });

@@ -2,6 +2,7 @@
 // the transcript (virtualised) or a terminal, the pending-input strip and the composer.
 
 import { api, ApiError, canControl, type Role } from "../api";
+import { setTitle } from "../attention";
 import { WINDOW_ENTRIES, WindowCache, type StoredWindow } from "../cache";
 import { clock, h, themeButton } from "../dom";
 import { Dictation, recognitionCtor } from "../dictation";
@@ -536,7 +537,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         saveMeta();
         applyRole(i.role);
         title.textContent = i.name;
-        document.title = `${i.name} · Mooring`;
+        setTitle(`${i.name} · Mooring`);
         feel({ t: "access" });
         if (i.state) {
           state = i.state;
@@ -608,7 +609,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       info = m.info;
       applyRole(m.info.role);
       title.textContent = m.info.name;
-      document.title = `${m.info.name} · Mooring`;
+      setTitle(`${m.info.name} · Mooring`);
     }
     if (m.state) {
       state = m.state;
