@@ -20,6 +20,7 @@ pub mod bridge;
 pub mod claude;
 pub mod fake_api;
 pub mod fake_gemini;
+mod fake_model;
 pub mod fake_openai;
 pub mod http;
 pub mod invariants;
