@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod pg;
 pub mod proxy;
 pub mod push;
+mod record;
 pub mod rig;
 pub mod server;
 pub mod sink;
