@@ -16,7 +16,7 @@ use crate::bridge::{BridgeOpts, TestBridge};
 use crate::http::LogTail;
 use crate::rig::WAIT;
 use crate::server::{ServerOpts, TestServer};
-use crate::util::bin_path;
+use crate::util::{agent_pid, bin_path, installed_agent};
 
 /// A project directory and a home for one agent.
 #[derive(Debug)]
@@ -130,18 +130,12 @@ impl Default for AcpEnv {
 
 /// Path of the installed `gemini` binary; panics with the fix when it is missing.
 pub fn gemini_bin() -> PathBuf {
-    let path = std::env::var_os("MOOR_GEMINI_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/gemini-cli/node_modules/.bin/gemini")
-        });
-    assert!(
-        path.is_file(),
-        "the Gemini CLI is not installed at {}: run scripts/install-agents (scripts/test does)",
-        path.display()
-    );
-    path
+    installed_agent(
+        "MOOR_GEMINI_BIN",
+        "gemini-cli/node_modules/.bin/gemini",
+        "the Gemini CLI",
+        "install-agents",
+    )
 }
 
 impl AcpEnv {
@@ -261,7 +255,8 @@ impl AcpRun {
 
     /// Prompts `"[[<tool>:touch FILE]]"` (`tool` is the agent's script marker: `bash`, or `tool`
     /// for `moor-acp-agent`) and answers its permission request with `decision`; asserts that
-    /// nothing ran before the decision and that the file exists exactly when it was allowed.
+    /// nothing ran before the decision and that the file exists exactly when it was allowed,
+    /// and, when allowed, that the turn logged the call as a `Bash` tool use of `touch FILE`.
     pub async fn touch_if(
         &mut self,
         tool: &str,
@@ -275,9 +270,18 @@ impl AcpRun {
         assert!(!file.exists(), "nothing runs before a person decides");
         let decided = self.decide(&request, decision).await;
         let result = self.wait(kinds::AGENT_RESULT, decided).await;
-        match decision {
-            PermissionDecision::Allow => assert!(file.exists(), "allowed: the command ran"),
-            _ => assert!(!file.exists(), "denied: the command did not run"),
+        if decision == PermissionDecision::Allow {
+            assert!(file.exists(), "allowed: the command ran");
+            let turn = self.after(seq);
+            let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
+            assert_eq!(tool.payload["name"], "Bash", "{tool:?}");
+            assert_eq!(
+                tool.payload["input"]["command"],
+                format!("touch {}", file.display()),
+                "{tool:?}"
+            );
+        } else {
+            assert!(!file.exists(), "denied: the command did not run");
         }
         Decided {
             seq,
@@ -285,6 +289,20 @@ impl AcpRun {
             decided,
             result,
         }
+    }
+
+    /// Waits for the agent's `agent.session`; returns the agent's own session id.
+    pub async fn conversation(&mut self) -> Value {
+        let session = self.wait(kinds::AGENT_SESSION, 0).await;
+        session.payload["agent_session_id"].clone()
+    }
+
+    /// `moor run --session X` again after the crash that wrote `interrupted`; returns the new
+    /// `moor` and its `agent.restart` entry.
+    pub async fn run_again(&mut self, interrupted: &Entry) -> (TestBridge, Entry) {
+        let again = self.s.bridge.respawn(&[]);
+        let restart = self.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
+        (again, restart)
     }
 
     /// Prompts `prompt` (a script that makes the model stream go silent), waits for the
@@ -417,18 +435,12 @@ pub fn assert_continued(restart: &Entry, conversation: &Value, command: &str) {
 
 /// Path of the installed `codex-acp` launcher; panics with the fix when it is missing.
 pub fn codex_acp_bin() -> PathBuf {
-    let path = std::env::var_os("MOOR_CODEX_ACP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/codex-acp/node_modules/.bin/codex-acp")
-        });
-    assert!(
-        path.is_file(),
-        "codex-acp is not installed at {}: run scripts/install-agents (scripts/test does)",
-        path.display()
-    );
-    path
+    installed_agent(
+        "MOOR_CODEX_ACP_BIN",
+        "codex-acp/node_modules/.bin/codex-acp",
+        "codex-acp",
+        "install-agents",
+    )
 }
 
 impl AcpEnv {
@@ -463,10 +475,6 @@ impl AcpEnv {
 impl AcpSession {
     /// Sends `sig` to the agent's process group (an npm launcher and the program it started).
     pub fn signal_agent_group(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
-        let pid = self.start.payload["pid"]
-            .as_i64()
-            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
-            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
-        rustix::process::kill_process_group(pid, sig)
+        rustix::process::kill_process_group(agent_pid(&self.start), sig)
     }
 }

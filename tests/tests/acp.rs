@@ -73,11 +73,6 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
         "{turn:#?}"
     );
     let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
     assert_eq!(ok.request.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(ok.request.payload["tool_name"], "Bash");
     let resolved = first_of_kind(&turn, kinds::AGENT_PERMISSION_RESOLVED);
@@ -141,8 +136,7 @@ async fn an_agent_that_dies_mid_tool_leaves_the_call_in_agent_exit_and_in_the_br
 async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_the_brief() {
     // arrange: one finished turn, then moor and the agent die while an allowed command runs
     let mut a = start(&[]).await;
-    let session = a.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
+    let conversation = a.conversation().await;
     let (interrupted, brief) = a.crash_mid_command("tool", "sleep 120").await;
 
     // assert: the brief (which names the command that was cut off) names the conversation
@@ -153,8 +147,7 @@ async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_
     );
 
     // act: the same `moor run --session X` again, then a question about the first turn
-    let mut again = a.s.bridge.respawn(&[]);
-    let restart = a.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
+    let (mut again, restart) = a.run_again(&interrupted).await;
     let resumed = a.wait(kinds::AGENT_RESULT, restart.seq.0).await;
     let question = a.prompt("which word?").await;
     a.wait(kinds::AGENT_RESULT, question).await;

@@ -42,12 +42,6 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
             && at("agent.tool_result") < at("agent.result"),
         "{kinds_seen:?}"
     );
-    let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
     let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["is_error"], false);
 
@@ -75,13 +69,11 @@ async fn codex_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_sess
     // arrange: a finished turn, then moor and Codex are killed while an allowed command runs
     let api = FakeOpenAi::start().await;
     let mut c = start(&api, &[]).await;
-    let session = c.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
+    let conversation = c.conversation().await;
     let (exit, _) = c.crash_mid_command("bash", "sleep 120").await;
 
     // act: `moor run --session X -- codex-acp` again, then a question about the first turn
-    let mut again = c.s.bridge.respawn(&[]);
-    let restart = c.wait(kinds::AGENT_RESTART, exit.seq.0).await;
+    let (mut again, restart) = c.run_again(&exit).await;
     c.deny_the_rerun(&restart, "sleep 120").await;
     let question = c.prompt("which word?").await;
     c.wait(kinds::AGENT_RESULT, question).await;

@@ -47,12 +47,6 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
         ],
         "{turn:#?}"
     );
-    let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
     let text = first_of_kind(&turn, kinds::AGENT_TEXT);
     assert_eq!(text.payload["text"], "Tool finished.");
 
@@ -86,8 +80,7 @@ async fn gemini_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_ses
     // arrange: a finished turn, then moor and Gemini CLI are killed while an allowed command runs
     let api = FakeGemini::start().await;
     let mut g = start(&api, &[]).await;
-    let session = g.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
+    let conversation = g.conversation().await;
     let created = minute_now();
     let (exit, _) = g.crash_mid_command("bash", "sleep 120").await;
 
@@ -99,8 +92,7 @@ async fn gemini_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_ses
     .await;
 
     // act: `moor run --session X -- gemini` again, then a question about the first turn
-    let mut again = g.s.bridge.respawn(&[]);
-    let restart = g.wait(kinds::AGENT_RESTART, exit.seq.0).await;
+    let (mut again, restart) = g.run_again(&exit).await;
     g.deny_the_rerun(&restart, "sleep 120").await;
     let question = g.prompt("which word?").await;
     g.wait(kinds::AGENT_RESULT, question).await;
