@@ -558,7 +558,7 @@ async fn bench_outbox_throughput_and_commit_to_push_delay() {
     const ROUNDS: usize = 10;
     let push = PushService::start().await;
     let server = TestServer::start(opts()).await;
-    let (alice, phone) = alice_with_a_phone(&server, &push).await;
+    let (alice, _phone) = alice_with_a_phone(&server, &push).await;
     let mut agents = Vec::new();
     for i in 0..SESSIONS {
         agents.push(Agent::start(&server, &alice, &format!("bench-{i}")).await);
