@@ -113,6 +113,26 @@ impl TestServer {
         self.call(method, path, cred, body).await.status()
     }
 
+    /// `POST /auth/refresh` with the refresh token of `pair` (a login's or a refresh's answer).
+    async fn refresh(&self, pair: &Value) -> reqwest::Response {
+        let body = json!({"refresh_token": pair["refresh_token"]});
+        self.call("POST", "/auth/refresh", &Cred(None), Some(body))
+            .await
+    }
+
+    /// `cred` makes a share link of s1 as `body` says.
+    async fn share_link(&self, cred: &Cred, body: Value) -> reqwest::Response {
+        self.call("POST", "/sessions/s1/share-links", cred, Some(body))
+            .await
+    }
+
+    /// `cred` redeems the share link `token`: the status.
+    async fn redeem(&self, token: &Value, cred: &Cred) -> StatusCode {
+        let body = json!({ "token": token });
+        self.status("POST", "/share-links/redeem", cred, Some(body))
+            .await
+    }
+
     /// `owner` offers `role` on `session` to `user` by name, and `user` (logged in as `them`)
     /// accepts.
     async fn share(&self, session: &str, owner: &Cred, user: &str, them: &Cred, role: &str) {
@@ -560,30 +580,20 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
     // arrange, act: normal rotations
     let server = TestServer::spawn().await;
     let (first, second) = login_and_refresh(&server).await;
-    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
     assert!(second["refresh_token"].is_string());
     assert_ne!(second["refresh_token"], first["refresh_token"]);
-    let third: Value = server
-        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let third: Value = server.refresh(&second).await.json().await.unwrap();
     let access = Cred(Some(third["access_token"].as_str().unwrap().to_owned()));
     assert_eq!(
         server.status("GET", "/sessions", &access, None).await,
         StatusCode::OK
     );
     // act: a spent token again (as a thief would), its successor used already
-    let reuse = server
-        .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
-        .await;
+    let reuse = server.refresh(&first).await.status();
     // assert: refused, and the whole family with it
     assert_eq!(reuse, StatusCode::UNAUTHORIZED);
     assert_eq!(
-        server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&third)))
-            .await,
+        server.refresh(&third).await.status(),
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
@@ -592,25 +602,14 @@ async fn refresh_tokens_rotate_and_reuse_revokes_the_family() {
     );
     // Another login is another family, unaffected.
     let other = server.login("ann").await;
-    assert_eq!(
-        server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&other)))
-            .await,
-        StatusCode::OK
-    );
+    assert_eq!(server.refresh(&other).await.status(), StatusCode::OK);
 }
 
 /// Logs `ann` (created here) in and refreshes once: the first pair and the one replacing it.
 async fn login_and_refresh(server: &TestServer) -> (Value, Value) {
     server.add_user("ann").await;
     let first = server.login("ann").await;
-    let body = json!({"refresh_token": first["refresh_token"]});
-    let second: Value = server
-        .call("POST", "/auth/refresh", &Cred(None), Some(body))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let second: Value = server.refresh(&first).await.json().await.unwrap();
     (first, second)
 }
 
@@ -623,33 +622,24 @@ async fn a_refresh_whose_answer_was_lost_can_be_repeated_within_the_grace_window
     // arrange
     let server = TestServer::spawn().await;
     let (first, lost) = login_and_refresh(&server).await;
-    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
 
     // act: the client never saw `lost`, and presents its token again
-    let resp = server
-        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
-        .await;
+    let resp = server.refresh(&first).await;
 
     // assert
     assert_eq!(resp.status(), StatusCode::OK);
     let again: Value = resp.json().await.unwrap();
     assert_ne!(again["refresh_token"], lost["refresh_token"]);
-    let next = server
-        .call("POST", "/auth/refresh", &Cred(None), Some(refresh(&again)))
-        .await;
+    let next = server.refresh(&again).await;
     assert_eq!(next.status(), StatusCode::OK, "the new pair rotates on");
     let next: Value = next.json().await.unwrap();
     assert_eq!(
-        server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&lost)))
-            .await,
+        server.refresh(&lost).await.status(),
         StatusCode::UNAUTHORIZED,
         "the pair whose answer was lost is spent"
     );
     assert_eq!(
-        server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&next)))
-            .await,
+        server.refresh(&next).await.status(),
         StatusCode::UNAUTHORIZED,
         "presenting the spent one revoked the family"
     );
@@ -661,19 +651,14 @@ async fn a_spent_refresh_token_past_the_grace_window_revokes_the_family() {
     // arrange: no grace
     let server = TestServer::spawn_with(|c| c.refresh_grace = Duration::ZERO).await;
     let (first, second) = login_and_refresh(&server).await;
-    let refresh = |t: &Value| json!({"refresh_token": t["refresh_token"]});
 
     // act
-    let reuse = server
-        .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&first)))
-        .await;
+    let reuse = server.refresh(&first).await.status();
 
     // assert
     assert_eq!(reuse, StatusCode::UNAUTHORIZED);
     assert_eq!(
-        server
-            .status("POST", "/auth/refresh", &Cred(None), Some(refresh(&second)))
-            .await,
+        server.refresh(&second).await.status(),
         StatusCode::UNAUTHORIZED
     );
 }
@@ -1129,44 +1114,34 @@ async fn unsharing_or_changing_a_role_closes_that_members_live_streams() {
 #[tokio::test]
 async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     // arrange
-    let spawned = TestServer::spawn().await;
-    let server = &spawned;
+    let server = TestServer::spawn().await;
     let owner = server.user("ann").await;
     let pat = server.user("pat").await;
     let quinn = server.user("quinn").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
-    let link = |body: Value, cred: &Cred| {
-        let cred = cred.clone();
-        async move {
-            server
-                .call("POST", "/sessions/s1/share-links", &cred, Some(body))
-                .await
-        }
-    };
     // Only the owner makes links (a stranger does not even see the session).
     assert_eq!(
-        link(json!({"role": "viewer"}), &pat).await.status(),
+        server
+            .share_link(&pat, json!({"role": "viewer"}))
+            .await
+            .status(),
         StatusCode::NOT_FOUND
     );
-    let resp = link(json!({"role": "controller", "uses": 1}), &owner).await;
+    let resp = server
+        .share_link(&owner, json!({"role": "controller", "uses": 1}))
+        .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let made: Value = resp.json().await.unwrap();
     assert!(made["url"]
         .as_str()
         .unwrap()
         .ends_with(&format!("/#/join&link={}", made["token"].as_str().unwrap())));
-    let redeem = |token: &Value, cred: &Cred| {
-        let cred = cred.clone();
-        let body = json!({"token": token});
-        async move {
-            server
-                .status("POST", "/share-links/redeem", &cred, Some(body))
-                .await
-        }
-    };
     // act + assert: one use, then it is spent
-    assert_eq!(redeem(&made["token"], &pat).await, StatusCode::OK);
-    assert_eq!(redeem(&made["token"], &quinn).await, StatusCode::NOT_FOUND);
+    assert_eq!(server.redeem(&made["token"], &pat).await, StatusCode::OK);
+    assert_eq!(
+        server.redeem(&made["token"], &quinn).await,
+        StatusCode::NOT_FOUND
+    );
     assert_eq!(
         server.status("GET", "/sessions/s1", &pat, None).await,
         StatusCode::OK
@@ -1176,13 +1151,14 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
         StatusCode::NOT_FOUND
     );
     // An expired link does nothing.
-    let expired: Value = link(json!({"role": "viewer", "expires_in": 0}), &owner)
+    let expired: Value = server
+        .share_link(&owner, json!({"role": "viewer", "expires_in": 0}))
         .await
         .json()
         .await
         .unwrap();
     assert_eq!(
-        redeem(&expired["token"], &quinn).await,
+        server.redeem(&expired["token"], &quinn).await,
         StatusCode::NOT_FOUND
     );
     // Revoking the link removes pat's role and ends pat's live stream.
@@ -1213,14 +1189,12 @@ async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_us
     let owner = server.user("ann").await;
     let pat = server.user("pat").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
-    let made = server
-        .call_json(
-            "POST",
-            "/sessions/s1/share-links",
-            &owner,
-            Some(json!({"role": "controller", "uses": 1})),
-        )
-        .await;
+    let made: Value = server
+        .share_link(&owner, json!({"role": "controller", "uses": 1}))
+        .await
+        .json()
+        .await
+        .unwrap();
     let preview = |token: Value| async move {
         server
             .call(
@@ -1244,13 +1218,7 @@ async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_us
     assert_eq!(said["created_by"], "ann");
     assert!(said["session"].is_string());
     assert_eq!(again, StatusCode::OK);
-    let body = Some(json!({"token": made["token"]}));
-    assert_eq!(
-        server
-            .status("POST", "/share-links/redeem", &pat, body)
-            .await,
-        StatusCode::OK
-    );
+    assert_eq!(server.redeem(&made["token"], &pat).await, StatusCode::OK);
     // Spent, unknown or expired: a 404, as redeeming would answer.
     assert_eq!(
         preview(made["token"].clone()).await.status(),
@@ -1260,14 +1228,12 @@ async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_us
         preview(json!("no-such-link")).await.status(),
         StatusCode::NOT_FOUND
     );
-    let expired = server
-        .call_json(
-            "POST",
-            "/sessions/s1/share-links",
-            &owner,
-            Some(json!({"role": "viewer", "expires_in": 0})),
-        )
-        .await;
+    let expired: Value = server
+        .share_link(&owner, json!({"role": "viewer", "expires_in": 0}))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(
         preview(expired["token"].clone()).await.status(),
         StatusCode::NOT_FOUND
@@ -1291,21 +1257,11 @@ async fn owners_list_members_and_share_links_without_the_links_secrets() {
         json!({"role": "viewer", "uses": 2, "expires_in": 3600}),
         json!({"role": "controller"}),
     ] {
-        let resp = server
-            .call("POST", "/sessions/s1/share-links", &owner, Some(body))
-            .await;
+        let resp = server.share_link(&owner, body).await;
         assert_eq!(resp.status(), StatusCode::CREATED);
         made.push(resp.json::<Value>().await.unwrap());
     }
-    let redeemed = server
-        .status(
-            "POST",
-            "/share-links/redeem",
-            &pat,
-            Some(json!({"token": made[0]["token"]})),
-        )
-        .await;
-    assert_eq!(redeemed, StatusCode::OK);
+    assert_eq!(server.redeem(&made[0]["token"], &pat).await, StatusCode::OK);
     let revoke = format!("/share-links/{}", made[1]["id"].as_str().unwrap());
     assert_eq!(
         server.status("DELETE", &revoke, &owner, None).await,

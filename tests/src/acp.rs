@@ -2,7 +2,7 @@
 //! --mode acp`, and the session it runs in. The agent is `moor-acp-agent` (this crate's small
 //! ACP agent) or a real one (Gemini CLI, see `gemini`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use moor_protocol::payload::PermissionDecision;
@@ -11,11 +11,12 @@ use moor_protocol::{kinds, Entry, SessionId};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
+use crate::assert::first_of_kind;
 use crate::bridge::{BridgeOpts, TestBridge};
 use crate::http::LogTail;
 use crate::rig::WAIT;
 use crate::server::{ServerOpts, TestServer};
-use crate::util::bin_path;
+use crate::util::{agent_pid, bin_path, installed_agent};
 
 /// A project directory and a home for one agent.
 #[derive(Debug)]
@@ -129,18 +130,12 @@ impl Default for AcpEnv {
 
 /// Path of the installed `gemini` binary; panics with the fix when it is missing.
 pub fn gemini_bin() -> PathBuf {
-    let path = std::env::var_os("MOOR_GEMINI_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/gemini-cli/node_modules/.bin/gemini")
-        });
-    assert!(
-        path.is_file(),
-        "the Gemini CLI is not installed at {}: run scripts/install-agents (scripts/test does)",
-        path.display()
-    );
-    path
+    installed_agent(
+        "MOOR_GEMINI_BIN",
+        "gemini-cli/node_modules/.bin/gemini",
+        "the Gemini CLI",
+        "install-agents",
+    )
 }
 
 impl AcpEnv {
@@ -258,6 +253,118 @@ impl AcpRun {
             .await
     }
 
+    /// Prompts `"[[<tool>:touch FILE]]"` (`tool` is the agent's script marker: `bash`, or `tool`
+    /// for `moor-acp-agent`) and answers its permission request with `decision`; asserts that
+    /// nothing ran before the decision and that the file exists exactly when it was allowed,
+    /// and, when allowed, that the turn logged the call as a `Bash` tool use of `touch FILE`.
+    pub async fn touch_if(
+        &mut self,
+        tool: &str,
+        file: &Path,
+        decision: PermissionDecision,
+    ) -> Decided {
+        let seq = self
+            .prompt(&format!("[[{tool}:touch {}]]", file.display()))
+            .await;
+        let request = self.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+        assert!(!file.exists(), "nothing runs before a person decides");
+        let decided = self.decide(&request, decision).await;
+        let result = self.wait(kinds::AGENT_RESULT, decided).await;
+        if decision == PermissionDecision::Allow {
+            assert!(file.exists(), "allowed: the command ran");
+            let turn = self.after(seq);
+            let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
+            assert_eq!(tool.payload["name"], "Bash", "{tool:?}");
+            assert_eq!(
+                tool.payload["input"]["command"],
+                format!("touch {}", file.display()),
+                "{tool:?}"
+            );
+        } else {
+            assert!(!file.exists(), "denied: the command did not run");
+        }
+        Decided {
+            seq,
+            request,
+            decided,
+            result,
+        }
+    }
+
+    /// Waits for the agent's `agent.session`; returns the agent's own session id.
+    pub async fn conversation(&mut self) -> Value {
+        let session = self.wait(kinds::AGENT_SESSION, 0).await;
+        session.payload["agent_session_id"].clone()
+    }
+
+    /// `moor run --session X` again after the crash that wrote `interrupted`; returns the new
+    /// `moor` and its `agent.restart` entry.
+    pub async fn run_again(&mut self, interrupted: &Entry) -> (TestBridge, Entry) {
+        let again = self.s.bridge.respawn(&[]);
+        let restart = self.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
+        (again, restart)
+    }
+
+    /// Prompts `prompt` (a script that makes the model stream go silent), waits for the
+    /// watchdog's `agent.stalled` and interrupts the turn; asserts the stall is reported for the
+    /// streaming phase and the interrupt ends the turn as cancelled.
+    pub async fn stall_then_interrupt(&mut self, prompt: &str) -> Stalled {
+        let seq = self.prompt(prompt).await;
+        let stalled = self.wait(kinds::AGENT_STALLED, seq).await;
+        let interrupt = self.input(kinds::INPUT_INTERRUPT, json!({})).await;
+        let result = self.wait(kinds::AGENT_RESULT, interrupt).await;
+        assert_eq!(stalled.payload["phase"], "streaming", "{stalled:?}");
+        assert_eq!(result.payload["subtype"], "cancelled", "{result:?}");
+        Stalled {
+            seq,
+            stalled,
+            interrupt,
+            result,
+        }
+    }
+
+    /// Prompts `text` and waits for its turn to end without an error: the agent still takes
+    /// prompts. Returns the prompt's seq.
+    pub async fn prompt_answered(&mut self, text: &str) -> u64 {
+        let seq = self.prompt(text).await;
+        let result = self.wait(kinds::AGENT_RESULT, seq).await;
+        assert_eq!(result.payload["is_error"], false, "{result:?}");
+        seq
+    }
+
+    /// One finished turn (`remember the word heron`), then `moor` and the agent killed while
+    /// an allowed `command` runs (prompted as `"[[<tool>:COMMAND]]"`); asserts that the
+    /// recovery brief names the cut-off command. Returns the `session.interrupted` entry and
+    /// the brief.
+    pub async fn crash_mid_command(&mut self, tool: &str, command: &str) -> (Entry, RecoveryBrief) {
+        self.prompt_answered("remember the word heron").await;
+        let seq = self.prompt(&format!("[[{tool}:{command}]]")).await;
+        let request = self.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+        let decided = self.decide(&request, PermissionDecision::Allow).await;
+        self.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
+        let interrupted = self.crash(decided).await;
+        assert!(interrupted.seq.0 > decided, "{interrupted:?}");
+        let brief = self.brief().await;
+        assert_uncertain(&brief, command);
+        (interrupted, brief)
+    }
+
+    /// After a restart whose brief quotes the cut-off `command`, the fake model asks to run it
+    /// again: asserts it is asked for, not run unasked, and says no; waits for the turn to end.
+    pub async fn deny_the_rerun(&mut self, restart: &Entry, command: &str) {
+        let asked = self
+            .wait(kinds::AGENT_PERMISSION_REQUEST, restart.seq.0)
+            .await;
+        assert_eq!(asked.payload["input"]["command"], command, "{asked:?}");
+        let denied = self.decide(&asked, PermissionDecision::Deny).await;
+        self.wait(kinds::AGENT_RESULT, denied).await;
+    }
+
+    /// The first entry of `kind` after `seq`; panics when there is none yet.
+    pub fn first_after(&self, seq: u64, kind: &str) -> Entry {
+        first_of_kind(&self.after(seq), kind).clone()
+    }
+
     /// The session's recovery brief.
     pub async fn brief(&self) -> RecoveryBrief {
         let resp = self
@@ -273,33 +380,67 @@ impl AcpRun {
     }
 }
 
-/// The `agent.*` kinds of `entries`, without deltas and intent records.
-pub fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
-    entries
-        .iter()
-        .map(|e| e.kind.as_str())
-        .filter(|k| {
-            k.starts_with("agent.")
-                && *k != kinds::AGENT_TEXT_DELTA
-                && !k.starts_with("agent.tool.intent")
-        })
-        .collect()
+/// A permission request answered, and the turn's end.
+#[derive(Debug)]
+pub struct Decided {
+    /// The prompt's seq.
+    pub seq: u64,
+    /// The `agent.permission.request`.
+    pub request: Entry,
+    /// The decision's input seq.
+    pub decided: u64,
+    /// The turn's `agent.result`.
+    pub result: Entry,
+}
+
+/// A stalled turn, interrupted.
+#[derive(Debug)]
+pub struct Stalled {
+    /// The prompt's seq.
+    pub seq: u64,
+    /// The `agent.stalled` entry.
+    pub stalled: Entry,
+    /// The interrupt's input seq.
+    pub interrupt: u64,
+    /// The turn's `agent.result`.
+    pub result: Entry,
+}
+
+/// Asserts that the recovery brief names `command` among the calls cut off.
+pub fn assert_uncertain(brief: &RecoveryBrief, command: &str) {
+    assert!(
+        brief
+            .uncertain
+            .iter()
+            .any(|t| t.target.as_deref() == Some(command)),
+        "the brief names the cut-off command {command:?}: {brief:#?}"
+    );
+}
+
+/// Asserts that `restart` (an `agent.restart`) continued the agent's own session
+/// `conversation`, with a first prompt (the brief) that quotes the cut-off `command`.
+pub fn assert_continued(restart: &Entry, conversation: &Value, command: &str) {
+    assert_eq!(restart.payload["reason"], "continued", "{restart:?}");
+    assert_eq!(
+        restart.payload["agent_session_id"], *conversation,
+        "{restart:?}"
+    );
+    assert!(
+        restart.payload["prompt"]
+            .as_str()
+            .is_some_and(|p| p.contains(command)),
+        "the brief quotes {command:?}: {restart:?}"
+    );
 }
 
 /// Path of the installed `codex-acp` launcher; panics with the fix when it is missing.
 pub fn codex_acp_bin() -> PathBuf {
-    let path = std::env::var_os("MOOR_CODEX_ACP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/codex-acp/node_modules/.bin/codex-acp")
-        });
-    assert!(
-        path.is_file(),
-        "codex-acp is not installed at {}: run scripts/install-agents (scripts/test does)",
-        path.display()
-    );
-    path
+    installed_agent(
+        "MOOR_CODEX_ACP_BIN",
+        "codex-acp/node_modules/.bin/codex-acp",
+        "codex-acp",
+        "install-agents",
+    )
 }
 
 impl AcpEnv {
@@ -334,10 +475,6 @@ impl AcpEnv {
 impl AcpSession {
     /// Sends `sig` to the agent's process group (an npm launcher and the program it started).
     pub fn signal_agent_group(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
-        let pid = self.start.payload["pid"]
-            .as_i64()
-            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
-            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
-        rustix::process::kill_process_group(pid, sig)
+        rustix::process::kill_process_group(agent_pid(&self.start), sig)
     }
 }

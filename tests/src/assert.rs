@@ -46,6 +46,28 @@ pub fn of_kind<'a>(entries: &'a [Entry], kind: &str) -> Vec<&'a Entry> {
     entries.iter().filter(|e| e.kind == kind).collect()
 }
 
+/// The first entry of `kind`; panics naming the kind and the entries when there is none.
+pub fn first_of_kind<'a>(entries: &'a [Entry], kind: &str) -> &'a Entry {
+    entries
+        .iter()
+        .find(|e| e.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} among {entries:#?}"))
+}
+
+/// The `agent.*` kinds of `entries`, in log order, without the deltas that stream in between
+/// and the intent records (which tests check on their own).
+pub fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
+    entries
+        .iter()
+        .map(|e| e.kind.as_str())
+        .filter(|k| {
+            k.starts_with("agent.")
+                && *k != kinds::AGENT_TEXT_DELTA
+                && !k.starts_with("agent.tool.intent")
+        })
+        .collect()
+}
+
 /// `payload.input_seq` of a receipt.
 pub fn input_seq(e: &Entry) -> Option<u64> {
     e.payload.get("input_seq").and_then(Value::as_u64)

@@ -44,28 +44,18 @@ pub struct ClaudeSession {
 impl ClaudeSession {
     /// Sends `sig` to the Claude Code process itself (not to `moor`).
     pub fn signal_agent(&self, sig: rustix::process::Signal) -> rustix::io::Result<()> {
-        let pid = self.start.payload["pid"]
-            .as_i64()
-            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
-            .unwrap_or_else(|| panic!("agent.start names the agent's pid: {:?}", self.start));
-        rustix::process::kill_process(pid, sig)
+        rustix::process::kill_process(crate::util::agent_pid(&self.start), sig)
     }
 }
 
 /// Path of the installed `claude` binary; panics with the fix when it is missing.
 pub fn claude_bin() -> PathBuf {
-    let path = std::env::var_os("MOOR_CLAUDE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/claude-code/node_modules/.bin/claude")
-        });
-    assert!(
-        path.is_file(),
-        "the Claude Code CLI is not installed at {}: run scripts/install-claude-code (scripts/test does)",
-        path.display()
-    );
-    path
+    crate::util::installed_agent(
+        "MOOR_CLAUDE_BIN",
+        "claude-code/node_modules/.bin/claude",
+        "the Claude Code CLI",
+        "install-claude-code",
+    )
 }
 
 impl ClaudeEnv {

@@ -13,71 +13,41 @@
 //!
 //! Every request body is recorded so tests can check what the CLI sent (e.g. a recovery prompt).
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-
-use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+
+use crate::fake_model::{marker, FakeServer, Shared};
 
 /// The running fake; shuts down (and releases held streams) when dropped.
 #[derive(Debug)]
 pub struct FakeAnthropic {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<Value>>>,
-    stop: CancellationToken,
-}
-
-#[derive(Clone)]
-struct Shared {
-    requests: Arc<Mutex<Vec<Value>>>,
-    stop: CancellationToken,
+    server: FakeServer<Value>,
 }
 
 impl FakeAnthropic {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake API");
-        let addr = listener.local_addr().expect("local addr");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = CancellationToken::new();
-        let shared = Shared {
-            requests: requests.clone(),
-            stop: stop.clone(),
-        };
-        let app = Router::new()
-            .route("/v1/messages", post(messages))
-            .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "not faked") })
-            .with_state(shared);
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
-        Self {
-            addr,
-            requests,
-            stop,
-        }
+        let server = FakeServer::start(|shared| {
+            Router::new()
+                .route("/v1/messages", post(messages))
+                .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "not faked") })
+                .with_state(shared)
+        })
+        .await;
+        Self { server }
     }
 
     /// `ANTHROPIC_BASE_URL` for the CLI.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().expect("requests lock").clone()
+        self.server.requests()
     }
 
     /// The last user text of every request so far.
@@ -89,18 +59,8 @@ impl FakeAnthropic {
     }
 }
 
-impl Drop for FakeAnthropic {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn messages(State(shared): State<Shared>, Json(req): Json<Value>) -> Response {
-    shared
-        .requests
-        .lock()
-        .expect("requests lock")
-        .push(req.clone());
+async fn messages(State(shared): State<Shared<Value>>, Json(req): Json<Value>) -> Response {
+    shared.record(req.clone());
     let prompt = last_user_text(&req).unwrap_or_default();
     if let Some(status) = marker(&prompt, "[[fail:").and_then(|s| s.parse().ok()) {
         return api_error(status);
@@ -109,28 +69,12 @@ async fn messages(State(shared): State<Shared>, Json(req): Json<Value>) -> Respo
     if req.get("stream").and_then(Value::as_bool) != Some(true) {
         return Json(reply.message(&req)).into_response();
     }
-    let events: Vec<Result<Bytes, Infallible>> = reply
+    let frames = reply
         .events(&req)
         .into_iter()
-        .map(|(name, data)| Ok(Bytes::from(format!("event: {name}\ndata: {data}\n\n"))))
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
         .collect();
-    let head = stream::iter(events);
-    let body = if reply.stall {
-        // Go silent with the connection open, as a stalled model stream does.
-        let stop = shared.stop.clone();
-        let hang = stream::once(async move {
-            stop.cancelled().await;
-            Ok::<Bytes, Infallible>(Bytes::new())
-        });
-        Body::from_stream(head.chain(hang))
-    } else {
-        Body::from_stream(head)
-    };
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .header("cache-control", "no-cache")
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Body::empty()))
+    shared.sse(frames, reply.stall)
 }
 
 /// An Anthropic API error answer with `status` (529 is "overloaded").
@@ -193,12 +137,6 @@ fn script(req: &Value) -> Reply {
         text: "Hello from the fake model.".into(),
         ..Reply::default()
     }
-}
-
-fn marker(prompt: &str, open: &str) -> Option<String> {
-    let start = prompt.find(open)? + open.len();
-    let end = prompt[start..].find("]]")? + start;
-    Some(prompt[start..end].to_owned())
 }
 
 fn last_user(req: &Value) -> Option<&Value> {

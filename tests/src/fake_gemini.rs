@@ -13,85 +13,44 @@
 //!
 //! Every request body is recorded with its path.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+
+use crate::fake_model::{marker, remembered, FakeServer, Shared};
 
 /// The running fake; shuts down (and releases held streams) when dropped.
 #[derive(Debug)]
 pub struct FakeGemini {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<(String, Value)>>>,
-    stop: CancellationToken,
-}
-
-#[derive(Clone)]
-struct Shared {
-    requests: Arc<Mutex<Vec<(String, Value)>>>,
-    stop: CancellationToken,
+    server: FakeServer<(String, Value)>,
 }
 
 impl FakeGemini {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake API");
-        let addr = listener.local_addr().expect("local addr");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = CancellationToken::new();
-        let shared = Shared {
-            requests: requests.clone(),
-            stop: stop.clone(),
-        };
-        let app = Router::new().fallback(handle).with_state(shared);
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
-        Self {
-            addr,
-            requests,
-            stop,
-        }
+        let server =
+            FakeServer::start(|shared| Router::new().fallback(handle).with_state(shared)).await;
+        Self { server }
     }
 
     /// `GOOGLE_GEMINI_BASE_URL` for the CLI.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     /// Every request so far: (path, body).
     pub fn requests(&self) -> Vec<(String, Value)> {
-        self.requests.lock().expect("requests lock").clone()
+        self.server.requests()
     }
 }
 
-impl Drop for FakeGemini {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn handle(State(shared): State<Shared>, uri: Uri, body: Bytes) -> Response {
+async fn handle(State(shared): State<Shared<(String, Value)>>, uri: Uri, body: Bytes) -> Response {
     let path = uri.path().to_owned();
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    shared
-        .requests
-        .lock()
-        .expect("requests lock")
-        .push((path.clone(), req.clone()));
+    shared.record((path.clone(), req.clone()));
     if path.ends_with(":countTokens") {
         return Json(json!({"totalTokens": 42})).into_response();
     }
@@ -120,25 +79,11 @@ async fn handle(State(shared): State<Shared>, uri: Uri, body: Bytes) -> Response
             }
         }
     }
-    let frames: Vec<Result<Bytes, Infallible>> = events
+    let frames = events
         .into_iter()
-        .map(|e| Ok(Bytes::from(format!("data: {e}\r\n\r\n"))))
+        .map(|e| format!("data: {e}\r\n\r\n"))
         .collect();
-    let head = stream::iter(frames);
-    let body = if stall {
-        let stop = shared.stop.clone();
-        let hang = stream::once(async move {
-            stop.cancelled().await;
-            Ok::<Bytes, Infallible>(Bytes::new())
-        });
-        Body::from_stream(head.chain(hang))
-    } else {
-        Body::from_stream(head)
-    };
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Body::empty()))
+    shared.sse(frames, stall)
 }
 
 /// One response chunk with `parts`; the last one says why the model stopped.
@@ -183,7 +128,7 @@ fn script(req: &Value) -> (Value, bool) {
     let earlier = contents[..contents.len().saturating_sub(1)]
         .iter()
         .filter(|c| c.get("role").and_then(Value::as_str) == Some("user"))
-        .find_map(|c| marker(&texts(c), "remember the word ").map(|w| w.to_owned()));
+        .find_map(|c| remembered(&texts(c)));
     if let Some(word) = earlier {
         reply.push_str(&format!(" You asked me to remember {word}."));
     }
@@ -202,17 +147,4 @@ fn texts(content: &Value) -> String {
                 .join("\n")
         })
         .unwrap_or_default()
-}
-
-/// The text after `open` up to `]]` (or, for a phrase, the next word).
-fn marker(text: &str, open: &str) -> Option<String> {
-    let start = text.find(open)? + open.len();
-    let rest = &text[start..];
-    let end = match open.ends_with(':') {
-        true => rest.find("]]")?,
-        false => rest
-            .find(|c: char| !c.is_alphanumeric())
-            .unwrap_or(rest.len()),
-    };
-    Some(rest[..end].to_owned())
 }

@@ -9,91 +9,62 @@
 //! - anything else → "Hello from the fake OpenAI." plus, when an earlier user message of the
 //!   conversation contains `remember the word W`, " You asked me to remember W.".
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+
+use crate::fake_model::{marker, remembered, FakeServer, Shared};
 
 /// The running fake; shuts down (and releases held streams) when dropped.
 #[derive(Debug)]
 pub struct FakeOpenAi {
-    addr: SocketAddr,
-    requests: Arc<Mutex<Vec<Value>>>,
-    stop: CancellationToken,
+    server: FakeServer<Value>,
 }
 
+/// The handlers' state: the fake's, and the number of the next response.
 #[derive(Clone)]
-struct Shared {
-    requests: Arc<Mutex<Vec<Value>>>,
-    stop: CancellationToken,
+struct OpenAiState {
+    shared: Shared<Value>,
     next: Arc<AtomicU64>,
 }
 
 impl FakeOpenAi {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake API");
-        let addr = listener.local_addr().expect("local addr");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = CancellationToken::new();
-        let shared = Shared {
-            requests: requests.clone(),
-            stop: stop.clone(),
-            next: Arc::new(AtomicU64::new(0)),
-        };
-        let app = Router::new().fallback(handle).with_state(shared);
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-        });
-        Self {
-            addr,
-            requests,
-            stop,
-        }
+        let server = FakeServer::start(|shared| {
+            Router::new().fallback(handle).with_state(OpenAiState {
+                shared,
+                next: Arc::new(AtomicU64::new(0)),
+            })
+        })
+        .await;
+        Self { server }
     }
 
     /// The provider's `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     /// Every `POST /v1/responses` body so far.
     pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().expect("requests lock").clone()
+        self.server.requests()
     }
 }
 
-impl Drop for FakeOpenAi {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn handle(State(shared): State<Shared>, uri: Uri, body: Bytes) -> Response {
+async fn handle(State(state): State<OpenAiState>, uri: Uri, body: Bytes) -> Response {
     if uri.path() != "/v1/responses" {
         return Json(json!({"models": [], "data": []})).into_response();
     }
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    shared
-        .requests
-        .lock()
-        .expect("requests lock")
-        .push(req.clone());
-    let n = shared.next.fetch_add(1, Ordering::Relaxed) + 1;
+    state.shared.record(req.clone());
+    let n = state.next.fetch_add(1, Ordering::Relaxed) + 1;
     let id = format!("resp_{n}");
     let mut events = vec![json!({"type": "response.created", "response": {"id": id}})];
     let stall = match script(&req, n) {
@@ -125,28 +96,14 @@ async fn handle(State(shared): State<Shared>, uri: Uri, body: Bytes) -> Response
             false
         }
     };
-    let frames: Vec<Result<Bytes, Infallible>> = events
+    let frames = events
         .into_iter()
         .map(|e| {
-            let name = e["type"].as_str().unwrap_or_default().to_owned();
-            Ok(Bytes::from(format!("event: {name}\ndata: {e}\n\n")))
+            let name = e["type"].as_str().unwrap_or_default();
+            format!("event: {name}\ndata: {e}\n\n")
         })
         .collect();
-    let head = stream::iter(frames);
-    let body = if stall {
-        let stop = shared.stop.clone();
-        let hang = stream::once(async move {
-            stop.cancelled().await;
-            Ok::<Bytes, Infallible>(Bytes::new())
-        });
-        Body::from_stream(head.chain(hang))
-    } else {
-        Body::from_stream(head)
-    };
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(body)
-        .unwrap_or_else(|_| Response::new(Body::empty()))
+    state.shared.sse(frames, stall)
 }
 
 /// The output item for `req`; `None` when the stream stalls.
@@ -161,7 +118,7 @@ fn script(req: &Value, n: u64) -> Option<Value> {
         return Some(message("Tool finished.".into()));
     }
     let text = texts(&last);
-    if let Some(cmd) = between(&text, "[[bash:", "]]") {
+    if let Some(cmd) = marker(&text, "[[bash:") {
         return Some(json!({"type": "function_call", "id": format!("fc_{n}"),
             "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string(),
             "call_id": format!("call_{n}")}));
@@ -173,15 +130,7 @@ fn script(req: &Value, n: u64) -> Option<Value> {
     let earlier = items[..items.len().saturating_sub(1)]
         .iter()
         .filter(|i| i["role"] == "user")
-        .find_map(|i| {
-            let t = texts(i);
-            let start = t.find("remember the word ")? + "remember the word ".len();
-            let word: String = t[start..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric())
-                .collect();
-            Some(word)
-        });
+        .find_map(|i| remembered(&texts(i)));
     if let Some(word) = earlier {
         reply.push_str(&format!(" You asked me to remember {word}."));
     }
@@ -198,10 +147,4 @@ fn texts(item: &Value) -> String {
                 .join("\n")
         })
         .unwrap_or_default()
-}
-
-fn between(text: &str, open: &str, close: &str) -> Option<String> {
-    let start = text.find(open)? + open.len();
-    let end = text[start..].find(close)? + start;
-    Some(text[start..end].to_owned())
 }

@@ -144,6 +144,12 @@ impl Api {
         self.raw(method, path, Some(&token), body).await
     }
 
+    /// `DELETE /api/v1/sessions/{session}`: the answer, whatever it is.
+    pub async fn delete_session(&self, session: SessionId) -> RawResponse {
+        let path = format!("/api/v1/sessions/{session}");
+        self.authed(Method::DELETE, &path, None).await
+    }
+
     async fn get_ok<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
         let r = self.authed(Method::GET, path, None).await;
         assert_eq!(r.status, StatusCode::OK, "GET {path}: {:?}", r.body);

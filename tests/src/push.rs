@@ -7,8 +7,8 @@
 //! A device can be told to answer with another status (410 gone, 500) to test those paths.
 
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -19,8 +19,7 @@ use axum::Router;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use moor_protocol::notify::PushMessage;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 use web_push_native::jwt_simple::algorithms::{ECDSAP256PublicKeyLike, ES256PublicKey};
 use web_push_native::jwt_simple::claims::NoCustomClaims;
 use web_push_native::jwt_simple::common::VerificationOptions;
@@ -28,6 +27,8 @@ use web_push_native::p256::elliptic_curve::rand_core::{OsRng, RngCore};
 use web_push_native::p256::elliptic_curve::sec1::ToEncodedPoint;
 use web_push_native::p256::SecretKey;
 use web_push_native::Auth;
+
+use crate::record::{Received as Recorded, Record};
 
 /// A subscribed browser: what `PushSubscription.toJSON()` gives, and the keys to read it.
 #[derive(Debug, Clone)]
@@ -76,44 +77,43 @@ struct Inner {
     vapid_key: Option<String>,
 }
 
+impl Recorded for Inner {
+    fn rejections(&self) -> &[String] {
+        &self.rejections
+    }
+
+    fn arrived(&self) -> &dyn Debug {
+        &self.received
+    }
+}
+
 /// The running push service; stops when dropped.
 #[derive(Debug)]
 pub struct PushService {
     addr: SocketAddr,
-    inner: Arc<Mutex<Inner>>,
-    changed: Arc<Notify>,
-    stop: CancellationToken,
-}
-
-#[derive(Clone)]
-struct Shared {
-    inner: Arc<Mutex<Inner>>,
-    changed: Arc<Notify>,
+    record: Record<Inner>,
+    /// Stops the server when dropped.
+    _stop: DropGuard,
 }
 
 impl PushService {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner::default()));
-        let changed = Arc::new(Notify::new());
+        let record = Record::new("push service");
         let app = Router::new()
             .route("/push/{id}", post(push))
-            .with_state(Shared {
-                inner: inner.clone(),
-                changed: changed.clone(),
-            });
+            .with_state(record.clone());
         let (addr, stop) = crate::util::serve_loopback(app, "push service").await;
         Self {
             addr,
-            inner,
-            changed,
-            stop,
+            record,
+            _stop: stop.drop_guard(),
         }
     }
 
     /// Accept only tokens signed by this VAPID public key (base64url), the server's.
     pub fn expect_vapid_key(&self, key: &str) {
-        self.lock().vapid_key = Some(key.to_owned());
+        self.record.lock().vapid_key = Some(key.to_owned());
     }
 
     /// A new subscription.
@@ -123,7 +123,7 @@ impl PushService {
         OsRng.fill_bytes(&mut auth);
         let id = uuid::Uuid::new_v4().simple().to_string();
         let p256dh = URL_SAFE_NO_PAD.encode(secret.public_key().to_encoded_point(false).as_bytes());
-        self.lock().devices.insert(
+        self.record.lock().devices.insert(
             id.clone(),
             DeviceKeys {
                 secret,
@@ -141,19 +141,19 @@ impl PushService {
 
     /// Makes `device` answer every later request with `status` (410: gone, 500: failing).
     pub fn answer_with(&self, device: &Device, status: u16) {
-        if let Some(d) = self.lock().devices.get_mut(&device.id) {
+        if let Some(d) = self.record.lock().devices.get_mut(&device.id) {
             d.status = status;
         }
     }
 
     /// Everything accepted so far.
     pub fn received(&self) -> Vec<Received> {
-        self.lock().received.clone()
+        self.record.lock().received.clone()
     }
 
     /// What `device` accepted so far.
     pub fn received_by(&self, device: &Device) -> Vec<Received> {
-        let inner = self.lock();
+        let inner = self.record.lock();
         inner
             .received
             .iter()
@@ -164,12 +164,12 @@ impl PushService {
 
     /// Requests answered with a device's chosen failure status.
     pub fn refused(&self) -> Vec<(String, u16)> {
-        self.lock().refused.clone()
+        self.record.lock().refused.clone()
     }
 
     /// When the requests to `device` that it refused arrived (ms since the epoch), in order.
     pub fn refused_at(&self, device: &Device) -> Vec<i64> {
-        let inner = self.lock();
+        let inner = self.record.lock();
         inner
             .refused
             .iter()
@@ -181,7 +181,7 @@ impl PushService {
 
     /// Requests refused as invalid (bad VAPID, undecryptable): tests expect none.
     pub fn rejections(&self) -> Vec<String> {
-        self.lock().rejections.clone()
+        self.record.lock().rejections.clone()
     }
 
     /// Waits until `done` holds for the state (checked on every request), or panics after
@@ -192,74 +192,41 @@ impl PushService {
         what: &str,
         mut done: impl FnMut(&[Received], &[(String, u16)]) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.notified();
-            {
-                let inner = self.lock();
-                assert!(
-                    inner.rejections.is_empty(),
-                    "the push service rejected requests: {:?}",
-                    inner.rejections
-                );
-                if done(&inner.received, &inner.refused) {
-                    return;
-                }
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!(
-                    "push service: {what} did not happen within {timeout:?}; received {:#?}",
-                    self.received()
-                );
-            }
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for PushService {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        self.record
+            .wait_until(timeout, what, |inner| done(&inner.received, &inner.refused))
+            .await;
     }
 }
 
 async fn push(
-    State(shared): State<Shared>,
+    State(record): State<Record<Inner>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
-    let outcome = accept(&shared, &id, &headers, &body);
-    let status = {
-        let mut inner = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match outcome {
-            Ok(Some(received)) => {
-                inner.received.push(received);
-                StatusCode::CREATED
-            }
-            Ok(None) => {
-                let status = inner.devices.get(&id).map(|d| d.status).unwrap_or(404);
-                inner.refused.push((id, status));
-                inner.refused_at.push(moor_protocol::now_ms());
-                StatusCode::from_u16(status).unwrap_or(StatusCode::GONE)
-            }
-            Err(reason) => {
-                inner.rejections.push(reason);
-                StatusCode::BAD_REQUEST
-            }
+    let outcome = accept(&record, &id, &headers, &body);
+    record.update(|inner| match outcome {
+        Ok(Some(received)) => {
+            inner.received.push(received);
+            StatusCode::CREATED
         }
-    };
-    shared.changed.notify_waiters();
-    status
+        Ok(None) => {
+            let status = inner.devices.get(&id).map(|d| d.status).unwrap_or(404);
+            inner.refused.push((id, status));
+            inner.refused_at.push(moor_protocol::now_ms());
+            StatusCode::from_u16(status).unwrap_or(StatusCode::GONE)
+        }
+        Err(reason) => {
+            inner.rejections.push(reason);
+            StatusCode::BAD_REQUEST
+        }
+    })
 }
 
 /// Verifies and decrypts one request: `Ok(None)` when the device is set to refuse (or is
 /// unknown), an error when the request is not a valid Web Push request.
 fn accept(
-    shared: &Shared,
+    record: &Record<Inner>,
     id: &str,
     headers: &HeaderMap,
     body: &[u8],
@@ -271,7 +238,7 @@ fn accept(
             .map(str::to_owned)
     };
     let (secret, auth, status, expected_key) = {
-        let inner = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = record.lock();
         let Some(d) = inner.devices.get(id) else {
             return Ok(None);
         };

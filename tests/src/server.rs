@@ -16,6 +16,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::http::Api;
+use crate::rig::WAIT;
+use crate::sse::{SseClient, SseOpts};
 use crate::util::{bin_path, capture, dump_logs, should_dump_on_drop, signal};
 
 /// How long `moord` may take to print its listening line.
@@ -80,6 +82,22 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// The entries an SSE viewer replays from the start of session `id`, up to `head`.
+    pub async fn replayed(&self, id: SessionId, head: u64) -> Vec<Entry> {
+        let viewer = SseClient::connect(
+            &self.url(),
+            self.token(),
+            id,
+            SseOpts {
+                after: Some(0),
+                ..SseOpts::default()
+            },
+        );
+        viewer.wait_seq(head, WAIT).await;
+        viewer.stop();
+        viewer.snapshot().entries
+    }
+
     /// Starts `moord` on `127.0.0.1:0` with a fresh data dir and waits for it to listen.
     pub async fn start(opts: ServerOpts) -> Self {
         let dir = tempfile::Builder::new()

@@ -7,8 +7,8 @@
 //! status for its next requests (500: failing).
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Debug;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -18,8 +18,9 @@ use axum::routing::post;
 use axum::Router;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
+
+use crate::record::{Received, Record};
 
 /// One request a sink received.
 #[derive(Debug, Clone)]
@@ -59,38 +60,37 @@ struct Inner {
     rejections: Vec<String>,
 }
 
-#[derive(Clone)]
-struct Shared {
-    inner: Arc<Mutex<Inner>>,
-    changed: Arc<Notify>,
+impl Received for Inner {
+    fn rejections(&self) -> &[String] {
+        &self.rejections
+    }
+
+    fn arrived(&self) -> &dyn Debug {
+        &self.hits
+    }
 }
 
 /// The running receiver; stops when dropped.
 #[derive(Debug)]
 pub struct SinkReceiver {
     addr: SocketAddr,
-    inner: Arc<Mutex<Inner>>,
-    changed: Arc<Notify>,
-    stop: CancellationToken,
+    record: Record<Inner>,
+    /// Stops the server when dropped.
+    _stop: DropGuard,
 }
 
 impl SinkReceiver {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let inner = Arc::new(Mutex::new(Inner::default()));
-        let changed = Arc::new(Notify::new());
+        let record = Record::new("sink receiver");
         let app = Router::new()
             .route("/{*path}", post(receive))
-            .with_state(Shared {
-                inner: inner.clone(),
-                changed: changed.clone(),
-            });
+            .with_state(record.clone());
         let (addr, stop) = crate::util::serve_loopback(app, "sink receiver").await;
         Self {
             addr,
-            inner,
-            changed,
-            stop,
+            record,
+            _stop: stop.drop_guard(),
         }
     }
 
@@ -101,14 +101,16 @@ impl SinkReceiver {
 
     /// Check the signatures of requests to `path` with `secret` (a webhook's).
     pub fn expect_signed(&self, path: &str, secret: &str) {
-        self.lock()
+        self.record
+            .lock()
             .secrets
             .insert(path.to_owned(), secret.to_owned());
     }
 
     /// Answer the next requests to `path` with `statuses`, in order (then 200 again).
     pub fn answer_next(&self, path: &str, statuses: &[u16]) {
-        self.lock()
+        self.record
+            .lock()
             .answers
             .entry(path.to_owned())
             .or_default()
@@ -117,7 +119,8 @@ impl SinkReceiver {
 
     /// The requests to `path` so far.
     pub fn hits(&self, path: &str) -> Vec<Hit> {
-        self.lock()
+        self.record
+            .lock()
             .hits
             .iter()
             .filter(|h| h.path == path)
@@ -127,7 +130,7 @@ impl SinkReceiver {
 
     /// Requests refused for a bad signature or timestamp: tests expect none.
     pub fn rejections(&self) -> Vec<String> {
-        self.lock().rejections.clone()
+        self.record.lock().rejections.clone()
     }
 
     /// Waits until `done` holds for the requests so far (checked on every request), or panics
@@ -138,42 +141,14 @@ impl SinkReceiver {
         what: &str,
         mut done: impl FnMut(&[Hit]) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.changed.notified();
-            {
-                let inner = self.lock();
-                assert!(
-                    inner.rejections.is_empty(),
-                    "the sink receiver rejected requests: {:?}",
-                    inner.rejections
-                );
-                if done(&inner.hits) {
-                    return;
-                }
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!(
-                    "sink receiver: {what} did not happen within {timeout:?}; received {:#?}",
-                    self.lock().hits
-                );
-            }
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for SinkReceiver {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        self.record
+            .wait_until(timeout, what, |inner| done(&inner.hits))
+            .await;
     }
 }
 
 async fn receive(
-    State(shared): State<Shared>,
+    State(record): State<Record<Inner>>,
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -187,8 +162,7 @@ async fn receive(
             )
         })
         .collect();
-    let status = {
-        let mut inner = shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+    let status = record.update(|inner| {
         let verdict = match inner.secrets.get(&path) {
             Some(secret) => verify(secret, &headers, &body),
             None => Ok(()),
@@ -211,8 +185,7 @@ async fn receive(
             status,
         });
         status
-    };
-    shared.changed.notify_waiters();
+    });
     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 

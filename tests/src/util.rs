@@ -46,6 +46,33 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
+/// An agent CLI installed for the end-to-end tests: the path in the environment variable
+/// `env_var` when set, else `.tools/<under_tools>` at the top of the tree; panics naming `what`
+/// and the `install` script when it is missing.
+pub fn installed_agent(env_var: &str, under_tools: &str, what: &str, install: &str) -> PathBuf {
+    let path = std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.tools")
+                .join(under_tools)
+        });
+    assert!(
+        path.is_file(),
+        "{what} is not installed at {}: run scripts/{install} (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// The agent's pid that an `agent.start` entry names; panics when it names none.
+pub fn agent_pid(start: &moor_protocol::Entry) -> rustix::process::Pid {
+    start.payload["pid"]
+        .as_i64()
+        .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+        .unwrap_or_else(|| panic!("agent.start names the agent's pid: {start:?}"))
+}
+
 /// Re-checks `cond` until it holds; panics naming `what` after `timeout`.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
 where

@@ -3,10 +3,10 @@
 //! `gemini.rs`): prompts, permission requests approved and denied remotely, an interrupt, a
 //! stalled turn caught by the watchdog, and a crash mid-tool continued by `session/load`.
 
-use moor_e2e::acp::{agent_kinds, AcpEnv, AcpRun, FINISH};
+use moor_e2e::acp::{assert_continued, assert_uncertain, AcpEnv, AcpRun, FINISH};
+use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_protocol::kinds;
 use moor_protocol::payload::PermissionDecision;
-use serde_json::json;
 
 async fn start(flags: &[(&str, &str)]) -> AcpRun {
     let mut flags = flags.to_vec();
@@ -38,7 +38,7 @@ async fn a_remote_prompt_is_one_acp_turn_logged_as_typed_entries() {
         .map(|e| e.payload["text"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(deltas, "you said: hello there");
-    let text = turn.iter().find(|e| e.kind == kinds::AGENT_TEXT).unwrap();
+    let text = first_of_kind(&turn, kinds::AGENT_TEXT);
     assert_eq!(text.payload["text"], "you said: hello there");
     assert_eq!(result.payload["is_error"], false);
     assert_eq!(result.payload["subtype"], "end_turn");
@@ -55,16 +55,11 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
     let denied = a.env.file("denied.txt");
 
     // approved remotely: allow once, the command runs
-    let seq = a
-        .prompt(&format!("[[tool:touch {}]]", allowed.display()))
+    let ok = a
+        .touch_if("tool", &allowed, PermissionDecision::Allow)
         .await;
-    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    assert!(!allowed.exists(), "nothing runs before a person decides");
-    let decided = a.decide(&request, PermissionDecision::Allow).await;
-    let result = a.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(allowed.exists(), "allowed: the command ran");
-    assert_eq!(result.payload["is_error"], false);
-    let turn = a.after(seq);
+    assert_eq!(ok.result.payload["is_error"], false);
+    let turn = a.after(ok.seq);
     assert_eq!(
         agent_kinds(&turn),
         [
@@ -77,50 +72,24 @@ async fn a_tool_call_runs_only_when_allowed_remotely_and_not_when_denied() {
         ],
         "{turn:#?}"
     );
-    let tool = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
-        .unwrap();
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
-    assert_eq!(request.payload["tool_use_id"], tool.payload["id"]);
-    assert_eq!(request.payload["tool_name"], "Bash");
-    let resolved = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
-        .unwrap();
+    let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
+    assert_eq!(ok.request.payload["tool_use_id"], tool.payload["id"]);
+    assert_eq!(ok.request.payload["tool_name"], "Bash");
+    let resolved = first_of_kind(&turn, kinds::AGENT_PERMISSION_RESOLVED);
     assert_eq!(resolved.payload["decision"], "allow");
-    assert_eq!(resolved.payload["input_seq"], decided);
-    let tool_result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    assert_eq!(resolved.payload["input_seq"], ok.decided);
+    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(tool_result.payload["is_error"], false);
 
     // denied remotely: the agent is told no, nothing runs
-    let seq = a
-        .prompt(&format!("[[tool:touch {}]]", denied.display()))
-        .await;
-    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = a.decide(&request, PermissionDecision::Deny).await;
-    a.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(!denied.exists(), "denied: the command did not run");
-    let turn = a.after(seq);
-    let resolved = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
-        .unwrap();
+    let no = a.touch_if("tool", &denied, PermissionDecision::Deny).await;
+    let turn = a.after(no.seq);
+    let resolved = first_of_kind(&turn, kinds::AGENT_PERMISSION_RESOLVED);
     assert_eq!(resolved.payload["decision"], "deny");
-    let tool_result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["is_error"], true);
-    let text = turn.iter().find(|e| e.kind == kinds::AGENT_TEXT).unwrap();
+    let text = first_of_kind(&turn, kinds::AGENT_TEXT);
     assert!(text.payload["text"]
         .as_str()
         .unwrap()
@@ -132,27 +101,20 @@ async fn a_silent_turn_is_reported_stalled_and_an_interrupt_cancels_it() {
     let mut a = start(&[("--stall-timeout", "2s")]).await;
     a.wait(kinds::AGENT_SESSION, 0).await;
 
-    let seq = a.prompt("[[hang]]").await;
-    let stalled = a.wait(kinds::AGENT_STALLED, seq).await;
-    let interrupt = a.input(kinds::INPUT_INTERRUPT, json!({})).await;
-    let result = a.wait(kinds::AGENT_RESULT, interrupt).await;
+    let s = a.stall_then_interrupt("[[hang]]").await;
 
-    assert_eq!(stalled.payload["phase"], "streaming");
-    assert_eq!(stalled.payload["timeout_ms"], 2000);
-    assert_eq!(result.payload["subtype"], "cancelled");
-    assert_eq!(result.payload["terminal_reason"], "aborted_streaming");
-    let turn = a.after(seq);
+    assert_eq!(s.stalled.payload["timeout_ms"], 2000);
+    assert_eq!(s.result.payload["terminal_reason"], "aborted_streaming");
+    let turn = a.after(s.seq);
     assert!(turn
         .iter()
         .any(|e| e.kind == kinds::AGENT_THINKING && e.payload["text"] == "considering"));
     assert!(turn
         .iter()
-        .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == interrupt));
+        .any(|e| e.kind == kinds::INPUT_APPLIED && e.payload["input_seq"] == s.interrupt));
 
     // the agent takes the next prompt
-    let seq = a.prompt("still there?").await;
-    let result = a.wait(kinds::AGENT_RESULT, seq).await;
-    assert_eq!(result.payload["is_error"], false);
+    a.prompt_answered("still there?").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,14 +128,7 @@ async fn an_agent_that_dies_mid_tool_leaves_the_call_in_agent_exit_and_in_the_br
 
     assert_eq!(exit.payload["code"], 3);
     assert_eq!(exit.payload["stopped_tools"][0]["id"], tool.payload["id"]);
-    let brief = a.brief().await;
-    assert!(
-        brief
-            .uncertain
-            .iter()
-            .any(|t| t.target.as_deref() == Some("make deploy")),
-        "{brief:#?}"
-    );
+    assert_uncertain(&a.brief().await, "make deploy");
     a.s.bridge.wait_exit(FINISH).await;
 }
 
@@ -181,26 +136,10 @@ async fn an_agent_that_dies_mid_tool_leaves_the_call_in_agent_exit_and_in_the_br
 async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_the_brief() {
     // arrange: one finished turn, then moor and the agent die while an allowed command runs
     let mut a = start(&[]).await;
-    let session = a.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
-    let seq = a.prompt("remember the word heron").await;
-    a.wait(kinds::AGENT_RESULT, seq).await;
-    let seq = a.prompt("[[tool:sleep 120]]").await;
-    let request = a.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = a.decide(&request, PermissionDecision::Allow).await;
-    a.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
-    let interrupted = a.crash(decided).await;
+    let conversation = a.conversation().await;
+    let (interrupted, brief) = a.crash_mid_command("tool", "sleep 120").await;
 
-    // assert: the brief names the command that was cut off
-    assert!(interrupted.seq.0 > decided);
-    let brief = a.brief().await;
-    assert!(
-        brief
-            .uncertain
-            .iter()
-            .any(|t| t.target.as_deref() == Some("sleep 120")),
-        "{brief:#?}"
-    );
+    // assert: the brief (which names the command that was cut off) names the conversation
     assert_eq!(
         brief.agent_session_id.as_deref(),
         conversation.as_str(),
@@ -208,19 +147,13 @@ async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_
     );
 
     // act: the same `moor run --session X` again, then a question about the first turn
-    let mut again = a.s.bridge.respawn(&[]);
-    let restart = a.wait(kinds::AGENT_RESTART, interrupted.seq.0).await;
+    let (mut again, restart) = a.run_again(&interrupted).await;
     let resumed = a.wait(kinds::AGENT_RESULT, restart.seq.0).await;
     let question = a.prompt("which word?").await;
     a.wait(kinds::AGENT_RESULT, question).await;
 
     // assert: continued on the agent's own session, with the brief as first prompt
-    assert_eq!(restart.payload["reason"], "continued");
-    assert_eq!(restart.payload["agent_session_id"], conversation);
-    assert!(restart.payload["prompt"]
-        .as_str()
-        .unwrap()
-        .contains("sleep 120"));
+    assert_continued(&restart, &conversation, "sleep 120");
     assert_eq!(resumed.payload["is_error"], false);
     let replayed = a
         .after(restart.seq.0)
@@ -228,11 +161,7 @@ async fn after_a_crash_mid_tool_moor_run_again_loads_the_same_conversation_with_
         .find(|e| e.kind == kinds::AGENT_EVENT && e.payload["subtype"] == "history_replayed")
         .expect("session/load replayed the history");
     assert!(replayed.payload["raw"]["updates"].as_u64().unwrap() >= 3);
-    let answer = a
-        .after(question)
-        .into_iter()
-        .find(|e| e.kind == kinds::AGENT_TEXT)
-        .unwrap();
+    let answer = a.first_after(question, kinds::AGENT_TEXT);
     assert_eq!(
         answer.payload["text"],
         "you said: which word? (earlier: remember the word heron)"

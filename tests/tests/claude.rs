@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_e2e::claude::ClaudeSession;
 use moor_e2e::http::permission_answer;
 use moor_e2e::{
@@ -104,19 +105,6 @@ impl Claude {
     }
 }
 
-fn agent_kinds(entries: &[Entry]) -> Vec<&str> {
-    entries
-        .iter()
-        .map(|e| e.kind.as_str())
-        // Deltas stream in between; intent records are checked on their own below.
-        .filter(|k| {
-            k.starts_with("agent.")
-                && *k != kinds::AGENT_TEXT_DELTA
-                && !k.starts_with("agent.tool.intent")
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_entries_in_order() {
     // arrange: auto mode picks the claude adapter for a command named claude
@@ -146,39 +134,24 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
         ],
         "{turn:#?}"
     );
-    let session = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_SESSION)
-        .unwrap();
+    let session = first_of_kind(&turn, kinds::AGENT_SESSION);
     assert!(session.payload["agent_session_id"].as_str().unwrap().len() > 10);
     assert!(session.payload["model"].is_string());
-    let tool = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
-        .unwrap();
+    let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
     assert_eq!(tool.payload["name"], "Write");
     assert_eq!(tool.payload["path"], file.display().to_string());
-    let tool_result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(tool_result.payload["is_error"], false);
     // The bridge hashed the target before the Write and found it applied after.
-    let intent = turn
-        .iter()
-        .find(|e| e.kind == moor_protocol::state::TOOL_INTENT)
-        .unwrap();
+    let intent = first_of_kind(&turn, moor_protocol::state::TOOL_INTENT);
     assert_eq!(intent.payload["tool_use_id"], tool.payload["id"]);
     assert_eq!(
         intent.payload["before"],
         Value::Null,
         "the file did not exist before"
     );
-    let checked = turn
-        .iter()
-        .find(|e| e.kind == moor_protocol::state::TOOL_INTENT_CHECKED)
-        .unwrap();
+    let checked = first_of_kind(&turn, moor_protocol::state::TOOL_INTENT_CHECKED);
     assert_eq!(checked.payload["verdict"], "applied");
     assert!(
         turn.iter().any(|e| e.kind == kinds::AGENT_TEXT_DELTA),
@@ -199,10 +172,7 @@ async fn a_remote_prompt_starts_a_turn_and_its_write_tool_call_maps_to_typed_ent
     let seq = c.prompt("[[bash:echo hi-from-bash]]").await;
     c.turn_result(seq).await;
     let turn = c.after(seq);
-    let tool_result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["summary"], "hi-from-bash");
     let log = c.stop().await;
     moor_e2e::assert_contiguous(&log);
@@ -277,17 +247,11 @@ async fn remote_deny_stops_the_tool_remote_approve_runs_it_and_a_late_viewer_see
         .await;
     c.turn_result(deny).await;
     let turn = c.after(request.seq.0);
-    let resolved = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
-        .unwrap();
+    let resolved = first_of_kind(&turn, kinds::AGENT_PERMISSION_RESOLVED);
     assert_eq!(resolved.payload["decision"], "deny");
     assert_eq!(resolved.payload["by"], "user:admin");
     assert_eq!(resolved.payload["input_seq"], deny);
-    let result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(result.payload["is_error"], true);
     assert!(!denied.exists(), "a denied tool never ran");
     late.wait_for(WAIT, "the late viewer sees the decision", |s| {
@@ -388,14 +352,8 @@ async fn a_long_running_tool_is_not_reported_as_a_stall() {
     }
     c.turn_result(seq).await;
     let turn = c.after(seq);
-    let tool = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
-        .unwrap();
-    let result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let tool = first_of_kind(&turn, kinds::AGENT_TOOL_USE);
+    let result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(result.payload["summary"], "slept");
     assert!(
         result.ts - tool.ts > 2000,

@@ -4,11 +4,11 @@
 //! remotely, a stalled model stream caught by the watchdog then interrupted, and a crash mid-tool
 //! continued on the same Codex session by `session/load`, with the brief naming the command.
 
-use moor_e2e::acp::{agent_kinds, AcpEnv, AcpRun};
+use moor_e2e::acp::{assert_continued, AcpEnv, AcpRun};
+use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_e2e::fake_openai::FakeOpenAi;
 use moor_protocol::kinds;
 use moor_protocol::payload::PermissionDecision;
-use serde_json::json;
 
 async fn start(api: &FakeOpenAi, flags: &[(&str, &str)]) -> AcpRun {
     AcpRun::start(AcpEnv::for_codex(api), &AcpEnv::codex_command(), flags).await
@@ -23,16 +23,11 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
     let denied = c.env.file("denied.txt");
 
     // approved remotely
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", allowed.display()))
+    let ok = c
+        .touch_if("bash", &allowed, PermissionDecision::Allow)
         .await;
-    let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    assert!(!allowed.exists(), "nothing runs before a person decides");
-    let decided = c.decide(&request, PermissionDecision::Allow).await;
-    let result = c.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(allowed.exists(), "allowed: the command ran");
-    assert_eq!(result.payload["is_error"], false, "{result:?}");
-    let turn = c.after(seq);
+    assert_eq!(ok.result.payload["is_error"], false, "{:?}", ok.result);
+    let turn = c.after(ok.seq);
     let kinds_seen = agent_kinds(&turn);
     let at = |k: &str| {
         kinds_seen
@@ -47,35 +42,13 @@ async fn codex_runs_a_command_only_when_allowed_remotely() {
             && at("agent.tool_result") < at("agent.result"),
         "{kinds_seen:?}"
     );
-    let tool = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
-        .unwrap();
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
-    let tool_result = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
-        .unwrap();
+    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
     assert_eq!(tool_result.payload["is_error"], false);
 
     // denied remotely: Codex's reject ("abort") ends the turn
-    let seq = c
-        .prompt(&format!("[[bash:touch {}]]", denied.display()))
-        .await;
-    let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = c.decide(&request, PermissionDecision::Deny).await;
-    let result = c.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(!denied.exists(), "denied: the command did not run");
-    assert_eq!(result.payload["subtype"], "cancelled");
-    let resolved = c
-        .after(seq)
-        .into_iter()
-        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
-        .unwrap();
+    let no = c.touch_if("bash", &denied, PermissionDecision::Deny).await;
+    assert_eq!(no.result.payload["subtype"], "cancelled");
+    let resolved = c.first_after(no.seq, kinds::AGENT_PERMISSION_RESOLVED);
     assert_eq!(resolved.payload["decision"], "deny");
     c.s.bridge.kill().await;
 }
@@ -86,16 +59,8 @@ async fn a_stalled_codex_stream_is_caught_by_the_watchdog_and_interrupted() {
     let mut c = start(&api, &[("--stall-timeout", "3s")]).await;
     c.wait(kinds::AGENT_SESSION, 0).await;
 
-    let seq = c.prompt("[[stall]]").await;
-    let stalled = c.wait(kinds::AGENT_STALLED, seq).await;
-    let interrupt = c.input(kinds::INPUT_INTERRUPT, json!({})).await;
-    let result = c.wait(kinds::AGENT_RESULT, interrupt).await;
-
-    assert_eq!(stalled.payload["phase"], "streaming");
-    assert_eq!(result.payload["subtype"], "cancelled");
-    let seq = c.prompt("hello again").await;
-    let result = c.wait(kinds::AGENT_RESULT, seq).await;
-    assert_eq!(result.payload["is_error"], false);
+    c.stall_then_interrupt("[[stall]]").await;
+    c.prompt_answered("hello again").await;
     c.s.bridge.kill().await;
 }
 
@@ -104,50 +69,18 @@ async fn codex_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_sess
     // arrange: a finished turn, then moor and Codex are killed while an allowed command runs
     let api = FakeOpenAi::start().await;
     let mut c = start(&api, &[]).await;
-    let session = c.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
-    let seq = c.prompt("remember the word heron").await;
-    c.wait(kinds::AGENT_RESULT, seq).await;
-    let seq = c.prompt("[[bash:sleep 120]]").await;
-    let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = c.decide(&request, PermissionDecision::Allow).await;
-    c.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
-    let exit = c.crash(decided).await;
-
-    // assert: the brief names the command that was cut off
-    let brief = c.brief().await;
-    assert!(
-        brief
-            .uncertain
-            .iter()
-            .any(|t| t.target.as_deref() == Some("sleep 120")),
-        "{brief:#?}"
-    );
+    let conversation = c.conversation().await;
+    let (exit, _) = c.crash_mid_command("bash", "sleep 120").await;
 
     // act: `moor run --session X -- codex-acp` again, then a question about the first turn
-    let mut again = c.s.bridge.respawn(&[]);
-    let restart = c.wait(kinds::AGENT_RESTART, exit.seq.0).await;
-    // The brief quotes the cut-off command, so the fake model asks to run it again: it is not
-    // run again unasked, and here the person says no.
-    let again_asked = c.wait(kinds::AGENT_PERMISSION_REQUEST, restart.seq.0).await;
-    assert_eq!(again_asked.payload["input"]["command"], "sleep 120");
-    let denied = c.decide(&again_asked, PermissionDecision::Deny).await;
-    c.wait(kinds::AGENT_RESULT, denied).await;
+    let (mut again, restart) = c.run_again(&exit).await;
+    c.deny_the_rerun(&restart, "sleep 120").await;
     let question = c.prompt("which word?").await;
     c.wait(kinds::AGENT_RESULT, question).await;
 
     // assert: the same Codex session, which still holds the first turn
-    assert_eq!(restart.payload["reason"], "continued");
-    assert_eq!(restart.payload["agent_session_id"], conversation);
-    assert!(restart.payload["prompt"]
-        .as_str()
-        .unwrap()
-        .contains("sleep 120"));
-    let answer = c
-        .after(question)
-        .into_iter()
-        .find(|e| e.kind == kinds::AGENT_TEXT)
-        .unwrap();
+    assert_continued(&restart, &conversation, "sleep 120");
+    let answer = c.first_after(question, kinds::AGENT_TEXT);
     // (codex-acp streams its own notices, like unknown model metadata, as agent text.)
     assert!(
         answer.payload["text"]

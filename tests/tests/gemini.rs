@@ -4,7 +4,8 @@
 //! stream caught by the watchdog then interrupted, and a crash mid-tool continued on the same
 //! Gemini session by `session/load`, with the recovery brief naming the cut-off command.
 
-use moor_e2e::acp::{agent_kinds, AcpEnv, AcpRun, FINISH};
+use moor_e2e::acp::{assert_continued, AcpEnv, AcpRun, FINISH};
+use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_e2e::fake_gemini::FakeGemini;
 use moor_protocol::kinds;
 use moor_protocol::payload::PermissionDecision;
@@ -28,16 +29,11 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
     let denied = g.env.file("denied.txt");
 
     // approved remotely
-    let seq = g
-        .prompt(&format!("[[bash:touch {}]]", allowed.display()))
+    let ok = g
+        .touch_if("bash", &allowed, PermissionDecision::Allow)
         .await;
-    let request = g.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    assert!(!allowed.exists(), "nothing runs before a person decides");
-    let decided = g.decide(&request, PermissionDecision::Allow).await;
-    let result = g.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(allowed.exists(), "allowed: the command ran");
-    assert_eq!(result.payload["is_error"], false);
-    let turn = g.after(seq);
+    assert_eq!(ok.result.payload["is_error"], false);
+    let turn = g.after(ok.seq);
     assert_eq!(
         agent_kinds(&turn),
         [
@@ -51,31 +47,13 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
         ],
         "{turn:#?}"
     );
-    let tool = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
-        .unwrap();
-    assert_eq!(tool.payload["name"], "Bash");
-    assert_eq!(
-        tool.payload["input"]["command"],
-        format!("touch {}", allowed.display())
-    );
-    let text = turn.iter().find(|e| e.kind == kinds::AGENT_TEXT).unwrap();
+    let text = first_of_kind(&turn, kinds::AGENT_TEXT);
     assert_eq!(text.payload["text"], "Tool finished.");
 
     // denied remotely
-    let seq = g
-        .prompt(&format!("[[bash:touch {}]]", denied.display()))
-        .await;
-    let request = g.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = g.decide(&request, PermissionDecision::Deny).await;
-    g.wait(kinds::AGENT_RESULT, decided).await;
-    assert!(!denied.exists(), "denied: the command did not run");
-    let turn = g.after(seq);
-    let resolved = turn
-        .iter()
-        .find(|e| e.kind == kinds::AGENT_PERMISSION_RESOLVED)
-        .unwrap();
+    let no = g.touch_if("bash", &denied, PermissionDecision::Deny).await;
+    let turn = g.after(no.seq);
+    let resolved = first_of_kind(&turn, kinds::AGENT_PERMISSION_RESOLVED);
     assert_eq!(resolved.payload["decision"], "deny");
     assert!(
         turn.iter()
@@ -91,17 +69,9 @@ async fn a_stalled_gemini_stream_is_caught_by_the_watchdog_and_interrupted() {
     let mut g = start(&api, &[("--stall-timeout", "3s")]).await;
     g.wait(kinds::AGENT_SESSION, 0).await;
 
-    let seq = g.prompt("[[stall]]").await;
-    let stalled = g.wait(kinds::AGENT_STALLED, seq).await;
-    let interrupt = g.input(kinds::INPUT_INTERRUPT, json!({})).await;
-    let result = g.wait(kinds::AGENT_RESULT, interrupt).await;
-
-    assert_eq!(stalled.payload["phase"], "streaming");
-    assert_eq!(result.payload["subtype"], "cancelled");
-    assert_eq!(result.payload["is_error"], true);
-    let seq = g.prompt("hello again").await;
-    let result = g.wait(kinds::AGENT_RESULT, seq).await;
-    assert_eq!(result.payload["is_error"], false);
+    let s = g.stall_then_interrupt("[[stall]]").await;
+    assert_eq!(s.result.payload["is_error"], true);
+    g.prompt_answered("hello again").await;
     g.s.bridge.kill().await;
 }
 
@@ -110,26 +80,9 @@ async fn gemini_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_ses
     // arrange: a finished turn, then moor and Gemini CLI are killed while an allowed command runs
     let api = FakeGemini::start().await;
     let mut g = start(&api, &[]).await;
-    let session = g.wait(kinds::AGENT_SESSION, 0).await;
-    let conversation = session.payload["agent_session_id"].clone();
+    let conversation = g.conversation().await;
     let created = minute_now();
-    let seq = g.prompt("remember the word heron").await;
-    g.wait(kinds::AGENT_RESULT, seq).await;
-    let seq = g.prompt("[[bash:sleep 120]]").await;
-    let request = g.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
-    let decided = g.decide(&request, PermissionDecision::Allow).await;
-    g.wait(kinds::AGENT_PERMISSION_RESOLVED, decided).await;
-    let exit = g.crash(decided).await;
-
-    // assert: the brief names the command that was cut off
-    let brief = g.brief().await;
-    assert!(
-        brief
-            .uncertain
-            .iter()
-            .any(|t| t.target.as_deref() == Some("sleep 120")),
-        "{brief:#?}"
-    );
+    let (exit, _) = g.crash_mid_command("bash", "sleep 120").await;
 
     // Gemini CLI 0.61 cannot load a session in the UTC minute it was created: wait for the next
     // one (a property of the clock, not a race with the agent).
@@ -139,34 +92,19 @@ async fn gemini_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_ses
     .await;
 
     // act: `moor run --session X -- gemini` again, then a question about the first turn
-    let mut again = g.s.bridge.respawn(&[]);
-    let restart = g.wait(kinds::AGENT_RESTART, exit.seq.0).await;
-    // The brief quotes the cut-off command, so the fake model asks to run it again: it is not
-    // run again unasked, and here the person says no.
-    let again_asked = g.wait(kinds::AGENT_PERMISSION_REQUEST, restart.seq.0).await;
-    assert_eq!(again_asked.payload["input"]["command"], "sleep 120");
-    let denied = g.decide(&again_asked, PermissionDecision::Deny).await;
-    g.wait(kinds::AGENT_RESULT, denied).await;
+    let (mut again, restart) = g.run_again(&exit).await;
+    g.deny_the_rerun(&restart, "sleep 120").await;
     let question = g.prompt("which word?").await;
     g.wait(kinds::AGENT_RESULT, question).await;
 
     // assert: the same Gemini session, which still holds the first turn
-    assert_eq!(restart.payload["reason"], "continued");
-    assert_eq!(restart.payload["agent_session_id"], conversation);
-    assert!(restart.payload["prompt"]
-        .as_str()
-        .unwrap()
-        .contains("sleep 120"));
+    assert_continued(&restart, &conversation, "sleep 120");
     let after = g.after(restart.seq.0);
     assert!(
         !after.iter().any(|e| e.kind == kinds::AGENT_ERROR),
         "session/load worked: {after:#?}"
     );
-    let answer = g
-        .after(question)
-        .into_iter()
-        .find(|e| e.kind == kinds::AGENT_TEXT)
-        .unwrap();
+    let answer = g.first_after(question, kinds::AGENT_TEXT);
     assert_eq!(
         answer.payload["text"],
         "Hello from the fake Gemini. You asked me to remember heron."

@@ -107,6 +107,14 @@ fn permission(id: &str, command: &str, age: i64) -> (&'static str, Value, i64) {
     )
 }
 
+/// alice on `server`, with her phone subscribed to `push`.
+async fn alice_with_a_phone(server: &TestServer, push: &PushService) -> (Api, Device) {
+    let alice = user(server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, push, &phone, "phone").await;
+    (alice, phone)
+}
+
 fn turn(text: &str, age: i64) -> (&'static str, Value, i64) {
     (
         kinds::AGENT_RESULT,
@@ -120,9 +128,7 @@ async fn a_permission_request_reaches_the_owners_phone_with_buttons_and_its_answ
     // arrange
     let push = PushService::start().await;
     let server = TestServer::start(opts()).await;
-    let alice = user(&server, "alice").await;
-    let phone = push.subscribe();
-    subscribe(&alice, &push, &phone, "phone").await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
     let mut agent = Agent::start(&server, &alice, "perm-demo").await;
 
     // act: the agent asks
@@ -169,9 +175,7 @@ async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_remove
     // arrange
     let push = PushService::start().await;
     let server = TestServer::start(opts()).await;
-    let alice = user(&server, "alice").await;
-    let phone = push.subscribe();
-    subscribe(&alice, &push, &phone, "phone").await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
     let mut agent = Agent::start(&server, &alice, "turns").await;
 
     // act: three turns finish in one commit
@@ -240,9 +244,7 @@ async fn a_failing_push_service_is_retried_with_backoff_then_given_up_and_the_ro
             .flag("--metrics-token", METRICS_TOKEN),
     )
     .await;
-    let alice = user(&server, "alice").await;
-    let phone = push.subscribe();
-    subscribe(&alice, &push, &phone, "phone").await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
     push.answer_with(&phone, 500);
     let mut agent = Agent::start(&server, &alice, "failing").await;
 
@@ -431,9 +433,7 @@ async fn a_notification_committed_before_a_crash_is_sent_once_after_the_restart(
     // arrange: a node that does not send (it crashes before it would)
     let push = PushService::start().await;
     let mut server = TestServer::start(opts().flag("--notify-sender", false)).await;
-    let alice = user(&server, "alice").await;
-    let phone = push.subscribe();
-    subscribe(&alice, &push, &phone, "phone").await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
     let mut agent = Agent::start(&server, &alice, "crashy").await;
     agent.send(&[permission("req-1", "cargo publish", 0)]).await;
 
@@ -558,9 +558,7 @@ async fn bench_outbox_throughput_and_commit_to_push_delay() {
     const ROUNDS: usize = 10;
     let push = PushService::start().await;
     let server = TestServer::start(opts()).await;
-    let alice = user(&server, "alice").await;
-    let phone = push.subscribe();
-    subscribe(&alice, &push, &phone, "phone").await;
+    let (alice, _phone) = alice_with_a_phone(&server, &push).await;
     let mut agents = Vec::new();
     for i in 0..SESSIONS {
         agents.push(Agent::start(&server, &alice, &format!("bench-{i}")).await);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use moor_e2e::util::bin_path;
 use moor_e2e::{eventually, BridgeOpts, ServerOpts, TestBridge, TestServer, WAIT};
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::Value;
 
 const FINISH: Duration = Duration::from_secs(60);
@@ -29,14 +29,7 @@ async fn moord_and_moor_write_json_log_lines() {
     let ended = server.api().wait_ended("logged", WAIT).await;
 
     // act: something moord logs at info
-    let deleted = server
-        .api()
-        .authed(
-            Method::DELETE,
-            &format!("/api/v1/sessions/{}", ended.id),
-            None,
-        )
-        .await;
+    let deleted = server.api().delete_session(ended.id).await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{:?}", deleted.body);
 
     // assert: its line parses, with level, target, timestamp and fields

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use moor_e2e::http::RawResponse;
-use moor_e2e::{eventually, ServerOpts, SseClient, SseOpts, TestBridge, TestServer, WAIT};
-use moor_protocol::{Entry, SessionId};
+use moor_e2e::{eventually, ServerOpts, TestBridge, TestServer, WAIT};
+use moor_protocol::SessionId;
 use reqwest::{Method, StatusCode};
 
 const FINISH: Duration = Duration::from_secs(60);
@@ -24,22 +24,6 @@ async fn wait_gone(server: &TestServer, id: SessionId) -> RawResponse {
     })
     .await;
     get(server, &path).await
-}
-
-/// The entries an SSE viewer replays from the start, up to `head`.
-async fn replayed(server: &TestServer, id: SessionId, head: u64) -> Vec<Entry> {
-    let viewer = SseClient::connect(
-        &server.url(),
-        server.token(),
-        id,
-        SseOpts {
-            after: Some(0),
-            ..SseOpts::default()
-        },
-    );
-    viewer.wait_seq(head, WAIT).await;
-    viewer.stop();
-    viewer.snapshot().entries
 }
 
 fn assert_gone_message(r: &RawResponse, name: &str, why: &str) {
@@ -99,18 +83,11 @@ async fn the_policy_deletes_an_ended_session_and_never_a_live_one() {
     let log = server.api().entries_all(info.id).await;
     assert!(log.iter().any(|e| e.seq == input.seq), "{log:?}");
     let head = log.last().map_or(0, |e| e.seq.0);
-    assert_eq!(replayed(&server, info.id, head).await, log);
+    assert_eq!(server.replayed(info.id, head).await, log);
     server.api().post_input(info.id, "in-2", "again").await;
     tail.wait_agent_lines(2, WAIT).await;
     // ... and its owner may not delete it while it runs
-    let refused = server
-        .api()
-        .authed(
-            Method::DELETE,
-            &format!("/api/v1/sessions/{}", info.id),
-            None,
-        )
-        .await;
+    let refused = server.api().delete_session(info.id).await;
     assert_eq!(refused.status, StatusCode::CONFLICT, "{:?}", refused.body);
     assert!(
         refused.body["message"]
@@ -137,12 +114,12 @@ async fn an_owner_deletes_an_ended_session_and_it_stays_deleted_across_a_restart
     let path = format!("/api/v1/sessions/{}", deleted.id);
 
     // act
-    let answer = server.api().authed(Method::DELETE, &path, None).await;
+    let answer = server.api().delete_session(deleted.id).await;
 
     // assert: gone at once, with who deleted it
     assert_eq!(answer.status, StatusCode::NO_CONTENT, "{:?}", answer.body);
     assert_gone_message(&get(&server, &path).await, "deleted", "deleted by admin");
-    let again = server.api().authed(Method::DELETE, &path, None).await;
+    let again = server.api().delete_session(deleted.id).await;
     assert_eq!(again.status, StatusCode::GONE, "{:?}", again.body);
 
     // act: restart
@@ -151,6 +128,6 @@ async fn an_owner_deletes_an_ended_session_and_it_stays_deleted_across_a_restart
     // assert: still deleted; the other session replays exactly as before
     assert_gone_message(&get(&server, &path).await, "deleted", "deleted by admin");
     let head = kept_log.last().map_or(0, |e| e.seq.0);
-    assert_eq!(replayed(&server, kept.id, head).await, kept_log);
+    assert_eq!(server.replayed(kept.id, head).await, kept_log);
     assert_eq!(server.api().entries_all(kept.id).await, kept_log);
 }

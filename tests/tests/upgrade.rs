@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use moor_e2e::util::bin_path;
 use moor_e2e::ws::RawBridge;
-use moor_e2e::{ServerOpts, SseClient, SseOpts, TestServer, WAIT};
+use moor_e2e::{ServerOpts, TestServer, WAIT};
 use moor_protocol::bridge::{BridgeToServer, ServerToBridge, Welcome};
 use moor_protocol::{close, Entry, ProducerId, Seq, SessionId, PROTOCOL_VERSION};
 use reqwest::{Method, StatusCode};
@@ -116,23 +116,9 @@ async fn a_database_of_the_previous_release_is_migrated_and_serves_its_sessions(
         .expect("the old session is listed");
     assert_eq!((info.id, info.head_seq), (id, Seq(40)));
     assert_eq!(server.api().entries_all(id).await, old_entries);
-    let viewer = SseClient::connect(
-        &server.url(),
-        server.token(),
-        id,
-        SseOpts {
-            after: Some(0),
-            ..SseOpts::default()
-        },
-    );
-    viewer.wait_seq(40, WAIT).await;
-    assert_eq!(viewer.snapshot().entries, old_entries);
-    viewer.stop();
+    assert_eq!(server.replayed(id, 40).await, old_entries);
     // ... and this release's own features work on it: the old session can be deleted
-    let deleted = server
-        .api()
-        .authed(Method::DELETE, &format!("/api/v1/sessions/{id}"), None)
-        .await;
+    let deleted = server.api().delete_session(id).await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{:?}", deleted.body);
 }
 

@@ -8,6 +8,8 @@
 //! [`crate::inputs`]: it only says applied or failed.
 
 pub mod acp;
+#[cfg(test)]
+mod capture_tests;
 pub mod chunks;
 pub mod claude;
 pub mod foreground;

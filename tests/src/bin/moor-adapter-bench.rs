@@ -70,17 +70,7 @@ async fn main() -> Result<()> {
     let events = lines * replays;
     println!("Claude adapter, capture of {lines} stream-json lines replayed {replays}x ({events} events), median of {runs}:");
     for mode in ["claude", "lines"] {
-        let (mut cpu, mut wall) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            let (c, w) = replay(mode, &capture, replays, events).await?;
-            cpu.push(c / events as f64 * 1e6);
-            wall.push(w / events as f64 * 1e6);
-        }
-        println!(
-            "  --mode {mode:<6}  moor CPU {:6.1} µs/event   wall to viewer {:6.1} µs/event",
-            median(cpu),
-            median(wall)
-        );
+        per_event(mode, &capture, replays, events, runs).await?;
     }
     acp_per_event(runs, replays, dir.path()).await
 }
@@ -110,14 +100,26 @@ async fn acp_per_event(runs: usize, replays: u64, dir: &Path) -> Result<()> {
         "ACP adapter, {} session/update lines of a Gemini CLI capture (+1 end marker) replayed {replays}x ({events} events), median of {runs}:",
         lines.len() - 1
     );
+    per_event("acp", &capture, replays, events, runs).await
+}
+
+/// `capture` (`events` in all) replayed `replays` times under `--mode mode`, `runs` times: prints
+/// the medians of moor's CPU time and of the wall time to the viewer, per event.
+async fn per_event(
+    mode: &str,
+    capture: &Path,
+    replays: u64,
+    events: u64,
+    runs: usize,
+) -> Result<()> {
     let (mut cpu, mut wall) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let (c, w) = replay("acp", &capture, replays, events).await?;
+        let (c, w) = replay(mode, capture, replays, events).await?;
         cpu.push(c / events as f64 * 1e6);
         wall.push(w / events as f64 * 1e6);
     }
     println!(
-        "  --mode acp     moor CPU {:6.1} µs/event   wall to viewer {:6.1} µs/event",
+        "  --mode {mode:<6}  moor CPU {:6.1} µs/event   wall to viewer {:6.1} µs/event",
         median(cpu),
         median(wall)
     );

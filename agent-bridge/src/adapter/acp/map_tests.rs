@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::adapter::acp::rpc::{self, Incoming};
+use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds};
 use crate::adapter::claude::decide::resolved;
 
 fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
@@ -82,36 +83,8 @@ const CAPTURES: [&str; 4] = [
 /// repaired transcript, and a fold that resumes from any snapshot to the same state.
 #[test]
 fn every_prefix_of_every_acp_capture_gives_a_valid_transcript_and_a_consistent_fold() {
-    use moor_protocol::state::SessionState;
-    use moor_protocol::transcript::{repaired, validate};
     for name in CAPTURES {
-        let prompt = Draft::new(moor_protocol::payload::InputText {
-            text: "do the task".into(),
-        });
-        let log: Vec<moor_protocol::Entry> = std::iter::once(prompt)
-            .chain(replay(name))
-            .enumerate()
-            .map(|(i, d)| moor_protocol::Entry {
-                seq: moor_protocol::Seq(i as u64 + 1),
-                ts: d.ts,
-                kind: d.kind,
-                author: "bridge".into(),
-                payload: d.payload,
-            })
-            .collect();
-        let all = SessionState::from_entries(&log);
-        for end in 0..=log.len() {
-            let messages = repaired(&log[..end]);
-            if let Err(why) = validate(&messages) {
-                panic!("{name}, first {end} entries: {why}\n{messages:#?}");
-            }
-            let mut resumed = SessionState::from_entries(&log[..end]);
-            for e in &log[end..] {
-                resumed.apply(e);
-            }
-            assert_eq!(resumed, all, "{name}: split at {end}");
-        }
-        assert_eq!(all.counts.malformed, 0, "{name}: {:?}", all.counts);
+        assert_every_prefix_folds(name, &as_log(replay(name)));
     }
 }
 

@@ -1,6 +1,7 @@
 //! The mapping against recorded Claude Code 2.1.332 captures (`tests/fixtures/claude-code/`).
 
 use super::*;
+use crate::adapter::capture_tests::assert_every_prefix_folds;
 
 fn fixture(name: &str) -> String {
     let path = format!(
@@ -252,24 +253,9 @@ fn todo_writes_become_todo_entries_and_long_results_are_bounded() {
     );
 }
 
-/// The captures as the log would hold them: a prompt first (the remote input that started the
-/// turn), then the mapped entries, numbered as the server would.
+/// The capture `name` as the log would hold it.
 fn as_log(name: &str) -> Vec<moor_protocol::Entry> {
-    let (drafts, _) = map_all(name);
-    let prompt = Draft::new(moor_protocol::payload::InputText {
-        text: "do the task".into(),
-    });
-    std::iter::once(prompt)
-        .chain(drafts)
-        .enumerate()
-        .map(|(i, d)| moor_protocol::Entry {
-            seq: moor_protocol::Seq(i as u64 + 1),
-            ts: d.ts,
-            kind: d.kind,
-            author: "bridge".into(),
-            payload: d.payload,
-        })
-        .collect()
+    crate::adapter::capture_tests::as_log(map_all(name).0)
 }
 
 const CAPTURES: [&str; 8] = [
@@ -285,24 +271,8 @@ const CAPTURES: [&str; 8] = [
 
 #[test]
 fn every_prefix_of_every_real_capture_gives_a_valid_transcript_and_a_consistent_fold() {
-    use moor_protocol::state::SessionState;
-    use moor_protocol::transcript::{repaired, validate};
     for name in CAPTURES {
-        let log = as_log(name);
-        let all = SessionState::from_entries(&log);
-        for end in 0..=log.len() {
-            let messages = repaired(&log[..end]);
-            if let Err(why) = validate(&messages) {
-                panic!("{name}, first {end} entries: {why}\n{messages:#?}");
-            }
-            // Folding a snapshot at `end`, then the rest, equals folding everything.
-            let mut resumed = SessionState::from_entries(&log[..end]);
-            for e in &log[end..] {
-                resumed.apply(e);
-            }
-            assert_eq!(resumed, all, "{name}: split at {end}");
-        }
-        assert_eq!(all.counts.malformed, 0, "{name}: {:?}", all.counts);
+        assert_every_prefix_folds(name, &as_log(name));
     }
 }
 

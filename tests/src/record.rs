@@ -1,0 +1,96 @@
+//! `Record`: what a local stand-in service (the push service, the notification sink receiver)
+//! has received, shared between its request handlers and the test, with a wait that wakes on
+//! every request. A stand-in also keeps the requests it refused as invalid; tests expect none,
+//! so a wait fails as soon as there is one.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// The state a stand-in keeps of its requests.
+pub(crate) trait Received: Debug + Default {
+    /// Requests refused as invalid, each with the reason.
+    fn rejections(&self) -> &[String];
+    /// What arrived, shown when a wait times out.
+    fn arrived(&self) -> &dyn Debug;
+}
+
+/// A stand-in's state, cloned into its handlers.
+#[derive(Debug)]
+pub(crate) struct Record<T> {
+    /// The stand-in's name in failure messages ("push service").
+    name: &'static str,
+    state: Arc<Mutex<T>>,
+    changed: Arc<Notify>,
+}
+
+impl<T> Clone for Record<T> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name,
+            state: self.state.clone(),
+            changed: self.changed.clone(),
+        }
+    }
+}
+
+impl<T: Received> Record<T> {
+    /// An empty record for the stand-in `name`.
+    pub(crate) fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            state: Arc::default(),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The state, for reading or for changes no wait needs to see.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        // A test that panicked while holding it has failed already; its state is still worth
+        // showing.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a request with `f`, then wakes the waits.
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let out = f(&mut self.lock());
+        self.changed.notify_waiters();
+        out
+    }
+
+    /// Waits until `done` holds for the state (checked on every request), or panics after
+    /// `timeout` (a failure guard) with what arrived; panics at once on a rejected request.
+    pub(crate) async fn wait_until(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut done: impl FnMut(&T) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the check, so a request recorded in between still wakes us.
+            let changed = self.changed.notified();
+            {
+                let state = self.lock();
+                assert!(
+                    state.rejections().is_empty(),
+                    "the {} rejected requests: {:?}",
+                    self.name,
+                    state.rejections()
+                );
+                if done(&state) {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!(
+                    "{}: {what} did not happen within {timeout:?}; received {:#?}",
+                    self.name,
+                    self.lock().arrived()
+                );
+            }
+        }
+    }
+}
