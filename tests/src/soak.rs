@@ -1275,8 +1275,9 @@ impl Soak {
                     &slot.name,
                     "every bridge finishes",
                     format!(
-                        "{} still running {SETTLE:?} after the faults stopped; stderr:\n    {tail}",
-                        slot.bridge.label()
+                        "{} still running {SETTLE:?} after the faults stopped ({}); stderr:\n    {tail}",
+                        slot.bridge.label(),
+                        process_state(slot.bridge.pid()),
                     ),
                 );
                 slot.bridge.kill().await;
@@ -1375,4 +1376,23 @@ impl Soak {
         }
         (sessions, extra)
     }
+}
+
+/// What the kernel says of process `pid`: its state (R running, S sleeping, T stopped…) and
+/// where it waits, to tell a stopped or blocked process from a slow one.
+fn process_state(pid: Option<u32>) -> String {
+    let Some(pid) = pid else {
+        return "no pid".into();
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the parenthesised command name.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?");
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    format!("pid {pid}, state {state}, {threads} threads, waiting in {wchan:?}")
 }

@@ -262,6 +262,19 @@ async fn run(url: String, token: String, opts: SseOpts, rec: Recorder, stop: Can
     rec.update(|s| s.finished = true);
 }
 
+/// `e` and every error under it ("error sending request: … : Connection refused"), since the
+/// outermost alone does not say what failed.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 enum Outcome {
     /// Reconnect (if following).
     Again,
@@ -270,10 +283,22 @@ enum Outcome {
 }
 
 async fn one_stream(req: reqwest::RequestBuilder, opts: &SseOpts, rec: &Recorder) -> Outcome {
-    let resp = match req.send().await {
+    // A response that does not start within the idle timeout is as dead as a silent stream
+    // (a request sent into a half-open link never gets one).
+    let sent = match opts.idle_timeout {
+        Some(t) => match tokio::time::timeout(t, req.send()).await {
+            Ok(r) => r,
+            Err(_) => {
+                rec.update(|s| s.errors.push(format!("no response within {t:?}")));
+                return Outcome::Again;
+            }
+        },
+        None => req.send().await,
+    };
+    let resp = match sent {
         Ok(r) => r,
         Err(e) => {
-            rec.update(|s| s.errors.push(format!("connect: {e}")));
+            rec.update(|s| s.errors.push(format!("connect: {}", with_causes(&e))));
             return Outcome::Again;
         }
     };
