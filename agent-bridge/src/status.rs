@@ -32,6 +32,98 @@ struct Printed {
     last_keys: Option<(String, Instant)>,
 }
 
+pub use out::flush;
+
+/// Where status lines go: a thread of their own writes them to stderr, so a terminal that stops
+/// reading (Ctrl-S, a stalled ssh session, a pipe nobody drains) cannot stop the link, the spool
+/// or the agent with it. At most [`out::QUEUED_LINES`] wait; more are dropped and counted, and
+/// the count is printed once stderr takes lines again.
+mod out {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+    use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+    use std::time::{Duration, Instant};
+
+    /// Lines waiting for stderr at most.
+    pub(super) const QUEUED_LINES: usize = 256;
+
+    struct Out {
+        tx: SyncSender<String>,
+        dropped: AtomicU64,
+        /// Lines queued and lines written (or dropped), for [`flush`].
+        done: Mutex<(u64, u64)>,
+        progress: Condvar,
+    }
+
+    fn out() -> &'static Out {
+        static OUT: OnceLock<&'static Out> = OnceLock::new();
+        OUT.get_or_init(|| {
+            let (tx, rx) = sync_channel::<String>(QUEUED_LINES);
+            let out: &'static Out = Box::leak(Box::new(Out {
+                tx,
+                dropped: AtomicU64::new(0),
+                done: Mutex::new((0, 0)),
+                progress: Condvar::new(),
+            }));
+            let spawned = std::thread::Builder::new()
+                .name("moor-status".into())
+                .spawn(move || {
+                    for line in rx {
+                        // One write, so the agent's output on the same terminal cannot land
+                        // inside the line.
+                        let mut err = std::io::stderr().lock();
+                        let _ = err.write_all(line.as_bytes());
+                        let dropped = out.dropped.swap(0, Ordering::Relaxed);
+                        if dropped > 0 {
+                            let end = if line.ends_with("\r\n") { "\r\n" } else { "\n" };
+                            let note = format!("moor: {dropped} status lines were dropped while stderr was not read{end}");
+                            let _ = err.write_all(note.as_bytes());
+                        }
+                        drop(err);
+                        let mut done = out.done.lock().unwrap_or_else(PoisonError::into_inner);
+                        done.1 += 1;
+                        out.progress.notify_all();
+                    }
+                });
+            if spawned.is_err() {
+                tracing::warn!("could not start the status line writer; status lines are dropped");
+            }
+            out
+        })
+    }
+
+    /// Queues `line` for stderr, never waiting for it.
+    pub(super) fn line(line: String) {
+        let out = out();
+        let mut done = out.done.lock().unwrap_or_else(PoisonError::into_inner);
+        match out.tx.try_send(line) {
+            Ok(()) => done.0 += 1,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                out.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the queued status lines to reach stderr (before `moor` exits).
+    pub fn flush(limit: Duration) {
+        let out = out();
+        let deadline = Instant::now() + limit;
+        let mut done = out.done.lock().unwrap_or_else(PoisonError::into_inner);
+        while done.1 < done.0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            done = out
+                .progress
+                .wait_timeout(done, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
 /// Keystroke receipts from the same person closer together than this print once.
 const KEYS_RECEIPT_QUIET: Duration = Duration::from_secs(10);
 
@@ -72,10 +164,7 @@ impl Status {
             } else {
                 format!("moor: {}\n", text.as_ref())
             };
-            // One write, so the agent's output on the same terminal cannot land inside the line
-            // (`eprint!` writes each formatted piece separately).
-            use std::io::Write;
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            out::line(line);
         }
     }
 

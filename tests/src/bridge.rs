@@ -56,6 +56,8 @@ pub struct BridgeOpts {
     cwd: Option<PathBuf>,
     /// Runs `moor host --config <this>` instead of `moor run`.
     host_config: Option<PathBuf>,
+    /// Gives `moor` a one-page stderr pipe that nothing reads (a terminal that stopped).
+    stderr_unread: bool,
 }
 
 impl BridgeOpts {
@@ -76,6 +78,7 @@ impl BridgeOpts {
             envs: Vec::new(),
             cwd: None,
             host_config: None,
+            stderr_unread: false,
         }
     }
 
@@ -156,6 +159,13 @@ impl BridgeOpts {
         self
     }
 
+    /// Gives `moor` a stderr that nothing reads: a pipe of one page (4 KiB), held open, never
+    /// drained, like a terminal stopped with Ctrl-S.
+    pub fn stderr_unread(mut self) -> Self {
+        self.stderr_unread = true;
+        self
+    }
+
     /// Uses this state dir instead of a fresh one.
     pub fn state_dir(mut self, dir: &Path) -> Self {
         self.state_dir = Some(dir.to_owned());
@@ -188,6 +198,8 @@ pub struct TestBridge {
     child: Option<Child>,
     // Held open and never written: the agent's input comes from the server, not from here.
     _stdin: Option<ChildStdin>,
+    // With `stderr_unread`: the pipe's read end, held open and never read.
+    _stderr_unread: Option<std::os::fd::OwnedFd>,
     status: Option<ExitStatus>,
 }
 
@@ -211,10 +223,19 @@ impl TestBridge {
         for (k, v) in &opts.envs {
             cmd.env(k, v);
         }
+        let unread = opts.stderr_unread.then(|| {
+            let (read, write) = rustix::pipe::pipe().expect("a pipe");
+            rustix::pipe::fcntl_setpipe_size(&read, 4096).expect("a one-page pipe");
+            (read, write)
+        });
+        let stderr = match &unread {
+            Some((_, write)) => Stdio::from(write.try_clone().expect("pipe end clones")),
+            None => Stdio::piped(),
+        };
         cmd.current_dir(opts.cwd.as_deref().unwrap_or(family.dir.path()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("moor spawns");
         let dir = family.dir.path();
@@ -224,12 +245,14 @@ impl TestBridge {
             format!("{label} out"),
             None,
         );
-        capture(
-            child.stderr.take().expect("piped"),
-            &dir.join(format!("{label}.stderr.log")),
-            format!("{label} err"),
-            None,
-        );
+        if let Some(stderr) = child.stderr.take() {
+            capture(
+                stderr,
+                &dir.join(format!("{label}.stderr.log")),
+                format!("{label} err"),
+                None,
+            );
+        }
         let stdin = child.stdin.take();
         Self {
             family,
@@ -237,6 +260,7 @@ impl TestBridge {
             label,
             child: Some(child),
             _stdin: stdin,
+            _stderr_unread: unread.map(|(read, _)| read),
             status: None,
         }
     }

@@ -144,3 +144,36 @@ async fn an_input_posted_while_moor_is_down_is_applied_once_by_the_restarted_bri
     assert_input_accounted(&entries, first.seq.0);
     assert_input_accounted(&entries, second.seq.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_that_stops_reading_moors_status_lines_stops_neither_its_inputs_nor_its_link() {
+    // arrange: `moor`'s stderr is a one-page pipe nobody reads (a terminal stopped with
+    // Ctrl-S); each applied input prints a status line, so a few hundred fill it many times over
+    const INPUTS: usize = 400;
+    let exit_after = INPUTS.to_string();
+    let mut rig = Rig::start_with(
+        ServerOpts::new(),
+        &["echo", "--exit-after", &exit_after],
+        |b| b.stderr_unread(),
+    )
+    .await;
+    rig.api.wait_bridge_online(&rig.name, true, WAIT).await;
+
+    // act
+    let mut texts = Vec::with_capacity(INPUTS);
+    for i in 0..INPUTS {
+        let text = format!("line {i}");
+        rig.api.post_input(rig.id, &format!("msg-{i}"), &text).await;
+        texts.push(text);
+    }
+
+    // assert: every input reached the agent, once, in order, and the session ended cleanly
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let entries = rig.finish(&got(&texts)).await;
+    assert_eq!(
+        of_kind(&entries, kinds::INPUT_APPLIED).len(),
+        INPUTS,
+        "every input applied once; {}",
+        summary(&entries)
+    );
+}

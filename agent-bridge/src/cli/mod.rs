@@ -101,6 +101,9 @@ enum Command {
     },
 }
 
+/// How long `moor` waits at exit for its status lines to reach stderr.
+const STATUS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Cli {
     /// Runs the subcommand to its end: its exit code, or the error printed on stderr and mapped
     /// to one (127 for an agent command that does not exist, 126 for one that cannot run).
@@ -120,6 +123,9 @@ impl Cli {
             Command::Host(args) => host::host(args),
             Command::Login { server } => run::login(&server),
         };
+        // The last status lines ("everything was delivered") are worth a short wait, and come
+        // before the error, if any.
+        crate::status::flush(STATUS_FLUSH);
         match result {
             Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)),
             Err(err) => ExitCode::from(report(&err)),
