@@ -1390,9 +1390,18 @@ fn process_state(pid: Option<u32>) -> String {
         .rsplit_once(')')
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .unwrap_or("?");
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-    format!("pid {pid}, state {state}, {threads} threads, waiting in {wchan:?}")
+    // Where each thread waits (`pipe_write`: blocked on a full pipe; `futex_…`: on a lock or
+    // for work).
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|t| {
+                    let at =
+                        |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+                    format!("{} in {}", at("comm").trim(), at("wchan"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!("pid {pid}, state {state}, threads: {}", threads.join(", "))
 }
