@@ -430,6 +430,33 @@ async fn a_newer_bridge_supersedes_the_older_one() {
 }
 
 #[tokio::test]
+async fn a_later_connection_of_the_same_bridge_supersedes_the_older_one_and_the_log_says_which() {
+    // arrange: a bridge's connection, still live
+    let server = TestServer::spawn(|_| {}).await;
+    let producer = ProducerId::new();
+    let (mut old, _) = server.bridge("again", producer, 0).await;
+
+    // act: the same bridge (producer) connects again, as after a link it gave up on
+    let (_new, _) = server.bridge("again", producer, 0).await;
+
+    // assert: the older one is told, and the log records, that this bridge took over (4013,
+    // on which it reconnects if it still uses that one), not another bridge (4003)
+    assert_eq!(close_code(&mut old).await, close::SUPERSEDED_BY_SAME_BRIDGE);
+    let codes: Vec<_> = server
+        .entries("again")
+        .await
+        .iter()
+        .filter(|e| e.kind == kinds::BRIDGE_DISCONNECTED)
+        .map(|e| e.payload["close_code"].as_u64())
+        .collect();
+    assert_eq!(
+        codes,
+        [Some(u64::from(close::SUPERSEDED_BY_SAME_BRIDGE))],
+        "the log's close code for the superseded connection"
+    );
+}
+
+#[tokio::test]
 async fn the_bridge_is_told_to_move_before_the_lifetime_cap() {
     let server = TestServer::spawn(|c| {
         c.bridge_max_lifetime = Duration::from_millis(600);
