@@ -1,7 +1,8 @@
 //! The durable store, by role: [`LogStore`] (the log and session metadata), [`AccessStore`]
 //! (accounts, tokens, members, share links), [`CheckpointStore`] and, when several nodes share
-//! the database, [`Cluster`]. SQLite and Postgres implement each role directly; SQL the two
-//! dialects agree on is written once (`access.rs`).
+//! the database, [`Cluster`]. SQLite and Postgres implement each role; what the two
+//! dialects share is written once per role (`log.rs`, `access.rs`, `checkpoint.rs`, …), each
+//! engine's differences stay in its own file.
 //!
 //! The log is a generic durable-stream engine — append with idempotency keys, read from an
 //! offset — with sessions as metadata on top. It owns seq allocation: seqs are assigned inside the
@@ -15,6 +16,7 @@ mod cluster;
 mod errors;
 mod group;
 pub mod lease;
+mod log;
 pub mod machines;
 pub mod migrate;
 pub mod notify;
