@@ -177,16 +177,8 @@ macro_rules! log_store {
                     range: Range,
                     limit: u32,
                 ) -> StoreResult<Vec<Entry>> {
-                    let rows = sqlx::query(&format!(
-                        "SELECT {ENTRY_COLS} FROM entries WHERE {ROWS_OF} AND {}",
-                        range.sql()
-                    ))
-                    .bind(session.to_string())
-                    .bind(seq_bind(range.bound()))
-                    .bind(i64::from(limit))
-                    .fetch_all(self.reads())
-                    .await
-                    .map_err(db_error)?;
+                    let which = (range.sql(), range.bound());
+                    let rows = select_entries(self, ENTRY_COLS, session, which, limit).await?;
                     let entries = rows
                         .iter()
                         .map(entry_row)
@@ -200,18 +192,15 @@ macro_rules! log_store {
                     range: Range,
                     limit: u32,
                 ) -> StoreResult<Vec<u64>> {
-                    let sizes: Vec<i64> = sqlx::query_scalar(&format!(
-                        "SELECT CAST(octet_length(payload) AS BIGINT) FROM entries \
-                         WHERE {ROWS_OF} AND {}",
-                        range.sql()
-                    ))
-                    .bind(session.to_string())
-                    .bind(seq_bind(range.bound()))
-                    .bind(i64::from(limit))
-                    .fetch_all(self.reads())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(sizes.into_iter().map(|n| n.max(0) as u64).collect())
+                    let size = "CAST(octet_length(payload) AS BIGINT) AS size";
+                    let which = (range.sql(), range.bound());
+                    let rows = select_entries(self, size, session, which, limit).await?;
+                    rows.iter()
+                        .map(|r| {
+                            let size: i64 = r.try_get("size").map_err(db_error)?;
+                            Ok(size.max(0) as u64)
+                        })
+                        .collect()
                 }
 
                 async fn producer_mark(
@@ -237,15 +226,8 @@ macro_rules! log_store {
                     after: Seq,
                     limit: u32,
                 ) -> StoreResult<Vec<Entry>> {
-                    let rows = sqlx::query(&format!(
-                        "SELECT {ENTRY_COLS} FROM entries WHERE {ROWS_OF} AND {INPUTS_AFTER_SQL}"
-                    ))
-                    .bind(session.to_string())
-                    .bind(seq_bind(after))
-                    .bind(i64::from(limit))
-                    .fetch_all(self.reads())
-                    .await
-                    .map_err(db_error)?;
+                    let which = (INPUTS_AFTER_SQL, after);
+                    let rows = select_entries(self, ENTRY_COLS, session, which, limit).await?;
                     rows.iter().map(entry_row).collect()
                 }
 
@@ -318,6 +300,25 @@ macro_rules! log_store {
                     .map_err(db_error)?;
                     Ok(())
                 }
+            }
+
+            /// Columns `cols` of `session`'s entries that `which` selects: the SQL after the
+            /// session condition, written with its seq in `$2` and the limit in `$3` (as
+            /// [`Range::sql`] and [`INPUTS_AFTER_SQL`] are), and that seq.
+            async fn select_entries(
+                store: &$store,
+                cols: &str,
+                session: SessionId,
+                (rest, seq): (&str, Seq),
+                limit: u32,
+            ) -> StoreResult<Vec<DbRow>> {
+                sqlx::query(&format!("SELECT {cols} FROM entries WHERE {ROWS_OF} AND {rest}"))
+                    .bind(session.to_string())
+                    .bind(seq_bind(seq))
+                    .bind(i64::from(limit))
+                    .fetch_all(store.reads())
+                    .await
+                    .map_err(db_error)
             }
 
             /// The session named or numbered `key`, read on `conn`.
