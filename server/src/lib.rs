@@ -38,6 +38,7 @@ pub mod store;
 pub mod streams;
 pub mod tls;
 mod util;
+pub mod viewing;
 mod web;
 pub mod ws;
 

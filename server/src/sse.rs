@@ -7,8 +7,8 @@
 //! it pulls from a [`Tail`] (one page of history at most) into chunks of about [`CHUNK_BYTES`],
 //! and a pump hands them to the response one at a time; a reader that takes no chunk for the
 //! stall timeout is cut off with a comment saying so, and resumes with `Last-Event-ID` like
-//! after any other end. A transport: it calls the session core and `access`, never `http` or
-//! `ws`.
+//! after any other end. A transport: it calls the session core, `access` and `viewing`, never
+//! `http` or `ws`.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -27,15 +27,16 @@ use tokio::sync::watch;
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::access::{session_for, AuthUser, Role};
+use crate::access::AuthUser;
 use crate::error::ApiError;
 use crate::hub::Hub;
 use crate::metrics::Transport;
-use crate::session::cursor::{check_cursor, cursor};
+use crate::session::cursor::check_cursor;
 use crate::session::tail::Tail;
 use crate::state::AppState;
 use crate::streams::Slot;
 use crate::util::{query_param, sleep_until_opt};
+use crate::viewing::{open_viewer_stream, Opened};
 
 /// Flush a chunk once it holds this much.
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -62,15 +63,14 @@ pub async fn events(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
-    let slot = state
-        .streams
-        .open(&who.name, who.admin)
-        .ok_or(ApiError::RateLimited(1))?;
-    // Ends with shutdown, and when the caller's credential is revoked.
-    let stop = state.auth.revocations.token_for(&who);
-    let role_stop = state.auth.revocations.member_token(&who, session.id);
+    let Opened {
+        cursor,
+        session,
+        slot,
+        stop,
+        role_stop,
+        ..
+    } = open_viewer_stream(&state, &who, &key, &headers, query.as_deref()).await?;
     let tail = Tail::new(state.store.log.clone(), &state.hub, session.id, cursor)
         .page_bytes(state.config.max_page_bytes)
         .counted(Transport::Sse);

@@ -111,16 +111,9 @@ pub(crate) mod testing {
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let hub = Hub::default();
-        let log = Log::new(
+        let (log, states) = crate::session::log_and_states(
             store.log.clone(),
             hub.clone(),
-            tasks.clone(),
-            Duration::ZERO,
-        );
-        let states = States::new(
-            store.log.clone(),
-            hub.clone(),
-            log.clone(),
             tasks.clone(),
             shutdown.clone(),
         );

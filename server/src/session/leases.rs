@@ -424,19 +424,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap();
-        let hub = Hub::default();
-        let tasks = TaskTracker::new();
-        let log = Log::new(
+        let (log, states) = super::super::log_and_states(
             store.log.clone(),
-            hub.clone(),
-            tasks.clone(),
-            Duration::ZERO,
-        );
-        let states = States::new(
-            store.log.clone(),
-            hub,
-            log.clone(),
-            tasks,
+            Hub::default(),
+            TaskTracker::new(),
             CancellationToken::new(),
         );
         let ttl = Duration::from_secs(30);

@@ -14,3 +14,22 @@ pub mod log;
 mod queues;
 pub mod states;
 pub mod tail;
+
+/// A log writer that commits at once over `store`, and the state followers over it: the
+/// session core as tests build it (a node's commits wait for its `--commit-window-ms`).
+#[cfg(test)]
+pub(crate) fn log_and_states(
+    store: std::sync::Arc<dyn crate::store::LogStore>,
+    hub: crate::hub::Hub,
+    tasks: tokio_util::task::TaskTracker,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> (log::Log, states::States) {
+    let log = log::Log::new(
+        store.clone(),
+        hub.clone(),
+        tasks.clone(),
+        std::time::Duration::ZERO,
+    );
+    let states = states::States::new(store, hub, log.clone(), tasks, shutdown);
+    (log, states)
+}

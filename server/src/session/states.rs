@@ -355,19 +355,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap().log;
-        let hub = Hub::default();
-        let tasks = TaskTracker::new();
-        let log = Log::new(
+        let (log, states) = super::super::log_and_states(
             store.clone(),
-            hub.clone(),
-            tasks.clone(),
-            std::time::Duration::ZERO,
-        );
-        let states = States::new(
-            store.clone(),
-            hub,
-            log.clone(),
-            tasks,
+            Hub::default(),
+            TaskTracker::new(),
             CancellationToken::new(),
         );
         let ended = store.open_session("ended", None).await.unwrap().id;

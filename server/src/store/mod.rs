@@ -1,7 +1,8 @@
 //! The durable store, by role: [`LogStore`] (the log and session metadata), [`AccessStore`]
 //! (accounts, tokens, members, share links), [`CheckpointStore`] and, when several nodes share
-//! the database, [`Cluster`]. SQLite and Postgres implement each role directly; SQL the two
-//! dialects agree on is written once (`access.rs`).
+//! the database, [`Cluster`]. SQLite and Postgres implement each role; what the two
+//! dialects share is written once per role (`log.rs`, `access.rs`, `checkpoint.rs`, …), each
+//! engine's differences stay in its own file.
 //!
 //! The log is a generic durable-stream engine — append with idempotency keys, read from an
 //! offset — with sessions as metadata on top. It owns seq allocation: seqs are assigned inside the
@@ -15,6 +16,7 @@ mod cluster;
 mod errors;
 mod group;
 pub mod lease;
+mod log;
 pub mod machines;
 pub mod migrate;
 pub mod notify;
@@ -553,8 +555,8 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// The roles of a store only one node uses.
-    fn single<
+    /// Every role played by `store`, and the `cluster` when several nodes share it.
+    fn of<
         S: LogStore
             + AccessStore
             + CheckpointStore
@@ -563,9 +565,9 @@ impl Stores {
             + RetentionStore
             + MachineStore,
     >(
-        store: S,
+        store: Arc<S>,
+        cluster: Option<Arc<dyn Cluster>>,
     ) -> Self {
-        let store = Arc::new(store);
         Self {
             log: store.clone(),
             access: store.clone(),
@@ -574,33 +576,7 @@ impl Stores {
             notify: store.clone(),
             retention: store.clone(),
             machines: store,
-            cluster: None,
-        }
-    }
-
-    /// The roles of a store several nodes share.
-    fn shared<
-        S: LogStore
-            + AccessStore
-            + CheckpointStore
-            + LeaseStore
-            + NotifyStore
-            + RetentionStore
-            + MachineStore
-            + Cluster,
-    >(
-        store: S,
-    ) -> Self {
-        let store = Arc::new(store);
-        Self {
-            log: store.clone(),
-            access: store.clone(),
-            checkpoints: store.clone(),
-            leases: store.clone(),
-            notify: store.clone(),
-            retention: store.clone(),
-            machines: store.clone(),
-            cluster: Some(store),
+            cluster,
         }
     }
 }
@@ -732,8 +708,12 @@ pub async fn connect(url: &str) -> anyhow::Result<Stores> {
 /// `pg_stat_activity.application_name`).
 pub async fn connect_as(url: &str, node_id: &str) -> anyhow::Result<Stores> {
     match Engine::of(url)? {
-        Engine::Sqlite => Ok(Stores::single(SqliteStore::connect(url).await?)),
-        Engine::Postgres => Ok(Stores::shared(PgStore::connect(url, node_id).await?)),
+        // Only one node uses a SQLite store.
+        Engine::Sqlite => Ok(Stores::of(Arc::new(SqliteStore::connect(url).await?), None)),
+        Engine::Postgres => {
+            let store = Arc::new(PgStore::connect(url, node_id).await?);
+            Ok(Stores::of(store.clone(), Some(store)))
+        }
     }
 }
 

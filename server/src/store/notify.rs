@@ -469,15 +469,7 @@ macro_rules! notify_store {
                     principal: &str,
                     id: &str,
                 ) -> StoreResult<bool> {
-                    let done = sqlx::query(
-                        "DELETE FROM push_subscriptions WHERE principal = $1 AND id = $2",
-                    )
-                    .bind(principal)
-                    .bind(id)
-                    .execute(self.writes())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(done.rows_affected() > 0)
+                    remove_owned(self, "push_subscriptions", principal, id).await
                 }
 
                 async fn remove_endpoint(&self, endpoint: &str) -> StoreResult<bool> {
@@ -537,15 +529,27 @@ macro_rules! notify_store {
                 }
 
                 async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool> {
-                    let done =
-                        sqlx::query("DELETE FROM notify_sinks WHERE principal = $1 AND id = $2")
-                            .bind(principal)
-                            .bind(id)
-                            .execute(self.writes())
-                            .await
-                            .map_err(db_error)?;
-                    Ok(done.rows_affected() > 0)
+                    remove_owned(self, "notify_sinks", principal, id).await
                 }
+            }
+
+            /// Deletes the row `id` of `principal` in `table` (a subscription or a sink); whether
+            /// there was one.
+            async fn remove_owned(
+                store: &$store,
+                table: &str,
+                principal: &str,
+                id: &str,
+            ) -> StoreResult<bool> {
+                let done = sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE principal = $1 AND id = $2"
+                ))
+                .bind(principal)
+                .bind(id)
+                .execute(store.writes())
+                .await
+                .map_err(db_error)?;
+                Ok(done.rows_affected() > 0)
             }
         }
     };

@@ -3,41 +3,36 @@
 //! never meets `SQLITE_BUSY` from itself) and a small pool of readers.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use async_trait::async_trait;
-use moor_protocol::bridge::AgentInfo;
-use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
-use uuid::Uuid;
+use sqlx::{Sqlite, SqlitePool};
 
-use super::access::{access_store, stored_role, stored_session, AccessDialect};
+use super::access::{access_store, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
+use super::log::{log_store, LogDialect};
 use super::machines::machine_store;
 use super::notify::notify_store;
 use super::retention::{retention_store, RetentionDialect};
-use super::{
-    Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS,
-    INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
-};
+use super::StoreResult;
 
 mod group;
 
-/// SQLite implementation of [`LogStore`], [`AccessStore`](super::AccessStore) and
+/// SQLite implementation of [`LogStore`](super::LogStore), [`AccessStore`](super::AccessStore) and
 /// [`CheckpointStore`](super::CheckpointStore).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
-    /// Append transactions committed (see [`LogStore::append_transactions`]).
+    /// Append transactions committed (see [`LogStore::append_transactions`](super::LogStore::append_transactions)).
     append_txs: Arc<AtomicU64>,
 }
 
@@ -93,7 +88,7 @@ impl SqliteStore {
             .connect_with(opts.clone().auto_vacuum(SqliteAutoVacuum::Incremental))
             .await
             .context("open sqlite database")?;
-        sqlx::migrate!("../migrations/sqlite")
+        MIGRATIONS
             .run(&writer)
             .await
             .context("run sqlite migrations")?;
@@ -205,276 +200,29 @@ impl CheckpointDialect for SqliteStore {
 
 checkpoint_store!(SqliteStore, sqlx::Sqlite);
 
-/// The session id in column `col`, stored as text.
-fn session_id(row: &sqlx::sqlite::SqliteRow, col: &str) -> StoreResult<SessionId> {
-    stored_session(row.try_get(col).map_err(db_error)?)
-}
-
-fn session_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<SessionRow> {
-    let agent: Option<String> = row.get("agent");
-    Ok(SessionRow {
-        id: session_id(row, "id")?,
-        name: row.get("name"),
-        created_at: row.get("created_at"),
-        head_seq: Seq(row.get::<i64, _>("head_seq") as u64),
-        last_ts: row.get("last_ts"),
-        ended_at: row.get("ended_at"),
-        agent: agent.and_then(|a| serde_json::from_str(&a).ok()),
-    })
-}
-
-fn entry_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Entry> {
-    let payload: String = row.get("payload");
-    Ok(Entry {
-        seq: Seq(row.get::<i64, _>("seq") as u64),
-        ts: row.get("ts"),
-        kind: row.get("kind"),
-        author: row.get("author"),
-        payload: serde_json::from_str(&payload).context("stored payload is not json")?,
-    })
-}
-
-const SESSION_COLS: &str = "id, name, created_at, head_seq, last_ts, ended_at, agent";
-/// Leaves out the deleted sessions (alias `s`) whose rows are still being deleted.
-const NOT_RETIRED: &str = "NOT EXISTS (SELECT 1 FROM retired_sessions r WHERE r.id = s.id)";
 /// Selects the entries of the session whose id is in `$1`.
 const SESSION_ENTRIES: &str = "session_pk = (SELECT pk FROM sessions WHERE id = $1)";
 
-#[async_trait]
-impl LogStore for SqliteStore {
-    async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
-        let agent_json = agent
-            .map(serde_json::to_string)
-            .transpose()
-            .context("encode agent")?;
-        let id = Uuid::parse_str(key).unwrap_or_else(|_| Uuid::new_v4());
-        // Insert-if-absent then read: safe against a concurrent creator of the same name. The
-        // writer is taken once for all three statements, so a handshake waits once (not three
-        // times) behind the group commit in flight.
-        let mut writer = self.writer.acquire().await.map_err(db_error)?;
-        sqlx::query(
-            "INSERT INTO sessions (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-        )
-        .bind(id.to_string())
-        .bind(key)
-        .bind(now_ms())
-        .execute(&mut *writer)
-        .await
-        .map_err(db_error)?;
-        if let Some(agent_json) = agent_json {
-            sqlx::query("UPDATE sessions SET agent = ? WHERE id = ? OR name = ?")
-                .bind(agent_json)
-                .bind(key)
-                .bind(key)
-                .execute(&mut *writer)
-                .await
-                .map_err(db_error)?;
-        }
-        find_session_on(&mut writer, key).await
+/// The SQLite schema's migrations.
+static MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+impl LogDialect for SqliteStore {
+    const ROWS_OF: &'static str = SESSION_ENTRIES;
+    const S_ID_TEXT: &'static str = "s.id";
+    const AS_ID: &'static str = "";
+    const SAVE_SNAPSHOT: &'static str = "INSERT INTO state_snapshots (session_pk, head_seq, state) \
+         SELECT pk, $2, $3 FROM sessions WHERE id = $1 \
+         ON CONFLICT (session_pk) DO UPDATE SET head_seq = excluded.head_seq, state = excluded.state \
+         WHERE excluded.head_seq > state_snapshots.head_seq";
+
+    /// Ids are stored as text: the key as it is.
+    fn key_as_id(key: &str) -> Option<String> {
+        Some(key.to_owned())
     }
 
-    async fn find_session(&self, key: &str) -> StoreResult<SessionRow> {
-        let mut reader = self.readers.acquire().await.map_err(db_error)?;
-        find_session_on(&mut reader, key).await
-    }
-
-    async fn list_sessions(
-        &self,
-        member: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<(SessionRow, Role)>> {
-        let cols = format!(
-            "s.id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
-             CASE WHEN length(CAST(s.agent AS BLOB)) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
-        );
-        let order =
-            format!("AND {NOT_RETIRED} ORDER BY COALESCE(s.last_ts, s.created_at) DESC LIMIT ?");
-        let rows = match member {
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {cols}, 'owner' AS role FROM sessions s WHERE 1 = 1 {order}"
-                ))
-                .bind(i64::from(limit))
-                .fetch_all(&self.readers)
-                .await
-            }
-            Some(principal) => {
-                sqlx::query(&format!(
-                    "SELECT {cols}, m.role FROM session_members m \
-                     JOIN sessions s ON s.id = m.session_id WHERE m.principal = ? {order}"
-                ))
-                .bind(principal)
-                .bind(i64::from(limit))
-                .fetch_all(&self.readers)
-                .await
-            }
-        }
-        .map_err(db_error)?;
-        rows.iter()
-            .map(|r| Ok((session_row(r)?, stored_role(r.get("role"))?)))
-            .collect()
-    }
-
-    async fn append_group(
-        &self,
-        group: Vec<GroupPart>,
-    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
-        self.append_group_tx(group).await
-    }
-
-    fn append_transactions(&self) -> u64 {
-        self.append_txs.load(Ordering::Relaxed)
-    }
-
-    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
-        let applied = super::applied_migration(&self.readers).await?;
-        Ok((
-            applied,
-            super::newest_migration(&sqlx::migrate!("../migrations/sqlite")),
-        ))
-    }
-
-    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",
-            range.sql()
-        ))
-        .bind(session.to_string())
-        .bind(super::seq_bind(range.bound()))
-        .bind(limit as i64)
-        .fetch_all(&self.readers)
-        .await
-        .map_err(db_error)?;
-        let entries = rows
-            .iter()
-            .map(entry_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        Ok(range.ascending(entries))
-    }
-
-    async fn entry_sizes(
-        &self,
-        session: SessionId,
-        range: Range,
-        limit: u32,
-    ) -> StoreResult<Vec<u64>> {
-        let (op, order) = match range {
-            Range::After(_) => (">", "ASC"),
-            Range::Before(_) => ("<", "DESC"),
-        };
-        let (Range::After(at) | Range::Before(at)) = range;
-        let sizes: Vec<i64> = sqlx::query_scalar(&format!(
-            "SELECT length(CAST(payload AS BLOB)) FROM entries \
-             WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?) AND seq {op} ? \
-             ORDER BY seq {order} LIMIT ?"
-        ))
-        .bind(session.to_string())
-        .bind(super::seq_bind(at))
-        .bind(i64::from(limit))
-        .fetch_all(&self.readers)
-        .await
-        .map_err(db_error)?;
-        Ok(sizes.into_iter().map(|n| n.max(0) as u64).collect())
-    }
-
-    async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
-        let mark: Option<i64> = sqlx::query_scalar(
-            "SELECT p.last_seq FROM producers p JOIN sessions s ON s.pk = p.session_pk \
-             WHERE s.id = ? AND p.producer_id = ?",
-        )
-        .bind(session.to_string())
-        .bind(producer.to_string())
-        .fetch_optional(&self.readers)
-        .await
-        .map_err(db_error)?;
-        Ok(mark.unwrap_or(0) as u64)
-    }
-
-    async fn inputs_after(
-        &self,
-        session: SessionId,
-        after: Seq,
-        limit: u32,
-    ) -> StoreResult<Vec<Entry>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {INPUTS_AFTER_SQL}"
-        ))
-        .bind(session.to_string())
-        .bind(after.0 as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.readers)
-        .await
-        .map_err(db_error)?;
-        rows.iter().map(entry_row).collect()
-    }
-
-    async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>> {
-        let seqs: Vec<i64> = sqlx::query_scalar(
-            "SELECT e.seq FROM entries e WHERE e.session_pk = (SELECT pk FROM sessions WHERE id = ?) \
-             AND e.client_msg_id IS NOT NULL AND e.seq <= ? AND NOT EXISTS (SELECT 1 FROM entries r \
-             WHERE r.session_pk = e.session_pk \
-             AND r.kind IN (?, ?, ?) AND r.ref_seq = e.seq) ORDER BY e.seq",
-        )
-        .bind(session.to_string())
-        .bind(upto.0 as i64)
-        .bind(kinds::INPUT_APPLIED)
-        .bind(kinds::INPUT_FAILED)
-        .bind(kinds::INPUT_UNCERTAIN)
-        .fetch_all(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
-    }
-
-    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO state_snapshots (session_pk, head_seq, state) \
-             SELECT pk, ?, ? FROM sessions WHERE id = ? \
-             ON CONFLICT (session_pk) DO UPDATE SET head_seq = excluded.head_seq, state = excluded.state \
-             WHERE excluded.head_seq > state_snapshots.head_seq",
-        )
-        .bind(head.0 as i64)
-        .bind(state)
-        .bind(session.to_string())
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
-    }
-
-    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
-        let row = sqlx::query(
-            "SELECT s.head_seq, s.state FROM state_snapshots s JOIN sessions x ON x.pk = s.session_pk \
-             WHERE x.id = ?",
-        )
-        .bind(session.to_string())
-        .fetch_optional(&self.readers)
-        .await
-        .map_err(db_error)?;
-        Ok(row.map(|r| (Seq(r.get::<i64, _>("head_seq") as u64), r.get("state"))))
-    }
-
-    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET ended_at = COALESCE(ended_at, ?) WHERE id = ?")
-            .bind(at)
-            .bind(session.to_string())
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        Ok(())
+    fn migrations() -> &'static Migrator {
+        &MIGRATIONS
     }
 }
 
-/// The session named or numbered `key`, read on `conn`.
-async fn find_session_on(conn: &mut SqliteConnection, key: &str) -> StoreResult<SessionRow> {
-    let row = sqlx::query(&format!(
-        "SELECT {SESSION_COLS} FROM sessions s WHERE (id = ? OR name = ?) AND {NOT_RETIRED}"
-    ))
-    .bind(key)
-    .bind(key)
-    .fetch_optional(conn)
-    .await
-    .map_err(db_error)?
-    .ok_or(StoreError::NotFound)?;
-    session_row(&row)
-}
+log_store!(SqliteStore, sqlx::Sqlite);

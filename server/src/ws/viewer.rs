@@ -5,7 +5,7 @@
 //! at most); a viewer that takes no write for the stall timeout is closed with `LAGGED`, and
 //! resumes from its cursor.
 //!
-//! A transport: calls the session core and `access`; never `http` or `sse`.
+//! A transport: calls the session core, `access` and `viewing`; never `http` or `sse`.
 
 use std::time::Duration;
 
@@ -24,12 +24,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{text, tune};
 
-use crate::access::{role_on, session_for, AuthUser, Principal, Role};
+use crate::access::{AuthUser, Principal, Role};
 use crate::error::ApiError;
-use crate::session::cursor::{check_cursor, cursor};
+use crate::session::cursor::check_cursor;
 use crate::session::input::submit;
 use crate::session::tail::Tail;
 use crate::state::AppState;
+use crate::viewing::{open_viewer_stream, Opened};
 
 /// Upgrades after checking the token, the session and the cursor.
 #[utoipa::path(
@@ -58,18 +59,19 @@ pub async fn upgrade(
     RawQuery(query): RawQuery,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    let cursor = cursor(&headers, query.as_deref())?;
-    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
-    let slot = state
-        .streams
-        .open(&who.name, who.admin)
-        .ok_or(ApiError::RateLimited(1))?;
-    let may_input = role_on(&state.store, &who, &session).await? >= Some(Role::Controller);
+    let Opened {
+        cursor,
+        session,
+        role,
+        slot,
+        stop,
+        role_stop,
+    } = open_viewer_stream(&state, &who, &key, &headers, query.as_deref()).await?;
     let viewer = Viewer {
-        stop: state.auth.revocations.token_for(&who),
-        role_stop: state.auth.revocations.member_token(&who, session.id),
+        stop,
+        role_stop,
         who,
-        may_input,
+        may_input: role >= Role::Controller,
     };
     let conns = state.conns.clone();
     let ws = tune(ws, &state.config);

@@ -12,31 +12,25 @@ mod lookup;
 mod rows;
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use async_trait::async_trait;
-use moor_protocol::bridge::AgentInfo;
-use moor_protocol::{kinds, now_ms, Entry, ProducerId, Seq, SessionId};
-use sqlx::migrate::MigrateDatabase;
+use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use self::rows::{entry_row, session_row};
-use super::access::{access_store, stored_role, AccessDialect};
+use super::access::{access_store, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
 use super::errors::db_error;
 use super::lease::lease_store;
+use super::log::{log_store, LogDialect};
 use super::machines::machine_store;
 use super::notify::notify_store;
 use super::retention::{retention_store, RetentionDialect};
-use super::{
-    redact_url, seq_bind, Appended, GroupPart, LogStore, Range, Role, SessionRow, StoreError,
-    StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL, MAX_LISTED_AGENT_BYTES,
-};
+use super::{redact_url, StoreResult};
 
 /// Connections per node for appends and reads (the listen connection is separate).
 const POOL_SIZE: u32 = 8;
@@ -57,13 +51,10 @@ pub(crate) const BRIDGES_CHANNEL: &str = "moor_bridges";
 /// `"member <session> <principal> <node>"`.
 pub(crate) const REVOCATIONS_CHANNEL: &str = "moor_revocations";
 
-const SESSION_COLS: &str = "id::text AS id, name, created_at, head_seq, last_ts, ended_at, agent";
 /// Selects the entries of the session whose id is in `$1`.
 const SESSION_ENTRIES: &str = "session_id = $1::uuid";
-/// Leaves out the deleted sessions (alias `s`) whose rows are still being deleted.
-const NOT_RETIRED: &str = "NOT EXISTS (SELECT 1 FROM retired_sessions r WHERE r.id = s.id::text)";
 
-/// Postgres implementation of [`LogStore`], [`AccessStore`](super::AccessStore),
+/// Postgres implementation of [`LogStore`](super::LogStore), [`AccessStore`](super::AccessStore),
 /// [`CheckpointStore`](super::CheckpointStore) and [`Cluster`](super::Cluster).
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -71,7 +62,7 @@ pub struct PgStore {
     /// A pool of one, for the `LISTEN` connection (its own `application_name`).
     listen: PgPool,
     node: Arc<str>,
-    /// Append transactions committed (see [`LogStore::append_transactions`]).
+    /// Append transactions committed (see [`LogStore::append_transactions`](super::LogStore::append_transactions)).
     append_txs: Arc<AtomicU64>,
     /// Whether a notice feed's `LISTEN` connection is up (see [`Cluster::listening`]).
     listening: Arc<std::sync::atomic::AtomicBool>,
@@ -101,7 +92,7 @@ impl PgStore {
             .connect_with(opts.clone().application_name(&app_name("moord", node_id)))
             .await
             .with_context(|| format!("connect to postgres at {shown}"))?;
-        sqlx::migrate!("../migrations/postgres")
+        MIGRATIONS
             .run(&pool)
             .await
             .context("run postgres migrations")?;
@@ -184,20 +175,6 @@ impl PgStore {
             .map_err(db_error)?;
         Ok(())
     }
-
-    async fn find_session_by(&self, key: &str) -> StoreResult<SessionRow> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions s WHERE (name = $1 OR id = $2::uuid) \
-             AND {NOT_RETIRED}"
-        ))
-        .bind(key)
-        .bind(uuid_text(key))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?
-        .ok_or(StoreError::NotFound)?;
-        session_row(&row)
-    }
 }
 
 impl AccessDialect for PgStore {
@@ -249,6 +226,31 @@ impl CheckpointDialect for PgStore {
 
 checkpoint_store!(PgStore, sqlx::Postgres);
 
+/// The Postgres schema's migrations.
+static MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+
+impl LogDialect for PgStore {
+    const ROWS_OF: &'static str = SESSION_ENTRIES;
+    const S_ID_TEXT: &'static str = "s.id::text";
+    const AS_ID: &'static str = "::uuid";
+    /// Followers on several nodes may save at once: the newest snapshot wins.
+    const SAVE_SNAPSHOT: &'static str =
+        "INSERT INTO state_snapshots (session_id, head_seq, state) VALUES ($1::uuid, $2, $3) \
+         ON CONFLICT (session_id) DO UPDATE SET head_seq = excluded.head_seq, \
+         state = excluded.state WHERE excluded.head_seq > state_snapshots.head_seq";
+
+    /// Ids are uuids: a key that is not one names no id.
+    fn key_as_id(key: &str) -> Option<String> {
+        uuid_text(key)
+    }
+
+    fn migrations() -> &'static Migrator {
+        &MIGRATIONS
+    }
+}
+
+log_store!(PgStore, sqlx::Postgres);
+
 /// `application_name` of a node's connections: `<role> <node>`, within Postgres' 63 bytes.
 pub(crate) fn app_name(role: &str, node: &str) -> String {
     let mut name = format!("{role} {node}");
@@ -261,222 +263,4 @@ pub(crate) fn app_name(role: &str, node: &str) -> String {
 /// `key` as canonical UUID text when it is one (for `$n::uuid` binds), else `None`.
 fn uuid_text(key: &str) -> Option<String> {
     Uuid::parse_str(key).ok().map(|u| u.to_string())
-}
-
-#[async_trait]
-impl LogStore for PgStore {
-    async fn open_session(&self, key: &str, agent: Option<&AgentInfo>) -> StoreResult<SessionRow> {
-        let agent_json = agent
-            .map(serde_json::to_string)
-            .transpose()
-            .context("encode agent")?;
-        let id = Uuid::parse_str(key).unwrap_or_else(|_| Uuid::new_v4());
-        // Insert-if-absent then read: safe against a concurrent creator on any node.
-        sqlx::query(
-            "INSERT INTO sessions (id, name, created_at) VALUES ($1::uuid, $2, $3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(id.to_string())
-        .bind(key)
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        if let Some(agent_json) = agent_json {
-            sqlx::query("UPDATE sessions SET agent = $1 WHERE name = $2 OR id = $3::uuid")
-                .bind(agent_json)
-                .bind(key)
-                .bind(uuid_text(key))
-                .execute(&self.pool)
-                .await
-                .map_err(db_error)?;
-        }
-        self.find_session_by(key).await
-    }
-
-    async fn find_session(&self, key: &str) -> StoreResult<SessionRow> {
-        self.find_session_by(key).await
-    }
-
-    async fn list_sessions(
-        &self,
-        member: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<(SessionRow, Role)>> {
-        let cols = format!(
-            "s.id::text AS id, s.name, s.created_at, s.head_seq, s.last_ts, s.ended_at, \
-             CASE WHEN octet_length(s.agent) <= {MAX_LISTED_AGENT_BYTES} THEN s.agent END AS agent"
-        );
-        let order = format!("AND {NOT_RETIRED} ORDER BY COALESCE(s.last_ts, s.created_at) DESC");
-        let rows = match member {
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {cols}, 'owner' AS role FROM sessions s WHERE TRUE {order} LIMIT $1"
-                ))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-            }
-            Some(principal) => {
-                sqlx::query(&format!(
-                    "SELECT {cols}, m.role FROM session_members m \
-                     JOIN sessions s ON s.id = m.session_id::uuid WHERE m.principal = $1 \
-                     {order} LIMIT $2"
-                ))
-                .bind(principal)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-            }
-        }
-        .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                let role: String = r.try_get("role").map_err(db_error)?;
-                Ok((session_row(r)?, stored_role(&role)?))
-            })
-            .collect()
-    }
-
-    async fn append_group(
-        &self,
-        group: Vec<GroupPart>,
-    ) -> StoreResult<Vec<StoreResult<Vec<Appended>>>> {
-        self.append_group_tx(group).await
-    }
-
-    fn append_transactions(&self) -> u64 {
-        self.append_txs.load(Ordering::Relaxed)
-    }
-
-    async fn schema_versions(&self) -> StoreResult<(i64, i64)> {
-        let applied = super::applied_migration(&self.pool).await?;
-        Ok((
-            applied,
-            super::newest_migration(&sqlx::migrate!("../migrations/postgres")),
-        ))
-    }
-
-    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {}",
-            range.sql()
-        ))
-        .bind(session.to_string())
-        .bind(seq_bind(range.bound()))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        let entries = rows
-            .iter()
-            .map(entry_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        Ok(range.ascending(entries))
-    }
-
-    async fn entry_sizes(
-        &self,
-        session: SessionId,
-        range: Range,
-        limit: u32,
-    ) -> StoreResult<Vec<u64>> {
-        let (op, order) = match range {
-            Range::After(_) => (">", "ASC"),
-            Range::Before(_) => ("<", "DESC"),
-        };
-        let (Range::After(at) | Range::Before(at)) = range;
-        let sizes: Vec<i64> = sqlx::query_scalar(&format!(
-            "SELECT octet_length(payload)::bigint FROM entries \
-             WHERE session_id = $1::uuid AND seq {op} $2 ORDER BY seq {order} LIMIT $3"
-        ))
-        .bind(session.to_string())
-        .bind(seq_bind(at))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(sizes.into_iter().map(|n| n.max(0) as u64).collect())
-    }
-
-    async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64> {
-        let mut conn = self.pool.acquire().await.map_err(db_error)?;
-        lookup::producer_mark(&mut conn, &session.to_string(), producer).await
-    }
-
-    async fn inputs_after(
-        &self,
-        session: SessionId,
-        after: Seq,
-        limit: u32,
-    ) -> StoreResult<Vec<Entry>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ENTRY_COLS} FROM entries WHERE {SESSION_ENTRIES} AND {INPUTS_AFTER_SQL}"
-        ))
-        .bind(session.to_string())
-        .bind(seq_bind(after))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        rows.iter().map(entry_row).collect()
-    }
-
-    async fn unsettled_inputs(&self, session: SessionId, upto: Seq) -> StoreResult<Vec<Seq>> {
-        let seqs: Vec<i64> = sqlx::query_scalar(
-            "SELECT e.seq FROM entries e WHERE e.session_id = $1::uuid \
-             AND e.client_msg_id IS NOT NULL AND e.seq <= $2 AND NOT EXISTS \
-             (SELECT 1 FROM entries r WHERE r.session_id = e.session_id \
-             AND r.kind IN ($3, $4, $5) AND r.ref_seq = e.seq) ORDER BY e.seq",
-        )
-        .bind(session.to_string())
-        .bind(seq_bind(upto))
-        .bind(kinds::INPUT_APPLIED)
-        .bind(kinds::INPUT_FAILED)
-        .bind(kinds::INPUT_UNCERTAIN)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(seqs.into_iter().map(|s| Seq(s as u64)).collect())
-    }
-
-    async fn save_snapshot(&self, session: SessionId, head: Seq, state: &str) -> StoreResult<()> {
-        // Followers on several nodes may save at once: the newest snapshot wins.
-        sqlx::query(
-            "INSERT INTO state_snapshots (session_id, head_seq, state) VALUES ($1::uuid, $2, $3) \
-             ON CONFLICT (session_id) DO UPDATE SET head_seq = excluded.head_seq, \
-             state = excluded.state WHERE excluded.head_seq > state_snapshots.head_seq",
-        )
-        .bind(session.to_string())
-        .bind(seq_bind(head))
-        .bind(state)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
-    }
-
-    async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>> {
-        let row =
-            sqlx::query("SELECT head_seq, state FROM state_snapshots WHERE session_id = $1::uuid")
-                .bind(session.to_string())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_error)?;
-        row.map(|r| {
-            let head: i64 = r.try_get("head_seq").map_err(db_error)?;
-            Ok((Seq(head as u64), r.try_get("state").map_err(db_error)?))
-        })
-        .transpose()
-    }
-
-    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET ended_at = COALESCE(ended_at, $1) WHERE id = $2::uuid")
-            .bind(at)
-            .bind(session.to_string())
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(())
-    }
 }
