@@ -14,8 +14,8 @@ use tempfile::TempDir;
 use crate::assert::first_of_kind;
 use crate::bridge::{BridgeOpts, TestBridge};
 use crate::http::LogTail;
-use crate::rig::WAIT;
 use crate::server::{ServerOpts, TestServer};
+use crate::util::WAIT;
 use crate::util::{agent_pid, bin_path, installed_agent};
 
 /// A project directory and a home for one agent.

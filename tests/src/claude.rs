@@ -13,8 +13,8 @@ use tempfile::TempDir;
 use crate::bridge::{BridgeOpts, TestBridge};
 use crate::fake_api::FakeAnthropic;
 use crate::http::LogTail;
-use crate::rig::WAIT;
 use crate::server::TestServer;
+use crate::util::WAIT;
 
 /// A fake API plus a private home and project for one Claude Code session.
 #[derive(Debug)]

@@ -12,8 +12,7 @@ use crate::http::{Api, LogTail};
 use crate::proxy::FaultProxy;
 use crate::server::{ServerOpts, TestServer};
 
-/// Bound for a single expected event (a reconnect, an entry showing up).
-pub const WAIT: Duration = Duration::from_secs(15);
+pub use crate::util::WAIT;
 /// Bound for a whole stream to finish once it is running.
 pub const FINISH: Duration = Duration::from_secs(50);
 

@@ -16,8 +16,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use crate::http::Api;
-use crate::rig::WAIT;
 use crate::sse::{SseClient, SseOpts};
+use crate::util::WAIT;
 use crate::util::{bin_path, capture, dump_logs, should_dump_on_drop, signal};
 
 /// How long `moord` may take to print its listening line.

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
 
+/// Bound for a single expected event (a reconnect, an entry showing up).
+pub const WAIT: Duration = Duration::from_secs(15);
+
 /// How often [`eventually`] re-checks its condition.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 

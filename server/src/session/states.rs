@@ -399,14 +399,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap().log;
-        let hub = Hub::default();
-        let tasks = TaskTracker::new();
-        let log = Log::new(store.clone(), hub.clone(), tasks.clone(), Duration::ZERO);
-        let states = States::new(
+        let (log, states) = super::super::log_and_states(
             store.clone(),
-            hub,
-            log.clone(),
-            tasks,
+            Hub::default(),
+            TaskTracker::new(),
             CancellationToken::new(),
         );
         let session = store.open_session("s", None).await.unwrap().id;
