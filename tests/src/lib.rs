@@ -30,6 +30,7 @@ pub mod push;
 pub mod rig;
 pub mod server;
 pub mod sink;
+pub mod small_fs;
 pub mod soak;
 pub mod sse;
 pub mod term;

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::access::{access_store, stored_role, stored_session, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
-use super::errors::db_error;
+use super::errors::{db_error, sqlite_writer_released};
 use super::lease::lease_store;
 use super::machines::machine_store;
 use super::notify::notify_store;
@@ -87,6 +87,7 @@ impl SqliteStore {
         }
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .after_release(sqlite_writer_released)
             // Only takes effect on a new database (or after a VACUUM): lets retention give
             // deleted pages back with `PRAGMA incremental_vacuum`. Set by the writer only (a
             // read-only connection may not).
