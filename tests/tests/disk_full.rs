@@ -9,10 +9,10 @@
 use moor_e2e::assert::{agent_texts, assert_counted_prefix, of_kind, summary};
 use moor_e2e::small_fs::SmallFs;
 use moor_e2e::{
-    assert_contiguous, eventually, metrics, BridgeOpts, ServerOpts, SseClient, SseOpts, TestServer,
-    FINISH, WAIT,
+    assert_contiguous, eventually, metrics, BridgeOpts, ServerOpts, SseClient, SseOpts, TestBridge,
+    TestServer, FINISH, WAIT,
 };
-use moor_protocol::{kinds, Entry};
+use moor_protocol::{kinds, Entry, SessionId};
 
 /// Bytes of the small filesystem: room for the database and some log, filled up on purpose.
 const SMALL_FS_BYTES: u64 = 16 * 1024 * 1024;
@@ -40,24 +40,12 @@ async fn moord_on_a_full_disk_refuses_appends_serves_reads_and_resumes_with_noth
         "--pad",
         "400",
     ];
-    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &agent).spawn();
+    let opts = BridgeOpts::new(&server.url(), server.token(), &name, &agent);
+    let (mut bridge, id, viewer) = streaming(&server, opts, &name).await;
     let api = server.api();
-    let id = api.wait_session(&name, WAIT).await.id;
-    let viewer = SseClient::connect(&server.url(), server.token(), id, SseOpts::default());
-    viewer
-        .wait_for(WAIT, "the first lines", |s| {
-            agent_texts(&s.entries, "stdout").len() >= 100
-        })
-        .await;
 
     // act: the disk fills up while the agent keeps printing
-    fs.fill();
-    eventually(
-        FINISH,
-        "the bridge to be told moord's disk is full",
-        || async { bridge.stderr().contains("moord's disk is full") },
-    )
-    .await;
+    fill_until_told(&fs, &bridge, "moord's disk is full").await;
 
     // assert, while full: writes are refused with the clear, retryable error. SQLite may still
     // fit a small write into WAL pages a refused larger one left allocated, so inputs are
@@ -164,26 +152,12 @@ async fn moor_with_a_full_spool_disk_tells_the_user_holds_the_agent_back_and_los
         "--progress-file",
         progress.to_str().unwrap(),
     ];
-    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &agent)
-        .state_dir(fs.path())
-        .spawn();
+    let opts = BridgeOpts::new(&server.url(), server.token(), &name, &agent).state_dir(fs.path());
+    let (mut bridge, id, viewer) = streaming(&server, opts, &name).await;
     let api = server.api();
-    let id = api.wait_session(&name, WAIT).await.id;
-    let viewer = SseClient::connect(&server.url(), server.token(), id, SseOpts::default());
-    viewer
-        .wait_for(WAIT, "the first lines", |s| {
-            agent_texts(&s.entries, "stdout").len() >= 100
-        })
-        .await;
 
     // act: the spool's disk fills up
-    fs.fill();
-    eventually(
-        FINISH,
-        "moor to tell the user the spool is full",
-        || async { bridge.stderr().contains("the spool's disk is full") },
-    )
-    .await;
+    fill_until_told(&fs, &bridge, "the spool's disk is full").await;
 
     // assert: the agent is held back, not finished and not dropped; moor keeps running
     let got_to = |p: &std::path::Path| {
@@ -235,4 +209,31 @@ fn unpadded(log: &[Entry]) -> Vec<String> {
         .into_iter()
         .map(|t| t.split(' ').next().unwrap_or_default().to_owned())
         .collect()
+}
+
+/// Starts the bridge of session `name` and a viewer on it, and waits until the viewer got the
+/// agent's first lines.
+async fn streaming(
+    server: &TestServer,
+    bridge: BridgeOpts,
+    name: &str,
+) -> (TestBridge, SessionId, SseClient) {
+    let bridge = bridge.spawn();
+    let id = server.api().wait_session(name, WAIT).await.id;
+    let viewer = SseClient::connect(&server.url(), server.token(), id, SseOpts::default());
+    viewer
+        .wait_for(WAIT, "the first lines", |s| {
+            agent_texts(&s.entries, "stdout").len() >= 100
+        })
+        .await;
+    (bridge, id, viewer)
+}
+
+/// Fills `fs` up, then waits until `bridge` has told its user `told`.
+async fn fill_until_told(fs: &SmallFs, bridge: &TestBridge, told: &str) {
+    fs.fill();
+    eventually(FINISH, &format!("moor to say {told:?}"), || async {
+        bridge.stderr().contains(told)
+    })
+    .await;
 }
