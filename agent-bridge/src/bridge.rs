@@ -161,6 +161,13 @@ impl Bridge {
                 metrics_stop,
             ));
         }
+        let full_stop = shutdown.child_token();
+        let _full_stop = full_stop.clone().drop_guard();
+        tokio::spawn(
+            status
+                .clone()
+                .watch_spool_full(dir.spool.clone(), full_stop),
+        );
         status.resuming(dir.spool.unacked(), dir.ledger.uncertain().len());
         let spec = AgentSpec {
             command: config.command.clone(),

@@ -297,6 +297,11 @@ impl Status {
             ));
         }
         self.line(text);
+        if err.close_code() == Some(moor_protocol::close::STORAGE_FULL) {
+            self.line(format!(
+                "moord's disk is full: the {unacked} entries not yet stored stay in the spool and go out once its operator frees space"
+            ));
+        }
         if matches!(err, ConnectError::Refused { status: 401 | 403 }) {
             self.line("the server refused the token; check MOOR_TOKEN (the admin token is in <moord data dir>/admin.token)");
         }
@@ -330,6 +335,34 @@ impl Status {
             _ => format!("{err}; stopping"),
         };
         self.line(text);
+    }
+
+    /// Prints the spool's full-disk episodes as they start and end, until the spool is gone or
+    /// `stop` fires: while the disk is full the agent's output is held back, not lost.
+    pub async fn watch_spool_full(
+        self,
+        spool: crate::spool::Spool,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let mut full = spool.subscribe_full();
+        let (dir, retry) = (spool.dir().to_owned(), spool.full_retry());
+        // Holding the spool would keep its channel open: the loop ends when the spool is gone.
+        drop(spool);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                changed = full.changed() => if changed.is_err() { return },
+            }
+            let now = full.borrow_and_update().clone();
+            match now {
+                Some(error) => self.line(format!(
+                    "the spool's disk is full ({error}); the agent's output waits (the agent blocks) until space is freed in {}; retrying every {:.1} s",
+                    dir.display(),
+                    retry.as_secs_f64(),
+                )),
+                None => self.line("the spool's disk has space again; the agent's output flows again"),
+            }
+        }
     }
 
     /// Free-form line (agent start/exit, interruption).

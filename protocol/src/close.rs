@@ -44,6 +44,10 @@ pub const QUOTA_EXCEEDED: u16 = 4012;
 /// on purpose, or a connect attempt it had given up on reached the server late. Not terminal:
 /// a bridge that still uses this connection reconnects, and its new connection takes over.
 pub const SUPERSEDED_BY_SAME_BRIDGE: u16 = 4013;
+/// The server's disk is full: the entries (or the handshake's own writes) were not stored. Not
+/// terminal: the bridge keeps its spool and reconnects with backoff; once space is freed, it
+/// resends from the server's mark and nothing is lost or stored twice.
+pub const STORAGE_FULL: u16 = 4014;
 /// The hello named a session no session can have (empty, too long, or a UUID not written in
 /// its canonical lower-case hyphenated form). Terminal for a bridge: retrying the same hello
 /// cannot help.
@@ -86,6 +90,7 @@ pub fn describe(code: u16) -> &'static str {
         QUOTA_EXCEEDED => "account quota used up",
         INVALID_SESSION => "invalid session id or name",
         SUPERSEDED_BY_SAME_BRIDGE => "superseded by a later connection of the same bridge",
+        STORAGE_FULL => "server disk full",
         _ => "unknown close code",
     }
 }
@@ -105,6 +110,7 @@ mod tests {
             LIFETIME,
             LAGGED,
             SUPERSEDED_BY_SAME_BRIDGE,
+            STORAGE_FULL,
         ] {
             assert!(!is_terminal(code), "{code}");
         }

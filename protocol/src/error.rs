@@ -38,6 +38,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The server cannot reach its database right now; retry after the `Retry-After` delay.
     Unavailable,
+    /// The server's disk is full: nothing was stored. Retryable: retry after the `Retry-After`
+    /// delay (HTTP 507), or, for a bridge, reconnect with backoff and resend from its spool.
+    StorageFull,
     /// Internal error; details are in the server log.
     Internal,
 }

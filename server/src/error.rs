@@ -13,6 +13,9 @@ use crate::store::StoreError;
 
 /// How long a client should wait before retrying a request the database could not serve.
 pub const RETRY_UNAVAILABLE: Duration = Duration::from_secs(1);
+/// How long a client should wait before retrying a write refused for a full disk: freeing
+/// space takes a person, so sooner is only load.
+pub const RETRY_STORAGE_FULL: Duration = Duration::from_secs(10);
 
 /// Errors handlers return; each variant names the response it becomes.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +69,10 @@ pub enum ApiError {
     /// 503: the database cannot be reached right now; retry in [`RETRY_UNAVAILABLE`].
     #[error("the server cannot reach its database right now; retry in a moment")]
     Unavailable(#[source] anyhow::Error),
+    /// 507: the server's disk is full; nothing was stored. Retry after
+    /// [`RETRY_STORAGE_FULL`] (the operator has to free space first); reads still work.
+    #[error("the server's disk is full, so nothing was stored; retry later (the operator must free space in moord's data dir or database)")]
+    StorageFull(#[source] anyhow::Error),
     /// 500: details go to the log, never to the client.
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
@@ -78,6 +85,7 @@ impl From<StoreError> for ApiError {
             StoreError::SessionEnded => ApiError::SessionEnded,
             StoreError::Conflict(c) => ApiError::Conflict(c.to_owned()),
             StoreError::Unavailable(e) => ApiError::Unavailable(e),
+            StoreError::Full(e) => ApiError::StorageFull(e),
             StoreError::Other(e) => ApiError::Internal(e),
         }
     }
@@ -103,6 +111,7 @@ impl ApiError {
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::TooLarge),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ShuttingDown),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+            ApiError::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, ErrorCode::StorageFull),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
@@ -114,6 +123,9 @@ impl IntoResponse for ApiError {
         match &self {
             ApiError::Internal(e) => tracing::error!(error = ?e, "request failed"),
             ApiError::Unavailable(e) => tracing::warn!(error = ?e, "database unavailable"),
+            // Warned once per episode by whoever saw it first (the committer, the blob store);
+            // a request per refused write would flood the log.
+            ApiError::StorageFull(e) => tracing::debug!(error = ?e, "storage full"),
             _ => {}
         }
         let body = ErrorBody {
@@ -134,6 +146,7 @@ impl IntoResponse for ApiError {
         let retry_after = match self {
             ApiError::RateLimited(secs) => Some(secs.max(1)),
             ApiError::Unavailable(_) => Some(RETRY_UNAVAILABLE.as_secs()),
+            ApiError::StorageFull(_) => Some(RETRY_STORAGE_FULL.as_secs()),
             _ => None,
         };
         if let Some(secs) = retry_after {
@@ -172,5 +185,25 @@ mod tests {
             "the cause stays in the log: {}",
             body.message
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_store_is_a_retryable_507_that_says_what_to_do() {
+        // arrange
+        let err: ApiError = StoreError::Full(anyhow::anyhow!("database or disk is full")).into();
+        // act
+        let resp = err.into_response();
+        // assert
+        assert_eq!(resp.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(
+            resp.headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_owned()),
+            Some(RETRY_STORAGE_FULL.as_secs().to_string())
+        );
+        let body = to_bytes(resp.into_body(), 4096).await.unwrap();
+        let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body.code, ErrorCode::StorageFull);
+        assert!(body.message.contains("free space"), "{}", body.message);
     }
 }

@@ -80,6 +80,8 @@ pub struct Metrics {
     /// Failed store operations on the append and replay paths and the readiness probe.
     pub store_errors: Counter,
     resident: Gauge,
+    storage_full: Gauge,
+    storage_full_refusals: Counter,
     /// Rows in the notification outbox, by state (as this node's sender last counted them).
     pub notify_outbox: OutboxGauges,
 }
@@ -192,6 +194,18 @@ impl Metrics {
             "Failed store operations (appends, replay reads, readiness probes)",
             store_errors.clone(),
         );
+        let storage_full = Gauge::default();
+        r.register(
+            "storage_full",
+            "1 while the last write to the database or the data dir failed for a full disk, else 0",
+            storage_full.clone(),
+        );
+        let storage_full_refusals = Counter::default();
+        r.register(
+            "storage_full_refusals",
+            "Writes (append batches, blob uploads) refused because the disk was full",
+            storage_full_refusals.clone(),
+        );
         let outbox = Labeled::<Gauge>::default();
         r.register(
             "notify_outbox_rows",
@@ -228,6 +242,8 @@ impl Metrics {
             inputs_refused: input("refused"),
             store_errors,
             resident,
+            storage_full,
+            storage_full_refusals,
             notify_outbox,
             registry: root,
         }
@@ -280,6 +296,22 @@ impl Metrics {
             InputOutcome::Duplicate => self.inputs_duplicate.inc(),
             InputOutcome::Refused => self.inputs_refused.inc(),
         };
+    }
+
+    /// A write was refused for a full disk (`cause`). Warns once per episode, not once per
+    /// refusal: only when the disk was not already known to be full.
+    pub fn storage_refused(&self, cause: &anyhow::Error) {
+        self.storage_full_refusals.inc();
+        if self.storage_full.set(1) == 0 {
+            tracing::warn!(error = ?cause, "storage full: refusing appends and uploads until space is freed; reads go on");
+        }
+    }
+
+    /// A write succeeded: if the disk was full, the episode is over.
+    pub fn storage_written(&self) {
+        if self.storage_full.get() != 0 && self.storage_full.set(0) != 0 {
+            tracing::warn!("storage has space again: appends and uploads resume");
+        }
     }
 
     /// The exposition text, with `live_sessions` as of now and the process's resident memory.

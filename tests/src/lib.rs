@@ -32,6 +32,7 @@ mod record;
 pub mod rig;
 pub mod server;
 pub mod sink;
+pub mod small_fs;
 pub mod soak;
 pub mod sse;
 pub mod term;

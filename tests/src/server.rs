@@ -34,6 +34,8 @@ pub struct ServerOpts {
     /// A backup `moord restore` puts into the data dir before the first start.
     restore: Option<PathBuf>,
     envs: Vec<(String, String)>,
+    /// The data dir, when not a fresh one beside the logs (a small filesystem, say).
+    data_dir: Option<PathBuf>,
 }
 
 impl ServerOpts {
@@ -58,6 +60,12 @@ impl ServerOpts {
     /// `jwt-keys.json`, as nodes sharing a data dir would see it.
     pub fn data_file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Self {
         self.files.push((name.to_owned(), contents.into()));
+        self
+    }
+
+    /// Uses `dir` (which must exist) as the data dir instead of a fresh temp dir.
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_owned());
         self
     }
 
@@ -104,21 +112,25 @@ impl TestServer {
             .prefix("moor-e2e-server-")
             .tempdir()
             .expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
+        let data = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("data"));
+        std::fs::create_dir_all(&data).expect("data dir");
         for (name, contents) in &opts.files {
             use std::os::unix::fs::OpenOptionsExt;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(dir.path().join("data").join(name))
+                .open(data.join(name))
                 .expect("data file");
             std::io::Write::write_all(&mut f, contents).expect("write data file");
         }
         if let Some(backup) = &opts.restore {
             let out = std::process::Command::new(bin_path("moord"))
                 .arg("--data-dir")
-                .arg(dir.path().join("data"))
+                .arg(&data)
                 .arg("restore")
                 .arg(backup)
                 .stdin(Stdio::null())
@@ -145,7 +157,10 @@ impl TestServer {
     }
 
     fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     fn log_files(&self) -> Vec<PathBuf> {

@@ -6,6 +6,10 @@
 //! the highest durable and the highest acked seq, so a sender can wait for new entries and a
 //! benchmark can wait for acks.
 //!
+//! A full disk is not a failure: [`Spool::append`] holds the batch (and with it the producer, whose
+//! agent then blocks on its full pipe), retries every [`Spool::full_retry`] and publishes the
+//! episode on [`Spool::subscribe_full`], so nothing is dropped, skipped or reordered.
+//!
 //! Invariants: seqs are contiguous from 1 for a spool directory and never reused, even after every
 //! entry was acked and its segment deleted (segment names carry the next seq across restarts).
 //! Only the newest segment is ever written; older segments are immutable and deleted whole once
@@ -23,7 +27,9 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use moor_protocol::NewEntry;
 use tokio::sync::watch;
@@ -34,6 +40,8 @@ use segment::{decode_at, encode, MAX_BODY_LEN};
 
 /// Segments are rotated once they grow past this many bytes.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+/// How often a write refused for a full disk is tried again, unless set otherwise.
+pub const DEFAULT_FULL_RETRY: Duration = Duration::from_secs(1);
 /// File holding the highest acked seq.
 const ACKED_FILE: &str = "acked";
 
@@ -66,6 +74,17 @@ pub enum SpoolError {
     Encode(String),
 }
 
+impl SpoolError {
+    /// Whether this is a file write refused for a full disk (`ENOSPC`), a file-size limit
+    /// (`EFBIG`, as `RLIMIT_FSIZE` gives) or a disk quota (`EDQUOT`): worth retrying once space
+    /// is freed, unlike damage.
+    pub fn is_disk_full(&self) -> bool {
+        use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+        matches!(self, SpoolError::Io { source, .. }
+            if matches!(source.kind(), StorageFull | FileTooLarge | QuotaExceeded))
+    }
+}
+
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SpoolError + 'a {
     move |source| SpoolError::Io {
         op,
@@ -94,6 +113,9 @@ struct Inner {
     index: Mutex<Index>,
     durable_tx: watch::Sender<u64>,
     acked_tx: watch::Sender<u64>,
+    /// While appends are held back for a full disk: the error that says so.
+    full_tx: watch::Sender<Option<String>>,
+    full_retry_ms: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -169,6 +191,8 @@ impl Spool {
                 index: Mutex::new(Index { segments, acked }),
                 durable_tx,
                 acked_tx,
+                full_tx: watch::channel(None).0,
+                full_retry_ms: AtomicU64::new(DEFAULT_FULL_RETRY.as_millis() as u64),
             }),
         };
         spool.drop_acked_segments()?;
@@ -183,16 +207,25 @@ impl Spool {
     /// Write `drafts` with the next producer seqs, fsync once for the whole batch, then publish
     /// them. Returns the seqs assigned. Blocking: from async code use [`Spool::append`].
     pub fn append_batch(&self, drafts: Vec<Draft>) -> Result<Range<u64>, SpoolError> {
+        self.try_append(drafts).map_err(|(e, _)| e)
+    }
+
+    /// [`Spool::append_batch`], giving the drafts back when the disk is full (nothing of them
+    /// was kept, and no seq was used), so that they can be written again.
+    fn try_append(&self, drafts: Vec<Draft>) -> Result<Range<u64>, (SpoolError, Vec<Draft>)> {
         let mut w = lock(&self.inner.writer);
         if drafts.is_empty() {
             return Ok(w.next_seq..w.next_seq);
         }
         if w.force_rotate || w.len >= self.inner.segment_bytes {
-            self.rotate(&mut w)?;
+            if let Err(e) = self.rotate(&mut w) {
+                return Err((e, drafts));
+            }
         }
         let first = w.next_seq;
         let mut buf = Vec::new();
         let mut offsets = Vec::with_capacity(drafts.len());
+        let mut kept = Vec::with_capacity(drafts.len());
         for (seq, draft) in (first..).zip(drafts) {
             let entry = NewEntry {
                 producer_seq: seq,
@@ -200,24 +233,33 @@ impl Spool {
                 kind: draft.kind,
                 payload: draft.payload,
             };
-            let body = serde_json::to_vec(&entry).map_err(|e| SpoolError::Encode(e.to_string()))?;
+            let body = serde_json::to_vec(&entry)
+                .map_err(|e| (SpoolError::Encode(e.to_string()), Vec::new()))?;
             if body.len() > MAX_BODY_LEN {
-                return Err(SpoolError::Encode(format!(
-                    "{} bytes is over the limit",
-                    body.len()
-                )));
+                let e = SpoolError::Encode(format!("{} bytes is over the limit", body.len()));
+                return Err((e, Vec::new()));
             }
             offsets.push(w.len + buf.len() as u64);
             encode(seq, &body, &mut buf);
+            kept.push(Draft {
+                ts: entry.ts,
+                kind: entry.kind,
+                payload: entry.payload,
+            });
         }
         let next = first + offsets.len() as u64;
         let path = self.segment_path_locked();
         // Positioned write at our own idea of the end: a failed, partial earlier write is simply
-        // overwritten by the next attempt instead of leaving garbage mid-segment.
-        w.file
+        // overwritten by the next attempt instead of leaving garbage mid-segment (the length and
+        // the seqs move only after the sync), which is what makes a full disk retryable.
+        let written = w
+            .file
             .write_all_at(&buf, w.len)
-            .map_err(io_err("write", &path))?;
-        w.file.sync_data().map_err(io_err("sync", &path))?;
+            .map_err(io_err("write", &path))
+            .and_then(|()| w.file.sync_data().map_err(io_err("sync", &path)));
+        if let Err(e) = written {
+            return Err((e, kept));
+        }
         w.len += buf.len() as u64;
         w.next_seq = next;
         {
@@ -232,11 +274,49 @@ impl Spool {
     }
 
     /// [`Spool::append_batch`] on the blocking pool, so an fsync never stalls the runtime.
-    pub async fn append(&self, drafts: Vec<Draft>) -> Result<Range<u64>, SpoolError> {
-        let spool = self.clone();
-        tokio::task::spawn_blocking(move || spool.append_batch(drafts))
-            .await
-            .map_err(|e| SpoolError::Encode(format!("append task failed: {e}")))?
+    ///
+    /// On a full disk it does not fail: it publishes the episode ([`Spool::subscribe_full`]) and
+    /// tries the same batch again every [`Spool::full_retry`] until it is written, so the
+    /// producer (and the agent behind it) waits instead of losing output.
+    pub async fn append(&self, mut drafts: Vec<Draft>) -> Result<Range<u64>, SpoolError> {
+        loop {
+            let spool = self.clone();
+            let attempt = tokio::task::spawn_blocking(move || spool.try_append(drafts))
+                .await
+                .map_err(|e| SpoolError::Encode(format!("append task failed: {e}")))?;
+            match attempt {
+                Ok(seqs) => {
+                    self.inner.full_tx.send_if_modified(|v| v.take().is_some());
+                    return Ok(seqs);
+                }
+                Err((e, back)) if e.is_disk_full() => {
+                    let text = e.to_string();
+                    self.inner
+                        .full_tx
+                        .send_if_modified(|v| v.replace(text.clone()).as_ref() != Some(&text));
+                    drafts = back;
+                    tokio::time::sleep(self.full_retry()).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// How often an append refused for a full disk is tried again.
+    pub fn full_retry(&self) -> Duration {
+        Duration::from_millis(self.inner.full_retry_ms.load(Ordering::Relaxed))
+    }
+
+    /// Sets how often an append refused for a full disk is tried again (tests shorten it).
+    pub fn set_full_retry(&self, every: Duration) {
+        let ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.inner.full_retry_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Watches the full-disk episode: `Some(error)` while appends are held back for a full
+    /// disk, `None` once a write went through again.
+    pub fn subscribe_full(&self) -> watch::Receiver<Option<String>> {
+        self.inner.full_tx.subscribe()
     }
 
     /// Up to `max_entries` contiguous entries from `from` (at least one, at most `max_bytes` of
@@ -305,11 +385,20 @@ impl Spool {
         }
         self.drop_acked_segments()?;
         // Not fsynced on purpose: the mark only saves resending; seqs survive through segment
-        // names, and the server dedupes anything resent.
+        // names, and the server dedupes anything resent. For the same reason a full disk only
+        // skips it: the next ack writes it again.
         let path = self.inner.dir.join(ACKED_FILE);
         let tmp = self.inner.dir.join("acked.tmp");
-        fs::write(&tmp, format!("{upto}\n")).map_err(io_err("write", &tmp))?;
-        fs::rename(&tmp, &path).map_err(io_err("rename", &path))?;
+        let written = fs::write(&tmp, format!("{upto}\n"))
+            .map_err(io_err("write", &tmp))
+            .and_then(|()| fs::rename(&tmp, &path).map_err(io_err("rename", &path)));
+        match written {
+            Err(e) if e.is_disk_full() => {
+                let _ = fs::remove_file(&tmp);
+                tracing::debug!(error = %e, "acked mark not saved: disk full");
+            }
+            other => other?,
+        }
         self.inner.acked_tx.send_replace(upto);
         Ok(())
     }

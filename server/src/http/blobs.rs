@@ -27,6 +27,7 @@ use crate::error::ApiError;
 use crate::extract::Json;
 use crate::quota::QuotaError;
 use crate::state::AppState;
+use crate::store::io_full;
 
 /// The blob store under the data directory.
 pub(super) fn blobs(state: &AppState) -> BlobStore {
@@ -146,19 +147,30 @@ pub(super) async fn put_blob(
         .await?
         .contains(&sha256);
     let max = state.config.checkpoints.max_blob_bytes;
-    let (size, _) = blobs(&state)
-        .put(&sha256, body, known, max)
-        .await
-        .map_err(|e| match e {
-            e @ (BlobError::Mismatch { .. } | BlobError::Body(_)) => ApiError::Invalid {
-                field: "body",
-                reason: e.to_string(),
-            },
-            BlobError::TooLarge(max) => {
-                ApiError::TooLarge(usize::try_from(max).unwrap_or(usize::MAX))
-            }
-            BlobError::Io(e) => ApiError::Internal(anyhow::Error::new(e).context("store a blob")),
-        })?;
+    let (size, written) =
+        blobs(&state)
+            .put(&sha256, body, known, max)
+            .await
+            .map_err(|e| match e {
+                e @ (BlobError::Mismatch { .. } | BlobError::Body(_)) => ApiError::Invalid {
+                    field: "body",
+                    reason: e.to_string(),
+                },
+                BlobError::TooLarge(max) => {
+                    ApiError::TooLarge(usize::try_from(max).unwrap_or(usize::MAX))
+                }
+                BlobError::Io(e) if io_full(&e) => {
+                    let e = anyhow::Error::new(e).context("store a blob");
+                    state.hub.metrics().storage_refused(&e);
+                    ApiError::StorageFull(e)
+                }
+                BlobError::Io(e) => {
+                    ApiError::Internal(anyhow::Error::new(e).context("store a blob"))
+                }
+            })?;
+    if written {
+        state.hub.metrics().storage_written();
+    }
     if !known {
         let now = moor_protocol::now_ms();
         state

@@ -33,6 +33,14 @@ pub(crate) enum Common {
         headers(("Retry-After" = u64, description = "Seconds to wait"))
     )]
     Unavailable(ErrorBody),
+    /// `storage_full`: the server's disk is full, so nothing was stored; reads still work.
+    /// Retry after `Retry-After` seconds, once the operator has freed space.
+    #[response(
+        status = 507,
+        example = json!({"code": "storage_full", "message": "the server's disk is full, so nothing was stored; retry later (the operator must free space in moord's data dir or database)"}),
+        headers(("Retry-After" = u64, description = "Seconds to wait"))
+    )]
+    StorageFull(ErrorBody),
     /// `internal`: the server failed; details are in its log, never in the answer.
     #[response(
         status = 500,

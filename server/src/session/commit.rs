@@ -173,6 +173,8 @@ async fn commit_group(shared: &Shared, group: Vec<GroupPart>) -> Vec<StoreResult
             &StoreError::Other(anyhow!("the store lost a part of a group")),
         ),
         Err(e) => match retry {
+            // A full disk fails every session alike, and is warned once per episode.
+            _ if matches!(e, StoreError::Full(_)) => failed_all(n, &e),
             None => {
                 tracing::error!(error = ?e, "append failed");
                 failed_all(n, &e)
@@ -182,8 +184,9 @@ async fn commit_group(shared: &Shared, group: Vec<GroupPart>) -> Vec<StoreResult
                 let mut results = Vec::with_capacity(n);
                 for (session, batch) in parts {
                     let result = shared.store.append(session, batch).await;
-                    if let Err(e) = &result {
-                        tracing::error!(error = ?e, %session, "append failed");
+                    match &result {
+                        Ok(_) | Err(StoreError::Full(_)) => {}
+                        Err(e) => tracing::error!(error = ?e, %session, "append failed"),
                     }
                     results.push(result);
                 }
@@ -209,6 +212,7 @@ fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Ve
                     _ => None,
                 })
                 .collect();
+            shared.hub.metrics().storage_written();
             count_stored(shared, &frames);
             shared.hub.publish(part.session, frames);
             let mut outcomes = outcomes.into_iter();
@@ -218,6 +222,9 @@ fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Ve
         }
         Err(e) => {
             shared.hub.metrics().store_errors.inc();
+            if let StoreError::Full(cause) = &e {
+                shared.hub.metrics().storage_refused(cause);
+            }
             for request in part.requests {
                 let _ = request.reply.send(Err(copy_error(&e)));
             }
@@ -241,6 +248,7 @@ fn copy_error(e: &StoreError) -> StoreError {
         StoreError::SessionEnded => StoreError::SessionEnded,
         StoreError::Conflict(c) => StoreError::Conflict(c),
         StoreError::Unavailable(e) => StoreError::Unavailable(anyhow!("{e:#}")),
+        StoreError::Full(e) => StoreError::Full(anyhow!("{e:#}")),
         StoreError::Other(e) => StoreError::Other(anyhow!("{e:#}")),
     }
 }

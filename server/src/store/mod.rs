@@ -37,6 +37,7 @@ use moor_protocol::{Entry, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
+pub use errors::io_full;
 pub use group::GroupPart;
 pub use lease::{Expired, Lease, LeaseStore, RENEW_CHUNK};
 pub use machines::MachineStore;
@@ -65,7 +66,12 @@ pub enum StoreError {
     /// later may succeed.
     #[error("database unavailable")]
     Unavailable(#[source] anyhow::Error),
-    /// Anything else: the database is corrupt, full, or holds what it should not…
+    /// The disk under the database (or the data dir) is full: SQLite's `SQLITE_FULL`, Postgres's
+    /// `disk_full` (53100), or `ENOSPC`/`EFBIG`/`EDQUOT` from a file. Nothing was written; reads
+    /// still work, and the same write succeeds once space is freed.
+    #[error("storage full")]
+    Full(#[source] anyhow::Error),
+    /// Anything else: the database is corrupt or holds what it should not…
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }

@@ -16,7 +16,7 @@ use sqlx::{Sqlite, SqlitePool};
 
 use super::access::{access_store, AccessDialect};
 use super::checkpoint::{checkpoint_store, CheckpointDialect};
-use super::errors::db_error;
+use super::errors::{db_error, sqlite_writer_released};
 use super::lease::lease_store;
 use super::log::{log_store, LogDialect};
 use super::machines::machine_store;
@@ -82,6 +82,7 @@ impl SqliteStore {
         }
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .after_release(sqlite_writer_released)
             // Only takes effect on a new database (or after a VACUUM): lets retention give
             // deleted pages back with `PRAGMA incremental_vacuum`. Set by the writer only (a
             // read-only connection may not).

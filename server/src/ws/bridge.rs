@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
+use crate::error::ApiError;
 use crate::hub::{input_feed, BridgeControl, InputFeed};
 use crate::quota::{stored_len, Live, QuotaError};
 use crate::session::leases::{disconnected, HeldLease, LeaseLost};
@@ -77,15 +78,13 @@ pub async fn upgrade(
 }
 
 /// Whether `who` owns `session` (administrators own every session).
-async fn owns(state: &AppState, who: &Principal, session: SessionId) -> Result<bool, String> {
+async fn owns(state: &AppState, who: &Principal, session: SessionId) -> anyhow::Result<bool> {
     let row = match state.store.log.find_session(&session.to_string()).await {
         Ok(row) => row,
         Err(StoreError::NotFound) => return Ok(false),
-        Err(e) => return Err(format!("{e:?}")),
+        Err(e) => return Err(e.into()),
     };
-    let role = role_on(&state.store, who, &row)
-        .await
-        .map_err(|e| format!("{e:?}"))?;
+    let role = role_on(&state.store, who, &row).await?;
     Ok(matches!(role, Some(Role::Owner)))
 }
 
@@ -112,19 +111,39 @@ async fn continues(
 /// principal to claim the new session owns it (two handshakes creating one name race for it).
 /// A session that existed before the handshake is never claimed, whoever left it: only its
 /// owners (and administrators) attach to it.
-async fn claims(state: &AppState, who: &Principal, session: SessionId) -> Result<bool, String> {
+async fn claims(state: &AppState, who: &Principal, session: SessionId) -> anyhow::Result<bool> {
     match state.store.access.claim_session(session, &who.name).await {
         Ok(true) => Ok(true),
         Ok(false) => owns(state, who, session).await,
-        Err(e) => Err(format!("{e:?}")),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Closes a handshake whose ownership check could not read the store: retryable, never the
-/// terminal "not yours" (a database blip must not stop a bridge for good).
-async fn store_unavailable(tx: &mut Tx, rx: &mut Rx, e: String) {
-    tracing::error!(error = %e, "bridge handshake could not check the session's owner");
-    super::close(tx, rx, close::SERVER_ERROR, "store unavailable; retry").await
+/// Closes a handshake whose store call (`what`) failed: retryable, never terminal (a database
+/// blip must not stop a bridge for good); a full disk says so ([`close::STORAGE_FULL`]).
+async fn store_unavailable(tx: &mut Tx, rx: &mut Rx, what: &str, e: anyhow::Error) {
+    let ending = store_failed(what, e);
+    super::close(
+        tx,
+        rx,
+        ending.code.unwrap_or(close::SERVER_ERROR),
+        &ending.reason,
+    )
+    .await
+}
+
+/// The ending for a store call (`what`) that failed: a full disk is [`storage_full`] (warned
+/// once per episode elsewhere); anything else is logged and retried as a server error.
+fn store_failed(what: &str, e: anyhow::Error) -> Ending {
+    let full = match e.downcast_ref::<StoreError>() {
+        Some(s) => matches!(s, StoreError::Full(_)),
+        None => matches!(e.downcast_ref::<ApiError>(), Some(ApiError::StorageFull(_))),
+    };
+    if full {
+        return storage_full();
+    }
+    tracing::error!(error = ?e, "bridge handshake could not {what}");
+    Ending::close(close::SERVER_ERROR, "store unavailable; retry")
 }
 
 /// Closes a handshake refused by a quota: an `error` frame with the whole message, then
@@ -241,16 +260,7 @@ where
     let existing = match state.store.log.find_session(&hello.session).await {
         Ok(s) => Some(s.id),
         Err(StoreError::NotFound) => None,
-        Err(e) => {
-            tracing::error!(error = ?e, "bridge handshake could not read the session");
-            return super::close(
-                &mut tx,
-                &mut rx,
-                close::SERVER_ERROR,
-                "store unavailable; retry",
-            )
-            .await;
-        }
+        Err(e) => return store_unavailable(&mut tx, &mut rx, "read the session", e.into()).await,
     };
     match existing {
         Some(id) => match owns(&state, &who, id).await {
@@ -258,7 +268,7 @@ where
             Ok(false) => {
                 return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
             }
-            Err(e) => return store_unavailable(&mut tx, &mut rx, e).await,
+            Err(e) => return store_unavailable(&mut tx, &mut rx, "check the owner", e).await,
         },
         None => {
             if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
@@ -290,21 +300,14 @@ where
                         return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS)
                             .await;
                     }
-                    Err(e) => return store_unavailable(&mut tx, &mut rx, e).await,
+                    Err(e) => {
+                        return store_unavailable(&mut tx, &mut rx, "claim the session", e).await
+                    }
                 }
             }
             s
         }
-        Err(e) => {
-            tracing::error!(error = ?e, "bridge handshake could not open the session");
-            return super::close(
-                &mut tx,
-                &mut rx,
-                close::SERVER_ERROR,
-                "store unavailable; retry",
-            )
-            .await;
-        }
+        Err(e) => return store_unavailable(&mut tx, &mut rx, "open the session", e.into()).await,
     };
     let continued_from = continues(&state, &who, &hello, &session).await;
     let live = match state
@@ -320,14 +323,7 @@ where
         Some(cluster) => match cluster.claim_bridge(session.id, hello.producer).await {
             Ok(epoch) => epoch,
             Err(e) => {
-                tracing::error!(error = ?e, "bridge handshake could not claim the session");
-                return super::close(
-                    &mut tx,
-                    &mut rx,
-                    close::SERVER_ERROR,
-                    "store unavailable; retry",
-                )
-                .await;
+                return store_unavailable(&mut tx, &mut rx, "claim the session", e.into()).await
             }
         },
         None => 0,
@@ -483,14 +479,11 @@ impl Conn {
     /// welcomes the bridge and takes the session's lease.
     async fn start(&mut self, name: &str, conn_id: u64) -> Result<(), Ending> {
         let leases = self.state.leases.clone();
-        let failed = |e: &dyn std::fmt::Debug| {
-            tracing::error!(error = ?e, "bridge handshake failed");
-            Ending::close(close::SERVER_ERROR, "server error during handshake; retry")
-        };
+        let failed = |e: anyhow::Error| store_failed("welcome the bridge", e);
         leases
             .take_over(self.session)
             .await
-            .map_err(|e| failed(&e))?;
+            .map_err(|e| failed(e.into()))?;
         // The end of the connection before, and an interruption it caused, come before this
         // connection's `bridge.connected` (and so before its agent's entries).
         let head = self
@@ -499,7 +492,7 @@ impl Conn {
             .log
             .find_session(&self.session.to_string())
             .await
-            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(e.into()))?
             .head_seq;
         self.until_folded(head).await;
         match self.welcome(name, conn_id).await {
@@ -511,7 +504,7 @@ impl Conn {
                 close::SUPERSEDED,
                 "a newer bridge connection for this session took over",
             )),
-            Err(e) => Err(failed(&e)),
+            Err(e) => Err(failed(e)),
         }
     }
 
@@ -1124,6 +1117,8 @@ fn injected_bug(mut entries: Vec<NewEntry>) -> Vec<NewEntry> {
 fn store_ending(e: StoreError) -> Ending {
     match e {
         StoreError::SessionEnded => Ending::close(close::SESSION_ENDED, "session has ended"),
+        // Warned once per episode by the committer, not once per bridge batch.
+        StoreError::Full(_) => storage_full(),
         e => {
             tracing::error!(error = ?e, "bridge append failed");
             Ending::close(
@@ -1132,6 +1127,15 @@ fn store_ending(e: StoreError) -> Ending {
             )
         }
     }
+}
+
+/// A retryable refusal for a full disk: nothing of the batch (or the handshake) was stored, so
+/// the bridge keeps its spool and resends from the mark once it is welcomed again.
+fn storage_full() -> Ending {
+    Ending::close(
+        close::STORAGE_FULL,
+        "server disk full: nothing stored; keep the spool and retry",
+    )
 }
 
 /// The close reason for a bridge speaking protocol `theirs`: which side to upgrade.

@@ -3,4 +3,4 @@
 /**
  * Machine-readable error code; every error also carries a human message.
  */
-export type ErrorCode = "bad_request" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "too_large" | "version_mismatch" | "producer_gap" | "content_mismatch" | "session_ended" | "gone" | "invalid_cursor" | "rate_limited" | "shutting_down" | "unavailable" | "internal";
+export type ErrorCode = "bad_request" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "too_large" | "version_mismatch" | "producer_gap" | "content_mismatch" | "session_ended" | "gone" | "invalid_cursor" | "rate_limited" | "shutting_down" | "unavailable" | "storage_full" | "internal";
