@@ -377,6 +377,54 @@ async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhoo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_goes_only_to_the_target_that_failed_and_the_other_gets_one_copy() {
+    // arrange: alice has a phone and a webhook; the webhook fails once
+    let push = PushService::start().await;
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let (status, hook) = add_sink(
+        &alice,
+        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
+    sinks.expect_signed("hook", hook["secret"].as_str().expect("secret"));
+    sinks.answer_next("hook", &[503]);
+    let mut agent = Agent::start(&server, &alice, "two-targets").await;
+
+    // act: one turn finishes; the webhook refuses it, then takes the retry
+    agent.send(&[turn("built", 0)]).await;
+    sinks
+        .wait_until(WAIT, "the webhook's retry taken", |hits| {
+            hits.iter().map(|h| h.status).collect::<Vec<_>>() == vec![503, 200]
+        })
+        .await;
+
+    // a later notification orders after the retry on the phone: once it is there, the retry
+    // has been handled for every target
+    agent.send(&[permission("req-1", "ls", 0)]).await;
+    push.wait_until(WAIT, "the later notification", |r, _| {
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some("req-1"))
+    })
+    .await;
+
+    // assert: the phone, which took the first attempt, got the turn once
+    let turns: Vec<_> = push
+        .received_by(&phone)
+        .into_iter()
+        .filter(|m| m.message.class == NotifyClass::Turn)
+        .collect();
+    assert_eq!(turns.len(), 1, "{turns:#?}");
+    assert_eq!(turns[0].message.body, "built ($0.0125)");
+    assert!(push.rejections().is_empty());
+    assert!(sinks.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sinks_refuse_plain_http_are_bounded_per_user_and_removed_by_their_owner_only() {
     // arrange
     let server = TestServer::start(opts()).await;
