@@ -220,6 +220,12 @@ impl Notifier {
         let mut delivered = 0u32;
         let mut taken = Vec::new();
         for member in members {
+            if notify
+                .is_muted(&member.principal, draft.session, draft.class.as_str())
+                .await?
+            {
+                continue;
+            }
             let subs = notify.subscriptions(&member.principal).await?;
             let sinks = notify.sinks(&member.principal).await?;
             if subs.is_empty() && sinks.is_empty() {

@@ -34,6 +34,18 @@ pub const MAX_TARGETS_PER_ROW: usize = 256;
 /// recorded.
 pub const MAX_TARGET_BYTES: usize = 80;
 
+/// Most sessions one principal may mute.
+pub const MAX_MUTED_SESSIONS_PER_PRINCIPAL: i64 = 256;
+
+/// What a principal muted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MutesRow {
+    /// Muted classes (their wire names), sorted.
+    pub classes: Vec<String>,
+    /// Muted sessions, oldest mute first.
+    pub sessions: Vec<SessionId>,
+}
+
 /// A self-hosted sink (ntfy topic or webhook) of a principal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkRow {
@@ -220,6 +232,26 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
 
     /// The targets that took any of rows `ids`, each with how many of them it took.
     async fn deliveries(&self, ids: &[i64]) -> StoreResult<Vec<(String, u64)>>;
+
+    /// What `principal` muted.
+    async fn mutes(&self, principal: &str) -> StoreResult<MutesRow>;
+
+    /// Mutes (or unmutes) `class` (a wire name the caller checked) for `principal`.
+    async fn mute_class(&self, principal: &str, class: &str, muted: bool) -> StoreResult<()>;
+
+    /// Mutes (or unmutes) `session` for `principal` at `at`; false when muting it would pass
+    /// [`MAX_MUTED_SESSIONS_PER_PRINCIPAL`].
+    async fn mute_session(
+        &self,
+        principal: &str,
+        session: SessionId,
+        muted: bool,
+        at: i64,
+    ) -> StoreResult<bool>;
+
+    /// Whether `principal` muted `session` or `class`.
+    async fn is_muted(&self, principal: &str, session: SessionId, class: &str)
+        -> StoreResult<bool>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
@@ -235,8 +267,8 @@ macro_rules! notify_store {
             use $crate::store::errors::db_error;
             use $crate::store::notify::{
                 NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow, SinkRow,
-                MAX_SINKS_PER_PRINCIPAL, MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW,
-                MAX_TARGET_BYTES,
+                MutesRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL, MAX_SINKS_PER_PRINCIPAL,
+                MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW, MAX_TARGET_BYTES,
             };
             use $crate::store::StoreResult;
 
@@ -643,6 +675,117 @@ macro_rules! notify_store {
                         }
                     }
                     Ok(took.into_iter().collect())
+                }
+
+                async fn mutes(&self, principal: &str) -> StoreResult<MutesRow> {
+                    let classes = sqlx::query(
+                        "SELECT class FROM notify_muted_classes WHERE principal = $1 \
+                         ORDER BY class",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .iter()
+                    .map(|row| row.try_get("class").map_err(db_error))
+                    .collect::<StoreResult<Vec<String>>>()?;
+                    let sessions = sqlx::query(
+                        "SELECT session_id FROM notify_muted_sessions WHERE principal = $1 \
+                         ORDER BY at, session_id",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .iter()
+                    .map(|row| stored_session(&row.try_get::<String, _>("session_id").map_err(db_error)?))
+                    .collect::<StoreResult<Vec<_>>>()?;
+                    Ok(MutesRow { classes, sessions })
+                }
+
+                async fn mute_class(
+                    &self,
+                    principal: &str,
+                    class: &str,
+                    muted: bool,
+                ) -> StoreResult<()> {
+                    let sql = if muted {
+                        "INSERT INTO notify_muted_classes (principal, class) VALUES ($1, $2) \
+                         ON CONFLICT DO NOTHING"
+                    } else {
+                        "DELETE FROM notify_muted_classes WHERE principal = $1 AND class = $2"
+                    };
+                    sqlx::query(sql)
+                        .bind(principal)
+                        .bind(class)
+                        .execute(self.writes())
+                        .await
+                        .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn mute_session(
+                    &self,
+                    principal: &str,
+                    session: SessionId,
+                    muted: bool,
+                    at: i64,
+                ) -> StoreResult<bool> {
+                    if !muted {
+                        sqlx::query(
+                            "DELETE FROM notify_muted_sessions \
+                             WHERE principal = $1 AND session_id = $2",
+                        )
+                        .bind(principal)
+                        .bind(session.to_string())
+                        .execute(self.writes())
+                        .await
+                        .map_err(db_error)?;
+                        return Ok(true);
+                    }
+                    // The count and the insert in one statement, as for sinks.
+                    sqlx::query(
+                        "INSERT INTO notify_muted_sessions (principal, session_id, at) \
+                         SELECT $1, $2, $3 WHERE (SELECT COUNT(*) FROM notify_muted_sessions \
+                         WHERE principal = $1) < $4 ON CONFLICT DO NOTHING",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .bind(at)
+                    .bind(MAX_MUTED_SESSIONS_PER_PRINCIPAL)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    let held = sqlx::query(
+                        "SELECT 1 AS one FROM notify_muted_sessions \
+                         WHERE principal = $1 AND session_id = $2",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(held.is_some())
+                }
+
+                async fn is_muted(
+                    &self,
+                    principal: &str,
+                    session: SessionId,
+                    class: &str,
+                ) -> StoreResult<bool> {
+                    let row = sqlx::query(
+                        "SELECT 1 AS one WHERE EXISTS (SELECT 1 FROM notify_muted_sessions \
+                         WHERE principal = $1 AND session_id = $2) OR EXISTS (SELECT 1 \
+                         FROM notify_muted_classes WHERE principal = $1 AND class = $3)",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .bind(class)
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(row.is_some())
                 }
             }
 

@@ -4,8 +4,8 @@ use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq};
 use moor_server::store::notify::{
-    OutboxState, PushSubscriptionRow, MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW,
-    MAX_TARGET_BYTES,
+    MutesRow, OutboxState, PushSubscriptionRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL,
+    MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW, MAX_TARGET_BYTES,
 };
 use moor_server::store::{Append, IdemKey};
 use serde_json::json;
@@ -371,4 +371,43 @@ pub async fn deliveries_are_kept_per_row_and_target_while_pending_and_bounded(db
     let pruned = n.prune_outbox(0, 0, 2_000).await.unwrap();
     assert_eq!(pruned, (0, 2));
     assert!(n.deliveries(&ids).await.unwrap().is_empty());
+}
+
+pub async fn mutes_are_per_user_and_a_users_muted_sessions_are_bounded(db: Db) {
+    // arrange
+    let a = db.open("node-a").await;
+    let s = a.log.open_session("mute-me", None).await.unwrap().id;
+    let t = a.log.open_session("other", None).await.unwrap().id;
+    let n = &a.notify;
+
+    // act: alice mutes a class and a session
+    n.mute_class("alice", "turn", true).await.unwrap();
+    n.mute_class("alice", "turn", true).await.unwrap();
+    assert!(n.mute_session("alice", s, true, 10).await.unwrap());
+    assert!(n.mute_session("alice", s, true, 11).await.unwrap());
+
+    // assert: what she muted, and for whom
+    let m = n.mutes("alice").await.unwrap();
+    assert_eq!(m.classes, vec!["turn".to_owned()]);
+    assert_eq!(m.sessions, vec![s]);
+    assert!(n.is_muted("alice", t, "turn").await.unwrap());
+    assert!(n.is_muted("alice", s, "permission").await.unwrap());
+    assert!(!n.is_muted("alice", t, "permission").await.unwrap());
+    assert!(!n.is_muted("bob", s, "turn").await.unwrap());
+
+    // act + assert: unmuting
+    n.mute_class("alice", "turn", false).await.unwrap();
+    assert!(n.mute_session("alice", s, false, 12).await.unwrap());
+    assert!(!n.is_muted("alice", s, "turn").await.unwrap());
+    assert_eq!(n.mutes("alice").await.unwrap(), MutesRow::default());
+
+    // the bound: a user mutes at most MAX_MUTED_SESSIONS_PER_PRINCIPAL sessions
+    for i in 0..MAX_MUTED_SESSIONS_PER_PRINCIPAL {
+        let id = moor_protocol::SessionId::new();
+        assert!(n.mute_session("carol", id, true, i).await.unwrap());
+    }
+    assert!(!n.mute_session("carol", s, true, 999).await.unwrap());
+    assert!(!n.is_muted("carol", s, "turn").await.unwrap());
+    let m = n.mutes("carol").await.unwrap();
+    assert_eq!(m.sessions.len() as i64, MAX_MUTED_SESSIONS_PER_PRINCIPAL);
 }

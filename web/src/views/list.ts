@@ -5,7 +5,7 @@ import { ago, clock, h, themeButton } from "../dom";
 import { badge, needOf, seenTurns, sortForList, titleFor } from "../needs";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
-import { notifySwitch, sinksPanel } from "./notify";
+import { mutesPanel, notifySwitch, sinksPanel } from "./notify";
 import { invitations } from "./offers";
 
 const REFRESH_MS = 5000;
@@ -89,7 +89,7 @@ export function listView(root: HTMLElement): () => void {
   root.replaceChildren(
     h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, h("a.tb", { href: "#/machines", id: "machines-link" }, "Machines"), logoutButton(), themeButton())),
     note,
-    h("main.list-main", null, notifySwitch(), sinksPanel(), invites.el, body),
+    h("main.list-main", null, notifySwitch(), mutesPanel(), sinksPanel(), invites.el, body),
   );
   api.me(true).then(
     (me) => {
