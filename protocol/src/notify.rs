@@ -29,6 +29,53 @@ pub enum NotifyClass {
     Summary,
 }
 
+impl NotifyClass {
+    /// Every class, in declared order.
+    pub const ALL: [NotifyClass; 8] = [
+        Self::Permission,
+        Self::Turn,
+        Self::Stalled,
+        Self::Crashed,
+        Self::BridgeLost,
+        Self::InputFailed,
+        Self::Ended,
+        Self::Summary,
+    ];
+
+    /// Its wire name (`permission`, `turn`, `bridge_lost`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Permission => "permission",
+            Self::Turn => "turn",
+            Self::Stalled => "stalled",
+            Self::Crashed => "crashed",
+            Self::BridgeLost => "bridge_lost",
+            Self::InputFailed => "input_failed",
+            Self::Ended => "ended",
+            Self::Summary => "summary",
+        }
+    }
+
+    /// The class named `name` (a wire name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+#[cfg(test)]
+mod class_tests {
+    use super::NotifyClass;
+
+    #[test]
+    fn class_names_are_their_wire_names() {
+        for class in NotifyClass::ALL {
+            let wire = serde_json::to_value(class).unwrap();
+            assert_eq!(wire.as_str(), Some(class.as_str()));
+            assert_eq!(NotifyClass::from_name(class.as_str()), Some(class));
+        }
+    }
+}
+
 /// An action button a notification offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -152,6 +199,18 @@ pub struct NewNotifySink {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub token: Option<String>,
+}
+
+/// What a user has muted (`GET /api/v1/notify/mutes`): classes that notify them nowhere, and
+/// sessions that notify them of nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotifyMutes {
+    /// Muted classes, in their declared order.
+    pub classes: Vec<NotifyClass>,
+    /// Muted sessions, oldest mute first.
+    pub sessions: Vec<SessionId>,
 }
 
 /// A sink as listed; a webhook's signing secret only in the answer that created it.

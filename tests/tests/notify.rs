@@ -379,6 +379,147 @@ async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhoo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_goes_only_to_the_target_that_failed_and_the_other_gets_one_copy() {
+    // arrange: alice has a phone and a webhook; the webhook fails once
+    let push = PushService::start().await;
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let (status, hook) = add_sink(
+        &alice,
+        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
+    sinks.expect_signed("hook", hook["secret"].as_str().expect("secret"));
+    sinks.answer_next("hook", &[503]);
+    let mut agent = Agent::start(&server, &alice, "two-targets").await;
+
+    // act: one turn finishes; the webhook refuses it, then takes the retry
+    agent.send(&[turn("built", 0)]).await;
+    sinks
+        .wait_until(WAIT, "the webhook's retry taken", |hits| {
+            hits.iter().map(|h| h.status).collect::<Vec<_>>() == vec![503, 200]
+        })
+        .await;
+
+    // a later notification orders after the retry on the phone: once it is there, the retry
+    // has been handled for every target
+    agent.send(&[permission("req-1", "ls", 0)]).await;
+    push.wait_until(WAIT, "the later notification", |r, _| {
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some("req-1"))
+    })
+    .await;
+
+    // assert: the phone, which took the first attempt, got the turn once
+    let turns: Vec<_> = push
+        .received_by(&phone)
+        .into_iter()
+        .filter(|m| m.message.class == NotifyClass::Turn)
+        .collect();
+    assert_eq!(turns.len(), 1, "{turns:#?}");
+    assert_eq!(turns[0].message.body, "built ($0.0125)");
+    assert!(push.rejections().is_empty());
+    assert!(sinks.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_muted_session_and_a_muted_class_send_nothing_until_unmuted() {
+    // arrange: alice's phone, two sessions
+    let push = PushService::start().await;
+    let server = TestServer::start(opts().flag("--metrics-token", METRICS_TOKEN)).await;
+    let alice = user(&server, "alice").await;
+    let bob = user(&server, "bob").await;
+    let phone = push.subscribe();
+    subscribe(&alice, &push, &phone, "phone").await;
+    let mut quiet = Agent::start(&server, &alice, "muted").await;
+    let mut loud = Agent::start(&server, &alice, "loud").await;
+    let put = |api: &Api, path: String| {
+        let api = api.clone();
+        async move { api.authed(Method::PUT, &path, None).await.status }
+    };
+
+    // act: mute the session "muted" and the class "turn"
+    let muted_session = format!("/api/v1/notify/mutes/sessions/{}", quiet.session);
+    assert_eq!(
+        put(&alice, muted_session.clone()).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        put(&alice, "/api/v1/notify/mutes/classes/turn".into()).await,
+        StatusCode::NO_CONTENT
+    );
+    // bob has no role on alice's session; an unknown class is not one
+    assert_eq!(
+        put(&bob, muted_session.clone()).await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        put(&alice, "/api/v1/notify/mutes/classes/email".into()).await,
+        StatusCode::NOT_FOUND
+    );
+    let listed = alice
+        .authed(Method::GET, "/api/v1/notify/mutes", None)
+        .await;
+    assert_eq!(
+        listed.body,
+        json!({"classes": ["turn"], "sessions": [quiet.session]})
+    );
+
+    // act: the muted session asks; the other finishes a turn (muted class), then asks
+    quiet.send(&[permission("q-1", "rm -rf /", 0)]).await;
+    loud.send(&[turn("done", 0)]).await;
+    loud.send(&[permission("l-1", "ls", 0)]).await;
+
+    // assert: once nothing waits in the outbox, only the unmuted class of the unmuted
+    // session has arrived
+    push.wait_until(WAIT, "the unmuted request", |r, _| {
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some("l-1"))
+    })
+    .await;
+    eventually(WAIT, "the three rows settled", || async {
+        let s = scrape(&server.url(), METRICS_TOKEN).await;
+        let rows = |state| value(&s, "moord_notify_outbox_rows", &[("state", state)]);
+        rows("pending") == Some(0.0) && rows("sent") == Some(3.0)
+    })
+    .await;
+    let got: Vec<_> = push
+        .received_by(&phone)
+        .into_iter()
+        .map(|m| (m.message.class, m.message.request_id))
+        .collect();
+    assert_eq!(got, vec![(NotifyClass::Permission, Some("l-1".to_owned()))]);
+
+    // act: unmute both; the same kinds notify again
+    for path in [
+        muted_session,
+        "/api/v1/notify/mutes/classes/turn".to_owned(),
+    ] {
+        let r = alice.authed(Method::DELETE, &path, None).await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+    }
+    quiet.send(&[permission("q-2", "ls", 0)]).await;
+    loud.send(&[turn("again", 0)]).await;
+
+    // assert
+    push.wait_until(WAIT, "both after unmuting", |r, _| r.len() >= 3)
+        .await;
+    let got: Vec<_> = push
+        .received_by(&phone)
+        .into_iter()
+        .map(|m| (m.message.class, m.message.session))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.contains(&(NotifyClass::Permission, quiet.session)));
+    assert!(got.contains(&(NotifyClass::Turn, loud.session)));
+    assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sinks_refuse_plain_http_are_bounded_per_user_and_removed_by_their_owner_only() {
     // arrange
     let server = TestServer::start(opts()).await;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { deviceLabel, keyBytes, sinkLine } from "../src/views/notify";
+import { classSwitches, deviceLabel, keyBytes, sinkLine } from "../src/views/notify";
 
 describe("notify switch helpers", () => {
   it("decodes a base64url VAPID key into the 65 bytes of an uncompressed point", () => {
@@ -18,5 +18,11 @@ describe("notify switch helpers", () => {
   it("describes a sink by kind, label and URL", () => {
     expect(sinkLine({ kind: "ntfy", label: "phone", url: "https://ntfy.sh/t" })).toBe("ntfy · phone · https://ntfy.sh/t");
     expect(sinkLine({ kind: "webhook", label: "ci", url: "https://ci/hook" })).toBe("webhook · ci · https://ci/hook");
+  });
+
+  it("shows every class, muted ones off", () => {
+    const switches = classSwitches({ classes: ["turn", "ended"] });
+    expect(switches.map((s) => s.class)).toEqual(["permission", "turn", "stalled", "crashed", "bridge_lost", "input_failed", "ended", "summary"]);
+    expect(switches.filter((s) => !s.on).map((s) => s.class)).toEqual(["turn", "ended"]);
   });
 });

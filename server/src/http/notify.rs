@@ -6,16 +6,19 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use moor_protocol::notify::{
-    NewNotifySink, NewPushSubscription, NotifySinkInfo, PushSubscriptionInfo, SinkKind, VapidKey,
+    NewNotifySink, NewPushSubscription, NotifyClass, NotifyMutes, NotifySinkInfo,
+    PushSubscriptionInfo, SinkKind, VapidKey,
 };
 use moor_protocol::now_ms;
 
-use crate::access::{random_secret, AuthUser};
+use crate::access::{random_secret, session_for, AuthUser, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
 use crate::notify::webpush::subscription_keys;
 use crate::state::AppState;
-use crate::store::notify::{PushSubscriptionRow, SinkRow, MAX_SINKS_PER_PRINCIPAL};
+use crate::store::notify::{
+    PushSubscriptionRow, SinkRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL, MAX_SINKS_PER_PRINCIPAL,
+};
 
 /// Longest push endpoint URL accepted.
 const MAX_ENDPOINT_BYTES: usize = 2048;
@@ -271,4 +274,130 @@ fn check_url(url: &str, field: &'static str, allow_loopback_http: bool) -> Resul
         }
         _ => Err(invalid("the URL must be https://")),
     }
+}
+
+/// `GET /api/v1/notify/mutes`.
+#[utoipa::path(
+    get, path = "/notify/mutes", operation_id = "listNotifyMutes", tag = "access",
+    responses(
+        (status = 200, description = "The classes and sessions the caller muted", body = NotifyMutes),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn mutes(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+) -> Result<Json<NotifyMutes>, ApiError> {
+    let row = state.store.notify.mutes(&who.name).await?;
+    Ok(Json(NotifyMutes {
+        classes: NotifyClass::ALL
+            .into_iter()
+            .filter(|c| row.classes.iter().any(|m| m == c.as_str()))
+            .collect(),
+        sessions: row.sessions,
+    }))
+}
+
+/// Mutes or unmutes the class `name` (a path's; 404 for another) for `principal`.
+async fn set_class_muted(
+    state: &AppState,
+    principal: &str,
+    name: &str,
+    muted: bool,
+) -> Result<StatusCode, ApiError> {
+    let class = NotifyClass::from_name(name).ok_or(ApiError::NotFound("notification class"))?;
+    state
+        .store
+        .notify
+        .mute_class(principal, class.as_str(), muted)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /api/v1/notify/mutes/classes/{class}`: the class notifies the caller nowhere.
+#[utoipa::path(
+    put, path = "/notify/mutes/classes/{class}", operation_id = "muteNotifyClass", tag = "access",
+    params(("class" = NotifyClass, Path, description = "The class to mute")),
+    responses(
+        (status = 204, description = "Muted"),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn mute_class(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(class): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    set_class_muted(&state, &who.name, &class, true).await
+}
+
+/// `DELETE /api/v1/notify/mutes/classes/{class}`: the class notifies the caller again.
+#[utoipa::path(
+    delete, path = "/notify/mutes/classes/{class}", operation_id = "unmuteNotifyClass", tag = "access",
+    params(("class" = NotifyClass, Path, description = "The class to unmute")),
+    responses(
+        (status = 204, description = "Not muted"),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn unmute_class(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(class): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    set_class_muted(&state, &who.name, &class, false).await
+}
+
+/// `PUT /api/v1/notify/mutes/sessions/{id}`: the session notifies the caller of nothing.
+#[utoipa::path(
+    put, path = "/notify/mutes/sessions/{id}", operation_id = "muteNotifySession", tag = "access",
+    params(("id" = String, Path, description = "A session the caller has a role on (id or name)")),
+    responses(
+        (status = 204, description = "Muted"),
+        crate::openapi::ReadErrors,
+    )
+)]
+pub(crate) async fn mute_session(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = session_for(&state.store, &who, &id, Role::Viewer).await?;
+    if !state
+        .store
+        .notify
+        .mute_session(&who.name, session.id, true, now_ms())
+        .await?
+    {
+        return Err(ApiError::Invalid {
+            field: "id",
+            reason: format!(
+                "at most {MAX_MUTED_SESSIONS_PER_PRINCIPAL} muted sessions: unmute one first"
+            ),
+        });
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /api/v1/notify/mutes/sessions/{id}`: the session notifies the caller again.
+#[utoipa::path(
+    delete, path = "/notify/mutes/sessions/{id}", operation_id = "unmuteNotifySession", tag = "access",
+    params(("id" = String, Path, description = "A session the caller has a role on (id or name)")),
+    responses(
+        (status = 204, description = "Not muted"),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn unmute_session(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let session = session_for(&state.store, &who, &id, Role::Viewer).await?;
+    state
+        .store
+        .notify
+        .mute_session(&who.name, session.id, false, now_ms())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -11,6 +11,7 @@ pub(crate) mod sinks;
 pub(crate) mod vapid;
 pub(crate) mod webpush;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use moor_protocol::api::Role;
@@ -173,7 +174,9 @@ impl Notifier {
         Ok(entries.into_iter().find(|e| e.seq == row.seq))
     }
 
-    /// Sends `draft` to every device of every member of its session, then settles its rows.
+    /// Sends `draft` to every device and sink of every member of its session that has not
+    /// taken it yet, then settles its rows, or, if a target failed for now, records which
+    /// targets took it and puts the rows back for a retry.
     async fn deliver(&self, draft: Draft, tried: u32, now: i64) -> StoreResult<()> {
         let notify = &self.stores.notify;
         if draft.class == NotifyClass::BridgeLost
@@ -205,9 +208,24 @@ impl Notifier {
             Err(_) => draft.session.to_string(),
         };
         let members = self.stores.access.members(draft.session).await?;
+        // After a failed attempt, the targets that took every row of it are skipped: a retry
+        // goes only to those that have not got it.
+        let took: HashMap<String, u64> = if tried > 0 {
+            notify.deliveries(&draft.rows).await?.into_iter().collect()
+        } else {
+            HashMap::new()
+        };
+        let has = |target: &str| took.get(target).copied() >= Some(draft.rows.len() as u64);
         let mut transient = None;
         let mut delivered = 0u32;
+        let mut taken = Vec::new();
         for member in members {
+            if notify
+                .is_muted(&member.principal, draft.session, draft.class.as_str())
+                .await?
+            {
+                continue;
+            }
             let subs = notify.subscriptions(&member.principal).await?;
             let sinks = notify.sinks(&member.principal).await?;
             if subs.is_empty() && sinks.is_empty() {
@@ -215,8 +233,16 @@ impl Notifier {
             }
             let message = self.message(&draft, &name, member.role);
             for sub in subs {
+                let target = format!("push:{}", sub.id);
+                if has(&target) {
+                    delivered += 1;
+                    continue;
+                }
                 match self.push.send(&sub, &message).await {
-                    Delivery::Sent => delivered += 1,
+                    Delivery::Sent => {
+                        delivered += 1;
+                        taken.push(target);
+                    }
                     Delivery::Gone => {
                         tracing::info!(principal = %sub.principal, device = %sub.device, "push subscription gone; removed");
                         notify.remove_endpoint(&sub.endpoint).await?;
@@ -228,8 +254,16 @@ impl Notifier {
                 }
             }
             for sink in sinks {
+                let target = format!("sink:{}", sink.id);
+                if has(&target) {
+                    delivered += 1;
+                    continue;
+                }
                 match self.sinks.send(&sink, &message).await {
-                    Delivery::Sent => delivered += 1,
+                    Delivery::Sent => {
+                        delivered += 1;
+                        taken.push(target);
+                    }
                     Delivery::Retry(reason) => transient = Some(reason),
                     Delivery::Failed(reason) => {
                         tracing::warn!(principal = %sink.principal, sink = %sink.label, kind = %sink.kind, %reason, "notification sink refused");
@@ -263,6 +297,9 @@ impl Notifier {
                 let delay = backoff(self.config.retry_base, tried);
                 // From the failure, not the claim: the wait is never shorter than the backoff.
                 let due = now_ms().saturating_add(delay.as_millis() as i64);
+                notify
+                    .record_deliveries(&draft.rows, &self.node, &taken, now)
+                    .await?;
                 for id in &draft.rows {
                     notify
                         .retry_outbox(*id, &self.node, due, Some(&reason))

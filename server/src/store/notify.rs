@@ -25,6 +25,27 @@ pub const MAX_SUBSCRIPTIONS_PER_PRINCIPAL: i64 = 16;
 /// Most ntfy and webhook sinks one principal may hold.
 pub const MAX_SINKS_PER_PRINCIPAL: i64 = 8;
 
+/// Most targets whose delivery is recorded for one outbox row (beyond it a retry may reach a
+/// target twice); with [`MAX_TARGET_BYTES`], bounds the delivery state of a pending row to
+/// about 30 KB.
+pub const MAX_TARGETS_PER_ROW: usize = 256;
+
+/// Longest target name recorded (`push:<id>`, `sink:<id>`), in bytes; a longer one is not
+/// recorded.
+pub const MAX_TARGET_BYTES: usize = 80;
+
+/// Most sessions one principal may mute.
+pub const MAX_MUTED_SESSIONS_PER_PRINCIPAL: i64 = 256;
+
+/// What a principal muted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MutesRow {
+    /// Muted classes (their wire names), sorted.
+    pub classes: Vec<String>,
+    /// Muted sessions, oldest mute first.
+    pub sessions: Vec<SessionId>,
+}
+
 /// A self-hosted sink (ntfy topic or webhook) of a principal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkRow {
@@ -196,6 +217,41 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
 
     /// Removes `principal`'s sink `id`; whether there was one.
     async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool>;
+
+    /// Records that `targets` took the notification of rows `ids` (those `node` still claims
+    /// as pending) at `at`. A row keeps at most [`MAX_TARGETS_PER_ROW`] targets, none longer
+    /// than [`MAX_TARGET_BYTES`]; the rest are not recorded. How many (row, target) pairs are
+    /// new.
+    async fn record_deliveries(
+        &self,
+        ids: &[i64],
+        node: &str,
+        targets: &[String],
+        at: i64,
+    ) -> StoreResult<u64>;
+
+    /// The targets that took any of rows `ids`, each with how many of them it took.
+    async fn deliveries(&self, ids: &[i64]) -> StoreResult<Vec<(String, u64)>>;
+
+    /// What `principal` muted.
+    async fn mutes(&self, principal: &str) -> StoreResult<MutesRow>;
+
+    /// Mutes (or unmutes) `class` (a wire name the caller checked) for `principal`.
+    async fn mute_class(&self, principal: &str, class: &str, muted: bool) -> StoreResult<()>;
+
+    /// Mutes (or unmutes) `session` for `principal` at `at`; false when muting it would pass
+    /// [`MAX_MUTED_SESSIONS_PER_PRINCIPAL`].
+    async fn mute_session(
+        &self,
+        principal: &str,
+        session: SessionId,
+        muted: bool,
+        at: i64,
+    ) -> StoreResult<bool>;
+
+    /// Whether `principal` muted `session` or `class`.
+    async fn is_muted(&self, principal: &str, session: SessionId, class: &str)
+        -> StoreResult<bool>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
@@ -211,7 +267,8 @@ macro_rules! notify_store {
             use $crate::store::errors::db_error;
             use $crate::store::notify::{
                 NotifyStore, OutboxRow, OutboxState, OutboxStatus, PushSubscriptionRow, SinkRow,
-                MAX_SINKS_PER_PRINCIPAL, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+                MutesRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL, MAX_SINKS_PER_PRINCIPAL,
+                MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW, MAX_TARGET_BYTES,
             };
             use $crate::store::StoreResult;
 
@@ -300,6 +357,14 @@ macro_rules! notify_store {
                         .await
                         .map_err(db_error)?;
                         n += done.rows_affected();
+                        if done.rows_affected() > 0 {
+                            // A settled row is never sent again: its delivery state is spent.
+                            sqlx::query("DELETE FROM notify_deliveries WHERE outbox_id = $1")
+                                .bind(*id)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(db_error)?;
+                        }
                     }
                     tx.commit().await.map_err(db_error)?;
                     Ok(n)
@@ -341,6 +406,16 @@ macro_rules! notify_store {
                     .await
                     .map_err(db_error)?
                     .rows_affected();
+                    // Delivery state lives only while its row is pending (rows dropped above,
+                    // or settled by a sender that died before deleting it, leave theirs).
+                    sqlx::query(
+                        "DELETE FROM notify_deliveries WHERE NOT EXISTS \
+                         (SELECT 1 FROM notify_outbox o WHERE o.id = notify_deliveries.outbox_id \
+                          AND o.state = 'pending')",
+                    )
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
                     Ok((deleted, dropped))
                 }
 
@@ -531,6 +606,183 @@ macro_rules! notify_store {
                 async fn remove_sink(&self, principal: &str, id: &str) -> StoreResult<bool> {
                     remove_owned(self, "notify_sinks", principal, id).await
                 }
+
+                async fn record_deliveries(
+                    &self,
+                    ids: &[i64],
+                    node: &str,
+                    targets: &[String],
+                    at: i64,
+                ) -> StoreResult<u64> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    let mut n = 0;
+                    for chunk in ids.chunks(IDS_CHUNK) {
+                        let sql = format!(
+                            "INSERT INTO notify_deliveries (outbox_id, target, at) \
+                             SELECT id, $1, $2 FROM notify_outbox WHERE claimed_by = $3 \
+                             AND state = 'pending' AND (SELECT COUNT(*) FROM notify_deliveries d \
+                               WHERE d.outbox_id = notify_outbox.id) < $4 \
+                             AND id IN ({}) ON CONFLICT DO NOTHING",
+                            placeholders(5, chunk.len())
+                        );
+                        for target in targets.iter().filter(|t| t.len() <= MAX_TARGET_BYTES) {
+                            let mut q = sqlx::query(&sql)
+                                .bind(target)
+                                .bind(at)
+                                .bind(node)
+                                .bind(MAX_TARGETS_PER_ROW as i64);
+                            for id in chunk {
+                                q = q.bind(*id);
+                            }
+                            n += q.execute(&mut *tx).await.map_err(db_error)?.rows_affected();
+                        }
+                    }
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(n)
+                }
+
+                async fn deliveries(&self, ids: &[i64]) -> StoreResult<Vec<(String, u64)>> {
+                    let mut took = std::collections::BTreeMap::<String, u64>::new();
+                    for chunk in ids.chunks(IDS_CHUNK) {
+                        let sql = format!(
+                            "SELECT target, COUNT(*) AS n FROM notify_deliveries \
+                             WHERE outbox_id IN ({}) GROUP BY target",
+                            placeholders(1, chunk.len())
+                        );
+                        let mut q = sqlx::query(&sql);
+                        for id in chunk {
+                            q = q.bind(*id);
+                        }
+                        for row in q.fetch_all(self.writes()).await.map_err(db_error)? {
+                            let n: i64 = row.try_get("n").map_err(db_error)?;
+                            let target: String = row.try_get("target").map_err(db_error)?;
+                            *took.entry(target).or_default() += n.max(0) as u64;
+                        }
+                    }
+                    Ok(took.into_iter().collect())
+                }
+
+                async fn mutes(&self, principal: &str) -> StoreResult<MutesRow> {
+                    let classes = sqlx::query(
+                        "SELECT class FROM notify_muted_classes WHERE principal = $1 \
+                         ORDER BY class",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .iter()
+                    .map(|row| row.try_get("class").map_err(db_error))
+                    .collect::<StoreResult<Vec<String>>>()?;
+                    let sessions = sqlx::query(
+                        "SELECT session_id FROM notify_muted_sessions WHERE principal = $1 \
+                         ORDER BY at, session_id",
+                    )
+                    .bind(principal)
+                    .fetch_all(self.writes())
+                    .await
+                    .map_err(db_error)?
+                    .iter()
+                    .map(|row| stored_session(&row.try_get::<String, _>("session_id").map_err(db_error)?))
+                    .collect::<StoreResult<Vec<_>>>()?;
+                    Ok(MutesRow { classes, sessions })
+                }
+
+                async fn mute_class(
+                    &self,
+                    principal: &str,
+                    class: &str,
+                    muted: bool,
+                ) -> StoreResult<()> {
+                    let sql = if muted {
+                        "INSERT INTO notify_muted_classes (principal, class) VALUES ($1, $2) \
+                         ON CONFLICT DO NOTHING"
+                    } else {
+                        "DELETE FROM notify_muted_classes WHERE principal = $1 AND class = $2"
+                    };
+                    sqlx::query(sql)
+                        .bind(principal)
+                        .bind(class)
+                        .execute(self.writes())
+                        .await
+                        .map_err(db_error)?;
+                    Ok(())
+                }
+
+                async fn mute_session(
+                    &self,
+                    principal: &str,
+                    session: SessionId,
+                    muted: bool,
+                    at: i64,
+                ) -> StoreResult<bool> {
+                    if !muted {
+                        sqlx::query(
+                            "DELETE FROM notify_muted_sessions \
+                             WHERE principal = $1 AND session_id = $2",
+                        )
+                        .bind(principal)
+                        .bind(session.to_string())
+                        .execute(self.writes())
+                        .await
+                        .map_err(db_error)?;
+                        return Ok(true);
+                    }
+                    // The count and the insert in one statement, as for sinks.
+                    sqlx::query(
+                        "INSERT INTO notify_muted_sessions (principal, session_id, at) \
+                         SELECT $1, $2, $3 WHERE (SELECT COUNT(*) FROM notify_muted_sessions \
+                         WHERE principal = $1) < $4 ON CONFLICT DO NOTHING",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .bind(at)
+                    .bind(MAX_MUTED_SESSIONS_PER_PRINCIPAL)
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    let held = sqlx::query(
+                        "SELECT 1 AS one FROM notify_muted_sessions \
+                         WHERE principal = $1 AND session_id = $2",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(held.is_some())
+                }
+
+                async fn is_muted(
+                    &self,
+                    principal: &str,
+                    session: SessionId,
+                    class: &str,
+                ) -> StoreResult<bool> {
+                    let row = sqlx::query(
+                        "SELECT 1 AS one WHERE EXISTS (SELECT 1 FROM notify_muted_sessions \
+                         WHERE principal = $1 AND session_id = $2) OR EXISTS (SELECT 1 \
+                         FROM notify_muted_classes WHERE principal = $1 AND class = $3)",
+                    )
+                    .bind(principal)
+                    .bind(session.to_string())
+                    .bind(class)
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(row.is_some())
+                }
+            }
+
+            /// Most row ids bound in one statement (well under both engines' parameter limits).
+            const IDS_CHUNK: usize = 500;
+
+            /// `$first, $first+1, …` for `n` parameters.
+            fn placeholders(first: usize, n: usize) -> String {
+                (first..first + n)
+                    .map(|i| format!("${i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
 
             /// Deletes the row `id` of `principal` in `table` (a subscription or a sink); whether

@@ -132,6 +132,8 @@ conformance!(
     outbox_rows_go_to_one_node_and_back_when_a_claim_lapses,
     settled_outbox_rows_are_deleted_after_their_keep_and_a_flooded_session_is_cut,
     push_subscriptions_are_per_user_bounded_and_removed_by_endpoint,
+    deliveries_are_kept_per_row_and_target_while_pending_and_bounded,
+    mutes_are_per_user_and_a_users_muted_sessions_are_bounded,
     ended_sessions_past_retention_are_deleted_in_bounded_batches_live_ones_kept,
     an_owner_deletes_only_an_ended_session_without_a_live_bridge,
     retention_batches_raced_from_two_nodes_do_each_batch_once,

@@ -4,7 +4,8 @@ use std::collections::HashSet;
 
 use moor_protocol::{kinds, ProducerId, Seq};
 use moor_server::store::notify::{
-    OutboxState, PushSubscriptionRow, MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+    MutesRow, OutboxState, PushSubscriptionRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL,
+    MAX_SUBSCRIPTIONS_PER_PRINCIPAL, MAX_TARGETS_PER_ROW, MAX_TARGET_BYTES,
 };
 use moor_server::store::{Append, IdemKey};
 use serde_json::json;
@@ -281,4 +282,132 @@ pub async fn settled_outbox_rows_are_deleted_after_their_keep_and_a_flooded_sess
     let pruned = n.prune_outbox(3_001, 4, 4_000).await.unwrap();
     assert_eq!(pruned, (9, 0));
     assert_eq!(n.outbox_counts().await.unwrap(), (6, 0, 0));
+}
+
+pub async fn deliveries_are_kept_per_row_and_target_while_pending_and_bounded(db: Db) {
+    // arrange: three claimed rows of one session
+    let a = db.open("node-a").await;
+    let s = a.log.open_session("targets", None).await.unwrap().id;
+    let p = ProducerId::new();
+    let three = (1..=3)
+        .map(|i| entry(p, i, kinds::AGENT_RESULT, 1))
+        .collect();
+    a.log.append(s, three).await.unwrap();
+    let n = &a.notify;
+    let rows = n.claim_outbox("node-a", 100, 10_000, 10).await.unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 3);
+
+    // act: the phone took all three, the hook the first two; another node records nothing
+    let phone = vec!["push:phone".to_owned()];
+    let hook = vec!["sink:hook".to_owned()];
+    assert_eq!(
+        n.record_deliveries(&ids, "node-a", &phone, 500)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        n.record_deliveries(&ids[..2], "node-a", &hook, 500)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        n.record_deliveries(&ids, "node-b", &["sink:other".to_owned()], 500)
+            .await
+            .unwrap(),
+        0
+    );
+    // recording again (a second failed attempt) adds nothing
+    assert_eq!(
+        n.record_deliveries(&ids, "node-a", &phone, 600)
+            .await
+            .unwrap(),
+        0
+    );
+
+    // assert: per target, how many of the rows it took
+    assert_eq!(
+        n.deliveries(&ids).await.unwrap(),
+        vec![("push:phone".to_owned(), 3), ("sink:hook".to_owned(), 2)]
+    );
+    assert_eq!(
+        n.deliveries(&ids[2..]).await.unwrap(),
+        vec![("push:phone".to_owned(), 1)]
+    );
+
+    // the bound: at most MAX_TARGETS_PER_ROW targets, none longer than MAX_TARGET_BYTES
+    let many: Vec<String> = (0..MAX_TARGETS_PER_ROW + 10)
+        .map(|i| format!("push:{i}"))
+        .chain([format!("push:{}", "x".repeat(MAX_TARGET_BYTES))])
+        .collect();
+    let added = n
+        .record_deliveries(&ids[2..], "node-a", &many, 700)
+        .await
+        .unwrap();
+    assert_eq!(added as usize, MAX_TARGETS_PER_ROW - 1);
+    let listed = n.deliveries(&ids[2..]).await.unwrap();
+    assert_eq!(listed.len(), MAX_TARGETS_PER_ROW);
+    assert!(listed.iter().all(|(t, _)| t.len() <= MAX_TARGET_BYTES));
+
+    // act: the first row is settled; the others are dropped by the bound, then pruned
+    n.settle_outbox(&ids[..1], "node-a", OutboxState::Sent, None, 1_000)
+        .await
+        .unwrap();
+
+    // assert: a settled row's delivery state goes with its settling
+    assert!(n.deliveries(&ids[..1]).await.unwrap().is_empty());
+    assert_eq!(
+        n.deliveries(&ids[1..2]).await.unwrap(),
+        vec![("push:phone".to_owned(), 1), ("sink:hook".to_owned(), 1)]
+    );
+    n.retry_outbox(ids[1], "node-a", 0, Some("503"))
+        .await
+        .unwrap();
+    n.retry_outbox(ids[2], "node-a", 0, Some("503"))
+        .await
+        .unwrap();
+    let pruned = n.prune_outbox(0, 0, 2_000).await.unwrap();
+    assert_eq!(pruned, (0, 2));
+    assert!(n.deliveries(&ids).await.unwrap().is_empty());
+}
+
+pub async fn mutes_are_per_user_and_a_users_muted_sessions_are_bounded(db: Db) {
+    // arrange
+    let a = db.open("node-a").await;
+    let s = a.log.open_session("mute-me", None).await.unwrap().id;
+    let t = a.log.open_session("other", None).await.unwrap().id;
+    let n = &a.notify;
+
+    // act: alice mutes a class and a session
+    n.mute_class("alice", "turn", true).await.unwrap();
+    n.mute_class("alice", "turn", true).await.unwrap();
+    assert!(n.mute_session("alice", s, true, 10).await.unwrap());
+    assert!(n.mute_session("alice", s, true, 11).await.unwrap());
+
+    // assert: what she muted, and for whom
+    let m = n.mutes("alice").await.unwrap();
+    assert_eq!(m.classes, vec!["turn".to_owned()]);
+    assert_eq!(m.sessions, vec![s]);
+    assert!(n.is_muted("alice", t, "turn").await.unwrap());
+    assert!(n.is_muted("alice", s, "permission").await.unwrap());
+    assert!(!n.is_muted("alice", t, "permission").await.unwrap());
+    assert!(!n.is_muted("bob", s, "turn").await.unwrap());
+
+    // act + assert: unmuting
+    n.mute_class("alice", "turn", false).await.unwrap();
+    assert!(n.mute_session("alice", s, false, 12).await.unwrap());
+    assert!(!n.is_muted("alice", s, "turn").await.unwrap());
+    assert_eq!(n.mutes("alice").await.unwrap(), MutesRow::default());
+
+    // the bound: a user mutes at most MAX_MUTED_SESSIONS_PER_PRINCIPAL sessions
+    for i in 0..MAX_MUTED_SESSIONS_PER_PRINCIPAL {
+        let id = moor_protocol::SessionId::new();
+        assert!(n.mute_session("carol", id, true, i).await.unwrap());
+    }
+    assert!(!n.mute_session("carol", s, true, 999).await.unwrap());
+    assert!(!n.is_muted("carol", s, "turn").await.unwrap());
+    let m = n.mutes("carol").await.unwrap();
+    assert_eq!(m.sessions.len() as i64, MAX_MUTED_SESSIONS_PER_PRINCIPAL);
 }

@@ -5,6 +5,8 @@
 import { authHeaders } from "../api";
 import { h } from "../dom";
 import type { NewNotifySink } from "../protocol/NewNotifySink";
+import type { NotifyClass } from "../protocol/NotifyClass";
+import type { NotifyMutes } from "../protocol/NotifyMutes";
 import type { NotifySinkInfo } from "../protocol/NotifySinkInfo";
 import type { PushSubscriptionInfo } from "../protocol/PushSubscriptionInfo";
 import type { SinkKind } from "../protocol/SinkKind";
@@ -130,4 +132,50 @@ export function sinksPanel(): HTMLElement {
   });
   void refresh().catch(() => {});
   return h("details.notify-sinks", null, h("summary", null, "Also notify: ntfy and webhooks"), list, h("div.row", null, kind, label, url, token, add), note);
+}
+
+/** What each class is, as its switch says it ("Notify me when …"), in the server's order. */
+export const CLASS_LABELS: ReadonlyArray<[NotifyClass, string]> = [
+  ["permission", "a permission is waiting"],
+  ["turn", "a turn finished"],
+  ["stalled", "the agent stalled"],
+  ["crashed", "the agent crashed"],
+  ["bridge_lost", "the bridge is lost"],
+  ["input_failed", "an input failed"],
+  ["ended", "a session ended"],
+  ["summary", "a summary after an outage"],
+];
+
+/** Each class with whether its switch is on (not muted). */
+export function classSwitches(mutes: Pick<NotifyMutes, "classes">): Array<{ class: NotifyClass; label: string; on: boolean }> {
+  return CLASS_LABELS.map(([c, label]) => ({ class: c, label, on: !mutes.classes.includes(c) }));
+}
+
+/** A switch that mutes (off) or unmutes (on) `path` under /api/v1/notify/mutes; it shows what
+ * moord answered, and goes back if moord refused. */
+function muteSwitch(id: string, label: string, path: string, on: boolean, note: HTMLElement): HTMLElement {
+  const box = h("input", { type: "checkbox", id }) as HTMLInputElement;
+  box.checked = on;
+  box.addEventListener("change", () => {
+    note.textContent = "";
+    void call(box.checked ? "DELETE" : "PUT", `mutes/${path}`).catch((e: Error) => {
+      box.checked = !box.checked;
+      note.textContent = e.message;
+    });
+  });
+  return h("label.switch", null, box, ` ${label}`);
+}
+
+/** "Notify me when …": one switch per class (off = muted in every session). */
+export function mutesPanel(): HTMLElement {
+  const note = h("div.muted", { id: "notify-mutes-note" });
+  const list = h("div.switches", { id: "notify-mutes" });
+  void call<NotifyMutes>("GET", "mutes")
+    .then((m) =>
+      list.replaceChildren(
+        ...classSwitches(m ?? { classes: [] }).map((c) => muteSwitch(`mute-${c.class}`, c.label, `classes/${c.class}`, c.on, note)),
+      ),
+    )
+    .catch((e: Error) => (note.textContent = e.message));
+  return h("details.notify-mutes", null, h("summary", null, "Notify me when…"), list, note);
 }
