@@ -72,16 +72,19 @@ pub fn io_full(e: &std::io::Error) -> bool {
     matches!(e.kind(), StorageFull | FileTooLarge | QuotaExceeded)
 }
 
+/// SQLite's primary result code of an error SQLite gave. Extended codes (SQLITE_BUSY_SNAPSHOT,
+/// …) keep the primary code in the low byte.
+fn sqlite_primary_code(db: &(dyn DatabaseError + 'static)) -> Option<i64> {
+    db.try_downcast_ref::<SqliteError>()?;
+    Some(db.code().and_then(|c| c.parse::<i64>().ok()).unwrap_or(0) & 0xff)
+}
+
 /// Whether a database's answer means its disk is full.
 fn full(db: &(dyn DatabaseError + 'static)) -> bool {
     if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
         return pg.code() == PG_DISK_FULL;
     }
-    if db.try_downcast_ref::<SqliteError>().is_some() {
-        let code = db.code().and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
-        return code & 0xff == SQLITE_FULL;
-    }
-    false
+    sqlite_primary_code(db) == Some(SQLITE_FULL)
 }
 
 /// Whether a database's answer means "not now" rather than "never".
@@ -89,12 +92,7 @@ fn unreachable(db: &(dyn DatabaseError + 'static)) -> bool {
     if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
         return pg_unreachable(pg.code(), pg.message());
     }
-    if db.try_downcast_ref::<SqliteError>().is_some() {
-        let code = db.code().and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
-        // Extended codes (SQLITE_BUSY_SNAPSHOT, …) keep the primary code in the low byte.
-        return matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED);
-    }
-    false
+    matches!(sqlite_primary_code(db), Some(SQLITE_BUSY | SQLITE_LOCKED))
 }
 
 /// Postgres SQLSTATEs of a server that refuses or dropped the connection: class 08
