@@ -12,6 +12,14 @@ export interface RowSource {
 }
 
 const OVERSCAN_PX = 600;
+/** How long after the reader's last wheel, touch, key or pointer a scroll counts as theirs. */
+const READER_MS = 1000;
+/** Keys that scroll the list when no text field has the focus. */
+const SCROLL_KEYS = new Set(["ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End", " "]);
+
+function editable(t: EventTarget | null): boolean {
+  return t instanceof HTMLElement && (t.isContentEditable || t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT");
+}
 
 export class VirtualList {
   readonly inner: HTMLElement;
@@ -22,6 +30,10 @@ export class VirtualList {
   private frame = 0;
   /** Follow new rows (the reader is at the bottom). */
   stick = true;
+  /** When the reader last wheeled, touched, pressed a key or a pointer. */
+  private readerAt = -Infinity;
+  /** Ends the listeners outside the scroller (see `destroy`). */
+  private readonly life = new AbortController();
   onNearTop: (() => void) | null = null;
   onRendered: (() => void) | null = null;
 
@@ -36,13 +48,35 @@ export class VirtualList {
       "scroll",
       () => {
         const gap = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight;
-        this.stick = gap < 48;
+        // Only the reader leaves the bottom. The event of the list's own move there, or of the
+        // browser clamping the position as rows are measured again, can arrive after the
+        // scroller shrank (a decision bar came up): a gap the reader never made.
+        if (gap < 48) this.stick = true;
+        else if (performance.now() - this.readerAt < READER_MS) this.stick = false;
         if (scroller.scrollTop < 400) this.onNearTop?.();
         this.schedule();
       },
       { passive: true },
     );
+    const reader = () => {
+      this.readerAt = performance.now();
+    };
+    scroller.addEventListener("wheel", reader, { passive: true });
+    scroller.addEventListener("touchmove", reader, { passive: true });
+    // On the scroller itself, not a row: its scrollbar. A tap on a row's button scrolls nothing.
+    scroller.addEventListener("pointerdown", (e) => e.target === scroller && reader(), { passive: true });
+    scroller.ownerDocument.addEventListener("keydown", (e) => SCROLL_KEYS.has(e.key) && !editable(e.target) && reader(), {
+      passive: true,
+      signal: this.life.signal,
+    });
     new ResizeObserver(() => this.schedule()).observe(scroller);
+  }
+
+  /** The view is gone: stops listening to the document. */
+  destroy(): void {
+    this.life.abort();
+    cancelAnimationFrame(this.frame);
+    this.frame = 0;
   }
 
   /** Rows were appended at the end. */

@@ -737,6 +737,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   return () => {
     stopped = true;
     stream.stop();
+    vl.destroy();
     saveCursor();
     offOutbox();
     clearInterval(backTimer);
