@@ -53,6 +53,23 @@ pub const STORAGE_FULL: u16 = 4014;
 /// cannot help.
 pub const INVALID_SESSION: u16 = 4011;
 
+/// The close for a connection a later one took over, and its reason: when both are one
+/// bridge's (`same_bridge`), [`SUPERSEDED_BY_SAME_BRIDGE`], after which the bridge reconnects if
+/// it still uses this connection; else [`SUPERSEDED`], after which it stops.
+pub fn superseded(same_bridge: bool) -> (u16, &'static str) {
+    if same_bridge {
+        (
+            SUPERSEDED_BY_SAME_BRIDGE,
+            "a later connection of this bridge took over; reconnect if this one is in use",
+        )
+    } else {
+        (
+            SUPERSEDED,
+            "a newer bridge connection for this session took over",
+        )
+    }
+}
+
 /// Whether a bridge must stop retrying after this close code.
 pub fn is_terminal(code: u16) -> bool {
     matches!(

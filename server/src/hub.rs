@@ -515,17 +515,10 @@ fn offline() -> BridgeStatus {
 
 /// The close for a connection a later one took over; `same_bridge`: both are one bridge's.
 fn superseded(same_bridge: bool) -> BridgeControl {
-    if same_bridge {
-        BridgeControl::Close {
-            code: close::SUPERSEDED_BY_SAME_BRIDGE,
-            reason: "a later connection of this bridge took over; reconnect if this one is in use"
-                .into(),
-        }
-    } else {
-        BridgeControl::Close {
-            code: close::SUPERSEDED,
-            reason: "a newer bridge connection for this session took over".into(),
-        }
+    let (code, reason) = close::superseded(same_bridge);
+    BridgeControl::Close {
+        code,
+        reason: reason.into(),
     }
 }
 

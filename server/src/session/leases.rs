@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use moor_protocol::payload::BridgeDisconnected;
-use moor_protocol::{close, kinds, now_ms, EntryBody, Seq, SessionId};
+use moor_protocol::{close, kinds, now_ms, EntryBody, ProducerId, Seq, SessionId};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -150,15 +150,56 @@ impl Leases {
         now_ms().saturating_add(self.ttl.as_millis() as i64)
     }
 
-    /// A new connection takes `session` over: the lease of the connection before it, if one is
-    /// stored, is removed and that connection's end recorded (before the new `bridge.connected`).
-    pub async fn take_over(&self, session: SessionId) -> StoreResult<()> {
+    /// A new connection of bridge `producer` takes `session` over: the lease of the connection
+    /// before it, if one is stored, is removed and that connection's end recorded (before the
+    /// new `bridge.connected`), as superseded by the same bridge or by another one.
+    pub async fn take_over(&self, session: SessionId, producer: ProducerId) -> StoreResult<()> {
         if let Some(old) = self.store.take_lease(session).await? {
-            let reason = "a newer bridge connection for this session took over";
-            self.append_end(&old, reason, Some(close::SUPERSEDED))
-                .await?;
+            let (code, reason) = self.superseded(session, old.connected_seq, producer).await;
+            self.append_end(&old, reason, Some(code)).await?;
         }
         Ok(())
+    }
+
+    /// How a connection of bridge `producer` ends when [`Leases::hold`] found that a later
+    /// connection holds `session`: superseded by the same bridge (which reconnects if it still
+    /// uses this one) or by another.
+    pub async fn lost_to(&self, session: SessionId, producer: ProducerId) -> (u16, &'static str) {
+        match self.store.live_lease(session, now_ms()).await {
+            Ok(Some(winner)) => {
+                self.superseded(session, winner.connected_seq, producer)
+                    .await
+            }
+            Ok(None) => close::superseded(true),
+            Err(e) => {
+                tracing::warn!(error = ?e, %session, "could not read the bridge lease");
+                close::superseded(true)
+            }
+        }
+    }
+
+    /// The close between a connection of bridge `producer` and the connection whose
+    /// `bridge.connected` is at `other_seq`: one of them took `session` over from the other.
+    /// Another bridge only when the log says so; a bridge told to stop on a guess would leave
+    /// its agent unreachable, while one told to reconnect takes the session back at worst.
+    async fn superseded(
+        &self,
+        session: SessionId,
+        other_seq: Seq,
+        producer: ProducerId,
+    ) -> (u16, &'static str) {
+        let other = match self.log.entry_at(session, other_seq).await {
+            Ok(Some(entry)) => match entry.body() {
+                Ok(EntryBody::BridgeConnected(c)) => c.producer,
+                _ => None,
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = ?e, %session, "could not read the connection before");
+                None
+            }
+        };
+        close::superseded(other.is_none_or(|p| p == producer))
     }
 
     /// Takes the lease for connection `connection`, whose `bridge.connected` is `connected_seq`;
@@ -418,10 +459,8 @@ mod tests {
     use super::*;
     use crate::hub::Hub;
 
-    #[tokio::test]
-    async fn a_renewal_keeps_the_nodes_leases_and_tells_each_connection_that_lost_its_own() {
-        // arrange: a real SQLite store, three connections on this node holding their leases
-        let dir = tempfile::tempdir().unwrap();
+    /// Node `node-a`'s leases over a real SQLite store in `dir` (30 s, renewed every 10 s).
+    async fn sqlite_leases(dir: &tempfile::TempDir) -> (crate::store::Stores, Log, Leases) {
         let url = format!("sqlite:{}", dir.path().join("moor.db").display());
         let store = crate::store::connect(&url).await.unwrap();
         let (log, states) = super::super::log_and_states(
@@ -433,13 +472,21 @@ mod tests {
         let ttl = Duration::from_secs(30);
         let leases = Leases::new(
             store.leases.clone(),
-            log,
+            log.clone(),
             states,
             "node-a",
             ttl,
             ttl / 3,
             false,
         );
+        (store, log, leases)
+    }
+
+    #[tokio::test]
+    async fn a_renewal_keeps_the_nodes_leases_and_tells_each_connection_that_lost_its_own() {
+        // arrange: a real SQLite store, three connections on this node holding their leases
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _log, leases) = sqlite_leases(&dir).await;
         let mut held = Vec::new();
         for name in ["kept", "taken-over", "claimed"] {
             let s = store.log.open_session(name, None).await.unwrap().id;
@@ -482,5 +529,96 @@ mod tests {
         drop(taken_lease);
         drop(claimed_lease);
         assert_eq!(leases.renew_held().await, 0);
+    }
+
+    /// Appends connection `connection`'s `bridge.connected` for bridge `producer`; its seq.
+    async fn connected(
+        log: &Log,
+        session: SessionId,
+        connection: u64,
+        producer: ProducerId,
+    ) -> Seq {
+        let body = EntryBody::from(moor_protocol::payload::BridgeConnected {
+            connection,
+            producer: Some(producer),
+            agent: None,
+        });
+        let entry = Append {
+            ts: now_ms(),
+            kind: body.kind().into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: body.payload(),
+            key: IdemKey::None,
+        };
+        match log.append(session, vec![entry]).await.unwrap().pop() {
+            Some(Appended::Stored(e)) => e.seq,
+            other => panic!("not stored: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_superseded_by_its_own_bridge_is_told_to_reconnect_by_another_to_stop() {
+        // arrange: bridge `mine` connects twice; the later connection (its `bridge.connected`
+        // later in the log) holds the lease, as when the earlier attempt reached the hub first
+        let dir = tempfile::tempdir().unwrap();
+        let (store, log, leases) = sqlite_leases(&dir).await;
+        let (mine, other) = (ProducerId::new(), ProducerId::new());
+        let s = store.log.open_session("raced", None).await.unwrap().id;
+        let earlier = connected(&log, s, 1, mine).await;
+        let later = connected(&log, s, 2, mine).await;
+        let _held = leases.hold(s, 2, later).await.unwrap().expect("held");
+
+        // act + assert: the earlier connection cannot hold the lease; it is the same bridge's,
+        // so it is told to reconnect (4013), and only a connection of another bridge to stop
+        assert!(leases.hold(s, 1, earlier).await.unwrap().is_none());
+        assert_eq!(
+            leases.lost_to(s, mine).await.0,
+            close::SUPERSEDED_BY_SAME_BRIDGE
+        );
+        assert_eq!(leases.lost_to(s, other).await.0, close::SUPERSEDED);
+
+        // act: another bridge takes the session over, then `mine` takes it back
+        leases.take_over(s, other).await.unwrap();
+        let others = connected(&log, s, 3, other).await;
+        let _theirs = leases.hold(s, 3, others).await.unwrap().expect("held");
+        leases.take_over(s, mine).await.unwrap();
+
+        // assert: each end is recorded once, as superseded by another bridge (4003): `mine`'s
+        // connection 2 by `other`, then `other`'s connection 3 by `mine`
+        let ends: Vec<(u64, Option<u16>)> = store
+            .log
+            .read(s, crate::store::Range::After(Seq::ZERO), 100)
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e.body() {
+                Ok(EntryBody::BridgeDisconnected(d)) => Some((d.connection, d.close_code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ends,
+            vec![(2, Some(close::SUPERSEDED)), (3, Some(close::SUPERSEDED))]
+        );
+
+        // act + assert: `mine` connects again (4) and then once more: the next connection
+        // takes over from its own bridge's, whose end says so (4013)
+        let again = connected(&log, s, 4, mine).await;
+        let _ours = leases.hold(s, 4, again).await.unwrap().expect("held");
+        leases.take_over(s, mine).await.unwrap();
+        let last = store
+            .log
+            .read(s, crate::store::Range::Before(Seq(u64::MAX >> 1)), 1)
+            .await
+            .unwrap();
+        match last[0].body() {
+            Ok(EntryBody::BridgeDisconnected(d)) => {
+                assert_eq!(
+                    (d.connection, d.close_code),
+                    (4, Some(close::SUPERSEDED_BY_SAME_BRIDGE))
+                )
+            }
+            other => panic!("expected the end of connection 4, got {other:?}"),
+        }
     }
 }

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use moor_protocol::SessionId;
+use moor_protocol::{Entry, Seq, SessionId};
 use serde_json::Value;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 use tokio_util::task::TaskTracker;
@@ -37,7 +37,7 @@ use super::commit::commit_loop;
 pub use super::queues::SESSION_QUEUE_BYTES;
 use super::queues::{Queues, Request, SessionQueue, Shared};
 use crate::hub::Hub;
-use crate::store::{Append, Appended, LogStore, StoreError, StoreResult};
+use crate::store::{Append, Appended, LogStore, Range, StoreError, StoreResult};
 
 /// A submitted append: resolves to the outcomes once committed and published.
 #[derive(Debug)]
@@ -87,6 +87,13 @@ impl Log {
         batch: Vec<Append>,
     ) -> StoreResult<Vec<Appended>> {
         self.submit(session, batch).await?.wait().await
+    }
+
+    /// The entry at `seq` of `session`, if it is stored.
+    pub async fn entry_at(&self, session: SessionId, seq: Seq) -> StoreResult<Option<Entry>> {
+        let after = Range::After(Seq(seq.0.saturating_sub(1)));
+        let found = self.shared.store.read(session, after, 1).await?;
+        Ok(found.into_iter().find(|e| e.seq == seq))
     }
 
     /// Queues `batch` for `session` once the session has room for it, and returns without

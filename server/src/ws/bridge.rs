@@ -328,7 +328,7 @@ where
         },
         None => 0,
     };
-    let (control_tx, mut control_rx) = mpsc::unbounded_channel();
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (inputs_tx, inputs) = input_feed();
     let conn_id = state.hub.attach_bridge(
         session.id,
@@ -358,12 +358,6 @@ where
     };
     let ending = match conn.start(&session.name, conn_id).await {
         Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
-        // Taken over while starting: the connection that took over said how (4013 when it is
-        // the same bridge's, which then reconnects if this is the one it uses).
-        Err(end) if end.code == Some(close::SUPERSEDED) => match control_rx.try_recv() {
-            Ok(BridgeControl::Close { code, reason }) => Ending::close(code, reason),
-            Err(_) => end,
-        },
         Err(end) => end,
     };
     // Record the disconnect before closing, so whoever sees the close can also see it logged;
@@ -481,7 +475,7 @@ impl Conn {
         let leases = self.state.leases.clone();
         let failed = |e: anyhow::Error| store_failed("welcome the bridge", e);
         leases
-            .take_over(self.session)
+            .take_over(self.session, self.hello.producer)
             .await
             .map_err(|e| failed(e.into()))?;
         // The end of the connection before, and an interruption it caused, come before this
@@ -500,10 +494,13 @@ impl Conn {
                 self.link_continued(name).await;
                 Ok(())
             }
-            Ok(false) => Err(Ending::close(
-                close::SUPERSEDED,
-                "a newer bridge connection for this session took over",
-            )),
+            // Taken over while starting (the later connection may have attached to the hub
+            // first, or be another node's): the lease's holder says whose it is.
+            Ok(false) => {
+                let leases = &self.state.leases;
+                let (code, reason) = leases.lost_to(self.session, self.hello.producer).await;
+                Err(Ending::close(code, reason))
+            }
             Err(e) => Err(failed(e)),
         }
     }
