@@ -58,18 +58,30 @@ export function needsCount(sessions: SessionInfo[], details: ListDetails, seen: 
 /** The title a view asked for, and the count last known: the page title is both. */
 let titleBase = "Mooring";
 let needCount = 0;
+/** Whether the last recount reached the server (else the count is only the last one known). */
+let needKnown = true;
 
 /** Sets the page title (the count of sessions that need you is kept in front of it). */
 export function setTitle(base: string, doc: Pick<Document, "title"> = document): void {
   titleBase = base;
-  doc.title = titleFor(needCount, titleBase);
+  doc.title = titleFor(needCount, titleBase, needKnown);
 }
 
 /** Sets the count of sessions that need you: in the title and the app badge. */
 export function setNeedCount(n: number, doc: Pick<Document, "title"> = document, nav: Navigator = navigator): void {
   needCount = n;
+  needKnown = true;
   doc.title = titleFor(needCount, titleBase);
   badge(n, nav);
+}
+
+/**
+ * The count could not be taken (the server is unreachable): the title says it is unknown,
+ * "(2?)" after the last count known, "(?)" after none, rather than a count nobody can vouch for.
+ */
+export function setNeedCountUnknown(doc: Pick<Document, "title"> = document): void {
+  needKnown = false;
+  doc.title = titleFor(needCount, titleBase, false);
 }
 
 /** How often a view other than the list recounts. */
@@ -95,8 +107,8 @@ export interface WatchDeps {
 
 /**
  * Recounts every `every` ms while the page is visible (at once when it becomes visible again),
- * until the returned function is called. A failed request keeps the last count: the page
- * cannot tell, and the list view says when the server cannot be reached.
+ * until the returned function is called. After a failed request the title says the count is
+ * unknown (see `setNeedCountUnknown`) until a recount succeeds.
  */
 export function watchNeeds(deps: Partial<WatchDeps> = {}): () => void {
   const { every = WATCH_MS, list = () => api.sessions(), details = new ListDetails(), doc = document, seen = seenTurns } = deps;
@@ -114,7 +126,7 @@ export function watchNeeds(deps: Partial<WatchDeps> = {}): () => void {
         await details.refresh(sessions);
         if (!stopped) setNeedCount(needsCount(sessions, details, seen), doc, deps.nav ?? navigator);
       } catch {
-        // Unknown now: the count stays as last known.
+        if (!stopped) setNeedCountUnknown(doc);
       }
     }
     running = false;

@@ -58,7 +58,8 @@ export function sortForList(sessions: SessionInfo[], needs: (s: SessionInfo) => 
 }
 
 /** "(2) Mooring": the page title counting the sessions that need a person. */
-export function titleFor(n: number, base = "Mooring"): string {
+export function titleFor(n: number, base = "Mooring", known = true): string {
+  if (!known) return `(${n || ""}?) ${base}`;
   return n ? `(${n}) ${base}` : base;
 }
 

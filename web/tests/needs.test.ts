@@ -83,6 +83,8 @@ describe("needs you", () => {
   it("counts them in the title and the app badge", () => {
     expect(titleFor(0)).toBe("Mooring");
     expect(titleFor(2)).toBe("(2) Mooring");
+    expect(titleFor(2, "Mooring", false)).toBe("(2?) Mooring");
+    expect(titleFor(0, "Mooring", false)).toBe("(?) Mooring");
     const calls: string[] = [];
     const nav = { setAppBadge: async (n: number) => void calls.push(`set ${n}`), clearAppBadge: async () => void calls.push("clear") } as unknown as Navigator;
     badge(3, nav);
@@ -155,10 +157,13 @@ describe("the count outside the list", () => {
       // The view's own title change keeps the count in front.
       setTitle("work2 · Mooring", doc);
       expect(doc.title).toBe("(1) work2 · Mooring");
-      // Unreachable: the count stays as last known rather than a guess.
+      // Unreachable: the title says the count is the last known, not a current one, also
+      // after the view changes its title.
       fail = true;
       await vi.advanceTimersByTimeAsync(1000);
-      expect(doc.title).toBe("(1) work2 · Mooring");
+      expect(doc.title).toBe("(1?) work2 · Mooring");
+      setTitle("work3 · Mooring", doc);
+      expect(doc.title).toBe("(1?) work3 · Mooring");
       // Hidden: no requests; visible again: one at once, with the decision answered.
       doc.visibilityState = "hidden";
       const before = asked;
@@ -171,6 +176,7 @@ describe("the count outside the list", () => {
       listeners.forEach((f) => f());
       await vi.advanceTimersByTimeAsync(0);
       expect(asked).toBe(before + 1);
+      expect(doc.title).toBe("(1) work3 · Mooring");
       stop();
       const stopped = asked;
       await vi.advanceTimersByTimeAsync(5000);

@@ -2,7 +2,7 @@
 
 import { api, ApiError } from "../api";
 import { ago, clock, h, themeButton } from "../dom";
-import { ListDetails, needsCount, setNeedCount, setTitle } from "../attention";
+import { ListDetails, needsCount, setNeedCount, setNeedCountUnknown, setTitle } from "../attention";
 import { needOf, seenTurns, sortForList } from "../needs";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
@@ -86,6 +86,7 @@ export function listView(root: HTMLElement): () => void {
       } else {
         note.className = "banner bad";
         note.textContent = `Cannot reach moord (${(e as Error).message}); retrying.`;
+        setNeedCountUnknown();
       }
     }
     if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
