@@ -17,6 +17,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Database URL; `None` means `sqlite:<data_dir>/moor.db`.
     pub database_url: Option<String>,
+    /// How long the start waits for a database that cannot be reached yet.
+    pub database_wait: Duration,
     /// This node's name among the nodes sharing a Postgres database (in notices and in
     /// `pg_stat_activity.application_name`); `None` generates one at start.
     pub node_id: Option<String>,
@@ -210,6 +212,7 @@ impl Default for ServerConfig {
         Self {
             data_dir: PathBuf::from("moor-data"),
             database_url: None,
+            database_wait: Duration::from_secs(60),
             node_id: None,
             admin_token: None,
             public_url: None,

@@ -98,7 +98,8 @@ impl Server {
             config.notify.vapid_key_file.as_ref(),
         )?;
         let node_id = config.node_id();
-        let store = store::connect_as(&config.database_url(), &node_id).await?;
+        let store =
+            store::connect_waiting(&config.database_url(), &node_id, config.database_wait).await?;
         let setup_code = if store.access.has_admin().await? {
             None
         } else {

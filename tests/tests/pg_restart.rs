@@ -1,6 +1,7 @@
 //! Postgres stopped and started again under a streaming bridge: every connection of `moord` is cut, appends fail
 //! until the database is back, and the bridge's spool covers the outage. Nothing acknowledged
 //! before the restart is lost, nothing is stored twice, and a viewer on the node catches up.
+//! And a node started while its database cannot be reached waits for it (`--database-wait-secs`).
 //!
 //! Restarts the machine's cluster (`pg_ctlcluster … stop`, then `start`), so the Postgres tests run one at a
 //! time (`.config/nextest.toml`); the cluster is started again when the test ends, pass or fail.
@@ -8,7 +9,8 @@
 use moor_e2e::assert::{agent_texts, assert_counted_prefix, summary};
 use moor_e2e::pg::{skip, LocalCluster, TestDb};
 use moor_e2e::{
-    assert_contiguous, eventually, BridgeOpts, SseClient, SseOpts, TestServer, FINISH, WAIT,
+    assert_contiguous, eventually, BridgeOpts, FaultProxy, ServerOpts, SseClient, SseOpts,
+    TestServer, FINISH, WAIT,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,4 +74,51 @@ async fn postgres_restarting_under_a_streaming_bridge_loses_nothing_acknowledged
         "the viewer got the whole log, once"
     );
     drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_while_postgres_cannot_be_reached_waits_for_it_then_serves() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: the database behind a proxy that refuses every connection, as a Postgres that
+    // has not started yet (or is restarting) does
+    let mut url = reqwest::Url::parse(db.url()).expect("the test database's URL");
+    let pg = url
+        .socket_addrs(|| Some(5432))
+        .expect("the database's address")[0];
+    let proxy = FaultProxy::start(pg).await;
+    proxy.refuse(true);
+    url.set_ip_host(proxy.addr().ip()).unwrap();
+    url.set_port(Some(proxy.addr().port())).unwrap();
+    let url = url.to_string();
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let opts = ServerOpts::new()
+        .flag("--database-url", &url)
+        .flag("--node-id", "waiting")
+        .flag("--admin-token", &token)
+        .flag("--database-wait-secs", 120);
+
+    // act: start the node; once it has tried a few times, the database comes up
+    let starting = tokio::spawn(TestServer::start(opts));
+    proxy.wait_connections(3, WAIT).await;
+    assert!(!starting.is_finished(), "the node waits for its database");
+    proxy.refuse(false);
+    let server = starting.await.expect("the node started");
+
+    // assert: it serves, and said why it waited
+    let name = format!("s-{}", uuid::Uuid::new_v4().simple());
+    let mut bridge = BridgeOpts::new(&server.url(), &token, &name, &["count", "20"]).spawn();
+    bridge.wait_success(FINISH).await;
+    let api = server.api();
+    api.wait_ended(&name, WAIT).await;
+    let id = api.wait_session(&name, WAIT).await.id;
+    let out = agent_texts(&api.entries_all(id).await, "stdout");
+    assert_eq!(assert_counted_prefix(&out, "line-"), 20, "every line once");
+    assert!(
+        server
+            .logs()
+            .contains("the database cannot be reached yet; retrying"),
+        "the wait is logged"
+    );
 }

@@ -73,6 +73,11 @@ pub struct Config {
     /// Database URL (default: sqlite:<data-dir>/moor.db).
     #[arg(long, env = "MOOR_DATABASE_URL", hide_env_values = true, global = true)]
     database_url: Option<String>,
+    /// How long to wait at start for a database that cannot be reached yet (not started, or
+    /// restarting), in seconds, retrying with backoff and logging each attempt; any other
+    /// database error ends the start at once (0: never wait).
+    #[arg(long, env = "MOOR_DATABASE_WAIT_SECS", default_value_t = 60)]
+    database_wait_secs: u64,
     /// This node's name among nodes sharing a Postgres database (default: generated).
     #[arg(long, env = "MOOR_NODE_ID")]
     node_id: Option<String>,
@@ -286,6 +291,7 @@ impl Config {
         ServerConfig {
             data_dir: self.data_dir,
             database_url: self.database_url,
+            database_wait: Duration::from_secs(self.database_wait_secs),
             node_id: self.node_id,
             admin_token: self.admin_token,
             public_url: self.public_url,

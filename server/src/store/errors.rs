@@ -28,19 +28,26 @@ pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             StoreError::Conflict("unique key already stored")
         }
-        sqlx::Error::Database(db) if unreachable(db.as_ref()) => {
-            StoreError::Unavailable(sqlx::Error::Database(db).into())
-        }
+        e if unavailable(&e) => StoreError::Unavailable(e.into()),
         sqlx::Error::Database(db) if full(db.as_ref()) => {
             StoreError::Full(sqlx::Error::Database(db).into())
         }
         sqlx::Error::Io(e) if io_full(&e) => StoreError::Full(sqlx::Error::Io(e).into()),
-        e @ (sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::WorkerCrashed) => StoreError::Unavailable(e.into()),
         e => StoreError::Other(e.into()),
+    }
+}
+
+/// Whether `e` says the database cannot be reached right now (retry later), as opposed to a
+/// broken request, a full disk or a missing row.
+pub(crate) fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => unreachable(db.as_ref()),
+        sqlx::Error::Io(io) => !io_full(io),
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
     }
 }
 

@@ -28,6 +28,7 @@ mod sqlite;
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::anyhow;
 use async_trait::async_trait;
@@ -721,6 +722,38 @@ pub async fn connect_as(url: &str, node_id: &str) -> anyhow::Result<Stores> {
             Ok(Stores::of(store.clone(), Some(store)))
         }
     }
+}
+
+/// Like [`connect_as`], waiting up to `wait` for a database that cannot be reached yet (not
+/// started, or restarting, as when a host boots or a compose file starts everything at once):
+/// each failed attempt is logged and retried after a backoff from 250 ms to 5 s. Any other error
+/// (a bad URL, refused credentials, a failed migration) ends it at once.
+pub async fn connect_waiting(url: &str, node_id: &str, wait: Duration) -> anyhow::Result<Stores> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut backoff = Duration::from_millis(250);
+    for attempt in 1.. {
+        let e = match connect_as(url, node_id).await {
+            Ok(stores) => return Ok(stores),
+            Err(e) => e,
+        };
+        let unreachable = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<sqlx::Error>())
+            .any(errors::unavailable);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !unreachable || left.is_zero() {
+            return Err(e);
+        }
+        tracing::warn!(
+            attempt,
+            error = format!("{e:#}"),
+            left_secs = left.as_secs(),
+            "the database cannot be reached yet; retrying"
+        );
+        tokio::time::sleep(backoff.min(left)).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    unreachable!("the attempts are counted without end")
 }
 
 /// The database engines a URL can name.
