@@ -576,8 +576,14 @@ pub async fn run(cfg: SoakConfig) -> anyhow::Result<SoakReport> {
         if did.is_some() {
             *soak.faults.entry(step.fault.kind().to_owned()).or_default() += 1;
         }
+        // Undone on the schedule (the step's time plus its length), not after the injection
+        // returned: a slow injection (a snapshot, stopping Postgres) must not push its undo past
+        // the next step on the same resources, which the schedule placed after it. A Postgres
+        // restarted only after a node's restart, which waits for it, stalled the run; a stopped
+        // node was asked to leave.
         if let Some((ms, u)) = after {
-            undo.push((Instant::now() + Duration::from_millis(ms), u));
+            let at = (due + Duration::from_millis(ms)).max(Instant::now());
+            undo.push((at, u));
         }
         executed.push((step, did.as_ref().map(|_| ran), did.unwrap_or_default()));
         soak.count_rotations();

@@ -304,7 +304,13 @@ async fn one_stream(req: reqwest::RequestBuilder, opts: &SseOpts, rec: &Recorder
     };
     let status = resp.status();
     if !status.is_success() {
-        let body = resp.text().await.unwrap_or_default();
+        // The error's body is bounded in time too: through a link that went half-open after
+        // the status line, it would never end.
+        let wait = opts.idle_timeout.unwrap_or(Duration::from_secs(10));
+        let body = match tokio::time::timeout(wait, resp.text()).await {
+            Ok(text) => text.unwrap_or_default(),
+            Err(_) => format!("(no body within {wait:?})"),
+        };
         rec.update(|s| s.errors.push(format!("http {status}: {body}")));
         // A 4xx will not get better by retrying (except rate limiting).
         return if status.is_client_error() && status.as_u16() != 429 {
