@@ -558,11 +558,11 @@ pub async fn run(cfg: SoakConfig) -> anyhow::Result<SoakReport> {
     let mut undo: Vec<(Instant, Undo)> = Vec::new();
     for step in steps {
         let due = soak.start + Duration::from_millis(step.at_ms);
-        // Undo what is due before this step.
+        // Undo what is due before this step, or by now when the run lags behind its schedule.
         loop {
             undo.sort_by_key(|(t, _)| *t);
             match undo.first() {
-                Some((t, _)) if *t <= due => {
+                Some((t, _)) if *t <= due.max(Instant::now()) => {
                     let (t, u) = undo.remove(0);
                     tokio::time::sleep_until(t.into()).await;
                     soak.undo(u).await;

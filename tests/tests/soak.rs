@@ -2,10 +2,6 @@
 //! which must end with zero invariant violations; and a deliberately injected bug in `moord`
 //! (`MOOR_INJECT_BUG=swap-entries`, debug builds) that the checker must catch, seed printed.
 //!
-//! The four soak runs are ignored in the default suite until the defect they still find is fixed
-//! (docs/testing.md says which); `scripts/soak` and `cargo nextest run --run-ignored all
-//! --test soak` run them. The injected-bug test runs every time.
-//!
 //! `MOOR_SOAK_SECS` scales the runs (default: 120 s for the fixed SQLite seed, 45 s for the
 //! others, to keep the suite's budget). Reproduce a failure with `scripts/soak --seed N`.
 
@@ -52,25 +48,21 @@ async fn soak_passes(seed: u64, duration: Duration, store: Store, pg_restart: bo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_sqlite_fixed_seed() {
     soak_passes(FIXED_SEED, secs(120), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_sqlite_random_seed() {
     soak_passes(rand::random(), secs(45), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_postgres_fixed_seed() {
     soak_passes(FIXED_SEED, secs(60), Store::Postgres, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds an open defect (SSE viewers stuck below the head): run with scripts/soak or --run-ignored"]
 async fn soak_postgres_random_seed() {
     soak_passes(rand::random(), secs(45), Store::Postgres, true).await;
 }
