@@ -469,6 +469,26 @@ scenario("device login: the real moor login is approved in the page, then stream
   await ctx.close();
 });
 
+scenario("the session's Notify switch mutes it for me, is shown off after a reload, and on again unmutes it", async ({ browser }) => {
+  await rpc("echo", { session: "web-mute" });
+  const info = await sessionByName("web-mute");
+  const muted = async () => ((await api("/notify/mutes")).sessions ?? []).includes(info.id);
+  assert(!(await muted()), "not muted to begin with");
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await openSession(page, info.id);
+  await page.waitForSelector("#session-notify", { timeout: 10000 });
+  assert(await page.isChecked("#session-notify"), "the switch is on");
+  await page.click("#session-notify");
+  await waitFor("the session muted on the server", 10000, muted);
+  await page.reload();
+  await page.waitForSelector("#session-notify", { timeout: 10000 });
+  assert(!(await page.isChecked("#session-notify")), "after a reload, the switch says what moord stored: off");
+  await page.click("#session-notify");
+  await waitFor("the session unmuted on the server", 10000, async () => !(await muted()));
+  await ctx.close();
+});
+
 scenario("PTY session: terminal view with keyboard input", async ({ browser }) => {
   await rpc("pty", { session: "web-pty", script: "printf 'ready\\n'; while read -r l; do echo \"typed: $l\"; done" });
   const info = await sessionByName("web-pty");

@@ -179,3 +179,16 @@ export function mutesPanel(): HTMLElement {
     .catch((e: Error) => (note.textContent = e.message));
   return h("details.notify-mutes", null, h("summary", null, "Notify me when…"), list, note);
 }
+
+/** The session's "Notify me" switch (off = the session is muted for me). */
+export function sessionMuteSwitch(session: string): HTMLElement {
+  const note = h("span.muted", { id: "session-mute-note" });
+  const slot = h("span", { id: "session-mute" });
+  void call<NotifyMutes>("GET", "mutes")
+    .then((m) => {
+      const on = !(m?.sessions ?? []).includes(session);
+      slot.replaceChildren(muteSwitch("session-notify", "Notify", `sessions/${encodeURIComponent(session)}`, on, note), note);
+    })
+    .catch(() => {});
+  return slot;
+}

@@ -19,6 +19,7 @@ import { renderItem, type RenderCtx } from "./render";
 import { markTurnsSeen } from "../needs";
 import { phaseText } from "../phase";
 import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
+import { sessionMuteSwitch } from "./notify";
 import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
@@ -161,6 +162,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
       h("button.tb", { type: "button", id: "export-btn", onclick: () => openExport() }, "Export"),
+      sessionMuteSwitch(id),
     ),
     deviceBanner,
     streamBanner,
