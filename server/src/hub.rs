@@ -344,7 +344,7 @@ impl Hub {
             .get(&session)
             .map_or((0, None), |l| (l.claimed_elsewhere, l.claimed_by));
         if epoch < claimed_elsewhere {
-            let _ = control.send(superseded(claimed_by == Some(producer)));
+            let _ = control.send(superseded(claimed_by.is_none_or(|p| p == producer)));
         }
         let old = inner.links.insert(
             session,
@@ -375,8 +375,9 @@ impl Hub {
     }
 
     /// Another node claimed `session`'s bridge with `epoch` for bridge `producer` (`None` when
-    /// not known): closes the local connection if it is older, and remembers the claim for
-    /// connections still being set up here.
+    /// not known): closes the local connection if it is older (with 4003 only when `producer`
+    /// is known to be another bridge), and remembers the claim for connections still being set
+    /// up here.
     pub fn supersede_bridge(&self, session: SessionId, epoch: u64, producer: Option<ProducerId>) {
         let mut inner = self.lock();
         let link = inner.links.entry(session).or_insert_with(|| Link {
@@ -397,7 +398,10 @@ impl Hub {
         }
         if link.epoch < epoch {
             if let Some(control) = link.control.take() {
-                let same = producer.is_some() && producer == link.producer;
+                // Another bridge only when the claim says so: a bridge told to stop on a guess
+                // would leave its agent unreachable, one told to reconnect takes the session
+                // back at worst (a claim found while notices were lost names no bridge).
+                let same = producer.is_none_or(|p| link.producer == Some(p));
                 let _ = control.send(superseded(same));
             }
         }
@@ -629,5 +633,34 @@ mod tests {
         hub.publish(session, [frame(1, kinds::INPUT_TEXT)]);
         assert!(drain(&mut rx).is_empty());
         assert!(!hub.is_watched(session));
+    }
+
+    #[test]
+    fn a_claim_from_another_node_stops_the_local_bridge_only_when_it_names_another_bridge() {
+        let hub = Hub::default();
+        let mine = ProducerId::new();
+        let attach = |session: SessionId| {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            hub.attach_bridge(session, mine, tx, input_feed().0, 1, Seq::ZERO);
+            move || match rx.try_recv() {
+                Ok(BridgeControl::Close { code, .. }) => Some(code),
+                _ => None,
+            }
+        };
+        // claimed by this bridge's later connection on another node: reconnect
+        let s = SessionId::new();
+        let mut told = attach(s);
+        hub.supersede_bridge(s, 2, Some(mine));
+        assert_eq!(told(), Some(close::SUPERSEDED_BY_SAME_BRIDGE));
+        // a claim found while notices were lost names no bridge: reconnect, not stop
+        let s = SessionId::new();
+        let mut told = attach(s);
+        hub.supersede_bridge(s, 2, None);
+        assert_eq!(told(), Some(close::SUPERSEDED_BY_SAME_BRIDGE));
+        // another bridge claimed it: stop
+        let s = SessionId::new();
+        let mut told = attach(s);
+        hub.supersede_bridge(s, 2, Some(ProducerId::new()));
+        assert_eq!(told(), Some(close::SUPERSEDED));
     }
 }

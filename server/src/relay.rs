@@ -139,7 +139,8 @@ impl Relay<'_> {
             let sessions: Vec<SessionId> = local.iter().map(|(s, _)| *s).collect();
             for (session, epoch) in self.cluster.bridge_epochs(&sessions).await? {
                 if local.iter().any(|(s, e)| *s == session && *e < epoch) {
-                    // Which bridge claimed it is not known here: told as by another bridge.
+                    // Which bridge claimed it is not known here: told to reconnect if it still
+                    // uses this connection (its new connection's claim then wins).
                     self.hub.supersede_bridge(session, epoch, None);
                 }
             }
