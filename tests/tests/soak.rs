@@ -2,11 +2,8 @@
 //! which must end with zero invariant violations; and a deliberately injected bug in `moord`
 //! (`MOOR_INJECT_BUG=swap-entries`, debug builds) that the checker must catch, seed printed.
 //!
-//! The two Postgres runs are ignored in the default suite for now (docs/testing.md says why);
-//! `cargo nextest run -p moor-e2e --test soak --run-ignored all` runs them.
-//!
-//! `MOOR_SOAK_SECS` scales the runs (default: 120 s for the fixed SQLite seed, 45 s for the
-//! others, to keep the suite's budget). Reproduce a failure with `scripts/soak --seed N`.
+//! Each run injects faults for two minutes (`MOOR_SOAK_SECS` sets another length). Reproduce a
+//! failure with `scripts/soak --seed N` (`--store postgres` for the Postgres runs).
 
 use std::time::Duration;
 
@@ -16,11 +13,12 @@ use moor_e2e::soak::{self, SoakConfig, Store};
 /// The fixed seed of the suite's soaks.
 const FIXED_SEED: u64 = 20_261_201;
 
-fn secs(default: u64) -> Duration {
+/// How long each run injects faults: two minutes unless `MOOR_SOAK_SECS` says otherwise.
+fn soak_duration() -> Duration {
     let s = std::env::var("MOOR_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(default);
+        .unwrap_or(120);
     Duration::from_secs(s)
 }
 
@@ -52,24 +50,22 @@ async fn soak_passes(seed: u64, duration: Duration, store: Store, pg_restart: bo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_sqlite_fixed_seed() {
-    soak_passes(FIXED_SEED, secs(120), Store::Sqlite, false).await;
+    soak_passes(FIXED_SEED, soak_duration(), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_sqlite_random_seed() {
-    soak_passes(rand::random(), secs(45), Store::Sqlite, false).await;
+    soak_passes(rand::random(), soak_duration(), Store::Sqlite, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "found a defect in its last runs (fixed, see docs/testing.md): in the suite again once it passes more runs; run it with --run-ignored or scripts/soak --store postgres"]
 async fn soak_postgres_fixed_seed() {
-    soak_passes(FIXED_SEED, secs(60), Store::Postgres, true).await;
+    soak_passes(FIXED_SEED, soak_duration(), Store::Postgres, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "found a defect in its last runs (fixed, see docs/testing.md): in the suite again once it passes more runs; run it with --run-ignored or scripts/soak --store postgres"]
 async fn soak_postgres_random_seed() {
-    soak_passes(rand::random(), secs(45), Store::Postgres, true).await;
+    soak_passes(rand::random(), soak_duration(), Store::Postgres, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
