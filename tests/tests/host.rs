@@ -317,6 +317,16 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     m.api()
         .wait_bridge_online(&shell.session, false, WAIT)
         .await;
+    // The shell ignored SIGTERM: `moor run` forced it and still ended the session, saying so.
+    let shell_id = m.api().session(&shell.session).await.unwrap().id;
+    let mut shell_tail = LogTail::new(m.api(), shell_id);
+    let exit = shell_tail
+        .wait_kind(kinds::AGENT_EXIT, 0, WAIT, |_| true)
+        .await;
+    assert_eq!(exit.payload["signal"], 9, "{exit:?}");
+    shell_tail
+        .wait_kind(kinds::SESSION_ENDED, exit.seq.0, WAIT, |_| true)
+        .await;
 
     // act: kill Claude's moor run (a crash), then resume it from the phone
     let pid = m.starts(&cc.session).await[0].payload["pid"]

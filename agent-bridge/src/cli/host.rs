@@ -35,7 +35,8 @@ pub(super) struct HostArgs {
     /// $XDG_STATE_HOME/moor or ~/.local/state/moor).
     #[arg(long, env = "MOOR_STATE_DIR", global = true)]
     state_dir: Option<PathBuf>,
-    /// How long a stopped session gets between SIGTERM and SIGKILL (to its process group).
+    /// How long a stopped session's agent gets between SIGTERM and SIGKILL (its `moor run` then
+    /// ends the session, or is killed 30 s later).
     #[arg(long, env = "MOOR_HOST_STOP_GRACE", default_value = "10s", value_parser = parse_duration, global = true)]
     stop_grace: Duration,
     /// How often the machine registers again (its projects' branch and dirty state).

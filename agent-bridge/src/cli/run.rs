@@ -245,13 +245,18 @@ pub(super) fn run_bridge(
     runtime.block_on(async {
         let reaper = adopt_orphans();
         let token = config.token.clone();
+        let stop_grace = config.agent.stop_grace;
         let mut bridge = Bridge::new(config);
         if let Some(c) = checkpoints {
             bridge = bridge.with_checkpoints(c);
         }
         let shutdown = CancellationToken::new();
         token.keep_fresh(shutdown.clone());
-        let signals = tokio::spawn(handle_signals(bridge.handle(), shutdown.clone()));
+        let signals = tokio::spawn(handle_signals(
+            bridge.handle(),
+            shutdown.clone(),
+            stop_grace,
+        ));
         let result = bridge.run(shutdown.clone()).await;
         signals.abort();
         if let Some(reaper) = reaper {
@@ -284,19 +289,39 @@ fn adopt_orphans() -> Option<tokio::task::JoinHandle<()>> {
 }
 
 /// First SIGINT/SIGTERM while the agent runs goes to the agent; the bridge then ends the session
-/// normally once the agent exits. Any further signal (or one after the agent is gone) stops
-/// `moor` at once, leaving undelivered entries in the spool.
-async fn handle_signals(bridge: BridgeHandle, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// normally once the agent exits. An agent still running `stop_grace` after a SIGTERM gets
+/// SIGKILL (to its process group), so that a stop from outside (`moor host`, systemd) still
+/// ends the session and records how the agent ended. Any further signal (or one after the
+/// agent is gone) stops `moor` at once, leaving undelivered entries in the spool.
+async fn handle_signals(
+    bridge: BridgeHandle,
+    shutdown: CancellationToken,
+    stop_grace: Duration,
+) -> anyhow::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt()).context("listen for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("listen for SIGTERM")?;
     let mut forwarded = false;
+    let force = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(force);
+    let mut forcing = false;
     loop {
         let (sig, name) = tokio::select! {
             _ = interrupt.recv() => (AgentSignal::Interrupt, "SIGINT"),
             _ = terminate.recv() => (AgentSignal::Terminate, "SIGTERM"),
+            _ = &mut force, if forcing => {
+                forcing = false;
+                if bridge.forward_signal(AgentSignal::Kill) {
+                    eprintln!("moor: the agent was still running {stop_grace:?} after SIGTERM; killed it (SIGKILL)");
+                }
+                continue;
+            }
         };
         if !forwarded && bridge.forward_signal(sig) {
             forwarded = true;
+            if sig == AgentSignal::Terminate {
+                force.as_mut().reset(tokio::time::Instant::now() + stop_grace);
+                forcing = true;
+            }
             eprintln!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)");
         } else {
             shutdown.cancel();

@@ -37,6 +37,9 @@ use crate::session_dir::SessionDir;
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
 
+/// How long a stopped session's `moor run` gets, after its agent's grace, to record the end.
+const FINISH_GRACE: Duration = Duration::from_secs(30);
+
 /// Everything `moor host` needs, with no CLI parsing attached.
 #[derive(Debug, Clone)]
 pub struct HostParams {
@@ -52,7 +55,8 @@ pub struct HostParams {
     pub state_dir: PathBuf,
     /// The link's timings.
     pub link: LinkConfig,
-    /// How long a stopped session gets between SIGTERM and SIGKILL.
+    /// How long a stopped session's agent gets between SIGTERM and SIGKILL (its `moor run`
+    /// kills it then, and ends the session).
     pub stop_grace: Duration,
     /// How often the machine registers again (branch and dirty state of its projects).
     pub refresh: Duration,
@@ -358,6 +362,8 @@ impl Host {
             .arg(&self.p.state_dir)
             .arg("--mode")
             .arg(&def.mode)
+            .arg("--stop-grace")
+            .arg(format!("{}ms", self.p.stop_grace.as_millis()))
             .arg("--")
             .args(&def.command)
             .current_dir(dir)
@@ -381,8 +387,10 @@ impl Host {
         Ok(pid)
     }
 
-    /// Stops the session's `moor run`: SIGTERM to its process group (it ends the session
-    /// normally), SIGKILL to the group after the grace.
+    /// Stops the session's `moor run`: SIGTERM to its process group. `moor run` passes it to
+    /// the agent, kills the agent if it is still running after the grace, and ends the
+    /// session. Only a `moor run` still running [`FINISH_GRACE`] after that gets SIGKILL (its
+    /// undelivered entries stay in its spool, for a resume).
     fn stop(&mut self, session: &str) -> Result<(), String> {
         let child = self
             .children
@@ -394,7 +402,7 @@ impl Host {
             .and_then(Pid::from_raw)
             .ok_or("bad pid")?;
         kill_process_group(pid, Signal::TERM).map_err(|e| format!("cannot signal it: {e}"))?;
-        let grace = self.p.stop_grace;
+        let grace = self.p.stop_grace + FINISH_GRACE;
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             // The group is gone once everything in it exited: ESRCH is the good outcome.
