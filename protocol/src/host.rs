@@ -258,10 +258,14 @@ pub struct HostSessionStarted {
 pub struct HostSessionExited {
     /// The session's name.
     pub session: String,
-    /// Its exit code (None: ended by a signal).
+    /// Its exit code (None: ended by a signal, or unknown).
     pub code: Option<i32>,
     /// It was stopped on request.
     pub stopped: bool,
+    /// It was started by an earlier run of `moor host` (before a restart), which alone could
+    /// learn how it ended: it is known to have ended, not how.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub status_unknown: bool,
 }
 
 #[cfg(test)]

@@ -501,3 +501,63 @@ async fn cut_and_restart(mut m: Machine) {
     );
     drop(m.host);
 }
+
+#[tokio::test]
+async fn a_restarted_host_keeps_track_of_the_sessions_it_started() {
+    // arrange: two shells running on a machine that allows two
+    let mut m = Machine::start(None).await;
+    let (kept, kept_id, mut kept_tail) = m.start_shell("s1").await;
+    let (gone, _, _) = m.start_shell("s2").await;
+
+    // act: `moor host` crashes; one session's `moor run` dies while it is down; it starts again
+    m.host.kill().await;
+    let pid = m.starts(&gone.session).await[0].payload["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).unwrap();
+    m.api().wait_bridge_online(&gone.session, false, WAIT).await;
+    m.host = m.host.respawn(&[]);
+
+    // assert: the session that ended unseen is recorded as ended, its status unknown
+    let exited = m
+        .tail
+        .wait_kind(kinds::HOST_SESSION_EXITED, 0, WAIT, |e| {
+            e.payload["session"] == gone.session.as_str()
+        })
+        .await;
+    assert_eq!(exited.payload["status_unknown"], true, "{exited:?}");
+    assert_eq!(exited.payload["stopped"], false, "{exited:?}");
+    // the one still running counts against the limit: one more fits, then none
+    let third = m.start_request("s3").await;
+    m.applied(third.seq).await;
+    let fourth = m.start_request("s4").await;
+    let failed = m
+        .tail
+        .wait_kind(kinds::INPUT_FAILED, 0, WAIT, |e| {
+            e.payload["input_seq"] == fourth.seq
+        })
+        .await;
+    assert!(
+        failed.payload["reason"].as_str().unwrap().contains("limit"),
+        "{failed:?}"
+    );
+    // and it is still this machine's to stop: it ends, and its end is recorded
+    m.keys(kept_id, "echo still-$((40+2))\r").await;
+    kept_tail.wait_pty_output("still-42", FINISH).await;
+    let stop = m
+        .act(
+            &format!("/sessions/{}/stop", kept.session),
+            json!({"idempotency_key": "st"}),
+        )
+        .await;
+    m.applied(stop.seq).await;
+    m.tail
+        .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
+            e.payload["session"] == kept.session.as_str() && e.payload["stopped"] == true
+        })
+        .await;
+    kept_tail
+        .wait_kind(kinds::SESSION_ENDED, 0, FINISH, |_| true)
+        .await;
+}

@@ -10,9 +10,9 @@
 //! reason). Sessions it starts are ordinary `moor run` processes of this same binary, each in
 //! its own process group, so they get the same log, roles and recovery as any other.
 
+mod children;
 pub mod config;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use self::children::{Child, Children, ADOPTED_POLL};
 pub use self::config::{AgentDef, HostConfig};
 use crate::backoff::Backoff;
 use crate::config::{LinkConfig, Token};
@@ -64,22 +65,23 @@ pub struct HostParams {
     pub moor: PathBuf,
 }
 
-/// A session's `moor run` this process started.
-#[derive(Debug)]
-struct Child {
-    pid: u32,
-    stopping: bool,
+/// How a child ended: its exit code (None: a signal), or unknown for one an earlier
+/// `moor host` started (this one is not its parent, so it cannot wait for it).
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    Status(Option<i32>),
+    Unknown,
 }
 
-/// A child that ended: its session, and its exit code (None: a signal).
-type Exit = (String, Option<i32>);
+/// A child that ended: its session, and how.
+type Exit = (String, Ended);
 
 /// The running host.
 #[derive(Debug)]
 struct Host {
     p: HostParams,
     spool: Spool,
-    children: HashMap<String, Child>,
+    children: Children,
     exits: mpsc::UnboundedSender<Exit>,
     api: Api,
 }
@@ -203,10 +205,11 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let mut host = Host {
         api: Api::new(&p.server, &p.token.expose())?,
         spool: dir.spool.clone(),
-        children: HashMap::new(),
+        children: Children::load(&p.state_dir),
         exits,
         p,
     };
+    host.adopt().await?;
     let mut refresh = tokio::time::interval(host.p.refresh.max(Duration::from_secs(1)));
     refresh.tick().await;
     let result = loop {
@@ -223,7 +226,7 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
                 Some(input) => host.apply(input).await?,
                 None => break Ok(()),
             },
-            Some((session, code)) = exits_rx.recv() => host.exited(session, code).await?,
+            Some((session, ended)) = exits_rx.recv() => host.exited(session, ended).await?,
             _ = refresh.tick() => {
                 if let Err(e) = host.api.register_machine(&registration(&host.p.config)).await {
                     tracing::info!(error = %e, "could not refresh the machine's registration");
@@ -295,7 +298,7 @@ impl Host {
         if !moor_protocol::host::is_valid_name(session) {
             return Err(format!("{session:?} is not a session name"));
         }
-        if self.children.contains_key(session) {
+        if self.children.contains(session) {
             return Err(format!("session {session} already runs here"));
         }
         let running = self.children.len();
@@ -305,13 +308,10 @@ impl Host {
             ));
         }
         let pid = self.spawn(session, &dir, &def)?;
-        self.children.insert(
-            session.to_owned(),
-            Child {
-                pid,
-                stopping: false,
-            },
-        );
+        if let Err(e) = self.children.insert(session, Child::spawned(pid)) {
+            // It runs all the same; only a restarted `moor host` would not find it.
+            eprintln!("moor host: cannot record that {session} runs: {e}");
+        }
         self.record(
             kinds::HOST_SESSION_STARTED,
             &HostSessionStarted {
@@ -382,9 +382,35 @@ impl Host {
         let (exits, name) = (self.exits.clone(), session.to_owned());
         tokio::spawn(async move {
             let code = child.wait().await.ok().and_then(|s| s.code());
-            let _ = exits.send((name, code));
+            let _ = exits.send((name, Ended::Status(code)));
         });
         Ok(pid)
+    }
+
+    /// Takes over the sessions an earlier `moor host` started: those still running are
+    /// watched (and can be stopped); those that ended meanwhile are recorded as ended.
+    async fn adopt(&mut self) -> anyhow::Result<()> {
+        let left: Vec<(String, Child)> = self
+            .children
+            .iter()
+            .map(|(s, c)| (s.clone(), *c))
+            .collect();
+        for (session, child) in left {
+            if child.still_runs() {
+                eprintln!("moor host: {session} still runs (pid {}); watching it", child.pid);
+                let exits = self.exits.clone();
+                tokio::spawn(async move {
+                    let mut poll = tokio::time::interval(ADOPTED_POLL);
+                    while child.still_runs() && !exits.is_closed() {
+                        poll.tick().await;
+                    }
+                    let _ = exits.send((session, Ended::Unknown));
+                });
+            } else {
+                self.exited(session, Ended::Unknown).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Stops the session's `moor run`: SIGTERM to its process group. `moor run` passes it to
@@ -392,11 +418,14 @@ impl Host {
     /// session. Only a `moor run` still running [`FINISH_GRACE`] after that gets SIGKILL (its
     /// undelivered entries stay in its spool, for a resume).
     fn stop(&mut self, session: &str) -> Result<(), String> {
-        let child = self
+        let mut child = self
             .children
-            .get_mut(session)
+            .get(session)
             .ok_or_else(|| format!("session {session} does not run on this machine"))?;
         child.stopping = true;
+        if let Err(e) = self.children.insert(session, child) {
+            eprintln!("moor host: cannot record that {session} is stopping: {e}");
+        }
         let pid = i32::try_from(child.pid)
             .ok()
             .and_then(Pid::from_raw)
@@ -412,17 +441,27 @@ impl Host {
     }
 
     /// Records that a session's `moor run` ended.
-    async fn exited(&mut self, session: String, code: Option<i32>) -> anyhow::Result<()> {
-        let stopped = self.children.remove(&session).is_some_and(|c| c.stopping);
+    async fn exited(&mut self, session: String, ended: Ended) -> anyhow::Result<()> {
+        let stopped = self.children.get(&session).is_some_and(|c| c.stopping);
+        let (code, status_unknown) = match ended {
+            Ended::Status(code) => (code, false),
+            Ended::Unknown => (None, true),
+        };
         self.record(
             kinds::HOST_SESSION_EXITED,
             &HostSessionExited {
-                session,
+                session: session.clone(),
                 code,
                 stopped,
+                status_unknown,
             },
         )
-        .await
+        .await?;
+        // Forgotten only once its end is spooled: a crash in between records it again.
+        if let Err(e) = self.children.remove(&session) {
+            eprintln!("moor host: cannot record that {session} ended: {e}");
+        }
+        Ok(())
     }
 
     /// Spools one entry of the machine's log.
