@@ -121,6 +121,9 @@ pub struct PushMessage {
     pub close: bool,
     /// The page to open on a tap.
     pub url: String,
+    /// Sent during the recipient's quiet hours: show it without sound or vibration.
+    #[serde(default)]
+    pub quiet: bool,
 }
 
 /// `POST /api/v1/notify/subscriptions`: a browser's `PushSubscription` and a device label.
@@ -211,6 +214,21 @@ pub struct NotifyMutes {
     pub classes: Vec<NotifyClass>,
     /// Muted sessions, oldest mute first.
     pub sessions: Vec<SessionId>,
+}
+
+/// A user's quiet hours: every day from `start` to `end` (local times in `time_zone`; an `end`
+/// before `start` runs past midnight), notifications still arrive, and are shown without sound
+/// or vibration. Nothing is held back or dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuietHours {
+    /// When they begin, `HH:MM` (24-hour).
+    pub start: String,
+    /// When they end, `HH:MM` (24-hour); not equal to `start`.
+    pub end: String,
+    /// The IANA time zone the times are in (`Europe/Paris`), as the browser reports it.
+    pub time_zone: String,
 }
 
 /// A sink as listed; a webhook's signing secret only in the answer that created it.

@@ -749,3 +749,97 @@ async fn bench_outbox_throughput_and_commit_to_push_delay() {
         total as f64 / secs
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_quiet_hours_notifications_arrive_without_sound_on_every_target() {
+    // arrange: alice's phone and ntfy topic, one session
+    let push = PushService::start().await;
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts()).await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
+    let (status, _) = add_sink(
+        &alice,
+        json!({"kind": "ntfy", "label": "ntfy", "url": sinks.url("night")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let mut agent = Agent::start(&server, &alice, "night").await;
+    let quiet = |body: Value| {
+        let alice = alice.clone();
+        async move {
+            let r = alice
+                .authed(
+                    Method::PUT,
+                    "/api/v1/notify/quiet-hours",
+                    Some(RawBody::Json(body)),
+                )
+                .await;
+            (r.status, r.body)
+        }
+    };
+    let get = || async {
+        alice
+            .authed(Method::GET, "/api/v1/notify/quiet-hours", None)
+            .await
+    };
+    // Local times in Tokyo (UTC+9 all year), `offset` minutes from now.
+    let tokyo = |offset: i64| {
+        let minute = (now_ms() / 60_000 + 9 * 60 + offset).rem_euclid(24 * 60);
+        format!("{:02}:{:02}", minute / 60, minute % 60)
+    };
+
+    // act: bad quiet hours are refused and set nothing
+    for bad in [
+        json!({"start": "25:00", "end": "07:00", "time_zone": "UTC"}),
+        json!({"start": "22:00", "end": "22:00", "time_zone": "UTC"}),
+        json!({"start": "22:00", "end": "07:00", "time_zone": "Mars/Olympus"}),
+    ] {
+        let (status, body) = quiet(bad.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body:?}");
+    }
+    assert_eq!(get().await.status, StatusCode::NOT_FOUND);
+
+    // act: quiet from an hour ago to an hour from now, in her time zone; a request comes
+    let window = json!({"start": tokyo(-60), "end": tokyo(60), "time_zone": "Asia/Tokyo"});
+    let (status, body) = quiet(window.clone()).await;
+    assert_eq!((status, &body), (StatusCode::OK, &window));
+    assert_eq!(get().await.body, window);
+    agent.send(&[permission("n-1", "make", 0)]).await;
+
+    // assert: it arrives everywhere, marked quiet (ntfy's lowest priority)
+    let hit = |id: &'static str| {
+        move |r: &[moor_e2e::push::Received], _: &[(String, u16)]| {
+            r.iter()
+                .any(|m| m.message.request_id.as_deref() == Some(id))
+        }
+    };
+    push.wait_until(WAIT, "the quiet request", hit("n-1")).await;
+    sinks
+        .wait_until(WAIT, "the quiet ntfy message", |hits| !hits.is_empty())
+        .await;
+    let got = push.received_by(&phone);
+    assert!(got[0].message.quiet, "{:?}", got[0].message);
+    assert_eq!(sinks.hits("night")[0].header("priority"), Some("1"));
+
+    // act: quiet hours later in the day, then a request
+    let later = json!({"start": tokyo(120), "end": tokyo(180), "time_zone": "Asia/Tokyo"});
+    assert_eq!(quiet(later).await.0, StatusCode::OK);
+    agent.send(&[permission("n-2", "make", 0)]).await;
+
+    // assert: it is not quiet
+    push.wait_until(WAIT, "the loud request", hit("n-2")).await;
+    sinks
+        .wait_until(WAIT, "the loud ntfy message", |hits| hits.len() >= 2)
+        .await;
+    let got = push.received_by(&phone);
+    assert!(!got[1].message.quiet, "{:?}", got[1].message);
+    assert_eq!(sinks.hits("night")[1].header("priority"), Some("5"));
+
+    // act: no quiet hours any more
+    let r = alice
+        .authed(Method::DELETE, "/api/v1/notify/quiet-hours", None)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(get().await.status, StatusCode::NOT_FOUND);
+    assert!(push.rejections().is_empty());
+}

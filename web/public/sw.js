@@ -83,10 +83,12 @@ self.addEventListener("push", (event) => {
         return;
       }
       const label = { approve: "Approve", deny: "Deny" };
+      // During the user's quiet hours (m.quiet) it is shown without sound or vibration.
       await self.registration.showNotification(m.title || "Mooring", {
         body: m.body,
         tag: m.tag,
-        renotify: true,
+        renotify: !m.quiet,
+        silent: !!m.quiet,
         data: m,
         actions: (m.actions || []).map((a) => ({ action: a, title: label[a] || a })),
       });

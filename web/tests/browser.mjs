@@ -489,6 +489,35 @@ scenario("the session's Notify switch mutes it for me, is shown off after a relo
   await ctx.close();
 });
 
+scenario("quiet hours set on the list page are stored in this browser's time zone, shown again after a reload, and removed when switched off", async ({ browser }) => {
+  const stored = async () => {
+    try {
+      return await api("/notify/quiet-hours");
+    } catch (e) {
+      if (e.status === 404) return null;
+      throw e;
+    }
+  };
+  assert((await stored()) === null, "no quiet hours to begin with");
+  const ctx = await phone(browser, { timezoneId: "Asia/Tokyo" });
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#token=${TOKEN}`);
+  await page.click("details.notify-quiet summary", { timeout: 10000 });
+  await page.fill("#quiet-start", "23:15");
+  await page.fill("#quiet-end", "06:45");
+  await page.check("#quiet-on");
+  const want = JSON.stringify({ start: "23:15", end: "06:45", time_zone: "Asia/Tokyo" });
+  await waitFor("the quiet hours stored in the browser's time zone", 10000, async () => JSON.stringify(await stored()) === want);
+  await page.reload();
+  await page.click("details.notify-quiet summary", { timeout: 10000 });
+  await waitFor("the switch shown on after a reload", 10000, () => page.isChecked("#quiet-on"));
+  assert((await page.inputValue("#quiet-start")) === "23:15", "the stored start is shown");
+  assert((await page.textContent("#quiet-note")).includes("Asia/Tokyo"), "the note names the time zone");
+  await page.uncheck("#quiet-on");
+  await waitFor("the quiet hours removed", 10000, async () => (await stored()) === null);
+  await ctx.close();
+});
+
 scenario("PTY session: terminal view with keyboard input", async ({ browser }) => {
   await rpc("pty", { session: "web-pty", script: "printf 'ready\\n'; while read -r l; do echo \"typed: $l\"; done" });
   const info = await sessionByName("web-pty");

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { classSwitches, deviceLabel, keyBytes, sinkLine } from "../src/views/notify";
+import { classSwitches, deviceLabel, keyBytes, quietHoursFrom, sinkLine } from "../src/views/notify";
 
 describe("notify switch helpers", () => {
   it("decodes a base64url VAPID key into the 65 bytes of an uncompressed point", () => {
@@ -24,5 +24,15 @@ describe("notify switch helpers", () => {
     const switches = classSwitches({ classes: ["turn", "ended"] });
     expect(switches.map((s) => s.class)).toEqual(["permission", "turn", "stalled", "crashed", "bridge_lost", "input_failed", "ended", "summary"]);
     expect(switches.filter((s) => !s.on).map((s) => s.class)).toEqual(["turn", "ended"]);
+  });
+});
+
+describe("quiet hours", () => {
+  it("are saved as the two times in this browser's time zone", () => {
+    expect(quietHoursFrom("22:00", "07:00", "Europe/Paris")).toEqual({ start: "22:00", end: "07:00", time_zone: "Europe/Paris" });
+  });
+  it("are refused with a reason when a time is missing or both are the same", () => {
+    expect(quietHoursFrom("", "07:00", "UTC")).toBe("Give a start and an end time.");
+    expect(quietHoursFrom("07:00", "07:00", "UTC")).toBe("Start and end are the same time.");
   });
 });

@@ -80,6 +80,11 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notify::mutes))
         .routes(routes!(notify::mute_class, notify::unmute_class))
         .routes(routes!(notify::mute_session, notify::unmute_session))
+        .routes(routes!(
+            notify::quiet_hours,
+            notify::put_quiet_hours,
+            notify::delete_quiet_hours
+        ))
         .routes(routes!(machines::register, machines::list))
         .routes(routes!(machines::get))
         .routes(routes!(machines::start))

@@ -1,5 +1,5 @@
-//! Notification endpoints: the VAPID public key, and the caller's Web Push subscriptions
-//! (add, list, remove), each labelled by device.
+//! Notification endpoints: the VAPID public key, the caller's Web Push subscriptions (add,
+//! list, remove), each labelled by device, their sinks, mutes and quiet hours.
 //!
 //! Part of the HTTP transport: calls `store` and `notify`; never `sse` or `ws`.
 
@@ -7,13 +7,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use moor_protocol::notify::{
     NewNotifySink, NewPushSubscription, NotifyClass, NotifyMutes, NotifySinkInfo,
-    PushSubscriptionInfo, SinkKind, VapidKey,
+    PushSubscriptionInfo, QuietHours, SinkKind, VapidKey,
 };
 use moor_protocol::now_ms;
 
 use crate::access::{random_secret, session_for, AuthUser, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::notify::quiet::QuietWindow;
 use crate::notify::webpush::subscription_keys;
 use crate::state::AppState;
 use crate::store::notify::{
@@ -399,5 +400,64 @@ pub(crate) async fn unmute_session(
         .notify
         .mute_session(&who.name, session.id, false, now_ms())
         .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/v1/notify/quiet-hours`: the caller's quiet hours (404 when none are set).
+#[utoipa::path(
+    get, path = "/notify/quiet-hours", operation_id = "getQuietHours", tag = "access",
+    responses(
+        (status = 200, description = "The caller's quiet hours", body = QuietHours),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn quiet_hours(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+) -> Result<Json<QuietHours>, ApiError> {
+    let quiet = state.store.notify.quiet_hours(&who.name).await?;
+    quiet.map(Json).ok_or(ApiError::NotFound("quiet hours"))
+}
+
+/// `PUT /api/v1/notify/quiet-hours`: sets the caller's quiet hours (every day from `start` to
+/// `end` in `time_zone`, notifications arrive without sound or vibration).
+#[utoipa::path(
+    put, path = "/notify/quiet-hours", operation_id = "putQuietHours", tag = "access",
+    request_body = QuietHours,
+    responses(
+        (status = 200, description = "Set", body = QuietHours),
+        crate::openapi::BodyErrors,
+    )
+)]
+pub(crate) async fn put_quiet_hours(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Json(req): Json<QuietHours>,
+) -> Result<Json<QuietHours>, ApiError> {
+    QuietWindow::parse(&req).map_err(|reason| ApiError::Invalid {
+        field: "quiet_hours",
+        reason,
+    })?;
+    state
+        .store
+        .notify
+        .set_quiet_hours(&who.name, Some(&req))
+        .await?;
+    Ok(Json(req))
+}
+
+/// `DELETE /api/v1/notify/quiet-hours`: no quiet hours any more.
+#[utoipa::path(
+    delete, path = "/notify/quiet-hours", operation_id = "deleteQuietHours", tag = "access",
+    responses(
+        (status = 204, description = "No quiet hours"),
+        crate::openapi::LookupErrors,
+    )
+)]
+pub(crate) async fn delete_quiet_hours(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+) -> Result<StatusCode, ApiError> {
+    state.store.notify.set_quiet_hours(&who.name, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }

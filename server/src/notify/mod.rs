@@ -7,6 +7,7 @@
 //! never `http`, `ws` or `sse`.
 
 pub(crate) mod compose;
+pub(crate) mod quiet;
 pub(crate) mod sinks;
 pub(crate) mod vapid;
 pub(crate) mod webpush;
@@ -20,6 +21,7 @@ use moor_protocol::{now_ms, Entry, Seq};
 use tokio_util::sync::CancellationToken;
 
 use self::compose::{compose, Ages, Draft};
+use self::quiet::QuietWindow;
 use self::sinks::Sinks;
 use self::webpush::{Delivery, WebPush};
 use crate::config::NotifyConfig;
@@ -231,7 +233,12 @@ impl Notifier {
             if subs.is_empty() && sinks.is_empty() {
                 continue;
             }
-            let message = self.message(&draft, &name, member.role);
+            let quiet = notify
+                .quiet_hours(&member.principal)
+                .await?
+                .and_then(|q| QuietWindow::parse(&q).ok())
+                .is_some_and(|w| w.contains(now_ms()));
+            let message = self.message(&draft, &name, member.role, quiet);
             for sub in subs {
                 let target = format!("push:{}", sub.id);
                 if has(&target) {
@@ -310,9 +317,9 @@ impl Notifier {
         Ok(())
     }
 
-    /// The push message `draft` becomes for someone with `role`: buttons only for those who
-    /// may decide.
-    fn message(&self, draft: &Draft, session_name: &str, role: Role) -> PushMessage {
+    /// The push message `draft` becomes for someone with `role` (buttons only for those who
+    /// may decide), `quiet` during their quiet hours.
+    fn message(&self, draft: &Draft, session_name: &str, role: Role, quiet: bool) -> PushMessage {
         let actions =
             if draft.class == NotifyClass::Permission && !draft.close && role >= Role::Controller {
                 vec![NotifyAction::Approve, NotifyAction::Deny]
@@ -331,6 +338,7 @@ impl Notifier {
             actions,
             close: draft.close,
             url: format!("{}/#/s/{}", self.public_url, draft.session),
+            quiet,
         }
     }
 }

@@ -60,6 +60,8 @@ impl Sinks {
             }
             _ => ("3", "robot"),
         };
+        // ntfy's lowest priority shows the message without sound or vibration.
+        let priority = if m.quiet { "1" } else { priority };
         let body = if m.close {
             "answered".to_owned()
         } else {

@@ -208,6 +208,30 @@ const PLAIN_TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "notify_muted_classes",
+        select: None,
+        columns: &[("principal", "text"), ("class", "text")],
+    },
+    Table {
+        name: "notify_muted_sessions",
+        select: None,
+        columns: &[
+            ("principal", "text"),
+            ("session_id", "text"),
+            ("at", "bigint"),
+        ],
+    },
+    Table {
+        name: "notify_quiet_hours",
+        select: None,
+        columns: &[
+            ("principal", "text"),
+            ("start_at", "text"),
+            ("end_at", "text"),
+            ("time_zone", "text"),
+        ],
+    },
+    Table {
         name: "notify_sinks",
         select: None,
         columns: &[

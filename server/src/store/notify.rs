@@ -8,6 +8,7 @@
 //! (`FOR UPDATE SKIP LOCKED`), so each row goes to one sender at a time.
 
 use async_trait::async_trait;
+use moor_protocol::notify::QuietHours;
 use moor_protocol::{Seq, SessionId};
 
 use super::StoreResult;
@@ -252,6 +253,16 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
     /// Whether `principal` muted `session` or `class`.
     async fn is_muted(&self, principal: &str, session: SessionId, class: &str)
         -> StoreResult<bool>;
+
+    /// `principal`'s quiet hours, if set.
+    async fn quiet_hours(&self, principal: &str) -> StoreResult<Option<QuietHours>>;
+
+    /// Sets (`Some`, checked by the caller) or clears (`None`) `principal`'s quiet hours.
+    async fn set_quiet_hours(
+        &self,
+        principal: &str,
+        quiet: Option<&QuietHours>,
+    ) -> StoreResult<()>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
@@ -259,6 +270,7 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
 macro_rules! notify_store {
     ($store:ident, $db:ty, $lock:literal) => {
         mod notify_store {
+            use moor_protocol::notify::QuietHours;
             use moor_protocol::{Seq, SessionId};
             use sqlx::Row;
 
@@ -771,6 +783,48 @@ macro_rules! notify_store {
                     .await
                     .map_err(db_error)?;
                     Ok(row.is_some())
+                }
+
+                async fn quiet_hours(&self, principal: &str) -> StoreResult<Option<QuietHours>> {
+                    let row = sqlx::query(
+                        "SELECT start_at, end_at, time_zone FROM notify_quiet_hours \
+                         WHERE principal = $1",
+                    )
+                    .bind(principal)
+                    .fetch_optional(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    row.map(|r| {
+                        Ok(QuietHours {
+                            start: r.try_get("start_at").map_err(db_error)?,
+                            end: r.try_get("end_at").map_err(db_error)?,
+                            time_zone: r.try_get("time_zone").map_err(db_error)?,
+                        })
+                    })
+                    .transpose()
+                }
+
+                async fn set_quiet_hours(
+                    &self,
+                    principal: &str,
+                    quiet: Option<&QuietHours>,
+                ) -> StoreResult<()> {
+                    let query = match quiet {
+                        Some(q) => sqlx::query(
+                            "INSERT INTO notify_quiet_hours (principal, start_at, end_at, time_zone) \
+                             VALUES ($1, $2, $3, $4) ON CONFLICT (principal) DO UPDATE SET \
+                             start_at = excluded.start_at, end_at = excluded.end_at, \
+                             time_zone = excluded.time_zone",
+                        )
+                        .bind(principal)
+                        .bind(&q.start)
+                        .bind(&q.end)
+                        .bind(&q.time_zone),
+                        None => sqlx::query("DELETE FROM notify_quiet_hours WHERE principal = $1")
+                            .bind(principal),
+                    };
+                    query.execute(self.writes()).await.map_err(db_error)?;
+                    Ok(())
                 }
             }
 

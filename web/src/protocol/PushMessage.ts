@@ -53,4 +53,8 @@ close: boolean,
 /**
  * The page to open on a tap.
  */
-url: string, };
+url: string, 
+/**
+ * Sent during the recipient's quiet hours: show it without sound or vibration.
+ */
+quiet: boolean, };

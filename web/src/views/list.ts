@@ -6,7 +6,7 @@ import { ListDetails, needsCount, setNeedCount, setNeedCountUnknown, setTitle } 
 import { needOf, seenTurns, sortForList } from "../needs";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
-import { mutesPanel, notifySwitch, sinksPanel } from "./notify";
+import { mutesPanel, notifySwitch, quietPanel, sinksPanel } from "./notify";
 import { invitations } from "./offers";
 
 const REFRESH_MS = 5000;
@@ -49,7 +49,7 @@ export function listView(root: HTMLElement): () => void {
   root.replaceChildren(
     h("header.top", null, h("div.row", null, h("h1.title", null, "Mooring"), h("div.spacer"), who, h("a.tb", { href: "#/machines", id: "machines-link" }, "Machines"), logoutButton(), themeButton())),
     note,
-    h("main.list-main", null, notifySwitch(), mutesPanel(), sinksPanel(), invites.el, body),
+    h("main.list-main", null, notifySwitch(), mutesPanel(), quietPanel(), sinksPanel(), invites.el, body),
   );
   api.me(true).then(
     (me) => {

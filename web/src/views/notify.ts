@@ -9,6 +9,7 @@ import type { NotifyClass } from "../protocol/NotifyClass";
 import type { NotifyMutes } from "../protocol/NotifyMutes";
 import type { NotifySinkInfo } from "../protocol/NotifySinkInfo";
 import type { PushSubscriptionInfo } from "../protocol/PushSubscriptionInfo";
+import type { QuietHours } from "../protocol/QuietHours";
 import type { SinkKind } from "../protocol/SinkKind";
 import type { VapidKey } from "../protocol/VapidKey";
 
@@ -191,4 +192,60 @@ export function sessionMuteSwitch(session: string): HTMLElement {
     })
     .catch(() => {});
   return slot;
+}
+
+/** The quiet hours to save from the two time inputs, or why not. */
+export function quietHoursFrom(start: string, end: string, timeZone: string): QuietHours | string {
+  if (!/^\d\d:\d\d$/.test(start) || !/^\d\d:\d\d$/.test(end)) return "Give a start and an end time.";
+  if (start === end) return "Start and end are the same time.";
+  return { start, end, time_zone: timeZone };
+}
+
+/** "Quiet hours": every day from start to end, in this browser's time zone, notifications
+ * still arrive but without sound or vibration. */
+export function quietPanel(): HTMLElement {
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+  const on = h("input", { type: "checkbox", id: "quiet-on" }) as HTMLInputElement;
+  const start = h("input", { type: "time", id: "quiet-start", value: "22:00" }) as HTMLInputElement;
+  const end = h("input", { type: "time", id: "quiet-end", value: "07:00" }) as HTMLInputElement;
+  const note = h("div.muted", { id: "quiet-note" });
+  const shown = (q: QuietHours | null) => {
+    on.checked = !!q;
+    if (q) [start.value, end.value] = [q.start, q.end];
+    note.textContent = q
+      ? `Silent every day ${q.start}–${q.end} (${q.time_zone}): notifications still arrive.`
+      : "Off: notifications make their sound at any hour.";
+  };
+  const save = () => {
+    if (!on.checked) {
+      void call("DELETE", "quiet-hours").then(() => shown(null)).catch((e: Error) => (note.textContent = e.message));
+      return;
+    }
+    const q = quietHoursFrom(start.value, end.value, zone);
+    if (typeof q === "string") {
+      note.textContent = q;
+      return;
+    }
+    void call<QuietHours>("PUT", "quiet-hours", q)
+      .then((saved) => shown(saved))
+      .catch((e: Error) => (note.textContent = e.message));
+  };
+  for (const input of [on, start, end]) input.addEventListener("change", save);
+  fetch("/api/v1/notify/quiet-hours", { credentials: "same-origin", headers: authHeaders() })
+    .then(async (res) => {
+      if (res.status === 404) return shown(null);
+      if (!res.ok) throw new Error(`GET quiet-hours: ${res.status}`);
+      shown((await res.json()) as QuietHours);
+    })
+    .catch((e: Error) => (note.textContent = e.message));
+  return h(
+    "details.notify-quiet",
+    null,
+    h("summary", null, "Quiet hours"),
+    h("label.switch", null, on, " Silent from "),
+    start,
+    " to ",
+    end,
+    note,
+  );
 }
