@@ -319,7 +319,9 @@ async fn handle_signals(
         if !forwarded && bridge.forward_signal(sig) {
             forwarded = true;
             if sig == AgentSignal::Terminate {
-                force.as_mut().reset(tokio::time::Instant::now() + stop_grace);
+                force
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + stop_grace);
                 forcing = true;
             }
             eprintln!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)");

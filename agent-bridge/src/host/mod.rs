@@ -390,14 +390,14 @@ impl Host {
     /// Takes over the sessions an earlier `moor host` started: those still running are
     /// watched (and can be stopped); those that ended meanwhile are recorded as ended.
     async fn adopt(&mut self) -> anyhow::Result<()> {
-        let left: Vec<(String, Child)> = self
-            .children
-            .iter()
-            .map(|(s, c)| (s.clone(), *c))
-            .collect();
+        let left: Vec<(String, Child)> =
+            self.children.iter().map(|(s, c)| (s.clone(), *c)).collect();
         for (session, child) in left {
             if child.still_runs() {
-                eprintln!("moor host: {session} still runs (pid {}); watching it", child.pid);
+                eprintln!(
+                    "moor host: {session} still runs (pid {}); watching it",
+                    child.pid
+                );
                 let exits = self.exits.clone();
                 tokio::spawn(async move {
                     let mut poll = tokio::time::interval(ADOPTED_POLL);

@@ -258,11 +258,8 @@ pub trait NotifyStore: Send + Sync + std::fmt::Debug {
     async fn quiet_hours(&self, principal: &str) -> StoreResult<Option<QuietHours>>;
 
     /// Sets (`Some`, checked by the caller) or clears (`None`) `principal`'s quiet hours.
-    async fn set_quiet_hours(
-        &self,
-        principal: &str,
-        quiet: Option<&QuietHours>,
-    ) -> StoreResult<()>;
+    async fn set_quiet_hours(&self, principal: &str, quiet: Option<&QuietHours>)
+        -> StoreResult<()>;
 }
 
 /// Implements [`NotifyStore`] for `$store`, a store over `$db` with an inherent `writes()`
