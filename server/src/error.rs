@@ -92,6 +92,15 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
+    /// Converts a store error as [`From`] does, except that a missing row is a 404 for `what`
+    /// rather than for a session: for `map_err` on a store call that looks up a `what`.
+    pub fn missing(what: &'static str) -> impl FnOnce(StoreError) -> ApiError {
+        move |e| match e {
+            StoreError::NotFound => ApiError::NotFound(what),
+            e => e.into(),
+        }
+    }
+
     /// The status this error answers with, and its machine-readable code.
     pub fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {

@@ -11,6 +11,7 @@
 //! Calls `store` and reads the configuration; the transports call it.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use moor_protocol::SessionId;
@@ -76,18 +77,15 @@ impl Quotas {
         store: &dyn AccessStore,
         who: &Principal,
     ) -> Result<(), QuotaError> {
-        if who.admin || self.limits.sessions == 0 {
-            return Ok(());
-        }
-        let owned = store.owned_sessions(&who.name).await?;
-        if owned >= self.limits.sessions {
-            return Err(QuotaError::Exceeded(format!(
+        let owned = store.owned_sessions(&who.name);
+        within(who, self.limits.sessions, owned, |owned| {
+            format!(
                 "quota: {} owns {owned} sessions, the most allowed \
                  (--max-sessions-per-account)",
                 who.name
-            )));
-        }
-        Ok(())
+            )
+        })
+        .await
     }
 
     /// Whether `who` may store one more checkpoint blob: what the account has sent so far
@@ -99,18 +97,15 @@ impl Quotas {
         store: &dyn CheckpointStore,
         who: &Principal,
     ) -> Result<(), QuotaError> {
-        if who.admin || self.limits.blob_bytes == 0 {
-            return Ok(());
-        }
-        let sent = store.uploaded_blob_bytes(&who.name).await?;
-        if sent >= self.limits.blob_bytes {
-            return Err(QuotaError::Exceeded(format!(
+        let sent = store.uploaded_blob_bytes(&who.name);
+        within(who, self.limits.blob_bytes, sent, |sent| {
+            format!(
                 "quota: {} has stored {sent} bytes of checkpoint content, the most allowed \
                  (--max-blob-bytes-per-account); checkpoints already stored stay readable",
                 who.name
-            )));
-        }
-        Ok(())
+            )
+        })
+        .await
     }
 
     /// Marks `session` live for its owner `who` while the returned guard lives, if the
@@ -185,6 +180,25 @@ impl Quotas {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Account>> {
         self.accounts.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Whether `who` is under `limit` (zero: none): refused with `message(used)` once `used`, the
+/// store's figure, has reached it. Administrators are never refused, and `used` is read only
+/// when the limit applies.
+async fn within(
+    who: &Principal,
+    limit: u64,
+    used: impl Future<Output = Result<u64, StoreError>>,
+    message: impl FnOnce(u64) -> String,
+) -> Result<(), QuotaError> {
+    if who.admin || limit == 0 {
+        return Ok(());
+    }
+    let used = used.await?;
+    if used >= limit {
+        return Err(QuotaError::Exceeded(message(used)));
+    }
+    Ok(())
 }
 
 /// A live bridge's hold on its account's quotas: released on drop.

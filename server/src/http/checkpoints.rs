@@ -220,11 +220,12 @@ pub(super) async fn stored(
             }
         }
     };
-    let row = match state.store.checkpoints.checkpoint(session, id).await {
-        Ok(row) => row,
-        Err(StoreError::NotFound) => return Err(ApiError::NotFound("checkpoint")),
-        Err(e) => return Err(e.into()),
-    };
+    let row = state
+        .store
+        .checkpoints
+        .checkpoint(session, id)
+        .await
+        .map_err(ApiError::missing("checkpoint"))?;
     let manifest = serde_json::from_str(&row.manifest)
         .map_err(|e| anyhow::Error::new(e).context("stored checkpoint manifest"))?;
     Ok(StoredCheckpoint {

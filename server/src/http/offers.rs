@@ -16,7 +16,7 @@ use crate::access::{revoke, AuthUser, Principal, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
 use crate::state::AppState;
-use crate::store::{OfferLimits, OfferRow, Revocation, SessionRow, StoreError};
+use crate::store::{OfferLimits, OfferRow, Revocation, SessionRow};
 
 /// How long an offer waits for its user: seven days.
 pub(crate) const OFFER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -159,9 +159,10 @@ pub(crate) async fn decline_offer(
 /// The session `key` names, for an offer: an unknown session is the same 404 as a missing
 /// offer.
 async fn offered_session(state: &AppState, key: &str) -> Result<SessionRow, ApiError> {
-    match state.store.log.find_session(key).await {
-        Ok(s) => Ok(s),
-        Err(StoreError::NotFound) => Err(ApiError::NotFound("offer")),
-        Err(e) => Err(e.into()),
-    }
+    state
+        .store
+        .log
+        .find_session(key)
+        .await
+        .map_err(ApiError::missing("offer"))
 }

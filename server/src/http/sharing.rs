@@ -330,11 +330,12 @@ pub(crate) async fn preview_share_link(
         .share_link_preview(&token_hash(&req.token), now_ms())
         .await?
         .ok_or(ApiError::NotFound("share link"))?;
-    let row = match state.store.log.find_session(&session.to_string()).await {
-        Ok(row) => row,
-        Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
-        Err(e) => return Err(e.into()),
-    };
+    let row = state
+        .store
+        .log
+        .find_session(&session.to_string())
+        .await
+        .map_err(ApiError::missing("share link"))?;
     Ok(Json(serde_json::json!({
         "session": session,
         "name": row.name,
@@ -360,11 +361,12 @@ pub(crate) async fn revoke_share_link(
     AuthUser(who): AuthUser,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let session = match state.store.access.share_link_session(&id).await {
-        Ok(s) => s,
-        Err(StoreError::NotFound) => return Err(ApiError::NotFound("share link")),
-        Err(e) => return Err(e.into()),
-    };
+    let session = state
+        .store
+        .access
+        .share_link_session(&id)
+        .await
+        .map_err(ApiError::missing("share link"))?;
     session_for(&state.store, &who, &session.to_string(), Role::Owner)
         .await
         .map_err(|e| match e {

@@ -13,7 +13,7 @@ use crate::access::{revoke, AuthUser};
 use crate::error::ApiError;
 use crate::extract::Json;
 use crate::state::AppState;
-use crate::store::{Revocation, StoreError};
+use crate::store::Revocation;
 
 /// `POST /api/v1/users`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -79,10 +79,7 @@ pub(crate) async fn revoke_user(
         .access
         .revoke_user(&name, now_ms())
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound => ApiError::NotFound("user"),
-            e => e.into(),
-        })?;
+        .map_err(ApiError::missing("user"))?;
     revoke(&state.auth, &state.store, Revocation::User(name)).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -114,6 +114,32 @@ macro_rules! access_store {
                 BOOTSTRAP_PRINCIPAL, LAST_OWNER, OFFERS_PER_SESSION,
             };
 
+            type Args<'q> = <$db as sqlx::Database>::Arguments<'q>;
+
+            /// A query whose next three placeholders are those of a [`live_link`] or
+            /// [`live_offer`] condition.
+            trait BindLive {
+                /// Binds the time `at`, the bootstrap principal and the owner role, in that
+                /// order, after the values already bound.
+                fn bind_live(self, at: i64) -> Self;
+            }
+
+            impl<'q> BindLive for sqlx::query::Query<'q, $db, Args<'q>> {
+                fn bind_live(self, at: i64) -> Self {
+                    self.bind(at)
+                        .bind(BOOTSTRAP_PRINCIPAL)
+                        .bind(Role::Owner.as_str())
+                }
+            }
+
+            impl<'q, O> BindLive for sqlx::query::QueryScalar<'q, $db, O, Args<'q>> {
+                fn bind_live(self, at: i64) -> Self {
+                    self.bind(at)
+                        .bind(BOOTSTRAP_PRINCIPAL)
+                        .bind(Role::Owner.as_str())
+                }
+            }
+
             #[async_trait::async_trait]
             impl AccessStore for $store {
                 async fn create_user(
@@ -533,9 +559,7 @@ macro_rules! access_store {
                         live_offer("$2", "$3", "$4")
                     ))
                     .bind(session.to_string())
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
+                    .bind_live(at)
                     .fetch_all(self.reads())
                     .await
                     .map_err(db_error)?;
@@ -552,9 +576,7 @@ macro_rules! access_store {
                         live_offer("$2", "$3", "$4")
                     ))
                     .bind(principal)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
+                    .bind_live(at)
                     .fetch_all(self.reads())
                     .await
                     .map_err(db_error)?;
@@ -579,9 +601,7 @@ macro_rules! access_store {
                     ))
                     .bind(&sid)
                     .bind(principal)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
+                    .bind_live(at)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(db_error)?;
@@ -669,9 +689,7 @@ macro_rules! access_store {
                         live_link("$2", "$3", "$4")
                     ))
                     .bind(token_hash)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
+                    .bind_live(at)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(db_error)?;
@@ -716,9 +734,7 @@ macro_rules! access_store {
                         live_link("$2", "$3", "$4")
                     ))
                     .bind(token_hash)
-                    .bind(at)
-                    .bind(BOOTSTRAP_PRINCIPAL)
-                    .bind(Role::Owner.as_str())
+                    .bind_live(at)
                     .fetch_optional(self.reads())
                     .await
                     .map_err(db_error)?;
@@ -871,9 +887,7 @@ macro_rules! access_store {
                 ))
                 .bind(sid)
                 .bind(&offer.principal)
-                .bind(offer.offered_at)
-                .bind(BOOTSTRAP_PRINCIPAL)
-                .bind(Role::Owner.as_str())
+                .bind_live(offer.offered_at)
                 .fetch_one(&mut **tx)
                 .await
                 .map_err(db_error)
