@@ -30,7 +30,8 @@ pub struct Copied {
     /// Checkpoint records (their blobs live in `<data-dir>/blobs`, copied separately).
     pub checkpoints: u64,
     /// Rows of users, token families, refresh tokens, share links, session roles, the blobs
-    /// each checkpoint names and who uploaded each blob.
+    /// each checkpoint names, who uploaded each blob, deleted sessions' tombstones, and each
+    /// user's notification settings (devices, sinks, mutes, quiet hours).
     pub accounts: u64,
 }
 
@@ -205,6 +206,18 @@ const PLAIN_TABLES: &[Table] = &[
             ("p256dh", "text"),
             ("auth", "text"),
             ("created_at", "bigint"),
+        ],
+    },
+    Table {
+        name: "retired_sessions",
+        select: None,
+        columns: &[
+            ("id", "text"),
+            ("name", "text"),
+            ("ended_at", "bigint"),
+            ("retired_at", "bigint"),
+            ("reason", "text"),
+            ("done_at", "bigint"),
         ],
     },
     Table {

@@ -303,6 +303,23 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         per_user: 1,
     };
     src.access.offer(&offer, limits).await.unwrap();
+    let gone = src.log.open_session("deleted", None).await.unwrap().id;
+    src.log.end_session(gone, 50).await.unwrap();
+    src.retention
+        .retire_session(gone, 60, "deleted by its owner")
+        .await
+        .unwrap();
+    src.notify.mute_class("ann", "turn", true).await.unwrap();
+    src.notify.mute_session("ann", b, true, 5).await.unwrap();
+    let quiet = moor_protocol::notify::QuietHours {
+        start: "22:00".into(),
+        end: "07:00".into(),
+        time_zone: "Europe/Paris".into(),
+    };
+    src.notify
+        .set_quiet_hours("ann", Some(&quiet))
+        .await
+        .unwrap();
 
     // act
     let copied = moor_server::store::migrate::copy(&sqlite.url, &pg.url)
@@ -311,12 +328,25 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     let again = moor_server::store::migrate::copy(&sqlite.url, &pg.url).await;
 
     // assert
-    assert_eq!((copied.sessions, copied.entries), (2, 7003));
+    assert_eq!((copied.sessions, copied.entries), (3, 7003));
     assert!(
         again.is_err(),
         "a second copy into a non-empty database is refused"
     );
     let dst = pg.open("new").await;
+    assert_eq!(
+        dst.retention.retired_session(gone).await.unwrap(),
+        src.retention.retired_session(gone).await.unwrap(),
+        "a deleted session still says so"
+    );
+    assert_eq!(
+        dst.notify.mutes("ann").await.unwrap(),
+        src.notify.mutes("ann").await.unwrap()
+    );
+    assert_eq!(
+        dst.notify.quiet_hours("ann").await.unwrap(),
+        Some(quiet)
+    );
     assert_eq!(
         dst.log.list_sessions(None, 1000).await.unwrap(),
         src.log.list_sessions(None, 1000).await.unwrap()
@@ -346,8 +376,9 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         [a]
     );
     assert_eq!(
-        copied.accounts, 9,
-        "a user, a family, a token, a link, two roles, an offer, a checkpoint's blob, its upload"
+        copied.accounts, 13,
+        "a user, a family, a token, a link, two roles, an offer, a checkpoint's blob, its upload, \
+         a deleted session's tombstone, two mutes, quiet hours"
     );
     assert_eq!(dst.access.session_offers(a, 3).await.unwrap(), [offer]);
     assert!(
