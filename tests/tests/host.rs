@@ -327,6 +327,14 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     shell_tail
         .wait_kind(kinds::SESSION_ENDED, exit.seq.0, WAIT, |_| true)
         .await;
+    // An ended session is not resumed: its log takes no more entries.
+    let (status, body) = m
+        .post(
+            &format!("/sessions/{}/resume", shell.session),
+            json!({"idempotency_key": "r0"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body:?}");
 
     // act: kill Claude's moor run (a crash), then resume it from the phone
     let pid = m.starts(&cc.session).await[0].payload["pid"]

@@ -555,7 +555,7 @@ scenario("12. a microphone dictates into the composer where the browser recognis
   await ctx2.close();
 });
 
-scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it", async ({ browser }) => {
+scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it: it ends", async ({ browser }) => {
   await rpc("host", {});
   const ctx = await phone(browser);
   const page = await ctx.newPage();
@@ -580,8 +580,12 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
   assert(small === 0, `${small} machine controls under 44×44`);
   await shot(page, "phone-machine");
   await page.locator('[data-machine-session] [data-action="stop"]').tap();
-  await waitFor("the stopped session offered for resume", 30000, () =>
-    page.evaluate(() => document.querySelector('[data-machine-session] [data-action="resume"]') !== null));
+  // The shell ignores SIGTERM: it is killed after the grace and its session ends, saying so;
+  // an ended log is complete, so it offers neither stop nor resume.
+  await waitFor("the stopped session shown ended", 30000, () =>
+    page.evaluate(() => document.querySelector("[data-machine-session] [data-phase]")?.textContent === "ended"));
+  const actions = await page.evaluate(() => document.querySelectorAll("[data-machine-session] [data-action]").length);
+  assert(actions === 0, `an ended session offers no action (${actions})`);
   await ctx.close();
 });
 

@@ -480,7 +480,7 @@ pub(super) async fn stop(
 }
 
 /// `POST /api/v1/machines/{id}/sessions/{name}/resume`: ask the machine to run the session's
-/// `moor run` again (after a crash, a stop, or a bridge that died): the log goes on and Claude
+/// `moor run` again (after a crash, or a bridge that died): the log goes on and Claude
 /// Code continues its conversation.
 #[utoipa::path(
     post, path = "/machines/{id}/sessions/{name}/resume", operation_id = "resumeMachineSession", tag = "machines",
@@ -498,6 +498,16 @@ pub(super) async fn resume(
     Path((id, name)): Path<(String, String)>,
     Json(req): Json<SessionAction>,
 ) -> Result<Json<ActionAccepted>, ApiError> {
+    // An ended log takes no more entries: its `moor run` would be refused at once. (Asked
+    // once the caller may act on the machine, so it tells nothing to anyone else.)
+    machine_for(&state, &who, &id, Role::Controller).await?;
+    if let Ok(session) = state.store.log.find_session(&name).await {
+        if session.ended_at.is_some() {
+            return Err(ApiError::Conflict(format!(
+                "session {name} has ended (it was stopped, or its agent exited); start a new one"
+            )));
+        }
+    }
     on_session(&state, &who, (&id, &name), &req, "resume", |row, offers| {
         check_offered(offers, &row.project, &row.agent)?;
         Ok(HostAction::Resume {

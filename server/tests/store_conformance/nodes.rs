@@ -343,10 +343,7 @@ pub async fn migrate_store_copies_everything(pg: Db) {
         dst.notify.mutes("ann").await.unwrap(),
         src.notify.mutes("ann").await.unwrap()
     );
-    assert_eq!(
-        dst.notify.quiet_hours("ann").await.unwrap(),
-        Some(quiet)
-    );
+    assert_eq!(dst.notify.quiet_hours("ann").await.unwrap(), Some(quiet));
     assert_eq!(
         dst.log.list_sessions(None, 1000).await.unwrap(),
         src.log.list_sessions(None, 1000).await.unwrap()
