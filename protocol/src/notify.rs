@@ -124,6 +124,21 @@ pub struct PushMessage {
     /// Sent during the recipient's quiet hours: show it without sound or vibration.
     #[serde(default)]
     pub quiet: bool,
+    /// Privacy mode: `title` and `body` are empty; the service worker asks this server for them
+    /// (`GET /api/v1/sessions/{session}/notification?seq=&count=`) when it shows the notification.
+    #[serde(default)]
+    pub private: bool,
+}
+
+/// `GET /api/v1/sessions/{id}/notification`: the words of a notification sent in privacy mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotificationText {
+    /// Title line, with the session's name.
+    pub title: String,
+    /// Body text.
+    pub body: String,
 }
 
 /// `POST /api/v1/notify/subscriptions`: a browser's `PushSubscription` and a device label.
@@ -267,4 +282,21 @@ pub struct WebhookBody {
     pub timestamp: i64,
     /// The notification, as a Web Push device would get it.
     pub message: PushMessage,
+    /// For a permission request to someone who may decide: one-use links that decide it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub decide: Option<DecisionLinks>,
+}
+
+/// The two one-use links of a permission notification (`POST` either, no credentials: the link
+/// is one). Valid for `--notify-action-ttl-secs`; once one of them is used, neither decides
+/// again, and neither decides a request that is no longer pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DecisionLinks {
+    /// Allows the request.
+    pub approve: String,
+    /// Denies it.
+    pub deny: String,
 }

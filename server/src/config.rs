@@ -164,6 +164,11 @@ pub struct NotifyConfig {
     pub request_timeout: Duration,
     /// Sent and dropped outbox rows are kept this long for inspection, then deleted.
     pub keep: Duration,
+    /// How long the one-use Approve / Deny links of ntfy and webhook notifications work.
+    pub action_ttl: Duration,
+    /// Privacy mode: push payloads carry only ids (the service worker fetches the text from
+    /// this server when it shows the notification), and sinks get a text without details.
+    pub private: bool,
 }
 
 impl Default for NotifyConfig {
@@ -181,6 +186,8 @@ impl Default for NotifyConfig {
             max_attempts: 8,
             request_timeout: Duration::from_secs(15),
             keep: Duration::from_secs(24 * 3600),
+            action_ttl: Duration::from_secs(30 * 60),
+            private: false,
         }
     }
 }

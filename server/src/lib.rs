@@ -244,6 +244,7 @@ impl Server {
             self.vapid,
             public_url.as_str().into(),
             hub.metrics().notify_outbox.clone(),
+            self.auth.action_links(self.config.notify.action_ttl),
         )?;
         if self.config.notify.sender {
             tasks.spawn(notify::run(notifier, shutdown.clone()));

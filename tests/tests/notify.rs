@@ -843,3 +843,299 @@ async fn during_quiet_hours_notifications_arrive_without_sound_on_every_target()
     assert_eq!(get().await.status, StatusCode::NOT_FOUND);
     assert!(push.rejections().is_empty());
 }
+
+/// The Approve / Deny links the ntfy topic `path` got with the notification saying `text`
+/// (its `Actions` header), if any.
+fn ntfy_links(sinks: &SinkReceiver, path: &str, text: &str) -> Option<(String, String)> {
+    let hit = sinks.hits(path).into_iter().find(|h| h.text() == text)?;
+    let actions = hit.header("actions")?.to_owned();
+    let url = |label: &str| {
+        actions
+            .split(';')
+            .map(|a| a.split(',').map(str::trim).collect::<Vec<_>>())
+            .find(|parts| parts.first() == Some(&"http") && parts.get(1) == Some(&label))
+            .and_then(|parts| parts.get(2).map(|u| (*u).to_owned()))
+            .expect("an http action with the label")
+    };
+    assert!(actions.contains("method=POST"), "{actions}");
+    Some((url("Approve"), url("Deny")))
+}
+
+/// Posts a decision link as ntfy's app does: no credentials, no body.
+async fn press(link: &str) -> StatusCode {
+    reqwest::Client::new()
+        .post(link)
+        .send()
+        .await
+        .expect("the link answers")
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ntfy_buttons_decide_a_pending_request_once_and_only_for_who_may_still_decide() {
+    // arrange: alice (owner) has an ntfy topic and a webhook; carol (controller) and bob
+    // (viewer) have ntfy topics
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts()).await;
+    let alice = user(&server, "alice").await;
+    let bob = user(&server, "bob").await;
+    let carol = user(&server, "carol").await;
+    for (api, topic) in [(&alice, "alice"), (&bob, "bob"), (&carol, "carol")] {
+        let body = json!({"kind": "ntfy", "label": "ntfy", "url": sinks.url(topic)});
+        assert_eq!(add_sink(api, body).await.0, StatusCode::CREATED);
+    }
+    let (status, hook) = add_sink(
+        &alice,
+        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
+    sinks.expect_signed("hook", hook["secret"].as_str().expect("secret"));
+    let mut agent = Agent::start(&server, &alice, "buttons").await;
+    for (api, name, role) in [(&bob, "bob", "viewer"), (&carol, "carol", "controller")] {
+        let path = format!("/api/v1/sessions/{}/members/{name}", agent.session);
+        let r = alice
+            .authed(
+                Method::PUT,
+                &path,
+                Some(RawBody::Json(json!({"role": role}))),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+        let accept = format!("/api/v1/offers/{}/accept", agent.session);
+        let r = api.authed(Method::POST, &accept, None).await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+    }
+
+    // act: a permission request
+    agent.send(&[permission("req-1", "make deploy", 0)]).await;
+    sinks
+        .wait_until(WAIT, "every sink", |hits| {
+            ["alice", "bob", "carol", "hook"]
+                .iter()
+                .all(|p| hits.iter().any(|h| h.path == *p))
+        })
+        .await;
+
+    // assert: buttons for those who may decide, none for the viewer; the webhook gets the
+    // same pair of links as alice's ntfy topic
+    let (approve, deny) = ntfy_links(&sinks, "alice", "make deploy").expect("alice gets buttons");
+    let to_bob = sinks.hits("bob");
+    assert!(
+        to_bob.iter().any(|h| h.text() == "make deploy")
+            && to_bob.iter().all(|h| h.header("actions").is_none()),
+        "a viewer is told, without buttons"
+    );
+    let (carol_approve, _) =
+        ntfy_links(&sinks, "carol", "make deploy").expect("carol gets buttons");
+    let hook = sinks.hits("hook").into_iter().last().expect("webhook");
+    assert_eq!(
+        hook.json()["decide"],
+        json!({"approve": approve, "deny": deny})
+    );
+    assert!(
+        !approve.contains("access_token") && approve.contains("/api/v1/notify/decide?link="),
+        "{approve}"
+    );
+
+    // act + assert: a forged link does nothing; alice's Approve decides once
+    let forged = approve.replace("link=", "link=e30.");
+    assert_eq!(press(&forged).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(press(&approve).await, StatusCode::OK);
+    assert_eq!(press(&approve).await, StatusCode::GONE, "a second use");
+    assert_eq!(press(&deny).await, StatusCode::CONFLICT, "the other button");
+    let decisions: Vec<_> = server
+        .entries_all(agent.session)
+        .await
+        .into_iter()
+        .filter(|e| e.kind == kinds::INPUT_PERMISSION)
+        .collect();
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0].author, "user:alice");
+    assert_eq!(
+        decisions[0].payload,
+        json!({"request_id": "req-1", "decision": "allow"})
+    );
+
+    // act: the agent takes the answer; then carol's button (another pair) is pressed
+    agent
+        .send(&[(
+            kinds::AGENT_PERMISSION_RESOLVED,
+            json!({"request_id": "req-1", "decision": "allow"}),
+            0,
+        )])
+        .await;
+
+    // assert: the request is no longer pending
+    assert_eq!(press(&carol_approve).await, StatusCode::CONFLICT);
+
+    // act: a second request, then carol loses her role before she presses
+    agent.send(&[permission("req-2", "make release", 0)]).await;
+    sinks
+        .wait_until(WAIT, "carol's second notification", |hits| {
+            hits.iter()
+                .any(|h| h.path == "carol" && h.text() == "make release")
+        })
+        .await;
+    let (carol_approve, _) =
+        ntfy_links(&sinks, "carol", "make release").expect("carol gets buttons");
+    let path = format!("/api/v1/sessions/{}/members/carol", agent.session);
+    assert_eq!(
+        alice.authed(Method::DELETE, &path, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+
+    // assert: her link no longer decides, and nothing was stored for it
+    assert_eq!(press(&carol_approve).await, StatusCode::NOT_FOUND);
+    let decisions = server
+        .entries_all(agent.session)
+        .await
+        .into_iter()
+        .filter(|e| e.kind == kinds::INPUT_PERMISSION)
+        .count();
+    assert_eq!(decisions, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_privacy_mode_notifications_carry_ids_only_and_members_fetch_the_words() {
+    // arrange: a server in privacy mode; alice has a phone and an ntfy topic
+    let push = PushService::start().await;
+    let sinks = SinkReceiver::start().await;
+    let server = TestServer::start(opts().flag("--notify-private", true)).await;
+    let (alice, phone) = alice_with_a_phone(&server, &push).await;
+    let bob = user(&server, "bob").await;
+    let body = json!({"kind": "ntfy", "label": "ntfy", "url": sinks.url("alice")});
+    assert_eq!(add_sink(&alice, body).await.0, StatusCode::CREATED);
+    let mut agent = Agent::start(&server, &alice, "secret-project").await;
+
+    // act: a permission request
+    agent
+        .send(&[permission(
+            "req-1",
+            "curl https://internal.example/deploy",
+            0,
+        )])
+        .await;
+    push.wait_until(WAIT, "the push", |got, _| !got.is_empty())
+        .await;
+    sinks
+        .wait_until(WAIT, "the ntfy message", |hits| !hits.is_empty())
+        .await;
+
+    // assert: ids, class and buttons leave the server; no name, tool or command
+    let m = &push.received_by(&phone)[0].message;
+    assert!(m.private, "{m:?}");
+    assert_eq!((m.title.as_str(), m.body.as_str()), ("", ""));
+    assert_eq!(m.class, NotifyClass::Permission);
+    assert_eq!(m.request_id.as_deref(), Some("req-1"));
+    assert_eq!(m.actions, vec![NotifyAction::Approve, NotifyAction::Deny]);
+    let n = &sinks.hits("alice")[0];
+    assert_eq!(n.header("title"), Some("Mooring"));
+    assert_eq!(n.text(), "A permission request is waiting");
+    assert!(!format!("{:?}", n.headers).contains("secret-project"));
+
+    // act + assert: the service worker's question, as alice, gets the words
+    let path = format!(
+        "/api/v1/sessions/{}/notification?seq={}&count={}",
+        m.session, m.seq.0, m.count
+    );
+    let words = alice.authed(Method::GET, &path, None).await;
+    assert_eq!(words.status, StatusCode::OK, "{:?}", words.body);
+    assert_eq!(
+        words.body,
+        json!({
+            "title": "secret-project: Permission: Bash",
+            "body": "curl https://internal.example/deploy",
+        })
+    );
+    // someone without a role on the session learns nothing; a bad seq is refused
+    assert_eq!(
+        bob.authed(Method::GET, &path, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let bad = format!("/api/v1/sessions/{}/notification?seq=x", m.session);
+    assert_eq!(
+        alice.authed(Method::GET, &bad, None).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert!(push.rejections().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_postgres_send_each_notification_once_even_when_one_dies_after_the_commit() {
+    let Some(db) = moor_e2e::pg::TestDb::create().await else {
+        return;
+    };
+    // arrange: node A takes the bridge and does not send (it dies before it would); node B
+    // sends; both share the database, the token keys and the VAPID key (one deployment)
+    let push = PushService::start().await;
+    let admin = "two-node-admin-token-0123456789abcdef";
+    let node = |name: &str| {
+        db.node_opts(name, admin)
+            .flag("--push-allow-loopback-http", true)
+            .flag("--notify-poll-ms", 50)
+            .flag("--notify-retry-ms", 50)
+            .flag("--metrics-token", METRICS_TOKEN)
+            // the bridge A loses notifies at once, so the outbox can be seen empty
+            .flag("--notify-bridge-lost-after-ms", 0)
+    };
+    let mut a = TestServer::start(node("a").flag("--notify-sender", false)).await;
+    let b = TestServer::start(
+        node("b")
+            .data_file("jwt-keys.json", a.data_file("jwt-keys.json"))
+            .data_file("vapid.key", a.data_file("vapid.key")),
+    )
+    .await;
+    let (alice, phone) = alice_with_a_phone(&a, &push).await;
+    let mut agent = Agent::start(&a, &alice, "two-nodes").await;
+    agent.send(&[permission("req-0", "cargo publish", 0)]).await;
+
+    // act: A is killed after the commit
+    a.kill().await;
+
+    // assert: B sends it, once
+    push.wait_until(WAIT, "req-0 sent by B", |r, _| !r.is_empty())
+        .await;
+
+    // act: A comes back as a sender too; twenty requests, each its own notification, with
+    // both nodes draining the outbox
+    a.set_flag("--notify-sender", true);
+    a.restart().await;
+    let alice = Api::new(a.url(), alice.token());
+    let mut agent = Agent::start(&a, &alice, "two-nodes-2").await;
+    for i in 1..=20 {
+        agent
+            .send(&[permission(&format!("req-{i}"), "ls", 0)])
+            .await;
+    }
+
+    // assert: every request reached the phone exactly once, and the outbox is empty on both
+    push.wait_until(WAIT, "all 21 requests", |r, _| {
+        let ids: std::collections::HashSet<_> = r
+            .iter()
+            .filter_map(|m| m.message.request_id.clone())
+            .collect();
+        ids.len() >= 21
+    })
+    .await;
+    for node in [&a, &b] {
+        let base = node.url();
+        eventually(WAIT, "nothing pending in the outbox", || {
+            let base = base.clone();
+            async move {
+                let s = scrape(&base, METRICS_TOKEN).await;
+                value(&s, "moord_notify_outbox_rows", &[("state", "pending")]) == Some(0.0)
+            }
+        })
+        .await;
+    }
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for m in push.received_by(&phone) {
+        if let Some(id) = m.message.request_id {
+            *counts.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(counts.len(), 21, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+    assert!(push.rejections().is_empty());
+}

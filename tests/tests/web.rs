@@ -24,8 +24,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use moor_e2e::http::RawBody;
 use moor_e2e::util::{bin_path, git_work_tree};
-use moor_e2e::{BridgeOpts, ClaudeEnv, FaultProxy, ServerOpts, TestBridge, TestServer};
+use moor_e2e::{
+    Api, BridgeOpts, ClaudeEnv, Device, FaultProxy, PushService, ServerOpts, TestBridge, TestServer,
+};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -83,6 +86,10 @@ struct Bridges<'a> {
     server: &'a TestServer,
     trees: Vec<TempDir>,
     proxy: Option<FaultProxy>,
+    /// The local push service `moord` sends Web Push to, and the devices subscribed there by
+    /// user (a headless browser cannot subscribe to a real push service).
+    push: PushService,
+    devices: HashMap<String, Device>,
 }
 
 impl Bridges<'_> {
@@ -183,6 +190,62 @@ impl Bridges<'_> {
                     _ => proxy.cut_all().await,
                 };
                 Ok(json!({ "connections": n }))
+            }
+            "push_subscribe" => {
+                // A device of `user` subscribed at the local push service, as the page would
+                // with a real one.
+                let user = args["user"].as_str().ok_or("user")?.to_owned();
+                let password = args["password"].as_str().ok_or("password")?;
+                let tokens = self.server.api().login(&user, password).await;
+                let token = tokens["access_token"].as_str().ok_or("no access token")?;
+                let api = Api::new(self.server.url(), token);
+                let key = api
+                    .authed(reqwest::Method::GET, "/api/v1/notify/vapid", None)
+                    .await;
+                self.push
+                    .expect_vapid_key(key.body["public_key"].as_str().ok_or("vapid key")?);
+                let device = self.push.subscribe();
+                let body = json!({
+                    "device": "phone",
+                    "endpoint": device.endpoint,
+                    "keys": {"p256dh": device.p256dh, "auth": device.auth},
+                });
+                let r = api
+                    .authed(
+                        reqwest::Method::POST,
+                        "/api/v1/notify/subscriptions",
+                        Some(RawBody::Json(body)),
+                    )
+                    .await;
+                if r.status != reqwest::StatusCode::CREATED {
+                    return Err(format!("subscribe: {} {:?}", r.status, r.body));
+                }
+                self.devices.insert(user, device);
+                Ok(json!({}))
+            }
+            "push_wait" => {
+                // The decrypted push message `user`'s device got about `request_id` (its
+                // retraction with `close`), as a browser's push event would carry it.
+                let device = self
+                    .devices
+                    .get(args["user"].as_str().unwrap_or_default())
+                    .ok_or("no device for this user")?
+                    .clone();
+                let request = args["request_id"].as_str().map(str::to_owned);
+                let close = args["close"].as_bool().unwrap_or(false);
+                let matches = |r: &moor_e2e::push::Received| {
+                    r.device == device.id
+                        && r.message.close == close
+                        && (request.is_none() || r.message.request_id == request)
+                };
+                self.push
+                    .wait_until(Duration::from_secs(60), "the push message", |got, _| {
+                        got.iter().any(matches)
+                    })
+                    .await;
+                let got = self.push.received();
+                let message = got.iter().rev().find(|r| matches(r)).ok_or("no message")?;
+                serde_json::to_value(&message.message).map_err(|e| e.to_string())
             }
             "kill" => {
                 let bridge = self.running.get_mut(&session).ok_or("no such bridge")?;
@@ -300,7 +363,14 @@ async fn run_browser_script(script: &str) {
         web.join("node_modules/playwright-core").is_dir(),
         "web/node_modules is missing: run scripts/build-web (scripts/test does)"
     );
-    let server = TestServer::start(ServerOpts::new().flag("--keepalive-ms", KEEPALIVE_MS)).await;
+    let push = PushService::start().await;
+    let server = TestServer::start(
+        ServerOpts::new()
+            .flag("--keepalive-ms", KEEPALIVE_MS)
+            .flag("--push-allow-loopback-http", true)
+            .flag("--notify-poll-ms", 100),
+    )
+    .await;
     let shell = reqwest::get(server.url()).await.expect("GET /");
     assert_eq!(
         shell.status(),
@@ -328,6 +398,8 @@ async fn run_browser_script(script: &str) {
         server: &server,
         trees: Vec::new(),
         proxy: None,
+        push,
+        devices: HashMap::new(),
     };
 
     // act: run the browser scenarios, serving their requests

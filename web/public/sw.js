@@ -68,7 +68,9 @@ self.addEventListener("fetch", (event) => {
 });
 
 // Notifications (docs/notifications.md). A push carries a PushMessage: show it, or, with
-// `close`, close the notification of the same tag (its request was answered elsewhere).
+// `close`, close the notification of the same tag (its request was answered elsewhere). In
+// privacy mode (`private`) it carries ids only: the words come from moord, as the signed-in
+// user, when it is shown.
 self.addEventListener("push", (event) => {
   let m;
   try {
@@ -76,39 +78,57 @@ self.addEventListener("push", (event) => {
   } catch {
     return;
   }
-  event.waitUntil(
-    (async () => {
-      if (m.close) {
-        for (const n of await self.registration.getNotifications({ tag: m.tag })) n.close();
-        return;
-      }
-      const label = { approve: "Approve", deny: "Deny" };
-      // During the user's quiet hours (m.quiet) it is shown without sound or vibration.
-      await self.registration.showNotification(m.title || "Mooring", {
-        body: m.body,
-        tag: m.tag,
-        renotify: !m.quiet,
-        silent: !!m.quiet,
-        data: m,
-        actions: (m.actions || []).map((a) => ({ action: a, title: label[a] || a })),
-      });
-    })(),
-  );
+  event.waitUntil(show(m));
 });
+
+async function show(m) {
+  if (m.close) {
+    for (const n of await self.registration.getNotifications({ tag: m.tag })) n.close();
+    return;
+  }
+  const label = { approve: "Approve", deny: "Deny" };
+  const text = m.private ? await privateText(m) : { title: m.title, body: m.body };
+  // During the user's quiet hours (m.quiet) it is shown without sound or vibration.
+  await self.registration.showNotification(text.title || "Mooring", {
+    body: text.body,
+    tag: m.tag,
+    renotify: !m.quiet,
+    silent: !!m.quiet,
+    data: { ...m, title: text.title },
+    actions: (m.actions || []).map((a) => ({ action: a, title: label[a] || a })),
+  });
+}
+
+// The words of a privacy-mode notification; without them (offline, signed out) it says only
+// that something happened.
+async function privateText(m) {
+  const url = `/api/v1/sessions/${encodeURIComponent(m.session)}/notification?seq=${m.seq}&count=${m.count || 1}`;
+  try {
+    const res = await fetch(url, { credentials: "same-origin" });
+    if (res.ok) return await res.json();
+  } catch {
+    // fall through
+  }
+  return { title: "Mooring", body: "Open the session to see what happened." };
+}
 
 // Approve / Deny post `input.permission` with a fresh client_msg_id, as the signed-in user
 // (the session cookie); the server refuses a decision for a request that is no longer pending.
 // The outcome replaces the notification. A plain tap (or a platform without actions) opens the
 // session.
 self.addEventListener("notificationclick", (event) => {
-  const m = event.notification.data || {};
-  event.notification.close();
-  if ((event.action === "approve" || event.action === "deny") && m.request_id) {
-    event.waitUntil(decide(m, event.action === "approve" ? "allow" : "deny"));
-  } else if (m.url) {
-    event.waitUntil(self.clients.openWindow(m.url));
-  }
+  event.waitUntil(onNotificationClick(event.notification, event.action));
 });
+
+async function onNotificationClick(notification, action) {
+  const m = notification.data || {};
+  notification.close();
+  if ((action === "approve" || action === "deny") && m.request_id) {
+    await decide(m, action === "approve" ? "allow" : "deny");
+  } else if (m.url) {
+    await self.clients.openWindow(m.url);
+  }
+}
 
 async function decide(m, decision) {
   const body = {

@@ -489,6 +489,85 @@ scenario("the session's Notify switch mutes it for me, is shown off after a relo
   await ctx.close();
 });
 
+scenario("a Web Push from moord reaches the service worker (CDP), shows Approve/Deny, and its Approve resolves the real Claude Code request; a second Approve is refused as stale", async ({ browser }) => {
+  const { project } = await rpc("claude", { session: "web-push" });
+  const info = await sessionByName("web-push");
+  await addUser("pia");
+  await share(info.id, "pia", "controller");
+  await rpc("push_subscribe", { user: "pia", password: PASSWORD });
+  const ctx = await phone(browser);
+  await ctx.grantPermissions(["notifications"], { origin: URL_BASE });
+  await loginContext(ctx, "pia");
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${info.id}`);
+  await page.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("the service worker in control", 20000, () => page.evaluate(() => !!navigator.serviceWorker?.controller));
+  // The registration's id, for delivering pushes to it as the push service would.
+  const cdp = await ctx.newCDPSession(page);
+  const registrations = new Map();
+  cdp.on("ServiceWorker.workerRegistrationUpdated", ({ registrations: rs }) => {
+    for (const r of rs) if (!r.isDeleted) registrations.set(r.scopeURL, r.registrationId);
+  });
+  await cdp.send("ServiceWorker.enable");
+  const registrationId = await waitFor("the registration", 10000, () => registrations.get(`${URL_BASE}/`));
+  const deliver = (message) => cdp.send("ServiceWorker.deliverPushMessage", { origin: URL_BASE, registrationId, data: JSON.stringify(message) });
+  const shown = (tag) => page.evaluate(async (tag) => {
+    const reg = await navigator.serviceWorker.ready;
+    return (await reg.getNotifications({ tag })).map((n) => ({ title: n.title, body: n.body, actions: n.actions.map((a) => a.action), data: n.data }));
+  }, tag);
+  // What a tap on a notification's button runs in the service worker (headless Chromium has no
+  // notification centre to tap): the same function its notificationclick listener calls.
+  const press = (tag, action) => waitFor("the service worker", 5000, () => ctx.serviceWorkers()[0]).then((sw) => sw.evaluate(async ({ tag, action }) => {
+    const [n] = await self.registration.getNotifications({ tag });
+    if (!n) throw new Error(`no notification ${tag}`);
+    await onNotificationClick(n, action);
+  }, { tag, action }));
+
+  // a real permission request; moord's push for it, decrypted by the local push service
+  await page.fill("#composer-text", `[[bash:touch ${project}/pushed.txt]]`);
+  await page.click("#composer button.send");
+  const request = await waitFor("the permission request", 60000, async () =>
+    (await allEntries(info.id)).find((e) => e.kind === "agent.permission.request"));
+  const rid = request.payload.request_id;
+  const message = await rpc("push_wait", { user: "pia", request_id: rid });
+  assert(message.class === "permission" && message.actions.join() === "approve,deny" && !message.private, `the push: ${JSON.stringify(message)}`);
+
+  // delivered to the service worker: shown with its buttons
+  await deliver(message);
+  const [n] = await waitFor("the notification", 10000, async () => { const l = await shown(message.tag); return l.length ? l : null; });
+  assert(n.title === message.title && /pushed\.txt/.test(n.body) && n.actions.join() === "approve,deny", `shown: ${JSON.stringify(n)}`);
+
+  // Approve in the notification: the real request is allowed by pia, the tool runs
+  await press(message.tag, "approve");
+  await waitFor("the request approved", 60000, async () =>
+    (await allEntries(info.id)).some((e) => e.kind === "agent.permission.resolved" && e.payload.request_id === rid && e.payload.decision === "allow" && e.payload.by === "user:pia"));
+  await waitFor("the tool to finish", 60000, async () =>
+    (await allEntries(info.id)).some((e) => e.kind === "agent.tool_result" && !e.payload.is_error));
+  const [receipt] = await waitFor("the receipt", 10000, async () => { const l = await shown(message.tag); return l.length ? l : null; });
+  assert(/^Approved: /.test(receipt.title) && receipt.actions.length === 0, `receipt: ${JSON.stringify(receipt)}`);
+
+  // the same push again (another notification of the same request): its Approve is refused
+  await deliver(message);
+  await waitFor("the second notification", 10000, async () => (await shown(message.tag)).some((x) => x.actions.length === 2));
+  await press(message.tag, "approve");
+  const [stale] = await waitFor("the refusal", 10000, async () => { const l = (await shown(message.tag)).filter((x) => /^Not sent: /.test(x.title)); return l.length ? l : null; });
+  assert(/no longer pending/.test(stale.body), `stale: ${JSON.stringify(stale)}`);
+  const decisions = (await allEntries(info.id)).filter((e) => e.kind === "input.permission");
+  assert(decisions.length === 1, `one decision stored: ${decisions.length}`);
+
+  // the retraction moord sends once the request is answered closes it on this device
+  const retraction = await rpc("push_wait", { user: "pia", request_id: rid, close: true });
+  await deliver(retraction);
+  await waitFor("the notification closed", 10000, async () => (await shown(message.tag)).length === 0);
+
+  // privacy mode: ids only; the service worker asks moord for the words, as pia
+  const privy = { ...message, tag: `private:${rid}`, title: "", body: "", private: true, actions: [] };
+  await deliver(privy);
+  const [p] = await waitFor("the private notification", 10000, async () => { const l = await shown(privy.tag); return l.length ? l : null; });
+  assert(p.title === message.title && p.body === n.body, `private one shown with the server's words: ${JSON.stringify(p)}`);
+  await ctx.close();
+});
+
 scenario("quiet hours set on the list page are stored in this browser's time zone, shown again after a reload, and removed when switched off", async ({ browser }) => {
   const stored = async () => {
     try {

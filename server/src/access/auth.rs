@@ -15,6 +15,7 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use rand::RngCore;
 
+use super::action_link::{ActionClaims, ActionLinks};
 use super::device::DeviceGrants;
 use super::jwt::{Claims, JwtError, Keys};
 use super::limits::Limits;
@@ -116,6 +117,17 @@ impl Auth {
     /// its family was revoked since: that takes the store, see [`AuthUser`]).
     pub fn verify_jwt(&self, token: &str) -> Result<Claims, JwtError> {
         self.keys.verify(token, &self.issuer, AUDIENCE)
+    }
+
+    /// Issues one-use decision links valid for `ttl` (`access::action_link`).
+    pub fn action_links(&self, ttl: Duration) -> ActionLinks {
+        ActionLinks::new(self.keys.clone(), self.issuer.clone(), ttl)
+    }
+
+    /// Checks a presented decision link (not whether its user may still decide: the caller
+    /// asks the store).
+    pub fn verify_action(&self, token: &str) -> Result<ActionClaims, JwtError> {
+        self.action_links(Duration::ZERO).verify(token)
     }
 
     /// Loads `<data_dir>/admin.token`, creating it (mode 0600) with a fresh random token when

@@ -12,6 +12,7 @@ use anyhow::Context;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The claims of an access token.
@@ -155,8 +156,8 @@ impl Keys {
         std::fs::rename(&tmp, path).with_context(|| format!("replace {}", path.display()))
     }
 
-    /// Signs `claims` with the current key.
-    pub fn sign(&self, claims: &Claims) -> anyhow::Result<String> {
+    /// Signs `claims` (an access token's, or another audience's) with the current key.
+    pub fn sign<C: Serialize>(&self, claims: &C) -> anyhow::Result<String> {
         let secret = self
             .keys
             .get(&self.current)
@@ -167,11 +168,17 @@ impl Keys {
             ..Header::default()
         };
         jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret))
-            .context("sign access token")
+            .context("sign token")
     }
 
-    /// Verifies a token: HS256 with a known key id, signature, `exp`, `nbf`, `iss`, `aud`.
-    pub fn verify(&self, token: &str, issuer: &str, audience: &str) -> Result<Claims, JwtError> {
+    /// Verifies a token: HS256 with a known key id, signature, `exp`, `nbf`, `iss`, `aud`, and
+    /// that its claims decode as `C` (so a token of one audience never passes for another's).
+    pub fn verify<C: DeserializeOwned>(
+        &self,
+        token: &str,
+        issuer: &str,
+        audience: &str,
+    ) -> Result<C, JwtError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| JwtError::Malformed)?;
         if header.alg != Algorithm::HS256 {
             return Err(JwtError::Malformed);
@@ -188,7 +195,7 @@ impl Keys {
         v.set_issuer(&[issuer]);
         v.set_audience(&[audience]);
         v.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
-        jsonwebtoken::decode::<Claims>(token, &DecodingKey::from_secret(secret), &v)
+        jsonwebtoken::decode::<C>(token, &DecodingKey::from_secret(secret), &v)
             .map(|d| d.claims)
             .map_err(|e| JwtError::Rejected(e.into_kind()))
     }
@@ -223,7 +230,8 @@ mod tests {
 
     /// Why `keys` refuse `token` (a test failure if they accept it).
     fn rejection(keys: &Keys, token: &str) -> JwtError {
-        keys.verify(token, ISS, AUD).expect_err("token accepted")
+        keys.verify::<Claims>(token, ISS, AUD)
+            .expect_err("token accepted")
     }
 
     fn b64(s: &[u8]) -> String {
@@ -234,7 +242,7 @@ mod tests {
     fn a_token_signed_with_the_current_key_verifies() {
         let keys = Keys::ephemeral();
         let t = keys.sign(&claims()).unwrap();
-        assert_eq!(keys.verify(&t, ISS, AUD).unwrap(), claims());
+        assert_eq!(keys.verify::<Claims>(&t, ISS, AUD).unwrap(), claims());
     }
 
     #[test]
@@ -243,7 +251,7 @@ mod tests {
         let header = format!(r#"{{"alg":"none","typ":"JWT","kid":"{}"}}"#, keys.current);
         let body = serde_json::to_vec(&claims()).unwrap();
         let t = format!("{}.{}.", b64(header.as_bytes()), b64(&body));
-        assert!(keys.verify(&t, ISS, AUD).is_err());
+        assert!(keys.verify::<Claims>(&t, ISS, AUD).is_err());
     }
 
     #[test]
@@ -279,8 +287,10 @@ mod tests {
     fn wrong_audience_or_issuer_is_rejected() {
         let keys = Keys::ephemeral();
         let t = keys.sign(&claims()).unwrap();
-        assert!(keys.verify(&t, ISS, "other").is_err());
-        assert!(keys.verify(&t, "https://evil.example", AUD).is_err());
+        assert!(keys.verify::<Claims>(&t, ISS, "other").is_err());
+        assert!(keys
+            .verify::<Claims>(&t, "https://evil.example", AUD)
+            .is_err());
     }
 
     #[test]
@@ -294,14 +304,16 @@ mod tests {
             ..claims()
         };
         assert!(keys
-            .verify(&keys.sign(&expired).unwrap(), ISS, AUD)
+            .verify::<Claims>(&keys.sign(&expired).unwrap(), ISS, AUD)
             .is_err());
         let early = Claims {
             nbf: t + 100,
             exp: t + 200,
             ..claims()
         };
-        assert!(keys.verify(&keys.sign(&early).unwrap(), ISS, AUD).is_err());
+        assert!(keys
+            .verify::<Claims>(&keys.sign(&early).unwrap(), ISS, AUD)
+            .is_err());
     }
 
     #[test]
@@ -313,10 +325,10 @@ mod tests {
         let kid = Keys::rotate(&dir).unwrap();
         let new = Keys::load_or_create(&dir).unwrap();
         assert_eq!(new.current, kid);
-        assert!(new.verify(&t, ISS, AUD).is_ok());
+        assert!(new.verify::<Claims>(&t, ISS, AUD).is_ok());
         Keys::retire_old(&dir).unwrap();
         let retired = Keys::load_or_create(&dir).unwrap();
-        assert!(retired.verify(&t, ISS, AUD).is_err());
+        assert!(retired.verify::<Claims>(&t, ISS, AUD).is_err());
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -6,6 +6,7 @@
 //! endpoints live in `http::{auth, device, setup, users, sharing}`. It never logs a password or
 //! a token.
 
+pub mod action_link;
 pub mod auth;
 pub mod device;
 pub mod jwt;

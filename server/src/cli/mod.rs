@@ -234,6 +234,12 @@ pub struct Config {
     /// How long sent and dropped notifications stay in the outbox for inspection, in ms.
     #[arg(long, env = "MOOR_NOTIFY_KEEP_MS", default_value_t = 24 * 3600 * 1000)]
     notify_keep_ms: u64,
+    /// How long the Approve / Deny links of ntfy and webhook notifications work, in seconds.
+    #[arg(long, env = "MOOR_NOTIFY_ACTION_TTL_SECS", default_value_t = 1800)]
+    notify_action_ttl_secs: u64,
+    /// Privacy mode: notifications leave this server with ids only, no session text (true/false).
+    #[arg(long, env = "MOOR_NOTIFY_PRIVATE", default_value_t = false, action = clap::ArgAction::Set)]
+    notify_private: bool,
     /// Delete ended sessions this many days after they ended (fractions allowed; 0: keep them).
     #[arg(long, env = "MOOR_RETENTION_DAYS", default_value_t = 0.0)]
     retention_days: f64,
@@ -340,6 +346,8 @@ impl Config {
                 retry_base: ms(self.notify_retry_ms.max(1)),
                 max_attempts: self.notify_max_attempts.max(1),
                 keep: ms(self.notify_keep_ms),
+                action_ttl: Duration::from_secs(self.notify_action_ttl_secs.max(1)),
+                private: self.notify_private,
                 ..crate::config::NotifyConfig::default()
             },
             retention: crate::config::RetentionConfig {

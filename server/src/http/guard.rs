@@ -117,7 +117,11 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
                 return with_headers(ApiError::RateLimited(secs).into_response(), None, api, tls);
             }
         }
-        let refusal = csrf::refusal(&state, req.method(), req.headers(), req.uri().query());
+        // A decision link carries its own credential and is never served by a cookie: the
+        // ntfy web app posts it cross-origin.
+        let refusal = (path != super::notify::DECIDE_PATH)
+            .then(|| csrf::refusal(&state, req.method(), req.headers(), req.uri().query()))
+            .flatten();
         if let Some(refusal) = refusal {
             let from = LogStr(origin.as_deref().unwrap_or("-"));
             tracing::info!(path = %LogStr(&path), origin = %from, "cross-site request refused");

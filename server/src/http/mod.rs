@@ -85,6 +85,8 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
             notify::put_quiet_hours,
             notify::delete_quiet_hours
         ))
+        .routes(routes!(notify::decide))
+        .routes(routes!(notify::notification_text))
         .routes(routes!(machines::register, machines::list))
         .routes(routes!(machines::get))
         .routes(routes!(machines::start))

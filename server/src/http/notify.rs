@@ -3,23 +3,29 @@
 //!
 //! Part of the HTTP transport: calls `store` and `notify`; never `sse` or `ws`.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
+use moor_protocol::api::{InputAccepted, InputRequest};
 use moor_protocol::notify::{
-    NewNotifySink, NewPushSubscription, NotifyClass, NotifyMutes, NotifySinkInfo,
+    NewNotifySink, NewPushSubscription, NotificationText, NotifyClass, NotifyMutes, NotifySinkInfo,
     PushSubscriptionInfo, QuietHours, SinkKind, VapidKey,
 };
-use moor_protocol::now_ms;
+use moor_protocol::payload::InputPermission;
+use moor_protocol::{now_ms, Seq};
 
-use crate::access::{random_secret, session_for, AuthUser, Role};
+use crate::access::{random_secret, session_for, AuthUser, Principal, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::notify::compose::text_of;
 use crate::notify::quiet::QuietWindow;
 use crate::notify::webpush::subscription_keys;
+use crate::session::input::submit;
 use crate::state::AppState;
 use crate::store::notify::{
     PushSubscriptionRow, SinkRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL, MAX_SINKS_PER_PRINCIPAL,
 };
+use crate::store::Range;
+use crate::util::query_param;
 
 /// Longest push endpoint URL accepted.
 const MAX_ENDPOINT_BYTES: usize = 2048;
@@ -460,4 +466,122 @@ pub(crate) async fn delete_quiet_hours(
 ) -> Result<StatusCode, ApiError> {
     state.store.notify.set_quiet_hours(&who.name, None).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Path of the one-use decision links (`access::action_link`): the link's token is its
+/// `link` query parameter, so request logs (which hold the path only) never show it.
+pub(crate) const DECIDE_PATH: &str = "/api/v1/notify/decide";
+
+/// `POST /api/v1/notify/decide?link=…`: an Approve or Deny button of an ntfy notification
+/// (or a webhook's link). The link is the credential; its user must still exist and still
+/// control the session, and the request must still be pending.
+#[utoipa::path(
+    post, path = "/notify/decide", operation_id = "decideByLink", tag = "access", security(()),
+    params(("link" = String, Query, description = "The one-use token of the link")),
+    responses(
+        (status = 200, description = "The decision is stored for the agent", body = InputAccepted),
+        crate::openapi::LookupErrors,
+        crate::openapi::Forbidden,
+        crate::openapi::Conflict,
+        crate::openapi::Gone,
+    )
+)]
+pub(crate) async fn decide(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<InputAccepted>, ApiError> {
+    let token = query_param(query.as_deref().unwrap_or(""), "link").unwrap_or_default();
+    let link = state.auth.verify_action(&token).map_err(|e| {
+        tracing::debug!(reason = %e, "decision link refused");
+        ApiError::Unauthorized
+    })?;
+    let user = match state.store.access.user(&link.sub).await {
+        Ok(u) if u.revoked_at.is_none() => u,
+        _ => return Err(ApiError::Unauthorized),
+    };
+    let who = Principal::for_user(user.name, None).as_admin(user.admin);
+    let session = session_for(&state.store, &who, &link.sid, Role::Controller).await?;
+    let decision = InputPermission {
+        request_id: Some(link.rid.clone()),
+        decision: link.dec,
+        message: None,
+    };
+    let accepted = submit(
+        &state.log,
+        &*state.store.log,
+        &state.leases,
+        &state.states,
+        session.id,
+        who.author(),
+        InputRequest::typed(link.client_msg_id(), decision),
+    )
+    .await
+    .map_err(|e| match e {
+        ApiError::InputConflict(_) => {
+            ApiError::Conflict("the other button of this notification was used".to_owned())
+        }
+        other => other,
+    })?;
+    if accepted.duplicate {
+        return Err(ApiError::Gone("this link was used already".to_owned()));
+    }
+    Ok(Json(accepted))
+}
+
+/// `GET /api/v1/sessions/{id}/notification?seq=N&count=K`: the words of a notification sent
+/// in privacy mode, for the service worker showing it.
+#[utoipa::path(
+    get, path = "/sessions/{id}/notification", operation_id = "notificationText", tag = "sessions",
+    params(
+        ("id" = String, Path, description = "Session id or name"),
+        ("seq" = u64, Query, description = "The newest entry the notification covers"),
+        ("count" = Option<u32>, Query, description = "How many entries it covers (default 1)"),
+    ),
+    responses(
+        (status = 200, description = "Title and body", body = NotificationText),
+        crate::openapi::ReadErrors,
+    )
+)]
+pub(crate) async fn notification_text(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<NotificationText>, ApiError> {
+    let query = query.unwrap_or_default();
+    let number = |name: &str| query_param(&query, name).map(|v| v.parse::<u64>());
+    let seq = match number("seq") {
+        Some(Ok(seq)) if seq > 0 => Seq(seq),
+        _ => {
+            return Err(ApiError::Invalid {
+                field: "seq",
+                reason: "a positive entry seq is required".to_owned(),
+            })
+        }
+    };
+    let count = match number("count") {
+        None => 1,
+        Some(Ok(n)) => n.clamp(1, u32::MAX as u64) as u32,
+        Some(Err(_)) => {
+            return Err(ApiError::Invalid {
+                field: "count",
+                reason: "expected a number".to_owned(),
+            })
+        }
+    };
+    let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
+    let entry = state
+        .store
+        .log
+        .read(session.id, Range::After(Seq(seq.0 - 1)), 1)
+        .await?
+        .into_iter()
+        .find(|e| e.seq == seq)
+        .ok_or(ApiError::NotFound("entry"))?;
+    let (title, body) =
+        text_of(session.id, &entry, count).ok_or(ApiError::NotFound("notification"))?;
+    Ok(Json(NotificationText {
+        title: format!("{}: {title}", session.name),
+        body,
+    }))
 }

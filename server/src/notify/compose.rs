@@ -84,7 +84,7 @@ pub(crate) fn compose(rows: &[(OutboxRow, Option<Entry>)], ages: Ages) -> Compos
                 .push((row.id, row.ts.saturating_add(ages.bridge_lost_after)));
             continue;
         }
-        let Some(item) = describe(row, entry) else {
+        let Some(item) = describe(row.id, row.session, entry) else {
             out.dropped.push((row.id, "nothing to tell"));
             continue;
         };
@@ -216,12 +216,12 @@ fn summary(session: SessionId, rows: Vec<(i64, Seq, NotifyClass)>) -> Draft {
 
 /// The class and the words for one entry; `None` when the entry tells nobody anything (a
 /// clean exit, an unreadable payload).
-fn describe(row: &OutboxRow, entry: &Entry) -> Option<Item> {
+fn describe(row: i64, session: SessionId, entry: &Entry) -> Option<Item> {
     let body = entry.body().ok()?;
     let mut item = Item {
-        row: row.id,
-        session: row.session,
-        seq: row.seq,
+        row,
+        session,
+        seq: entry.seq,
         class: NotifyClass::Turn,
         title: String::new(),
         body: String::new(),
@@ -303,6 +303,32 @@ fn describe(row: &OutboxRow, entry: &Entry) -> Option<Item> {
     item.title = clip(&item.title, MAX_TITLE_CHARS);
     item.body = clip(&item.body, MAX_BODY_CHARS);
     Some(item)
+}
+
+/// The words of a notification about `entry` covering `count` entries of its class, for a
+/// service worker that got it in privacy mode; `None` when the entry notifies nobody.
+pub(crate) fn text_of(session: SessionId, entry: &Entry, count: u32) -> Option<(String, String)> {
+    let item = describe(0, session, entry)?;
+    let title = match plural_title(item.class) {
+        Some(plural) if count > 1 => format!("{count} × {plural}"),
+        _ => item.title,
+    };
+    Some((clip(&title, MAX_TITLE_CHARS), item.body))
+}
+
+/// What a notification in privacy mode says where the service worker cannot ask for its
+/// words (ntfy, a webhook): its class, nothing of the session.
+pub(crate) fn private_text(class: NotifyClass) -> &'static str {
+    match class {
+        NotifyClass::Permission => "A permission request is waiting",
+        NotifyClass::Turn => "A turn finished",
+        NotifyClass::Stalled => "An agent stalled",
+        NotifyClass::Crashed => "An agent crashed or restarted",
+        NotifyClass::BridgeLost => "A bridge was lost",
+        NotifyClass::InputFailed => "An input failed",
+        NotifyClass::Ended => "A session ended",
+        NotifyClass::Summary => "Notifications while you were away",
+    }
 }
 
 /// What a permission request asks to do: the command, else the path, else the description.

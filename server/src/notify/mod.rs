@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use moor_protocol::api::Role;
-use moor_protocol::notify::{NotifyAction, NotifyClass, PushMessage};
+use moor_protocol::notify::{DecisionLinks, NotifyAction, NotifyClass, PushMessage};
 use moor_protocol::{now_ms, Entry, Seq};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +24,7 @@ use self::compose::{compose, Ages, Draft};
 use self::quiet::QuietWindow;
 use self::sinks::Sinks;
 use self::webpush::{Delivery, WebPush};
+use crate::access::action_link::ActionLinks;
 use crate::config::NotifyConfig;
 use crate::metrics::OutboxGauges;
 use crate::store::notify::{OutboxRow, OutboxState, CLAIM_LIMIT, MAX_PENDING_PER_SESSION};
@@ -42,10 +43,11 @@ pub struct Notifier {
     sinks: Sinks,
     public_url: Arc<str>,
     gauges: OutboxGauges,
+    links: ActionLinks,
 }
 
 impl Notifier {
-    /// A sender for `node`, signing with `vapid`.
+    /// A sender for `node`, signing with `vapid`, giving sinks decision `links`.
     pub(crate) fn new(
         stores: Stores,
         node: &str,
@@ -53,6 +55,7 @@ impl Notifier {
         vapid: vapid::Vapid,
         public_url: Arc<str>,
         gauges: OutboxGauges,
+        links: ActionLinks,
     ) -> anyhow::Result<Self> {
         let push = WebPush::new(vapid, config.vapid_subject.clone(), config.request_timeout)?;
         let sinks = Sinks::new(config.request_timeout)?;
@@ -64,6 +67,7 @@ impl Notifier {
             sinks,
             public_url,
             gauges,
+            links,
         })
     }
 
@@ -239,6 +243,11 @@ impl Notifier {
                 .and_then(|q| QuietWindow::parse(&q).ok())
                 .is_some_and(|w| w.contains(now_ms()));
             let message = self.message(&draft, &name, member.role, quiet);
+            let decide = if sinks.is_empty() {
+                None
+            } else {
+                self.decision_links(&member.principal, &message)
+            };
             for sub in subs {
                 let target = format!("push:{}", sub.id);
                 if has(&target) {
@@ -266,7 +275,7 @@ impl Notifier {
                     delivered += 1;
                     continue;
                 }
-                match self.sinks.send(&sink, &message).await {
+                match self.sinks.send(&sink, &message, decide.as_ref()).await {
                     Delivery::Sent => {
                         delivered += 1;
                         taken.push(target);
@@ -326,19 +335,53 @@ impl Notifier {
             } else {
                 Vec::new()
             };
+        let private = self.config.private;
         PushMessage {
             tag: draft.tag.clone(),
             session: draft.session,
             class: draft.class,
             seq: draft.seq,
             count: draft.count,
-            title: format!("{session_name}: {}", draft.title),
-            body: draft.body.clone(),
+            title: if private {
+                String::new()
+            } else {
+                format!("{session_name}: {}", draft.title)
+            },
+            body: if private {
+                String::new()
+            } else {
+                draft.body.clone()
+            },
             request_id: draft.request_id.clone(),
             actions,
             close: draft.close,
             url: format!("{}/#/s/{}", self.public_url, draft.session),
             quiet,
+            private,
+        }
+    }
+
+    /// One-use Approve / Deny links for `principal`, when `message` offers them buttons.
+    fn decision_links(&self, principal: &str, message: &PushMessage) -> Option<DecisionLinks> {
+        let request = message.request_id.as_deref()?;
+        if message.actions.is_empty() {
+            return None;
+        }
+        let session = message.session.to_string();
+        match self.links.pair(principal, &session, request) {
+            Ok((approve, deny)) => {
+                let url = |token: String| {
+                    format!("{}/api/v1/notify/decide?link={token}", self.public_url)
+                };
+                Some(DecisionLinks {
+                    approve: url(approve),
+                    deny: url(deny),
+                })
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "could not sign decision links");
+                None
+            }
         }
     }
 }

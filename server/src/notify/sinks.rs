@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use moor_protocol::notify::{NotifyClass, PushMessage, WebhookBody};
+use moor_protocol::notify::{DecisionLinks, NotifyClass, PushMessage, WebhookBody};
 use moor_protocol::now_ms;
 use sha2::Sha256;
 
+use super::compose::private_text;
 use super::webpush::{classify, Delivery};
 use crate::store::notify::SinkRow;
 
@@ -32,12 +33,18 @@ impl Sinks {
         Ok(Self { http })
     }
 
-    /// Sends `message` to `sink`. A sink answering 404 or 410 is not removed (its owner
-    /// configured it): that is a failure for this notification.
-    pub(crate) async fn send(&self, sink: &SinkRow, message: &PushMessage) -> Delivery {
+    /// Sends `message` to `sink`, with `decide`'s one-use links as buttons (ntfy) or fields
+    /// (webhook). A sink answering 404 or 410 is not removed (its owner configured it): that
+    /// is a failure for this notification.
+    pub(crate) async fn send(
+        &self,
+        sink: &SinkRow,
+        message: &PushMessage,
+        decide: Option<&DecisionLinks>,
+    ) -> Delivery {
         let request = match sink.kind.as_str() {
-            "ntfy" => self.ntfy(sink, message),
-            "webhook" => match self.webhook(sink, message) {
+            "ntfy" => self.ntfy(sink, message, decide),
+            "webhook" => match self.webhook(sink, message, decide) {
                 Ok(r) => r,
                 Err(reason) => return Delivery::Failed(reason),
             },
@@ -52,7 +59,12 @@ impl Sinks {
         }
     }
 
-    fn ntfy(&self, sink: &SinkRow, m: &PushMessage) -> reqwest::RequestBuilder {
+    fn ntfy(
+        &self,
+        sink: &SinkRow,
+        m: &PushMessage,
+        decide: Option<&DecisionLinks>,
+    ) -> reqwest::RequestBuilder {
         let (priority, tags) = match m.class {
             NotifyClass::Permission => ("5", "warning"),
             NotifyClass::Crashed | NotifyClass::Stalled | NotifyClass::InputFailed => {
@@ -64,29 +76,50 @@ impl Sinks {
         let priority = if m.quiet { "1" } else { priority };
         let body = if m.close {
             "answered".to_owned()
+        } else if m.private {
+            private_text(m.class).to_owned()
         } else {
             m.body.clone()
         };
+        let title = if m.private { "Mooring" } else { &m.title };
         let mut req = self
             .http
             .post(&sink.url)
-            .header("Title", ascii_header(&m.title))
+            .header("Title", ascii_header(title))
             .header("Priority", priority)
             .header("Tags", tags)
             .header("Click", ascii_header(&m.url))
             .body(body);
+        if let Some(links) = decide {
+            // ntfy's `http` actions: the phone posts the link itself; `clear` dismisses the
+            // notification once it has.
+            req = req.header(
+                "Actions",
+                format!(
+                    "http, Approve, {}, method=POST, clear=true; http, Deny, {}, method=POST, clear=true",
+                    ascii_header(&links.approve),
+                    ascii_header(&links.deny)
+                ),
+            );
+        }
         if !sink.secret.is_empty() {
             req = req.bearer_auth(&sink.secret);
         }
         req
     }
 
-    fn webhook(&self, sink: &SinkRow, m: &PushMessage) -> Result<reqwest::RequestBuilder, String> {
+    fn webhook(
+        &self,
+        sink: &SinkRow,
+        m: &PushMessage,
+        decide: Option<&DecisionLinks>,
+    ) -> Result<reqwest::RequestBuilder, String> {
         let timestamp = now_ms();
         let body = serde_json::to_vec(&WebhookBody {
             kind: "moor.notification".to_owned(),
             timestamp,
             message: m.clone(),
+            decide: decide.cloned(),
         })
         .map_err(|e| format!("encode: {e}"))?;
         let signature = sign(&sink.secret, timestamp, &body);

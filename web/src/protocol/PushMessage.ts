@@ -57,4 +57,9 @@ url: string,
 /**
  * Sent during the recipient's quiet hours: show it without sound or vibration.
  */
-quiet: boolean, };
+quiet: boolean, 
+/**
+ * Privacy mode: `title` and `body` are empty; the service worker asks this server for them
+ * (`GET /api/v1/sessions/{session}/notification?seq=&count=`) when it shows the notification.
+ */
+private: boolean, };
