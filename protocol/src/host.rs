@@ -177,6 +177,48 @@ pub struct SessionAction {
     pub idempotency_key: String,
 }
 
+/// `POST /api/v1/machines/{id}/sessions/{name}/restore`: restore one of the session's
+/// checkpoints into a new branch of its project on the machine (the work tree, the index and
+/// the branch checked out there are not touched).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RestoreCheckpoint {
+    /// The checkpoint's id (16 lowercase hex digits), one of this session's.
+    pub checkpoint: String,
+    /// The new branch (see [`is_valid_branch`]); default `moor/restore-<checkpoint>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub branch: Option<String>,
+    /// Client-chosen key, as for [`StartSession`].
+    pub idempotency_key: String,
+}
+
+/// Longest branch name a restore accepts.
+pub const MAX_BRANCH: usize = 100;
+
+/// Whether `name` may name a new branch: 1 to [`MAX_BRANCH`] of `A-Z a-z 0-9 . _ - /`, not
+/// starting with `-`, `.` or `/`, without `..`, `//`, `/.` or `@{`, not ending with `/`, `.`
+/// or `.lock` (so never an option, a path outside `refs/heads`, or a name git refuses).
+pub fn is_valid_branch(name: &str) -> bool {
+    (1..=MAX_BRANCH).contains(&name.len())
+        && !name.starts_with(['-', '.', '/'])
+        && !name.ends_with(['/', '.'])
+        && !name.ends_with(".lock")
+        && !["..", "//", "/.", "@{"]
+            .iter()
+            .any(|bad| name.contains(bad))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
+}
+
+/// Whether `id` has the form of a checkpoint id: 16 lowercase hex digits.
+pub fn is_checkpoint_id(id: &str) -> bool {
+    id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The receipt of an action: where it is in the machine's log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -225,17 +267,47 @@ pub enum HostAction {
         /// The agent it ran.
         agent: String,
     },
+    /// Restore checkpoint `checkpoint` of the session into the new branch `branch` of
+    /// `project` (the checkpoint is fetched from `moord` when the repository lacks it).
+    Restore {
+        /// The session's name.
+        session: String,
+        /// The project it ran in.
+        project: String,
+        /// The checkpoint's id.
+        checkpoint: String,
+        /// The new branch.
+        branch: String,
+    },
 }
 
 impl HostAction {
     /// The session the action is about.
     pub fn session(&self) -> &str {
         match self {
-            Self::Start { session, .. } | Self::Stop { session } | Self::Resume { session, .. } => {
-                session
-            }
+            Self::Start { session, .. }
+            | Self::Stop { session }
+            | Self::Resume { session, .. }
+            | Self::Restore { session, .. } => session,
         }
     }
+}
+
+/// Payload of `host.checkpoint.restored`: a checkpoint is on a new branch of the project.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCheckpointRestored {
+    /// The session's name.
+    pub session: String,
+    /// The project's name.
+    pub project: String,
+    /// The checkpoint's id.
+    pub checkpoint: String,
+    /// The new branch.
+    pub branch: String,
+    /// The commit it points at (the checkpoint's commit).
+    pub commit: String,
+    /// The seq of the `input.host` entry that asked for it.
+    pub input_seq: u64,
 }
 
 /// Payload of `host.session.started`: the machine started a session's `moor run`.
@@ -290,6 +362,42 @@ mod tests {
         ] {
             assert!(!is_valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn branch_names_are_never_options_paths_or_names_git_refuses() {
+        for ok in [
+            "rescue",
+            "moor/restore-0123456789abcdef",
+            "fix_1.2",
+            "a-b/c",
+        ] {
+            assert!(is_valid_branch(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-f",
+            "--force",
+            ".hidden",
+            "/abs",
+            "a/",
+            "a.",
+            "a.lock",
+            "a..b",
+            "a//b",
+            "a/.b",
+            "a@{1}",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "x\\y",
+            &"b".repeat(101),
+        ] {
+            assert!(!is_valid_branch(bad), "{bad}");
+        }
+        assert!(is_checkpoint_id("0123456789abcdef"));
+        assert!(!is_checkpoint_id("0123456789ABCDEF") && !is_checkpoint_id("../x"));
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub const INPUT_HOST: &str = "input.host";
 pub const HOST_SESSION_STARTED: &str = "host.session.started";
 /// A session's `moor run` on a machine ended (payload [`crate::host::HostSessionExited`]).
 pub const HOST_SESSION_EXITED: &str = "host.session.exited";
+/// A machine restored a session's checkpoint into a new branch of its project (payload
+/// [`crate::host::HostCheckpointRestored`]).
+pub const HOST_CHECKPOINT_RESTORED: &str = "host.checkpoint.restored";
 
 /// Receipt kinds: entries about an input, keyed by the input's seq (at most one of each kind
 /// per input).

@@ -135,6 +135,11 @@ impl Machine {
         self.server.api()
     }
 
+    /// The `notes` project's work tree.
+    fn notes(&self) -> PathBuf {
+        self._dir.path().join("notes")
+    }
+
     async fn machine(&self) -> MachineInfo {
         get(&self.api(), &format!("/api/v1/machines/{}", self.id)).await
     }
@@ -568,4 +573,137 @@ async fn a_restarted_host_keeps_track_of_the_sessions_it_started() {
     kept_tail
         .wait_kind(kinds::SESSION_ENDED, 0, FINISH, |_| true)
         .await;
+}
+
+/// `git -C dir args…`'s output; panics when git fails.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What a person working in `dir` has: the branch checked out, its commit, the index, the
+/// work tree's changes and a file's content.
+fn work_state(dir: &Path) -> Vec<String> {
+    vec![
+        git(dir, &["symbolic-ref", "HEAD"]),
+        git(dir, &["rev-parse", "HEAD"]),
+        git(dir, &["ls-files", "--stage"]),
+        git(dir, &["status", "--porcelain=v1", "-uall"]),
+        git(dir, &["diff", "HEAD"]),
+        std::fs::read_to_string(dir.join("draft.txt")).expect("draft.txt"),
+    ]
+}
+
+#[tokio::test]
+async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_work_tree_alone() {
+    // arrange: a shell in `notes` (uncommitted draft.txt); its start checkpoint uploaded
+    let mut m = Machine::start(None).await;
+    let (shell, id, mut tail) = m.start_shell("restore-me").await;
+    let cp = tail
+        .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
+        .await;
+    let checkpoint = cp.payload["id"].as_str().expect("checkpoint id").to_owned();
+    let api = m.api();
+    eventually_some(WAIT, "the checkpoint on the server", || {
+        let api = api.clone();
+        let checkpoint = checkpoint.clone();
+        async move {
+            let list: Vec<Value> = get(&api, &format!("/api/v1/sessions/{id}/checkpoints")).await;
+            list.iter()
+                .any(|c| c["id"] == checkpoint.as_str())
+                .then_some(())
+        }
+    })
+    .await;
+    // the person at the machine has staged work too
+    let notes = m.notes();
+    std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
+    git(&notes, &["add", "staged.txt"]);
+    let before = work_state(&notes);
+    let path = format!("/sessions/{}/restore", shell.session);
+
+    // act: restore it into the branch `rescue`
+    let body = json!({"checkpoint": checkpoint, "branch": "rescue", "idempotency_key": "r1"});
+    let restore = m.act(&path, body.clone()).await;
+    let log = m.applied(restore.seq).await;
+
+    // assert: the branch points at the checkpoint's commit, which holds the draft; what the
+    // person had (branch, HEAD, index, changes) is exactly as it was
+    let done = log
+        .iter()
+        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
+        .expect("host.checkpoint.restored in the machine's log");
+    assert_eq!(done.payload["branch"], "rescue");
+    assert_eq!(done.payload["checkpoint"], checkpoint.as_str());
+    assert_eq!(done.payload["input_seq"], restore.seq);
+    let commit = done.payload["commit"].as_str().expect("commit");
+    assert_eq!(git(&notes, &["rev-parse", "rescue"]).trim(), commit);
+    assert_eq!(git(&notes, &["show", "rescue:draft.txt"]), "unsaved");
+    assert_eq!(work_state(&notes), before);
+
+    // act + assert: the same request again is the same action, applied once
+    let again = m.act(&path, body).await;
+    assert!(again.duplicate && again.seq == restore.seq, "{again:?}");
+
+    // act + assert: a branch that exists is not overwritten; the machine says why
+    let taken = m
+        .act(
+            &path,
+            json!({"checkpoint": checkpoint, "branch": "rescue", "idempotency_key": "r2"}),
+        )
+        .await;
+    let failed = m
+        .tail
+        .wait_kind(kinds::INPUT_FAILED, 0, WAIT, |e| {
+            e.payload["input_seq"] == taken.seq
+        })
+        .await;
+    assert!(
+        failed.payload["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("rescue")),
+        "{failed:?}"
+    );
+    assert_eq!(git(&notes, &["rev-parse", "rescue"]).trim(), commit);
+    assert_eq!(work_state(&notes), before);
+
+    // act + assert: an option, a path or another session's checkpoint is refused, and the
+    // machine's log does not change
+    let entries = m.api().entries_all(m.log).await.len();
+    for (body, status) in [
+        (
+            json!({"checkpoint": checkpoint, "branch": "-f", "idempotency_key": "b1"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"checkpoint": checkpoint, "branch": "../../etc", "idempotency_key": "b2"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"checkpoint": "../../etc/passwd", "idempotency_key": "b3"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"checkpoint": "0123456789abcdef", "idempotency_key": "b4"}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            json!({"checkpoint": checkpoint, "idempotency_key": "b5", "dir": "/tmp"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let (got, answer) = m.post(&path, body.clone()).await;
+        assert!(
+            got == status || (status.is_client_error() && got.is_client_error()),
+            "{body}: {got} {answer:?}"
+        );
+    }
+    assert_eq!(m.api().entries_all(m.log).await.len(), entries);
+    let _ = m.tail.refresh().await;
 }

@@ -9,6 +9,7 @@
 import type { ActionAccepted } from "./protocol/ActionAccepted";
 import type { MachineInfo } from "./protocol/MachineInfo";
 import type { StartSession } from "./protocol/StartSession";
+import type { RestoreCheckpoint } from "./protocol/RestoreCheckpoint";
 import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
@@ -305,6 +306,9 @@ export const api = {
   /** Asks a machine to start a session: names only, never a command or a path. */
   startOnMachine: (id: string, req: StartSession) =>
     call<ActionAccepted>(`/machines/${enc(id)}/sessions`, { method: "POST", body: JSON.stringify(req) }),
+  /** Asks a machine to put one of a session's checkpoints on a new branch of its project. */
+  restoreOnMachine: (id: string, session: string, req: RestoreCheckpoint) =>
+    call<ActionAccepted>(`/machines/${enc(id)}/sessions/${enc(session)}/restore`, { method: "POST", body: JSON.stringify(req) }),
   /** Asks a machine to stop or resume one of its sessions. */
   machineAction: (id: string, session: string, action: "stop" | "resume", key: string) =>
     call<ActionAccepted>(`/machines/${enc(id)}/sessions/${enc(session)}/${action}`, {

@@ -8,7 +8,7 @@
 // MOOR_WEB_ONLY=<regex> runs the matching scenarios only.
 
 import {
-  addUser, api, assert, banner, echoSessionOnPhone, launch, linesSession, loginContext, loginForm, phone, rpc, runScenarios,
+  addUser, api, assert, banner, echoSessionOnPhone, launch, linesSession, loginContext, loginForm, openSession, phone, rpc, runScenarios,
   sessionByName, share, shot, TOKEN, untilEnded, URL_BASE, waitBanner, waitFor, WATCHDOG_MS,
 } from "./lib.mjs";
 
@@ -555,7 +555,7 @@ scenario("12. a microphone dictates into the composer where the browser recognis
   await ctx2.close();
 });
 
-scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, and stops it: it ends", async ({ browser }) => {
+scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, restores its checkpoint into a new branch there, and stops it: it ends", async ({ browser }) => {
   await rpc("host", {});
   const ctx = await phone(browser);
   const page = await ctx.newPage();
@@ -579,6 +579,23 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
       .filter((r) => r.width < 44 || r.height < 44).length);
   assert(small === 0, `${small} machine controls under 44×44`);
   await shot(page, "phone-machine");
+  // Its start checkpoint (the project has uncommitted changes) goes onto a new branch there,
+  // from the session's Checkpoints sheet; the machine reports the branch.
+  const [running] = (await api(`/machines/${(await api("/machines"))[0].id}`)).sessions;
+  const checkpoints = await waitFor("the start checkpoint uploaded", 30000, async () => {
+    const list = await api(`/sessions/${running.id}/checkpoints`);
+    return list.length ? list : null;
+  });
+  const view = await ctx.newPage();
+  await openSession(view, running.id);
+  await view.locator("#checkpoints-btn").tap();
+  const control = view.locator(`[data-checkpoint-id="${checkpoints[0].id}"] .restore`);
+  await control.locator("button.restore").tap();
+  const said = await waitFor("the machine's answer", 30000, () =>
+    view.evaluate(() => document.querySelector(".restore-status.ok")?.textContent || null));
+  assert(said.includes(`Branch moor/restore-${checkpoints[0].id} now holds this checkpoint`) && said.includes("project notes"), `restored: ${said}`);
+  await shot(view, "phone-restore");
+  await view.close();
   await page.locator('[data-machine-session] [data-action="stop"]').tap();
   // The shell ignores SIGTERM: it is killed after the grace and its session ends, saying so;
   // an ended log is complete, so it offers neither stop nor resume.

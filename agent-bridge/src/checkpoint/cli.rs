@@ -217,6 +217,28 @@ pub async fn restore(
     id: &str,
     target: Target,
 ) -> Result<String, CheckpointError> {
+    let (done, fetched) = restore_to_target(ctx, id, &target).await?;
+    let source = if fetched { " (from the server)" } else { "" };
+    Ok(match target {
+        Target::InPlace { .. } => format!(
+            "restored checkpoint {id}{source}: {} files written, {} removed; what was here before is checkpoint {} (moor checkpoints restore {} to go back)\n",
+            done.written,
+            done.removed,
+            done.safety.as_deref().unwrap_or("?"),
+            done.safety.as_deref().unwrap_or("?"),
+        ),
+        Target::Branch(name) => format!("branch {name} now points at checkpoint {id}{source} (commit {})\n", done.commit),
+        Target::Worktree { path, .. } => format!("checkpoint {id}{source} is checked out in {}\n", path.display()),
+    })
+}
+
+/// Restores `id` to `target` (fetched from the server first when it is not here): what was
+/// done, and whether it came from the server. `moor host` restores into a branch this way.
+pub async fn restore_to_target(
+    ctx: &CliContext,
+    id: &str,
+    target: &Target,
+) -> Result<(Restored, bool), CheckpointError> {
     let repo = ctx.repo()?;
     let (r, i) = (repo.clone(), id.to_owned());
     let fetched = if blocking(move || Ok(checkpoint_commit(&r, &i)?))
@@ -235,18 +257,7 @@ pub async fn restore(
     let opts = ctx.take_options(CheckpointReason::BeforeRestore);
     let (i, t) = (id.to_owned(), target.clone());
     let done: Restored = blocking(move || restore_to(&repo, &i, &t, opts)).await?;
-    let source = if fetched { " (from the server)" } else { "" };
-    Ok(match target {
-        Target::InPlace { .. } => format!(
-            "restored checkpoint {id}{source}: {} files written, {} removed; what was here before is checkpoint {} (moor checkpoints restore {} to go back)\n",
-            done.written,
-            done.removed,
-            done.safety.as_deref().unwrap_or("?"),
-            done.safety.as_deref().unwrap_or("?"),
-        ),
-        Target::Branch(name) => format!("branch {name} now points at checkpoint {id}{source} (commit {})\n", done.commit),
-        Target::Worktree { path, .. } => format!("checkpoint {id}{source} is checked out in {}\n", path.display()),
-    })
+    Ok((done, fetched))
 }
 
 /// Takes a checkpoint now and queues it for upload to `session`.

@@ -1,5 +1,6 @@
 //! `moor host`: a long-running process that starts, stops and resumes sessions on this
-//! machine when asked through `moord`, from what [`HostConfig`] allows.
+//! machine when asked through `moord`, from what [`HostConfig`] allows, and restores their
+//! checkpoints into new branches of their projects.
 //!
 //! The machine's own log is an ordinary session, so the link to `moord` is the bridge's own
 //! [`Link`] (lease, backoff, watchdog, `move`) with its spool and input ledger: an action
@@ -19,8 +20,8 @@ use std::time::Duration;
 
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
-    AgentOffer, HostAction, HostSessionExited, HostSessionStarted, MachineRegistration,
-    ProjectOffer,
+    AgentOffer, HostAction, HostCheckpointRestored, HostSessionExited, HostSessionStarted,
+    MachineRegistration, ProjectOffer,
 };
 use moor_protocol::{kinds, now_ms};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -30,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 use self::children::{Child, Children, ADOPTED_POLL};
 pub use self::config::{AgentDef, HostConfig};
 use crate::backoff::Backoff;
+use crate::checkpoint::cli::{restore_to_target, CliContext};
+use crate::checkpoint::restore::Target;
 use crate::config::{LinkConfig, Token};
 use crate::inputs::{Inputs, PendingInput};
 use crate::link::{Link, LinkParams};
@@ -268,6 +271,15 @@ impl Host {
                 agent,
             } => self.start(&session, &project, &agent, seq, None).await,
             HostAction::Stop { session } => self.stop(&session),
+            HostAction::Restore {
+                session,
+                project,
+                checkpoint,
+                branch,
+            } => {
+                self.restore(&session, &project, &checkpoint, &branch, seq)
+                    .await
+            }
         };
         match outcome {
             Ok(()) => input.applied().await?,
@@ -339,6 +351,54 @@ impl Host {
             });
         }
         Ok(())
+    }
+
+    /// Puts checkpoint `checkpoint` of `session` on the new branch `branch` of `project`
+    /// (fetched from `moord` when the repository lacks it), leaving the work tree, the index
+    /// and the checked-out branch alone; the reason when it may not or cannot.
+    async fn restore(
+        &mut self,
+        session: &str,
+        project: &str,
+        checkpoint: &str,
+        branch: &str,
+        input_seq: u64,
+    ) -> Result<(), String> {
+        let dir = self
+            .p
+            .config
+            .project(project)
+            .ok_or_else(|| format!("this machine has no project {project:?}"))?
+            .to_owned();
+        // moord checked both; this machine does not trust it to have.
+        if !moor_protocol::host::is_checkpoint_id(checkpoint) {
+            return Err(format!("{checkpoint:?} is not a checkpoint id"));
+        }
+        if !moor_protocol::host::is_valid_branch(branch) {
+            return Err(format!("{branch:?} is not a branch name"));
+        }
+        let ctx = CliContext {
+            dir,
+            server: self.p.server.clone(),
+            token: Some(self.p.token.expose()),
+            max_file_bytes: 0,
+        };
+        let (done, _) = restore_to_target(&ctx, checkpoint, &Target::Branch(branch.to_owned()))
+            .await
+            .map_err(|e| format!("could not restore checkpoint {checkpoint}: {e}"))?;
+        self.record(
+            kinds::HOST_CHECKPOINT_RESTORED,
+            &HostCheckpointRestored {
+                session: session.to_owned(),
+                project: project.to_owned(),
+                checkpoint: checkpoint.to_owned(),
+                branch: branch.to_owned(),
+                commit: done.commit,
+                input_seq,
+            },
+        )
+        .await
+        .map_err(|e| format!("could not record the restore: {e}"))
     }
 
     /// Spawns the session's `moor run` in its own process group; its pid.

@@ -1,5 +1,5 @@
 //! Machines running `moor host`: registration, the machine view, and the actions asked of a
-//! machine (start a session, stop one, resume one).
+//! machine (start a session, stop one, resume one, restore one's checkpoint into a branch).
 //!
 //! A machine's own log is an ordinary session (its `log_session`): an action is an
 //! `input.host` entry there, idempotent by the caller's key like any input, delivered to the
@@ -17,9 +17,10 @@ use axum::extract::{Path, State};
 use moor_protocol::api::{InputRequest, Role};
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
-    is_valid_name, ActionAccepted, AgentOffer, HostAction, MachineInfo, MachineRegistered,
-    MachineRegistration, MachineSession, ProjectOffer, SessionAction, StartSession,
-    MAX_IDEMPOTENCY_KEY, MAX_OFFERS, MAX_PROMPT_BYTES,
+    is_checkpoint_id, is_valid_branch, is_valid_name, ActionAccepted, AgentOffer, HostAction,
+    MachineInfo, MachineRegistered, MachineRegistration, MachineSession, ProjectOffer,
+    RestoreCheckpoint, SessionAction, StartSession, MAX_BRANCH, MAX_IDEMPOTENCY_KEY, MAX_OFFERS,
+    MAX_PROMPT_BYTES,
 };
 use moor_protocol::{kinds, now_ms, SessionId};
 use serde::{Deserialize, Serialize};
@@ -516,6 +517,77 @@ pub(super) async fn resume(
             agent: row.agent,
         })
     })
+    .await
+}
+
+/// `POST /api/v1/machines/{id}/sessions/{name}/restore`: ask the machine to put one of the
+/// session's checkpoints on a new branch of its project; the work tree, its index and the
+/// branch checked out there stay as they are. The machine answers in its log
+/// (`host.checkpoint.restored` with the commit, or `input.failed`: the branch exists, say).
+#[utoipa::path(
+    post, path = "/machines/{id}/sessions/{name}/restore", operation_id = "restoreMachineCheckpoint", tag = "machines",
+    params(("id" = String, Path, description = "Machine id"), ("name" = String, Path, description = "Session name")),
+    request_body = RestoreCheckpoint,
+    responses(
+        (status = 200, description = "The action is in the machine's log", body = ActionAccepted),
+        crate::openapi::RoleBodyErrors,
+        crate::openapi::Conflict,
+    )
+)]
+pub(super) async fn restore(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path((id, name)): Path<(String, String)>,
+    Json(req): Json<RestoreCheckpoint>,
+) -> Result<Json<ActionAccepted>, ApiError> {
+    if !is_checkpoint_id(&req.checkpoint) {
+        return Err(invalid("checkpoint", "16 lowercase hex digits"));
+    }
+    let branch = req
+        .branch
+        .clone()
+        .unwrap_or_else(|| format!("moor/restore-{}", req.checkpoint));
+    if !is_valid_branch(&branch) {
+        return Err(invalid(
+            "branch",
+            format!("{branch:?} is not a branch name: 1 to {MAX_BRANCH} of A-Z a-z 0-9 . _ - /, not starting with - . or /, without .. // /. @{{, not ending with / . or .lock"),
+        ));
+    }
+    machine_for(&state, &who, &id, Role::Controller).await?;
+    // Only a checkpoint of this very session: its project is where it belongs.
+    let holders = state
+        .store
+        .checkpoints
+        .checkpoint_sessions(&req.checkpoint)
+        .await?;
+    let session = state.store.log.find_session(&name).await.ok();
+    if !session.is_some_and(|s| holders.contains(&s.id)) {
+        return Err(ApiError::NotFound("checkpoint"));
+    }
+    let action = SessionAction {
+        idempotency_key: req.idempotency_key.clone(),
+    };
+    on_session(
+        &state,
+        &who,
+        (&id, &name),
+        &action,
+        "restore",
+        |row, offers| {
+            if !offers.projects.iter().any(|p| p.name == row.project) {
+                return Err(invalid(
+                    "project",
+                    format!("the machine no longer offers project {:?}", row.project),
+                ));
+            }
+            Ok(HostAction::Restore {
+                session: row.name,
+                project: row.project,
+                checkpoint: req.checkpoint,
+                branch,
+            })
+        },
+    )
     .await
 }
 

@@ -92,6 +92,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(machines::start))
         .routes(routes!(machines::stop))
         .routes(routes!(machines::resume))
+        .routes(routes!(machines::restore))
 }
 
 /// Answer for an unknown API route: 401 without credentials, else 404.

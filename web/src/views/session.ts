@@ -443,7 +443,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   const openState = () => sheet("Session state").body.append(statePanel(state));
   const openCheckpoints = async () => {
     const s = sheet("Checkpoints");
-    s.body.append(await checkpointsPanel(id, win.entries, state?.last_checkpoint ?? null));
+    s.body.append(await checkpointsPanel(id, win.entries, state?.last_checkpoint ?? null, info?.name));
   };
   const openShare = () => sheet("Share").body.append(sharePanel(id, info?.name ?? id));
   const openExport = () => sheet("Export").body.append(exportPanel(id, info?.name ?? id));

@@ -13,6 +13,7 @@ import type { JsonValue } from "../protocol/serde_json/JsonValue";
 import type { CheckpointSummary } from "../protocol/CheckpointSummary";
 import { addedText } from "./offers";
 import { checkpointCard, patchView, receiptBadge } from "./render";
+import { machineOf, restoreControl } from "./restore";
 
 /** Opens a modal sheet; returns the body element to fill and a close function. */
 export function sheet(title: string): { body: HTMLElement; close: () => void } {
@@ -113,7 +114,7 @@ export async function recoveryPanel(sessionId: string, onResume: ((prompt: strin
  * (every uploaded checkpoint, however old), then those the log announced that are not uploaded
  * yet (their contents are still on the bridge's machine).
  */
-export async function checkpointsPanel(sessionId: string, entries: Entry[], last: JsonValue | null): Promise<HTMLElement> {
+export async function checkpointsPanel(sessionId: string, entries: Entry[], last: JsonValue | null, sessionName?: string): Promise<HTMLElement> {
   let stored: CheckpointSummary[] = [];
   let listError: string | null = null;
   try {
@@ -135,6 +136,8 @@ export async function checkpointsPanel(sessionId: string, entries: Entry[], last
   const note = listError ? h("p.bad", null, `Could not list the server's checkpoints: ${listError}`) : null;
   if (!all.length) return h("div.panel", null, note, h("p.muted", null, "No checkpoints in this session yet."));
   const uploaded = new Set(stored.map((c) => c.id));
+  // On a machine the caller may act on, an uploaded checkpoint can go onto a new branch there.
+  const machine = sessionName ? await machineOf(sessionName) : null;
   return h(
     "div.panel.checkpoints",
     null,
@@ -162,7 +165,8 @@ export async function checkpointsPanel(sessionId: string, entries: Entry[], last
         "Show diff",
       );
       const where = uploaded.has(c.id) ? null : h("span.muted", null, " · not uploaded yet");
-      return h("div.panel-sec", { "data-checkpoint-id": c.id }, h("h3", null, clock(c.created_at), where), checkpointCard(c, h("div.actions", null, btn)), slot);
+      const restore = machine && sessionName && uploaded.has(c.id) ? restoreControl(machine, sessionName, c.id) : null;
+      return h("div.panel-sec", { "data-checkpoint-id": c.id }, h("h3", null, clock(c.created_at), where), checkpointCard(c, h("div.actions", null, btn)), restore, slot);
     }),
   );
 }

@@ -1,0 +1,72 @@
+// Restoring a checkpoint into a new branch on the machine that runs the session (`moor host`):
+// the machine does it in the session's project and reports the branch in its own log; the
+// work tree, its index and the branch checked out there are not touched.
+
+import { api, ApiError } from "../api";
+import { h } from "../dom";
+import type { MachineInfo } from "../protocol/MachineInfo";
+
+/** The machine running session `name` that the caller may act on, if any. */
+export async function machineOf(name: string | null | undefined): Promise<MachineInfo | null> {
+  if (!name) return null;
+  try {
+    for (const m of await api.machines()) {
+      const full = await api.machine(m.id);
+      if (full.sessions.some((s) => s.name === name)) return full;
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+/** What the machine's log says of the action at `seq`: null while it has not answered. */
+export async function actionOutcome(logSession: string, seq: number): Promise<{ ok: boolean; text: string } | null> {
+  const page = await api.entriesAfter(logSession, seq, 200);
+  for (const e of page.entries) {
+    const p = e.payload as Record<string, unknown>;
+    if (e.kind === "host.checkpoint.restored" && p.input_seq === seq) {
+      return { ok: true, text: `Branch ${p.branch} now holds this checkpoint (commit ${String(p.commit).slice(0, 12)}) in project ${p.project}.` };
+    }
+    if (e.kind === "input.failed" && p.input_seq === seq) return { ok: false, text: `Not restored: ${p.reason}` };
+  }
+  return null;
+}
+
+/** A branch field and a Restore button for checkpoint `checkpoint` of session `session`. */
+export function restoreControl(machine: MachineInfo, session: string, checkpoint: string, wait = 1000): HTMLElement {
+  const input = h("input.restore-branch", { type: "text", value: `moor/restore-${checkpoint}`, "aria-label": "New branch", autocapitalize: "off", spellcheck: false }) as HTMLInputElement;
+  const status = h("p.restore-status.muted", { "aria-live": "polite" });
+  const key = crypto.randomUUID();
+  const button = h(
+    "button.restore",
+    {
+      type: "button",
+      onclick: async () => {
+        button.setAttribute("disabled", "");
+        status.textContent = `Asking ${machine.name}…`;
+        try {
+          const receipt = await api.restoreOnMachine(machine.id, session, { checkpoint, branch: input.value.trim(), idempotency_key: `${key}:${input.value.trim()}` });
+          status.textContent = receipt.queued ? `${machine.name} is offline: it restores when it is back.` : `Asked ${machine.name}; waiting for its answer…`;
+          for (let i = 0; i < 120; i++) {
+            const out = await actionOutcome(machine.log_session, receipt.seq);
+            if (out) {
+              status.textContent = out.text;
+              status.className = out.ok ? "restore-status ok" : "restore-status bad";
+              if (!out.ok) button.removeAttribute("disabled");
+              return;
+            }
+            await new Promise((r) => setTimeout(r, wait));
+          }
+          status.textContent = `No answer from ${machine.name} yet; see the machine's page.`;
+        } catch (e) {
+          status.textContent = e instanceof ApiError ? `Not restored: ${e.message}` : `Not restored: ${(e as Error).message}`;
+          status.className = "restore-status bad";
+          button.removeAttribute("disabled");
+        }
+      },
+    },
+    "Restore into a new branch",
+  );
+  return h("div.restore", null, input, button, status);
+}
