@@ -12,40 +12,27 @@
 pub mod map;
 pub mod rpc;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
-use moor_protocol::payload::{
-    self, AgentActive, AgentOutput, AgentRestart, AgentSession, OutputStream, Resolution,
-};
+use moor_protocol::payload::{self, AgentSession, Resolution};
 use moor_protocol::{kinds, BodyError, EntryBody};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use self::map::{Mapped, Mapper, Pending};
 use self::rpc::Incoming;
 use super::claude::decide::resolved;
-use super::claude::map::{bounded, error, RAW_CHARS};
+use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::claude::render::Renderer;
 use super::claude::sleep_until;
-use super::claude::watchdog::Watchdog;
+use super::rpc_agent::{drained, request_to_answer, Core, BURST, PIPE_DRAIN};
 use super::{
     settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AdapterKind,
     AgentExit, AgentPid, AgentSignal, AgentSpec,
 };
 use crate::inputs::PendingInput;
-use crate::spool::{Draft, Spool};
-use crate::status::Status;
-
-/// How long the pipes of an exited agent may stay open before they are no longer read.
-const PIPE_DRAIN: Duration = Duration::from_secs(5);
-/// Most messages spooled with one fsync.
-const BURST: usize = 1024;
-/// Most prompts waiting for the running turn to end.
-const MAX_QUEUED_PROMPTS: usize = 32;
+use crate::spool::Draft;
 
 /// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
 /// ACP adapter of Codex; by any path).
@@ -105,16 +92,7 @@ impl AcpAgent {
         } = io;
         let (screen, screen_thread) = terminal::spawn_stdout_writer(256);
         let mut run = Run {
-            watchdog: Watchdog::new(
-                self.spec.options.stall_timeout,
-                self.spec.options.tool_timeout,
-                Instant::now(),
-            ),
-            spec: self.spec,
-            spool,
-            status,
-            screen,
-            renderer: Renderer::for_agent("ACP agent"),
+            core: Core::new(self.spec, spool, status, screen, "ACP agent"),
             mapper: Mapper::new(),
             pending: BTreeMap::new(),
             calls: BTreeMap::new(),
@@ -123,13 +101,11 @@ impl AcpAgent {
             version: None,
             load_session: false,
             turn: false,
-            queued: VecDeque::new(),
-            stopping: false,
         };
         let mut process = self.process;
         run.started(&mut process).await?;
         let exit = loop {
-            let deadline = run.watchdog.deadline();
+            let deadline = run.core.watchdog.deadline();
             let ready = run.session_id.is_some();
             tokio::select! {
                 out = process.out.recv(), if !process.out_closed => match out {
@@ -143,12 +119,12 @@ impl AcpAgent {
                     Err(e) => tracing::error!(error = %e, "cannot record remote inputs"),
                 },
                 Some(signal) = signals.recv() => run.signal(&mut process, signal).await,
-                _ = sleep_until(deadline) => run.deadline().await?,
+                _ = sleep_until(deadline) => run.core.deadline().await?,
             }
         };
         let ended = run.gone(&mut process, exit).await?;
-        run.spool.append(vec![Draft::new(ended)]).await?;
-        drop(run.screen);
+        run.core.spool.append(vec![Draft::new(ended)]).await?;
+        drop(run.core);
         if let Some(thread) = screen_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
@@ -167,13 +143,8 @@ enum Call {
 
 #[derive(Debug)]
 struct Run {
-    spec: AgentSpec,
-    spool: Spool,
-    status: Status,
-    screen: mpsc::Sender<Vec<u8>>,
-    renderer: Renderer,
+    core: Core,
     mapper: Mapper,
-    watchdog: Watchdog,
     /// Permission requests waiting for a person, by the log's request id.
     pending: BTreeMap<String, Pending>,
     calls: BTreeMap<u64, Call>,
@@ -183,9 +154,6 @@ struct Run {
     load_session: bool,
     /// A `session/prompt` is unanswered.
     turn: bool,
-    /// Prompts waiting for the turn to end.
-    queued: VecDeque<(Option<PendingInput>, String)>,
-    stopping: bool,
 }
 
 impl Run {
@@ -194,18 +162,7 @@ impl Run {
     }
 
     async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        if drafts.is_empty() {
-            return Ok(());
-        }
-        let mut text = String::new();
-        for d in &drafts {
-            text.extend(self.renderer.render(d));
-        }
-        if !text.is_empty() {
-            let _ = self.screen.try_send(text.into_bytes());
-        }
-        self.spool.append(drafts).await?;
-        Ok(())
+        self.core.record(drafts).await
     }
 
     async fn call(
@@ -225,25 +182,9 @@ impl Run {
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
         let start = payload::AgentStart {
             command: process.argv.clone(),
-            ..self.spec.start_entry(process.pid, AdapterKind::Acp)
+            ..self.core.spec.start_entry(process.pid, AdapterKind::Acp)
         };
-        let mut drafts = vec![Draft::new(start)];
-        if let Some(c) = &self.spec.options.continuation {
-            self.status.note(format!(
-                "continuing the agent's conversation {} (moor run --fresh starts a new one)",
-                c.agent_session_id
-            ));
-            drafts.insert(
-                0,
-                Draft::new(AgentRestart {
-                    reason: "continued".into(),
-                    agent_session_id: c.agent_session_id.clone(),
-                    attempt: 1,
-                    prompt: c.prompt.clone().unwrap_or_default(),
-                    previous_exit: None,
-                }),
-            );
-        }
+        let drafts = self.core.start_entries(start);
         self.record(drafts).await?;
         if let Err(e) = self
             .call(
@@ -276,28 +217,13 @@ impl Run {
     }
 
     fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        if self.watchdog.observe(&mapped.signals, Self::now()) {
-            drafts.push(Draft::new(AgentActive {
-                after: "stall".into(),
-            }));
-            self.status.note("the agent is producing output again");
-        }
-        drafts.extend(mapped.drafts);
+        self.core.observe(&mapped.signals, mapped.drafts, drafts);
     }
 
     async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
-        let line = match out {
-            Out::Stdout(line) => line,
-            Out::Stderr(text) => {
-                return drafts.push(Draft::new(AgentOutput {
-                    stream: OutputStream::Stderr,
-                    text,
-                }))
-            }
-        };
-        if line.trim().is_empty() {
+        let Some(line) = Core::stdout(out, drafts) else {
             return;
-        }
+        };
         match rpc::parse(&line) {
             Incoming::Notification { method, params } if method == "session/update" => {
                 let mapped = self.mapper.update(&params);
@@ -357,8 +283,9 @@ impl Run {
                 let name = result.get("agentInfo").and_then(|i| i.get("name"));
                 self.mapper.replay_ends_with_commands = name == Some(&json!("gemini-cli"));
                 drafts.push(map::acp_event("initialized", &result));
-                let cwd = self.spec.cwd.display().to_string();
+                let cwd = self.core.spec.cwd.display().to_string();
                 let resume = self
+                    .core
                     .spec
                     .options
                     .continuation
@@ -400,7 +327,7 @@ impl Run {
                     &format!("the agent refused initialize: {e}; stopping it"),
                     None,
                 ));
-                self.stopping = true;
+                self.core.stopping = true;
                 let _ = signal_agent(process.pid, AgentSignal::Terminate);
             }
             (Call::NewSession, Ok(result)) => {
@@ -421,7 +348,7 @@ impl Run {
                     &format!("the agent could not load conversation {id} ({e}); a new one starts"),
                     None,
                 ));
-                let cwd = self.spec.cwd.display().to_string();
+                let cwd = self.core.spec.cwd.display().to_string();
                 if let Err(e) = self
                     .call(
                         process,
@@ -439,7 +366,7 @@ impl Run {
                     &format!("the agent refused session/new: {e}; stopping it"),
                     None,
                 ));
-                self.stopping = true;
+                self.core.stopping = true;
                 let _ = signal_agent(process.pid, AgentSignal::Terminate);
             }
             (Call::Prompt, outcome) => {
@@ -451,10 +378,10 @@ impl Run {
                     let why = Some("the turn ended");
                     drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
                 }
-                if let Some((input, text)) = self.queued.pop_front() {
+                if let Some((input, text)) = self.core.queued.pop_front() {
                     let result = self.prompt(process, &text).await;
                     if let Some(input) = input {
-                        settle(input, &self.status, result).await;
+                        settle(input, &self.core.status, result).await;
                     } else if let Err(e) = result {
                         drafts.push(error(&e, None));
                     }
@@ -486,7 +413,7 @@ impl Run {
         drafts.push(Draft::new(AgentSession {
             agent_session_id: Some(id),
             model,
-            cwd: Some(self.spec.cwd.display().to_string()),
+            cwd: Some(self.core.spec.cwd.display().to_string()),
             tools: None,
             permission_mode: result
                 .get("modes")
@@ -495,13 +422,7 @@ impl Run {
                 .map(str::to_owned),
             version: self.version.clone(),
         }));
-        let brief = self
-            .spec
-            .options
-            .continuation
-            .as_ref()
-            .and_then(|c| c.prompt.clone());
-        if let Some(prompt) = brief {
+        if let Some(prompt) = self.core.brief() {
             if let Err(e) = self.prompt(process, &prompt).await {
                 drafts.push(error(&e, None));
             }
@@ -521,7 +442,7 @@ impl Run {
         .await?;
         self.turn = true;
         self.mapper.turn_started();
-        self.watchdog.turn_started(Self::now());
+        self.core.watchdog.turn_started(Self::now());
         Ok(())
     }
 
@@ -529,23 +450,13 @@ impl Run {
         let by = input.author.clone();
         let result = match input.body() {
             Ok(EntryBody::InputText(prompt)) if self.turn => {
-                if self.queued.len() >= MAX_QUEUED_PROMPTS {
-                    Err(format!("{MAX_QUEUED_PROMPTS} prompts already wait for the running turn"))
-                } else {
-                    // Applied when it is sent, after the running turn.
-                    self.queued.push_back((Some(input), prompt.text));
-                    return;
-                }
+                // Applied when it is sent, after the running turn.
+                return self.core.queue(input, prompt.text).await;
             }
             Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
             Ok(EntryBody::InputInterrupt(_)) => self.cancel(process).await,
             Ok(EntryBody::InputPermission(decision)) => {
-                let request_id = match decision.request_id {
-                    Some(id) => Ok(id),
-                    None if self.pending.len() == 1 => Ok(self.pending.keys().next().cloned().unwrap_or_default()),
-                    None => Err("input.permission needs \"request_id\"".to_owned()),
-                };
-                match request_id {
+                match request_to_answer(decision.request_id, self.pending.keys()) {
                     Ok(id) => {
                         let allow = decision.decision == payload::PermissionDecision::Allow;
                         self.decide(process, &id, allow, decision.message.as_deref(), &by, Some(input.seq.0)).await
@@ -561,7 +472,7 @@ impl Run {
                 input.kind
             )),
         };
-        settle(input, &self.status, result).await;
+        settle(input, &self.core.status, result).await;
     }
 
     /// Answer a pending permission request with the person's decision and record who decided.
@@ -586,7 +497,7 @@ impl Run {
         let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
         process.send(&answer).await?;
         self.pending.remove(request_id);
-        self.watchdog.permission_done(Self::now());
+        self.core.watchdog.permission_done(Self::now());
         let decision = if allow {
             Resolution::Allow
         } else {
@@ -615,7 +526,7 @@ impl Run {
             process
                 .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
                 .await?;
-            self.watchdog.permission_done(Self::now());
+            self.core.watchdog.permission_done(Self::now());
             drafts.push(resolved(
                 &id,
                 Resolution::Cancelled,
@@ -631,7 +542,7 @@ impl Run {
         if signal == AgentSignal::Interrupt && self.turn && self.cancel(process).await.is_ok() {
             return;
         }
-        self.stopping = true;
+        self.core.stopping = true;
         let signal = match signal {
             AgentSignal::Interrupt => AgentSignal::Terminate,
             other => other,
@@ -641,17 +552,6 @@ impl Run {
         }
     }
 
-    async fn deadline(&mut self) -> Result<(), AdapterError> {
-        let Some(stall) = self.watchdog.check(Self::now()) else {
-            return Ok(());
-        };
-        self.status.note(format!(
-            "the agent has been silent for {} s in a turn; reported as stalled (interrupt it, or wait)",
-            stall.silent.as_secs()
-        ));
-        self.record(vec![Draft::new(stall.payload())]).await
-    }
-
     /// The process is gone: stop what it left running, read what is left in its pipes, withdraw
     /// its questions, fail the prompts it will never take, and name the tool calls under way.
     async fn gone(
@@ -659,14 +559,10 @@ impl Run {
         process: &mut Process,
         exit: AgentExit,
     ) -> Result<payload::AgentExit, AdapterError> {
-        let stopped = tree::stop_leftovers(self.spec.options.stop_grace).await;
+        let stopped = tree::stop_leftovers(self.core.spec.options.stop_grace).await;
         let deadline = Instant::now() + PIPE_DRAIN;
-        while !process.out_closed {
-            match tokio::time::timeout_at(deadline, process.out.recv()).await {
-                Ok(Some(out)) => self.output_burst(process, out).await?,
-                Ok(None) => process.out_closed = true,
-                Err(_) => break,
-            }
+        while let Some(out) = drained(process, deadline).await {
+            self.output_burst(process, out).await?;
         }
         let withdrawn: Vec<Draft> = std::mem::take(&mut self.pending)
             .into_keys()
@@ -681,25 +577,9 @@ impl Run {
             })
             .collect();
         self.record(withdrawn).await?;
-        for (input, _) in std::mem::take(&mut self.queued) {
-            if let Some(input) = input {
-                settle(
-                    input,
-                    &self.status,
-                    Err("the agent exited before taking it".into()),
-                )
-                .await;
-            }
-        }
-        if !self.stopping && self.turn {
-            let what = format!(
-                "the agent exited during a turn ({})",
-                bounded(&format!("{exit:?}"), RAW_CHARS).0
-            );
-            self.record(vec![error(&what, None)]).await?;
-        }
+        self.core.gone(self.turn, exit).await?;
         Ok(payload::AgentExit {
-            stopped_tools: self.watchdog.open_tools(),
+            stopped_tools: self.core.watchdog.open_tools(),
             stopped_processes: stopped,
             ..exit.payload()
         })

@@ -1,0 +1,631 @@
+//! The `codex` adapter: the Codex CLI's `codex app-server`, JSON-RPC 2.0 over its stdio.
+//!
+//! [`map`] turns what the app-server says into the same typed entries as the `claude` and `acp`
+//! adapters; the JSON-RPC codec is [`acp::rpc`](super::acp::rpc)'s, and what is not protocol
+//! (spooling, the watchdog, the prompt queue) is [`rpc_agent`](super::rpc_agent)'s. This
+//! module runs the loop: `initialize` and `initialized`, then `thread/start` (or `thread/resume`
+//! to continue an earlier thread), remote prompts as `turn/start` (queued while a turn runs),
+//! an interrupt as `turn/interrupt`, and the app-server's approval requests answered only by a
+//! person's decision (`accept` or `decline`, never "for the session", never by default).
+
+pub mod map;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use moor_protocol::payload::{self, AgentSession, Resolution};
+use moor_protocol::{kinds, BodyError, EntryBody};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use self::map::{codex_event, Mapper};
+use super::acp::map::Mapped;
+use super::acp::rpc::{self, Incoming};
+use super::claude::decide::resolved;
+use super::claude::map::error;
+use super::claude::process::{Out, Process};
+use super::claude::sleep_until;
+use super::rpc_agent::{drained, request_to_answer, Core, BURST, PIPE_DRAIN};
+use super::{
+    settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AdapterKind,
+    AgentExit, AgentPid, AgentSignal, AgentSpec,
+};
+use crate::inputs::PendingInput;
+use crate::spool::Draft;
+
+/// The approval requests `moor` puts to a person.
+const APPROVALS: [&str; 2] = [
+    "item/commandExecution/requestApproval",
+    "item/fileChange/requestApproval",
+];
+
+/// Whether `program` is the Codex CLI (`codex`, by any path).
+pub fn is_codex(program: &str) -> bool {
+    Path::new(program).file_name().is_some_and(|n| n == "codex")
+}
+
+/// The command with `app-server` after the program when it is the Codex CLI and the command
+/// does not name it already; other commands (an app-server of another name) run as given.
+pub fn command_line(command: &[String]) -> Vec<String> {
+    let mut argv = command.to_vec();
+    let named = command.iter().skip(1).any(|a| a == "app-server");
+    if command.first().is_some_and(|p| is_codex(p)) && !named {
+        argv.insert(1, "app-server".into());
+    }
+    argv
+}
+
+/// Whether the command sets Codex's approval policy itself (`-c approval_policy=…`): then
+/// `moor` does not ask for `untrusted` in `thread/start`.
+fn sets_approval_policy(command: &[String]) -> bool {
+    command.iter().any(|a| {
+        a.trim_start_matches("--config=")
+            .starts_with("approval_policy=")
+    })
+}
+
+/// `codex app-server`, started and ready to run.
+#[derive(Debug)]
+pub struct CodexAgent {
+    process: Process,
+    pid: AgentPid,
+    spec: AgentSpec,
+}
+
+impl CodexAgent {
+    /// Start the app-server.
+    pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
+        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
+        Ok(Self {
+            pid: AgentPid::new(process.pid),
+            process,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> AgentPid {
+        self.pid.clone()
+    }
+
+    /// Run until the app-server exits and `agent.exit` is spooled.
+    pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
+        let AdapterIo {
+            spool,
+            mut inputs,
+            mut signals,
+            status,
+        } = io;
+        let (screen, screen_thread) = terminal::spawn_stdout_writer(256);
+        let policy = !sets_approval_policy(&self.spec.command);
+        let mut run = Run {
+            core: Core::new(self.spec, spool, status, screen, "Codex"),
+            mapper: Mapper::new(),
+            pending: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            next_id: 0,
+            thread_id: None,
+            turn_id: None,
+            version: None,
+            ask_untrusted: policy,
+            turn: false,
+        };
+        let mut process = self.process;
+        run.started(&mut process).await?;
+        let exit = loop {
+            let deadline = run.core.watchdog.deadline();
+            let ready = run.thread_id.is_some();
+            tokio::select! {
+                out = process.out.recv(), if !process.out_closed => match out {
+                    Some(out) => run.output_burst(&mut process, out).await?,
+                    None => process.out_closed = true,
+                },
+                status = process.child.wait() => break AgentExit::from_status(status?),
+                next = inputs.next(), if ready => match next {
+                    Ok(Some(input)) => run.remote(&mut process, input).await,
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(error = %e, "cannot record remote inputs"),
+                },
+                Some(signal) = signals.recv() => run.signal(&mut process, signal).await,
+                _ = sleep_until(deadline) => run.core.deadline().await?,
+            }
+        };
+        let ended = run.gone(&mut process, exit).await?;
+        run.core.spool.append(vec![Draft::new(ended)]).await?;
+        drop(run.core);
+        if let Some(thread) = screen_thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        Ok(AdapterDone { exit, inputs })
+    }
+}
+
+/// A request of ours waiting for its answer.
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    Initialize,
+    StartThread,
+    ResumeThread(String),
+    StartTurn,
+    Interrupt,
+}
+
+#[derive(Debug)]
+struct Run {
+    core: Core,
+    mapper: Mapper,
+    /// Approval requests waiting for a person: the log's request id → the app-server's id.
+    pending: BTreeMap<String, Value>,
+    calls: BTreeMap<u64, Call>,
+    next_id: u64,
+    thread_id: Option<String>,
+    /// The running turn, once the app-server named it.
+    turn_id: Option<String>,
+    version: Option<String>,
+    /// Ask for the `untrusted` approval policy (every command but known-safe ones is asked
+    /// for), which Codex no longer takes from `config.toml`.
+    ask_untrusted: bool,
+    /// A turn was started and has not completed.
+    turn: bool,
+}
+
+impl Run {
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
+        self.core.record(drafts).await
+    }
+
+    async fn call(
+        &mut self,
+        process: &mut Process,
+        call: Call,
+        method: &str,
+        params: Value,
+    ) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        process.send(&rpc::request(id, method, params)).await?;
+        self.calls.insert(id, call);
+        Ok(())
+    }
+
+    async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
+        let start = payload::AgentStart {
+            command: process.argv.clone(),
+            ..self.core.spec.start_entry(process.pid, AdapterKind::Codex)
+        };
+        let drafts = self.core.start_entries(start);
+        self.record(drafts).await?;
+        let params = json!({
+            "clientInfo": {"name": "moor", "title": "Mooring", "version": env!("CARGO_PKG_VERSION")},
+            "capabilities": null,
+        });
+        if let Err(e) = self
+            .call(process, Call::Initialize, "initialize", params)
+            .await
+        {
+            self.record(vec![error(&e, None)]).await?;
+        }
+        Ok(())
+    }
+
+    async fn output_burst(
+        &mut self,
+        process: &mut Process,
+        first: Out,
+    ) -> Result<(), AdapterError> {
+        let mut drafts = Vec::new();
+        self.output(process, first, &mut drafts).await;
+        while drafts.len() < BURST {
+            match process.out.try_recv() {
+                Ok(out) => self.output(process, out, &mut drafts).await,
+                Err(_) => break,
+            }
+        }
+        self.record(drafts).await
+    }
+
+    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.core.observe(&mapped.signals, mapped.drafts, drafts);
+    }
+
+    async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
+        let Some(line) = Core::stdout(out, drafts) else {
+            return;
+        };
+        match rpc::parse(&line) {
+            Incoming::Notification { method, params } => {
+                if method == "turn/started" {
+                    self.turn_id = params
+                        .get("turn")
+                        .and_then(|t| t.get("id"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                let mapped = self.mapper.notification(&method, &params);
+                if method == "turn/completed" {
+                    self.turn_ended(process, mapped, drafts).await;
+                } else {
+                    self.observe(mapped, drafts);
+                }
+            }
+            Incoming::Request { id, method, params } if APPROVALS.contains(&method.as_str()) => {
+                let (mapped, request) = self.mapper.approval(&id, &method, &params);
+                self.pending.insert(request.request_id, id);
+                self.observe(mapped, drafts);
+            }
+            Incoming::Request { id, method, params } => {
+                drafts.push(codex_event(&method, &params));
+                let why = format!("moor does not serve {method}");
+                if let Err(e) = process
+                    .send(&rpc::error(&id, rpc::METHOD_NOT_FOUND, &why))
+                    .await
+                {
+                    drafts.push(error(&e, None));
+                }
+            }
+            Incoming::Response { id, outcome } => match self.calls.remove(&id) {
+                Some(call) => self.answered(process, call, outcome, drafts).await,
+                None => drafts.push(error(
+                    "the agent answered a request moor never made",
+                    Some(&line),
+                )),
+            },
+            Incoming::Invalid(why) => drafts.push(error(
+                &format!("the agent printed a line that is not JSON-RPC ({why})"),
+                Some(&line),
+            )),
+        }
+    }
+
+    fn thread_params(&self, resume: Option<&str>) -> Value {
+        let mut params = json!({"cwd": self.core.spec.cwd.display().to_string()});
+        if self.ask_untrusted {
+            params["approvalPolicy"] = json!("untrusted");
+        }
+        if let Some(id) = resume {
+            params["threadId"] = json!(id);
+            // The history is in the log already, from the run that lived it.
+            params["excludeTurns"] = json!(true);
+        }
+        params
+    }
+
+    async fn start_thread(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
+        let params = self.thread_params(None);
+        if let Err(e) = self
+            .call(process, Call::StartThread, "thread/start", params)
+            .await
+        {
+            drafts.push(error(&e, None));
+        }
+    }
+
+    async fn answered(
+        &mut self,
+        process: &mut Process,
+        call: Call,
+        outcome: Result<Value, String>,
+        drafts: &mut Vec<Draft>,
+    ) {
+        match (call, outcome) {
+            (Call::Initialize, Ok(result)) => {
+                // "moor/0.171.0 (Debian 12; x86_64) …": the app-server's version after our name.
+                self.version = result
+                    .get("userAgent")
+                    .and_then(Value::as_str)
+                    .and_then(|ua| ua.split_whitespace().next())
+                    .and_then(|first| first.split_once('/'))
+                    .map(|(_, v)| v.to_owned());
+                drafts.push(codex_event("initialized", &result));
+                if let Err(e) = process
+                    .send(&rpc::notification("initialized", Value::Null))
+                    .await
+                {
+                    drafts.push(error(&e, None));
+                }
+                let resume = self
+                    .core
+                    .spec
+                    .options
+                    .continuation
+                    .as_ref()
+                    .map(|c| c.agent_session_id.clone());
+                match resume {
+                    Some(id) => {
+                        let params = self.thread_params(Some(&id));
+                        let call = Call::ResumeThread(id);
+                        if let Err(e) = self.call(process, call, "thread/resume", params).await {
+                            drafts.push(error(&e, None));
+                        }
+                    }
+                    None => self.start_thread(process, drafts).await,
+                }
+            }
+            (Call::Initialize | Call::StartThread, Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent refused to start: {e}; stopping it"),
+                    None,
+                ));
+                self.core.stopping = true;
+                let _ = signal_agent(process.pid, AgentSignal::Terminate);
+            }
+            (Call::StartThread | Call::ResumeThread(_), Ok(result)) => {
+                self.thread_ready(process, &result, drafts).await;
+            }
+            (Call::ResumeThread(id), Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent could not resume thread {id} ({e}); a new one starts"),
+                    None,
+                ));
+                self.start_thread(process, drafts).await;
+            }
+            (Call::StartTurn, Ok(result)) => {
+                if self.turn_id.is_none() {
+                    self.turn_id = result
+                        .get("turn")
+                        .and_then(|t| t.get("id"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+            }
+            (Call::StartTurn, Err(e)) => {
+                // No turn runs: close it as the app-server would have.
+                let failed = json!({"threadId": self.thread_id, "turn": {"status": "failed", "error": {"message": e}}});
+                let mapped = self.mapper.turn_completed(&failed);
+                self.turn_ended(process, mapped, drafts).await;
+            }
+            (Call::Interrupt, Ok(_)) => {}
+            (Call::Interrupt, Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent refused turn/interrupt: {e}"),
+                    None,
+                ));
+            }
+        }
+    }
+
+    async fn thread_ready(
+        &mut self,
+        process: &mut Process,
+        result: &Value,
+        drafts: &mut Vec<Draft>,
+    ) {
+        let thread = result.get("thread").unwrap_or(&Value::Null);
+        let Some(id) = thread
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+        else {
+            drafts.push(error("the agent started a thread without an id", None));
+            return;
+        };
+        self.thread_id = Some(id.to_owned());
+        let text = |k: &str| result.get(k).and_then(Value::as_str).map(str::to_owned);
+        drafts.push(Draft::new(AgentSession {
+            agent_session_id: Some(id.to_owned()),
+            model: text("model"),
+            cwd: text("cwd").or_else(|| Some(self.core.spec.cwd.display().to_string())),
+            tools: None,
+            permission_mode: result.get("approvalPolicy").map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+            version: self.version.clone(),
+        }));
+        if let Some(prompt) = self.core.brief() {
+            if let Err(e) = self.prompt(process, &prompt).await {
+                drafts.push(error(&e, None));
+            }
+        }
+    }
+
+    /// The turn completed: its entries, pending questions withdrawn, the next queued prompt.
+    async fn turn_ended(&mut self, process: &mut Process, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.turn = false;
+        self.turn_id = None;
+        self.observe(mapped, drafts);
+        // A question the app-server no longer waits for is not pending any more.
+        for id in std::mem::take(&mut self.pending).into_keys() {
+            let why = Some("the turn ended");
+            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+        }
+        if let Some((input, text)) = self.core.queued.pop_front() {
+            let result = self.prompt(process, &text).await;
+            if let Some(input) = input {
+                settle(input, &self.core.status, result).await;
+            } else if let Err(e) = result {
+                drafts.push(error(&e, None));
+            }
+        }
+    }
+
+    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
+        let Some(thread) = self.thread_id.clone() else {
+            return Err("the agent has no thread yet".into());
+        };
+        let params = json!({
+            "threadId": thread,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        self.call(process, Call::StartTurn, "turn/start", params)
+            .await?;
+        self.turn = true;
+        self.turn_id = None;
+        self.core.watchdog.turn_started(Self::now());
+        Ok(())
+    }
+
+    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
+        let by = input.author.clone();
+        let result = match input.body() {
+            Ok(EntryBody::InputText(prompt)) if self.turn => {
+                // Applied when it is sent, after the running turn.
+                return self.core.queue(input, prompt.text).await;
+            }
+            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
+            Ok(EntryBody::InputInterrupt(_)) => self.interrupt(process).await,
+            Ok(EntryBody::InputPermission(decision)) => {
+                match request_to_answer(decision.request_id, self.pending.keys()) {
+                    Ok(id) => {
+                        let allow = decision.decision == payload::PermissionDecision::Allow;
+                        let message = decision.message.as_deref();
+                        self.decide(process, &id, allow, message, &by, Some(input.seq.0))
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
+                Err(format!("malformed {} payload: {e}", input.kind))
+            }
+            Ok(_) | Err(_) => Err(format!(
+                "the codex adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
+                input.kind
+            )),
+        };
+        settle(input, &self.core.status, result).await;
+    }
+
+    /// Answers a pending approval with the person's decision (`accept` or `decline`) and
+    /// records who decided.
+    async fn decide(
+        &mut self,
+        process: &mut Process,
+        request_id: &str,
+        allow: bool,
+        message: Option<&str>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(rpc_id) = self.pending.get(request_id) else {
+            return Err(format!(
+                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+            ));
+        };
+        let decision = if allow { "accept" } else { "decline" };
+        process
+            .send(&rpc::result(rpc_id, json!({ "decision": decision })))
+            .await?;
+        self.pending.remove(request_id);
+        self.core.watchdog.permission_done(Self::now());
+        let decision = if allow {
+            Resolution::Allow
+        } else {
+            Resolution::Deny
+        };
+        let entry = resolved(request_id, decision, Some(by), input_seq, message);
+        self.record(vec![entry])
+            .await
+            .map_err(|e| format!("decided, but could not record it: {e}"))
+    }
+
+    /// `turn/interrupt` for the running turn; pending approvals are answered `cancel` first.
+    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
+        let (Some(thread), Some(turn)) = (self.thread_id.clone(), self.turn_id.clone()) else {
+            return Err("no turn is running".into());
+        };
+        if !self.turn {
+            return Err("no turn is running".into());
+        }
+        let mut drafts = Vec::new();
+        for (id, rpc_id) in std::mem::take(&mut self.pending) {
+            process
+                .send(&rpc::result(&rpc_id, json!({"decision": "cancel"})))
+                .await?;
+            self.core.watchdog.permission_done(Self::now());
+            let why = Some("the turn was interrupted");
+            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+        }
+        let params = json!({"threadId": thread, "turnId": turn});
+        self.call(process, Call::Interrupt, "turn/interrupt", params)
+            .await?;
+        self.record(drafts).await.map_err(|e| e.to_string())
+    }
+
+    async fn signal(&mut self, process: &mut Process, signal: AgentSignal) {
+        if signal == AgentSignal::Interrupt && self.turn && self.interrupt(process).await.is_ok() {
+            return;
+        }
+        self.core.stopping = true;
+        let signal = match signal {
+            AgentSignal::Interrupt => AgentSignal::Terminate,
+            other => other,
+        };
+        if let Err(e) = signal_agent(process.pid, signal) {
+            tracing::warn!(error = %e, ?signal, "could not signal the agent");
+        }
+    }
+
+    /// The process is gone: stop what it left running, read what is left in its pipes, withdraw
+    /// its questions, fail the prompts it will never take, and name the tool calls under way.
+    async fn gone(
+        &mut self,
+        process: &mut Process,
+        exit: AgentExit,
+    ) -> Result<payload::AgentExit, AdapterError> {
+        let stopped = tree::stop_leftovers(self.core.spec.options.stop_grace).await;
+        let deadline = Instant::now() + PIPE_DRAIN;
+        while let Some(out) = drained(process, deadline).await {
+            self.output_burst(process, out).await?;
+        }
+        let withdrawn: Vec<Draft> = std::mem::take(&mut self.pending)
+            .into_keys()
+            .map(|id| {
+                let why = Some("the agent exited");
+                resolved(&id, Resolution::Cancelled, None, None, why)
+            })
+            .collect();
+        self.record(withdrawn).await?;
+        self.core.gone(self.turn, exit).await?;
+        Ok(payload::AgentExit {
+            stopped_tools: self.core.watchdog.open_tools(),
+            stopped_processes: stopped,
+            ..exit.payload()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn codex_gets_app_server_once_and_other_commands_run_as_given() {
+        assert_eq!(
+            command_line(&strings(&["/x/codex", "-c", "model=\"o3\""])),
+            strings(&["/x/codex", "app-server", "-c", "model=\"o3\""])
+        );
+        assert_eq!(
+            command_line(&strings(&["codex", "app-server"])),
+            strings(&["codex", "app-server"])
+        );
+        assert_eq!(
+            command_line(&strings(&["my-app-server"])),
+            strings(&["my-app-server"])
+        );
+        assert!(is_codex("/opt/bin/codex"));
+        assert!(!is_codex("codex-acp"));
+    }
+
+    #[test]
+    fn a_policy_given_on_the_command_line_is_left_alone() {
+        assert!(sets_approval_policy(&strings(&[
+            "codex",
+            "-c",
+            "approval_policy=\"never\""
+        ])));
+        assert!(!sets_approval_policy(&strings(&[
+            "codex",
+            "-c",
+            "model=\"o3\""
+        ])));
+    }
+}
