@@ -24,11 +24,10 @@ use super::acp::rpc::{self, Incoming};
 use super::claude::decide::resolved;
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::claude::sleep_until;
-use super::rpc_agent::{drained, request_to_answer, Core, BURST, PIPE_DRAIN};
+use super::rpc_agent::{self, request_to_answer, withdrawn, Calls, Core, Protocol};
 use super::{
-    settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AdapterKind,
-    AgentExit, AgentPid, AgentSignal, AgentSpec,
+    settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
+    AgentSpec,
 };
 use crate::inputs::PendingInput;
 use crate::spool::Draft;
@@ -90,53 +89,20 @@ impl CodexAgent {
 
     /// Run until the app-server exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let AdapterIo {
-            spool,
-            mut inputs,
-            mut signals,
-            status,
-        } = io;
-        let (screen, screen_thread) = terminal::spawn_stdout_writer(256);
-        let policy = !sets_approval_policy(&self.spec.command);
-        let mut run = Run {
-            core: Core::new(self.spec, spool, status, screen, "Codex"),
+        let ask_untrusted = !sets_approval_policy(&self.spec.command);
+        let (core, channels) = Core::start(self.spec, io, "Codex");
+        let run = Run {
+            core,
             mapper: Mapper::new(),
             pending: BTreeMap::new(),
-            calls: BTreeMap::new(),
-            next_id: 0,
+            calls: Calls::default(),
             thread_id: None,
             turn_id: None,
             version: None,
-            ask_untrusted: policy,
+            ask_untrusted,
             turn: false,
         };
-        let mut process = self.process;
-        run.started(&mut process).await?;
-        let exit = loop {
-            let deadline = run.core.watchdog.deadline();
-            let ready = run.thread_id.is_some();
-            tokio::select! {
-                out = process.out.recv(), if !process.out_closed => match out {
-                    Some(out) => run.output_burst(&mut process, out).await?,
-                    None => process.out_closed = true,
-                },
-                status = process.child.wait() => break AgentExit::from_status(status?),
-                next = inputs.next(), if ready => match next {
-                    Ok(Some(input)) => run.remote(&mut process, input).await,
-                    Ok(None) => {}
-                    Err(e) => tracing::error!(error = %e, "cannot record remote inputs"),
-                },
-                Some(signal) = signals.recv() => run.signal(&mut process, signal).await,
-                _ = sleep_until(deadline) => run.core.deadline().await?,
-            }
-        };
-        let ended = run.gone(&mut process, exit).await?;
-        run.core.spool.append(vec![Draft::new(ended)]).await?;
-        drop(run.core);
-        if let Some(thread) = screen_thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        Ok(AdapterDone { exit, inputs })
+        rpc_agent::run(run, self.process, channels).await
     }
 }
 
@@ -156,8 +122,7 @@ struct Run {
     mapper: Mapper,
     /// Approval requests waiting for a person: the log's request id → the app-server's id.
     pending: BTreeMap<String, Value>,
-    calls: BTreeMap<u64, Call>,
-    next_id: u64,
+    calls: Calls<Call>,
     thread_id: Option<String>,
     /// The running turn, once the app-server named it.
     turn_id: Option<String>,
@@ -169,27 +134,9 @@ struct Run {
     turn: bool,
 }
 
-impl Run {
-    fn now() -> Instant {
-        Instant::now()
-    }
-
-    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        self.core.record(drafts).await
-    }
-
-    async fn call(
-        &mut self,
-        process: &mut Process,
-        call: Call,
-        method: &str,
-        params: Value,
-    ) -> Result<(), String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        process.send(&rpc::request(id, method, params)).await?;
-        self.calls.insert(id, call);
-        Ok(())
+impl Protocol for Run {
+    fn core(&mut self) -> &mut Core {
+        &mut self.core
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
@@ -204,7 +151,8 @@ impl Run {
             "capabilities": null,
         });
         if let Err(e) = self
-            .call(process, Call::Initialize, "initialize", params)
+            .calls
+            .send(process, Call::Initialize, "initialize", params)
             .await
         {
             self.record(vec![error(&e, None)]).await?;
@@ -212,24 +160,8 @@ impl Run {
         Ok(())
     }
 
-    async fn output_burst(
-        &mut self,
-        process: &mut Process,
-        first: Out,
-    ) -> Result<(), AdapterError> {
-        let mut drafts = Vec::new();
-        self.output(process, first, &mut drafts).await;
-        while drafts.len() < BURST {
-            match process.out.try_recv() {
-                Ok(out) => self.output(process, out, &mut drafts).await,
-                Err(_) => break,
-            }
-        }
-        self.record(drafts).await
-    }
-
-    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        self.core.observe(&mapped.signals, mapped.drafts, drafts);
+    fn ready(&self) -> bool {
+        self.thread_id.is_some()
     }
 
     async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
@@ -267,7 +199,7 @@ impl Run {
                     drafts.push(error(&e, None));
                 }
             }
-            Incoming::Response { id, outcome } => match self.calls.remove(&id) {
+            Incoming::Response { id, outcome } => match self.calls.answered(id) {
                 Some(call) => self.answered(process, call, outcome, drafts).await,
                 None => drafts.push(error(
                     "the agent answered a request moor never made",
@@ -279,6 +211,63 @@ impl Run {
                 Some(&line),
             )),
         }
+    }
+
+    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
+        let by = input.author.clone();
+        let result = match input.body() {
+            Ok(EntryBody::InputText(prompt)) if self.turn => {
+                // Applied when it is sent, after the running turn.
+                return self.core.queue(input, prompt.text).await;
+            }
+            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
+            Ok(EntryBody::InputInterrupt(_)) => self.interrupt(process).await,
+            Ok(EntryBody::InputPermission(decision)) => {
+                match request_to_answer(decision.request_id, self.pending.keys()) {
+                    Ok(id) => {
+                        let allow = decision.decision == payload::PermissionDecision::Allow;
+                        let message = decision.message.as_deref();
+                        self.decide(process, &id, allow, message, &by, Some(input.seq.0))
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
+                Err(format!("malformed {} payload: {e}", input.kind))
+            }
+            Ok(_) | Err(_) => Err(format!(
+                "the codex adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
+                input.kind
+            )),
+        };
+        settle(input, &self.core.status, result).await;
+    }
+
+    async fn interrupt_turn(&mut self, process: &mut Process) -> bool {
+        self.interrupt(process).await.is_ok()
+    }
+
+    fn in_turn(&self) -> bool {
+        self.turn
+    }
+
+    fn take_pending(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending).into_keys().collect()
+    }
+}
+
+impl Run {
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
+        self.core.record(drafts).await
+    }
+
+    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.core.observe(&mapped.signals, mapped.drafts, drafts);
     }
 
     fn thread_params(&self, resume: Option<&str>) -> Value {
@@ -297,7 +286,8 @@ impl Run {
     async fn start_thread(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
         let params = self.thread_params(None);
         if let Err(e) = self
-            .call(process, Call::StartThread, "thread/start", params)
+            .calls
+            .send(process, Call::StartThread, "thread/start", params)
             .await
         {
             drafts.push(error(&e, None));
@@ -338,7 +328,11 @@ impl Run {
                     Some(id) => {
                         let params = self.thread_params(Some(&id));
                         let call = Call::ResumeThread(id);
-                        if let Err(e) = self.call(process, call, "thread/resume", params).await {
+                        if let Err(e) = self
+                            .calls
+                            .send(process, call, "thread/resume", params)
+                            .await
+                        {
                             drafts.push(error(&e, None));
                         }
                     }
@@ -429,10 +423,8 @@ impl Run {
         self.turn_id = None;
         self.observe(mapped, drafts);
         // A question the app-server no longer waits for is not pending any more.
-        for id in std::mem::take(&mut self.pending).into_keys() {
-            let why = Some("the turn ended");
-            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
-        }
+        let pending = std::mem::take(&mut self.pending).into_keys();
+        drafts.extend(withdrawn(pending, "the turn ended"));
         if let Some((input, text)) = self.core.queued.pop_front() {
             let result = self.prompt(process, &text).await;
             if let Some(input) = input {
@@ -451,43 +443,13 @@ impl Run {
             "threadId": thread,
             "input": [{"type": "text", "text": text, "text_elements": []}],
         });
-        self.call(process, Call::StartTurn, "turn/start", params)
+        self.calls
+            .send(process, Call::StartTurn, "turn/start", params)
             .await?;
         self.turn = true;
         self.turn_id = None;
         self.core.watchdog.turn_started(Self::now());
         Ok(())
-    }
-
-    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
-        let by = input.author.clone();
-        let result = match input.body() {
-            Ok(EntryBody::InputText(prompt)) if self.turn => {
-                // Applied when it is sent, after the running turn.
-                return self.core.queue(input, prompt.text).await;
-            }
-            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
-            Ok(EntryBody::InputInterrupt(_)) => self.interrupt(process).await,
-            Ok(EntryBody::InputPermission(decision)) => {
-                match request_to_answer(decision.request_id, self.pending.keys()) {
-                    Ok(id) => {
-                        let allow = decision.decision == payload::PermissionDecision::Allow;
-                        let message = decision.message.as_deref();
-                        self.decide(process, &id, allow, message, &by, Some(input.seq.0))
-                            .await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
-                Err(format!("malformed {} payload: {e}", input.kind))
-            }
-            Ok(_) | Err(_) => Err(format!(
-                "the codex adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
-                input.kind
-            )),
-        };
-        settle(input, &self.core.status, result).await;
     }
 
     /// Answers a pending approval with the person's decision (`accept` or `decline`) and
@@ -511,16 +473,9 @@ impl Run {
             .send(&rpc::result(rpc_id, json!({ "decision": decision })))
             .await?;
         self.pending.remove(request_id);
-        self.core.watchdog.permission_done(Self::now());
-        let decision = if allow {
-            Resolution::Allow
-        } else {
-            Resolution::Deny
-        };
-        let entry = resolved(request_id, decision, Some(by), input_seq, message);
-        self.record(vec![entry])
+        self.core
+            .decided(request_id, allow, message, by, input_seq)
             .await
-            .map_err(|e| format!("decided, but could not record it: {e}"))
     }
 
     /// `turn/interrupt` for the running turn; pending approvals are answered `cancel` first.
@@ -541,51 +496,10 @@ impl Run {
             drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
         }
         let params = json!({"threadId": thread, "turnId": turn});
-        self.call(process, Call::Interrupt, "turn/interrupt", params)
+        self.calls
+            .send(process, Call::Interrupt, "turn/interrupt", params)
             .await?;
         self.record(drafts).await.map_err(|e| e.to_string())
-    }
-
-    async fn signal(&mut self, process: &mut Process, signal: AgentSignal) {
-        if signal == AgentSignal::Interrupt && self.turn && self.interrupt(process).await.is_ok() {
-            return;
-        }
-        self.core.stopping = true;
-        let signal = match signal {
-            AgentSignal::Interrupt => AgentSignal::Terminate,
-            other => other,
-        };
-        if let Err(e) = signal_agent(process.pid, signal) {
-            tracing::warn!(error = %e, ?signal, "could not signal the agent");
-        }
-    }
-
-    /// The process is gone: stop what it left running, read what is left in its pipes, withdraw
-    /// its questions, fail the prompts it will never take, and name the tool calls under way.
-    async fn gone(
-        &mut self,
-        process: &mut Process,
-        exit: AgentExit,
-    ) -> Result<payload::AgentExit, AdapterError> {
-        let stopped = tree::stop_leftovers(self.core.spec.options.stop_grace).await;
-        let deadline = Instant::now() + PIPE_DRAIN;
-        while let Some(out) = drained(process, deadline).await {
-            self.output_burst(process, out).await?;
-        }
-        let withdrawn: Vec<Draft> = std::mem::take(&mut self.pending)
-            .into_keys()
-            .map(|id| {
-                let why = Some("the agent exited");
-                resolved(&id, Resolution::Cancelled, None, None, why)
-            })
-            .collect();
-        self.record(withdrawn).await?;
-        self.core.gone(self.turn, exit).await?;
-        Ok(payload::AgentExit {
-            stopped_tools: self.core.watchdog.open_tools(),
-            stopped_processes: stopped,
-            ..exit.payload()
-        })
     }
 }
 
