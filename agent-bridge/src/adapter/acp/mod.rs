@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use moor_protocol::payload::{self, AgentSession, Resolution};
-use moor_protocol::{kinds, BodyError, EntryBody};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -25,12 +24,11 @@ use self::rpc::Incoming;
 use super::claude::decide::resolved;
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, request_to_answer, withdrawn, Calls, Core, Protocol};
+use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
 use super::{
-    settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
     AgentSpec,
 };
-use crate::inputs::PendingInput;
 use crate::spool::Draft;
 
 /// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
@@ -122,6 +120,8 @@ struct Run {
 }
 
 impl Protocol for Run {
+    const ADAPTER: &'static str = "acp";
+
     fn core(&mut self) -> &mut Core {
         &mut self.core
     }
@@ -193,41 +193,86 @@ impl Protocol for Run {
         }
     }
 
-    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
-        let by = input.author.clone();
-        let result = match input.body() {
-            Ok(EntryBody::InputText(prompt)) if self.turn => {
-                // Applied when it is sent, after the running turn.
-                return self.core.queue(input, prompt.text).await;
-            }
-            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
-            Ok(EntryBody::InputInterrupt(_)) => self.cancel(process).await,
-            Ok(EntryBody::InputPermission(decision)) => {
-                match request_to_answer(decision.request_id, self.pending.keys()) {
-                    Ok(id) => {
-                        let allow = decision.decision == payload::PermissionDecision::Allow;
-                        self.decide(process, &id, allow, decision.message.as_deref(), &by, Some(input.seq.0)).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
-                Err(format!("malformed {} payload: {e}", input.kind))
-            }
-            Ok(_) | Err(_) => Err(format!(
-                "the acp adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
-                input.kind
-            )),
-        };
-        settle(input, &self.core.status, result).await;
-    }
-
-    async fn interrupt_turn(&mut self, process: &mut Process) -> bool {
-        self.cancel(process).await.is_ok()
-    }
-
     fn in_turn(&self) -> bool {
         self.turn
+    }
+
+    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
+        let Some(session) = self.session_id.clone() else {
+            return Err("the agent has no session yet".into());
+        };
+        self.calls
+            .send(
+                process,
+                Call::Prompt,
+                "session/prompt",
+                rpc::prompt_params(&session, text),
+            )
+            .await?;
+        self.turn = true;
+        self.mapper.turn_started();
+        self.core.watchdog.turn_started(Self::now());
+        Ok(())
+    }
+
+    /// Answer a pending permission request with the person's decision and record who decided.
+    async fn decide(
+        &mut self,
+        process: &mut Process,
+        request_id: &str,
+        allow: bool,
+        message: Option<&str>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(pending) = self.pending.get(request_id) else {
+            return Err(format!(
+                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+            ));
+        };
+        let option = pending.option_for(allow);
+        if allow && option.is_none() {
+            return Err("the agent offered no option to allow this call once".into());
+        }
+        let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
+        process.send(&answer).await?;
+        self.pending.remove(request_id);
+        self.core
+            .decided(request_id, allow, message, by, input_seq)
+            .await
+    }
+
+    /// `session/cancel` for the running turn; pending permission requests are answered
+    /// "cancelled", as the protocol asks.
+    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
+        let Some(session) = self.session_id.clone().filter(|_| self.turn) else {
+            return Err("no turn is running".into());
+        };
+        process
+            .send(&rpc::notification(
+                "session/cancel",
+                json!({"sessionId": session}),
+            ))
+            .await?;
+        let mut drafts = Vec::new();
+        for (id, pending) in std::mem::take(&mut self.pending) {
+            process
+                .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
+                .await?;
+            self.core.watchdog.permission_done(Self::now());
+            drafts.push(resolved(
+                &id,
+                Resolution::Cancelled,
+                None,
+                None,
+                Some("the turn was interrupted"),
+            ));
+        }
+        self.record(drafts).await.map_err(|e| e.to_string())
+    }
+
+    fn pending(&self) -> Vec<String> {
+        self.pending.keys().cloned().collect()
     }
 
     fn take_pending(&mut self) -> Vec<String> {
@@ -367,14 +412,7 @@ impl Run {
                 // A question the agent no longer waits for is not pending any more.
                 let pending = std::mem::take(&mut self.pending).into_keys();
                 drafts.extend(withdrawn(pending, "the turn ended"));
-                if let Some((input, text)) = self.core.queued.pop_front() {
-                    let result = self.prompt(process, &text).await;
-                    if let Some(input) = input {
-                        settle(input, &self.core.status, result).await;
-                    } else if let Err(e) = result {
-                        drafts.push(error(&e, None));
-                    }
-                }
+                rpc_agent::next_queued(self, process, drafts).await;
             }
         }
     }
@@ -416,80 +454,6 @@ impl Run {
                 drafts.push(error(&e, None));
             }
         }
-    }
-
-    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
-        let Some(session) = self.session_id.clone() else {
-            return Err("the agent has no session yet".into());
-        };
-        self.calls
-            .send(
-                process,
-                Call::Prompt,
-                "session/prompt",
-                rpc::prompt_params(&session, text),
-            )
-            .await?;
-        self.turn = true;
-        self.mapper.turn_started();
-        self.core.watchdog.turn_started(Self::now());
-        Ok(())
-    }
-
-    /// Answer a pending permission request with the person's decision and record who decided.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
-        let Some(pending) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
-        };
-        let option = pending.option_for(allow);
-        if allow && option.is_none() {
-            return Err("the agent offered no option to allow this call once".into());
-        }
-        let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
-        process.send(&answer).await?;
-        self.pending.remove(request_id);
-        self.core
-            .decided(request_id, allow, message, by, input_seq)
-            .await
-    }
-
-    /// `session/cancel` for the running turn; pending permission requests are answered
-    /// "cancelled", as the protocol asks.
-    async fn cancel(&mut self, process: &mut Process) -> Result<(), String> {
-        let Some(session) = self.session_id.clone().filter(|_| self.turn) else {
-            return Err("no turn is running".into());
-        };
-        process
-            .send(&rpc::notification(
-                "session/cancel",
-                json!({"sessionId": session}),
-            ))
-            .await?;
-        let mut drafts = Vec::new();
-        for (id, pending) in std::mem::take(&mut self.pending) {
-            process
-                .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
-                .await?;
-            self.core.watchdog.permission_done(Self::now());
-            drafts.push(resolved(
-                &id,
-                Resolution::Cancelled,
-                None,
-                None,
-                Some("the turn was interrupted"),
-            ));
-        }
-        self.record(drafts).await.map_err(|e| e.to_string())
     }
 }
 

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use moor_protocol::payload::{self, AgentSession, Resolution};
-use moor_protocol::{kinds, BodyError, EntryBody};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -24,12 +23,11 @@ use super::acp::rpc::{self, Incoming};
 use super::claude::decide::resolved;
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, request_to_answer, withdrawn, Calls, Core, Protocol};
+use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
 use super::{
-    settle, signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
     AgentSpec,
 };
-use crate::inputs::PendingInput;
 use crate::spool::Draft;
 
 /// The approval requests `moor` puts to a person.
@@ -135,6 +133,8 @@ struct Run {
 }
 
 impl Protocol for Run {
+    const ADAPTER: &'static str = "codex";
+
     fn core(&mut self) -> &mut Core {
         &mut self.core
     }
@@ -213,43 +213,79 @@ impl Protocol for Run {
         }
     }
 
-    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
-        let by = input.author.clone();
-        let result = match input.body() {
-            Ok(EntryBody::InputText(prompt)) if self.turn => {
-                // Applied when it is sent, after the running turn.
-                return self.core.queue(input, prompt.text).await;
-            }
-            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
-            Ok(EntryBody::InputInterrupt(_)) => self.interrupt(process).await,
-            Ok(EntryBody::InputPermission(decision)) => {
-                match request_to_answer(decision.request_id, self.pending.keys()) {
-                    Ok(id) => {
-                        let allow = decision.decision == payload::PermissionDecision::Allow;
-                        let message = decision.message.as_deref();
-                        self.decide(process, &id, allow, message, &by, Some(input.seq.0))
-                            .await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
-                Err(format!("malformed {} payload: {e}", input.kind))
-            }
-            Ok(_) | Err(_) => Err(format!(
-                "the codex adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
-                input.kind
-            )),
-        };
-        settle(input, &self.core.status, result).await;
-    }
-
-    async fn interrupt_turn(&mut self, process: &mut Process) -> bool {
-        self.interrupt(process).await.is_ok()
-    }
-
     fn in_turn(&self) -> bool {
         self.turn
+    }
+
+    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
+        let Some(thread) = self.thread_id.clone() else {
+            return Err("the agent has no thread yet".into());
+        };
+        let params = json!({
+            "threadId": thread,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        self.calls
+            .send(process, Call::StartTurn, "turn/start", params)
+            .await?;
+        self.turn = true;
+        self.turn_id = None;
+        self.core.watchdog.turn_started(Self::now());
+        Ok(())
+    }
+
+    /// Answers a pending approval with the person's decision (`accept` or `decline`) and
+    /// records who decided.
+    async fn decide(
+        &mut self,
+        process: &mut Process,
+        request_id: &str,
+        allow: bool,
+        message: Option<&str>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(rpc_id) = self.pending.get(request_id) else {
+            return Err(format!(
+                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+            ));
+        };
+        let decision = if allow { "accept" } else { "decline" };
+        process
+            .send(&rpc::result(rpc_id, json!({ "decision": decision })))
+            .await?;
+        self.pending.remove(request_id);
+        self.core
+            .decided(request_id, allow, message, by, input_seq)
+            .await
+    }
+
+    /// `turn/interrupt` for the running turn; pending approvals are answered `cancel` first.
+    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
+        let (Some(thread), Some(turn)) = (self.thread_id.clone(), self.turn_id.clone()) else {
+            return Err("no turn is running".into());
+        };
+        if !self.turn {
+            return Err("no turn is running".into());
+        }
+        let mut drafts = Vec::new();
+        for (id, rpc_id) in std::mem::take(&mut self.pending) {
+            process
+                .send(&rpc::result(&rpc_id, json!({"decision": "cancel"})))
+                .await?;
+            self.core.watchdog.permission_done(Self::now());
+            let why = Some("the turn was interrupted");
+            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+        }
+        let params = json!({"threadId": thread, "turnId": turn});
+        self.calls
+            .send(process, Call::Interrupt, "turn/interrupt", params)
+            .await?;
+        self.record(drafts).await.map_err(|e| e.to_string())
+    }
+
+    fn pending(&self) -> Vec<String> {
+        self.pending.keys().cloned().collect()
     }
 
     fn take_pending(&mut self) -> Vec<String> {
@@ -425,81 +461,7 @@ impl Run {
         // A question the app-server no longer waits for is not pending any more.
         let pending = std::mem::take(&mut self.pending).into_keys();
         drafts.extend(withdrawn(pending, "the turn ended"));
-        if let Some((input, text)) = self.core.queued.pop_front() {
-            let result = self.prompt(process, &text).await;
-            if let Some(input) = input {
-                settle(input, &self.core.status, result).await;
-            } else if let Err(e) = result {
-                drafts.push(error(&e, None));
-            }
-        }
-    }
-
-    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
-        let Some(thread) = self.thread_id.clone() else {
-            return Err("the agent has no thread yet".into());
-        };
-        let params = json!({
-            "threadId": thread,
-            "input": [{"type": "text", "text": text, "text_elements": []}],
-        });
-        self.calls
-            .send(process, Call::StartTurn, "turn/start", params)
-            .await?;
-        self.turn = true;
-        self.turn_id = None;
-        self.core.watchdog.turn_started(Self::now());
-        Ok(())
-    }
-
-    /// Answers a pending approval with the person's decision (`accept` or `decline`) and
-    /// records who decided.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
-        let Some(rpc_id) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
-        };
-        let decision = if allow { "accept" } else { "decline" };
-        process
-            .send(&rpc::result(rpc_id, json!({ "decision": decision })))
-            .await?;
-        self.pending.remove(request_id);
-        self.core
-            .decided(request_id, allow, message, by, input_seq)
-            .await
-    }
-
-    /// `turn/interrupt` for the running turn; pending approvals are answered `cancel` first.
-    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
-        let (Some(thread), Some(turn)) = (self.thread_id.clone(), self.turn_id.clone()) else {
-            return Err("no turn is running".into());
-        };
-        if !self.turn {
-            return Err("no turn is running".into());
-        }
-        let mut drafts = Vec::new();
-        for (id, rpc_id) in std::mem::take(&mut self.pending) {
-            process
-                .send(&rpc::result(&rpc_id, json!({"decision": "cancel"})))
-                .await?;
-            self.core.watchdog.permission_done(Self::now());
-            let why = Some("the turn was interrupted");
-            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
-        }
-        let params = json!({"threadId": thread, "turnId": turn});
-        self.calls
-            .send(process, Call::Interrupt, "turn/interrupt", params)
-            .await?;
-        self.record(drafts).await.map_err(|e| e.to_string())
+        rpc_agent::next_queued(self, process, drafts).await;
     }
 }
 

@@ -1,212 +1,27 @@
-//! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the run
-//! loop ([`run`]), spooling with the terminal's rendering, the stall watchdog, the prompts
-//! waiting for the running turn, the requests in flight, how a remote permission decision names
-//! its request and is recorded, and what is left to do once the agent is gone.
-//!
-//! Protocol-free: the adapters ([`Protocol`]) own their requests, their mapping and their
-//! answers.
+//! The protocol-free state of a JSON-RPC agent's run: spooling with the terminal's rendering,
+//! the stall watchdog, the prompts waiting for the running turn, how a remote permission
+//! decision names its request and is recorded, and what is left when the agent exits.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use moor_protocol::payload::{
     self, AgentActive, AgentOutput, AgentRestart, OutputStream, Resolution,
 };
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::acp::rpc;
-use super::claude::decide::resolved;
-use super::claude::map::{bounded, error, Signal, RAW_CHARS};
-use super::claude::process::{Out, Process};
-use super::claude::render::Renderer;
-use super::claude::sleep_until;
-use super::claude::watchdog::Watchdog;
-use super::{
-    settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AgentExit,
-    AgentSignal, AgentSpec,
+use crate::adapter::claude::decide::resolved;
+use crate::adapter::claude::map::{bounded, error, Signal, RAW_CHARS};
+use crate::adapter::claude::process::{Out, Process};
+use crate::adapter::claude::render::Renderer;
+use crate::adapter::claude::watchdog::Watchdog;
+use crate::adapter::{
+    settle, terminal, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
 };
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
-
-/// One JSON-RPC agent protocol, as the shared loop drives it.
-pub(crate) trait Protocol {
-    /// The protocol-free state.
-    fn core(&mut self) -> &mut Core;
-    /// The agent was started: the first entries and the first requests.
-    async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError>;
-    /// Whether remote inputs can be applied yet (the agent's session exists).
-    fn ready(&self) -> bool;
-    /// A line from the agent, mapped into `drafts` (and answered when it asks).
-    async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>);
-    /// A remote input, applied or failed.
-    async fn remote(&mut self, process: &mut Process, input: PendingInput);
-    /// Interrupts the running turn; `false` when none runs or it cannot be interrupted.
-    async fn interrupt_turn(&mut self, process: &mut Process) -> bool;
-    /// Whether a turn runs.
-    fn in_turn(&self) -> bool;
-    /// The log's ids of the permission requests still pending, forgotten.
-    fn take_pending(&mut self) -> Vec<String>;
-}
-
-/// The I/O of a run besides what [`Core`] holds.
-#[derive(Debug)]
-pub(crate) struct Channels {
-    inputs: Inputs,
-    signals: mpsc::UnboundedReceiver<AgentSignal>,
-    screen_thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// Runs `protocol` on `process` until the agent exits and `agent.exit` is spooled.
-pub(crate) async fn run<P: Protocol>(
-    mut protocol: P,
-    mut process: Process,
-    channels: Channels,
-) -> Result<AdapterDone, AdapterError> {
-    let Channels {
-        mut inputs,
-        mut signals,
-        screen_thread,
-    } = channels;
-    protocol.started(&mut process).await?;
-    let exit = loop {
-        let deadline = protocol.core().watchdog.deadline();
-        let ready = protocol.ready();
-        tokio::select! {
-            out = process.out.recv(), if !process.out_closed => match out {
-                Some(out) => output_burst(&mut protocol, &mut process, out).await?,
-                None => process.out_closed = true,
-            },
-            status = process.child.wait() => break AgentExit::from_status(status?),
-            next = inputs.next(), if ready => match next {
-                Ok(Some(input)) => protocol.remote(&mut process, input).await,
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, "cannot record remote inputs"),
-            },
-            Some(signal) = signals.recv() => forward(&mut protocol, &mut process, signal).await,
-            _ = sleep_until(deadline) => protocol.core().deadline().await?,
-        }
-    };
-    let ended = gone(&mut protocol, &mut process, exit).await?;
-    protocol
-        .core()
-        .spool
-        .append(vec![Draft::new(ended)])
-        .await?;
-    // The terminal writer ends when the last sender (the core's) is gone.
-    drop(protocol);
-    if let Some(thread) = screen_thread {
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
-    Ok(AdapterDone { exit, inputs })
-}
-
-/// The first line and what else the agent printed meanwhile, mapped and spooled with one fsync.
-async fn output_burst<P: Protocol>(
-    protocol: &mut P,
-    process: &mut Process,
-    first: Out,
-) -> Result<(), AdapterError> {
-    let mut drafts = Vec::new();
-    protocol.output(process, first, &mut drafts).await;
-    while drafts.len() < BURST {
-        match process.out.try_recv() {
-            Ok(out) => protocol.output(process, out, &mut drafts).await,
-            Err(_) => break,
-        }
-    }
-    protocol.core().record(drafts).await
-}
-
-/// A signal for the agent: an interrupt stops the running turn when there is one; otherwise
-/// the agent is stopped (SIGTERM for an interrupt).
-async fn forward<P: Protocol>(protocol: &mut P, process: &mut Process, signal: AgentSignal) {
-    if signal == AgentSignal::Interrupt
-        && protocol.in_turn()
-        && protocol.interrupt_turn(process).await
-    {
-        return;
-    }
-    protocol.core().stopping = true;
-    let signal = match signal {
-        AgentSignal::Interrupt => AgentSignal::Terminate,
-        other => other,
-    };
-    if let Err(e) = signal_agent(process.pid, signal) {
-        tracing::warn!(error = %e, ?signal, "could not signal the agent");
-    }
-}
-
-/// The process is gone: stop what it left running, read what is left in its pipes, withdraw
-/// its questions, fail the prompts it will never take, and name the tool calls under way.
-async fn gone<P: Protocol>(
-    protocol: &mut P,
-    process: &mut Process,
-    exit: AgentExit,
-) -> Result<payload::AgentExit, AdapterError> {
-    let stopped = tree::stop_leftovers(protocol.core().spec.options.stop_grace).await;
-    let deadline = Instant::now() + PIPE_DRAIN;
-    while let Some(out) = drained(process, deadline).await {
-        output_burst(protocol, process, out).await?;
-    }
-    let withdrawn = withdrawn(protocol.take_pending(), "the agent exited");
-    let in_turn = protocol.in_turn();
-    let core = protocol.core();
-    core.record(withdrawn).await?;
-    core.gone(in_turn, exit).await?;
-    Ok(payload::AgentExit {
-        stopped_tools: core.watchdog.open_tools(),
-        stopped_processes: stopped,
-        ..exit.payload()
-    })
-}
-
-/// `agent.permission.resolved` "cancelled" for each of `ids`, saying `why`.
-pub(crate) fn withdrawn(ids: impl IntoIterator<Item = String>, why: &str) -> Vec<Draft> {
-    ids.into_iter()
-        .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
-        .collect()
-}
-
-/// Our requests in flight, by JSON-RPC id, each with what it was (`C`).
-#[derive(Debug)]
-pub(crate) struct Calls<C> {
-    next_id: u64,
-    open: BTreeMap<u64, C>,
-}
-
-impl<C> Default for Calls<C> {
-    fn default() -> Self {
-        Self {
-            next_id: 0,
-            open: BTreeMap::new(),
-        }
-    }
-}
-
-impl<C> Calls<C> {
-    /// Sends the request `method` and remembers it as `call`.
-    pub(crate) async fn send(
-        &mut self,
-        process: &mut Process,
-        call: C,
-        method: &str,
-        params: Value,
-    ) -> Result<(), String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        process.send(&rpc::request(id, method, params)).await?;
-        self.open.insert(id, call);
-        Ok(())
-    }
-
-    /// The request that the answer `id` is for, forgotten.
-    pub(crate) fn answered(&mut self, id: u64) -> Option<C> {
-        self.open.remove(&id)
-    }
-}
 
 /// How long the pipes of an exited agent may stay open before they are no longer read.
 pub(crate) const PIPE_DRAIN: Duration = Duration::from_secs(5);
@@ -214,6 +29,14 @@ pub(crate) const PIPE_DRAIN: Duration = Duration::from_secs(5);
 pub(crate) const BURST: usize = 1024;
 /// Most prompts waiting for the running turn to end.
 pub(crate) const MAX_QUEUED_PROMPTS: usize = 32;
+
+/// The I/O of a run besides what [`Core`] holds.
+#[derive(Debug)]
+pub(crate) struct Channels {
+    pub(super) inputs: Inputs,
+    pub(super) signals: mpsc::UnboundedReceiver<AgentSignal>,
+    pub(super) screen_thread: Option<std::thread::JoinHandle<()>>,
+}
 
 /// The protocol-free half of a JSON-RPC agent's run.
 #[derive(Debug)]
