@@ -88,8 +88,9 @@ impl AdapterKind {
 /// What `--mode` asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AdapterMode {
-    /// `claude` when the command is `claude`, `codex` when it is `codex`, `acp` when it is
-    /// `gemini` or `codex-acp`, else `pty` when stdin is a terminal, else `lines`.
+    /// `claude` when the command is `claude`, `codex` when it is `codex` running its app-server
+    /// (no subcommand, or `app-server`), `acp` when it is `gemini` or `codex-acp`, else `pty` when
+    /// stdin is a terminal, else `lines`.
     #[default]
     Auto,
     /// This adapter, whatever the command.
@@ -102,7 +103,7 @@ impl AdapterMode {
         match self {
             Self::Fixed(kind) => kind,
             Self::Auto if command.first().is_some_and(|c| is_claude(c)) => AdapterKind::Claude,
-            Self::Auto if command.first().is_some_and(|c| codex::is_codex(c)) => AdapterKind::Codex,
+            Self::Auto if codex::runs_app_server(command) => AdapterKind::Codex,
             Self::Auto if command.first().is_some_and(|c| acp::is_acp_agent(c)) => AdapterKind::Acp,
             Self::Auto if stdin_is_terminal => AdapterKind::Pty,
             Self::Auto => AdapterKind::Lines,
@@ -399,7 +400,9 @@ mod tests {
             AdapterKind::Claude
         );
         assert_eq!(auto.resolve(&cmd("gemini"), false), AdapterKind::Acp);
-        assert_eq!(auto.resolve(&cmd("/x/codex"), true), AdapterKind::Codex);
+        assert_eq!(auto.resolve(&["/x/codex".into()], true), AdapterKind::Codex);
+        let exec = ["codex".to_owned(), "exec".to_owned()];
+        assert_eq!(auto.resolve(&exec, true), AdapterKind::Pty);
         assert_eq!(auto.resolve(&cmd("codex-acp"), false), AdapterKind::Acp);
         assert_eq!(auto.resolve(&cmd("bash"), true), AdapterKind::Pty);
         assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);

@@ -41,6 +41,43 @@ pub fn is_codex(program: &str) -> bool {
     Path::new(program).file_name().is_some_and(|n| n == "codex")
 }
 
+/// Whether `command` runs the Codex CLI's app-server: `codex` (by any path) with no subcommand
+/// (`moor` adds it) or with `app-server`; `codex exec …`, `codex login` or `codex "a prompt"`
+/// are other programs.
+pub fn runs_app_server(command: &[String]) -> bool {
+    /// Codex's global options that take a value.
+    const VALUED: [&str; 14] = [
+        "-c",
+        "--config",
+        "--enable",
+        "--disable",
+        "-m",
+        "--model",
+        "-p",
+        "--profile",
+        "-s",
+        "--sandbox",
+        "-a",
+        "--ask-for-approval",
+        "-C",
+        "--cd",
+    ];
+    let Some((program, args)) = command.split_first() else {
+        return false;
+    };
+    let mut args = args.iter();
+    let first_word = loop {
+        match args.next() {
+            Some(a) if VALUED.contains(&a.as_str()) => {
+                args.next();
+            }
+            Some(a) if a.starts_with('-') => {}
+            other => break other,
+        }
+    };
+    is_codex(program) && first_word.is_none_or(|w| w == "app-server")
+}
+
 /// The command with `app-server` after the program when it is the Codex CLI and the command
 /// does not name it already; other commands (an app-server of another name) run as given.
 pub fn command_line(command: &[String]) -> Vec<String> {
@@ -99,6 +136,7 @@ impl CodexAgent {
             version: None,
             ask_untrusted,
             turn: false,
+            interrupt_wanted: false,
         };
         rpc_agent::run(run, self.process, channels).await
     }
@@ -130,6 +168,8 @@ struct Run {
     ask_untrusted: bool,
     /// A turn was started and has not completed.
     turn: bool,
+    /// An interrupt came before the app-server named the turn.
+    interrupt_wanted: bool,
 }
 
 impl Protocol for Run {
@@ -171,11 +211,7 @@ impl Protocol for Run {
         match rpc::parse(&line) {
             Incoming::Notification { method, params } => {
                 if method == "turn/started" {
-                    self.turn_id = params
-                        .get("turn")
-                        .and_then(|t| t.get("id"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
+                    self.turn_named(process, params.get("turn"), drafts).await;
                 }
                 let mapped = self.mapper.notification(&method, &params);
                 if method == "turn/completed" {
@@ -260,14 +296,12 @@ impl Protocol for Run {
             .await
     }
 
-    /// `turn/interrupt` for the running turn; pending approvals are answered `cancel` first.
+    /// `turn/interrupt` for the running turn (sent once the app-server names the turn, when it
+    /// has not yet); pending approvals are answered `cancel` first.
     async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
-        let (Some(thread), Some(turn)) = (self.thread_id.clone(), self.turn_id.clone()) else {
+        let Some(thread) = self.thread_id.clone().filter(|_| self.turn) else {
             return Err("no turn is running".into());
         };
-        if !self.turn {
-            return Err("no turn is running".into());
-        }
         let mut drafts = Vec::new();
         for (id, rpc_id) in std::mem::take(&mut self.pending) {
             process
@@ -277,10 +311,10 @@ impl Protocol for Run {
             let why = Some("the turn was interrupted");
             drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
         }
-        let params = json!({"threadId": thread, "turnId": turn});
-        self.calls
-            .send(process, Call::Interrupt, "turn/interrupt", params)
-            .await?;
+        match self.turn_id.clone() {
+            Some(turn) => self.send_interrupt(process, thread, turn).await?,
+            None => self.interrupt_wanted = true,
+        }
         self.record(drafts).await.map_err(|e| e.to_string())
     }
 
@@ -394,13 +428,7 @@ impl Run {
                 self.start_thread(process, drafts).await;
             }
             (Call::StartTurn, Ok(result)) => {
-                if self.turn_id.is_none() {
-                    self.turn_id = result
-                        .get("turn")
-                        .and_then(|t| t.get("id"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                }
+                self.turn_named(process, result.get("turn"), drafts).await;
             }
             (Call::StartTurn, Err(e)) => {
                 // No turn runs: close it as the app-server would have.
@@ -453,10 +481,43 @@ impl Run {
         }
     }
 
+    /// The app-server named the running turn (`turn/started`, or the answer to `turn/start`):
+    /// an interrupt asked for before is sent now.
+    async fn turn_named(
+        &mut self,
+        process: &mut Process,
+        turn: Option<&Value>,
+        drafts: &mut Vec<Draft>,
+    ) {
+        let id = turn.and_then(|t| t.get("id")).and_then(Value::as_str);
+        let (Some(id), None, Some(thread)) = (id, &self.turn_id, self.thread_id.clone()) else {
+            return;
+        };
+        self.turn_id = Some(id.to_owned());
+        if std::mem::take(&mut self.interrupt_wanted) {
+            if let Err(e) = self.send_interrupt(process, thread, id.to_owned()).await {
+                drafts.push(error(&e, None));
+            }
+        }
+    }
+
+    async fn send_interrupt(
+        &mut self,
+        process: &mut Process,
+        thread: String,
+        turn: String,
+    ) -> Result<(), String> {
+        let params = json!({"threadId": thread, "turnId": turn});
+        self.calls
+            .send(process, Call::Interrupt, "turn/interrupt", params)
+            .await
+    }
+
     /// The turn completed: its entries, pending questions withdrawn, the next queued prompt.
     async fn turn_ended(&mut self, process: &mut Process, mapped: Mapped, drafts: &mut Vec<Draft>) {
         self.turn = false;
         self.turn_id = None;
+        self.interrupt_wanted = false;
         self.observe(mapped, drafts);
         // A question the app-server no longer waits for is not pending any more.
         let pending = std::mem::take(&mut self.pending).into_keys();
@@ -489,6 +550,29 @@ mod tests {
         );
         assert!(is_codex("/opt/bin/codex"));
         assert!(!is_codex("codex-acp"));
+    }
+
+    #[test]
+    fn auto_mode_takes_codex_for_its_app_server_not_for_its_other_commands() {
+        assert!(runs_app_server(&strings(&["/x/codex"])));
+        assert!(runs_app_server(&strings(&[
+            "codex",
+            "-c",
+            "model=\"o3\"",
+            "--enable",
+            "x"
+        ])));
+        assert!(runs_app_server(&strings(&[
+            "codex",
+            "app-server",
+            "--listen",
+            "stdio://"
+        ])));
+        assert!(!runs_app_server(&strings(&["codex", "exec", "fix it"])));
+        assert!(!runs_app_server(&strings(&[
+            "codex", "-m", "o3", "a prompt"
+        ])));
+        assert!(!runs_app_server(&strings(&["codex-acp"])));
     }
 
     #[test]
