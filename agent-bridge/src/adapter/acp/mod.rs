@@ -3,7 +3,8 @@
 //!
 //! [`rpc`] is the codec, [`map`] turns what the agent says into the same typed entries as the
 //! `claude` adapter (so the fold, the watchdog, the recovery brief and the web client work
-//! unchanged), and this module runs the loop: `initialize`, then `session/new` (or
+//! unchanged), `rpc_agent` runs the loop, and this module is the protocol:
+//! `initialize`, then `session/new` (or
 //! `session/load` to continue an earlier conversation), remote prompts as `session/prompt`
 //! (queued while a turn runs: an ACP session takes one prompt at a time), an interrupt as
 //! `session/cancel`, and `session/request_permission` answered only by a person's decision —

@@ -2,11 +2,11 @@
 //!
 //! [`map`] turns what the app-server says into the same typed entries as the `claude` and `acp`
 //! adapters; the JSON-RPC codec is [`acp::rpc`](super::acp::rpc)'s, and what is not protocol
-//! (spooling, the watchdog, the prompt queue) is [`rpc_agent`](super::rpc_agent)'s. This
-//! module runs the loop: `initialize` and `initialized`, then `thread/start` (or `thread/resume`
-//! to continue an earlier thread), remote prompts as `turn/start` (queued while a turn runs),
-//! an interrupt as `turn/interrupt`, and the app-server's approval requests answered only by a
-//! person's decision (`accept` or `decline`, never "for the session", never by default).
+//! (the run loop, spooling, the watchdog, the prompt queue) is `rpc_agent`'s.
+//! This module is the protocol: `initialize` and `initialized`, then `thread/start` (or
+//! `thread/resume` to continue an earlier thread), prompts as `turn/start`, an interrupt as
+//! `turn/interrupt`, and the app-server's approval requests answered only by a person's
+//! decision (`accept` or `decline`, never "for the session", never by default).
 
 pub mod map;
 
