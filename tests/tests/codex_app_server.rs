@@ -1,14 +1,15 @@
 //! The Codex CLI under `moor` through `codex app-server` (the pinned `@openai/codex` that
 //! `scripts/install-agents` installs), picked by name for the `codex` adapter, offline against
 //! `FakeOpenAi` (a Responses API stand-in): a command approved remotely and one denied remotely,
-//! a stalled model stream caught by the watchdog then interrupted, and a crash mid-tool
-//! continued on the same Codex thread by `thread/resume`, with the brief naming the command.
+//! a patch (a file change) approved and one denied, a stalled model stream caught by the
+//! watchdog then interrupted, and a crash mid-tool continued on the same Codex thread by
+//! `thread/resume`, with the brief naming the command.
 
 use moor_e2e::acp::{assert_continued, AcpEnv, AcpRun};
 use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_e2e::fake_openai::FakeOpenAi;
-use moor_protocol::kinds;
 use moor_protocol::payload::PermissionDecision;
+use moor_protocol::{kinds, Entry};
 
 async fn start(api: &FakeOpenAi, flags: &[(&str, &str)]) -> AcpRun {
     let env = AcpEnv::for_codex_app_server(api);
@@ -62,6 +63,62 @@ async fn codex_app_server_runs_a_command_only_when_allowed_remotely() {
     let declined = c.first_after(no.seq, kinds::AGENT_TOOL_RESULT);
     assert_eq!(declined.payload["is_error"], true, "{declined:?}");
     assert_eq!(no.result.payload["subtype"], "success", "{:?}", no.result);
+    c.s.bridge.kill().await;
+}
+
+/// Prompts a model call of `apply_patch` adding `name` with one line, which Codex runs as a file
+/// change, answers its permission request with `decision` and waits for the turn to end;
+/// returns the request.
+async fn patch(c: &mut AcpRun, name: &str, decision: PermissionDecision) -> Entry {
+    let script = format!(
+        "[[bash:apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: {name}\n+hi\n*** End Patch\nEOF\n]]"
+    );
+    let seq = c.prompt(&script).await;
+    let request = c.wait(kinds::AGENT_PERMISSION_REQUEST, seq).await;
+    assert!(
+        !c.env.file(name).exists(),
+        "nothing is written before a person decides"
+    );
+    let decided = c.decide(&request, decision).await;
+    let result = c.wait(kinds::AGENT_RESULT, decided).await;
+    assert_eq!(result.payload["is_error"], false, "{result:?}");
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_patch_is_an_edit_that_lands_only_when_allowed_remotely() {
+    let api = FakeOpenAi::start().await;
+    let mut c = start(&api, &[]).await;
+    c.wait(kinds::AGENT_SESSION, 0).await;
+
+    let allowed = patch(&mut c, "patched.txt", PermissionDecision::Allow).await;
+    let denied = patch(&mut c, "refused.txt", PermissionDecision::Deny).await;
+
+    let file = c.env.file("patched.txt");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
+    assert!(
+        !c.env.file("refused.txt").exists(),
+        "denied: nothing written"
+    );
+    assert_eq!(allowed.payload["tool_name"], "Edit", "{allowed:?}");
+    assert_eq!(allowed.payload["path"], file.display().to_string());
+    let edit = c
+        .after(0)
+        .into_iter()
+        .find(|e| {
+            e.kind == kinds::AGENT_TOOL_USE && e.payload["id"] == allowed.payload["tool_use_id"]
+        })
+        .expect("the patch's call is logged");
+    assert!(
+        edit.seq < allowed.seq,
+        "the call, then its request: {edit:?}"
+    );
+    assert_eq!(edit.payload["name"], "Edit", "{edit:?}");
+    assert_eq!(edit.payload["path"], file.display().to_string(), "{edit:?}");
+    let applied = c.first_after(allowed.seq.0, kinds::AGENT_TOOL_RESULT);
+    assert_eq!(applied.payload["is_error"], false, "{applied:?}");
+    let declined = c.first_after(denied.seq.0, kinds::AGENT_TOOL_RESULT);
+    assert_eq!(declined.payload["is_error"], true, "{declined:?}");
     c.s.bridge.kill().await;
 }
 
