@@ -1,6 +1,7 @@
-//! `AcpEnv`: a private project and home for one Agent Client Protocol agent under `moor run
-//! --mode acp`, and the session it runs in. The agent is `moor-acp-agent` (this crate's small
-//! ACP agent) or a real one (Gemini CLI, see `gemini`).
+//! `AcpEnv`: a private project and home for one JSON-RPC agent under `moor run`, and the session
+//! it runs in: an Agent Client Protocol agent (`moor-acp-agent`, this crate's small ACP agent, or
+//! a real one: Gemini CLI, Codex through codex-acp) under the `acp` adapter, or the Codex CLI's
+//! `codex app-server` under the `codex` adapter.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,6 +28,8 @@ pub struct AcpEnv {
     pub home: PathBuf,
     /// Extra environment for the agent.
     pub envs: Vec<(String, String)>,
+    /// The adapter `moor` is expected to pick (`acp` unless set).
+    pub adapter: &'static str,
     dir: TempDir,
 }
 
@@ -57,6 +60,7 @@ impl AcpEnv {
             project: dir.path().join("project"),
             home: dir.path().join("home"),
             envs: Vec::new(),
+            adapter: "acp",
             dir,
         }
     }
@@ -110,7 +114,7 @@ impl AcpEnv {
         let mut tail = LogTail::new(server.api(), id);
         let start = tail
             .wait_kind(kinds::AGENT_START, 0, WAIT, |e| {
-                e.payload["adapter"] == "acp"
+                e.payload["adapter"] == self.adapter
             })
             .await;
         AcpSession {
@@ -448,11 +452,25 @@ impl AcpEnv {
     /// model provider on the Responses API in `$CODEX_HOME/config.toml`, every command but the
     /// known-safe ones asked for (`untrusted`), no sandbox (it needs bubblewrap), no analytics.
     pub fn for_codex(api: &crate::fake_openai::FakeOpenAi) -> Self {
+        Self::with_codex_config(api, "approval_policy = \"untrusted\"\n")
+    }
+
+    /// The environment the Codex CLI's `codex app-server` needs to run offline against `api`:
+    /// as [`Self::for_codex`], without `approval_policy` (Codex 0.171 refuses `untrusted` there;
+    /// `moor` asks for it when it starts the thread). `moor` is expected to pick the `codex`
+    /// adapter.
+    pub fn for_codex_app_server(api: &crate::fake_openai::FakeOpenAi) -> Self {
+        let mut env = Self::with_codex_config(api, "");
+        env.adapter = "codex";
+        env
+    }
+
+    fn with_codex_config(api: &crate::fake_openai::FakeOpenAi, policy: &str) -> Self {
         let mut env = Self::new();
         let codex_home = env.home.join(".codex");
         std::fs::create_dir_all(&codex_home).expect("codex home");
         let config = format!(
-            "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\napproval_policy = \"untrusted\"\n\
+            "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\n{policy}\
              sandbox_mode = \"danger-full-access\"\n\n[model_providers.fake]\nname = \"fake\"\n\
              base_url = \"{}\"\nenv_key = \"FAKE_OPENAI_KEY\"\nwire_api = \"responses\"\n\n\
              [analytics]\nenabled = false\n",
@@ -470,6 +488,21 @@ impl AcpEnv {
     pub fn codex_command() -> Vec<String> {
         vec![codex_acp_bin().display().to_string()]
     }
+
+    /// `codex` (auto mode picks the codex adapter by its name and adds `app-server`).
+    pub fn codex_app_server_command() -> Vec<String> {
+        vec![codex_bin().display().to_string()]
+    }
+}
+
+/// Path of the installed Codex CLI launcher; panics with the fix when it is missing.
+pub fn codex_bin() -> PathBuf {
+    installed_agent(
+        "MOOR_CODEX_BIN",
+        "codex/node_modules/.bin/codex",
+        "the Codex CLI",
+        "install-agents",
+    )
 }
 
 impl AcpSession {

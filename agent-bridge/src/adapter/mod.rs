@@ -12,10 +12,12 @@ pub mod acp;
 mod capture_tests;
 pub mod chunks;
 pub mod claude;
+pub mod codex;
 pub mod foreground;
 pub mod lines;
 mod process;
 pub mod pty;
+mod rpc_agent;
 pub mod terminal;
 pub mod tree;
 
@@ -45,6 +47,8 @@ pub enum AdapterKind {
     Claude,
     /// An Agent Client Protocol agent (JSON-RPC over stdio), as typed entries.
     Acp,
+    /// The Codex CLI's `codex app-server` (JSON-RPC over stdio), as typed entries.
+    Codex,
 }
 
 impl AdapterKind {
@@ -55,13 +59,14 @@ impl AdapterKind {
             Self::Pty => "pty",
             Self::Claude => "claude",
             Self::Acp => "acp",
+            Self::Codex => "codex",
         }
     }
 }
 
 impl AdapterKind {
     /// What this adapter can know about its agent (`agent.start`'s `capabilities`): only Claude
-    /// Code and ACP agents report turns; the others see output as it comes and nothing of what
+    /// Code, ACP agents and Codex report turns; the others see output as it comes and nothing of what
     /// it means.
     pub fn capabilities(self) -> payload::AgentCapabilities {
         payload::AgentCapabilities {
@@ -76,15 +81,16 @@ impl AdapterKind {
     /// Whether the adapter understands turns, tools and permissions (and can continue the
     /// agent's own conversation after a crash).
     pub fn structured(self) -> bool {
-        matches!(self, Self::Claude | Self::Acp)
+        matches!(self, Self::Claude | Self::Acp | Self::Codex)
     }
 }
 
 /// What `--mode` asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AdapterMode {
-    /// `claude` when the command is `claude`, `acp` when it is `gemini`, else `pty` when stdin is
-    /// a terminal, else `lines`.
+    /// `claude` when the command is `claude`, `codex` when it is `codex` running its app-server
+    /// (no subcommand, or `app-server`), `acp` when it is `gemini` or `codex-acp`, else `pty` when
+    /// stdin is a terminal, else `lines`.
     #[default]
     Auto,
     /// This adapter, whatever the command.
@@ -97,6 +103,7 @@ impl AdapterMode {
         match self {
             Self::Fixed(kind) => kind,
             Self::Auto if command.first().is_some_and(|c| is_claude(c)) => AdapterKind::Claude,
+            Self::Auto if codex::runs_app_server(command) => AdapterKind::Codex,
             Self::Auto if command.first().is_some_and(|c| acp::is_acp_agent(c)) => AdapterKind::Acp,
             Self::Auto if stdin_is_terminal => AdapterKind::Pty,
             Self::Auto => AdapterKind::Lines,
@@ -340,6 +347,8 @@ pub enum Agent {
     Claude(claude::ClaudeAgent),
     /// The `acp` adapter.
     Acp(acp::AcpAgent),
+    /// The `codex` adapter.
+    Codex(codex::CodexAgent),
 }
 
 impl Agent {
@@ -350,6 +359,7 @@ impl Agent {
             AdapterKind::Pty => pty::PtyAgent::start(spec).map(Self::Pty),
             AdapterKind::Claude => claude::ClaudeAgent::start(spec).map(Self::Claude),
             AdapterKind::Acp => acp::AcpAgent::start(spec).map(Self::Acp),
+            AdapterKind::Codex => codex::CodexAgent::start(spec).map(Self::Codex),
         }
     }
 
@@ -360,6 +370,7 @@ impl Agent {
             Self::Pty(agent) => AgentPid::new(agent.pid()),
             Self::Claude(agent) => agent.pid(),
             Self::Acp(agent) => agent.pid(),
+            Self::Codex(agent) => agent.pid(),
         }
     }
 
@@ -370,6 +381,7 @@ impl Agent {
             Self::Pty(agent) => agent.run(io).await,
             Self::Claude(agent) => agent.run(io).await,
             Self::Acp(agent) => agent.run(io).await,
+            Self::Codex(agent) => agent.run(io).await,
         }
     }
 }
@@ -388,6 +400,10 @@ mod tests {
             AdapterKind::Claude
         );
         assert_eq!(auto.resolve(&cmd("gemini"), false), AdapterKind::Acp);
+        assert_eq!(auto.resolve(&["/x/codex".into()], true), AdapterKind::Codex);
+        let exec = ["codex".to_owned(), "exec".to_owned()];
+        assert_eq!(auto.resolve(&exec, true), AdapterKind::Pty);
+        assert_eq!(auto.resolve(&cmd("codex-acp"), false), AdapterKind::Acp);
         assert_eq!(auto.resolve(&cmd("bash"), true), AdapterKind::Pty);
         assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);
         let pty = AdapterMode::Fixed(AdapterKind::Pty);

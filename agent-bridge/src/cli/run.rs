@@ -42,8 +42,9 @@ pub(super) struct RunArgs {
     /// `GET /metrics` on this address, e.g. 127.0.0.1:9465 (plain HTTP: keep it private).
     #[arg(long, env = "MOOR_METRICS_LISTEN")]
     metrics_listen: Option<String>,
-    /// How the agent runs: auto (claude for `claude`, acp for `gemini`, pty when stdin is a
-    /// terminal, else lines), pty, claude, acp (any Agent Client Protocol agent) or lines.
+    /// How the agent runs: auto (claude for `claude`, codex for `codex`, acp for `gemini` and
+    /// `codex-acp`, pty when stdin is a terminal, else lines), pty, claude, acp (any Agent Client
+    /// Protocol agent), codex (`codex app-server`) or lines.
     #[arg(long, env = "MOOR_MODE", default_value = "auto", value_parser = parse_mode)]
     mode: AdapterMode,
     /// Silence while a model response streams that is reported as a stall (e.g. 60s, 1500ms).
@@ -157,7 +158,10 @@ pub(super) fn parse_mode(s: &str) -> Result<AdapterMode, String> {
         "claude" => Ok(AdapterMode::Fixed(AdapterKind::Claude)),
         "lines" => Ok(AdapterMode::Fixed(AdapterKind::Lines)),
         "acp" => Ok(AdapterMode::Fixed(AdapterKind::Acp)),
-        other => Err(format!("{other:?}: use auto, pty, claude, acp or lines")),
+        "codex" => Ok(AdapterMode::Fixed(AdapterKind::Codex)),
+        other => Err(format!(
+            "{other:?}: use auto, pty, claude, acp, codex or lines"
+        )),
     }
 }
 

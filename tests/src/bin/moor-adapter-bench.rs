@@ -5,6 +5,8 @@
 //!   with a live SSE viewer decoding every byte; MB/s of each and the ratio.
 //! - ACP adapter per event: the session/update lines of a Gemini CLI capture, replayed the
 //!   same way under `--mode acp`.
+//! - Codex adapter per event: the item notifications of a `codex app-server` capture, replayed
+//!   the same way under `--mode codex`.
 //! - Claude adapter per event: a recorded Claude Code capture (stream-json, partial messages)
 //!   replayed many times as the agent's output under `--mode claude`, and the same lines under
 //!   `--mode lines` as a baseline; moor's CPU time and the wall time until a live viewer has the
@@ -72,33 +74,73 @@ async fn main() -> Result<()> {
     for mode in ["claude", "lines"] {
         per_event(mode, &capture, replays, events, runs).await?;
     }
-    acp_per_event(runs, replays, dir.path()).await
+    acp_per_event(runs, replays, dir.path()).await?;
+    codex_per_event(runs, replays, dir.path()).await
+}
+
+/// The notifications of `source` (a capture under `agent-bridge/tests/fixtures/`) that `keep`
+/// accepts, plus one end marker the adapter keeps as `agent.event`, written to `dir/name`;
+/// returns the file and its number of lines.
+fn capture_with_end(
+    source: &str,
+    keep: impl Fn(&str) -> bool,
+    dir: &Path,
+    name: &str,
+) -> Result<(PathBuf, u64)> {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent-bridge/tests/fixtures")
+        .join(source);
+    let text =
+        std::fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
+    let mut lines: Vec<&str> = text.lines().filter(|l| keep(l)).collect();
+    let end = r#"{"jsonrpc":"2.0","method":"moor/bench_end","params":{}}"#;
+    lines.push(end);
+    let capture = dir.join(name);
+    std::fs::write(&capture, lines.join("\n") + "\n")?;
+    Ok((capture, lines.len() as u64))
+}
+
+/// The Codex adapter per event: the item notifications of a real `codex app-server` capture
+/// (message deltas, items started and completed: text, commands and their results) replayed
+/// under `--mode codex`, each replay ended by one notification the adapter keeps as
+/// `agent.event`, which the viewer counts.
+async fn codex_per_event(runs: usize, replays: u64, dir: &Path) -> Result<()> {
+    let (capture, lines) = capture_with_end(
+        "codex/01_allow_deny_interrupt.OUT.jsonl",
+        |l| {
+            ["item/agentMessage/delta", "item/started", "item/completed"]
+                .iter()
+                .any(|m| l.starts_with(&format!("{{\"method\":\"{m}\"")))
+        },
+        dir,
+        "codex-items.jsonl",
+    )?;
+    let events = lines * replays;
+    println!(
+        "Codex adapter, {} item notifications of a codex app-server capture (+1 end marker) replayed {replays}x ({events} events), median of {runs}:",
+        lines - 1
+    );
+    per_event("codex", &capture, replays, events, runs).await
 }
 
 /// The ACP adapter per event: the model-side notifications of a real Gemini CLI capture (text
 /// chunks, tool calls and their updates) replayed under `--mode acp`, each replay ended by one
 /// notification the adapter keeps as `agent.event`, which the viewer counts.
 async fn acp_per_event(runs: usize, replays: u64, dir: &Path) -> Result<()> {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../agent-bridge/tests/fixtures/gemini-cli/01_prompt_allow_deny_cancel.OUT.jsonl");
-    let text =
-        std::fs::read_to_string(&source).with_context(|| format!("read {}", source.display()))?;
-    let mut lines: Vec<&str> = text
-        .lines()
-        .filter(|l| {
+    let (capture, lines) = capture_with_end(
+        "gemini-cli/01_prompt_allow_deny_cancel.OUT.jsonl",
+        |l| {
             ["agent_message_chunk", "tool_call_update"]
                 .iter()
                 .any(|k| l.contains(&format!("\"sessionUpdate\":\"{k}\"")))
-        })
-        .collect();
-    let end = r#"{"jsonrpc":"2.0","method":"moor/bench_end","params":{}}"#;
-    lines.push(end);
-    let capture = dir.join("acp-updates.jsonl");
-    std::fs::write(&capture, lines.join("\n") + "\n")?;
-    let events = lines.len() as u64 * replays;
+        },
+        dir,
+        "acp-updates.jsonl",
+    )?;
+    let events = lines * replays;
     println!(
         "ACP adapter, {} session/update lines of a Gemini CLI capture (+1 end marker) replayed {replays}x ({events} events), median of {runs}:",
-        lines.len() - 1
+        lines - 1
     );
     per_event("acp", &capture, replays, events, runs).await
 }
@@ -195,13 +237,13 @@ async fn replay(mode: &str, capture: &Path, replays: u64, events: u64) -> Result
     let id = server.api().wait_session(&name, GUARD).await.id;
     let (mut results, mut outputs) = (0u64, 0u64);
     view(&server, id, |e| match e.kind.as_ref() {
-        // One result per replay of the capture (one end marker, for acp); one output entry per
-        // line in lines mode.
+        // One result per replay of the capture (one end marker, for acp and codex); one output
+        // entry per line in lines mode.
         "agent.result" if mode == "claude" => {
             results += 1;
             results >= replays
         }
-        "agent.event" if mode == "acp" => {
+        "agent.event" if mode == "acp" || mode == "codex" => {
             results += 1;
             results >= replays
         }

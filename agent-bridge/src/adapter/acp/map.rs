@@ -491,7 +491,7 @@ fn content_text(content: Option<&Value>) -> String {
 }
 
 /// Appends to a message's final text, which is bounded like every raw text.
-fn push_bounded(into: &mut String, text: &str) {
+pub(crate) fn push_bounded(into: &mut String, text: &str) {
     if into.len() < RAW_CHARS * 4 {
         into.push_str(text);
     }

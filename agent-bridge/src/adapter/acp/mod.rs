@@ -3,7 +3,8 @@
 //!
 //! [`rpc`] is the codec, [`map`] turns what the agent says into the same typed entries as the
 //! `claude` adapter (so the fold, the watchdog, the recovery brief and the web client work
-//! unchanged), and this module runs the loop: `initialize`, then `session/new` (or
+//! unchanged), `rpc_agent` runs the loop, and this module is the protocol:
+//! `initialize`, then `session/new` (or
 //! `session/load` to continue an earlier conversation), remote prompts as `session/prompt`
 //! (queued while a turn runs: an ACP session takes one prompt at a time), an interrupt as
 //! `session/cancel`, and `session/request_permission` answered only by a person's decision —
@@ -12,40 +13,24 @@
 pub mod map;
 pub mod rpc;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
-use moor_protocol::payload::{
-    self, AgentActive, AgentOutput, AgentRestart, AgentSession, OutputStream, Resolution,
-};
-use moor_protocol::{kinds, BodyError, EntryBody};
+use moor_protocol::payload::{self, AgentSession, Resolution};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use self::map::{Mapped, Mapper, Pending};
 use self::rpc::Incoming;
 use super::claude::decide::resolved;
-use super::claude::map::{bounded, error, RAW_CHARS};
+use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::claude::render::Renderer;
-use super::claude::sleep_until;
-use super::claude::watchdog::Watchdog;
+use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
 use super::{
-    settle, signal_agent, terminal, tree, AdapterDone, AdapterError, AdapterIo, AdapterKind,
-    AgentExit, AgentPid, AgentSignal, AgentSpec,
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
+    AgentSpec,
 };
-use crate::inputs::PendingInput;
-use crate::spool::{Draft, Spool};
-use crate::status::Status;
-
-/// How long the pipes of an exited agent may stay open before they are no longer read.
-const PIPE_DRAIN: Duration = Duration::from_secs(5);
-/// Most messages spooled with one fsync.
-const BURST: usize = 1024;
-/// Most prompts waiting for the running turn to end.
-const MAX_QUEUED_PROMPTS: usize = 32;
+use crate::spool::Draft;
 
 /// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
 /// ACP adapter of Codex; by any path).
@@ -97,62 +82,18 @@ impl AcpAgent {
 
     /// Run until the agent exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let AdapterIo {
-            spool,
-            mut inputs,
-            mut signals,
-            status,
-        } = io;
-        let (screen, screen_thread) = terminal::spawn_stdout_writer(256);
-        let mut run = Run {
-            watchdog: Watchdog::new(
-                self.spec.options.stall_timeout,
-                self.spec.options.tool_timeout,
-                Instant::now(),
-            ),
-            spec: self.spec,
-            spool,
-            status,
-            screen,
-            renderer: Renderer::for_agent("ACP agent"),
+        let (core, channels) = Core::start(self.spec, io, "ACP agent");
+        let run = Run {
+            core,
             mapper: Mapper::new(),
             pending: BTreeMap::new(),
-            calls: BTreeMap::new(),
-            next_id: 0,
+            calls: Calls::default(),
             session_id: None,
             version: None,
             load_session: false,
             turn: false,
-            queued: VecDeque::new(),
-            stopping: false,
         };
-        let mut process = self.process;
-        run.started(&mut process).await?;
-        let exit = loop {
-            let deadline = run.watchdog.deadline();
-            let ready = run.session_id.is_some();
-            tokio::select! {
-                out = process.out.recv(), if !process.out_closed => match out {
-                    Some(out) => run.output_burst(&mut process, out).await?,
-                    None => process.out_closed = true,
-                },
-                status = process.child.wait() => break AgentExit::from_status(status?),
-                next = inputs.next(), if ready => match next {
-                    Ok(Some(input)) => run.remote(&mut process, input).await,
-                    Ok(None) => {}
-                    Err(e) => tracing::error!(error = %e, "cannot record remote inputs"),
-                },
-                Some(signal) = signals.recv() => run.signal(&mut process, signal).await,
-                _ = sleep_until(deadline) => run.deadline().await?,
-            }
-        };
-        let ended = run.gone(&mut process, exit).await?;
-        run.spool.append(vec![Draft::new(ended)]).await?;
-        drop(run.screen);
-        if let Some(thread) = screen_thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        Ok(AdapterDone { exit, inputs })
+        rpc_agent::run(run, self.process, channels).await
     }
 }
 
@@ -167,86 +108,35 @@ enum Call {
 
 #[derive(Debug)]
 struct Run {
-    spec: AgentSpec,
-    spool: Spool,
-    status: Status,
-    screen: mpsc::Sender<Vec<u8>>,
-    renderer: Renderer,
+    core: Core,
     mapper: Mapper,
-    watchdog: Watchdog,
     /// Permission requests waiting for a person, by the log's request id.
     pending: BTreeMap<String, Pending>,
-    calls: BTreeMap<u64, Call>,
-    next_id: u64,
+    calls: Calls<Call>,
     session_id: Option<String>,
     version: Option<String>,
     load_session: bool,
     /// A `session/prompt` is unanswered.
     turn: bool,
-    /// Prompts waiting for the turn to end.
-    queued: VecDeque<(Option<PendingInput>, String)>,
-    stopping: bool,
 }
 
-impl Run {
-    fn now() -> Instant {
-        Instant::now()
-    }
+impl Protocol for Run {
+    const ADAPTER: &'static str = "acp";
 
-    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        if drafts.is_empty() {
-            return Ok(());
-        }
-        let mut text = String::new();
-        for d in &drafts {
-            text.extend(self.renderer.render(d));
-        }
-        if !text.is_empty() {
-            let _ = self.screen.try_send(text.into_bytes());
-        }
-        self.spool.append(drafts).await?;
-        Ok(())
-    }
-
-    async fn call(
-        &mut self,
-        process: &mut Process,
-        call: Call,
-        method: &str,
-        params: Value,
-    ) -> Result<(), String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        process.send(&rpc::request(id, method, params)).await?;
-        self.calls.insert(id, call);
-        Ok(())
+    fn core(&mut self) -> &mut Core {
+        &mut self.core
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
         let start = payload::AgentStart {
             command: process.argv.clone(),
-            ..self.spec.start_entry(process.pid, AdapterKind::Acp)
+            ..self.core.spec.start_entry(process.pid, AdapterKind::Acp)
         };
-        let mut drafts = vec![Draft::new(start)];
-        if let Some(c) = &self.spec.options.continuation {
-            self.status.note(format!(
-                "continuing the agent's conversation {} (moor run --fresh starts a new one)",
-                c.agent_session_id
-            ));
-            drafts.insert(
-                0,
-                Draft::new(AgentRestart {
-                    reason: "continued".into(),
-                    agent_session_id: c.agent_session_id.clone(),
-                    attempt: 1,
-                    prompt: c.prompt.clone().unwrap_or_default(),
-                    previous_exit: None,
-                }),
-            );
-        }
+        let drafts = self.core.start_entries(start);
         self.record(drafts).await?;
         if let Err(e) = self
-            .call(
+            .calls
+            .send(
                 process,
                 Call::Initialize,
                 "initialize",
@@ -259,45 +149,14 @@ impl Run {
         Ok(())
     }
 
-    async fn output_burst(
-        &mut self,
-        process: &mut Process,
-        first: Out,
-    ) -> Result<(), AdapterError> {
-        let mut drafts = Vec::new();
-        self.output(process, first, &mut drafts).await;
-        while drafts.len() < BURST {
-            match process.out.try_recv() {
-                Ok(out) => self.output(process, out, &mut drafts).await,
-                Err(_) => break,
-            }
-        }
-        self.record(drafts).await
-    }
-
-    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        if self.watchdog.observe(&mapped.signals, Self::now()) {
-            drafts.push(Draft::new(AgentActive {
-                after: "stall".into(),
-            }));
-            self.status.note("the agent is producing output again");
-        }
-        drafts.extend(mapped.drafts);
+    fn ready(&self) -> bool {
+        self.session_id.is_some()
     }
 
     async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
-        let line = match out {
-            Out::Stdout(line) => line,
-            Out::Stderr(text) => {
-                return drafts.push(Draft::new(AgentOutput {
-                    stream: OutputStream::Stderr,
-                    text,
-                }))
-            }
-        };
-        if line.trim().is_empty() {
+        let Some(line) = Core::stdout(out, drafts) else {
             return;
-        }
+        };
         match rpc::parse(&line) {
             Incoming::Notification { method, params } if method == "session/update" => {
                 let mapped = self.mapper.update(&params);
@@ -321,7 +180,7 @@ impl Run {
                     drafts.push(error(&e, None));
                 }
             }
-            Incoming::Response { id, outcome } => match self.calls.remove(&id) {
+            Incoming::Response { id, outcome } => match self.calls.answered(id) {
                 Some(call) => self.answered(process, call, outcome, drafts).await,
                 None => drafts.push(error(
                     "the agent answered a request moor never made",
@@ -333,6 +192,106 @@ impl Run {
                 Some(&line),
             )),
         }
+    }
+
+    fn in_turn(&self) -> bool {
+        self.turn
+    }
+
+    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
+        let Some(session) = self.session_id.clone() else {
+            return Err("the agent has no session yet".into());
+        };
+        self.calls
+            .send(
+                process,
+                Call::Prompt,
+                "session/prompt",
+                rpc::prompt_params(&session, text),
+            )
+            .await?;
+        self.turn = true;
+        self.mapper.turn_started();
+        self.core.watchdog.turn_started(Self::now());
+        Ok(())
+    }
+
+    /// Answer a pending permission request with the person's decision and record who decided.
+    async fn decide(
+        &mut self,
+        process: &mut Process,
+        request_id: &str,
+        allow: bool,
+        message: Option<&str>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(pending) = self.pending.get(request_id) else {
+            return Err(format!(
+                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+            ));
+        };
+        let option = pending.option_for(allow);
+        if allow && option.is_none() {
+            return Err("the agent offered no option to allow this call once".into());
+        }
+        let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
+        process.send(&answer).await?;
+        self.pending.remove(request_id);
+        self.core
+            .decided(request_id, allow, message, by, input_seq)
+            .await
+    }
+
+    /// `session/cancel` for the running turn; pending permission requests are answered
+    /// "cancelled", as the protocol asks.
+    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
+        let Some(session) = self.session_id.clone().filter(|_| self.turn) else {
+            return Err("no turn is running".into());
+        };
+        process
+            .send(&rpc::notification(
+                "session/cancel",
+                json!({"sessionId": session}),
+            ))
+            .await?;
+        let mut drafts = Vec::new();
+        for (id, pending) in std::mem::take(&mut self.pending) {
+            process
+                .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
+                .await?;
+            self.core.watchdog.permission_done(Self::now());
+            drafts.push(resolved(
+                &id,
+                Resolution::Cancelled,
+                None,
+                None,
+                Some("the turn was interrupted"),
+            ));
+        }
+        self.record(drafts).await.map_err(|e| e.to_string())
+    }
+
+    fn pending(&self) -> Vec<String> {
+        self.pending.keys().cloned().collect()
+    }
+
+    fn take_pending(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending).into_keys().collect()
+    }
+}
+
+impl Run {
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
+        self.core.record(drafts).await
+    }
+
+    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.core.observe(&mapped.signals, mapped.drafts, drafts);
     }
 
     async fn answered(
@@ -357,8 +316,9 @@ impl Run {
                 let name = result.get("agentInfo").and_then(|i| i.get("name"));
                 self.mapper.replay_ends_with_commands = name == Some(&json!("gemini-cli"));
                 drafts.push(map::acp_event("initialized", &result));
-                let cwd = self.spec.cwd.display().to_string();
+                let cwd = self.core.spec.cwd.display().to_string();
                 let resume = self
+                    .core
                     .spec
                     .options
                     .continuation
@@ -368,27 +328,30 @@ impl Run {
                     Some(id) if self.load_session => {
                         self.mapper.replaying = true;
                         let params = rpc::session_params(&cwd, Some(&id));
-                        self.call(process, Call::LoadSession(id), "session/load", params)
+                        self.calls
+                            .send(process, Call::LoadSession(id), "session/load", params)
                             .await
                     }
                     Some(id) => {
                         drafts.push(error(&format!("the agent cannot load sessions; conversation {id} is not continued, a new one starts"), None));
-                        self.call(
-                            process,
-                            Call::NewSession,
-                            "session/new",
-                            rpc::session_params(&cwd, None),
-                        )
-                        .await
+                        self.calls
+                            .send(
+                                process,
+                                Call::NewSession,
+                                "session/new",
+                                rpc::session_params(&cwd, None),
+                            )
+                            .await
                     }
                     None => {
-                        self.call(
-                            process,
-                            Call::NewSession,
-                            "session/new",
-                            rpc::session_params(&cwd, None),
-                        )
-                        .await
+                        self.calls
+                            .send(
+                                process,
+                                Call::NewSession,
+                                "session/new",
+                                rpc::session_params(&cwd, None),
+                            )
+                            .await
                     }
                 };
                 if let Err(e) = sent {
@@ -400,7 +363,7 @@ impl Run {
                     &format!("the agent refused initialize: {e}; stopping it"),
                     None,
                 ));
-                self.stopping = true;
+                self.core.stopping = true;
                 let _ = signal_agent(process.pid, AgentSignal::Terminate);
             }
             (Call::NewSession, Ok(result)) => {
@@ -421,9 +384,10 @@ impl Run {
                     &format!("the agent could not load conversation {id} ({e}); a new one starts"),
                     None,
                 ));
-                let cwd = self.spec.cwd.display().to_string();
+                let cwd = self.core.spec.cwd.display().to_string();
                 if let Err(e) = self
-                    .call(
+                    .calls
+                    .send(
                         process,
                         Call::NewSession,
                         "session/new",
@@ -439,7 +403,7 @@ impl Run {
                     &format!("the agent refused session/new: {e}; stopping it"),
                     None,
                 ));
-                self.stopping = true;
+                self.core.stopping = true;
                 let _ = signal_agent(process.pid, AgentSignal::Terminate);
             }
             (Call::Prompt, outcome) => {
@@ -447,18 +411,9 @@ impl Run {
                 let mapped = self.mapper.turn_ended(&outcome, self.session_id.as_deref());
                 self.observe(mapped, drafts);
                 // A question the agent no longer waits for is not pending any more.
-                for id in std::mem::take(&mut self.pending).into_keys() {
-                    let why = Some("the turn ended");
-                    drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
-                }
-                if let Some((input, text)) = self.queued.pop_front() {
-                    let result = self.prompt(process, &text).await;
-                    if let Some(input) = input {
-                        settle(input, &self.status, result).await;
-                    } else if let Err(e) = result {
-                        drafts.push(error(&e, None));
-                    }
-                }
+                let pending = std::mem::take(&mut self.pending).into_keys();
+                drafts.extend(withdrawn(pending, "the turn ended"));
+                rpc_agent::next_queued(self, process, drafts).await;
             }
         }
     }
@@ -486,7 +441,7 @@ impl Run {
         drafts.push(Draft::new(AgentSession {
             agent_session_id: Some(id),
             model,
-            cwd: Some(self.spec.cwd.display().to_string()),
+            cwd: Some(self.core.spec.cwd.display().to_string()),
             tools: None,
             permission_mode: result
                 .get("modes")
@@ -495,214 +450,11 @@ impl Run {
                 .map(str::to_owned),
             version: self.version.clone(),
         }));
-        let brief = self
-            .spec
-            .options
-            .continuation
-            .as_ref()
-            .and_then(|c| c.prompt.clone());
-        if let Some(prompt) = brief {
+        if let Some(prompt) = self.core.brief() {
             if let Err(e) = self.prompt(process, &prompt).await {
                 drafts.push(error(&e, None));
             }
         }
-    }
-
-    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
-        let Some(session) = self.session_id.clone() else {
-            return Err("the agent has no session yet".into());
-        };
-        self.call(
-            process,
-            Call::Prompt,
-            "session/prompt",
-            rpc::prompt_params(&session, text),
-        )
-        .await?;
-        self.turn = true;
-        self.mapper.turn_started();
-        self.watchdog.turn_started(Self::now());
-        Ok(())
-    }
-
-    async fn remote(&mut self, process: &mut Process, input: PendingInput) {
-        let by = input.author.clone();
-        let result = match input.body() {
-            Ok(EntryBody::InputText(prompt)) if self.turn => {
-                if self.queued.len() >= MAX_QUEUED_PROMPTS {
-                    Err(format!("{MAX_QUEUED_PROMPTS} prompts already wait for the running turn"))
-                } else {
-                    // Applied when it is sent, after the running turn.
-                    self.queued.push_back((Some(input), prompt.text));
-                    return;
-                }
-            }
-            Ok(EntryBody::InputText(prompt)) => self.prompt(process, &prompt.text).await,
-            Ok(EntryBody::InputInterrupt(_)) => self.cancel(process).await,
-            Ok(EntryBody::InputPermission(decision)) => {
-                let request_id = match decision.request_id {
-                    Some(id) => Ok(id),
-                    None if self.pending.len() == 1 => Ok(self.pending.keys().next().cloned().unwrap_or_default()),
-                    None => Err("input.permission needs \"request_id\"".to_owned()),
-                };
-                match request_id {
-                    Ok(id) => {
-                        let allow = decision.decision == payload::PermissionDecision::Allow;
-                        self.decide(process, &id, allow, decision.message.as_deref(), &by, Some(input.seq.0)).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Err(BodyError::Malformed(e)) if kinds::is_input(&input.kind) => {
-                Err(format!("malformed {} payload: {e}", input.kind))
-            }
-            Ok(_) | Err(_) => Err(format!(
-                "the acp adapter takes input.text (prompts), input.interrupt and input.permission, not {}",
-                input.kind
-            )),
-        };
-        settle(input, &self.status, result).await;
-    }
-
-    /// Answer a pending permission request with the person's decision and record who decided.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
-        let Some(pending) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
-        };
-        let option = pending.option_for(allow);
-        if allow && option.is_none() {
-            return Err("the agent offered no option to allow this call once".into());
-        }
-        let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
-        process.send(&answer).await?;
-        self.pending.remove(request_id);
-        self.watchdog.permission_done(Self::now());
-        let decision = if allow {
-            Resolution::Allow
-        } else {
-            Resolution::Deny
-        };
-        let entry = resolved(request_id, decision, Some(by), input_seq, message);
-        self.record(vec![entry])
-            .await
-            .map_err(|e| format!("decided, but could not record it: {e}"))
-    }
-
-    /// `session/cancel` for the running turn; pending permission requests are answered
-    /// "cancelled", as the protocol asks.
-    async fn cancel(&mut self, process: &mut Process) -> Result<(), String> {
-        let Some(session) = self.session_id.clone().filter(|_| self.turn) else {
-            return Err("no turn is running".into());
-        };
-        process
-            .send(&rpc::notification(
-                "session/cancel",
-                json!({"sessionId": session}),
-            ))
-            .await?;
-        let mut drafts = Vec::new();
-        for (id, pending) in std::mem::take(&mut self.pending) {
-            process
-                .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
-                .await?;
-            self.watchdog.permission_done(Self::now());
-            drafts.push(resolved(
-                &id,
-                Resolution::Cancelled,
-                None,
-                None,
-                Some("the turn was interrupted"),
-            ));
-        }
-        self.record(drafts).await.map_err(|e| e.to_string())
-    }
-
-    async fn signal(&mut self, process: &mut Process, signal: AgentSignal) {
-        if signal == AgentSignal::Interrupt && self.turn && self.cancel(process).await.is_ok() {
-            return;
-        }
-        self.stopping = true;
-        let signal = match signal {
-            AgentSignal::Interrupt => AgentSignal::Terminate,
-            other => other,
-        };
-        if let Err(e) = signal_agent(process.pid, signal) {
-            tracing::warn!(error = %e, ?signal, "could not signal the agent");
-        }
-    }
-
-    async fn deadline(&mut self) -> Result<(), AdapterError> {
-        let Some(stall) = self.watchdog.check(Self::now()) else {
-            return Ok(());
-        };
-        self.status.note(format!(
-            "the agent has been silent for {} s in a turn; reported as stalled (interrupt it, or wait)",
-            stall.silent.as_secs()
-        ));
-        self.record(vec![Draft::new(stall.payload())]).await
-    }
-
-    /// The process is gone: stop what it left running, read what is left in its pipes, withdraw
-    /// its questions, fail the prompts it will never take, and name the tool calls under way.
-    async fn gone(
-        &mut self,
-        process: &mut Process,
-        exit: AgentExit,
-    ) -> Result<payload::AgentExit, AdapterError> {
-        let stopped = tree::stop_leftovers(self.spec.options.stop_grace).await;
-        let deadline = Instant::now() + PIPE_DRAIN;
-        while !process.out_closed {
-            match tokio::time::timeout_at(deadline, process.out.recv()).await {
-                Ok(Some(out)) => self.output_burst(process, out).await?,
-                Ok(None) => process.out_closed = true,
-                Err(_) => break,
-            }
-        }
-        let withdrawn: Vec<Draft> = std::mem::take(&mut self.pending)
-            .into_keys()
-            .map(|id| {
-                resolved(
-                    &id,
-                    Resolution::Cancelled,
-                    None,
-                    None,
-                    Some("the agent exited"),
-                )
-            })
-            .collect();
-        self.record(withdrawn).await?;
-        for (input, _) in std::mem::take(&mut self.queued) {
-            if let Some(input) = input {
-                settle(
-                    input,
-                    &self.status,
-                    Err("the agent exited before taking it".into()),
-                )
-                .await;
-            }
-        }
-        if !self.stopping && self.turn {
-            let what = format!(
-                "the agent exited during a turn ({})",
-                bounded(&format!("{exit:?}"), RAW_CHARS).0
-            );
-            self.record(vec![error(&what, None)]).await?;
-        }
-        Ok(payload::AgentExit {
-            stopped_tools: self.watchdog.open_tools(),
-            stopped_processes: stopped,
-            ..exit.payload()
-        })
     }
 }
 

@@ -1,0 +1,591 @@
+//! The `codex` adapter: the Codex CLI's `codex app-server`, JSON-RPC 2.0 over its stdio.
+//!
+//! [`map`] turns what the app-server says into the same typed entries as the `claude` and `acp`
+//! adapters; the JSON-RPC codec is [`acp::rpc`](super::acp::rpc)'s, and what is not protocol
+//! (the run loop, spooling, the watchdog, the prompt queue) is `rpc_agent`'s.
+//! This module is the protocol: `initialize` and `initialized`, then `thread/start` (or
+//! `thread/resume` to continue an earlier thread), prompts as `turn/start`, an interrupt as
+//! `turn/interrupt`, and the app-server's approval requests answered only by a person's
+//! decision (`accept` or `decline`, never "for the session", never by default).
+
+pub mod map;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use moor_protocol::payload::{self, AgentSession, Resolution};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use self::map::{codex_event, Mapper};
+use super::acp::map::Mapped;
+use super::acp::rpc::{self, Incoming};
+use super::claude::decide::resolved;
+use super::claude::map::error;
+use super::claude::process::{Out, Process};
+use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
+use super::{
+    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
+    AgentSpec,
+};
+use crate::spool::Draft;
+
+/// The approval requests `moor` puts to a person.
+const APPROVALS: [&str; 2] = [
+    "item/commandExecution/requestApproval",
+    "item/fileChange/requestApproval",
+];
+
+/// Whether `program` is the Codex CLI (`codex`, by any path).
+pub fn is_codex(program: &str) -> bool {
+    Path::new(program).file_name().is_some_and(|n| n == "codex")
+}
+
+/// Whether `command` runs the Codex CLI's app-server: `codex` (by any path) with no subcommand
+/// (`moor` adds it) or with `app-server`; `codex exec …`, `codex login` or `codex "a prompt"`
+/// are other programs.
+pub fn runs_app_server(command: &[String]) -> bool {
+    /// Codex's global options that take a value.
+    const VALUED: [&str; 14] = [
+        "-c",
+        "--config",
+        "--enable",
+        "--disable",
+        "-m",
+        "--model",
+        "-p",
+        "--profile",
+        "-s",
+        "--sandbox",
+        "-a",
+        "--ask-for-approval",
+        "-C",
+        "--cd",
+    ];
+    let Some((program, args)) = command.split_first() else {
+        return false;
+    };
+    let mut args = args.iter();
+    let first_word = loop {
+        match args.next() {
+            Some(a) if VALUED.contains(&a.as_str()) => {
+                args.next();
+            }
+            Some(a) if a.starts_with('-') => {}
+            other => break other,
+        }
+    };
+    is_codex(program) && first_word.is_none_or(|w| w == "app-server")
+}
+
+/// The command with `app-server` after the program when it is the Codex CLI and the command
+/// does not name it already; other commands (an app-server of another name) run as given.
+pub fn command_line(command: &[String]) -> Vec<String> {
+    let mut argv = command.to_vec();
+    let named = command.iter().skip(1).any(|a| a == "app-server");
+    if command.first().is_some_and(|p| is_codex(p)) && !named {
+        argv.insert(1, "app-server".into());
+    }
+    argv
+}
+
+/// Whether the command sets Codex's approval policy itself (`-c approval_policy=…`): then
+/// `moor` does not ask for `untrusted` in `thread/start`.
+fn sets_approval_policy(command: &[String]) -> bool {
+    command.iter().any(|a| {
+        a.trim_start_matches("--config=")
+            .starts_with("approval_policy=")
+    })
+}
+
+/// `codex app-server`, started and ready to run.
+#[derive(Debug)]
+pub struct CodexAgent {
+    process: Process,
+    pid: AgentPid,
+    spec: AgentSpec,
+}
+
+impl CodexAgent {
+    /// Start the app-server.
+    pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
+        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
+        Ok(Self {
+            pid: AgentPid::new(process.pid),
+            process,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> AgentPid {
+        self.pid.clone()
+    }
+
+    /// Run until the app-server exits and `agent.exit` is spooled.
+    pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
+        let ask_untrusted = !sets_approval_policy(&self.spec.command);
+        let (core, channels) = Core::start(self.spec, io, "Codex");
+        let run = Run {
+            core,
+            mapper: Mapper::new(),
+            pending: BTreeMap::new(),
+            calls: Calls::default(),
+            thread_id: None,
+            turn_id: None,
+            version: None,
+            ask_untrusted,
+            turn: false,
+            interrupt_wanted: false,
+        };
+        rpc_agent::run(run, self.process, channels).await
+    }
+}
+
+/// A request of ours waiting for its answer.
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    Initialize,
+    StartThread,
+    ResumeThread(String),
+    StartTurn,
+    Interrupt,
+}
+
+#[derive(Debug)]
+struct Run {
+    core: Core,
+    mapper: Mapper,
+    /// Approval requests waiting for a person: the log's request id → the app-server's id.
+    pending: BTreeMap<String, Value>,
+    calls: Calls<Call>,
+    thread_id: Option<String>,
+    /// The running turn, once the app-server named it.
+    turn_id: Option<String>,
+    version: Option<String>,
+    /// Ask for the `untrusted` approval policy (every command but known-safe ones is asked
+    /// for), which Codex no longer takes from `config.toml`.
+    ask_untrusted: bool,
+    /// A turn was started and has not completed.
+    turn: bool,
+    /// An interrupt came before the app-server named the turn.
+    interrupt_wanted: bool,
+}
+
+impl Protocol for Run {
+    const ADAPTER: &'static str = "codex";
+
+    fn core(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
+        let start = payload::AgentStart {
+            command: process.argv.clone(),
+            ..self.core.spec.start_entry(process.pid, AdapterKind::Codex)
+        };
+        let drafts = self.core.start_entries(start);
+        self.record(drafts).await?;
+        let params = json!({
+            "clientInfo": {"name": "moor", "title": "Mooring", "version": env!("CARGO_PKG_VERSION")},
+            "capabilities": null,
+        });
+        if let Err(e) = self
+            .calls
+            .send(process, Call::Initialize, "initialize", params)
+            .await
+        {
+            self.record(vec![error(&e, None)]).await?;
+        }
+        Ok(())
+    }
+
+    fn ready(&self) -> bool {
+        self.thread_id.is_some()
+    }
+
+    async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>) {
+        let Some(line) = Core::stdout(out, drafts) else {
+            return;
+        };
+        match rpc::parse(&line) {
+            Incoming::Notification { method, params } => {
+                if method == "turn/started" {
+                    self.turn_named(process, params.get("turn"), drafts).await;
+                }
+                let mapped = self.mapper.notification(&method, &params);
+                if method == "turn/completed" {
+                    self.turn_ended(process, mapped, drafts).await;
+                } else {
+                    self.observe(mapped, drafts);
+                }
+            }
+            Incoming::Request { id, method, params } if APPROVALS.contains(&method.as_str()) => {
+                let (mapped, request) = self.mapper.approval(&id, &method, &params);
+                self.pending.insert(request.request_id, id);
+                self.observe(mapped, drafts);
+            }
+            Incoming::Request { id, method, params } => {
+                drafts.push(codex_event(&method, &params));
+                let why = format!("moor does not serve {method}");
+                if let Err(e) = process
+                    .send(&rpc::error(&id, rpc::METHOD_NOT_FOUND, &why))
+                    .await
+                {
+                    drafts.push(error(&e, None));
+                }
+            }
+            Incoming::Response { id, outcome } => match self.calls.answered(id) {
+                Some(call) => self.answered(process, call, outcome, drafts).await,
+                None => drafts.push(error(
+                    "the agent answered a request moor never made",
+                    Some(&line),
+                )),
+            },
+            Incoming::Invalid(why) => drafts.push(error(
+                &format!("the agent printed a line that is not JSON-RPC ({why})"),
+                Some(&line),
+            )),
+        }
+    }
+
+    fn in_turn(&self) -> bool {
+        self.turn
+    }
+
+    async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String> {
+        let Some(thread) = self.thread_id.clone() else {
+            return Err("the agent has no thread yet".into());
+        };
+        let params = json!({
+            "threadId": thread,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        self.calls
+            .send(process, Call::StartTurn, "turn/start", params)
+            .await?;
+        self.turn = true;
+        self.turn_id = None;
+        self.core.watchdog.turn_started(Self::now());
+        Ok(())
+    }
+
+    /// Answers a pending approval with the person's decision (`accept` or `decline`) and
+    /// records who decided.
+    async fn decide(
+        &mut self,
+        process: &mut Process,
+        request_id: &str,
+        allow: bool,
+        message: Option<&str>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<(), String> {
+        let Some(rpc_id) = self.pending.get(request_id) else {
+            return Err(format!(
+                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+            ));
+        };
+        let decision = if allow { "accept" } else { "decline" };
+        process
+            .send(&rpc::result(rpc_id, json!({ "decision": decision })))
+            .await?;
+        self.pending.remove(request_id);
+        self.core
+            .decided(request_id, allow, message, by, input_seq)
+            .await
+    }
+
+    /// `turn/interrupt` for the running turn (sent once the app-server names the turn, when it
+    /// has not yet); pending approvals are answered `cancel` first.
+    async fn interrupt(&mut self, process: &mut Process) -> Result<(), String> {
+        let Some(thread) = self.thread_id.clone().filter(|_| self.turn) else {
+            return Err("no turn is running".into());
+        };
+        let mut drafts = Vec::new();
+        for (id, rpc_id) in std::mem::take(&mut self.pending) {
+            process
+                .send(&rpc::result(&rpc_id, json!({"decision": "cancel"})))
+                .await?;
+            self.core.watchdog.permission_done(Self::now());
+            let why = Some("the turn was interrupted");
+            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+        }
+        match self.turn_id.clone() {
+            Some(turn) => self.send_interrupt(process, thread, turn).await?,
+            None => self.interrupt_wanted = true,
+        }
+        self.record(drafts).await.map_err(|e| e.to_string())
+    }
+
+    fn pending(&self) -> Vec<String> {
+        self.pending.keys().cloned().collect()
+    }
+
+    fn take_pending(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending).into_keys().collect()
+    }
+}
+
+impl Run {
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
+        self.core.record(drafts).await
+    }
+
+    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.core.observe(&mapped.signals, mapped.drafts, drafts);
+    }
+
+    fn thread_params(&self, resume: Option<&str>) -> Value {
+        let mut params = json!({"cwd": self.core.spec.cwd.display().to_string()});
+        if self.ask_untrusted {
+            params["approvalPolicy"] = json!("untrusted");
+        }
+        if let Some(id) = resume {
+            params["threadId"] = json!(id);
+            // The history is in the log already, from the run that lived it.
+            params["excludeTurns"] = json!(true);
+        }
+        params
+    }
+
+    async fn start_thread(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
+        let params = self.thread_params(None);
+        if let Err(e) = self
+            .calls
+            .send(process, Call::StartThread, "thread/start", params)
+            .await
+        {
+            drafts.push(error(&e, None));
+        }
+    }
+
+    async fn answered(
+        &mut self,
+        process: &mut Process,
+        call: Call,
+        outcome: Result<Value, String>,
+        drafts: &mut Vec<Draft>,
+    ) {
+        match (call, outcome) {
+            (Call::Initialize, Ok(result)) => {
+                // "moor/0.171.0 (Debian 12; x86_64) …": the app-server's version after our name.
+                self.version = result
+                    .get("userAgent")
+                    .and_then(Value::as_str)
+                    .and_then(|ua| ua.split_whitespace().next())
+                    .and_then(|first| first.split_once('/'))
+                    .map(|(_, v)| v.to_owned());
+                drafts.push(codex_event("initialized", &result));
+                if let Err(e) = process
+                    .send(&rpc::notification("initialized", Value::Null))
+                    .await
+                {
+                    drafts.push(error(&e, None));
+                }
+                let resume = self
+                    .core
+                    .spec
+                    .options
+                    .continuation
+                    .as_ref()
+                    .map(|c| c.agent_session_id.clone());
+                match resume {
+                    Some(id) => {
+                        let params = self.thread_params(Some(&id));
+                        let call = Call::ResumeThread(id);
+                        if let Err(e) = self
+                            .calls
+                            .send(process, call, "thread/resume", params)
+                            .await
+                        {
+                            drafts.push(error(&e, None));
+                        }
+                    }
+                    None => self.start_thread(process, drafts).await,
+                }
+            }
+            (Call::Initialize | Call::StartThread, Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent refused to start: {e}; stopping it"),
+                    None,
+                ));
+                self.core.stopping = true;
+                let _ = signal_agent(process.pid, AgentSignal::Terminate);
+            }
+            (Call::StartThread | Call::ResumeThread(_), Ok(result)) => {
+                self.thread_ready(process, &result, drafts).await;
+            }
+            (Call::ResumeThread(id), Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent could not resume thread {id} ({e}); a new one starts"),
+                    None,
+                ));
+                self.start_thread(process, drafts).await;
+            }
+            (Call::StartTurn, Ok(result)) => {
+                self.turn_named(process, result.get("turn"), drafts).await;
+            }
+            (Call::StartTurn, Err(e)) => {
+                // No turn runs: close it as the app-server would have.
+                let failed = json!({"threadId": self.thread_id, "turn": {"status": "failed", "error": {"message": e}}});
+                let mapped = self.mapper.turn_completed(&failed);
+                self.turn_ended(process, mapped, drafts).await;
+            }
+            (Call::Interrupt, Ok(_)) => {}
+            (Call::Interrupt, Err(e)) => {
+                drafts.push(error(
+                    &format!("the agent refused turn/interrupt: {e}"),
+                    None,
+                ));
+            }
+        }
+    }
+
+    async fn thread_ready(
+        &mut self,
+        process: &mut Process,
+        result: &Value,
+        drafts: &mut Vec<Draft>,
+    ) {
+        let thread = result.get("thread").unwrap_or(&Value::Null);
+        let Some(id) = thread
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+        else {
+            drafts.push(error("the agent started a thread without an id", None));
+            return;
+        };
+        self.thread_id = Some(id.to_owned());
+        let text = |k: &str| result.get(k).and_then(Value::as_str).map(str::to_owned);
+        drafts.push(Draft::new(AgentSession {
+            agent_session_id: Some(id.to_owned()),
+            model: text("model"),
+            cwd: text("cwd").or_else(|| Some(self.core.spec.cwd.display().to_string())),
+            tools: None,
+            permission_mode: result.get("approvalPolicy").map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+            version: self.version.clone(),
+        }));
+        if let Some(prompt) = self.core.brief() {
+            if let Err(e) = self.prompt(process, &prompt).await {
+                drafts.push(error(&e, None));
+            }
+        }
+    }
+
+    /// The app-server named the running turn (`turn/started`, or the answer to `turn/start`):
+    /// an interrupt asked for before is sent now.
+    async fn turn_named(
+        &mut self,
+        process: &mut Process,
+        turn: Option<&Value>,
+        drafts: &mut Vec<Draft>,
+    ) {
+        let id = turn.and_then(|t| t.get("id")).and_then(Value::as_str);
+        let (Some(id), None, Some(thread)) = (id, &self.turn_id, self.thread_id.clone()) else {
+            return;
+        };
+        self.turn_id = Some(id.to_owned());
+        if std::mem::take(&mut self.interrupt_wanted) {
+            if let Err(e) = self.send_interrupt(process, thread, id.to_owned()).await {
+                drafts.push(error(&e, None));
+            }
+        }
+    }
+
+    async fn send_interrupt(
+        &mut self,
+        process: &mut Process,
+        thread: String,
+        turn: String,
+    ) -> Result<(), String> {
+        let params = json!({"threadId": thread, "turnId": turn});
+        self.calls
+            .send(process, Call::Interrupt, "turn/interrupt", params)
+            .await
+    }
+
+    /// The turn completed: its entries, pending questions withdrawn, the next queued prompt.
+    async fn turn_ended(&mut self, process: &mut Process, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        self.turn = false;
+        self.turn_id = None;
+        self.interrupt_wanted = false;
+        self.observe(mapped, drafts);
+        // A question the app-server no longer waits for is not pending any more.
+        let pending = std::mem::take(&mut self.pending).into_keys();
+        drafts.extend(withdrawn(pending, "the turn ended"));
+        rpc_agent::next_queued(self, process, drafts).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn codex_gets_app_server_once_and_other_commands_run_as_given() {
+        assert_eq!(
+            command_line(&strings(&["/x/codex", "-c", "model=\"o3\""])),
+            strings(&["/x/codex", "app-server", "-c", "model=\"o3\""])
+        );
+        assert_eq!(
+            command_line(&strings(&["codex", "app-server"])),
+            strings(&["codex", "app-server"])
+        );
+        assert_eq!(
+            command_line(&strings(&["my-app-server"])),
+            strings(&["my-app-server"])
+        );
+        assert!(is_codex("/opt/bin/codex"));
+        assert!(!is_codex("codex-acp"));
+    }
+
+    #[test]
+    fn auto_mode_takes_codex_for_its_app_server_not_for_its_other_commands() {
+        assert!(runs_app_server(&strings(&["/x/codex"])));
+        assert!(runs_app_server(&strings(&[
+            "codex",
+            "-c",
+            "model=\"o3\"",
+            "--enable",
+            "x"
+        ])));
+        assert!(runs_app_server(&strings(&[
+            "codex",
+            "app-server",
+            "--listen",
+            "stdio://"
+        ])));
+        assert!(!runs_app_server(&strings(&["codex", "exec", "fix it"])));
+        assert!(!runs_app_server(&strings(&[
+            "codex", "-m", "o3", "a prompt"
+        ])));
+        assert!(!runs_app_server(&strings(&["codex-acp"])));
+    }
+
+    #[test]
+    fn a_policy_given_on_the_command_line_is_left_alone() {
+        assert!(sets_approval_policy(&strings(&[
+            "codex",
+            "-c",
+            "approval_policy=\"never\""
+        ])));
+        assert!(!sets_approval_policy(&strings(&[
+            "codex",
+            "-c",
+            "model=\"o3\""
+        ])));
+    }
+}
