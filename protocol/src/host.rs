@@ -195,6 +195,9 @@ pub struct RestoreCheckpoint {
     pub idempotency_key: String,
 }
 
+/// The agent modes a machine may advertise and `moor run --mode` takes.
+pub const AGENT_MODES: [&str; 6] = ["auto", "pty", "claude", "acp", "codex", "lines"];
+
 /// Longest branch name a restore accepts.
 pub const MAX_BRANCH: usize = 100;
 

@@ -189,6 +189,28 @@ pub struct AcpRun {
     inputs: u32,
 }
 
+/// The agents a test leaves behind when it kills `moor` (as a crash does) are stopped with it:
+/// an npm-launched agent that does not exit when its stdin closes (codex-acp) would outlive
+/// the test. Each agent runs in a process group of its own, named by its `agent.start` pid.
+impl Drop for AcpRun {
+    fn drop(&mut self) {
+        for e in self
+            .s
+            .tail
+            .entries
+            .iter()
+            .filter(|e| e.kind == kinds::AGENT_START)
+        {
+            let pid = e.payload["pid"]
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok());
+            if let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
 impl AcpRun {
     /// `moor run [flags] -- command` in `env` on a new server; waits for the agent to start.
     pub async fn start(env: AcpEnv, command: &[String], flags: &[(&str, &str)]) -> Self {
