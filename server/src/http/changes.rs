@@ -3,7 +3,9 @@
 //! bounded per file and per answer, one file paged with `?file=` and `?offset=`.
 //!
 //! Answers from the stored manifests, patches and contents only (see `diff`); the patches are
-//! read as streams, and contents over `diff::CONTENT_MAX_BYTES` are listed, not diffed.
+//! read as streams, contents over `diff::CONTENT_MAX_BYTES` are listed, not diffed, and one
+//! answer reads at most [`CONTENTS_ANSWER_BYTES`] of contents to diff (past it, a file is listed
+//! with a note and its diff is had alone, with `?file=`).
 //!
 //! Part of the HTTP transport: calls `access`, `blobs` (through `http::blobs`), `diff`, `store`.
 
@@ -27,6 +29,11 @@ use crate::extract::Json;
 use crate::state::AppState;
 use crate::store::SessionRow;
 use crate::util::query_param;
+
+/// Most bytes of stored contents one answer reads to diff files both checkpoints changed.
+const CONTENTS_ANSWER_BYTES: u64 = 8 * 1024 * 1024;
+/// The note on a file left undiffed for that reason.
+const NOT_DIFFED_HERE: &str = "not diffed in this answer: ask for this file alone";
 
 async fn manifest(
     state: &AppState,
@@ -197,6 +204,7 @@ pub(super) async fn changes(
         None => HashMap::new(),
     };
     let (gone_later, gone_earlier) = (consumed(&later), consumed(&earlier));
+    let mut contents_left = CONTENTS_ANSWER_BYTES;
 
     // One answer per planned file.
     let mut files = Vec::with_capacity(planned.len());
@@ -234,6 +242,20 @@ pub(super) async fn changes(
             }
             Source::Nothing(why) => file_diff(p, &Window::default(), false, Some(why)),
             Source::Contents { old, new } => {
+                let store = blobs(&state);
+                let mut size = 0;
+                for sha in [old, new].into_iter().flatten() {
+                    size += store.size(sha).await.unwrap_or(0).min(CONTENT_MAX_BYTES);
+                }
+                if size > contents_left {
+                    // Diffing costs time: past the answer's share, the file is listed and its
+                    // diff is had alone (`?file=`).
+                    let mut f = file_diff(p, &Window::default(), false, Some(NOT_DIFFED_HERE));
+                    f.truncated = true;
+                    files.push(f);
+                    continue;
+                }
+                contents_left -= size;
                 let mut w = Window::new(start, per_file.min(budget), false);
                 let (old, new) = (
                     content(&state, old.as_deref()).await?,
