@@ -192,9 +192,11 @@ function fileView(session: string, to: string, from: string | null, f: FileDiff)
   };
   if (f.binary) {
     body.append(h("p.muted.review-binary", null, "binary file, not shown"));
-  } else if (f.note) {
+  } else if (f.note && !f.truncated) {
     body.append(h("p.muted.review-note", null, f.note));
   } else {
+    // A file left out of a large answer (a note, or no text yet) is had alone with "more".
+    if (f.note) body.append(h("p.muted.review-note", null, f.note));
     append(f.diff);
     body.append(pre);
     if (f.truncated) {
