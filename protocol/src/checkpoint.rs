@@ -311,6 +311,95 @@ pub struct BlobStored {
     pub created: bool,
 }
 
+/// Most files listed in one [`CheckpointChanges`]; `files_total` says how many changed.
+pub const CHANGES_FILES_MAX: usize = 1000;
+/// Most bytes of one file's diff in a [`CheckpointChanges`] of every file.
+pub const CHANGES_FILE_BYTES: usize = 32 * 1024;
+/// Most bytes of diff text, all files together, in one [`CheckpointChanges`].
+pub const CHANGES_ANSWER_BYTES: usize = 256 * 1024;
+/// Most bytes of diff text in one page of one file (`?file=`).
+pub const CHANGES_PAGE_BYTES: usize = 64 * 1024;
+/// Longest diff line kept; the rest of a longer line is replaced by `…`.
+pub const CHANGES_LINE_BYTES: usize = 1000;
+
+/// How a file differs between the two ends of a [`CheckpointChanges`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum FileDiffStatus {
+    /// Not there at the start, there at the end.
+    Added,
+    /// Content or mode changed.
+    Modified,
+    /// There at the start, gone at the end.
+    Deleted,
+    /// Moved from `old_path` (possibly with changes).
+    Renamed,
+    /// Kind changed (file ↔ symlink ↔ submodule).
+    TypeChanged,
+}
+
+/// One changed file of a [`CheckpointChanges`], with (a page of) its unified diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FileDiff {
+    /// Path from the work tree's root at the end.
+    pub path: String,
+    /// Path at the start, for a rename.
+    pub old_path: Option<String>,
+    /// What happened to it.
+    pub status: FileDiffStatus,
+    /// A binary file: named, never diffed (`diff` is empty).
+    pub binary: bool,
+    /// Lines added (0 for binary files).
+    pub insertions: u64,
+    /// Lines removed (0 for binary files).
+    pub deletions: u64,
+    /// The unified diff's hunks (`@@ … @@` headers and ` `/`+`/`-` lines, no file header),
+    /// from byte `offset`, whole lines only; lines longer than [`CHANGES_LINE_BYTES`] are cut.
+    pub diff: String,
+    /// Where `diff` starts in the file's whole diff, bytes.
+    pub offset: u64,
+    /// Size of the file's whole diff, bytes.
+    pub diff_bytes: u64,
+    /// More of the diff follows `diff`: ask again with `?file=` and `offset` + its length.
+    pub truncated: bool,
+    /// Why there is no diff, when there is none for another reason than binary content
+    /// (too large to diff, content not captured, a submodule).
+    pub note: Option<String>,
+}
+
+/// `GET /api/v1/sessions/{id}/checkpoints/{checkpoint}/changes`: the files that changed
+/// between two checkpoints of a session (or between the base commit and one), each with its
+/// unified diff, bounded ([`CHANGES_FILE_BYTES`] per file, [`CHANGES_ANSWER_BYTES`] in all,
+/// [`CHANGES_PAGE_BYTES`] per page of one file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckpointChanges {
+    /// The checkpoint at the start; `None`: the base commit of `to`.
+    pub from: Option<String>,
+    /// The checkpoint at the end.
+    pub to: String,
+    /// The base commit of `to`.
+    pub base: Option<String>,
+    /// The changed files, by path (at most [`CHANGES_FILES_MAX`]; with `?file=`, that one).
+    pub files: Vec<FileDiff>,
+    /// How many files changed in all.
+    pub files_total: u64,
+    /// Lines added, over the files listed.
+    pub insertions: u64,
+    /// Lines removed, over the files listed.
+    pub deletions: u64,
+    /// Something was left out: files past the list, or diff text (see each file's `truncated`).
+    pub truncated: bool,
+    /// Said when the answer is not what was asked (the base commit changed between the two
+    /// checkpoints, so the changes since `to`'s base are shown).
+    pub note: Option<String>,
+}
+
 /// Whether `s` is a SHA-256 in lowercase hex.
 pub fn is_sha256_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -20,6 +20,7 @@ mod app;
 pub mod blobs;
 pub mod cli;
 pub mod config;
+mod diff;
 pub mod error;
 pub mod extract;
 pub mod http;

@@ -506,3 +506,66 @@ async fn low_unsafe_archive_paths_are_refused_with_400_and_nothing_is_stored() {
         .await;
     assert_eq!(listed.json::<Value>().await.unwrap(), json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_changes_of_a_huge_patch_are_answered_in_bounded_bytes_and_only_to_members() {
+    // arrange: a 30 MB patch of one file: 200,000 lines and one line of 8 MiB
+    let (t, _) = Target::with(&[("s1", "ann"), ("s2", "eve")]).await;
+    let ann = t.login("ann").await;
+    let mut patch = b"diff --git a/big.txt b/big.txt\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1,200001 @@\n".to_vec();
+    patch.push(b'+');
+    patch.extend(std::iter::repeat_n(b'y', 8 * MIB));
+    patch.push(b'\n');
+    for i in 0..200_000 {
+        patch.extend_from_slice(format!("+{i:0>100}\n").as_bytes());
+    }
+    let content = b"the file as stored";
+    assert_eq!(t.put_blob(&ann, &patch).await, StatusCode::CREATED);
+    assert_eq!(t.put_blob(&ann, content).await, StatusCode::CREATED);
+    let content_sha = sha(content);
+    let files = [(
+        "big.txt",
+        "100644",
+        content_sha.as_str(),
+        content.len() as u64,
+    )];
+    let m = manifest("00000000000000b1", &patch, &files);
+    assert_eq!(t.put_manifest(&ann, "s1", &m).await, StatusCode::CREATED);
+    drop(patch);
+
+    // act
+    let before = rss();
+    let path = "/sessions/s1/checkpoints/00000000000000b1/changes";
+    let resp = t.send("GET", path, &ann, Body::None).await;
+
+    // assert: the whole file is counted, a window of it is sent
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = resp.bytes().await.unwrap();
+    assert!(body.len() < 64 * 1024, "{} bytes answered", body.len());
+    assert!(rss() < before + 64 * MIB as u64, "the patch was streamed");
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    let f = &answer["files"][0];
+    assert_eq!(f["path"], "big.txt");
+    assert_eq!(f["insertions"], 200_001);
+    assert_eq!(f["truncated"], true);
+    let first = f["diff"].as_str().unwrap().lines().nth(1).unwrap();
+    assert!(
+        first.len() < 1100 && first.ends_with('…'),
+        "a long line is cut"
+    );
+
+    // A page of the file is bounded too; a member of another session learns nothing.
+    let page = t
+        .send(
+            "GET",
+            &format!("{path}?file=big.txt&offset=2000000"),
+            &ann,
+            Body::None,
+        )
+        .await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.bytes().await.unwrap().len() < 80 * 1024);
+    let eve = t.login("eve").await;
+    let refused = t.send("GET", path, &eve, Body::None).await;
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+}

@@ -20,7 +20,10 @@ use moor_e2e::{
     eventually, eventually_some, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts,
     TestBridge, TestServer, WAIT,
 };
-use moor_protocol::checkpoint::{CheckpointSummary, StoredCheckpoint, CHECKPOINT_CREATED};
+use moor_protocol::checkpoint::{
+    CheckpointChanges, CheckpointSummary, FileDiff, FileDiffStatus, StoredCheckpoint,
+    CHANGES_FILE_BYTES, CHANGES_PAGE_BYTES, CHECKPOINT_CREATED,
+};
 use moor_protocol::payload::PermissionDecision;
 use moor_protocol::{kinds, SessionId};
 use reqwest::{Method, StatusCode};
@@ -651,6 +654,224 @@ async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
         .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
         .expect("the tool result came first");
     assert!(tool_result.seq < cp.seq);
+    bridge.terminate();
+    bridge.wait_exit(FINISH).await;
+}
+
+/// `GET /api/v1/sessions/{session}/checkpoints/{to}/changes` with `query`: status and body.
+async fn changes(s: &Shell, to: &str, query: &str) -> (StatusCode, serde_json::Value) {
+    let r = s
+        .server
+        .api()
+        .authed(
+            Method::GET,
+            &format!(
+                "/api/v1/sessions/{}/checkpoints/{to}/changes{query}",
+                s.name
+            ),
+            None,
+        )
+        .await;
+    (r.status, r.body)
+}
+
+/// The newest uploaded checkpoint whose changed paths include every one of `paths`.
+async fn checkpoint_with(s: &Shell, paths: &[&str]) -> CheckpointSummary {
+    eventually_some(
+        FINISH,
+        &format!("a checkpoint holding {paths:?}"),
+        || async {
+            s.checkpoints()
+                .await
+                .into_iter()
+                .find(|c| paths.iter().all(|p| c.files.iter().any(|f| f.path == *p)))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_changes_between_two_checkpoints_are_listed_per_file_with_bounded_paged_diffs() {
+    // arrange: a first turn, checkpointed; then a second that edits a file again, writes a
+    // 5,000-line file and a binary one, renames one and brings a deleted one back
+    let (_dir, repo) = project();
+    let mut s = Shell::start(&repo, &[("--checkpoint-interval", "300ms")]).await;
+    s.run("echo one >> README.md && rm gone.txt").await;
+    let first = checkpoint_with(&s, &["README.md", "gone.txt"]).await;
+    s.run(
+        "echo two >> README.md && seq 1 5000 | sed 's/^/line /' > big.txt && \
+         printf '\\x00\\x01PNG' > pic.bin && mv old.txt new.txt && git checkout -q -- gone.txt",
+    )
+    .await;
+    let second = eventually_some(FINISH, "a checkpoint of the whole second turn", || async {
+        s.checkpoints().await.into_iter().find(|c| {
+            let has = |p: &str| c.files.iter().any(|f| f.path == p);
+            has("big.txt") && has("pic.bin") && has("new.txt") && !has("gone.txt")
+        })
+    })
+    .await;
+
+    // act
+    let (status, body) = changes(&s, &second.id, &format!("?from={}", first.id)).await;
+
+    // assert: each file once, from the right source, bounded
+    assert_eq!(status, StatusCode::OK, "{body:?}");
+    let answer: CheckpointChanges = serde_json::from_value(body).unwrap();
+    assert_eq!(answer.from.as_deref(), Some(first.id.as_str()));
+    let files: BTreeMap<&str, &FileDiff> =
+        answer.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    assert_eq!(
+        files.keys().copied().collect::<Vec<_>>(),
+        ["README.md", "big.txt", "gone.txt", "new.txt", "pic.bin"]
+    );
+    assert_eq!(answer.files_total, 5);
+    let readme = files["README.md"];
+    assert_eq!(readme.status, FileDiffStatus::Modified);
+    assert_eq!(readme.diff, "@@ -1,2 +1,3 @@\n # project\n one\n+two\n");
+    assert_eq!((readme.insertions, readme.deletions), (1, 0));
+    let gone = files["gone.txt"];
+    assert_eq!(gone.status, FileDiffStatus::Added);
+    assert_eq!(gone.diff, "@@ -0,0 +1 @@\n+to be deleted\n");
+    let renamed = files["new.txt"];
+    assert_eq!(renamed.status, FileDiffStatus::Renamed);
+    assert_eq!(renamed.old_path.as_deref(), Some("old.txt"));
+    let pic = files["pic.bin"];
+    assert!(pic.binary && pic.diff.is_empty() && !pic.truncated);
+    let big = files["big.txt"];
+    assert_eq!((big.status, big.insertions), (FileDiffStatus::Added, 5000));
+    assert!(big.truncated && big.diff.len() <= CHANGES_FILE_BYTES);
+    assert!(answer.truncated);
+
+    // act: page through the large file
+    let mut text = big.diff.clone();
+    let mut pages = 1;
+    loop {
+        let (status, body) = changes(
+            &s,
+            &second.id,
+            &format!("?from={}&file=big.txt&offset={}", first.id, text.len()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body:?}");
+        let page: CheckpointChanges = serde_json::from_value(body).unwrap();
+        let f = &page.files[0];
+        assert_eq!(f.offset as usize, text.len());
+        assert!(f.diff.len() <= CHANGES_PAGE_BYTES && !f.diff.is_empty());
+        text.push_str(&f.diff);
+        pages += 1;
+        if !f.truncated {
+            assert_eq!(f.diff_bytes as usize, text.len());
+            break;
+        }
+    }
+
+    // assert: the pages add up to the whole diff, line by line
+    let expected: String = std::iter::once("@@ -0,0 +1,5000 @@\n".to_owned())
+        .chain((1..=5000).map(|i| format!("+line {i}\n")))
+        .collect();
+    assert_eq!(text, expected);
+    assert!(pages >= 2, "{pages} pages");
+
+    // Without `from`: against the base commit; the restored file is no change at all.
+    let (_, body) = changes(&s, &second.id, "?summary=true").await;
+    let since_base: CheckpointChanges = serde_json::from_value(body).unwrap();
+    let paths: Vec<&str> = since_base.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["README.md", "big.txt", "new.txt", "pic.bin"]);
+    assert!(since_base.files.iter().all(|f| f.diff.is_empty()));
+    assert_eq!(since_base.insertions, 5000 + 2);
+
+    // What the server does not hold is 404.
+    for query in [
+        "?from=ffffffffffffffff".to_owned(),
+        "?file=run.sh".to_owned(),
+    ] {
+        let (status, body) = changes(&s, &second.id, &query).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{query}: {body:?}");
+    }
+    let (status, _) = changes(&s, "ffffffffffffffff", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    s.exit().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_turn_is_bounded_by_the_checkpoints_around_it_and_its_changes_are_listed() {
+    // arrange: Claude Code's project is a git repository
+    let env = ClaudeEnv::start().await;
+    git_work_tree(&env.project, &[("README.md", b"# p\n")]);
+    let server = TestServer::start(ServerOpts::new()).await;
+    let ClaudeSession {
+        id,
+        mut bridge,
+        mut tail,
+        ..
+    } = env
+        .session(&server, &server.url(), "claude", &[], |o| {
+            o.flag("--checkpoint-interval", "1h")
+        })
+        .await;
+    let file = env.file("hello.txt");
+
+    // act: one turn that writes a file
+    let prompt = format!("[[write:{}:hi from the fake model]]", file.display());
+    let seq = server.api().post_input(id, "p1", &prompt).await.seq.0;
+    let request = tail
+        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+        .await;
+    server
+        .api()
+        .answer_permission(id, "allow-1", &request, PermissionDecision::Allow)
+        .await;
+    tail.wait_kind(kinds::AGENT_RESULT, seq, FINISH, |_| true)
+        .await;
+    tail.wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| {
+        e.payload["reason"] == "tool"
+    })
+    .await;
+
+    // assert: the rule of the review (web/src/views/review.ts): the turn starts at the last
+    // checkpoint before its prompt (none: the base commit) and ends at the last one before the
+    // next prompt; the checkpoint of its edit is after the tool's result (and, as Claude Code
+    // writes them, after the turn's `agent.result` too)
+    let entries = server.api().entries_all(id).await;
+    let from = entries
+        .iter()
+        .rfind(|e| e.seq.0 < seq && e.kind == CHECKPOINT_CREATED)
+        .map(|e| e.payload["id"].as_str().unwrap().to_owned());
+    assert_eq!(
+        from, None,
+        "a clean tree at the start: no checkpoint before the turn"
+    );
+    let end = entries
+        .iter()
+        .rfind(|e| e.seq.0 > seq && e.kind == CHECKPOINT_CREATED)
+        .unwrap();
+    let tool_result = entries
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
+        .unwrap();
+    assert!(tool_result.seq < end.seq);
+    let to = end.payload["id"].as_str().unwrap().to_owned();
+    let answer: CheckpointChanges =
+        eventually_some(FINISH, "the turn's checkpoint uploaded", || async {
+            let r = server
+                .api()
+                .authed(
+                    Method::GET,
+                    &format!("/api/v1/sessions/{id}/checkpoints/{to}/changes"),
+                    None,
+                )
+                .await;
+            (r.status == StatusCode::OK).then(|| serde_json::from_value(r.body).unwrap())
+        })
+        .await;
+    assert_eq!(answer.files.len(), 1);
+    assert_eq!(answer.files[0].path, "hello.txt");
+    assert_eq!(answer.files[0].status, FileDiffStatus::Added);
+    assert!(
+        answer.files[0].diff.contains("+hi from the fake model"),
+        "{:?}",
+        answer.files[0].diff
+    );
     bridge.terminate();
     bridge.wait_exit(FINISH).await;
 }

@@ -10,6 +10,7 @@ import type { ActionAccepted } from "./protocol/ActionAccepted";
 import type { MachineInfo } from "./protocol/MachineInfo";
 import type { StartSession } from "./protocol/StartSession";
 import type { RestoreCheckpoint } from "./protocol/RestoreCheckpoint";
+import type { CheckpointChanges } from "./protocol/CheckpointChanges";
 import type { CheckpointSummary } from "./protocol/CheckpointSummary";
 import type { EntriesPage } from "./protocol/EntriesPage";
 import type { ErrorBody } from "./protocol/ErrorBody";
@@ -254,6 +255,20 @@ export const api = {
     const res = await authFetch(`/api/v1/checkpoints/${enc(checkpoint)}/diff?session=${enc(session)}`);
     if (!res.ok) throw await errorOf(res);
     return res.text();
+  },
+  /**
+   * The files that changed from checkpoint `q.from` (the base commit without it) to `to`, each
+   * with (a page of) its unified diff; `q.file` and `q.offset` page one file's diff, `q.summary`
+   * leaves the diff text out.
+   */
+  checkpointChanges: (session: string, to: string, q: { from?: string | null; file?: string; offset?: number; summary?: boolean } = {}) => {
+    const p = new URLSearchParams();
+    if (q.from) p.set("from", q.from);
+    if (q.file !== undefined) p.set("file", q.file);
+    if (q.offset) p.set("offset", String(q.offset));
+    if (q.summary) p.set("summary", "true");
+    const qs = p.toString();
+    return call<CheckpointChanges>(`/sessions/${enc(session)}/checkpoints/${enc(to)}/changes${qs ? `?${qs}` : ""}`);
   },
   recovery: (id: string) => call<RecoveryBrief>(`/sessions/${enc(id)}/recovery`),
   /** The session's whole log as a file: `jsonl` (every entry) or `markdown` (the transcript). */

@@ -5,7 +5,8 @@
 // stalled, reset and cut by a fault proxy, scrolling up a 10,000-entry transcript, and the
 // checkpoints sheet with its diffs. Every wait is a condition with a timeout as a failure guard.
 // Prints one line per scenario and "N passed, M failed"; screenshots go to $MOOR_ARTIFACTS.
-// MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it.
+// MOOR_SCENARIO=<part of a name> runs only the scenarios whose name contains it; MOOR_WEB_ONLY=<regex>
+// those whose name matches it.
 
 import {
   allEntries, api, assert, assertExact, banner, everything, launch, linesSession, numbered, phone, rpc, runScenarios,
@@ -455,6 +456,102 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
   await ctx.close();
 });
 
+scenario("review on the phone: a turn that edits three files (one large, one binary) shows each file's diff, the large one paged, the binary one named", async ({ browser }) => {
+  await rpc("checkpoints", { session: "ra-review" });
+  const id = (await sessionByName("ra-review")).id;
+  const ctx = await phone(browser);
+  const page = await ctx.newPage();
+  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
+  await waitBanner(page, "bridge", "online", 20000);
+  const send = async (cmd) => {
+    await page.fill("#composer-text", cmd);
+    await page.click("#composer button.send");
+  };
+  const listed = () => api(`/sessions/${id}/checkpoints`);
+  const has = (c, ...paths) => paths.every((p) => c.files.some((f) => f.path === p));
+  // A first turn, checkpointed before the second starts: the second's review leaves it out.
+  await send("echo 'first turn' >> README.md");
+  await waitFor("the first turn's checkpoint", 30000, async () => (await listed()).some((c) => has(c, "README.md")));
+  await send("sed -i 's/hello/review/' src/main.rs && seq 1 5000 | sed 's/^/big line /' > big.txt && printf '\\x00\\x01\\x02PNG' > logo.png");
+  await waitFor("the second turn's checkpoint", 30000, async () => (await listed()).some((c) => has(c, "README.md", "src/main.rs", "big.txt", "logo.png")));
+  const prompts = await waitFor("both prompts in the transcript", 20000, () =>
+    page.evaluate(() => {
+      const seqs = [...document.querySelectorAll("[data-input-seq]")].map((el) => Number(el.dataset.inputSeq));
+      return seqs.length >= 2 ? seqs.sort((a, b) => a - b) : null;
+    }),
+  );
+  const linkOf = (seq) => page.locator(`[data-input-seq="${prompts[seq]}"] .review-link`);
+  await waitFor("the second turn's link counting its files", 20000, async () => ((await linkOf(1).textContent().catch(() => "")) === "3 files changed" ? true : null));
+  const firstLink = await waitFor("the first turn's link", 20000, async () => ((await linkOf(0).textContent().catch(() => "")) === "1 file changed" ? true : null));
+  assert(firstLink, "the first turn changed one file");
+  await shot(page, "review-turn-link");
+
+  // act: open the second turn's review
+  await linkOf(1).click();
+  const files = page.locator(".panel.review .review-file");
+  await files.first().waitFor({ timeout: 10000 });
+  const paths = await files.evaluateAll((els) => els.map((el) => `${el.dataset.path}:${el.dataset.status}`));
+  assert(JSON.stringify(paths) === JSON.stringify(["big.txt:added", "logo.png:added", "src/main.rs:modified"]), `the turn's three files: ${paths}`);
+  const collapsed = await page.locator(".panel.review .review-body").evaluateAll((els) => els.every((el) => el.hidden));
+  assert(collapsed, "every file starts collapsed");
+  await shot(page, "review-collapsed");
+
+  // The small file: its exact lines, highlighted.
+  const small = page.locator('.review-file[data-path="src/main.rs"]');
+  await small.locator(".review-file-head").click();
+  const lines = await small.locator("pre.diff").evaluate((pre) => ({
+    all: [...pre.children].map((s) => `${s.className}|${s.textContent.replace(/\n$/, "")}`),
+    kw: [...pre.querySelectorAll(".tk-kw")].map((b) => b.textContent),
+    str: [...pre.querySelectorAll(".tk-str")].map((b) => b.textContent),
+  }));
+  const want = ["hunk|@@ -1,3 +1,3 @@", "ctx| fn main() {", 'del|-    println!("hello");', 'add|+    println!("review");', "ctx| }"];
+  assert(JSON.stringify(lines.all) === JSON.stringify(want), `the small file's diff, line for line: ${JSON.stringify(lines.all)}`);
+  assert(lines.kw.includes("fn") && lines.str.includes('"review"'), `keywords and strings highlighted: ${lines.kw} / ${lines.str}`);
+  await shot(page, "review-small");
+
+  // The binary file: named, not shown.
+  const bin = page.locator('.review-file[data-path="logo.png"]');
+  await bin.locator(".review-file-head").click();
+  const binText = await bin.locator(".review-body").textContent();
+  assert(binText === "binary file, not shown" && (await bin.locator("pre").count()) === 0, `the binary file is named only: ${binText}`);
+
+  // The large file: a first page, then "more" until all 5,000 lines are there.
+  const big = page.locator('.review-file[data-path="big.txt"]');
+  await big.locator(".review-file-head").click();
+  const adds = () => big.locator("pre.diff span.add").count();
+  const firstPage = await adds();
+  assert(firstPage > 0 && firstPage < 5000, `the large file's diff comes in pages: ${firstPage} lines first`);
+  await shot(page, "review-large-first-page");
+  let clicks = 0;
+  while ((await big.locator("button.review-more").count()) > 0) {
+    const before = await adds();
+    await big.locator("button.review-more").click();
+    clicks++;
+    await waitFor("the next page of the large file", 10000, async () => ((await adds()) > before || (await big.locator("button.review-more").count()) === 0 ? true : null));
+    assert(clicks < 20, "the large file ends");
+  }
+  const bigLines = await big.locator("pre.diff span.add").evaluateAll((els) => els.map((s) => s.textContent.replace(/\n$/, "")));
+  const expected = Array.from({ length: 5000 }, (_, i) => `+big line ${i + 1}`);
+  assert(clicks >= 1 && JSON.stringify(bigLines) === JSON.stringify(expected), `all 5,000 lines, in order, after ${clicks} pages: ${bigLines.length}`);
+  await shot(page, "review-large-all");
+  await page.click(".sheet-head button");
+
+  // The session header: every change since the base commit, the first turn's too.
+  await waitFor("the header's count", 20000, async () => ((await page.locator("#session-changes").textContent()) === "4 files changed" ? true : null));
+  await page.click("#session-changes");
+  await files.first().waitFor({ timeout: 10000 });
+  const all = await files.evaluateAll((els) => els.map((el) => el.dataset.path));
+  assert(JSON.stringify(all) === JSON.stringify(["README.md", "big.txt", "logo.png", "src/main.rs"]), `the session's four files: ${all}`);
+  const readme = page.locator('.review-file[data-path="README.md"]');
+  await readme.locator(".review-file-head").click();
+  const readmeAdds = await readme.locator("pre.diff span.add").evaluateAll((els) => els.map((s) => s.textContent.replace(/\n$/, "")));
+  assert(JSON.stringify(readmeAdds) === JSON.stringify(["+first turn"]), `README.md since the base: ${readmeAdds}`);
+  await shot(page, "review-session");
+  await page.click(".sheet-head button");
+  await send("exit 0");
+  await ctx.close();
+});
+
 scenario("navigating to another page of the origin leaves the service worker's cached shell alone", async ({ browser }) => {
   await rpc("echo", { session: "ra-shell" });
   const id = (await sessionByName("ra-shell")).id;
@@ -478,5 +575,8 @@ scenario("navigating to another page of the origin leaves the service worker's c
 });
 
 // ---- run
+// MOOR_WEB_ONLY=<regex> does the same with a regular expression (as in the other scripts).
 const only = process.env.MOOR_SCENARIO ?? "";
-await runScenarios("browser-reattach", scenarios, await launch({ bfcache: true }), only && ((name) => name.includes(only)));
+const re = process.env.MOOR_WEB_ONLY ? new RegExp(process.env.MOOR_WEB_ONLY) : null;
+const pick = only || re ? (name) => (!only || name.includes(only)) && (!re || re.test(name)) : null;
+await runScenarios("browser-reattach", scenarios, await launch({ bfcache: true }), pick);

@@ -6,6 +6,7 @@
 mod archive;
 mod auth;
 mod blobs;
+mod changes;
 mod checkpoints;
 mod csrf;
 mod device;
@@ -47,6 +48,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(checkpoints::put))
         .routes(routes!(checkpoints::get))
         .routes(routes!(checkpoints::diff))
+        .routes(routes!(changes::changes))
         .routes(routes!(archive::archive))
         .routes(routes!(blobs::missing))
         .routes(routes!(blobs::get_blob, blobs::put_blob))

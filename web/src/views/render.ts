@@ -10,6 +10,8 @@ export interface RenderCtx {
   decide(requestId: string, decision: "allow" | "deny"): void;
   /** Decisions sent from this page that the log has not resolved yet. */
   deciding: Map<string, string>;
+  /** The link to a turn's review, for the entry that is its prompt or its result (or null). */
+  review?: (seq: number) => HTMLElement | null;
 }
 
 const RECEIPT_TEXT: Record<string, string> = {
@@ -128,11 +130,12 @@ export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
           { "data-input-seq": it.seq },
           h("div", null, it.text),
           h("div.meta", null, it.author.replace(/^user:/, ""), " · ", receiptBadge(it.receipt, it.reason)),
+          ctx.review?.(it.seq) ?? null,
         ),
       );
       break;
     case "sys":
-      row.append(h(`div.sys.${it.level}`, null, it.text, h("span.muted", null, ` · ${clock(it.ts)}`)));
+      row.append(h(`div.sys.${it.level}`, null, it.text, h("span.muted", null, ` · ${clock(it.ts)}`), ctx.review?.(it.seq) ?? null));
       break;
     case "checkpoint":
       row.append(checkpointCard(it.payload));

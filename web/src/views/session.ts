@@ -20,6 +20,7 @@ import { markTurnsSeen } from "../needs";
 import { phaseText } from "../phase";
 import { describe, initial, reduce, type AgentSeen, type StatusEvent } from "../status";
 import { sessionMuteSwitch } from "./notify";
+import { sessionChanges, turnAt, turnLink, turnsOf, type Turn } from "./review";
 import { checkpointsPanel, exportPanel, recoveryPanel, sharePanel, sheet, statePanel } from "./sheets";
 import type { Terminal } from "./terminal";
 
@@ -150,6 +151,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     micButton(text),
     h("button.send", { type: "submit", "aria-label": "Send" }, "Send"),
   );
+  // "5 files changed": the review of the whole session, from the newest checkpoint.
+  const changes = sessionChanges(id);
   const interrupt = h("button.icon", { type: "button", title: "Interrupt the agent", hidden: true, onclick: () => void send("input.interrupt", {}) }, "■");
   const header = h(
     "header.top",
@@ -160,6 +163,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       null,
       h("button.tb", { type: "button", id: "state-btn", onclick: () => openState() }, "State"),
       h("button.tb", { type: "button", id: "checkpoints-btn", onclick: () => void openCheckpoints() }, "Checkpoints"),
+      changes.el,
       h("button.tb", { type: "button", id: "share-btn", hidden: true, onclick: () => openShare() }, "Share"),
       h("button.tb", { type: "button", id: "export-btn", onclick: () => openExport() }, "Export"),
       sessionMuteSwitch(id),
@@ -199,6 +203,14 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   };
   drawKeysToggle();
   header.querySelector(".row.tools")?.append(keysToggle);
+  /** The turns of the entries held and the checkpoints that bound them (review.ts). */
+  let turns: { lo: number; hi: number; n: number; list: Turn[] } | null = null;
+  const turnsHeld = (): Turn[] => {
+    if (!turns || turns.lo !== win.lo || turns.hi !== win.hi || turns.n !== win.entries.length) {
+      turns = { lo: win.lo, hi: win.hi, n: win.entries.length, list: turnsOf(win.entries, win.lo <= 1) };
+    }
+    return turns.list;
+  };
   const ctx: RenderCtx = {
     canControl: false,
     deciding,
@@ -206,6 +218,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       deciding.set(requestId, decision);
       bump((it) => it.t === "perm" && it.requestId === requestId);
       void send("input.permission", { request_id: requestId, decision });
+    },
+    review: (seq) => {
+      const t = turnAt(turnsHeld(), seq);
+      return t ? turnLink(id, t) : null;
     },
   };
   const vl = new VirtualList(scroller, {
@@ -513,6 +529,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     }
     if (term) term.write(added);
     model.apply(added);
+    // A checkpoint ends the turns before it: their prompts and results get their review link.
+    if (added.some((e) => e.kind === "checkpoint.created")) for (const it of model.items) if (it.t === "input" || it.t === "sys") it.v += 1;
     sync();
     vl.appended();
     vl.changed();
@@ -528,6 +546,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       onEntries,
       onState: (s) => {
         state = s;
+        changes.update(s);
         markSeen();
         saveMeta();
         setBridge(s.link.up, s.link.since, s.link.reason, s.head);
@@ -543,6 +562,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         feel({ t: "access" });
         if (i.state) {
           state = i.state;
+          changes.update(i.state);
           markSeen();
           drawRecovery();
         }
@@ -615,6 +635,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     }
     if (m.state) {
       state = m.state;
+      changes.update(m.state);
       drawRecovery();
     }
     if (w.entries.length) {
