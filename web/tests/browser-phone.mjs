@@ -588,9 +588,14 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
   });
   const view = await ctx.newPage();
   await openSession(view, running.id);
+  // The session's tools (with the review's "1 file changed") fit the phone: no sideways page.
+  await waitFor("the review button", 30000, () => view.evaluate(() => /file/.test(document.querySelector("header .tools")?.textContent ?? "")));
+  const wide = await view.evaluate(() => ({ page: document.documentElement.scrollWidth, screen: innerWidth }));
+  // (A page wider than the screen makes a phone zoom out: the layout viewport grows past 390.)
+  assert(wide.page <= 390 && wide.screen <= 390, `the page is wider than the phone: ${JSON.stringify(wide)}`);
   await view.locator("#checkpoints-btn").tap();
   const control = view.locator(`[data-checkpoint-id="${checkpoints[0].id}"] .restore`);
-  await control.locator("button.restore").tap();
+  await control.locator("button.restore-go").tap();
   const said = await waitFor("the machine's answer", 30000, () =>
     view.evaluate(() => document.querySelector(".restore-status.ok")?.textContent || null));
   assert(said.includes(`Branch moor/restore-${checkpoints[0].id} now holds this checkpoint`) && said.includes("project notes"), `restored: ${said}`);

@@ -39,7 +39,7 @@ export function restoreControl(machine: MachineInfo, session: string, checkpoint
   const status = h("p.restore-status.muted", { "aria-live": "polite" });
   const key = crypto.randomUUID();
   const button = h(
-    "button.restore",
+    "button.restore-go",
     {
       type: "button",
       onclick: async () => {
