@@ -227,7 +227,9 @@ scenario("Approve and Deny from the page reach a real Claude Code permission req
   await page.click("#composer button.send");
   // The decision bar shows up as the request's rows arrive; the transcript shrinks under it and
   // still follows the newest row (no "↓ newest" button), so the request itself is on screen.
-  await waitFor("a third permission request", 60000, async () => (await permCard(2))?.pending);
+  // (Found by its command: the virtual list may no longer draw the two earlier cards.)
+  await waitFor("a third permission request", 60000, () =>
+    page.evaluate(() => [...document.querySelectorAll(".card.perm.pending")].some((c) => c.textContent.includes("interrupted.txt"))));
   assert(await page.evaluate(() => document.querySelector("button.jump").hidden), "the transcript still follows the newest rows");
   await rpc("kill", { session: "web-claude" });
   await waitFor("the recovery bar", 20000, () => page.evaluate(() => !document.getElementById("recovery-bar").hidden));
