@@ -428,6 +428,21 @@ mod tests {
     }
 
     #[test]
+    fn headless_adapters_are_asked_for_never_picked_by_name() {
+        let auto = AdapterMode::Auto;
+        assert_eq!(auto.resolve(&["gemini".into()], false), AdapterKind::Acp);
+        assert_eq!(auto.resolve(&["codex".into()], false), AdapterKind::Codex);
+        let headless = AdapterMode::Fixed(AdapterKind::GeminiHeadless);
+        assert_eq!(
+            headless.resolve(&["gemini".into()], false),
+            AdapterKind::GeminiHeadless
+        );
+        assert_eq!(AdapterKind::GeminiHeadless.name(), "gemini-headless");
+        assert_eq!(AdapterKind::CodexExec.name(), "codex-exec");
+        assert!(AdapterKind::CodexExec.capabilities().turns);
+    }
+
+    #[test]
     fn exit_codes_follow_shell_conventions() {
         assert_eq!(
             AgentExit {
