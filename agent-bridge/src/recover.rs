@@ -300,7 +300,7 @@ pub async fn continuation(
     let Some(state) = info.state.filter(|_| info.status == SessionStatus::Live) else {
         return Ok(None);
     };
-    let (Some("claude" | "acp" | "codex"), Some(id)) =
+    let (Some("claude" | "acp" | "codex" | "gemini-headless" | "codex-exec"), Some(id)) =
         (state.agent.adapter.as_deref(), state.agent.agent_session_id)
     else {
         return Ok(None);

@@ -14,6 +14,7 @@ pub mod chunks;
 pub mod claude;
 pub mod codex;
 pub mod foreground;
+pub mod headless;
 pub mod lines;
 mod process;
 pub mod pty;
@@ -49,6 +50,10 @@ pub enum AdapterKind {
     Acp,
     /// The Codex CLI's `codex app-server` (JSON-RPC over stdio), as typed entries.
     Codex,
+    /// Gemini CLI headless, one `gemini -p … --output-format stream-json` per turn.
+    GeminiHeadless,
+    /// `codex exec --json`, one process per turn.
+    CodexExec,
 }
 
 impl AdapterKind {
@@ -60,13 +65,15 @@ impl AdapterKind {
             Self::Claude => "claude",
             Self::Acp => "acp",
             Self::Codex => "codex",
+            Self::GeminiHeadless => "gemini-headless",
+            Self::CodexExec => "codex-exec",
         }
     }
 }
 
 impl AdapterKind {
     /// What this adapter can know about its agent (`agent.start`'s `capabilities`): only Claude
-    /// Code, ACP agents and Codex report turns; the others see output as it comes and nothing of what
+    /// Code, ACP agents, Codex and the headless adapters report turns; the others see output as it comes and nothing of what
     /// it means.
     pub fn capabilities(self) -> payload::AgentCapabilities {
         payload::AgentCapabilities {
@@ -81,7 +88,10 @@ impl AdapterKind {
     /// Whether the adapter understands turns, tools and permissions (and can continue the
     /// agent's own conversation after a crash).
     pub fn structured(self) -> bool {
-        matches!(self, Self::Claude | Self::Acp | Self::Codex)
+        matches!(
+            self,
+            Self::Claude | Self::Acp | Self::Codex | Self::GeminiHeadless | Self::CodexExec
+        )
     }
 }
 
@@ -349,6 +359,8 @@ pub enum Agent {
     Acp(acp::AcpAgent),
     /// The `codex` adapter.
     Codex(codex::CodexAgent),
+    /// The `gemini-headless` and `codex-exec` adapters.
+    Headless(headless::HeadlessAgent),
 }
 
 impl Agent {
@@ -360,6 +372,9 @@ impl Agent {
             AdapterKind::Claude => claude::ClaudeAgent::start(spec).map(Self::Claude),
             AdapterKind::Acp => acp::AcpAgent::start(spec).map(Self::Acp),
             AdapterKind::Codex => codex::CodexAgent::start(spec).map(Self::Codex),
+            AdapterKind::GeminiHeadless | AdapterKind::CodexExec => {
+                headless::HeadlessAgent::start(kind, spec).map(Self::Headless)
+            }
         }
     }
 
@@ -371,6 +386,7 @@ impl Agent {
             Self::Claude(agent) => agent.pid(),
             Self::Acp(agent) => agent.pid(),
             Self::Codex(agent) => agent.pid(),
+            Self::Headless(agent) => agent.pid(),
         }
     }
 
@@ -382,6 +398,7 @@ impl Agent {
             Self::Claude(agent) => agent.run(io).await,
             Self::Acp(agent) => agent.run(io).await,
             Self::Codex(agent) => agent.run(io).await,
+            Self::Headless(agent) => agent.run(io).await,
         }
     }
 }
@@ -408,6 +425,21 @@ mod tests {
         assert_eq!(auto.resolve(&cmd("bash"), false), AdapterKind::Lines);
         let pty = AdapterMode::Fixed(AdapterKind::Pty);
         assert_eq!(pty.resolve(&cmd("claude"), false), AdapterKind::Pty);
+    }
+
+    #[test]
+    fn headless_adapters_are_asked_for_never_picked_by_name() {
+        let auto = AdapterMode::Auto;
+        assert_eq!(auto.resolve(&["gemini".into()], false), AdapterKind::Acp);
+        assert_eq!(auto.resolve(&["codex".into()], false), AdapterKind::Codex);
+        let headless = AdapterMode::Fixed(AdapterKind::GeminiHeadless);
+        assert_eq!(
+            headless.resolve(&["gemini".into()], false),
+            AdapterKind::GeminiHeadless
+        );
+        assert_eq!(AdapterKind::GeminiHeadless.name(), "gemini-headless");
+        assert_eq!(AdapterKind::CodexExec.name(), "codex-exec");
+        assert!(AdapterKind::CodexExec.capabilities().turns);
     }
 
     #[test]

@@ -159,8 +159,10 @@ pub(super) fn parse_mode(s: &str) -> Result<AdapterMode, String> {
         "lines" => Ok(AdapterMode::Fixed(AdapterKind::Lines)),
         "acp" => Ok(AdapterMode::Fixed(AdapterKind::Acp)),
         "codex" => Ok(AdapterMode::Fixed(AdapterKind::Codex)),
+        "gemini-headless" => Ok(AdapterMode::Fixed(AdapterKind::GeminiHeadless)),
+        "codex-exec" => Ok(AdapterMode::Fixed(AdapterKind::CodexExec)),
         other => Err(format!(
-            "{other:?}: use auto, pty, claude, acp, codex or lines"
+            "{other:?}: use auto, pty, claude, acp, codex, gemini-headless, codex-exec or lines"
         )),
     }
 }

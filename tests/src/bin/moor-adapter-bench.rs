@@ -7,6 +7,9 @@
 //!   same way under `--mode acp`.
 //! - Codex adapter per event: the item notifications of a `codex app-server` capture, replayed
 //!   the same way under `--mode codex`.
+//! - Headless adapters per event: a Gemini CLI `stream-json` capture and a `codex exec --json`
+//!   capture, printed many times by one turn's process under `--mode gemini-headless` and
+//!   `--mode codex-exec` (a prompt starts the turn).
 //! - Claude adapter per event: a recorded Claude Code capture (stream-json, partial messages)
 //!   replayed many times as the agent's output under `--mode claude`, and the same lines under
 //!   `--mode lines` as a baseline; moor's CPU time and the wall time until a live viewer has the
@@ -75,7 +78,28 @@ async fn main() -> Result<()> {
         per_event(mode, &capture, replays, events, runs).await?;
     }
     acp_per_event(runs, replays, dir.path()).await?;
-    codex_per_event(runs, replays, dir.path()).await
+    codex_per_event(runs, replays, dir.path()).await?;
+    headless_per_event(runs, replays).await
+}
+
+/// The headless adapters per event: one turn whose process prints a real capture (a shell
+/// call, its result, text and the turn's end) `replays` times; the viewer counts the results.
+async fn headless_per_event(runs: usize, replays: u64) -> Result<()> {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent-bridge/tests/fixtures");
+    for (mode, capture) in [
+        ("gemini-headless", "gemini-headless/04_shell_yolo.jsonl"),
+        ("codex-exec", "codex-exec/03_command.jsonl"),
+    ] {
+        let capture = fixtures.join(capture);
+        let lines = std::fs::read_to_string(&capture)
+            .with_context(|| format!("read {}", capture.display()))?
+            .lines()
+            .count() as u64;
+        let events = lines * replays;
+        println!("{mode} adapter, a capture of {lines} lines printed {replays}x by one turn ({events} events), median of {runs}:");
+        per_event(mode, &capture, replays, events, runs).await?;
+    }
+    Ok(())
 }
 
 /// The notifications of `source` (a capture under `agent-bridge/tests/fixtures/`) that `keep`
@@ -226,20 +250,26 @@ async fn replay(mode: &str, capture: &Path, replays: u64, events: u64) -> Result
     let started = Instant::now();
     let times = replays.to_string();
     let capture = capture.display().to_string();
-    let mut bridge = BridgeOpts::new(
-        &server.url(),
-        server.token(),
-        &name,
-        &["replay", &capture, "--times", &times],
-    )
-    .flag("--mode", mode)
-    .spawn();
+    let headless = mode == "gemini-headless" || mode == "codex-exec";
+    // `exec` names the subcommand so the codex-exec adapter adds none; the replay ignores it
+    // and the flags the adapters add.
+    let mut agent = vec!["replay", &capture, "--times", &times];
+    if headless {
+        agent.push("exec");
+    }
+    let mut bridge = BridgeOpts::new(&server.url(), server.token(), &name, &agent)
+        .flag("--mode", mode)
+        .spawn();
     let id = server.api().wait_session(&name, GUARD).await.id;
+    if headless {
+        // A headless agent runs when a prompt comes.
+        server.api().post_input(id, "bench-prompt", "go").await;
+    }
     let (mut results, mut outputs) = (0u64, 0u64);
     view(&server, id, |e| match e.kind.as_ref() {
         // One result per replay of the capture (one end marker, for acp and codex); one output
         // entry per line in lines mode.
-        "agent.result" if mode == "claude" => {
+        "agent.result" if mode == "claude" || headless => {
             results += 1;
             results >= replays
         }

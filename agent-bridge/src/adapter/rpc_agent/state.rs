@@ -33,9 +33,9 @@ pub(crate) const MAX_QUEUED_PROMPTS: usize = 32;
 /// The I/O of a run besides what [`Core`] holds.
 #[derive(Debug)]
 pub(crate) struct Channels {
-    pub(super) inputs: Inputs,
-    pub(super) signals: mpsc::UnboundedReceiver<AgentSignal>,
-    pub(super) screen_thread: Option<std::thread::JoinHandle<()>>,
+    pub(crate) inputs: Inputs,
+    pub(crate) signals: mpsc::UnboundedReceiver<AgentSignal>,
+    pub(crate) screen_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The protocol-free half of a JSON-RPC agent's run.
