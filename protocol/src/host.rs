@@ -196,7 +196,16 @@ pub struct RestoreCheckpoint {
 }
 
 /// The agent modes a machine may advertise and `moor run --mode` takes.
-pub const AGENT_MODES: [&str; 6] = ["auto", "pty", "claude", "acp", "codex", "lines"];
+pub const AGENT_MODES: [&str; 8] = [
+    "auto",
+    "pty",
+    "claude",
+    "acp",
+    "codex",
+    "gemini-headless",
+    "codex-exec",
+    "lines",
+];
 
 /// Longest branch name a restore accepts.
 pub const MAX_BRANCH: usize = 100;

@@ -29,7 +29,7 @@ pub const MAX_SESSIONS_LIMIT: u32 = 64;
 /// Largest configuration file read, bytes.
 const MAX_FILE_BYTES: u64 = 256 * 1024;
 /// The agent modes `moor run --mode` takes.
-pub const MODES: [&str; 6] = moor_protocol::host::AGENT_MODES;
+pub const MODES: [&str; 8] = moor_protocol::host::AGENT_MODES;
 
 /// One agent: the command `moor run` starts, and how it drives it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,7 +39,7 @@ const MAX_SESSIONS_LIMIT: u32 = 64;
 /// Longest `os`, `version` or branch name accepted.
 const MAX_LABEL: usize = 255;
 /// The agent modes a machine may advertise (`moor run --mode`).
-const MODES: [&str; 6] = moor_protocol::host::AGENT_MODES;
+const MODES: [&str; 8] = moor_protocol::host::AGENT_MODES;
 
 /// What a machine offers, as stored in `machines.offers`.
 #[derive(Debug, Default, Serialize, Deserialize)]
