@@ -20,17 +20,26 @@ export async function machineOf(name: string | null | undefined): Promise<Machin
   }
 }
 
-/** What the machine's log says of the action at `seq`: null while it has not answered. */
-export async function actionOutcome(logSession: string, seq: number): Promise<{ ok: boolean; text: string } | null> {
-  const page = await api.entriesAfter(logSession, seq, 200);
-  for (const e of page.entries) {
-    const p = e.payload as Record<string, unknown>;
-    if (e.kind === "host.checkpoint.restored" && p.input_seq === seq) {
-      return { ok: true, text: `Branch ${p.branch} now holds this checkpoint (commit ${String(p.commit).slice(0, 12)}) in project ${p.project}.` };
+/**
+ * Reads the machine's log forward from the action at `seq`, page by page, each entry once
+ * across calls; a call answers what the log says of the action so far (null: no answer yet).
+ */
+export function outcomeReader(logSession: string, seq: number): () => Promise<{ ok: boolean; text: string } | null> {
+  let after = seq;
+  return async () => {
+    for (;;) {
+      const page = await api.entriesAfter(logSession, after, 200);
+      for (const e of page.entries) {
+        after = e.seq;
+        const p = e.payload as Record<string, unknown>;
+        if (e.kind === "host.checkpoint.restored" && p.input_seq === seq) {
+          return { ok: true, text: `Branch ${p.branch} now holds this checkpoint (commit ${String(p.commit).slice(0, 12)}) in project ${p.project}.` };
+        }
+        if (e.kind === "input.failed" && p.input_seq === seq) return { ok: false, text: `Not restored: ${p.reason}` };
+      }
+      if (!page.has_more || !page.entries.length) return null;
     }
-    if (e.kind === "input.failed" && p.input_seq === seq) return { ok: false, text: `Not restored: ${p.reason}` };
-  }
-  return null;
+  };
 }
 
 /** A branch field and a Restore button for checkpoint `checkpoint` of session `session`. */
@@ -48,8 +57,9 @@ export function restoreControl(machine: MachineInfo, session: string, checkpoint
         try {
           const receipt = await api.restoreOnMachine(machine.id, session, { checkpoint, branch: input.value.trim(), idempotency_key: `${key}:${input.value.trim()}` });
           status.textContent = receipt.queued ? `${machine.name} is offline: it restores when it is back.` : `Asked ${machine.name}; waiting for its answer…`;
+          const outcome = outcomeReader(machine.log_session, receipt.seq);
           for (let i = 0; i < 120; i++) {
-            const out = await actionOutcome(machine.log_session, receipt.seq);
+            const out = await outcome();
             if (out) {
               status.textContent = out.text;
               status.className = out.ok ? "restore-status ok" : "restore-status bad";
