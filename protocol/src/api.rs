@@ -233,6 +233,47 @@ pub struct EntriesPage {
     pub head_seq: Seq,
     /// More entries exist in the paging direction.
     pub has_more: bool,
+    /// Set when compaction removed entries after the page's `after` cursor: what is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub compacted: Option<crate::web::Compacted>,
+}
+
+/// A retention policy: each bound `None` means none is set at this level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RetentionPolicy {
+    /// Delete the session this many days after it ended.
+    #[serde(default)]
+    pub keep_ended_days: Option<f64>,
+    /// Compact its raw terminal output and streamed text deltas once they are this many hours
+    /// old.
+    #[serde(default)]
+    pub compact_after_hours: Option<f64>,
+    /// Compact its log, oldest first, while its payloads hold more than this many bytes.
+    #[serde(default)]
+    pub max_log_bytes: Option<u64>,
+}
+
+/// `GET|PUT /api/v1/sessions/{id}/retention`: the session's own policy, the server's, the one
+/// in effect (for each bound, the stricter of the two), and what compaction removed so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionRetention {
+    /// What the owner set (`PUT` replaces it).
+    pub own: RetentionPolicy,
+    /// The server's.
+    pub server: RetentionPolicy,
+    /// In effect.
+    pub effective: RetentionPolicy,
+    /// Entries of the compacted kinds up to this seq are no longer stored (0: none).
+    pub compacted_through: Seq,
+    /// Entries compaction removed.
+    pub compacted_entries: u64,
+    /// Payload bytes compaction removed.
+    pub compacted_bytes: u64,
 }
 
 /// `GET /healthz`.

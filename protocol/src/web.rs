@@ -14,7 +14,9 @@ use crate::ids::Seq;
 /// SSE event name for [`Reset`].
 pub const RESET_EVENT: &str = "reset";
 
-/// The cursor cannot be honoured: start again from `head_seq` or from 0.
+/// The cursor cannot be honoured as it is. Without `compacted`, the stream ends: start again
+/// from `head_seq` or from 0. With `compacted`, the stream goes on: entries after the cursor
+/// were removed by compaction, and the kept ones follow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -23,7 +25,33 @@ pub struct Reset {
     pub reason: String,
     /// The session's current head.
     pub head_seq: Seq,
+    /// What compaction removed after the cursor, when that is the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub compacted: Option<Compacted>,
 }
+
+/// Entries of the [`COMPACTED_KINDS`] with seq in `(after, through]` are no longer stored;
+/// every other entry of that range is, and follows in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Compacted {
+    /// The reader's cursor.
+    pub after: Seq,
+    /// The last seq compaction has gone through.
+    pub through: Seq,
+    /// The kinds removed from that range.
+    pub kinds: Vec<String>,
+    /// Entries compaction has removed from this session in all.
+    pub entries: u64,
+    /// Bytes of payload compaction has removed from this session in all.
+    pub bytes: u64,
+}
+
+/// The entry kinds compaction removes: raw terminal output and streamed text deltas. The
+/// complete texts, tool records, inputs and their receipts, state snapshots and checkpoints stay.
+pub const COMPACTED_KINDS: [&str; 2] = [crate::kinds::AGENT_PTY_OUTPUT, crate::kinds::AGENT_TEXT_DELTA];
 
 /// Frames a WebSocket viewer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -120,6 +120,24 @@ pub struct RetentionConfig {
     pub batch_sessions: u32,
     /// Most batches one run does before waiting for the next interval.
     pub batches_per_run: u32,
+    /// Raw terminal output and text deltas older than this are compacted; `None`: not by age.
+    pub compact_after: Option<Duration>,
+    /// A session's log is compacted, oldest first, while its payloads hold more than this many
+    /// bytes; `None`: no cap.
+    pub max_log_bytes: Option<u64>,
+}
+
+impl RetentionConfig {
+    /// The server's bounds as a [`crate::store::Policy`], which a session's own can only make
+    /// stricter.
+    pub fn policy(&self) -> crate::store::Policy {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        crate::store::Policy {
+            keep_ended_ms: self.keep_ended.map(ms),
+            compact_after_ms: self.compact_after.map(ms),
+            max_log_bytes: self.max_log_bytes,
+        }
+    }
 }
 
 impl Default for RetentionConfig {
@@ -130,6 +148,8 @@ impl Default for RetentionConfig {
             batch_entries: 10_000,
             batch_sessions: 16,
             batches_per_run: 100,
+            compact_after: Some(Duration::from_secs(7 * 86_400)),
+            max_log_bytes: Some(1 << 30),
         }
     }
 }

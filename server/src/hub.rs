@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
 use moor_protocol::api::BridgeStatus;
-use moor_protocol::web::ServerToViewer;
+use moor_protocol::web::{Reset, ServerToViewer, RESET_EVENT};
 use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
@@ -32,6 +32,8 @@ pub struct Frame {
     pub entry: Arc<Entry>,
     /// Only says that the entry was committed: its payload is in the store.
     notice: bool,
+    /// Not an entry: tells a reader at `entry.seq` what compaction removed after it.
+    reset: Option<Box<Reset>>,
     sse: OnceLock<Bytes>,
     ws: OnceLock<String>,
     /// The payload's length as JSON, measured once (for the live-payload bound and metrics).
@@ -44,6 +46,7 @@ impl Frame {
         Arc::new(Self {
             entry,
             notice: false,
+            reset: None,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
             payload_bytes: OnceLock::new(),
@@ -71,10 +74,35 @@ impl Frame {
                 ..*self.entry
             }),
             notice: true,
+            reset: None,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
             payload_bytes: OnceLock::new(),
         })
+    }
+
+    /// A reset for a reader whose cursor is `at`: it moves no cursor and is no entry. Only
+    /// [`crate::session::tail::Tail`] makes these, for what compaction removed after `at`.
+    pub fn reset(at: Seq, reset: Reset) -> Arc<Self> {
+        Arc::new(Self {
+            entry: Arc::new(Entry {
+                seq: at,
+                ts: now_ms(),
+                kind: RESET_EVENT.to_owned(),
+                author: "server".to_owned(),
+                payload: serde_json::Value::Null,
+            }),
+            notice: false,
+            reset: Some(Box::new(reset)),
+            sse: OnceLock::new(),
+            ws: OnceLock::new(),
+            payload_bytes: OnceLock::new(),
+        })
+    }
+
+    /// The reset this frame carries instead of an entry, if it is one.
+    pub fn as_reset(&self) -> Option<&Reset> {
+        self.reset.as_deref()
     }
 
     /// Whether this only announces the entry, whose payload must be read from the store.
@@ -90,6 +118,11 @@ impl Frame {
     /// The SSE event: `id:` seq, `event:` kind, `data:` the entry as JSON.
     pub fn sse(&self) -> &Bytes {
         self.sse.get_or_init(|| {
+            if let Some(reset) = &self.reset {
+                // No `id:`: a reset moves no cursor.
+                let data = serde_json::to_string(reset).unwrap_or_default();
+                return Bytes::from(format!("event: {RESET_EVENT}\ndata: {data}\n\n"));
+            }
             let data = serde_json::to_string(&self.entry).unwrap_or_default();
             Bytes::from(format!(
                 "id: {}\nevent: {}\ndata: {}\n\n",
@@ -101,6 +134,10 @@ impl Frame {
     /// The viewer WebSocket frame (`ServerToViewer::Entry`).
     pub fn ws(&self) -> &str {
         self.ws.get_or_init(|| {
+            if let Some(reset) = &self.reset {
+                return serde_json::to_string(&ServerToViewer::Reset((**reset).clone()))
+                    .unwrap_or_default();
+            }
             serde_json::to_string(&ServerToViewer::Entry((*self.entry).clone())).unwrap_or_default()
         })
     }

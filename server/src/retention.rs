@@ -1,7 +1,8 @@
 //! The retention task: on a timer, deletes the sessions the policy says are too old and
 //! finishes deleting the ones their owners deleted, in bounded batches (see
-//! [`crate::store::retention`]), then deletes the blob files no checkpoint names any more and
-//! gives SQLite's freed pages back to the file system.
+//! [`crate::store::retention`]), compacts the logs the policy says are due (old raw terminal
+//! output and text deltas, or the oldest of a log over its size cap), then deletes the blob files
+//! no checkpoint names any more and gives SQLite's freed pages back to the file system.
 //!
 //! Calls only `store`, `blobs` and `config`.
 
@@ -16,6 +17,29 @@ use crate::store::{StoreResult, Stores, Sweep};
 
 /// Pages of free space one run gives back (4 KiB each: 64 MiB).
 const VACUUM_PAGES: u32 = 16_384;
+
+/// Most sessions one run looks at for compaction (the most uncompacted first).
+const COMPACT_SESSIONS_PER_RUN: u32 = 10_000;
+
+/// What compaction did in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Sessions it removed entries from.
+    pub sessions: u64,
+    /// Entries it removed.
+    pub entries: u64,
+    /// Payload bytes it removed.
+    pub bytes: u64,
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Sessions deleted and their rows.
+    pub sweep: Sweep,
+    /// Logs compacted.
+    pub compacted: Compacted,
+}
 
 /// The reason the policy records on a session it deletes.
 pub fn policy_reason(keep: Duration) -> String {
@@ -33,13 +57,39 @@ pub async fn remove_blobs(blobs: &BlobStore, orphans: &[String]) {
     }
 }
 
-/// One run: batches until there is no more work, another node holds the batch, or
-/// `batches_per_run` batches ran. Returns what they did in total.
-pub async fn run_once(
-    store: &Stores,
-    blobs: &BlobStore,
-    config: &RetentionConfig,
-) -> StoreResult<Sweep> {
+/// One run: deletion batches until there is no more work, another node holds the batch, or
+/// `batches_per_run` batches ran; then compaction steps, each session until it has nothing
+/// due or `batches_per_run` steps ran in all. Returns what they did in total.
+pub async fn run_once(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> StoreResult<Run> {
+    let total = sweep(store, blobs, config).await?;
+    let compacted = compact(store, config).await?;
+    if total.entries_deleted > 0 || !total.finished.is_empty() || compacted.entries > 0 {
+        store.retention.reclaim_space(VACUUM_PAGES).await?;
+    }
+    if total.entries_deleted > 0 || !total.finished.is_empty() {
+        tracing::info!(
+            retired = total.retired.len(),
+            finished = total.finished.len(),
+            entries = total.entries_deleted,
+            blobs = total.orphan_blobs.len(),
+            "retention deleted old sessions"
+        );
+    }
+    if compacted.entries > 0 {
+        tracing::info!(
+            sessions = compacted.sessions,
+            entries = compacted.entries,
+            bytes = compacted.bytes,
+            "compaction removed old terminal output and text deltas"
+        );
+    }
+    Ok(Run {
+        sweep: total,
+        compacted,
+    })
+}
+
+async fn sweep(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> StoreResult<Sweep> {
     let mut total = Sweep::default();
     let reason = config.keep_ended.map(policy_reason).unwrap_or_default();
     for _ in 0..config.batches_per_run.max(1) {
@@ -73,17 +123,46 @@ pub async fn run_once(
             break;
         }
     }
-    if total.entries_deleted > 0 || !total.finished.is_empty() {
-        store.retention.reclaim_space(VACUUM_PAGES).await?;
-        tracing::info!(
-            retired = total.retired.len(),
-            finished = total.finished.len(),
-            entries = total.entries_deleted,
-            blobs = total.orphan_blobs.len(),
-            "retention deleted old sessions"
-        );
-    }
     Ok(total)
+}
+
+/// Compaction steps over the sessions that may have work (see
+/// [`crate::store::RetentionStore::compact_session`]).
+async fn compact(store: &Stores, config: &RetentionConfig) -> StoreResult<Compacted> {
+    let server = config.policy();
+    let mut done = Compacted::default();
+    let candidates = store
+        .retention
+        .compact_candidates(server.compacts(), COMPACT_SESSIONS_PER_RUN)
+        .await?;
+    let mut steps = config.batches_per_run.max(1);
+    for candidate in candidates {
+        let policy = candidate.policy.stricter(server);
+        if !policy.compacts() {
+            continue;
+        }
+        let mut touched = false;
+        loop {
+            if steps == 0 {
+                return Ok(done);
+            }
+            steps -= 1;
+            let step = store
+                .retention
+                .compact_session(candidate.session, policy, now_ms(), config.batch_entries)
+                .await?;
+            // Another node is running retention: it will do this too.
+            let Some(step) = step else { return Ok(done) };
+            done.entries += step.entries_deleted;
+            done.bytes += step.bytes_deleted;
+            touched |= step.entries_deleted > 0;
+            if step.finished {
+                break;
+            }
+        }
+        done.sessions += u64::from(touched);
+    }
+    Ok(done)
 }
 
 /// Runs [`run_once`] every `config.interval` until `shutdown`.

@@ -13,6 +13,7 @@ use crate::{Server, ServerConfig};
 
 mod backup;
 mod export;
+mod gc;
 mod keys;
 mod migrate;
 mod user;
@@ -249,6 +250,14 @@ pub struct Config {
     /// Most entries one retention batch (one transaction) deletes.
     #[arg(long, env = "MOOR_RETENTION_BATCH_ENTRIES", default_value_t = 10_000)]
     retention_batch_entries: u32,
+    /// Compact raw terminal output and streamed text deltas older than this many hours
+    /// (fractions allowed; 0: not by age).
+    #[arg(long, env = "MOOR_COMPACT_AFTER_HOURS", default_value_t = 168.0)]
+    compact_after_hours: f64,
+    /// Compact a session's log, oldest first, while its payloads hold more than this many
+    /// bytes (0: no cap).
+    #[arg(long, env = "MOOR_MAX_LOG_BYTES_PER_SESSION", default_value_t = 1 << 30)]
+    max_log_bytes_per_session: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -279,6 +288,9 @@ pub(crate) enum Command {
     },
     /// Write a session's log as JSONL or Markdown (to stdout or --output).
     Export(export::ExportArgs),
+    /// Run retention and compaction once now, with the retention flags, and say what they did
+    /// (works while moord serves).
+    Gc,
     /// Copy a SQLite database into an empty Postgres database (stop moord first).
     MigrateStore {
         /// Source, e.g. sqlite:moor-data/moor.db
@@ -356,6 +368,11 @@ impl Config {
                     .flatten(),
                 interval: ms(self.retention_interval_ms.max(1)),
                 batch_entries: self.retention_batch_entries.max(1),
+                compact_after: (self.compact_after_hours > 0.0)
+                    .then(|| Duration::try_from_secs_f64(self.compact_after_hours * 3_600.0).ok())
+                    .flatten(),
+                max_log_bytes: (self.max_log_bytes_per_session > 0)
+                    .then_some(self.max_log_bytes_per_session),
                 ..crate::config::RetentionConfig::default()
             },
             tls: self
@@ -378,6 +395,7 @@ impl Config {
                 Command::Export(args) => export::run(args, server_config).await,
                 Command::Backup { path } => backup::backup(path, server_config).await,
                 Command::Restore { path } => backup::restore(path, server_config).await,
+                Command::Gc => gc::run(server_config).await,
                 Command::User { cmd } => user::run(cmd, server_config).await,
             };
         }

@@ -19,6 +19,7 @@ pub(crate) mod metrics;
 mod notify;
 mod offers;
 mod recovery;
+mod retention;
 mod sessions;
 mod setup;
 mod sharing;
@@ -39,6 +40,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::list))
         .routes(routes!(sessions::get, sessions::delete))
         .routes(routes!(sessions::entries))
+        .routes(routes!(retention::get, retention::put))
         .routes(routes!(inputs::create))
         .routes(routes!(recovery::brief))
         .routes(routes!(recovery::transcript))

@@ -245,6 +245,7 @@ pub(super) async fn entries(
         entries: page.entries,
         head_seq: session.head_seq,
         has_more: page.more,
+        compacted: page.compacted,
     }))
 }
 

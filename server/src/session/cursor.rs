@@ -33,6 +33,7 @@ pub fn check_cursor(cursor: Seq, head: Seq) -> Option<Reset> {
     (cursor > head).then(|| Reset {
         reason: format!("cursor {cursor} is ahead of the log head {head}; start again from 0"),
         head_seq: head,
+        compacted: None,
     })
 }
 

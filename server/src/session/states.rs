@@ -241,7 +241,7 @@ impl States {
             while let Some(f) = tail.ready() {
                 batch.push(f);
             }
-            for f in &batch {
+            for f in batch.iter().filter(|f| f.as_reset().is_none()) {
                 // Only busy work can be interrupted: the state before an entry is kept (a
                 // copy per entry) only then.
                 let before = state.is_busy().then(|| state.clone());

@@ -7,11 +7,16 @@
 //! store from the cursor. Store reads are pages bounded in count and bytes, so what a tail holds
 //! is at most one page (and at least one entry). `next` is cancel-safe.
 //!
+//! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
+//! the cursor, further than the tail has said already, the tail first returns a reset frame
+//! ([`Frame::as_reset`]) naming what is missing, then the kept entries: never a silent gap.
+//!
 //! Part of the session core: calls `store` and `hub`; never a transport.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use moor_protocol::web::Reset;
 use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -37,6 +42,8 @@ pub struct Tail {
     page_bytes: u64,
     /// The transport whose deliveries are counted, if any.
     counted: Option<Transport>,
+    /// The furthest compaction mark this tail has reported.
+    reported: Seq,
 }
 
 impl Drop for Tail {
@@ -59,6 +66,7 @@ impl Tail {
             live: false,
             page_bytes: DEFAULT_PAGE_BYTES,
             counted: None,
+            reported: Seq::ZERO,
         }
     }
 
@@ -74,7 +82,10 @@ impl Tail {
         self
     }
 
-    fn delivered(&self) {
+    fn delivered(&self, f: &Frame) {
+        if f.as_reset().is_some() {
+            return;
+        }
         if let Some(t) = self.counted {
             self.hub.metrics().delivered(t, 1);
         }
@@ -94,7 +105,7 @@ impl Tail {
     pub fn ready(&mut self) -> Option<Arc<Frame>> {
         if let Some(f) = self.backlog.pop_front() {
             self.cursor = f.seq();
-            self.delivered();
+            self.delivered(&f);
             return Some(f);
         }
         if !self.live {
@@ -105,7 +116,7 @@ impl Tail {
                 Ok(f) if f.seq() <= self.cursor => continue,
                 Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
-                    self.delivered();
+                    self.delivered(&f);
                     return Some(f);
                 }
                 Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {
@@ -123,7 +134,7 @@ impl Tail {
         loop {
             if let Some(f) = self.backlog.pop_front() {
                 self.cursor = f.seq();
-                self.delivered();
+                self.delivered(&f);
                 return Ok(f);
             }
             if !self.live {
@@ -138,6 +149,24 @@ impl Tail {
                     })?;
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
+                if let Some(compacted) = page.compacted.filter(|c| c.through > self.reported) {
+                    self.reported = compacted.through;
+                    let head = self.store.find_session(&self.session.to_string()).await?.head_seq;
+                    let reason = format!(
+                        "compaction removed the {} entries after {} up to {}; the kept ones follow",
+                        compacted.kinds.join(" and "),
+                        compacted.after,
+                        compacted.through
+                    );
+                    self.backlog.push_back(Frame::reset(
+                        self.cursor,
+                        Reset {
+                            reason,
+                            head_seq: head,
+                            compacted: Some(compacted),
+                        },
+                    ));
+                }
                 self.backlog
                     .extend(page.entries.into_iter().map(|e| Frame::new(Arc::new(e))));
                 continue;
@@ -146,7 +175,7 @@ impl Tail {
                 Ok(f) if f.seq() <= self.cursor => {}
                 Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
                     self.cursor = f.seq();
-                    self.delivered();
+                    self.delivered(&f);
                     return Ok(f);
                 }
                 // A hole in the live stream, or an entry announced without its payload: the

@@ -48,7 +48,8 @@ macro_rules! log_store {
             use $crate::store::errors::db_error;
             use $crate::store::log::LogDialect;
             use $crate::store::{
-                applied_migration, newest_migration, seq_bind, Appended, GroupPart, LogStore,
+                applied_migration, newest_migration, seq_bind, Appended, Compaction, GroupPart,
+                LogStore,
                 Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL,
                 MAX_LISTED_AGENT_BYTES,
             };
@@ -184,6 +185,26 @@ macro_rules! log_store {
                         .map(entry_row)
                         .collect::<StoreResult<Vec<_>>>()?;
                     Ok(range.ascending(entries))
+                }
+
+                async fn compaction(&self, session: SessionId) -> StoreResult<Compaction> {
+                    let row = sqlx::query(&format!(
+                        "SELECT compacted_through, compacted_entries, compacted_bytes \
+                         FROM sessions WHERE id = $1{AS_ID}"
+                    ))
+                    .bind(session.to_string())
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let Some(row) = row else {
+                        return Ok(Compaction::default());
+                    };
+                    let get = |c: &str| -> StoreResult<i64> { row.try_get(c).map_err(db_error) };
+                    Ok(Compaction {
+                        through: Seq(get("compacted_through")?.max(0) as u64),
+                        entries: get("compacted_entries")?.max(0) as u64,
+                        bytes: get("compacted_bytes")?.max(0) as u64,
+                    })
                 }
 
                 async fn entry_sizes(

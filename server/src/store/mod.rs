@@ -47,7 +47,7 @@ pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
 pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
-pub use retention::{RetentionStore, Retired, Sweep};
+pub use retention::{Compaction, Policy, RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
 
 /// Errors a store reports. Each implementation maps its driver's errors itself.
@@ -264,6 +264,9 @@ pub trait LogStore: Send + Sync + Debug + 'static {
 
     /// Up to `limit` entries of a session's log.
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
+
+    /// What compaction has removed from the session's log so far (one small read).
+    async fn compaction(&self, session: SessionId) -> StoreResult<Compaction>;
 
     /// The stored payload sizes (bytes) of the entries [`LogStore::read`] would return, in the
     /// order the range walks the log (ascending for `After`, newest first for `Before`), without

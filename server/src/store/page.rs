@@ -3,12 +3,20 @@
 //! range has any, so a reader always makes progress.
 //!
 //! Sized from [`LogStore::entry_sizes`] before anything is read, so a page of big entries never
-//! exists in memory whole. Entries are immutable once committed and seqs are contiguous, so
-//! the read that follows returns exactly the entries sized. Calls only the [`LogStore`] trait.
+//! exists in memory whole. Entries are immutable once committed; only compaction removes some,
+//! and it moves the session's compaction mark in the same transaction. So the mark is read
+//! before and after: when it has not moved, the read returned exactly the entries sized, and the
+//! page says what compaction removed after its cursor; when it has, the page is read again.
+//! Calls only the [`LogStore`] trait.
 
+use moor_protocol::web::Compacted;
 use moor_protocol::{Entry, SessionId};
 
 use super::{LogStore, Range, StoreResult};
+
+/// Reads of one page before giving up on a mark that keeps moving (a compaction step commits
+/// at most every few milliseconds, a page reads in less).
+const ATTEMPTS: usize = 4;
 
 /// What an entry costs beyond its payload in a page (seq, ts, kind, author and the framing of
 /// the JSON or SSE encoding), for the byte bound.
@@ -31,6 +39,8 @@ pub struct Page {
     pub entries: Vec<Entry>,
     /// The range holds more entries than the page.
     pub more: bool,
+    /// For an `After` range: what compaction removed after its cursor, if anything.
+    pub compacted: Option<Compacted>,
 }
 
 /// Reads one page of `range` within `limit`.
@@ -41,19 +51,34 @@ pub async fn read_page(
     limit: PageLimit,
 ) -> StoreResult<Page> {
     let count = limit.count.max(1);
-    let sizes = store
-        .entry_sizes(session, range, count.saturating_add(1))
-        .await?;
-    let take = fitting(&sizes, count, limit.bytes);
-    let entries = if take == 0 {
-        Vec::new()
-    } else {
-        store.read(session, range, take as u32).await?
-    };
-    Ok(Page {
-        more: sizes.len() > take,
-        entries,
-    })
+    let mut before = store.compaction(session).await?;
+    for attempt in 1..=ATTEMPTS {
+        let sizes = store
+            .entry_sizes(session, range, count.saturating_add(1))
+            .await?;
+        let take = fitting(&sizes, count, limit.bytes);
+        let entries = if take == 0 {
+            Vec::new()
+        } else {
+            store.read(session, range, take as u32).await?
+        };
+        let after = store.compaction(session).await?;
+        if after.through == before.through || attempt == ATTEMPTS {
+            // After the last attempt the page is still whole entries in order; what it may miss
+            // is named by the mark read last.
+            let compacted = match range {
+                Range::After(cursor) => after.after(cursor),
+                Range::Before(_) => None,
+            };
+            return Ok(Page {
+                more: sizes.len() > take,
+                entries,
+                compacted,
+            });
+        }
+        before = after;
+    }
+    unreachable!("the last attempt returns")
 }
 
 /// How many of the leading `sizes` fit in `count` entries and `bytes` (at least one).

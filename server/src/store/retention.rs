@@ -11,11 +11,103 @@
 //! Only ended sessions whose bridge holds no live lease are ever retired. On Postgres each batch
 //! takes a transaction-scoped advisory lock first: while one node runs a batch, another node's
 //! batch returns at once (`None`), so nodes never do the same work twice.
+//!
+//! Compaction ([`RetentionStore::compact_session`]) deletes a session's old entries of the
+//! [`COMPACTED_KINDS`] and keeps the rest. It walks the log forward from the session's
+//! `compacted_through`, one bounded step per transaction, and moves that mark in the same
+//! transaction as its deletions, so a reader that reads the mark before and after a page knows
+//! whether the page has gaps (see [`crate::store::read_page`]). It never goes past the session's
+//! latest state snapshot (the fold never needs a compacted entry) nor into the newest
+//! [`KEEP_TAIL`] entries (a viewer re-attaching near the head gets everything).
 
 use async_trait::async_trait;
-use moor_protocol::SessionId;
+use moor_protocol::web::COMPACTED_KINDS;
+use moor_protocol::{Seq, SessionId};
 
 use super::StoreResult;
+
+/// The newest entries of a log compaction never touches.
+pub const KEEP_TAIL: u64 = 1_000;
+
+/// A session's own retention policy; `None` follows the server's. Applied with the server's as
+/// the stricter of the two (see [`Policy::stricter`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Keep the session this long (ms) after it ended, then delete it.
+    pub keep_ended_ms: Option<i64>,
+    /// Compact entries older than this (ms).
+    pub compact_after_ms: Option<i64>,
+    /// Compact the oldest entries while the log's payloads hold more than this (bytes).
+    pub max_log_bytes: Option<u64>,
+}
+
+impl Policy {
+    /// The policy in effect: for each bound, the smaller of the two where both are set.
+    pub fn stricter(self, other: Policy) -> Policy {
+        fn min<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Policy {
+            keep_ended_ms: min(self.keep_ended_ms, other.keep_ended_ms),
+            compact_after_ms: min(self.compact_after_ms, other.compact_after_ms),
+            max_log_bytes: min(self.max_log_bytes, other.max_log_bytes),
+        }
+    }
+
+    /// Whether it asks for any compaction.
+    pub fn compacts(&self) -> bool {
+        self.compact_after_ms.is_some() || self.max_log_bytes.is_some()
+    }
+}
+
+/// What compaction has removed from a session's log so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// Every entry of the [`COMPACTED_KINDS`] with seq up to this one is gone.
+    pub through: Seq,
+    /// Entries removed in all.
+    pub entries: u64,
+    /// Payload bytes removed in all.
+    pub bytes: u64,
+}
+
+impl Compaction {
+    /// What a reader at `after` misses, if anything.
+    pub fn after(&self, after: Seq) -> Option<moor_protocol::web::Compacted> {
+        (after < self.through && self.entries > 0).then(|| moor_protocol::web::Compacted {
+            after,
+            through: self.through,
+            kinds: COMPACTED_KINDS.iter().map(|k| (*k).to_owned()).collect(),
+            entries: self.entries,
+            bytes: self.bytes,
+        })
+    }
+}
+
+/// What one compaction step did to one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactStep {
+    /// The session's compaction after the step.
+    pub compaction: Compaction,
+    /// Entries this step deleted.
+    pub entries_deleted: u64,
+    /// Payload bytes this step deleted.
+    pub bytes_deleted: u64,
+    /// Nothing more is due for this session now (the step stopped before its budget).
+    pub finished: bool,
+}
+
+/// A session compaction may have work in, with its own policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The session.
+    pub session: SessionId,
+    /// Its own policy.
+    pub policy: Policy,
+}
 
 /// Why an owner's deletion was refused: the session is still running.
 pub const RETIRE_NOT_ENDED: &str =
@@ -92,6 +184,40 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
     /// asked (SQLite with incremental auto-vacuum: up to `pages` pages); Postgres's autovacuum
     /// reuses it by itself.
     async fn reclaim_space(&self, pages: u32) -> StoreResult<()>;
+
+    /// Up to `limit` sessions not deleted with more than [`KEEP_TAIL`] entries past their
+    /// compaction mark and a policy that compacts (their own, or the server's when
+    /// `server_compacts`), most uncompacted first.
+    async fn compact_candidates(
+        &self,
+        server_compacts: bool,
+        limit: u32,
+    ) -> StoreResult<Vec<Candidate>>;
+
+    /// One compaction step of `session` under `policy` (already the stricter of the session's
+    /// and the server's), in one transaction: looks at up to `max_entries` entries past its
+    /// mark, deletes those of the [`COMPACTED_KINDS`] older than `now - compact_after_ms` (or,
+    /// while the log holds more than `max_log_bytes`, the oldest whatever their age) and moves
+    /// the mark. `None` when another node is running a retention or compaction step.
+    async fn compact_session(
+        &self,
+        session: SessionId,
+        policy: Policy,
+        now: i64,
+        max_entries: u32,
+    ) -> StoreResult<Option<CompactStep>>;
+
+    /// The session's own policy and what compaction removed from it.
+    async fn session_policy(&self, session: SessionId) -> StoreResult<(Policy, Compaction)>;
+
+    /// Replaces the session's own policy.
+    async fn set_session_policy(&self, session: SessionId, policy: Policy) -> StoreResult<()>;
+}
+
+/// The reason recorded on a session deleted by its own policy.
+pub fn own_policy_reason(keep_ms: i64) -> String {
+    let days = keep_ms as f64 / 86_400_000.0;
+    format!("its owner asked to keep it for {days} days after it ended")
 }
 
 /// The SQL that differs between engines in [`retention_store!`].
@@ -116,11 +242,15 @@ macro_rules! retention_store {
             use super::$store;
             use $crate::store::access::stored_session;
             use $crate::store::errors::db_error;
+            use moor_protocol::web::COMPACTED_KINDS;
+            use moor_protocol::Seq;
             use $crate::store::retention::{
-                Retired, RetentionDialect, RetentionStore, Sweep, PENDING_PER_BATCH, RETIRE_LIVE,
+                own_policy_reason, Candidate, CompactStep, Compaction, Policy, Retired,
+                RetentionDialect,
+                RetentionStore, Sweep, KEEP_TAIL, PENDING_PER_BATCH, RETIRE_LIVE,
                 RETIRE_NOT_ENDED,
             };
-            use $crate::store::{StoreError, StoreResult};
+            use $crate::store::{seq_bind, StoreError, StoreResult};
 
             type Tx<'a> = sqlx::Transaction<'a, $db>;
 
@@ -252,6 +382,17 @@ macro_rules! retention_store {
                 Ok((deleted, true))
             }
 
+            /// A session's own policy from its row's `keep_ended_ms`, `compact_after_ms` and
+            /// `max_log_bytes`.
+            fn policy_row(r: &<$db as sqlx::Database>::Row) -> StoreResult<Policy> {
+                let max: Option<i64> = r.try_get("max_log_bytes").map_err(db_error)?;
+                Ok(Policy {
+                    keep_ended_ms: r.try_get("keep_ended_ms").map_err(db_error)?,
+                    compact_after_ms: r.try_get("compact_after_ms").map_err(db_error)?,
+                    max_log_bytes: max.map(|b| b.max(0) as u64),
+                })
+            }
+
             #[async_trait::async_trait]
             impl RetentionStore for $store {
                 async fn retire_session(
@@ -309,10 +450,14 @@ macro_rules! retention_store {
                         return Ok(None);
                     }
                     let mut sweep = Sweep::default();
-                    if let Some(before) = ended_before {
-                        let ids: Vec<String> = sqlx::query_scalar(&format!(
-                            "SELECT {S_ID_TEXT} FROM sessions s \
-                             WHERE s.ended_at IS NOT NULL AND s.ended_at < $1 \
+                    {
+                        // The server's bound, or none; a session's own bound applies as well.
+                        let before = ended_before.unwrap_or(i64::MIN);
+                        let rows = sqlx::query(&format!(
+                            "SELECT {S_ID_TEXT} AS id, CAST(CASE WHEN s.ended_at < $1 THEN 0 \
+                             ELSE 1 END AS BIGINT) AS own, s.keep_ended_ms FROM sessions s \
+                             WHERE s.ended_at IS NOT NULL AND (s.ended_at < $1 \
+                             OR (s.keep_ended_ms IS NOT NULL AND s.ended_at < $2 - s.keep_ended_ms)) \
                              AND NOT EXISTS (SELECT 1 FROM retired_sessions r \
                              WHERE r.id = {S_ID_TEXT}) \
                              AND NOT EXISTS (SELECT 1 FROM bridge_leases l \
@@ -326,8 +471,15 @@ macro_rules! retention_store {
                         .fetch_all(&mut *tx)
                         .await
                         .map_err(db_error)?;
-                        for sid in ids {
-                            if retire_in(&mut tx, &sid, now, reason, &mut sweep.orphan_blobs)
+                        for row in rows {
+                            let sid: String = row.try_get("id").map_err(db_error)?;
+                            let own: i64 = row.try_get("own").map_err(db_error)?;
+                            let keep: Option<i64> = row.try_get("keep_ended_ms").map_err(db_error)?;
+                            let why = match keep {
+                                Some(ms) if own != 0 => own_policy_reason(ms),
+                                _ => reason.to_owned(),
+                            };
+                            if retire_in(&mut tx, &sid, now, &why, &mut sweep.orphan_blobs)
                                 .await?
                             {
                                 sweep.retired.push(stored_session(&sid)?);
@@ -384,6 +536,244 @@ macro_rules! retention_store {
 
                 async fn reclaim_space(&self, pages: u32) -> StoreResult<()> {
                     self.vacuum_pages(pages).await
+                }
+
+                async fn compact_candidates(
+                    &self,
+                    server_compacts: bool,
+                    limit: u32,
+                ) -> StoreResult<Vec<Candidate>> {
+                    let rows = sqlx::query(&format!(
+                        "SELECT {S_ID_TEXT} AS id, s.keep_ended_ms, s.compact_after_ms, \
+                         s.max_log_bytes FROM sessions s \
+                         WHERE s.head_seq > s.compacted_through + $1 \
+                         AND ($2 = 1 OR s.compact_after_ms IS NOT NULL \
+                         OR s.max_log_bytes IS NOT NULL) \
+                         AND NOT EXISTS (SELECT 1 FROM retired_sessions r \
+                         WHERE r.id = {S_ID_TEXT}) \
+                         ORDER BY s.head_seq - s.compacted_through DESC LIMIT $3"
+                    ))
+                    .bind(KEEP_TAIL as i64)
+                    .bind(i64::from(server_compacts))
+                    .bind(i64::from(limit))
+                    .fetch_all(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(Candidate {
+                                session: stored_session(
+                                    &r.try_get::<String, _>("id").map_err(db_error)?,
+                                )?,
+                                policy: policy_row(r)?,
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn compact_session(
+                    &self,
+                    session: SessionId,
+                    policy: Policy,
+                    now: i64,
+                    max_entries: u32,
+                ) -> StoreResult<Option<CompactStep>> {
+                    let sid = session.to_string();
+                    let budget = i64::from(max_entries.max(1));
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    if !$store::lock_retention(&mut tx).await? {
+                        return Ok(None);
+                    }
+                    let row = sqlx::query(&format!(
+                        "SELECT head_seq, compacted_through, compacted_entries, compacted_bytes, \
+                         sized_through, sized_bytes FROM sessions WHERE {ID_IS}"
+                    ))
+                    .bind(&sid)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .ok_or(StoreError::NotFound)?;
+                    let get = |c: &str| -> StoreResult<i64> { row.try_get(c).map_err(db_error) };
+                    let head = get("head_seq")?;
+                    let mut compaction = Compaction {
+                        through: Seq(get("compacted_through")?.max(0) as u64),
+                        entries: get("compacted_entries")?.max(0) as u64,
+                        bytes: get("compacted_bytes")?.max(0) as u64,
+                    };
+                    let mut sized_through = get("sized_through")?;
+                    let mut sized_bytes = get("sized_bytes")?;
+                    let snapshot: Option<i64> = sqlx::query_scalar(&format!(
+                        "SELECT head_seq FROM state_snapshots WHERE {ROWS_OF}"
+                    ))
+                    .bind(&sid)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    // Never past the fold's snapshot, never into the newest entries.
+                    let upto = (head - KEEP_TAIL as i64).min(snapshot.unwrap_or(0));
+                    // Count what the log holds, forward from where the count stopped.
+                    let mut sized_all = true;
+                    if policy.max_log_bytes.is_some() && sized_through < head {
+                        let sized = sqlx::query(&format!(
+                            "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) AS bytes, \
+                             CAST(COUNT(*) AS BIGINT) AS n, CAST(MAX(seq) AS BIGINT) AS last \
+                             FROM (SELECT seq, octet_length(payload) AS size FROM entries \
+                             WHERE {ROWS_OF} AND seq > $2 ORDER BY seq LIMIT $3) AS t"
+                        ))
+                        .bind(&sid)
+                        .bind(sized_through)
+                        .bind(budget)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
+                        let n: i64 = sized.try_get("n").map_err(db_error)?;
+                        if n > 0 {
+                            sized_bytes += sized.try_get::<i64, _>("bytes").map_err(db_error)?;
+                            sized_through = sized
+                                .try_get::<Option<i64>, _>("last")
+                                .map_err(db_error)?
+                                .unwrap_or(sized_through);
+                        }
+                        sized_all = n < budget;
+                    }
+                    let mut excess = match policy.max_log_bytes {
+                        Some(cap) => sized_bytes.saturating_sub(i64::try_from(cap).unwrap_or(i64::MAX)),
+                        None => 0,
+                    };
+                    let cutoff = policy.compact_after_ms.map(|ms| now.saturating_sub(ms));
+                    let from = seq_bind(compaction.through);
+                    let rows = if upto > from {
+                        sqlx::query(&format!(
+                            "SELECT seq, ts, kind, CAST(octet_length(payload) AS BIGINT) AS size \
+                             FROM entries WHERE {ROWS_OF} AND seq > $2 AND seq <= $3 \
+                             ORDER BY seq LIMIT $4"
+                        ))
+                        .bind(&sid)
+                        .bind(from)
+                        .bind(upto)
+                        .bind(budget)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(db_error)?
+                    } else {
+                        Vec::new()
+                    };
+                    let mut finished = (rows.len() as i64) < budget;
+                    let (mut through, mut deleted, mut bytes, mut sized_freed) = (from, 0u64, 0i64, 0i64);
+                    for r in &rows {
+                        let seq: i64 = r.try_get("seq").map_err(db_error)?;
+                        let ts: i64 = r.try_get("ts").map_err(db_error)?;
+                        let due = excess > 0 || cutoff.is_some_and(|c| ts < c);
+                        if !due {
+                            finished = true;
+                            break;
+                        }
+                        let kind: String = r.try_get("kind").map_err(db_error)?;
+                        if COMPACTED_KINDS.contains(&kind.as_str()) {
+                            let size: i64 = r.try_get("size").map_err(db_error)?;
+                            deleted += 1;
+                            bytes += size;
+                            excess -= size;
+                            if seq <= sized_through {
+                                sized_freed += size;
+                            }
+                        }
+                        through = seq;
+                    }
+                    // While the count is behind, the cap's excess is not known in full.
+                    finished = finished && (sized_all || policy.max_log_bytes.is_none());
+                    if through == from && sized_through == get("sized_through")? {
+                        return Ok(Some(CompactStep {
+                            compaction,
+                            entries_deleted: 0,
+                            bytes_deleted: 0,
+                            finished: true,
+                        }));
+                    }
+                    let removed = sqlx::query(&format!(
+                        "DELETE FROM entries WHERE {ROWS_OF} AND seq > $2 AND seq <= $3 \
+                         AND kind IN ($4, $5)"
+                    ))
+                    .bind(&sid)
+                    .bind(from)
+                    .bind(through)
+                    .bind(COMPACTED_KINDS[0])
+                    .bind(COMPACTED_KINDS[1])
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected();
+                    debug_assert_eq!(removed, deleted);
+                    compaction.through = Seq(through as u64);
+                    compaction.entries += deleted;
+                    compaction.bytes += bytes.max(0) as u64;
+                    sqlx::query(&format!(
+                        "UPDATE sessions SET compacted_through = $2, compacted_entries = $3, \
+                         compacted_bytes = $4, sized_through = $5, sized_bytes = $6 WHERE {ID_IS}"
+                    ))
+                    .bind(&sid)
+                    .bind(through)
+                    .bind(compaction.entries as i64)
+                    .bind(compaction.bytes as i64)
+                    .bind(sized_through)
+                    .bind((sized_bytes - sized_freed).max(0))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(Some(CompactStep {
+                        compaction,
+                        entries_deleted: deleted,
+                        bytes_deleted: bytes.max(0) as u64,
+                        finished,
+                    }))
+                }
+
+                async fn session_policy(
+                    &self,
+                    session: SessionId,
+                ) -> StoreResult<(Policy, Compaction)> {
+                    let row = sqlx::query(&format!(
+                        "SELECT keep_ended_ms, compact_after_ms, max_log_bytes, \
+                         compacted_through, compacted_entries, compacted_bytes \
+                         FROM sessions WHERE {ID_IS}"
+                    ))
+                    .bind(session.to_string())
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?
+                    .ok_or(StoreError::NotFound)?;
+                    let get = |c: &str| -> StoreResult<i64> { row.try_get(c).map_err(db_error) };
+                    Ok((
+                        policy_row(&row)?,
+                        Compaction {
+                            through: Seq(get("compacted_through")?.max(0) as u64),
+                            entries: get("compacted_entries")?.max(0) as u64,
+                            bytes: get("compacted_bytes")?.max(0) as u64,
+                        },
+                    ))
+                }
+
+                async fn set_session_policy(
+                    &self,
+                    session: SessionId,
+                    policy: Policy,
+                ) -> StoreResult<()> {
+                    let done = sqlx::query(&format!(
+                        "UPDATE sessions SET keep_ended_ms = $2, compact_after_ms = $3, \
+                         max_log_bytes = $4 WHERE {ID_IS}"
+                    ))
+                    .bind(session.to_string())
+                    .bind(policy.keep_ended_ms)
+                    .bind(policy.compact_after_ms)
+                    .bind(policy.max_log_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)))
+                    .execute(self.writes())
+                    .await
+                    .map_err(db_error)?;
+                    if done.rows_affected() == 0 {
+                        return Err(StoreError::NotFound);
+                    }
+                    Ok(())
                 }
             }
         }

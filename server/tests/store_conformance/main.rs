@@ -9,6 +9,7 @@
 
 mod bounds;
 mod checkpoint_scope;
+mod compaction;
 mod group;
 mod leases;
 mod nodes;
@@ -137,6 +138,10 @@ conformance!(
     ended_sessions_past_retention_are_deleted_in_bounded_batches_live_ones_kept,
     an_owner_deletes_only_an_ended_session_without_a_live_bridge,
     retention_batches_raced_from_two_nodes_do_each_batch_once,
+    old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_missing,
+    a_log_over_its_cap_loses_its_oldest_compactable_entries_whatever_their_age,
+    compaction_never_passes_the_snapshot_nor_the_newest_entries,
+    a_sessions_own_policy_is_stored_and_candidates_follow_it,
 );
 
 /// Postgres only: a SQLite deployment moves to Postgres with `moord migrate-store`.

@@ -16,6 +16,7 @@ use serde_json::json;
 use super::Db;
 pub use crate::bounds::*;
 pub use crate::checkpoint_scope::*;
+pub use crate::compaction::*;
 pub use crate::group::*;
 pub use crate::leases::*;
 pub use crate::nodes::*;
