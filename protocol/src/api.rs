@@ -276,6 +276,27 @@ pub struct SessionRetention {
     pub compacted_bytes: u64,
 }
 
+/// `POST /api/v1/retention/run`: what one retention and compaction run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RetentionRun {
+    /// Sessions the policies deleted in this run.
+    pub retired_sessions: u64,
+    /// Deleted sessions whose last rows this run removed.
+    pub finished_sessions: u64,
+    /// Entries of deleted sessions removed.
+    pub entries_deleted: u64,
+    /// Blob files no checkpoint named any more, removed.
+    pub blobs_deleted: u64,
+    /// Sessions compaction removed entries from.
+    pub compacted_sessions: u64,
+    /// Entries compaction removed.
+    pub compacted_entries: u64,
+    /// Payload bytes compaction removed.
+    pub compacted_bytes: u64,
+}
+
 /// `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]

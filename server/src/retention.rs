@@ -41,6 +41,21 @@ pub struct Run {
     pub compacted: Compacted,
 }
 
+impl Run {
+    /// Its figures, as the API and `moord gc` report them.
+    pub fn figures(&self) -> moor_protocol::api::RetentionRun {
+        moor_protocol::api::RetentionRun {
+            retired_sessions: self.sweep.retired.len() as u64,
+            finished_sessions: self.sweep.finished.len() as u64,
+            entries_deleted: self.sweep.entries_deleted,
+            blobs_deleted: self.sweep.orphan_blobs.len() as u64,
+            compacted_sessions: self.compacted.sessions,
+            compacted_entries: self.compacted.entries,
+            compacted_bytes: self.compacted.bytes,
+        }
+    }
+}
+
 /// The reason the policy records on a session it deletes.
 pub fn policy_reason(keep: Duration) -> String {
     let days = keep.as_secs_f64() / 86_400.0;

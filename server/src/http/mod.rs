@@ -41,6 +41,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::get, sessions::delete))
         .routes(routes!(sessions::entries))
         .routes(routes!(retention::get, retention::put))
+        .routes(routes!(retention::run))
         .routes(routes!(inputs::create))
         .routes(routes!(recovery::brief))
         .routes(routes!(recovery::transcript))

@@ -1,14 +1,17 @@
-//! A session's own retention policy: `GET` and `PUT /api/v1/sessions/{id}/retention`. The owner
-//! may ask for a session to be deleted sooner after it ends, compacted sooner, or capped
-//! smaller than the server's policy says, never kept longer: the stricter bound applies.
+//! Retention over HTTP: a session's own policy (`GET` and `PUT /api/v1/sessions/{id}/retention`)
+//! and a run on request (`POST /api/v1/retention/run`, administrators). The owner may ask for a
+//! session to be deleted sooner after it ends, compacted sooner, or capped smaller than the
+//! server's policy says, never kept longer: the stricter bound applies.
 //!
-//! Part of the HTTP transport: calls `access`, `config` and `store`; never `sse` or `ws`.
+//! Part of the HTTP transport: calls `access`, `config`, `retention`, `blobs` and `store`; never
+//! `sse` or `ws`.
 
 use axum::extract::{Path, State};
-use moor_protocol::api::{RetentionPolicy, Role, SessionRetention};
+use moor_protocol::api::{RetentionPolicy, RetentionRun, Role, SessionRetention};
 use moor_protocol::SessionId;
 
 use crate::access::{session_for, AuthUser};
+use crate::blobs::BlobStore;
 use crate::error::ApiError;
 use crate::extract::Json;
 use crate::state::AppState;
@@ -68,6 +71,28 @@ pub(super) async fn put(
         .await?;
     tracing::info!(session = %session.id, by = %who.name, ?policy, "session retention set");
     answer(&state, session.id).await
+}
+
+/// `POST /api/v1/retention/run` (administrators): one retention and compaction run now, on
+/// this node, with the server's policy; answers what it did.
+#[utoipa::path(
+    post, path = "/retention/run", operation_id = "runRetention", tag = "server",
+    responses(
+        (status = 200, description = "What the run did", body = RetentionRun),
+        crate::openapi::Unauthorized, crate::openapi::Forbidden,
+    )
+)]
+pub(super) async fn run(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+) -> Result<Json<RetentionRun>, ApiError> {
+    if !who.admin {
+        return Err(ApiError::Forbidden);
+    }
+    let blobs = BlobStore::new(&state.config.data_dir);
+    let run = crate::retention::run_once(&state.store, &blobs, &state.config.retention).await?;
+    tracing::info!(by = %who.name, ?run, "retention run on request");
+    Ok(Json(run.figures()))
 }
 
 async fn answer(state: &AppState, session: SessionId) -> Result<Json<SessionRetention>, ApiError> {

@@ -137,6 +137,12 @@ impl SqliteStore {
             .execute(&self.writer)
             .await
             .map_err(db_error)?;
+        // The file shrinks only when the WAL is copied back; a reader still on an older
+        // snapshot leaves the rest for the next checkpoint.
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
         Ok(())
     }
 
