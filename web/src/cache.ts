@@ -1,10 +1,13 @@
 // The last window of every session this device opened, kept in IndexedDB: its newest entries
-// (a contiguous run, at most WINDOW_ENTRIES of them), the session's info and derived state, and
-// when they were stored. A reload — offline, or with the server down — draws the transcript, the
-// terminal and the composer from it at once, and the stream resumes after its newest entry
-// instead of starting over. What is stored is only ever what the server sent: a window that is
-// not contiguous is cut to its newest contiguous run; access removed deletes it.
+// (a run with no unexplained gap, at most WINDOW_ENTRIES of them), the session's info, derived
+// state and compaction mark, and when they were stored. A reload — offline, or with the server
+// down — draws the transcript, the terminal and the composer from it at once, and the stream
+// resumes after its newest entry instead of starting over. What is stored is only ever what the
+// server sent: a window with a gap that the stored compaction mark does not explain (or that an
+// entry too large to keep left) is cut to its newest run without one; access removed deletes it.
 
+import { bridged } from "./compaction";
+import type { Compacted } from "./protocol/Compacted";
 import type { Entry } from "./protocol/Entry";
 import type { SessionInfo } from "./protocol/SessionInfo";
 import type { SessionState } from "./protocol/SessionState";
@@ -22,26 +25,46 @@ export interface StoredMeta {
   state: SessionState | null;
   /** When this device last heard from the server about the session (ms). */
   at: number;
+  /**
+   * The furthest compaction mark the server named for the session's log: the gaps it explains
+   * are part of the stored window (absent in windows stored before compaction existed).
+   */
+  compacted?: Compacted | null;
 }
 
 export interface StoredWindow {
   meta: StoredMeta;
-  /** Contiguous, ascending. */
+  /** Ascending; gaps only where `meta.compacted` explains them. */
   entries: Entry[];
 }
 
-/** The newest contiguous run of `entries` (ascending by seq), at most `max` long. */
-export function contiguousTail(entries: Entry[], max = WINDOW_ENTRIES): Entry[] {
-  const sorted = [...entries].sort((a, b) => a.seq - b.seq);
-  let start = sorted.length - 1;
-  if (start < 0) return [];
-  while (start > 0 && sorted[start - 1].seq === sorted[start].seq - 1 && sorted.length - start < max) start--;
-  return sorted.slice(start);
+/** Stands in the store for an entry too large to keep: no run of the window crosses it. */
+export interface Cut {
+  seq: number;
+  cut: true;
 }
 
-/** A stored row without its session key: the entry as the server sent it. */
-function strip({ session: _s, ...e }: Entry & { session: string }): Entry {
-  return e as Entry;
+const isCut = (r: Entry | Cut): r is Cut => "cut" in r;
+
+/**
+ * The newest run of `rows` (by seq) with no gap `mark` does not explain and no cut, at most
+ * `max` long. A cut at the very top is left out (the stream fetches that entry again).
+ */
+export function contiguousTail(rows: (Entry | Cut)[], max = WINDOW_ENTRIES, mark: Compacted | null = null): Entry[] {
+  const sorted = [...rows].sort((a, b) => a.seq - b.seq);
+  let end = sorted.length;
+  while (end > 0 && isCut(sorted[end - 1])) end--;
+  let start = end - 1;
+  if (start < 0) return [];
+  while (start > 0 && !isCut(sorted[start - 1]) && bridged(sorted[start - 1].seq, sorted[start].seq, mark) && end - start < max) start--;
+  return sorted.slice(start, end) as Entry[];
+}
+
+type Row = (Entry | Cut) & { session: string };
+
+/** A stored row without its session key: the entry as the server sent it (or a cut). */
+function strip({ session: _s, ...e }: Row): Entry | Cut {
+  return e as Entry | Cut;
 }
 
 function req<T>(r: IDBRequest<T>): Promise<T> {
@@ -92,10 +115,10 @@ export class WindowCache {
     const tx = this.db.transaction(["meta", "entries"], "readonly");
     const [meta, rows] = await Promise.all([
       req(tx.objectStore("meta").get(session) as IDBRequest<StoredMeta | undefined>),
-      req(tx.objectStore("entries").getAll(this.range(session)) as IDBRequest<(Entry & { session: string })[]>),
+      req(tx.objectStore("entries").getAll(this.range(session)) as IDBRequest<Row[]>),
     ]);
     if (!meta) return null;
-    const entries = contiguousTail(rows.map(strip));
+    const entries = contiguousTail(rows.map(strip), WINDOW_ENTRIES, meta.compacted ?? null);
     return { meta, entries };
   }
 
@@ -114,28 +137,33 @@ export class WindowCache {
     if (!meta) return null;
     if (!last) return { meta, entries: [] };
     const hi = (last.key as [string, number])[1];
-    const rows = await req(entries.getAll(this.range(session, Math.max(0, hi - n + 1), hi)) as IDBRequest<(Entry & { session: string })[]>);
-    return { meta, entries: contiguousTail(rows.map(strip), n) };
+    const rows = await req(entries.getAll(this.range(session, Math.max(0, hi - n + 1), hi)) as IDBRequest<Row[]>);
+    return { meta, entries: contiguousTail(rows.map(strip), n, meta.compacted ?? null) };
   }
 
   /**
-   * The stored entries right below `lo`, at most `max`: the newest contiguous run of them if it
-   * ends at `lo - 1`, else none (the part of the window a tail read left out).
+   * The stored entries right below `lo` (seqs from `lo - max`), at most `max`: their newest run
+   * if it reaches up to `lo` (next to it, or across a gap `mark` explains), else none (the part
+   * of the window a tail read left out).
    */
-  async loadBefore(session: string, lo: number, max: number): Promise<Entry[]> {
+  async loadBefore(session: string, lo: number, max: number, mark: Compacted | null = null): Promise<Entry[]> {
     if (lo <= 1 || max <= 0) return [];
     const tx = this.db.transaction("entries", "readonly");
-    const rows = await req(tx.objectStore("entries").getAll(this.range(session, Math.max(0, lo - max), lo - 1)) as IDBRequest<(Entry & { session: string })[]>);
-    const run = contiguousTail(rows.map(strip), max);
-    return run.length && run[run.length - 1].seq === lo - 1 ? run : [];
+    const rows = (await req(tx.objectStore("entries").getAll(this.range(session, Math.max(0, lo - max), lo - 1)) as IDBRequest<Row[]>)).map(strip);
+    const top = rows[rows.length - 1];
+    if (!top || isCut(top) || !bridged(top.seq, lo, mark)) return [];
+    return contiguousTail(rows, max, mark);
   }
 
-  /** Stores entries the window gained (either end), and trims below the newest WINDOW_ENTRIES. */
+  /**
+   * Stores entries the window gained (either end), and trims below the newest WINDOW_ENTRIES.
+   * An entry too large to keep is stored as a cut, so no stored run is taken across it.
+   */
   async add(session: string, entries: Entry[], hi: number): Promise<void> {
-    const keep = entries.filter((e) => e.seq > hi - WINDOW_ENTRIES && JSON.stringify(e.payload).length <= ENTRY_MAX_BYTES);
+    const keep = entries.filter((e) => e.seq > hi - WINDOW_ENTRIES);
     const tx = this.db.transaction("entries", "readwrite");
     const store = tx.objectStore("entries");
-    for (const e of keep) store.put({ ...e, session });
+    for (const e of keep) store.put(JSON.stringify(e.payload).length <= ENTRY_MAX_BYTES ? { ...e, session } : { seq: e.seq, cut: true, session });
     if (hi > WINDOW_ENTRIES) store.delete(this.range(session, 0, hi - WINDOW_ENTRIES));
     await done(tx);
   }

@@ -2,9 +2,12 @@
 // grow one text item, a tool call and its result share one card, a permission request becomes a
 // card its resolution updates, an input carries its receipts. Unknown kinds are shown, not
 // dropped. Every item remembers the seq that created it and counts the entries folded into it.
+// Where log compaction left the entries with a gap, a notice item says what is missing.
 
+import { GapNotes } from "./compaction";
 import { typed } from "./entries";
 import type { CheckpointSummary } from "./protocol/CheckpointSummary";
+import type { Compacted } from "./protocol/Compacted";
 import type { Entry } from "./protocol/Entry";
 import type { JsonValue } from "./protocol/serde_json/JsonValue";
 import type { Todo } from "./protocol/Todo";
@@ -47,6 +50,8 @@ export type Item = Base &
     | { t: "sys"; text: string; level: "info" | "warn" | "bad" | "ok" }
     | { t: "checkpoint"; payload: CheckpointSummary }
     | { t: "raw"; kind: string; payload: JsonValue }
+    /** Compaction removed entries after seq `after` (its `seq`); `mark`: the newest the server named. */
+    | { t: "compacted"; after: number; mark: Compacted }
   );
 
 type P = Record<string, JsonValue>;
@@ -112,22 +117,33 @@ export class ItemModel {
   private inputs = new Map<number, Item & { t: "input" }>();
   /** Receipts that arrived for inputs not (yet) in the model, e.g. above a page boundary. */
   private orphanReceipts = new Map<number, [Receipt, string | null]>();
+  /** Where compaction notices go, and the mark they show. */
+  private gaps = new GapNotes(null, null);
+  private notices: (Item & { t: "compacted" })[] = [];
 
-  /** Rebuilds from scratch (after older entries were prepended). */
-  rebuild(entries: Entry[]): void {
+  /**
+   * Rebuilds from scratch (after older entries were prepended). `after`: the seq the entries
+   * follow (0 at the log's start; null: unknown); `mark`: the compaction mark known.
+   */
+  rebuild(entries: Entry[], after: number | null = null, mark: Compacted | null = null): void {
     this.items = [];
     this.texts.clear();
     this.tools.clear();
     this.perms.clear();
     this.inputs.clear();
     this.orphanReceipts.clear();
+    this.notices = [];
+    this.gaps = new GapNotes(after, mark);
     this.apply(entries);
+    this.noticeAtEnd();
   }
 
   /** Folds entries in; returns the items that changed (new ones are appended to `items`). */
   apply(entries: Entry[]): Set<Item> {
     const changed = new Set<Item>();
     for (const e of entries) {
+      const gap = this.gaps.step(e);
+      if (gap !== null) changed.add(this.notice(gap, e.ts));
       if (SETTLING.has(e.kind)) this.settle(changed);
       const it = this.one(e);
       if (it) {
@@ -136,6 +152,37 @@ export class ItemModel {
       }
     }
     return changed;
+  }
+
+  /**
+   * The server named a compaction mark (a reset at the cursor): the notices show it, and one
+   * goes at the end if what follows the last entry may be gone. Returns the items that changed.
+   */
+  compact(mark: Compacted): Set<Item> {
+    const changed = new Set<Item>();
+    if (!this.gaps.note(mark)) return changed;
+    for (const n of this.notices) {
+      n.mark = this.gaps.mark as Compacted;
+      n.v += 1;
+      changed.add(n);
+    }
+    const end = this.noticeAtEnd();
+    if (end) changed.add(end);
+    return changed;
+  }
+
+  private noticeAtEnd(): Item | null {
+    if (!this.gaps.tail()) return null;
+    const last = this.items[this.items.length - 1];
+    return this.notice(this.gaps.reached ?? 0, last?.ts ?? 0);
+  }
+
+  /** A notice that entries after seq `after` were compacted, appended to the items. */
+  private notice(after: number, ts: number): Item & { t: "compacted" } {
+    const item: Item & { t: "compacted" } = { key: `c${after}`, seq: after, ts, v: 1, t: "compacted", after, mark: this.gaps.mark as Compacted };
+    this.items.push(item);
+    this.notices.push(item);
+    return item;
   }
 
   /** Marks running tools interrupted and undecided requests expired (see `SETTLING`). */

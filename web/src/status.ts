@@ -146,6 +146,8 @@ function streamBanner(s: Status, o: DescribeOpts): Banner {
       }
       return { state: "live", cls: "ok", text: "Live" };
     case "catching-up":
+      // With compaction, `missed` counts seqs, some of them no longer stored: fewer are coming.
+      if (st.compacted) return { state: "catching-up", cls: "warn", text: `Catching up: ${st.got} of at most ${st.missed} missed entries (some were compacted on the server)` };
       return { state: "catching-up", cls: "warn", text: `Catching up: ${st.got} of ${st.missed} missed entries` };
     default:
       break;

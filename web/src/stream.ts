@@ -1,8 +1,14 @@
 // The page's own live stream of a session: SSE read through fetch, resumed from the window's last
 // seq after every failure, with a watchdog that treats silence as death. Its status is the truth
 // the stream banner shows: it never says "live" while nothing proves it.
+//
+// A reset names a cursor the server cannot honour as it is. Without `compacted`, the stream ends
+// and the view starts again elsewhere. With `compacted`, log compaction removed entries after the
+// cursor: the view learns what is missing and the stream goes on with the kept entries (several
+// such resets may come in one stream, as compaction moves on while it is read).
 
 import { api, ApiError, authFetch } from "./api";
+import type { Compacted } from "./protocol/Compacted";
 import type { Entry } from "./protocol/Entry";
 import type { Reset } from "./protocol/Reset";
 import type { SessionInfo } from "./protocol/SessionInfo";
@@ -12,7 +18,12 @@ import { GapError } from "./window";
 
 export type StreamStatus =
   | { kind: "connecting" }
-  | { kind: "catching-up"; missed: number; got: number; resumed: boolean }
+  /**
+   * `missed`: seqs between the cursor and the head at connect; `got`: entries received of them.
+   * `compacted`: compaction removed some of them, so fewer than `missed` are coming.
+   */
+  | { kind: "catching-up"; missed: number; got: number; resumed: boolean; compacted?: boolean }
+  /** `replayed`: entries received while catching up. */
   | { kind: "live"; replayed: number; resumed: boolean; since: number }
   /** `unreachable`: the last attempt could not reach the server at all (not a dropped stream). */
   | { kind: "reconnecting"; attempt: number; reason: string; since: number; unreachable?: boolean }
@@ -24,13 +35,19 @@ export type StreamStatus =
 export interface StreamHooks {
   /** The seq the stream must resume after (the window's hi). */
   cursor(): number;
-  /** Entries above the cursor, in order (the hook appends them; a gap throws). */
+  /** Entries above the cursor, in order (the hook appends them; an unexplained gap throws). */
   onEntries(entries: Entry[]): void;
   onState(state: SessionState): void;
   /** Fetched before every (re)connect: head, bridge, name. */
   onInfo(info: SessionInfo): void;
-  /** The cursor cannot be honoured; the hook re-anchors before the next connect. */
+  /** The cursor cannot be honoured (a reset without `compacted`); the hook re-anchors before the next connect. */
   onReset(reset: Reset): void;
+  /**
+   * Compaction removed entries of `compacted.kinds` after the cursor, up to `compacted.through`
+   * (a reset with `compacted`): the stream goes on, and the kept entries that follow come with
+   * gaps the hook must take.
+   */
+  onCompacted(compacted: Compacted, reset: Reset): void;
   onStatus(status: StreamStatus): void;
 }
 
@@ -266,13 +283,31 @@ export class LiveStream {
     }
     performance.mark("moor:stream-open");
     this.opened = true;
+    // Seqs are not entries once compaction ran: progress counts the entries received, and the
+    // stream is caught up when the cursor reaches the head at connect. When compaction reaches
+    // the head, the entries up to it may all be gone and the cursor may never get there: then the
+    // server going quiet (a keep-alive: it had nothing left to send) says the replay is over.
     const missed = Math.max(0, head - after);
+    let got = 0;
+    /** The furthest compaction mark this stream named (0: none). */
+    let compactedThrough = 0;
     const caughtUp = () => {
       this.failures = 0;
-      this.setStatus({ kind: "live", replayed: missed, resumed, since: Date.now() });
+      this.setStatus({ kind: "live", replayed: got, resumed, since: Date.now() });
     };
+    const progress = () => this.setStatus({ kind: "catching-up", missed, got, resumed, compacted: compactedThrough > 0 || undefined });
     if (missed === 0) caughtUp();
-    else this.setStatus({ kind: "catching-up", missed, got: 0, resumed });
+    else progress();
+    const deliver = (batch: Entry[]) => {
+      if (!resumed && this.failures === 0) performance.mark("moor:first-entry");
+      const from = this.hooks.cursor();
+      this.hooks.onEntries(batch);
+      if (this.status.kind !== "catching-up") return;
+      const to = Math.min(head, this.hooks.cursor());
+      got += batch.filter((e) => e.seq > from && e.seq <= to).length;
+      if (this.hooks.cursor() >= head) caughtUp();
+      else progress();
+    };
     const reader = res.body.getReader();
     const parser = new SseParser();
     try {
@@ -286,22 +321,22 @@ export class LiveStream {
           if (ev.event === "state") {
             this.hooks.onState(JSON.parse(ev.data) as SessionState);
           } else if (ev.event === "reset") {
-            if (batch.length) this.hooks.onEntries(batch.splice(0));
-            this.hooks.onReset(JSON.parse(ev.data) as Reset);
-            throw new Error("the server reset the cursor");
+            // The entries before it are below its cursor: they go first.
+            if (batch.length) deliver(batch.splice(0));
+            const reset = JSON.parse(ev.data) as Reset;
+            if (!reset.compacted) {
+              this.hooks.onReset(reset);
+              throw new Error("the server reset the cursor");
+            }
+            compactedThrough = Math.max(compactedThrough, reset.compacted.through);
+            this.hooks.onCompacted(reset.compacted, reset);
+            if (this.status.kind === "catching-up") progress();
           } else {
             batch.push(JSON.parse(ev.data) as Entry);
           }
         }
-        if (batch.length) {
-          if (!resumed && this.failures === 0) performance.mark("moor:first-entry");
-          this.hooks.onEntries(batch);
-          if (this.status.kind === "catching-up") {
-            const got = this.hooks.cursor() - after;
-            if (this.hooks.cursor() >= head) caughtUp();
-            else this.setStatus({ kind: "catching-up", missed, got, resumed });
-          }
-        }
+        if (batch.length) deliver(batch);
+        if (this.status.kind === "catching-up" && compactedThrough >= head && out.comments.includes("keep-alive")) caughtUp();
       }
     } finally {
       if (this.ctrl === ctrl) this.ctrl = null;

@@ -1,6 +1,7 @@
 import "fake-indexeddb/auto";
 import { describe, expect, it } from "vitest";
-import { contiguousTail, WINDOW_ENTRIES, WINDOW_SESSIONS, WindowCache } from "../src/cache";
+import { contiguousTail, ENTRY_MAX_BYTES, WINDOW_ENTRIES, WINDOW_SESSIONS, WindowCache } from "../src/cache";
+import type { Compacted } from "../src/protocol/Compacted";
 import type { Entry } from "../src/protocol/Entry";
 import type { SessionInfo } from "../src/protocol/SessionInfo";
 
@@ -9,6 +10,7 @@ const run = (from: number, to: number) => Array.from({ length: to - from + 1 }, 
 let n = 0;
 const open = async () => (await WindowCache.open(`test-${++n}`)) as WindowCache;
 const meta = (session: string, at: number) => ({ session, info: { id: session, name: session } as unknown as SessionInfo, state: null, at });
+const mark = (through: number): Compacted => ({ after: 0, through, kinds: ["agent.pty.output", "agent.text.delta"], entries: 3, bytes: 300 });
 
 describe("contiguousTail", () => {
   it("keeps the newest contiguous run, at most max", () => {
@@ -16,6 +18,19 @@ describe("contiguousTail", () => {
     expect(contiguousTail([entry(1), entry(2), entry(5), entry(6)]).map((e) => e.seq)).toEqual([5, 6]);
     expect(contiguousTail(run(1, 10), 4).map((e) => e.seq)).toEqual([7, 8, 9, 10]);
     expect(contiguousTail([])).toEqual([]);
+  });
+
+  it("takes gaps a compaction mark explains, not those above it, nor a cut", () => {
+    const gappy = [entry(1), entry(2), entry(5), entry(9), entry(10)];
+    expect(contiguousTail(gappy).map((e) => e.seq)).toEqual([9, 10]);
+    expect(contiguousTail(gappy, WINDOW_ENTRIES, mark(4)).map((e) => e.seq)).toEqual([9, 10]); // 6..8 are above it
+    expect(contiguousTail([entry(1), entry(2), entry(5), entry(6)], WINDOW_ENTRIES, mark(4)).map((e) => e.seq)).toEqual([1, 2, 5, 6]);
+    expect(contiguousTail(gappy, WINDOW_ENTRIES, mark(8)).map((e) => e.seq)).toEqual([1, 2, 5, 9, 10]);
+    expect(contiguousTail(gappy, 2, mark(8)).map((e) => e.seq)).toEqual([9, 10]);
+    // An entry too large to keep, even below the mark: the run stops there.
+    expect(contiguousTail([entry(1), { seq: 3, cut: true }, entry(5), entry(9)], WINDOW_ENTRIES, mark(8)).map((e) => e.seq)).toEqual([5, 9]);
+    // A cut at the top: the run below it (the stream fetches that entry again).
+    expect(contiguousTail([entry(5), entry(9), { seq: 10, cut: true }], WINDOW_ENTRIES, mark(8)).map((e) => e.seq)).toEqual([5, 9]);
   });
 });
 
@@ -91,5 +106,34 @@ describe("WindowCache", () => {
     expect((await c.load("a"))?.entries).toEqual([]);
     await c.forget("b");
     expect(await c.load("b")).toBeNull();
+  });
+
+  it("gives back a window with compacted gaps, as far as the stored mark explains them", async () => {
+    const c = await open();
+    const kept = [...run(1, 3), entry(7), entry(12), ...run(20, 25)];
+    await c.add("s", kept, 25);
+    await c.saveMeta(meta("s", 1));
+    // No mark stored (a window from before compaction): cut at the newest gap.
+    expect((await c.load("s"))?.entries.map((e) => e.seq)).toEqual(run(20, 25).map((e) => e.seq));
+    await c.saveMeta({ ...meta("s", 2), compacted: mark(19) });
+    const w = await c.load("s");
+    expect(w?.meta.compacted).toEqual(mark(19));
+    expect(w?.entries.map((e) => e.seq)).toEqual(kept.map((e) => e.seq));
+    // The first screen, then the rest below it across the gaps.
+    const tail = await c.loadTail("s", 10);
+    expect(tail?.entries.map((e) => e.seq)).toEqual(run(20, 25).map((e) => e.seq));
+    expect((await c.loadBefore("s", 20, 100)).map((e) => e.seq)).toEqual([]);
+    expect((await c.loadBefore("s", 20, 100, mark(19))).map((e) => e.seq)).toEqual([1, 2, 3, 7, 12]);
+    expect((await c.loadBefore("s", 20, 100, mark(10))).map((e) => e.seq)).toEqual([]);
+  });
+
+  it("stores an entry too large to keep as a cut that no restored run crosses", async () => {
+    const c = await open();
+    const big: Entry = { ...entry(5), payload: { text: "x".repeat(ENTRY_MAX_BYTES + 1), stream: "stdout" } as Entry["payload"] };
+    await c.add("s", [...run(1, 4), big, entry(6), entry(9)], 9);
+    await c.saveMeta({ ...meta("s", 1), compacted: mark(8) });
+    expect((await c.load("s"))?.entries.map((e) => e.seq)).toEqual([6, 9]);
+    expect(await c.loadBefore("s", 6, 100, mark(8))).toEqual([]);
+    expect((await c.loadBefore("s", 5, 100, mark(8))).map((e) => e.seq)).toEqual([1, 2, 3, 4]);
   });
 });

@@ -151,6 +151,13 @@ group("the issue's sequences", () => {
     expect(say(s).stream.state).toBe("offline");
     expect(say(s).agent).toMatchObject({ state: "unknown", cls: "muted" });
   });
+
+  it("catching up after compaction does not promise the seqs it passes as entries", () => {
+    const plain = run(initial(true, 0), stream(catching, 1));
+    expect(say(plain).stream.text).toBe("Catching up: 2 of 10 missed entries");
+    const compacted = run(initial(true, 0), stream({ ...catching, compacted: true }, 1));
+    expect(say(compacted).stream).toMatchObject({ state: "catching-up", text: "Catching up: 2 of at most 10 missed entries (some were compacted on the server)" });
+  });
 });
 
 import { needsYou, sortForList } from "../src/needs";

@@ -1,5 +1,6 @@
 // Drawing one transcript item. Pure: item in, element out (the virtual list places it).
 
+import { compactedText } from "../compaction";
 import { clock, h } from "../dom";
 import type { Item } from "../items";
 import type { CheckpointSummary } from "../protocol/CheckpointSummary";
@@ -60,6 +61,10 @@ function toolSummary(name: string, input: Record<string, JsonValue>, path: strin
 }
 
 export function renderItem(it: Item, ctx: RenderCtx): HTMLElement {
+  // Not an entry of the log (it has no seq of its own): where entries are missing, and why.
+  if (it.t === "compacted") {
+    return h("div.item.i-compacted", { "data-after": it.after, role: "note" }, h("div.compacted", null, `${compactedText(it.mark)}.`));
+  }
   const row = h(`div.item.i-${it.t}`, { "data-seq": it.seq, title: `#${it.seq} · ${clock(it.ts)}` });
   switch (it.t) {
     case "line":

@@ -9,12 +9,13 @@ import { Dictation, recognitionCtor } from "../dictation";
 import { payloadOf, typed, type InputKind, type PayloadOf } from "../entries";
 import { ItemModel, pendingDecision, type Item } from "../items";
 import type { Outbox, OutboxRecord } from "../outbox";
+import type { Compacted } from "../protocol/Compacted";
 import type { Entry } from "../protocol/Entry";
 import type { SessionInfo } from "../protocol/SessionInfo";
 import type { SessionState } from "../protocol/SessionState";
 import { LiveStream, watchdogFor, type StreamStatus } from "../stream";
 import { VirtualList } from "../virtual";
-import { EntryWindow, GapError } from "../window";
+import { EntryWindow, GapError, loadOlderPage } from "../window";
 import { renderItem, type RenderCtx } from "./render";
 import { markTurnsSeen } from "../needs";
 import { phaseText } from "../phase";
@@ -204,10 +205,11 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   drawKeysToggle();
   header.querySelector(".row.tools")?.append(keysToggle);
   /** The turns of the entries held and the checkpoints that bound them (review.ts). */
-  let turns: { lo: number; hi: number; n: number; list: Turn[] } | null = null;
+  let turns: { lo: number; hi: number; n: number; start: boolean; list: Turn[] } | null = null;
   const turnsHeld = (): Turn[] => {
-    if (!turns || turns.lo !== win.lo || turns.hi !== win.hi || turns.n !== win.entries.length) {
-      turns = { lo: win.lo, hi: win.hi, n: win.entries.length, list: turnsOf(win.entries, win.lo <= 1) };
+    const start = win.fromLogStart;
+    if (!turns || turns.lo !== win.lo || turns.hi !== win.hi || turns.n !== win.entries.length || turns.start !== start) {
+      turns = { lo: win.lo, hi: win.hi, n: win.entries.length, start, list: turnsOf(win.entries, start) };
     }
     return turns.list;
   };
@@ -243,10 +245,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         // What this device keeps below the first screen comes before any page from the server.
         if (keptRest) await keptRest;
         if (!win.hasOlder) return false;
-        const before = win.lo;
-        const page = await api.entriesBefore(id, before, PAGE);
-        if (win.lo !== before) return false;
-        const added = win.prepend(page.entries, page.has_more);
+        const got = await loadOlderPage(win, {
+          before: (before) => api.entriesBefore(id, before, PAGE),
+          mark: async () => (await api.entriesAfter(id, 0, 1)).compacted ?? null,
+        });
+        if (!got) return false;
+        if (got.mark) learnCompacted(got.mark);
+        const added = got.added;
         if (!added.length) {
           win.hasOlder = false;
           return false;
@@ -265,10 +270,25 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   /** Older entries were put in front of the window: the model, the list and the terminal follow. */
   function redrawPrepended(): void {
     const old = shown.length;
-    model.rebuild(win.entries);
+    model.rebuild(win.entries, win.below, win.compacted);
     sync();
     vl.prepended(shown.length - old);
-    if (term) term.reload(win.entries);
+    if (term) term.reload(win.entries, win.below, win.compacted);
+  }
+
+  /**
+   * A compaction mark the server named: the window takes gaps up to it, the transcript and the
+   * terminal say where output is missing, and the device keeps the mark with the window.
+   */
+  function learnCompacted(mark: Compacted): void {
+    win.noteCompacted(mark);
+    const changed = model.compact(mark);
+    term?.compact(mark);
+    saveMeta();
+    if (!changed.size) return;
+    sync();
+    vl.appended();
+    vl.changed();
   }
 
   /**
@@ -282,7 +302,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     keptRest = (async () => {
       // Not before the first screen is on it: reading thousands of rows would hold that frame.
       await afterPaint();
-      const older = await (cache?.loadBefore(id, lo, WINDOW_ENTRIES - have) ?? Promise.resolve([]));
+      const older = await (cache?.loadBefore(id, lo, WINDOW_ENTRIES - have, win.compacted) ?? Promise.resolve([]));
       if (stopped || gen !== anchorGen || win.lo !== lo || !older.length) return;
       if (win.prepend(older, true).length) redrawPrepended();
     })()
@@ -512,7 +532,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     if (metaTimer || !cache) return;
     metaTimer = setTimeout(() => {
       metaTimer = null;
-      if (info) cache?.saveMeta({ session: id, info, state, at: Date.now() }).catch(() => {});
+      if (info) cache?.saveMeta({ session: id, info, state, at: Date.now(), compacted: win.compacted }).catch(() => {});
     }, META_SAVE_MS);
   };
 
@@ -571,11 +591,15 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
         deps.outbox.pump();
       },
       onReset: (r) => {
-        // The server's log is not the one our cursor came from: start again at its head.
+        // The server's log is not the one our cursor came from: start again at its head (what
+        // compaction removed from the other log says nothing of this one).
         localStorage.removeItem(cursorKey(id));
         cache?.clearEntries(id).catch(() => {});
+        win.compacted = null;
         void reanchor(r.head_seq);
       },
+      // Entries after the cursor were compacted away: the stream goes on with the kept ones.
+      onCompacted: (c) => learnCompacted(c),
       onStatus: (s) => {
         if (s.kind === "live" && s.resumed && (status.kind === "catching-up" || status.kind === "reconnecting" || status.kind === "connecting")) {
           backUntil = Date.now() + BACK_NOTICE_MS;
@@ -600,10 +624,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     anchorGen += 1;
     if (win.entries.length) cache?.clearEntries(id).catch(() => {});
     win.reset(head);
-    model.rebuild(win.entries);
+    model.rebuild(win.entries, win.below, win.compacted);
     sync();
     vl.reset();
-    term?.reload(win.entries);
+    term?.reload(win.entries, win.below, win.compacted);
     return loadOlder();
   }
 
@@ -619,7 +643,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       term = new Terminal(termBox, control ? (kind, payload) => void send(kind, payload) : null);
       termBox.hidden = false;
       scroller.classList.add("under-term");
-      term.reload(win.entries);
+      term.reload(win.entries, win.below, win.compacted);
     })();
     return termLoading;
   }
@@ -638,11 +662,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       changes.update(m.state);
       drawRecovery();
     }
+    // The gaps compaction left in the stored window, as the stored mark explains them.
+    if (m.compacted) win.noteCompacted(m.compacted);
     if (w.entries.length) {
       win.reset(w.entries[0].seq - 1);
       win.append(w.entries);
       win.hasOlder = win.lo > 1;
-      model.rebuild(win.entries);
+      model.rebuild(win.entries, win.below, win.compacted);
       sync();
       vl.reset();
       restoredHi = win.hi;

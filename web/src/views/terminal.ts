@@ -4,12 +4,16 @@
 // take the focus, so the phone's keyboard stays up and typing goes on into the terminal. A
 // terminal wider than the phone pans sideways and zooms here only; resizing the agent's
 // terminal — everyone's, the desk's too — is a separate, labelled action that asks twice.
+// Where log compaction removed output, a dim line says so (what follows it was drawn on a screen
+// this terminal never saw).
 
 import { FitAddon } from "@xterm/addon-fit";
 import { Terminal as XTerm } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
+import { GapNotes } from "../compaction";
 import { h } from "../dom";
 import { typed, type InputKind, type PayloadOf } from "../entries";
+import type { Compacted } from "../protocol/Compacted";
 import type { Entry } from "../protocol/Entry";
 
 type Send = <K extends InputKind>(kind: K, payload: PayloadOf<K>) => void;
@@ -20,6 +24,12 @@ function b64(data: string): Uint8Array {
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
 }
+
+/**
+ * Written where compaction removed output: CAN ends any escape sequence the output before was
+ * cut in, then default attributes, a dim line of its own, and default attributes again.
+ */
+export const COMPACTED_LINE = "\u0018\u001b[0m\r\n\u001b[2m── earlier output was compacted on the server ──\u001b[0m\r\n";
 
 /** Keystrokes typed within this many ms go out as one input. */
 const KEY_BATCH_MS = 25;
@@ -64,6 +74,8 @@ export class Terminal {
   private resizeBtn: HTMLButtonElement | null = null;
   private confirmUntil = 0;
   private readonly screen: HTMLElement;
+  /** Where output is missing (compaction) in what was written. */
+  private gaps = new GapNotes(null, null);
 
   constructor(box: HTMLElement, private readonly send: Send | null) {
     this.xterm = new XTerm({
@@ -176,16 +188,28 @@ export class Terminal {
   /** Writes the bytes of new entries. */
   write(entries: Entry[]): void {
     for (const e of entries) {
+      if (this.gaps.step(e) !== null) this.xterm.write(COMPACTED_LINE);
       const b = typed(e);
       if (b?.kind === "agent.pty.output" && typeof b.payload.data === "string") this.xterm.write(b64(b.payload.data));
       else if (b?.kind === "agent.pty.resize" && b.payload.cols && b.payload.rows) this.xterm.resize(b.payload.cols, b.payload.rows);
     }
   }
 
-  /** Starts over from `entries` (after older entries were loaded or the window was re-anchored). */
-  reload(entries: Entry[]): void {
+  /**
+   * Starts over from `entries` (after older entries were loaded or the window was re-anchored).
+   * `after`: the seq they follow (0 at the log's start; null: unknown); `mark`: the compaction
+   * mark known.
+   */
+  reload(entries: Entry[], after: number | null = null, mark: Compacted | null = null): void {
     this.xterm.reset();
+    this.gaps = new GapNotes(after, mark);
     this.write(entries);
+    if (this.gaps.tail()) this.xterm.write(COMPACTED_LINE);
+  }
+
+  /** The server named a compaction mark at the cursor: output after the last written may be gone. */
+  compact(mark: Compacted): void {
+    if (this.gaps.note(mark) && this.gaps.tail()) this.xterm.write(COMPACTED_LINE);
   }
 
   dispose(): void {
