@@ -11,9 +11,6 @@
 --
 -- `keep_ended_ms`, `compact_after_ms`, `max_log_bytes`: the session's own policy; NULL follows
 -- the server's. A session's policy can only be stricter than the server's.
---
--- `compact_checked_at`: when compaction last finished looking at the session, so each run looks
--- at every session once before any twice.
 ALTER TABLE sessions ADD COLUMN compacted_through BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN compacted_entries BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN compacted_bytes BIGINT NOT NULL DEFAULT 0;
@@ -22,4 +19,12 @@ ALTER TABLE sessions ADD COLUMN sized_bytes BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN keep_ended_ms BIGINT;
 ALTER TABLE sessions ADD COLUMN compact_after_ms BIGINT;
 ALTER TABLE sessions ADD COLUMN max_log_bytes BIGINT;
-ALTER TABLE sessions ADD COLUMN compact_checked_at BIGINT NOT NULL DEFAULT 0;
+
+-- Blobs no checkpoint names any more, since when. Their files are deleted only after a grace
+-- period, and only if no checkpoint names them by then and nobody uploaded them since: a
+-- checkpoint being saved while its session's last other checkpoint was deleted keeps its blobs.
+CREATE TABLE blob_orphans (
+    sha256  TEXT    PRIMARY KEY,
+    since   BIGINT  NOT NULL
+);
+CREATE INDEX blob_orphans_since ON blob_orphans (since);

@@ -125,6 +125,8 @@ pub struct RetentionConfig {
     /// A session's log is compacted, oldest first, while its payloads hold more than this many
     /// bytes; `None`: no cap.
     pub max_log_bytes: Option<u64>,
+    /// A blob no checkpoint names any more is deleted this long after that, if still unnamed.
+    pub blob_grace: Duration,
 }
 
 impl RetentionConfig {
@@ -150,6 +152,7 @@ impl Default for RetentionConfig {
             batches_per_run: 100,
             compact_after: Some(Duration::from_secs(7 * 86_400)),
             max_log_bytes: Some(1 << 30),
+            blob_grace: Duration::from_secs(3_600),
         }
     }
 }

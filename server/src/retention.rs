@@ -78,10 +78,11 @@ pub async fn remove_blobs(blobs: &BlobStore, orphans: &[String]) {
 pub async fn run_once(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> StoreResult<Run> {
     let total = sweep(store, blobs, config).await?;
     let compacted = compact(store, config).await?;
-    if total.entries_deleted > 0 || !total.finished.is_empty() || compacted.entries > 0 {
+    let freed = total.entries_deleted > 0 || !total.finished.is_empty() || !total.orphan_blobs.is_empty();
+    if freed || compacted.entries > 0 {
         store.retention.reclaim_space(VACUUM_PAGES).await?;
     }
-    if total.entries_deleted > 0 || !total.finished.is_empty() {
+    if freed {
         tracing::info!(
             retired = total.retired.len(),
             finished = total.finished.len(),
@@ -125,16 +126,26 @@ async fn sweep(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> S
         else {
             break;
         };
-        remove_blobs(blobs, &sweep.orphan_blobs).await;
-        let idle = sweep.retired.is_empty()
-            && sweep.finished.is_empty()
-            && sweep.entries_deleted == 0
-            && sweep.orphan_blobs.is_empty();
+        let idle =
+            sweep.retired.is_empty() && sweep.finished.is_empty() && sweep.entries_deleted == 0;
         total.retired.extend(sweep.retired);
         total.finished.extend(sweep.finished);
         total.entries_deleted += sweep.entries_deleted;
-        total.orphan_blobs.extend(sweep.orphan_blobs);
         if idle {
+            break;
+        }
+    }
+    let now = now_ms();
+    let before = now.saturating_sub(i64::try_from(config.blob_grace.as_millis()).unwrap_or(i64::MAX));
+    for _ in 0..config.batches_per_run.max(1) {
+        let orphans = store
+            .retention
+            .collect_blobs(before, now, config.batch_entries)
+            .await?;
+        remove_blobs(blobs, &orphans).await;
+        let last = orphans.len() < config.batch_entries as usize;
+        total.orphan_blobs.extend(orphans);
+        if last {
             break;
         }
     }

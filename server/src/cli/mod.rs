@@ -258,6 +258,10 @@ pub struct Config {
     /// bytes (0: no cap).
     #[arg(long, env = "MOOR_MAX_LOG_BYTES_PER_SESSION", default_value_t = 1 << 30)]
     max_log_bytes_per_session: u64,
+    /// Delete a blob no checkpoint names any more this many seconds after that, if no
+    /// checkpoint names it by then (a checkpoint being saved meanwhile keeps it).
+    #[arg(long, env = "MOOR_BLOB_GRACE_SECS", default_value_t = 3_600)]
+    blob_grace_secs: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -373,6 +377,7 @@ impl Config {
                     .flatten(),
                 max_log_bytes: (self.max_log_bytes_per_session > 0)
                     .then_some(self.max_log_bytes_per_session),
+                blob_grace: Duration::from_secs(self.blob_grace_secs),
                 ..crate::config::RetentionConfig::default()
             },
             tls: self

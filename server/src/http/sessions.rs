@@ -13,7 +13,6 @@ use serde::Deserialize;
 
 use crate::access::AuthUser;
 use crate::access::{session_for, session_with_role};
-use crate::blobs::BlobStore;
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
@@ -169,8 +168,9 @@ fn seq_param(query: &str, name: &'static str) -> Result<Option<Seq>, ApiError> {
 }
 
 /// `DELETE /api/v1/sessions/{id}`: the owner deletes an ended session. It is gone from lists
-/// and lookups at once (410 with the reason for its id); its log, checkpoints and blobs no
-/// other checkpoint names are deleted by the retention task's next batches.
+/// and lookups at once (410 with the reason for its id); its log and checkpoints are deleted by
+/// the retention task's next batches, and the blobs no other checkpoint names after a grace
+/// period (`--blob-grace-secs`).
 #[utoipa::path(
     delete, path = "/sessions/{id}", operation_id = "deleteSession", tag = "sessions",
     params(("id" = String, Path, description = "Session id or name")),
@@ -188,12 +188,11 @@ pub(super) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Owner).await?;
     let reason = format!("deleted by {}", who.name);
-    let orphans = state
+    state
         .store
         .retention
         .retire_session(session.id, moor_protocol::now_ms(), &reason)
         .await?;
-    crate::retention::remove_blobs(&BlobStore::new(&state.config.data_dir), &orphans).await;
     tracing::info!(session = %session.id, by = %who.name, "session deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -46,7 +46,11 @@ struct Table {
 
 const SESSIONS: Table = Table {
     name: "sessions",
-    select: Some("SELECT id, name, created_at, head_seq, last_ts, ended_at, agent FROM sessions"),
+    select: Some(
+        "SELECT id, name, created_at, head_seq, last_ts, ended_at, agent, compacted_through, \
+         compacted_entries, compacted_bytes, sized_through, sized_bytes, keep_ended_ms, \
+         compact_after_ms, max_log_bytes FROM sessions",
+    ),
     columns: &[
         ("id", "uuid"),
         ("name", "text"),
@@ -55,6 +59,15 @@ const SESSIONS: Table = Table {
         ("last_ts", "bigint"),
         ("ended_at", "bigint"),
         ("agent", "text"),
+        // A compacted log keeps saying what it lacks.
+        ("compacted_through", "bigint"),
+        ("compacted_entries", "bigint"),
+        ("compacted_bytes", "bigint"),
+        ("sized_through", "bigint"),
+        ("sized_bytes", "bigint"),
+        ("keep_ended_ms", "bigint"),
+        ("compact_after_ms", "bigint"),
+        ("max_log_bytes", "bigint"),
     ],
 };
 
@@ -194,6 +207,11 @@ const PLAIN_TABLES: &[Table] = &[
             ("size", "bigint"),
             ("uploaded_at", "bigint"),
         ],
+    },
+    Table {
+        name: "blob_orphans",
+        select: None,
+        columns: &[("sha256", "text"), ("since", "bigint")],
     },
     Table {
         name: "push_subscriptions",

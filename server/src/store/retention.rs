@@ -145,15 +145,16 @@ pub struct Sweep {
     pub finished: Vec<SessionId>,
     /// Entries deleted.
     pub entries_deleted: u64,
-    /// Blobs (SHA-256) that no checkpoint names any more: the caller deletes their files.
+    /// Blobs (SHA-256) that no checkpoint names any more, past their grace period: the caller
+    /// deletes their files.
     pub orphan_blobs: Vec<String>,
 }
 
 /// Deleting sessions: by their owner, and by the server's retention policy.
 #[async_trait]
 pub trait RetentionStore: Send + Sync + std::fmt::Debug {
-    /// Retires `session` now, for `reason` (see the module doc). Returns the blobs no
-    /// checkpoint names any more. A session that is not ended, or whose bridge holds a lease
+    /// Retires `session` now, for `reason` (see the module doc); the blobs no checkpoint names
+    /// any more become orphans (see [`RetentionStore::collect_blobs`]). A session that is not ended, or whose bridge holds a lease
     /// live at `at`, is a [`StoreError::Conflict`](super::StoreError::Conflict)
     /// ([`RETIRE_NOT_ENDED`], [`RETIRE_LIVE`]); an unknown or already retired one is
     /// [`StoreError::NotFound`](super::StoreError::NotFound).
@@ -162,7 +163,13 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
         session: SessionId,
         at: i64,
         reason: &str,
-    ) -> StoreResult<Vec<String>>;
+    ) -> StoreResult<()>;
+
+    /// Up to `limit` blobs orphaned before `before` that no checkpoint names and nobody
+    /// uploaded since they were orphaned: their rows go, in one transaction, and the caller
+    /// deletes their files. An orphan named again is forgotten; one uploaded again waits another
+    /// grace period from `now`. Empty when another node is running a retention step.
+    async fn collect_blobs(&self, before: i64, now: i64, limit: u32) -> StoreResult<Vec<String>>;
 
     /// One bounded batch, in one transaction: retires up to `max_sessions` sessions that ended
     /// before `ended_before` (none when `None`) and hold no lease live at `now`, with `reason`;
@@ -288,14 +295,13 @@ macro_rules! retention_store {
             }
 
             /// Records the retirement of `sid` and deletes all but its log, its producers and
-            /// its row; returns the blobs no checkpoint names any more. False (and nothing
-            /// done) when it was retired already.
+            /// its row; records the blobs no checkpoint names any more as orphans since `at`.
+            /// False (and nothing done) when it was retired already.
             async fn retire_in(
                 tx: &mut Tx<'_>,
                 sid: &str,
                 at: i64,
                 reason: &str,
-                orphans: &mut Vec<String>,
             ) -> StoreResult<bool> {
                 let done = sqlx::query(&format!(
                     "INSERT INTO retired_sessions (id, name, ended_at, retired_at, reason) \
@@ -328,12 +334,15 @@ macro_rules! retention_store {
                     .await
                     .map_err(db_error)?;
                     if named.is_none() {
-                        sqlx::query("DELETE FROM blob_uploads WHERE sha256 = $1")
-                            .bind(&sha)
-                            .execute(&mut **tx)
-                            .await
-                            .map_err(db_error)?;
-                        orphans.push(sha);
+                        sqlx::query(
+                            "INSERT INTO blob_orphans (sha256, since) VALUES ($1, $2) \
+                             ON CONFLICT (sha256) DO NOTHING",
+                        )
+                        .bind(&sha)
+                        .bind(at)
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(db_error)?;
                     }
                 }
                 Ok(true)
@@ -400,7 +409,7 @@ macro_rules! retention_store {
                     session: SessionId,
                     at: i64,
                     reason: &str,
-                ) -> StoreResult<Vec<String>> {
+                ) -> StoreResult<()> {
                     let sid = session.to_string();
                     let mut tx = self.writes().begin().await.map_err(db_error)?;
                     let row = sqlx::query(&format!(
@@ -429,12 +438,11 @@ macro_rules! retention_store {
                     if live != 0 {
                         return Err(StoreError::Conflict(RETIRE_LIVE));
                     }
-                    let mut orphans = Vec::new();
-                    if !retire_in(&mut tx, &sid, at, reason, &mut orphans).await? {
+                    if !retire_in(&mut tx, &sid, at, reason).await? {
                         return Err(StoreError::NotFound);
                     }
                     tx.commit().await.map_err(db_error)?;
-                    Ok(orphans)
+                    Ok(())
                 }
 
                 async fn retention_batch(
@@ -479,8 +487,7 @@ macro_rules! retention_store {
                                 Some(ms) if own != 0 => own_policy_reason(ms),
                                 _ => reason.to_owned(),
                             };
-                            if retire_in(&mut tx, &sid, now, &why, &mut sweep.orphan_blobs)
-                                .await?
+                            if retire_in(&mut tx, &sid, now, &why).await?
                             {
                                 sweep.retired.push(stored_session(&sid)?);
                             }
@@ -536,6 +543,63 @@ macro_rules! retention_store {
 
                 async fn reclaim_space(&self, pages: u32) -> StoreResult<()> {
                     self.vacuum_pages(pages).await
+                }
+
+                async fn collect_blobs(
+                    &self,
+                    before: i64,
+                    now: i64,
+                    limit: u32,
+                ) -> StoreResult<Vec<String>> {
+                    let mut tx = self.writes().begin().await.map_err(db_error)?;
+                    if !$store::lock_retention(&mut tx).await? {
+                        return Ok(Vec::new());
+                    }
+                    let rows = sqlx::query(
+                        "SELECT sha256, since, \
+                         CAST(CASE WHEN EXISTS (SELECT 1 FROM checkpoint_blobs c \
+                         WHERE c.sha256 = o.sha256) THEN 1 ELSE 0 END AS BIGINT) AS named, \
+                         CAST(CASE WHEN EXISTS (SELECT 1 FROM blob_uploads u \
+                         WHERE u.sha256 = o.sha256 AND u.uploaded_at >= o.since) \
+                         THEN 1 ELSE 0 END AS BIGINT) AS fresh \
+                         FROM blob_orphans o WHERE o.since < $1 ORDER BY o.since LIMIT $2",
+                    )
+                    .bind(before)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    let mut collected = Vec::new();
+                    for r in rows {
+                        let sha: String = r.try_get("sha256").map_err(db_error)?;
+                        let named: i64 = r.try_get("named").map_err(db_error)?;
+                        let fresh: i64 = r.try_get("fresh").map_err(db_error)?;
+                        if named != 0 {
+                            sqlx::query("DELETE FROM blob_orphans WHERE sha256 = $1")
+                                .bind(&sha)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(db_error)?;
+                        } else if fresh != 0 {
+                            sqlx::query("UPDATE blob_orphans SET since = $2 WHERE sha256 = $1")
+                                .bind(&sha)
+                                .bind(now)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(db_error)?;
+                        } else {
+                            for table in ["blob_orphans", "blob_uploads"] {
+                                sqlx::query(&format!("DELETE FROM {table} WHERE sha256 = $1"))
+                                    .bind(&sha)
+                                    .execute(&mut *tx)
+                                    .await
+                                    .map_err(db_error)?;
+                            }
+                            collected.push(sha);
+                        }
+                    }
+                    tx.commit().await.map_err(db_error)?;
+                    Ok(collected)
                 }
 
                 async fn compact_candidates(

@@ -137,6 +137,7 @@ conformance!(
     mutes_are_per_user_and_a_users_muted_sessions_are_bounded,
     ended_sessions_past_retention_are_deleted_in_bounded_batches_live_ones_kept,
     an_owner_deletes_only_an_ended_session_without_a_live_bridge,
+    an_orphaned_blob_named_or_uploaded_again_within_its_grace_is_kept,
     retention_batches_raced_from_two_nodes_do_each_batch_once,
     old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_missing,
     a_log_over_its_cap_loses_its_oldest_compactable_entries_whatever_their_age,

@@ -116,8 +116,11 @@ pub async fn ended_sessions_past_retention_are_deleted_in_bounded_batches_live_o
         "a batch deletes at most its bound"
     );
     assert!(first.finished.is_empty());
+    assert!(first.orphan_blobs.is_empty(), "a blob is collected only after its grace");
+    let r = &store.retention;
+    assert!(r.collect_blobs(6_000, 6_000, 10).await.unwrap().is_empty(), "still in grace");
     assert_eq!(
-        first.orphan_blobs,
+        r.collect_blobs(6_001, 6_001, 10).await.unwrap(),
         ["own"],
         "the shared blob is still named"
     );
@@ -178,6 +181,37 @@ pub async fn ended_sessions_past_retention_are_deleted_in_bounded_batches_live_o
     assert_eq!(again.head_seq, Seq(0));
 }
 
+pub async fn an_orphaned_blob_named_or_uploaded_again_within_its_grace_is_kept(db: Db) {
+    // arrange: three ended sessions, each the only one naming its blob; ann uploaded all three
+    let store = db.open("node-a").await;
+    let cp = &store.checkpoints;
+    let mut sessions = Vec::new();
+    for (name, blob) in [("a", "blob-a"), ("b", "blob-b"), ("c", "blob-c")] {
+        let s = session_with_log(&store, name, 1).await;
+        cp.save_checkpoint(&checkpoint(s, "00000000000000d1", &[blob])).await.unwrap();
+        cp.record_blob_upload(blob, "ann", 10, 1).await.unwrap();
+        store.log.end_session(s, 2).await.unwrap();
+        sessions.push(s);
+    }
+    let r = &store.retention;
+    for s in &sessions {
+        r.retire_session(*s, 1_000, "by ann").await.unwrap();
+    }
+
+    // act: within the grace, a new session's checkpoint names blob-a, bob uploads blob-b
+    let kept = session_with_log(&store, "kept", 1).await;
+    cp.save_checkpoint(&checkpoint(kept, "00000000000000d2", &["blob-a"])).await.unwrap();
+    cp.record_blob_upload("blob-b", "bob", 10, 1_500).await.unwrap();
+    let collected = r.collect_blobs(2_000, 2_000, 10).await.unwrap();
+
+    // assert: only the blob nobody wants is collected; the uploaded one waits a new grace,
+    // the named one is no orphan any more
+    assert_eq!(collected, ["blob-c"]);
+    assert!(r.collect_blobs(2_000, 2_000, 10).await.unwrap().is_empty());
+    assert_eq!(r.collect_blobs(2_001, 2_001, 10).await.unwrap(), ["blob-b"]);
+    assert!(r.collect_blobs(i64::MAX, i64::MAX, 10).await.unwrap().is_empty());
+}
+
 pub async fn an_owner_deletes_only_an_ended_session_without_a_live_bridge(db: Db) {
     // arrange
     let store = db.open("node-a").await;
@@ -204,11 +238,7 @@ pub async fn an_owner_deletes_only_an_ended_session_without_a_live_bridge(db: Db
         matches!(live, Err(StoreError::Conflict(m)) if m == RETIRE_LIVE),
         "{live:?}"
     );
-    assert!(r
-        .retire_session(done, 2_000, "by ann")
-        .await
-        .unwrap()
-        .is_empty());
+    r.retire_session(done, 2_000, "by ann").await.unwrap();
     let twice = r.retire_session(done, 2_000, "by ann").await;
     assert!(matches!(twice, Err(StoreError::NotFound)), "{twice:?}");
     let unknown = r.retire_session(SessionId::new(), 2_000, "by ann").await;
