@@ -51,7 +51,10 @@ pub struct Compacted {
 
 /// The entry kinds compaction removes: raw terminal output and streamed text deltas. The
 /// complete texts, tool records, inputs and their receipts, state snapshots and checkpoints stay.
-pub const COMPACTED_KINDS: [&str; 2] = [crate::kinds::AGENT_PTY_OUTPUT, crate::kinds::AGENT_TEXT_DELTA];
+pub const COMPACTED_KINDS: [&str; 2] = [
+    crate::kinds::AGENT_PTY_OUTPUT,
+    crate::kinds::AGENT_TEXT_DELTA,
+];
 
 /// Frames a WebSocket viewer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -75,10 +75,15 @@ pub async fn remove_blobs(blobs: &BlobStore, orphans: &[String]) {
 /// One run: deletion batches until there is no more work, another node holds the batch, or
 /// `batches_per_run` batches ran; then compaction steps, each session until it has nothing
 /// due or `batches_per_run` steps ran in all. Returns what they did in total.
-pub async fn run_once(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> StoreResult<Run> {
+pub async fn run_once(
+    store: &Stores,
+    blobs: &BlobStore,
+    config: &RetentionConfig,
+) -> StoreResult<Run> {
     let total = sweep(store, blobs, config).await?;
     let compacted = compact(store, config).await?;
-    let freed = total.entries_deleted > 0 || !total.finished.is_empty() || !total.orphan_blobs.is_empty();
+    let freed =
+        total.entries_deleted > 0 || !total.finished.is_empty() || !total.orphan_blobs.is_empty();
     if freed || compacted.entries > 0 {
         store.retention.reclaim_space(VACUUM_PAGES).await?;
     }
@@ -136,7 +141,8 @@ async fn sweep(store: &Stores, blobs: &BlobStore, config: &RetentionConfig) -> S
         }
     }
     let now = now_ms();
-    let before = now.saturating_sub(i64::try_from(config.blob_grace.as_millis()).unwrap_or(i64::MAX));
+    let before =
+        now.saturating_sub(i64::try_from(config.blob_grace.as_millis()).unwrap_or(i64::MAX));
     for _ in 0..config.batches_per_run.max(1) {
         let orphans = store
             .retention

@@ -30,14 +30,16 @@ const LONG: Duration = Duration::from_secs(180);
 const COMPACT_AFTER_HOURS: &str = "0.000001";
 
 fn entry(i: u64) -> NewEntry {
-    let (kind, payload) = if i % KEPT_EVERY == 0 {
+    let (kind, payload) = if i.is_multiple_of(KEPT_EVERY) {
         (
             kinds::AGENT_OUTPUT,
             serde_json::json!({"stream": "stdout", "text": format!("line {i}")}),
         )
     } else {
-        let bytes = format!("{i:>8} output of a busy terminal agent, with colours \x1b[1;32m ok \x1b[0m\r\n")
-            .repeat(2);
+        let bytes = format!(
+            "{i:>8} output of a busy terminal agent, with colours \x1b[1;32m ok \x1b[0m\r\n"
+        )
+        .repeat(2);
         (
             kinds::AGENT_PTY_OUTPUT,
             serde_json::json!({"data": base64::engine::general_purpose::STANDARD.encode(bytes)}),
@@ -146,13 +148,16 @@ impl Reader {
                 .expect("stream reads")
                 .unwrap_or_else(|| panic!("the stream ended before {what}"));
             for item in self.parser.feed(&chunk) {
-                let SseItem::Event { event, data, id } = item else { continue };
+                let SseItem::Event { event, data, id } = item else {
+                    continue;
+                };
                 if event.as_deref() == Some("reset") {
                     assert_eq!(id, None, "a reset moves no cursor");
                     let reset: Reset = serde_json::from_str(&data).expect("reset decodes");
                     self.resets.push((self.entries.len(), reset));
                 } else if event.as_deref() != Some("state") {
-                    self.entries.push(serde_json::from_str(&data).expect("entry decodes"));
+                    self.entries
+                        .push(serde_json::from_str(&data).expect("entry decodes"));
                 }
             }
         }
@@ -177,7 +182,11 @@ async fn a_viewer_reading_while_the_log_is_compacted_is_told_what_went_and_gets_
     let info = server.api().wait_session("busy-terminal", WAIT).await;
     let original = server.api().entries_all(info.id).await;
     let head = original.last().expect("a log").seq;
-    assert!(original.len() as u64 > ENTRIES, "{} entries", original.len());
+    assert!(
+        original.len() as u64 > ENTRIES,
+        "{} entries",
+        original.len()
+    );
     let disk_before = db_bytes(&server);
     // ... a viewer reads the first 10,000 entries, then stops reading
     let mut viewer = Reader::open(&server, info.id).await;
@@ -194,18 +203,27 @@ async fn a_viewer_reading_while_the_log_is_compacted_is_told_what_went_and_gets_
     assert_eq!(run.status, StatusCode::OK, "{:?}", run.body);
     assert_eq!(run.body["compacted_sessions"], 1, "{:?}", run.body);
     viewer
-        .read_until("the head", |r| r.entries.last().is_some_and(|e| e.seq == head))
+        .read_until("the head", |r| {
+            r.entries.last().is_some_and(|e| e.seq == head)
+        })
         .await;
 
     // assert: the compaction mark is near the head (the newest 1,000 entries are kept)
     let retention = server
         .api()
-        .authed(Method::GET, &format!("/api/v1/sessions/{}/retention", info.id), None)
+        .authed(
+            Method::GET,
+            &format!("/api/v1/sessions/{}/retention", info.id),
+            None,
+        )
         .await
         .body;
     let retention: SessionRetention = serde_json::from_value(retention).expect("retention");
     let through = retention.compacted_through;
-    assert!(through.0 + 2_000 >= head.0 && through < head, "through {through}, head {head}");
+    assert!(
+        through.0 + 2_000 >= head.0 && through < head,
+        "through {through}, head {head}"
+    );
     // ... every reset came at the viewer's cursor and names a range and the kinds; compaction
     // ran in steps while the server kept reading pages for the viewer, so there may be several,
     // each moving the mark further, the last one reaching the final mark
@@ -213,16 +231,34 @@ async fn a_viewer_reading_while_the_log_is_compacted_is_told_what_went_and_gets_
     let mut mark = Seq::ZERO;
     let mut ranges = Vec::new();
     for (at, reset) in &viewer.resets {
-        let compacted = reset.compacted.as_ref().expect("the reset says what was compacted");
-        assert_eq!(compacted.after, viewer.entries[at - 1].seq, "a reset at the cursor");
-        assert!(compacted.through > mark, "each reset moves the mark: {:?}", viewer.resets);
-        assert_eq!(compacted.kinds, [kinds::AGENT_PTY_OUTPUT, kinds::AGENT_TEXT_DELTA]);
+        let compacted = reset
+            .compacted
+            .as_ref()
+            .expect("the reset says what was compacted");
+        assert_eq!(
+            compacted.after,
+            viewer.entries[at - 1].seq,
+            "a reset at the cursor"
+        );
+        assert!(
+            compacted.through > mark,
+            "each reset moves the mark: {:?}",
+            viewer.resets
+        );
+        assert_eq!(
+            compacted.kinds,
+            [kinds::AGENT_PTY_OUTPUT, kinds::AGENT_TEXT_DELTA]
+        );
         assert!(reset.reason.contains("compaction"), "{}", reset.reason);
         mark = compacted.through;
         ranges.push((compacted.after, compacted.through));
     }
     assert_eq!(mark, through);
-    let last = viewer.resets.last().and_then(|(_, r)| r.compacted.as_ref()).expect("a reset");
+    let last = viewer
+        .resets
+        .last()
+        .and_then(|(_, r)| r.compacted.as_ref())
+        .expect("a reset");
     assert_eq!(last.entries, retention.compacted_entries);
     // ... before the first, the log as it was; from there on, exactly the entries no reset
     // said were removed, in order
@@ -235,9 +271,15 @@ async fn a_viewer_reading_while_the_log_is_compacted_is_told_what_went_and_gets_
         .cloned()
         .collect();
     assert_eq!(viewer.entries.len(), kept.len());
-    assert!(viewer.entries == kept, "the viewer got other entries than the resets leave");
+    assert!(
+        viewer.entries == kept,
+        "the viewer got other entries than the resets leave"
+    );
     println!("{} resets while reading: {ranges:?}", viewer.resets.len());
-    let removed = original.iter().filter(|e| compactable(e) && e.seq <= through).count();
+    let removed = original
+        .iter()
+        .filter(|e| compactable(e) && e.seq <= through)
+        .count();
     assert_eq!(retention.compacted_entries, removed as u64);
     // ... a new reader's first page says the same; the log as stored is the kept entries
     let page = server.api().entries_after(info.id, 0, 1000).await;
@@ -275,18 +317,27 @@ async fn moord_gc_compacts_a_stopped_servers_logs_and_the_restarted_server_serve
     assert!(said.contains("compacted 1 sessions"), "{said}");
     server.restart().await;
     let page = server.api().entries_after(info.id, 0, 10).await;
-    let through = page.compacted.expect("the first page says what was compacted").through;
+    let through = page
+        .compacted
+        .expect("the first page says what was compacted")
+        .through;
     let kept: Vec<Entry> = original
         .iter()
         .filter(|e| !(compactable(e) && e.seq <= through))
         .cloned()
         .collect();
-    assert!(kept.len() < original.len() / 2, "{} of {} kept", kept.len(), original.len());
+    assert!(
+        kept.len() < original.len() / 2,
+        "{} of {} kept",
+        kept.len(),
+        original.len()
+    );
     assert_eq!(server.api().entries_all(info.id).await, kept);
 }
 
 #[tokio::test]
-async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_only_its_owner_sets_it() {
+async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_only_its_owner_sets_it(
+) {
     // arrange: no server policy (no age bound, no cap, no deletion); retention every 100 ms;
     // two sessions of 3,000 terminal entries, a user who may view one of them
     let server = TestServer::start(
@@ -304,7 +355,10 @@ async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_onl
     let put = |body: serde_json::Value| {
         let api = server.api();
         let path = path.clone();
-        async move { api.authed(Method::PUT, &path, Some(RawBody::Json(body))).await }
+        async move {
+            api.authed(Method::PUT, &path, Some(RawBody::Json(body)))
+                .await
+        }
     };
 
     // act + assert: bad bounds are refused and change nothing
@@ -315,10 +369,16 @@ async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_onl
         serde_json::json!({"compact_after_hours": "soon"}),
     ] {
         let answer = put(bad.clone()).await;
-        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}: {:?}", answer.body);
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{bad}: {:?}",
+            answer.body
+        );
     }
     // ... the owner's policy is stored and shown with the server's and the one in effect
-    let answer = put(serde_json::json!({"compact_after_hours": 0.00001, "keep_ended_days": 0.00002})).await;
+    let answer =
+        put(serde_json::json!({"compact_after_hours": 0.00001, "keep_ended_days": 0.00002})).await;
     assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
     let shown: SessionRetention = serde_json::from_value(answer.body).expect("retention");
     assert_eq!(shown.own.compact_after_hours, Some(0.00001));
@@ -338,7 +398,10 @@ async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_onl
     let admin = server.api();
     admin.add_user("vera", "correct horse battery").await;
     let tokens = admin.login("vera", "correct horse battery").await;
-    let vera = Api::new(server.url(), tokens["access_token"].as_str().expect("token"));
+    let vera = Api::new(
+        server.url(),
+        tokens["access_token"].as_str().expect("token"),
+    );
     let offer = admin
         .authed(
             Method::PUT,
@@ -349,25 +412,45 @@ async fn a_sessions_own_policy_compacts_it_and_deletes_it_after_it_ended_and_onl
     assert!(offer.status.is_success(), "{:?}", offer.body);
     if offer.status == StatusCode::ACCEPTED {
         let accept = vera
-            .authed(Method::POST, &format!("/api/v1/offers/{}/accept", own.id), None)
+            .authed(
+                Method::POST,
+                &format!("/api/v1/offers/{}/accept", own.id),
+                None,
+            )
             .await;
         assert!(accept.status.is_success(), "{:?}", accept.body);
     }
-    assert_eq!(vera.authed(Method::GET, &path, None).await.status, StatusCode::OK);
+    assert_eq!(
+        vera.authed(Method::GET, &path, None).await.status,
+        StatusCode::OK
+    );
     let refused = vera
-        .authed(Method::PUT, &path, Some(RawBody::Json(serde_json::json!({}))))
+        .authed(
+            Method::PUT,
+            &path,
+            Some(RawBody::Json(serde_json::json!({}))),
+        )
         .await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN, "{:?}", refused.body);
     // ... once the session ends, its own keep_ended (1.7 s) deletes it, saying why
     end_session(&server, "own-policy").await;
     eventually(LONG, "the session's own policy to delete it", || async {
-        server.api().authed(Method::GET, &format!("/api/v1/sessions/{}", own.id), None).await.status
+        server
+            .api()
+            .authed(Method::GET, &format!("/api/v1/sessions/{}", own.id), None)
+            .await
+            .status
             == StatusCode::GONE
     })
     .await;
-    let gone = server.api().authed(Method::GET, &format!("/api/v1/sessions/{}", own.id), None).await;
+    let gone = server
+        .api()
+        .authed(Method::GET, &format!("/api/v1/sessions/{}", own.id), None)
+        .await;
     assert!(
-        gone.body["message"].as_str().is_some_and(|m| m.contains("its owner asked")),
+        gone.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("its owner asked")),
         "{:?}",
         gone.body
     );

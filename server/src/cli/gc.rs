@@ -15,7 +15,9 @@ pub(crate) async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let retention = config.retention.clone();
     let blobs = BlobStore::new(&config.data_dir);
     let server = Server::build(config).await?;
-    let run = run_once(&server.store(), &blobs, &retention).await?.figures();
+    let run = run_once(&server.store(), &blobs, &retention)
+        .await?
+        .figures();
     println!(
         "retired {} sessions, finished deleting {} ({} entries, {} unreferenced blobs); \
          compacted {} sessions: {} entries, {} bytes of payload",

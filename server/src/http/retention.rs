@@ -137,7 +137,12 @@ fn parse(own: RetentionPolicy) -> Result<Policy, ApiError> {
         b => b,
     };
     Ok(Policy {
-        keep_ended_ms: duration_ms(own.keep_ended_days, "keep_ended_days", MAX_KEEP_DAYS, DAY_MS)?,
+        keep_ended_ms: duration_ms(
+            own.keep_ended_days,
+            "keep_ended_days",
+            MAX_KEEP_DAYS,
+            DAY_MS,
+        )?,
         compact_after_ms: duration_ms(
             own.compact_after_hours,
             "compact_after_hours",
@@ -172,13 +177,31 @@ mod tests {
         assert_eq!(p.compact_after_ms, Some(1_800_000));
         assert_eq!(shown(p), own);
         for bad in [
-            RetentionPolicy { keep_ended_days: Some(0.0), ..Default::default() },
-            RetentionPolicy { keep_ended_days: Some(f64::NAN), ..Default::default() },
-            RetentionPolicy { compact_after_hours: Some(-1.0), ..Default::default() },
-            RetentionPolicy { compact_after_hours: Some(1e12), ..Default::default() },
-            RetentionPolicy { max_log_bytes: Some(1024), ..Default::default() },
+            RetentionPolicy {
+                keep_ended_days: Some(0.0),
+                ..Default::default()
+            },
+            RetentionPolicy {
+                keep_ended_days: Some(f64::NAN),
+                ..Default::default()
+            },
+            RetentionPolicy {
+                compact_after_hours: Some(-1.0),
+                ..Default::default()
+            },
+            RetentionPolicy {
+                compact_after_hours: Some(1e12),
+                ..Default::default()
+            },
+            RetentionPolicy {
+                max_log_bytes: Some(1024),
+                ..Default::default()
+            },
         ] {
-            assert!(matches!(parse(bad), Err(ApiError::Invalid { .. })), "{bad:?}");
+            assert!(
+                matches!(parse(bad), Err(ApiError::Invalid { .. })),
+                "{bad:?}"
+            );
         }
     }
 

@@ -151,7 +151,11 @@ impl Tail {
                 self.live = !page.more;
                 if let Some(compacted) = page.compacted.filter(|c| c.through > self.reported) {
                     self.reported = compacted.through;
-                    let head = self.store.find_session(&self.session.to_string()).await?.head_seq;
+                    let head = self
+                        .store
+                        .find_session(&self.session.to_string())
+                        .await?
+                        .head_seq;
                     let reason = format!(
                         "compaction removed the {} entries after {} up to {}; the kept ones follow",
                         compacted.kinds.join(" and "),

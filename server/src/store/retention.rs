@@ -158,12 +158,7 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
     /// live at `at`, is a [`StoreError::Conflict`](super::StoreError::Conflict)
     /// ([`RETIRE_NOT_ENDED`], [`RETIRE_LIVE`]); an unknown or already retired one is
     /// [`StoreError::NotFound`](super::StoreError::NotFound).
-    async fn retire_session(
-        &self,
-        session: SessionId,
-        at: i64,
-        reason: &str,
-    ) -> StoreResult<()>;
+    async fn retire_session(&self, session: SessionId, at: i64, reason: &str) -> StoreResult<()>;
 
     /// Up to `limit` blobs orphaned before `before` that no checkpoint names and nobody
     /// uploaded since they were orphaned: their rows go, in one transaction, and the caller

@@ -16,7 +16,10 @@ use super::Db;
 fn mixed(producer: ProducerId, i: u64, ts: i64, size: usize) -> Append {
     let text = "x".repeat(size);
     let (kind, payload) = match i % 10 {
-        0 => (kinds::AGENT_OUTPUT, json!({"stream": "stdout", "text": text})),
+        0 => (
+            kinds::AGENT_OUTPUT,
+            json!({"stream": "stdout", "text": text}),
+        ),
         n if n % 2 == 1 => (kinds::AGENT_PTY_OUTPUT, json!({"data": text})),
         _ => (kinds::AGENT_TEXT_DELTA, json!({"text": text})),
     };
@@ -31,7 +34,14 @@ fn mixed(producer: ProducerId, i: u64, ts: i64, size: usize) -> Append {
 
 /// A session with `n` mixed entries stamped `ts`, in batches of 1,000, and a state snapshot at
 /// `snapshot`.
-async fn mixed_session(store: &Stores, name: &str, n: u64, ts: i64, size: usize, snapshot: u64) -> SessionId {
+async fn mixed_session(
+    store: &Stores,
+    name: &str,
+    n: u64,
+    ts: i64,
+    size: usize,
+    snapshot: u64,
+) -> SessionId {
     let s = store.log.open_session(name, None).await.unwrap().id;
     let producer = ProducerId::new();
     let mut i = 1;
@@ -41,7 +51,11 @@ async fn mixed_session(store: &Stores, name: &str, n: u64, ts: i64, size: usize,
         store.log.append(s, batch).await.unwrap();
         i = end + 1;
     }
-    store.log.save_snapshot(s, Seq(snapshot), "{}").await.unwrap();
+    store
+        .log
+        .save_snapshot(s, Seq(snapshot), "{}")
+        .await
+        .unwrap();
     s
 }
 
@@ -50,7 +64,14 @@ fn compactable(kind: &str) -> bool {
 }
 
 /// Runs compaction steps of `s` until one says it is finished; at most `max`.
-async fn compact_all(store: &Stores, s: SessionId, policy: Policy, now: i64, budget: u32, max: usize) -> u64 {
+async fn compact_all(
+    store: &Stores,
+    s: SessionId,
+    policy: Policy,
+    now: i64,
+    budget: u32,
+    max: usize,
+) -> u64 {
     let mut deleted = 0;
     for _ in 0..max {
         let step = store
@@ -68,7 +89,11 @@ async fn compact_all(store: &Stores, s: SessionId, policy: Policy, now: i64, bud
 }
 
 async fn whole_log(store: &Stores, s: SessionId) -> Vec<moor_protocol::Entry> {
-    store.log.read(s, Range::After(Seq::ZERO), 100_000).await.unwrap()
+    store
+        .log
+        .read(s, Range::After(Seq::ZERO), 100_000)
+        .await
+        .unwrap()
 }
 
 const HOUR: i64 = 3_600_000;
@@ -113,16 +138,34 @@ pub async fn old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_
         .map(|e| e.payload.to_string().len() as u64)
         .sum();
     assert_eq!(compaction.bytes, removed_bytes);
-    assert_eq!(whole_log(&store, other).await, other_before, "another session is untouched");
+    assert_eq!(
+        whole_log(&store, other).await,
+        other_before,
+        "another session is untouched"
+    );
 
     // ... a page after a cursor below the mark says what is missing; at or past it, nothing
-    let limit = PageLimit { count: 100, bytes: 1 << 20 };
-    let page = read_page(&*store.log, s, Range::After(Seq(10)), limit).await.unwrap();
+    let limit = PageLimit {
+        count: 100,
+        bytes: 1 << 20,
+    };
+    let page = read_page(&*store.log, s, Range::After(Seq(10)), limit)
+        .await
+        .unwrap();
     let missing = page.compacted.expect("a page below the mark says so");
     assert_eq!((missing.after, missing.through), (Seq(10), Seq(3_500)));
-    assert_eq!(missing.kinds, [kinds::AGENT_PTY_OUTPUT, kinds::AGENT_TEXT_DELTA]);
-    assert!(page.entries.iter().all(|e| e.kind == kinds::AGENT_OUTPUT), "{:?}", page.entries);
-    let page = read_page(&*store.log, s, Range::After(Seq(3_500)), limit).await.unwrap();
+    assert_eq!(
+        missing.kinds,
+        [kinds::AGENT_PTY_OUTPUT, kinds::AGENT_TEXT_DELTA]
+    );
+    assert!(
+        page.entries.iter().all(|e| e.kind == kinds::AGENT_OUTPUT),
+        "{:?}",
+        page.entries
+    );
+    let page = read_page(&*store.log, s, Range::After(Seq(3_500)), limit)
+        .await
+        .unwrap();
     assert_eq!(page.compacted, None);
     assert_eq!(page.entries.first().map(|e| e.seq), Some(Seq(3_501)));
 
@@ -152,8 +195,16 @@ pub async fn a_log_over_its_cap_loses_its_oldest_compactable_entries_whatever_th
     // assert: under the cap (within one entry), by deleting a prefix of the compactable
     // entries: the oldest first
     let after = whole_log(&store, s).await;
-    assert!(stored(&after) <= cap, "{} bytes left, cap {cap}", stored(&after));
-    assert!(stored(&after) + 1_100 > cap, "compacted more than the cap asks: {}", stored(&after));
+    assert!(
+        stored(&after) <= cap,
+        "{} bytes left, cap {cap}",
+        stored(&after)
+    );
+    assert!(
+        stored(&after) + 1_100 > cap,
+        "compacted more than the cap asks: {}",
+        stored(&after)
+    );
     let through = store.log.compaction(s).await.unwrap().through;
     let expected: Vec<_> = before
         .iter()
@@ -170,9 +221,16 @@ pub async fn compaction_never_passes_the_snapshot_nor_the_newest_entries(db: Db)
     let now = now_ms();
     let early = mixed_session(&store, "early-snapshot", 3_000, now - 2 * HOUR, 10, 300).await;
     let short = mixed_session(&store, "short", 1_500, now - 2 * HOUR, 10, 1_500).await;
-    let none = store.log.open_session("no-snapshot", None).await.unwrap().id;
+    let none = store
+        .log
+        .open_session("no-snapshot", None)
+        .await
+        .unwrap()
+        .id;
     let producer = ProducerId::new();
-    let batch = (1..=2_000).map(|i| mixed(producer, i, now - 2 * HOUR, 10)).collect();
+    let batch = (1..=2_000)
+        .map(|i| mixed(producer, i, now - 2 * HOUR, 10))
+        .collect();
     store.log.append(none, batch).await.unwrap();
     let policy = Policy {
         compact_after_ms: Some(HOUR),
@@ -208,7 +266,11 @@ pub async fn a_sessions_own_policy_is_stored_and_candidates_follow_it(db: Db) {
     };
 
     // act
-    store.retention.set_session_policy(own, policy).await.unwrap();
+    store
+        .retention
+        .set_session_policy(own, policy)
+        .await
+        .unwrap();
 
     // assert: stored and read back; only that session is a candidate without a server
     // policy, both with one
@@ -218,7 +280,10 @@ pub async fn a_sessions_own_policy_is_stored_and_candidates_follow_it(db: Db) {
     let ids = |c: Vec<moor_server::store::retention::Candidate>| {
         c.into_iter().map(|c| c.session).collect::<Vec<_>>()
     };
-    assert_eq!(ids(store.retention.compact_candidates(false, 10).await.unwrap()), [own]);
+    assert_eq!(
+        ids(store.retention.compact_candidates(false, 10).await.unwrap()),
+        [own]
+    );
     let both = ids(store.retention.compact_candidates(true, 10).await.unwrap());
     assert!(both.contains(&own) && both.contains(&plain), "{both:?}");
     // ... and its keep_ended deletes it once it has ended, with the reason its own
@@ -232,5 +297,9 @@ pub async fn a_sessions_own_policy_is_stored_and_candidates_follow_it(db: Db) {
         .unwrap();
     assert_eq!(sweep.retired, [own]);
     let tombstone = store.retention.retired_session(own).await.unwrap().unwrap();
-    assert!(tombstone.reason.contains("its owner asked"), "{}", tombstone.reason);
+    assert!(
+        tombstone.reason.contains("its owner asked"),
+        "{}",
+        tombstone.reason
+    );
 }

@@ -116,9 +116,15 @@ pub async fn ended_sessions_past_retention_are_deleted_in_bounded_batches_live_o
         "a batch deletes at most its bound"
     );
     assert!(first.finished.is_empty());
-    assert!(first.orphan_blobs.is_empty(), "a blob is collected only after its grace");
+    assert!(
+        first.orphan_blobs.is_empty(),
+        "a blob is collected only after its grace"
+    );
     let r = &store.retention;
-    assert!(r.collect_blobs(6_000, 6_000, 10).await.unwrap().is_empty(), "still in grace");
+    assert!(
+        r.collect_blobs(6_000, 6_000, 10).await.unwrap().is_empty(),
+        "still in grace"
+    );
     assert_eq!(
         r.collect_blobs(6_001, 6_001, 10).await.unwrap(),
         ["own"],
@@ -188,7 +194,9 @@ pub async fn an_orphaned_blob_named_or_uploaded_again_within_its_grace_is_kept(d
     let mut sessions = Vec::new();
     for (name, blob) in [("a", "blob-a"), ("b", "blob-b"), ("c", "blob-c")] {
         let s = session_with_log(&store, name, 1).await;
-        cp.save_checkpoint(&checkpoint(s, "00000000000000d1", &[blob])).await.unwrap();
+        cp.save_checkpoint(&checkpoint(s, "00000000000000d1", &[blob]))
+            .await
+            .unwrap();
         cp.record_blob_upload(blob, "ann", 10, 1).await.unwrap();
         store.log.end_session(s, 2).await.unwrap();
         sessions.push(s);
@@ -200,8 +208,12 @@ pub async fn an_orphaned_blob_named_or_uploaded_again_within_its_grace_is_kept(d
 
     // act: within the grace, a new session's checkpoint names blob-a, bob uploads blob-b
     let kept = session_with_log(&store, "kept", 1).await;
-    cp.save_checkpoint(&checkpoint(kept, "00000000000000d2", &["blob-a"])).await.unwrap();
-    cp.record_blob_upload("blob-b", "bob", 10, 1_500).await.unwrap();
+    cp.save_checkpoint(&checkpoint(kept, "00000000000000d2", &["blob-a"]))
+        .await
+        .unwrap();
+    cp.record_blob_upload("blob-b", "bob", 10, 1_500)
+        .await
+        .unwrap();
     let collected = r.collect_blobs(2_000, 2_000, 10).await.unwrap();
 
     // assert: only the blob nobody wants is collected; the uploaded one waits a new grace,
@@ -209,7 +221,11 @@ pub async fn an_orphaned_blob_named_or_uploaded_again_within_its_grace_is_kept(d
     assert_eq!(collected, ["blob-c"]);
     assert!(r.collect_blobs(2_000, 2_000, 10).await.unwrap().is_empty());
     assert_eq!(r.collect_blobs(2_001, 2_001, 10).await.unwrap(), ["blob-b"]);
-    assert!(r.collect_blobs(i64::MAX, i64::MAX, 10).await.unwrap().is_empty());
+    assert!(r
+        .collect_blobs(i64::MAX, i64::MAX, 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 pub async fn an_owner_deletes_only_an_ended_session_without_a_live_bridge(db: Db) {
