@@ -197,12 +197,16 @@ fn replay_outcome(
     append: &Append,
     producer_seq: u64,
 ) -> StoreResult<Appended> {
-    // The mark says this producer seq is stored; a missing row means the store is inconsistent.
-    let row = stored.ok_or_else(|| {
-        StoreError::Other(anyhow::anyhow!(
+    // The mark says this producer seq is stored: a missing row was compacted (only entries of
+    // the compacted kinds ever are), else the store is inconsistent.
+    let Some(row) = stored else {
+        if moor_protocol::web::COMPACTED_KINDS.contains(&append.kind.as_str()) {
+            return Ok(Appended::Duplicate(Seq::ZERO));
+        }
+        return Err(StoreError::Other(anyhow::anyhow!(
             "producer seq {producer_seq} below the mark but not stored"
-        ))
-    })?;
+        )));
+    };
     let stored_payload: serde_json::Value =
         serde_json::from_str(&row.payload).context("stored payload is not json")?;
     Ok(if same_content(&row.kind, &stored_payload, append) {

@@ -152,7 +152,9 @@ impl Append {
 pub enum Appended {
     /// Newly stored.
     Stored(Arc<Entry>),
-    /// The key was already stored with the same content, at this seq; nothing was written.
+    /// The key was already stored with the same content, at this seq; nothing was written. A
+    /// bridge entry stored once and removed since by compaction is a duplicate at seq 0: its
+    /// content and seq are no longer known, only that it was stored.
     Duplicate(Seq),
     /// A producer seq that is already stored carried different content; nothing was written.
     Mismatch {

@@ -42,8 +42,20 @@ async fn mixed_session(
     size: usize,
     snapshot: u64,
 ) -> SessionId {
+    mixed_session_of(store, ProducerId::new(), name, n, ts, size, snapshot).await
+}
+
+/// [`mixed_session`] with the entries from `producer`.
+async fn mixed_session_of(
+    store: &Stores,
+    producer: ProducerId,
+    name: &str,
+    n: u64,
+    ts: i64,
+    size: usize,
+    snapshot: u64,
+) -> SessionId {
     let s = store.log.open_session(name, None).await.unwrap().id;
-    let producer = ProducerId::new();
     let mut i = 1;
     while i <= n {
         let end = (i + 999).min(n);
@@ -103,7 +115,8 @@ pub async fn old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_
     // with the same old log and no policy
     let store = db.open("node-a").await;
     let now = now_ms();
-    let s = mixed_session(&store, "compacted", 4_000, now - 2 * HOUR, 10, 3_500).await;
+    let first = ProducerId::new();
+    let s = mixed_session_of(&store, first, "compacted", 4_000, now - 2 * HOUR, 10, 3_500).await;
     let producer = ProducerId::new();
     let fresh: Vec<Append> = (1..=500).map(|i| mixed(producer, i, now, 10)).collect();
     store.log.append(s, fresh).await.unwrap();
@@ -168,6 +181,14 @@ pub async fn old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_
         .unwrap();
     assert_eq!(page.compacted, None);
     assert_eq!(page.entries.first().map(|e| e.seq), Some(Seq(3_501)));
+
+    // ... a bridge replaying a compacted entry (stored once, below its mark) is answered
+    // "duplicate", not an error, and nothing is written
+    let replayed = mixed(first, 1, now - 2 * HOUR, 10);
+    assert_eq!(replayed.kind, kinds::AGENT_PTY_OUTPUT);
+    let answer = store.log.append(s, vec![replayed]).await.unwrap();
+    assert!(matches!(answer[..], [moor_server::store::Appended::Duplicate(_)]), "{answer:?}");
+    assert_eq!(whole_log(&store, s).await, after);
 
     // ... and a second run finds nothing more to do
     assert_eq!(compact_all(&store, s, policy, now, 700, 2).await, 0);
