@@ -236,7 +236,7 @@ pub struct EntriesPage {
     /// Set when compaction removed entries after the page's `after` cursor: what is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
-    pub compacted: Option<crate::web::Compacted>,
+    pub compacted: Option<crate::compaction::Compacted>,
 }
 
 /// A retention policy: each bound `None` means none is set at this level.

@@ -8,6 +8,7 @@ pub mod api;
 pub mod bridge;
 pub mod checkpoint;
 pub mod close;
+pub mod compaction;
 pub mod debug;
 pub mod entry;
 pub mod error;
