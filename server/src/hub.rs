@@ -16,6 +16,8 @@ use moor_protocol::web::{Reset, ServerToViewer, RESET_EVENT};
 use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::store::RawEntry;
+
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
 /// the store).
 const CHANNEL_CAPACITY: usize = 1024;
@@ -25,14 +27,19 @@ const CHANNEL_CAPACITY: usize = 1024;
 /// alive, so what the channel holds per session stays within `CHANNEL_CAPACITY` times this.
 pub const LIVE_PAYLOAD_BYTES: usize = 8 * 1024;
 
-/// A committed entry with its encodings, made once and shared by every subscriber.
+/// A committed entry with its encodings, made once and shared by every subscriber. A frame read
+/// from the store keeps the entry as stored ([`RawEntry`]): its encodings are made from the stored
+/// text, and the entry is parsed only if someone asks for it ([`Frame::entry`]).
 #[derive(Debug)]
 pub struct Frame {
-    /// The entry (for a notice, without its payload).
-    pub entry: Arc<Entry>,
+    seq: Seq,
+    /// The entry (for a notice, without its payload); made from `raw` on first use.
+    entry: OnceLock<Arc<Entry>>,
+    /// The entry as the store holds it, for a frame read from the store.
+    raw: Option<RawEntry>,
     /// Only says that the entry was committed: its payload is in the store.
     notice: bool,
-    /// Not an entry: tells a reader at `entry.seq` what compaction removed after it.
+    /// Not an entry: tells a reader at `seq` what compaction removed after it.
     reset: Option<Box<Reset>>,
     sse: OnceLock<Bytes>,
     ws: OnceLock<String>,
@@ -41,23 +48,66 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// Wraps a committed entry.
-    pub fn new(entry: Arc<Entry>) -> Arc<Self> {
-        Arc::new(Self {
-            entry,
+    fn with(seq: Seq, entry: Option<Arc<Entry>>, raw: Option<RawEntry>) -> Self {
+        Self {
+            seq,
+            entry: entry.map(OnceLock::from).unwrap_or_default(),
+            raw,
             notice: false,
             reset: None,
             sse: OnceLock::new(),
             ws: OnceLock::new(),
             payload_bytes: OnceLock::new(),
+        }
+    }
+
+    /// Wraps a committed entry.
+    pub fn new(entry: Arc<Entry>) -> Arc<Self> {
+        Arc::new(Self::with(entry.seq, Some(entry), None))
+    }
+
+    /// Wraps an entry read from the store, as stored.
+    pub fn stored(raw: RawEntry) -> Arc<Self> {
+        Arc::new(Self::with(raw.seq, None, Some(raw)))
+    }
+
+    /// The entry, parsed from the stored text on first use for a frame read from the store.
+    pub fn entry(&self) -> &Arc<Entry> {
+        self.entry.get_or_init(|| {
+            let raw = self.raw.as_ref();
+            let parsed = raw.map(RawEntry::parse);
+            match parsed {
+                Some(Ok(e)) => Arc::new(e),
+                other => {
+                    if let Some(Err(e)) = other {
+                        tracing::error!(seq = %self.seq, error = %e, "a stored entry does not parse");
+                    }
+                    Arc::new(Entry {
+                        seq: self.seq,
+                        ts: raw.map_or(0, |r| r.ts),
+                        kind: raw.map(|r| r.kind.clone()).unwrap_or_default(),
+                        author: raw.map(|r| r.author.clone()).unwrap_or_default(),
+                        payload: serde_json::Value::Null,
+                    })
+                }
+            }
         })
+    }
+
+    /// The entry's kind.
+    pub fn kind(&self) -> &str {
+        match &self.raw {
+            Some(raw) => &raw.kind,
+            None => &self.entry().kind,
+        }
     }
 
     /// The length of the entry's payload encoded as JSON, measured on first use.
     pub fn payload_bytes(&self) -> usize {
-        *self
-            .payload_bytes
-            .get_or_init(|| encoded_len(&self.entry.payload))
+        *self.payload_bytes.get_or_init(|| match &self.raw {
+            Some(raw) => raw.payload.len(),
+            None => encoded_len(&self.entry().payload),
+        })
     }
 
     /// What live subscribers get for this entry: the frame itself, or a notice without the
@@ -66,38 +116,34 @@ impl Frame {
         if self.payload_bytes() <= LIVE_PAYLOAD_BYTES {
             return self.clone();
         }
-        Arc::new(Self {
-            entry: Arc::new(Entry {
+        let entry = self.entry();
+        let mut notice = Self::with(
+            self.seq,
+            Some(Arc::new(Entry {
                 payload: serde_json::Value::Null,
-                kind: self.entry.kind.clone(),
-                author: self.entry.author.clone(),
-                ..*self.entry
-            }),
-            notice: true,
-            reset: None,
-            sse: OnceLock::new(),
-            ws: OnceLock::new(),
-            payload_bytes: OnceLock::new(),
-        })
+                kind: entry.kind.clone(),
+                author: entry.author.clone(),
+                ..**entry
+            })),
+            None,
+        );
+        notice.notice = true;
+        Arc::new(notice)
     }
 
     /// A reset for a reader whose cursor is `at`: it moves no cursor and is no entry. Only
     /// [`crate::session::tail::Tail`] makes these, for what compaction removed after `at`.
     pub fn reset(at: Seq, reset: Reset) -> Arc<Self> {
-        Arc::new(Self {
-            entry: Arc::new(Entry {
-                seq: at,
-                ts: now_ms(),
-                kind: RESET_EVENT.to_owned(),
-                author: "server".to_owned(),
-                payload: serde_json::Value::Null,
-            }),
-            notice: false,
-            reset: Some(Box::new(reset)),
-            sse: OnceLock::new(),
-            ws: OnceLock::new(),
-            payload_bytes: OnceLock::new(),
-        })
+        let entry = Entry {
+            seq: at,
+            ts: now_ms(),
+            kind: RESET_EVENT.to_owned(),
+            author: "server".to_owned(),
+            payload: serde_json::Value::Null,
+        };
+        let mut frame = Self::with(at, Some(Arc::new(entry)), None);
+        frame.reset = Some(Box::new(reset));
+        Arc::new(frame)
     }
 
     /// The reset this frame carries instead of an entry, if it is one.
@@ -112,7 +158,7 @@ impl Frame {
 
     /// The entry's seq.
     pub fn seq(&self) -> Seq {
-        self.entry.seq
+        self.seq
     }
 
     /// The SSE event: `id:` seq, `event:` kind, `data:` the entry as JSON.
@@ -123,10 +169,15 @@ impl Frame {
                 let data = serde_json::to_string(reset).unwrap_or_default();
                 return Bytes::from(format!("event: {RESET_EVENT}\ndata: {data}\n\n"));
             }
-            let data = serde_json::to_string(&self.entry).unwrap_or_default();
+            let data = match &self.raw {
+                Some(raw) => raw.json(),
+                None => serde_json::to_string(&**self.entry()).unwrap_or_default(),
+            };
             Bytes::from(format!(
                 "id: {}\nevent: {}\ndata: {}\n\n",
-                self.entry.seq, self.entry.kind, data
+                self.seq,
+                self.kind(),
+                data
             ))
         })
     }
@@ -138,7 +189,12 @@ impl Frame {
                 return serde_json::to_string(&ServerToViewer::Reset((**reset).clone()))
                     .unwrap_or_default();
             }
-            serde_json::to_string(&ServerToViewer::Entry((*self.entry).clone())).unwrap_or_default()
+            match &self.raw {
+                // `{"type":"entry",` and the entry's own fields, as serde tags the variant.
+                Some(raw) => format!("{{\"type\":\"entry\",{}", &raw.json()[1..]),
+                None => serde_json::to_string(&ServerToViewer::Entry((**self.entry()).clone()))
+                    .unwrap_or_default(),
+            }
         })
     }
 }
@@ -240,7 +296,7 @@ impl Link {
         self.seen = seq;
         let item = if self.overflowed || !contiguous {
             InputFeed::Resync
-        } else if moor_protocol::kinds::is_input(&frame.entry.kind) {
+        } else if moor_protocol::kinds::is_input(frame.kind()) {
             InputFeed::Input(frame.clone())
         } else {
             return;
@@ -587,6 +643,40 @@ mod tests {
     use moor_protocol::kinds;
 
     use super::*;
+
+    #[test]
+    fn a_frame_read_from_the_store_encodes_as_the_entry_would() {
+        let payloads = [
+            serde_json::json!({"text": "plain", "n": 1, "nested": {"b": [1, 2.5, null]}}),
+            serde_json::json!({"text": "quotes \" backslash \\ newline \n tab \t ü 🚀 \u{1}"}),
+            serde_json::Value::Null,
+            serde_json::json!("a string payload"),
+        ];
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let entry = Entry {
+                seq: Seq(i as u64 + 1),
+                ts: 1_733_000_000_000 + i as i64,
+                kind: kinds::AGENT_OUTPUT.into(),
+                author: "user:ann \"the\" admin".into(),
+                payload,
+            };
+            let raw = RawEntry {
+                seq: entry.seq,
+                ts: entry.ts,
+                kind: entry.kind.clone(),
+                author: entry.author.clone(),
+                payload: serde_json::to_string(&entry.payload).unwrap(),
+            };
+            assert_eq!(raw.json(), serde_json::to_string(&entry).unwrap());
+            let live = Frame::new(Arc::new(entry.clone()));
+            let stored = Frame::stored(raw);
+            assert_eq!(stored.sse(), live.sse());
+            assert_eq!(stored.ws(), live.ws());
+            assert_eq!(stored.payload_bytes(), live.payload_bytes());
+            assert_eq!(stored.kind(), live.kind());
+            assert_eq!(**stored.entry(), entry);
+        }
+    }
 
     fn frame(seq: u64, kind: &str) -> Arc<Frame> {
         Frame::new(Arc::new(Entry {

@@ -403,12 +403,12 @@ mod tests {
         let mut got = Vec::new();
         for _ in 0..2 {
             let f = tail.next().await.unwrap();
-            got.push((f.seq().0, f.entry.payload["text"].as_str().unwrap().len()));
+            got.push((f.seq().0, f.entry().payload["text"].as_str().unwrap().len()));
         }
         // assert: the fan-out carried a notice without the payload, and the tail still gave
         // every entry once, in order, whole
         let notice = watcher.recv().await.unwrap();
-        assert!(notice.is_notice() && notice.entry.payload.is_null());
+        assert!(notice.is_notice() && notice.entry().payload.is_null());
         assert!(!watcher.recv().await.unwrap().is_notice());
         assert_eq!(got, [(2, big.len()), (3, 1)]);
     }

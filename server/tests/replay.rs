@@ -85,7 +85,7 @@ async fn scenario(ops: Vec<Op>, capacity: usize) {
                         // Collect until told the final head; the timeout is only a failure guard.
                         loop {
                             match tokio::time::timeout(Duration::from_secs(10), tail.next()).await {
-                                Ok(Ok(f)) => got.push((*f.entry).clone()),
+                                Ok(Ok(f)) => got.push((**f.entry()).clone()),
                                 Ok(Err(e)) => panic!("tail failed: {e}"),
                                 Err(_) => return got,
                             }

@@ -6,7 +6,10 @@
 
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use std::fmt::Write as _;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use moor_protocol::api::{BridgeStatus, EntriesPage, Me, Role, SessionInfo, SessionStatus};
 use moor_protocol::{Seq, SessionId};
 use serde::Deserialize;
@@ -16,7 +19,7 @@ use crate::access::{session_for, session_with_role};
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
-use crate::store::{read_page, PageLimit, Range, SessionRow};
+use crate::store::{read_page_raw, Page, PageLimit, Range, RawEntry, SessionRow};
 use crate::util::query_param;
 
 /// Largest page of `/entries`.
@@ -216,7 +219,7 @@ pub(super) async fn entries(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
-) -> Result<Json<EntriesPage>, ApiError> {
+) -> Result<Response, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let limit = limit_param(query.as_deref(), DEFAULT_PAGE, MAX_PAGE)?;
     let query = query.unwrap_or_default();
@@ -230,7 +233,7 @@ pub(super) async fn entries(
         (_, Some(b)) => Range::Before(b),
         (a, None) => Range::After(a.unwrap_or(Seq::ZERO)),
     };
-    let page = read_page(
+    let page = read_page_raw(
         &*state.store.log,
         session.id,
         range,
@@ -240,12 +243,32 @@ pub(super) async fn entries(
         },
     )
     .await?;
-    Ok(Json(EntriesPage {
-        entries: page.entries,
-        head_seq: session.head_seq,
-        has_more: page.more,
-        compacted: page.compacted,
-    }))
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        entries_page_json(&page, session.head_seq),
+    )
+        .into_response())
+}
+
+/// An [`EntriesPage`] as JSON, written from the entries as stored: the same text serde makes of
+/// it, without parsing and re-encoding every payload.
+fn entries_page_json(page: &Page<RawEntry>, head_seq: Seq) -> String {
+    let bytes: usize = page.entries.iter().map(|e| e.payload.len() + 96).sum();
+    let mut out = String::with_capacity(bytes + 128);
+    out.push_str("{\"entries\":[");
+    for (i, entry) in page.entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        entry.write_json(&mut out);
+    }
+    let _ = write!(out, "],\"head_seq\":{head_seq},\"has_more\":{}", page.more);
+    if let Some(compacted) = &page.compacted {
+        out.push_str(",\"compacted\":");
+        out.push_str(&serde_json::to_string(compacted).unwrap_or_default());
+    }
+    out.push('}');
+    out
 }
 
 /// Body of `POST /api/v1/sessions/{id}/bridge/close`.
@@ -292,5 +315,66 @@ pub(super) async fn close_bridge(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("live bridge"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::web::Compacted;
+    use moor_protocol::Entry;
+
+    use super::*;
+
+    #[test]
+    fn a_page_written_from_stored_entries_is_the_json_serde_makes_of_it() {
+        let entries: Vec<Entry> = [
+            serde_json::json!({"text": "quotes \" backslash \\ newline \n ü 🚀"}),
+            serde_json::json!([1, 2.5, null, {"a": true}]),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, payload)| Entry {
+            seq: Seq(i as u64 + 7),
+            ts: 1_733_000_000_000,
+            kind: "agent.output".into(),
+            author: "bridge:\"x\"".into(),
+            payload,
+        })
+        .collect();
+        let raw = |e: &Entry| RawEntry {
+            seq: e.seq,
+            ts: e.ts,
+            kind: e.kind.clone(),
+            author: e.author.clone(),
+            payload: serde_json::to_string(&e.payload).unwrap(),
+        };
+        let compacted = Compacted {
+            after: Seq(1),
+            through: Seq(6),
+            kinds: vec!["agent.pty.output".into()],
+            entries: 5,
+            bytes: 500,
+        };
+        for (entries, more, compacted) in [
+            (entries.clone(), true, Some(compacted)),
+            (entries[..1].to_vec(), false, None),
+            (Vec::new(), false, None),
+        ] {
+            let page = Page {
+                entries: entries.iter().map(raw).collect(),
+                more,
+                compacted: compacted.clone(),
+            };
+            let typed = EntriesPage {
+                entries,
+                head_seq: Seq(9),
+                has_more: more,
+                compacted,
+            };
+            assert_eq!(
+                entries_page_json(&page, Seq(9)),
+                serde_json::to_string(&typed).unwrap()
+            );
+        }
     }
 }

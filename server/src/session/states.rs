@@ -245,10 +245,10 @@ impl States {
                 // Only busy work can be interrupted: the state before an entry is kept (a
                 // copy per entry) only then.
                 let before = state.is_busy().then(|| state.clone());
-                state.apply(&f.entry);
+                state.apply(f.entry());
                 if let Some(before) = before {
-                    if let Some(cause) = interruption_cause(&before, &f.entry) {
-                        self.record_interruption(session, &before, cause, f.entry.seq);
+                    if let Some(cause) = interruption_cause(&before, f.entry()) {
+                        self.record_interruption(session, &before, cause, f.entry().seq);
                     }
                 }
             }

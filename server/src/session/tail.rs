@@ -22,7 +22,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
-use crate::store::{read_page, LogStore, PageLimit, Range, StoreError, StoreResult};
+use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreError, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -142,11 +142,12 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page = read_page(&*self.store, self.session, Range::After(self.cursor), limit)
-                    .await
-                    .inspect_err(|_| {
-                        self.hub.metrics().store_errors.inc();
-                    })?;
+                let page =
+                    read_page_raw(&*self.store, self.session, Range::After(self.cursor), limit)
+                        .await
+                        .inspect_err(|_| {
+                            self.hub.metrics().store_errors.inc();
+                        })?;
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
                 if let Some(compacted) = page.compacted.filter(|c| c.through > self.reported) {
@@ -172,7 +173,7 @@ impl Tail {
                     ));
                 }
                 self.backlog
-                    .extend(page.entries.into_iter().map(|e| Frame::new(Arc::new(e))));
+                    .extend(page.entries.into_iter().map(Frame::stored));
                 continue;
             }
             match self.rx.recv().await {

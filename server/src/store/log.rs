@@ -49,7 +49,7 @@ macro_rules! log_store {
             use $crate::store::log::LogDialect;
             use $crate::store::{
                 applied_migration, newest_migration, seq_bind, Appended, Compaction, GroupPart,
-                LogStore,
+                LogStore, RawEntry,
                 Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL,
                 MAX_LISTED_AGENT_BYTES,
             };
@@ -172,17 +172,17 @@ macro_rules! log_store {
                     Ok((applied, newest_migration(Self::migrations())))
                 }
 
-                async fn read(
+                async fn read_raw(
                     &self,
                     session: SessionId,
                     range: Range,
                     limit: u32,
-                ) -> StoreResult<Vec<Entry>> {
+                ) -> StoreResult<Vec<RawEntry>> {
                     let which = (range.sql(), range.bound());
                     let rows = select_entries(self, ENTRY_COLS, session, which, limit).await?;
                     let entries = rows
                         .iter()
-                        .map(entry_row)
+                        .map(raw_row)
                         .collect::<StoreResult<Vec<_>>>()?;
                     Ok(range.ascending(entries))
                 }
@@ -373,17 +373,19 @@ macro_rules! log_store {
                 })
             }
 
-            fn entry_row(row: &DbRow) -> StoreResult<Entry> {
-                let payload: String = row.try_get("payload").map_err(db_error)?;
+            fn raw_row(row: &DbRow) -> StoreResult<RawEntry> {
                 let seq: i64 = row.try_get("seq").map_err(db_error)?;
-                Ok(Entry {
+                Ok(RawEntry {
                     seq: Seq(seq as u64),
                     ts: row.try_get("ts").map_err(db_error)?,
                     kind: row.try_get("kind").map_err(db_error)?,
                     author: row.try_get("author").map_err(db_error)?,
-                    payload: serde_json::from_str(&payload)
-                        .context("stored payload is not json")?,
+                    payload: row.try_get("payload").map_err(db_error)?,
                 })
+            }
+
+            fn entry_row(row: &DbRow) -> StoreResult<Entry> {
+                raw_row(row)?.parse()
             }
         }
     };

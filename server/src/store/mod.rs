@@ -45,7 +45,7 @@ pub use machines::MachineStore;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
-pub use page::{read_page, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
+pub use page::{read_page, read_page_raw, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
 pub use retention::{Compaction, Policy, RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
@@ -101,6 +101,60 @@ pub struct SessionRow {
     pub ended_at: Option<i64>,
     /// What the bridge last said it runs.
     pub agent: Option<AgentInfo>,
+}
+
+/// An entry as the store holds it: its payload is the JSON text stored, not parsed. Replay sends
+/// it as it is ([`RawEntry::json`]), so a viewer catching up costs no parse and no re-encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEntry {
+    /// Its seq.
+    pub seq: Seq,
+    /// Its time (ms).
+    pub ts: i64,
+    /// Its kind.
+    pub kind: String,
+    /// Who wrote it.
+    pub author: String,
+    /// Its payload, JSON text as stored.
+    pub payload: String,
+}
+
+impl RawEntry {
+    /// The entry as JSON, the same text `serde_json::to_string(&Entry)` makes of it.
+    pub fn json(&self) -> String {
+        let mut out = String::with_capacity(self.payload.len() + 64);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends [`RawEntry::json`] to `out`.
+    pub fn write_json(&self, out: &mut String) {
+        use std::fmt::Write;
+        let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let _ = write!(
+            out,
+            "{{\"seq\":{},\"ts\":{},\"kind\":{},\"author\":{},\"payload\":{}}}",
+            self.seq,
+            self.ts,
+            text(&self.kind),
+            text(&self.author),
+            self.payload
+        );
+    }
+
+    /// The entry with its payload parsed.
+    pub fn parse(&self) -> StoreResult<Entry> {
+        Ok(Entry {
+            seq: self.seq,
+            ts: self.ts,
+            kind: self.kind.clone(),
+            author: self.author.clone(),
+            payload: anyhow::Context::context(
+                serde_json::from_str(&self.payload),
+                "stored payload is not json",
+            )?,
+        })
+    }
 }
 
 /// What makes an append idempotent.
@@ -207,7 +261,7 @@ impl Range {
 
     /// Entries read with [`Range::sql`], in ascending order (a `Before` page is read newest
     /// first, to take the newest `limit`).
-    pub(crate) fn ascending(self, mut entries: Vec<Entry>) -> Vec<Entry> {
+    pub(crate) fn ascending<E>(self, mut entries: Vec<E>) -> Vec<E> {
         if matches!(self, Range::Before(_)) {
             entries.reverse();
         }
@@ -265,7 +319,21 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     async fn schema_versions(&self) -> StoreResult<(i64, i64)>;
 
     /// Up to `limit` entries of a session's log.
-    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>>;
+    async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
+        self.read_raw(session, range, limit)
+            .await?
+            .iter()
+            .map(RawEntry::parse)
+            .collect()
+    }
+
+    /// [`LogStore::read`], the payloads as stored.
+    async fn read_raw(
+        &self,
+        session: SessionId,
+        range: Range,
+        limit: u32,
+    ) -> StoreResult<Vec<RawEntry>>;
 
     /// What compaction has removed from the session's log so far (one small read).
     async fn compaction(&self, session: SessionId) -> StoreResult<Compaction>;

@@ -12,7 +12,7 @@
 use moor_protocol::web::Compacted;
 use moor_protocol::{Entry, SessionId};
 
-use super::{LogStore, Range, StoreResult};
+use super::{LogStore, Range, RawEntry, StoreResult};
 
 /// Reads of one page before giving up on a mark that keeps moving (a compaction step commits
 /// at most every few milliseconds, a page reads in less).
@@ -32,11 +32,11 @@ pub struct PageLimit {
     pub bytes: u64,
 }
 
-/// One page of a log.
+/// One page of a log: of [`Entry`]s, or of [`RawEntry`]s as stored.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Page {
+pub struct Page<E = Entry> {
     /// The entries, ascending.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<E>,
     /// The range holds more entries than the page.
     pub more: bool,
     /// For an `After` range: what compaction removed after its cursor, if anything.
@@ -50,6 +50,25 @@ pub async fn read_page(
     range: Range,
     limit: PageLimit,
 ) -> StoreResult<Page> {
+    let page = read_page_raw(store, session, range, limit).await?;
+    Ok(Page {
+        entries: page
+            .entries
+            .iter()
+            .map(RawEntry::parse)
+            .collect::<StoreResult<_>>()?,
+        more: page.more,
+        compacted: page.compacted,
+    })
+}
+
+/// [`read_page`], the payloads as stored.
+pub async fn read_page_raw(
+    store: &dyn LogStore,
+    session: SessionId,
+    range: Range,
+    limit: PageLimit,
+) -> StoreResult<Page<RawEntry>> {
     let count = limit.count.max(1);
     let mut before = store.compaction(session).await?;
     for attempt in 1..=ATTEMPTS {
@@ -60,7 +79,7 @@ pub async fn read_page(
         let entries = if take == 0 {
             Vec::new()
         } else {
-            store.read(session, range, take as u32).await?
+            store.read_raw(session, range, take as u32).await?
         };
         let after = store.compaction(session).await?;
         if after.through == before.through || attempt == ATTEMPTS {

@@ -732,7 +732,7 @@ impl Conn {
                 if f.seq() <= self.delivered {
                     return Ok(());
                 }
-                vec![(*f.entry).clone()]
+                vec![(**f.entry()).clone()]
             }
             InputFeed::Input(_) | InputFeed::Resync => {
                 self.behind = false;
