@@ -187,7 +187,10 @@ pub async fn old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_
     let replayed = mixed(first, 1, now - 2 * HOUR, 10);
     assert_eq!(replayed.kind, kinds::AGENT_PTY_OUTPUT);
     let answer = store.log.append(s, vec![replayed]).await.unwrap();
-    assert!(matches!(answer[..], [moor_server::store::Appended::Duplicate(_)]), "{answer:?}");
+    assert!(
+        matches!(answer[..], [moor_server::store::Appended::Duplicate(_)]),
+        "{answer:?}"
+    );
     assert_eq!(whole_log(&store, s).await, after);
 
     // ... and a second run finds nothing more to do
