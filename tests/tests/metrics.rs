@@ -3,7 +3,9 @@
 
 use moor_e2e::metrics::{get, scrape, value};
 use moor_e2e::pg::TestDb;
-use moor_e2e::{eventually, Rig, ServerOpts, SseClient, SseOpts, TestServer, WsViewer, WAIT};
+use moor_e2e::{
+    eventually, BridgeOpts, Rig, ServerOpts, SseClient, SseOpts, TestServer, WsViewer, FINISH, WAIT,
+};
 use prometheus_parse::Scrape;
 use reqwest::StatusCode;
 
@@ -168,4 +170,50 @@ async fn metrics_listen_serves_the_metrics_without_a_token_on_its_own_address() 
     assert_eq!(get(&url, None).await.0, StatusCode::OK);
     let other = reqwest::get(format!("{url}/healthz")).await.expect("GET");
     assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_relay_delay_is_observed_by_the_node_serving_another_nodes_bridge() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: nodes A and B on one database; a bridge streams to A, a viewer reads from B
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let node = |n| {
+        db.node_opts(n, &token)
+            .flag("--metrics-token", METRICS_TOKEN)
+    };
+    let a = TestServer::start(node("a")).await;
+    let b = TestServer::start(node("b")).await;
+    let relayed = |s: &Scrape| value(s, "moord_relay_delay_seconds", &[]).unwrap_or(-1.0);
+    assert_eq!(relayed(&scrape(&b.url(), METRICS_TOKEN).await), 0.0);
+    let name = format!("relay-{}", uuid::Uuid::new_v4().simple());
+    let mut bridge = BridgeOpts::new(
+        &a.url(),
+        &token,
+        &name,
+        &["count", "400", "--interval-ms", "5"],
+    )
+    .spawn();
+    let id = b.api().wait_session(&name, WAIT).await.id;
+
+    // act: B's viewer follows the session, so B's relay publishes A's commits
+    let viewer = SseClient::connect(&b.url(), &token, id, SseOpts::default());
+    bridge.wait_success(FINISH).await;
+    let head = a
+        .api()
+        .session(&name)
+        .await
+        .expect("the session")
+        .head_seq
+        .0;
+    viewer.wait_seq(head, WAIT).await;
+
+    // assert: B observed delays for relayed entries; A, whose own commits they were, none
+    eventually(WAIT, "relay delays observed on B", || async {
+        relayed(&scrape(&b.url(), METRICS_TOKEN).await) >= 1.0
+    })
+    .await;
+    assert_eq!(relayed(&scrape(&a.url(), METRICS_TOKEN).await), 0.0);
+    viewer.stop();
 }

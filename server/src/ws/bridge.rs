@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
+use moor_protocol::host::HOST_ADAPTER;
 use moor_protocol::payload::{
     BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
     SessionContinuedFrom, SessionContinuedIn, SessionEnded, SessionLink,
@@ -245,7 +246,7 @@ where
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
     let (mut tx, mut rx) = halves(tx, rx);
-    let _open = state.hub.metrics().bridge_open();
+    let open = state.hub.metrics().bridge_open();
     let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,
@@ -255,6 +256,13 @@ where
             }
             return;
         }
+    };
+    // Counted as a bridge until its hello says it is a machine's link.
+    let _open = if hello.agent.adapter == HOST_ADAPTER {
+        drop(open);
+        state.hub.metrics().host_open()
+    } else {
+        open
     };
     // Someone else's session is refused before anything of this bridge is written to it.
     let existing = match state.store.log.find_session(&hello.session).await {
