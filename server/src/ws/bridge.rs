@@ -208,6 +208,8 @@ struct Conn {
     inflight: VecDeque<InFlight>,
     state: AppState,
     session: SessionId,
+    /// This connection's id in the hub.
+    conn_id: u64,
     hello: Hello,
     tx: Tx,
     /// Highest input seq sent to this bridge.
@@ -354,6 +356,7 @@ where
         inflight: VecDeque::new(),
         state: state.clone(),
         session: session.id,
+        conn_id,
         hello,
         tx,
         delivered: Seq::ZERO,
@@ -808,7 +811,14 @@ impl Conn {
                     .map_err(store_ending)?;
                 Ok(())
             }
-            BridgeToServer::Heartbeat => Ok(()),
+            BridgeToServer::Heartbeat { spool_unacked } => {
+                if let Some(depth) = spool_unacked {
+                    self.state
+                        .hub
+                        .bridge_spool(self.session, self.conn_id, depth);
+                }
+                Ok(())
+            }
             BridgeToServer::End => {
                 // Everything sent before `End` must be stored (and acked) first.
                 self.settle_all().await?;
@@ -1280,7 +1290,11 @@ mod tests {
         // act: a heartbeat every 20 s for two minutes, then silence
         for _ in 0..6 {
             tokio::time::sleep(Duration::from_secs(20)).await;
-            to_server.send(text(&BridgeToServer::Heartbeat)).unwrap();
+            to_server
+                .send(text(&BridgeToServer::Heartbeat {
+                    spool_unacked: None,
+                }))
+                .unwrap();
         }
         // assert: the server's heartbeats (every 7 s) go on through 147 s, 27 s into the
         // silence, and stop before 154 s: the watchdog fired at 150 s, 30 s after the last frame
