@@ -179,6 +179,11 @@ pub struct BridgeStatus {
     pub last_close_code: Option<u16>,
     /// Why the last connection ended, in plain words.
     pub last_reason: Option<String>,
+    /// While online: entries waiting in the bridge's spool on its machine, not yet stored
+    /// here, as the bridge last reported (absent when none wait or it does not report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub spool_unacked: Option<u64>,
 }
 
 /// `POST /api/v1/sessions/{id}/inputs`.

@@ -32,8 +32,15 @@ pub enum BridgeToServer {
         /// What happened to it.
         status: ReceiptStatus,
     },
-    /// Sent every heartbeat interval when nothing else is sent.
-    Heartbeat,
+    /// Sent every heartbeat interval when nothing else is sent, and also while the bridge's
+    /// spool depth changed since it last said (at most once an interval), and right after the
+    /// welcome when entries wait in the spool.
+    Heartbeat {
+        /// Entries in the bridge's spool that the server has not acknowledged yet (absent from
+        /// bridges that do not report it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spool_unacked: Option<u64>,
+    },
     /// The agent is gone and everything it produced has been acked: end the session.
     End,
 }

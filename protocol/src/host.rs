@@ -195,6 +195,10 @@ pub struct RestoreCheckpoint {
     pub idempotency_key: String,
 }
 
+/// The `adapter` a machine's link (`moor host`) names in its hello: the server counts it as a
+/// machine link, not as an agent's bridge.
+pub const HOST_ADAPTER: &str = "host";
+
 /// The agent modes a machine may advertise and `moor run --mode` takes.
 pub const AGENT_MODES: [&str; 8] = [
     "auto",

@@ -31,7 +31,31 @@ fn bridge_frames_have_stable_json_shapes() {
         serde_json::from_value(json!({"type": "ack", "producer_seq": 9})).unwrap();
     assert_eq!(ack, ServerToBridge::Ack { producer_seq: 9 });
     let hb: BridgeToServer = serde_json::from_str(r#"{"type":"heartbeat"}"#).unwrap();
-    assert_eq!(hb, BridgeToServer::Heartbeat);
+    assert_eq!(
+        hb,
+        BridgeToServer::Heartbeat {
+            spool_unacked: None
+        }
+    );
+    let depth = BridgeToServer::Heartbeat {
+        spool_unacked: Some(3),
+    };
+    assert_eq!(
+        serde_json::to_value(&depth).unwrap(),
+        json!({"type": "heartbeat", "spool_unacked": 3})
+    );
+    // A server that predates the report reads it as a plain heartbeat, and a report reads back.
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Old {
+        Heartbeat,
+    }
+    let text = serde_json::to_string(&depth).unwrap();
+    assert_eq!(serde_json::from_str::<Old>(&text).unwrap(), Old::Heartbeat);
+    assert_eq!(
+        serde_json::from_str::<BridgeToServer>(&text).unwrap(),
+        depth
+    );
 }
 
 #[test]

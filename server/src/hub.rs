@@ -456,6 +456,7 @@ impl Hub {
                     since: Some(now_ms()),
                     last_close_code: None,
                     last_reason: None,
+                    spool_unacked: None,
                 },
             },
         );
@@ -561,7 +562,19 @@ impl Hub {
                     since: Some(now_ms()),
                     last_close_code: close_code,
                     last_reason: Some(reason.to_owned()),
+                    spool_unacked: None,
                 };
+            }
+        }
+    }
+
+    /// Records the spool depth connection `conn` of `session` reported (0 is kept as none),
+    /// unless a newer connection has taken its place.
+    pub fn bridge_spool(&self, session: SessionId, conn: u64, unacked: u64) {
+        let mut inner = self.lock();
+        if let Some(link) = inner.links.get_mut(&session) {
+            if link.conn == conn && link.status.online {
+                link.status.spool_unacked = (unacked > 0).then_some(unacked);
             }
         }
     }
@@ -607,6 +620,7 @@ fn offline() -> BridgeStatus {
         since: None,
         last_close_code: None,
         last_reason: None,
+        spool_unacked: None,
     }
 }
 

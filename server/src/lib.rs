@@ -244,7 +244,7 @@ impl Server {
             self.config.notify.clone(),
             self.vapid,
             public_url.as_str().into(),
-            hub.metrics().notify_outbox.clone(),
+            hub.metrics().notify.clone(),
             self.auth.action_links(self.config.notify.action_ttl),
         )?;
         if self.config.notify.sender {

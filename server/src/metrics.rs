@@ -4,7 +4,8 @@
 //! Every handle is resolved once, here: counting is an atomic add, with no lock, no label
 //! lookup and no allocation per entry. Histograms are observed once per group commit. Values
 //! that are cheaper to read than to keep up to date (live sessions, resident memory) are read
-//! when scraped, by [`Metrics::render`].
+//! when scraped, by [`Metrics::render`]. Notification deliveries are labelled by sink and
+//! outcome, a handful of pairs looked up once per delivery (a network round trip each).
 //!
 //! Calls nothing in the crate.
 
@@ -21,6 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labeled<M> = Family<[(&'static str, &'static str); 1], M>;
+type Labeled2<M> = Family<[(&'static str, &'static str); 2], M>;
 
 /// Open connections of one kind for as long as it lives.
 #[derive(Debug)]
@@ -41,6 +43,80 @@ pub enum Transport {
     Ws,
 }
 
+/// Where a notification went.
+#[derive(Debug, Clone, Copy)]
+pub enum NotifySink {
+    /// A browser's Web Push subscription.
+    WebPush,
+    /// An ntfy topic.
+    Ntfy,
+    /// A signed webhook.
+    Webhook,
+    /// A sink of a kind this server does not know (refused).
+    Other,
+}
+
+impl NotifySink {
+    /// The sink for a stored sink row's `kind`.
+    pub fn of_kind(kind: &str) -> Self {
+        match kind {
+            "ntfy" => Self::Ntfy,
+            "webhook" => Self::Webhook,
+            _ => Self::Other,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::WebPush => "webpush",
+            Self::Ntfy => "ntfy",
+            Self::Webhook => "webhook",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// How one attempt to deliver a notification to one target ended.
+#[derive(Debug, Clone, Copy)]
+pub enum NotifyOutcome {
+    /// The push service or sink took it.
+    Sent,
+    /// The push service said the subscription no longer exists (it is removed).
+    Gone,
+    /// A transient failure: tried again later.
+    Retry,
+    /// Refused for good for this notification.
+    Failed,
+}
+
+impl NotifyOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Sent => "sent",
+            Self::Gone => "gone",
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The notification sender's metrics: the outbox's size and the deliveries' outcomes.
+#[derive(Debug, Clone, Default)]
+pub struct NotifyMetrics {
+    /// Rows in the notification outbox, by state (as this node's sender last counted them).
+    pub outbox: OutboxGauges,
+    deliveries: Labeled2<Counter>,
+}
+
+impl NotifyMetrics {
+    /// One delivery attempt to `sink` ended with `outcome`.
+    pub fn delivered(&self, sink: NotifySink, outcome: NotifyOutcome) {
+        self.deliveries
+            .get_or_create(&[("sink", sink.label()), ("outcome", outcome.label())])
+            .inc();
+    }
+}
+
 /// How an input request ended.
 #[derive(Debug, Clone, Copy)]
 pub enum InputOutcome {
@@ -57,6 +133,7 @@ pub enum InputOutcome {
 pub struct Metrics {
     registry: Registry,
     bridges: Gauge,
+    hosts: Gauge,
     sse: Gauge,
     ws_viewers: Gauge,
     live_sessions: Gauge,
@@ -82,8 +159,9 @@ pub struct Metrics {
     resident: Gauge,
     storage_full: Gauge,
     storage_full_refusals: Counter,
-    /// Rows in the notification outbox, by state (as this node's sender last counted them).
-    pub notify_outbox: OutboxGauges,
+    /// The notification sender's outbox and deliveries.
+    pub notify: NotifyMetrics,
+    relay_delay: Histogram,
 }
 
 /// The notification outbox's size, by row state.
@@ -125,7 +203,7 @@ impl Metrics {
         let connections = Labeled::<Gauge>::default();
         r.register(
             "connections",
-            "Open connections by kind: bridge sockets, SSE streams, viewer WebSockets",
+            "Open connections by kind: bridge sockets, machine links (moor host), SSE streams, viewer WebSockets",
             connections.clone(),
         );
         let live_sessions = Gauge::default();
@@ -219,11 +297,26 @@ impl Metrics {
             sent: state("sent"),
             dropped: state("dropped"),
         };
+        let deliveries_by_sink = Labeled2::<Counter>::default();
+        r.register(
+            "notifications",
+            "Notification delivery attempts by sink (webpush, ntfy, webhook) and outcome (sent, gone, retry, failed)",
+            deliveries_by_sink.clone(),
+        );
+        // 1 ms .. ~8 s.
+        let relay_delay = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        r.register_with_unit(
+            "relay_delay",
+            "Time from an entry's commit on another node to its publication here by the cluster relay",
+            Unit::Seconds,
+            relay_delay.clone(),
+        );
         let conn = |kind| connections.get_or_create(&[("kind", kind)]).clone();
         let transport = |f: &Labeled<Counter>, t| f.get_or_create(&[("transport", t)]).clone();
         let input = |o| inputs.get_or_create(&[("outcome", o)]).clone();
         Self {
             bridges: conn("bridge"),
+            hosts: conn("host"),
             sse: conn("sse"),
             ws_viewers: conn("ws_viewer"),
             live_sessions,
@@ -244,7 +337,11 @@ impl Metrics {
             resident,
             storage_full,
             storage_full_refusals,
-            notify_outbox,
+            notify: NotifyMetrics {
+                outbox: notify_outbox,
+                deliveries: deliveries_by_sink,
+            },
+            relay_delay,
             registry: root,
         }
     }
@@ -252,6 +349,16 @@ impl Metrics {
     /// Counts a bridge socket until the guard drops.
     pub fn bridge_open(&self) -> Open {
         Self::open(&self.bridges)
+    }
+
+    /// Counts a machine link (`moor host`) until the guard drops.
+    pub fn host_open(&self) -> Open {
+        Self::open(&self.hosts)
+    }
+
+    /// An entry committed on another node `delay` ago reached this node's hub.
+    pub fn relayed(&self, delay: Duration) {
+        self.relay_delay.observe(delay.as_secs_f64());
     }
 
     /// Counts a viewer stream on `transport` until the guard drops.

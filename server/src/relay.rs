@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use moor_protocol::{Seq, SessionId};
+use moor_protocol::{now_ms, Entry, Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::access::revocations::Revocations;
@@ -110,6 +110,7 @@ impl Relay<'_> {
                 break;
             };
             cursor = end;
+            self.observe_delay(&page, last);
             self.hub.publish(
                 session,
                 page.into_iter()
@@ -118,6 +119,18 @@ impl Relay<'_> {
             );
         }
         Ok(())
+    }
+
+    /// Records, for each relayed entry of `page` up to `last`, how long after its commit on
+    /// the other node it is published here (clocks of nodes are assumed in step; a negative
+    /// delay from a skewed clock counts as none).
+    fn observe_delay(&self, page: &[Entry], last: Seq) {
+        let now = now_ms();
+        let metrics = self.hub.metrics();
+        for entry in page.iter().filter(|e| e.seq <= last) {
+            let ms = u64::try_from(now.saturating_sub(entry.ts)).unwrap_or(0);
+            metrics.relayed(Duration::from_millis(ms));
+        }
     }
 
     /// Nudges every watched session with its newest entry, drops local bridge connections

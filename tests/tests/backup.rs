@@ -1,6 +1,7 @@
 //! `moord backup` while a real bridge streams, `moord restore` into a fresh data dir: every entry
 //! committed (so every entry acknowledged) before the backup began is in the copy, the copy holds
-//! nothing the original does not, and a `moord` started on it serves it with the same token.
+//! nothing the original does not, and a `moord` started on it serves it with the same token and
+//! the same Web Push key (so browsers' push subscriptions keep working).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -85,6 +86,21 @@ async fn a_backup_taken_while_a_bridge_streams_restores_every_entry_committed_be
     assert_eq!(written[0].author, "server");
     // and the restored moord serves it, to the same admin token
     assert_eq!(restored_server.token(), server.token());
+    let vapid = |dir: &std::path::Path| {
+        std::fs::read(dir.join("vapid.key"))
+            .unwrap_or_else(|e| panic!("{}/vapid.key: {e}", dir.display()))
+    };
+    let original_key = vapid(&server.dir().join("data"));
+    assert_eq!(
+        vapid(&backup),
+        original_key,
+        "the backup holds the Web Push key"
+    );
+    assert_eq!(
+        vapid(&restored_server.dir().join("data")),
+        original_key,
+        "the restored data dir holds the original Web Push key, not a new one"
+    );
     let info = restored_server
         .session(&name)
         .await

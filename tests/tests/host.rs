@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use moor_e2e::claude::claude_bin;
 use moor_e2e::http::RawBody;
+use moor_e2e::metrics::{scrape, value};
 use moor_e2e::{
-    eventually_some, Api, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts, TestBridge,
-    TestServer, WAIT,
+    eventually, eventually_some, Api, BridgeOpts, ClaudeEnv, FaultProxy, LogTail, ServerOpts,
+    TestBridge, TestServer, WAIT,
 };
 use moor_protocol::host::{ActionAccepted, MachineInfo};
 use moor_protocol::{kinds, Entry, SessionId};
@@ -512,6 +513,51 @@ async fn cut_and_restart(mut m: Machine) {
         2,
         "{log:#?}"
     );
+    drop(m.host);
+}
+
+#[tokio::test]
+async fn the_machine_link_is_counted_as_a_host_connection_and_its_sessions_as_bridges() {
+    const METRICS_TOKEN: &str = "metrics-token-for-the-scraper";
+    // arrange: a machine online
+    let opts = ServerOpts::new().flag("--metrics-token", METRICS_TOKEN);
+    let mut m = Machine::start_on(opts, None).await;
+    let base = m.server.url();
+    let open = |kind: &'static str| {
+        let base = base.clone();
+        async move {
+            let s = scrape(&base, METRICS_TOKEN).await;
+            value(&s, "moord_connections", &[("kind", kind)]).unwrap_or(-1.0)
+        }
+    };
+    eventually(WAIT, "the machine's link counted as a host", || async {
+        open("host").await == 1.0 && open("bridge").await == 0.0
+    })
+    .await;
+
+    // act: a shell started on the machine
+    m.start_shell("s1").await;
+
+    // assert: its `moor run` is a bridge; the machine is still one host link
+    eventually(WAIT, "the shell's link counted as a bridge", || async {
+        open("bridge").await == 1.0 && open("host").await == 1.0
+    })
+    .await;
+
+    // act: the links cut and kept from coming back
+    m.proxy.refuse(true);
+    m.proxy.cut_all().await;
+
+    // assert: no host link, then one again once the machine can reconnect
+    eventually(WAIT, "the host link gone", || async {
+        open("host").await == 0.0
+    })
+    .await;
+    m.proxy.refuse(false);
+    eventually(WAIT, "the host link back", || async {
+        open("host").await == 1.0
+    })
+    .await;
     drop(m.host);
 }
 

@@ -1,9 +1,14 @@
 //! An operator can see and probe the server: `/metrics` for a scraper with the metrics token
-//! (or on `--metrics-listen`), `/readyz` saying whether the node can serve.
+//! (or on `--metrics-listen`), `/readyz` saying whether the node can serve; a session says how
+//! many entries wait in its bridge's spool.
 
+use moor_e2e::assert::agent_texts;
 use moor_e2e::metrics::{get, scrape, value};
 use moor_e2e::pg::TestDb;
-use moor_e2e::{eventually, Rig, ServerOpts, SseClient, SseOpts, TestServer, WsViewer, WAIT};
+use moor_e2e::{
+    eventually, BridgeOpts, FaultProxy, Rig, ServerOpts, SseClient, SseOpts, TestServer, WsViewer,
+    FINISH, WAIT,
+};
 use prometheus_parse::Scrape;
 use reqwest::StatusCode;
 
@@ -168,4 +173,107 @@ async fn metrics_listen_serves_the_metrics_without_a_token_on_its_own_address() 
     assert_eq!(get(&url, None).await.0, StatusCode::OK);
     let other = reqwest::get(format!("{url}/healthz")).await.expect("GET");
     assert_eq!(other.status(), StatusCode::NOT_FOUND, "only /metrics there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_relay_delay_is_observed_by_the_node_serving_another_nodes_bridge() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // arrange: nodes A and B on one database; a bridge streams to A, a viewer reads from B
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let node = |n| {
+        db.node_opts(n, &token)
+            .flag("--metrics-token", METRICS_TOKEN)
+    };
+    let a = TestServer::start(node("a")).await;
+    let b = TestServer::start(node("b")).await;
+    let relayed = |s: &Scrape| value(s, "moord_relay_delay_seconds", &[]).unwrap_or(-1.0);
+    assert_eq!(relayed(&scrape(&b.url(), METRICS_TOKEN).await), 0.0);
+    let name = format!("relay-{}", uuid::Uuid::new_v4().simple());
+    let mut bridge = BridgeOpts::new(
+        &a.url(),
+        &token,
+        &name,
+        &["count", "400", "--interval-ms", "5"],
+    )
+    .spawn();
+    let id = b.api().wait_session(&name, WAIT).await.id;
+
+    // act: B's viewer follows the session, so B's relay publishes A's commits
+    let viewer = SseClient::connect(&b.url(), &token, id, SseOpts::default());
+    bridge.wait_success(FINISH).await;
+    let head = a
+        .api()
+        .session(&name)
+        .await
+        .expect("the session")
+        .head_seq
+        .0;
+    viewer.wait_seq(head, WAIT).await;
+
+    // assert: B observed delays for relayed entries; A, whose own commits they were, none
+    eventually(WAIT, "relay delays observed on B", || async {
+        relayed(&scrape(&b.url(), METRICS_TOKEN).await) >= 1.0
+    })
+    .await;
+    assert_eq!(relayed(&scrape(&a.url(), METRICS_TOKEN).await), 0.0);
+    viewer.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_shows_the_entries_waiting_in_moors_spool_until_they_are_stored() {
+    // arrange: a bridge through a proxy, with its own metrics listener, printing 300 lines and
+    // then waiting for an input; heartbeats every second
+    let server = TestServer::start(ServerOpts::new().flag("--heartbeat-interval-ms", 1000)).await;
+    let proxy = FaultProxy::start(server.addr()).await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let moor = format!("http://{}", free.local_addr().expect("addr"));
+    drop(free);
+    let name = format!("spool-{}", uuid::Uuid::new_v4().simple());
+    let agent = ["count", "300", "--interval-ms", "10", "--echo-inputs", "1"];
+    let bridge = BridgeOpts::new(&proxy.url(), server.token(), &name, &agent)
+        .flag("--metrics-listen", moor.trim_start_matches("http://"))
+        .spawn();
+    let api = server.api();
+    let id = api.wait_session(&name, WAIT).await.id;
+    let waiting = || {
+        let (api, name) = (api.clone(), name.clone());
+        async move {
+            let info = api.session(&name).await.expect("the session");
+            (info.bridge.online, info.bridge.spool_unacked)
+        }
+    };
+    let spooled = || async {
+        let (_, text) = get(&moor, None).await;
+        let s = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parseable");
+        value(&s, "moor_spool_unacked_entries", &[]).unwrap_or(0.0)
+    };
+
+    // act: the link cut and kept down until entries pile up in moor's spool
+    proxy.refuse(true);
+    proxy.cut_all().await;
+    eventually(WAIT, "20 entries waiting in moor's spool", || async {
+        spooled().await >= 20.0
+    })
+    .await;
+    proxy.refuse(false);
+
+    // assert: once back, the session says entries wait on the machine, then that none do
+    eventually(WAIT, "the server to show the spool's depth", || async {
+        matches!(waiting().await, (true, Some(n)) if n > 0)
+    })
+    .await;
+    eventually(
+        WAIT,
+        "every line stored and the spool said empty",
+        || async {
+            waiting().await == (true, None)
+                && agent_texts(&api.entries_all(id).await, "stdout")
+                    .contains(&"line-300".to_owned())
+                && spooled().await == 0.0
+        },
+    )
+    .await;
+    bridge.terminate();
 }

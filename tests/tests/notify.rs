@@ -26,6 +26,17 @@ fn opts() -> ServerOpts {
         .flag("--notify-retry-ms", 50)
 }
 
+/// Attempts to deliver to `sink` that ended with `outcome`, as `moord` last counted them.
+async fn notifications(server: &TestServer, sink: &str, outcome: &str) -> f64 {
+    let s = scrape(&server.url(), METRICS_TOKEN).await;
+    value(
+        &s,
+        "moord_notifications_total",
+        &[("sink", sink), ("outcome", outcome)],
+    )
+    .unwrap_or(0.0)
+}
+
 /// Adds user `name` and returns an API client with their token.
 async fn user(server: &TestServer, name: &str) -> Api {
     let admin = server.api();
@@ -174,7 +185,7 @@ async fn a_permission_request_reaches_the_owners_phone_with_buttons_and_its_answ
 async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_removed() {
     // arrange
     let push = PushService::start().await;
-    let server = TestServer::start(opts()).await;
+    let server = TestServer::start(opts().flag("--metrics-token", METRICS_TOKEN)).await;
     let (alice, phone) = alice_with_a_phone(&server, &push).await;
     let mut agent = Agent::start(&server, &alice, "turns").await;
 
@@ -228,6 +239,9 @@ async fn turns_coalesce_old_ones_fold_into_a_summary_and_a_gone_device_is_remove
     })
     .await;
     assert!(push.rejections().is_empty());
+    // and the metrics count two sent and one gone
+    assert_eq!(notifications(&server, "webpush", "sent").await, 2.0);
+    assert_eq!(notifications(&server, "webpush", "gone").await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,6 +299,8 @@ async fn a_failing_push_service_is_retried_with_backoff_then_given_up_and_the_ro
     assert_eq!(outbox("sent").await, Some(0.0));
     assert_eq!(push.refused().len(), 4);
     assert!(push.received().is_empty());
+    assert_eq!(notifications(&server, "webpush", "retry").await, 4.0);
+    assert_eq!(notifications(&server, "webpush", "sent").await, 0.0);
 }
 
 /// Adds a sink for the user of `api`; the created sink as answered.
@@ -303,7 +319,7 @@ async fn add_sink(api: &Api, body: Value) -> (StatusCode, Value) {
 async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhook_is_retried() {
     // arrange: alice has an ntfy topic (with a token) and a webhook, no browser
     let sinks = SinkReceiver::start().await;
-    let server = TestServer::start(opts()).await;
+    let server = TestServer::start(opts().flag("--metrics-token", METRICS_TOKEN)).await;
     let alice = user(&server, "alice").await;
     let (status, ntfy) = add_sink(
         &alice,
@@ -376,6 +392,15 @@ async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhoo
         })
         .await;
     assert!(sinks.rejections().is_empty());
+    // and the metrics count each attempt by sink and outcome (the retries went to the
+    // webhook alone: ntfy had taken the turn on the first attempt)
+    eventually(WAIT, "the webhook's success counted", || async {
+        notifications(&server, "webhook", "sent").await == 2.0
+    })
+    .await;
+    assert_eq!(notifications(&server, "webhook", "retry").await, 2.0);
+    assert_eq!(notifications(&server, "ntfy", "sent").await, 2.0);
+    assert_eq!(notifications(&server, "ntfy", "retry").await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

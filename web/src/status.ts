@@ -15,6 +15,9 @@ export interface AgentSeen {
   reason: string | null;
   /** The phase in words (phase.ts), if a state came with it. */
   phase: string | null;
+  /** Entries waiting in the bridge's spool on its machine, not yet on the server, as the bridge
+   * last reported (absent or 0: none, or not reported). */
+  spooled?: number;
 }
 
 export interface Status {
@@ -171,8 +174,14 @@ function agentBanner(s: Status, o: DescribeOpts): Banner {
     return { state: "unknown", cls: "muted", text: `Agent: unknown since ${o.clock(s.agentAsOf)} (last known: ${last})` };
   }
   if (!a) return { state: "unknown", cls: "muted", text: "Agent: asking the server…" };
-  if (a.online) return { state: "online", cls: "ok", text: `Agent online${a.phase ? ` · ${a.phase}` : ""}` };
+  if (a.online) return { state: "online", cls: "ok", text: `Agent online${a.phase ? ` · ${a.phase}` : ""}${spoolText(a.spooled)}` };
   if (a.since === null) return { state: "none", cls: "muted", text: "Agent: no bridge has connected yet" };
   const phase = a.phase ? ` · last known: ${a.phase}` : "";
   return { state: "offline", cls: "bad", text: `Agent offline since ${o.clock(a.since)}${a.reason ? ` (${a.reason})` : ""}${phase}` };
+}
+
+/** " · 3 entries waiting on the machine" while the bridge reports entries not yet sent; "" else. */
+export function spoolText(spooled: number | undefined): string {
+  if (!spooled || spooled <= 0) return "";
+  return ` · ${spooled} ${spooled === 1 ? "entry" : "entries"} waiting on the machine`;
 }

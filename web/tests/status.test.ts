@@ -177,3 +177,19 @@ group("the list: what needs you comes first", () => {
     expect(sortForList([fine, lost, never, ended]).map((x) => x.name)).toEqual(["lost", "ended", "fine", "never"]);
   });
 });
+
+group("entries waiting on the machine", () => {
+  it("are shown next to an online agent only while there are some", () => {
+    const waiting = (n: number): AgentSeen => ({ ...online, spooled: n });
+    expect(say(run(initial(true, 0), stream(live, 1), agent(waiting(3), 2))).agent.text).toBe(
+      "Agent online · idle, waiting for a prompt · 3 entries waiting on the machine",
+    );
+    expect(say(run(initial(true, 0), stream(live, 1), agent(waiting(1), 2))).agent.text).toMatch(/· 1 entry waiting on the machine$/);
+    expect(say(run(initial(true, 0), stream(live, 1), agent(waiting(0), 2))).agent.text).toBe("Agent online · idle, waiting for a prompt");
+    expect(say(run(initial(true, 0), stream(live, 1), agent(online, 2))).agent.text).not.toMatch(/waiting on the machine/);
+  });
+  it("are not vouched for while the page's own stream is down", () => {
+    const s = run(initial(true, 0), stream(live, 1), agent({ ...online, spooled: 3 }, 2), stream(dropped(), 3));
+    expect(say(s).agent.text).not.toMatch(/waiting on the machine/);
+  });
+});

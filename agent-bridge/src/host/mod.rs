@@ -194,7 +194,7 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
             command: vec!["moor".into(), "host".into()],
             cwd: String::new(),
             host: p.config.name.clone(),
-            adapter: "host".into(),
+            adapter: moor_protocol::host::HOST_ADAPTER.into(),
         },
         config: p.link.clone(),
         spool: dir.spool.clone(),

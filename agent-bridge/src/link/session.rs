@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::ConnectError;
 use super::frames::{decode, encode, entries_message, Incoming};
 use super::{Closed, Io, Link, Ws};
+use crate::spool::Spool;
 
 /// How long a polite close on shutdown may take.
 const CLOSE_GRACE: Duration = Duration::from_millis(250);
@@ -203,6 +204,13 @@ impl Link {
         let mut end_sent_here = false;
         let mut finish_open = true;
         let mut last_error = String::new();
+        // The spool depth the server last heard from this connection (a fresh link holds none):
+        // told at once when entries wait, then on a heartbeat tick whenever it changed.
+        let mut reported = 0;
+        if spool.unacked() > 0 {
+            reported = report_spool(&mut ws, &spool, idle).await?;
+            last_tx = Instant::now();
+        }
         loop {
             let durable = *durable_rx.borrow_and_update();
             let acked = spool.acked();
@@ -253,9 +261,10 @@ impl Link {
                     last_tx = Instant::now();
                 }
                 _ = heartbeat.tick() => {
-                    // Anything sent recently already proves we are alive.
-                    if last_tx.elapsed() >= heartbeat_every / 2 {
-                        send(&mut ws, encode(&BridgeToServer::Heartbeat)?, idle).await?;
+                    // Anything sent recently already proves we are alive; a changed spool depth
+                    // is told anyway, at most once an interval.
+                    if last_tx.elapsed() >= heartbeat_every / 2 || spool.unacked() != reported {
+                        reported = report_spool(&mut ws, &spool, idle).await?;
                         last_tx = Instant::now();
                     }
                 }
@@ -273,6 +282,16 @@ impl Link {
             }
         }
     }
+}
+
+/// Sends a heartbeat carrying the spool's depth; returns the depth told.
+async fn report_spool(ws: &mut Ws, spool: &Spool, limit: Duration) -> Result<u64, ConnectError> {
+    let depth = spool.unacked();
+    let frame = BridgeToServer::Heartbeat {
+        spool_unacked: Some(depth),
+    };
+    send(ws, encode(&frame)?, limit).await?;
+    Ok(depth)
 }
 
 /// Send one message, treating a send that cannot complete within `limit` as a dead link.

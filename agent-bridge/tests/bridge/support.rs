@@ -367,7 +367,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
             Ok(BridgeToServer::Receipt { input_seq, status }) => {
                 shared.update(|s| s.receipts.push((input_seq, status)))
             }
-            Ok(BridgeToServer::Heartbeat) => {
+            Ok(BridgeToServer::Heartbeat { .. }) => {
                 shared.update(|s| s.log.push((Instant::now(), Event::Heartbeat(upgrade))));
                 send(&mut ws, &ServerToBridge::Heartbeat).await
             }

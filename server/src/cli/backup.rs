@@ -2,7 +2,8 @@
 //! while `moord` serves, and that copy put into a fresh data dir.
 //!
 //! A backup directory holds `moor.db` (`VACUUM INTO`: one snapshot of the database, every
-//! commit before it began), then `blobs/` and the credentials (`jwt-keys.json`, `admin.token`).
+//! commit before it began), then `blobs/` and the keys (`jwt-keys.json`, `admin.token`, and the
+//! Web Push key `vapid.key`, wherever `--vapid-key-file` puts it).
 //! Blobs are copied after the snapshot, and a checkpoint is recorded only once its blobs are
 //! stored, so every blob the copied database names is in the copy. Postgres deployments use
 //! `pg_dump` and copy `blobs/` themselves (docs/operating.md).
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::notify::vapid::VAPID_KEY_FILE;
 use crate::store::{self, Engine};
 use crate::ServerConfig;
 
@@ -40,6 +42,7 @@ pub(crate) async fn backup(dest: PathBuf, config: ServerConfig) -> anyhow::Resul
     for name in CREDENTIALS {
         copy_if_present(&config.data_dir.join(name), &dest.join(name))?;
     }
+    copy_if_present(&vapid_key_path(&config), &dest.join(VAPID_KEY_FILE))?;
     let size = std::fs::metadata(dest.join(DB_FILE))?.len();
     println!(
         "backup in {}: database {size} bytes, {blobs} blobs",
@@ -71,6 +74,7 @@ pub(crate) async fn restore(src: PathBuf, config: ServerConfig) -> anyhow::Resul
     for name in CREDENTIALS {
         copy_if_present(&src.join(name), &data.join(name))?;
     }
+    restore_vapid_key(&src.join(VAPID_KEY_FILE), &vapid_key_path(&config))?;
     // The database last, under its name only once whole.
     let partial = data.join("moor.db.restoring");
     std::fs::copy(&db, &partial).with_context(|| format!("copy {}", db.display()))?;
@@ -84,6 +88,32 @@ pub(crate) async fn restore(src: PathBuf, config: ServerConfig) -> anyhow::Resul
         data.display()
     );
     Ok(())
+}
+
+/// Where `moord` reads its Web Push key: `--vapid-key-file`, else `<data-dir>/vapid.key`.
+fn vapid_key_path(config: &ServerConfig) -> PathBuf {
+    config
+        .notify
+        .vapid_key_file
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join(VAPID_KEY_FILE))
+}
+
+/// Puts the backup's Web Push key where `moord` will read it. A key already there is kept (a
+/// `--vapid-key-file` outside the data dir may be shared): refusing would leave the restore
+/// half done, overwriting could break another deployment's subscriptions.
+fn restore_vapid_key(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if to.exists() {
+        if from.is_file() {
+            eprintln!(
+                "kept the Web Push key already at {}; the backup's is in {}",
+                to.display(),
+                from.display()
+            );
+        }
+        return Ok(());
+    }
+    copy_if_present(from, to)
 }
 
 fn copy_if_present(from: &Path, to: &Path) -> anyhow::Result<()> {

@@ -158,7 +158,7 @@ pub(super) async fn register(
         command: vec!["moor".into(), "host".into()],
         cwd: String::new(),
         host: req.name,
-        adapter: "host".into(),
+        adapter: moor_protocol::host::HOST_ADAPTER.into(),
     };
     owned_session(&state, &row.log_session, Some(&agent), &row.owner).await?;
     Ok(Json(MachineRegistered {

@@ -60,6 +60,7 @@ fn held_elsewhere(bridge: &mut BridgeStatus) {
             since: None,
             last_close_code: None,
             last_reason: None,
+            spool_unacked: None,
         };
     }
 }

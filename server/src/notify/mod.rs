@@ -26,7 +26,7 @@ use self::sinks::Sinks;
 use self::webpush::{Delivery, WebPush};
 use crate::access::action_link::ActionLinks;
 use crate::config::NotifyConfig;
-use crate::metrics::OutboxGauges;
+use crate::metrics::{NotifyMetrics, NotifyOutcome, NotifySink};
 use crate::store::notify::{OutboxRow, OutboxState, CLAIM_LIMIT, MAX_PENDING_PER_SESSION};
 use crate::store::{Range, StoreResult, Stores};
 
@@ -42,7 +42,7 @@ pub struct Notifier {
     push: WebPush,
     sinks: Sinks,
     public_url: Arc<str>,
-    gauges: OutboxGauges,
+    metrics: NotifyMetrics,
     links: ActionLinks,
 }
 
@@ -54,7 +54,7 @@ impl Notifier {
         config: NotifyConfig,
         vapid: vapid::Vapid,
         public_url: Arc<str>,
-        gauges: OutboxGauges,
+        metrics: NotifyMetrics,
         links: ActionLinks,
     ) -> anyhow::Result<Self> {
         let push = WebPush::new(vapid, config.vapid_subject.clone(), config.request_timeout)?;
@@ -66,7 +66,7 @@ impl Notifier {
             push,
             sinks,
             public_url,
-            gauges,
+            metrics,
             links,
         })
     }
@@ -113,7 +113,7 @@ impl Notifier {
         if deleted > 0 {
             tracing::debug!(deleted, "settled notifications deleted");
         }
-        self.gauges.set(notify.outbox_counts().await?);
+        self.metrics.outbox.set(notify.outbox_counts().await?);
         Ok(())
     }
 
@@ -254,7 +254,10 @@ impl Notifier {
                     delivered += 1;
                     continue;
                 }
-                match self.push.send(&sub, &message).await {
+                let delivery = self.push.send(&sub, &message).await;
+                self.metrics
+                    .delivered(NotifySink::WebPush, outcome(&delivery));
+                match delivery {
                     Delivery::Sent => {
                         delivered += 1;
                         taken.push(target);
@@ -275,7 +278,10 @@ impl Notifier {
                     delivered += 1;
                     continue;
                 }
-                match self.sinks.send(&sink, &message, decide.as_ref()).await {
+                let delivery = self.sinks.send(&sink, &message, decide.as_ref()).await;
+                self.metrics
+                    .delivered(NotifySink::of_kind(&sink.kind), outcome(&delivery));
+                match delivery {
                     Delivery::Sent => {
                         delivered += 1;
                         taken.push(target);
@@ -388,6 +394,16 @@ impl Notifier {
 
 /// The wait before retrying after `tried` earlier failed attempts (and this one): `base`
 /// doubled per attempt, at most [`MAX_BACKOFF_FACTOR`] times `base`.
+/// The metrics' name for how a delivery ended.
+fn outcome(delivery: &Delivery) -> NotifyOutcome {
+    match delivery {
+        Delivery::Sent => NotifyOutcome::Sent,
+        Delivery::Gone => NotifyOutcome::Gone,
+        Delivery::Retry(_) => NotifyOutcome::Retry,
+        Delivery::Failed(_) => NotifyOutcome::Failed,
+    }
+}
+
 fn backoff(base: std::time::Duration, tried: u32) -> std::time::Duration {
     let factor = 2u32.saturating_pow(tried).min(MAX_BACKOFF_FACTOR);
     base.saturating_mul(factor)

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
 use moor_protocol::error::ErrorCode;
+use moor_protocol::host::HOST_ADAPTER;
 use moor_protocol::payload::{
     BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
     SessionContinuedFrom, SessionContinuedIn, SessionEnded, SessionLink,
@@ -207,6 +208,8 @@ struct Conn {
     inflight: VecDeque<InFlight>,
     state: AppState,
     session: SessionId,
+    /// This connection's id in the hub.
+    conn_id: u64,
     hello: Hello,
     tx: Tx,
     /// Highest input seq sent to this bridge.
@@ -245,7 +248,7 @@ where
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
     let (mut tx, mut rx) = halves(tx, rx);
-    let _open = state.hub.metrics().bridge_open();
+    let open = state.hub.metrics().bridge_open();
     let stop = state.auth.revocations.token_for(&who);
     let hello = match handshake(&state, &mut rx).await {
         Ok(h) => h,
@@ -255,6 +258,13 @@ where
             }
             return;
         }
+    };
+    // Counted as a bridge until its hello says it is a machine's link.
+    let _open = if hello.agent.adapter == HOST_ADAPTER {
+        drop(open);
+        state.hub.metrics().host_open()
+    } else {
+        open
     };
     // Someone else's session is refused before anything of this bridge is written to it.
     let existing = match state.store.log.find_session(&hello.session).await {
@@ -346,6 +356,7 @@ where
         inflight: VecDeque::new(),
         state: state.clone(),
         session: session.id,
+        conn_id,
         hello,
         tx,
         delivered: Seq::ZERO,
@@ -800,7 +811,14 @@ impl Conn {
                     .map_err(store_ending)?;
                 Ok(())
             }
-            BridgeToServer::Heartbeat => Ok(()),
+            BridgeToServer::Heartbeat { spool_unacked } => {
+                if let Some(depth) = spool_unacked {
+                    self.state
+                        .hub
+                        .bridge_spool(self.session, self.conn_id, depth);
+                }
+                Ok(())
+            }
             BridgeToServer::End => {
                 // Everything sent before `End` must be stored (and acked) first.
                 self.settle_all().await?;
@@ -1272,7 +1290,11 @@ mod tests {
         // act: a heartbeat every 20 s for two minutes, then silence
         for _ in 0..6 {
             tokio::time::sleep(Duration::from_secs(20)).await;
-            to_server.send(text(&BridgeToServer::Heartbeat)).unwrap();
+            to_server
+                .send(text(&BridgeToServer::Heartbeat {
+                    spool_unacked: None,
+                }))
+                .unwrap();
         }
         // assert: the server's heartbeats (every 7 s) go on through 147 s, 27 s into the
         // silence, and stop before 154 s: the watchdog fired at 150 s, 30 s after the last frame

@@ -19,4 +19,9 @@ last_close_code: number | null,
 /**
  * Why the last connection ended, in plain words.
  */
-last_reason: string | null, };
+last_reason: string | null, 
+/**
+ * While online: entries waiting in the bridge's spool on its machine, not yet stored
+ * here, as the bridge last reported (absent when none wait or it does not report).
+ */
+spool_unacked?: number, };

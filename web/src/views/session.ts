@@ -31,6 +31,8 @@ export const PAGE = 200;
 export const MAX_REPLAY = 5000;
 /** How long "back, k missed entries replayed" stays up before the banner says "live". */
 const BACK_NOTICE_MS = 10000;
+/** While the bridge reports entries waiting on its machine, the session's info is asked this often. */
+const SPOOL_ASK_MS = 5000;
 
 const cursorKey = (id: string) => `moor.cursor.${id}`;
 /** Whether keystroke bursts are hidden from PTY transcripts on this device ("1"). */
@@ -123,6 +125,10 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   // bridge by the seq they are as of.
   let truth = initial(navigator.onLine, Date.now());
   let bridgeAt = -1;
+  /** What the server last said of the bridge, and the entries its spool holds (session info). */
+  let agentSeen: AgentSeen | null = null;
+  let spooled = 0;
+  let spoolAskedAt = 0;
   let ended = false;
   let backUntil = 0;
   let term: Terminal | null = null;
@@ -422,12 +428,28 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
       backUntil = 0;
       drawStream();
     }
+    askSpool();
   }, 1000);
+
+  // The spool's depth reaches the page only with the session's info, so while entries are said
+  // to wait on the machine, ask again every SPOOL_ASK_MS: the figure shown stays current.
+  const askSpool = () => {
+    if (spooled === 0 || status.kind !== "live" || Date.now() - spoolAskedAt < SPOOL_ASK_MS) return;
+    spoolAskedAt = Date.now();
+    api.session(id).then(
+      (i) => {
+        spooled = i.bridge.spool_unacked ?? 0;
+        if (agentSeen) feel({ t: "agent", agent: { ...agentSeen, spooled: agentSeen.online ? spooled : 0 }, at: Date.now() });
+      },
+      () => {},
+    );
+  };
 
   const setBridge = (online: boolean, since: number | null, reason: string | null, at: number) => {
     if (at < bridgeAt) return;
     bridgeAt = at;
-    const agent: AgentSeen = { online, since, reason, phase: state ? phaseText(state) : null };
+    const agent: AgentSeen = { online, since, reason, phase: state ? phaseText(state) : null, spooled: online ? spooled : 0 };
+    agentSeen = agent;
     feel({ t: "agent", agent, at: Date.now() });
   };
 
@@ -587,6 +609,7 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
           drawRecovery();
         }
         if (i.status === "ended") setEnded();
+        spooled = i.bridge.spool_unacked ?? 0;
         setBridge(i.bridge.online, i.bridge.since, i.bridge.last_reason, i.head_seq);
         deps.outbox.pump();
       },
