@@ -119,6 +119,22 @@ impl Moord {
     pub async fn sse(&self, session: &str, after: u64) -> Result<BufReader<TcpStream>> {
         sse_open(&self.addr, &self.token, session, after).await
     }
+
+    /// `GET /api/v1{path}` as the administrator over `client`, its JSON answer decoded.
+    pub async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+    ) -> Result<T> {
+        Ok(client
+            .get(format!("http://{}/api/v1{path}", self.addr))
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
 }
 
 impl Drop for Moord {

@@ -68,17 +68,8 @@ async fn paged_catch_up(moord: &Moord, session: &str) -> Result<(f64, u64)> {
     let (mut after, mut read) = (0, 0);
     let start = Instant::now();
     for _ in 0..10_000 {
-        let page: Page = client
-            .get(format!(
-                "http://{}/api/v1/sessions/{session}/entries?after={after}&limit=1000",
-                moord.addr
-            ))
-            .bearer_auth(&moord.token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let path = format!("/sessions/{session}/entries?after={after}&limit=1000");
+        let page: Page = moord.get(&client, &path).await?;
         read += page.entries.len() as u64;
         after = page.entries.last().map_or(after, |e| e.seq);
         if !page.has_more {
@@ -93,13 +84,8 @@ async fn paged_catch_up(moord: &Moord, session: &str) -> Result<(f64, u64)> {
 /// `SNAPSHOT_EVERY` entries, not the whole log), and the session's head.
 async fn cold_state(moord: &Moord, session: &str) -> Result<(f64, u64)> {
     let start = Instant::now();
-    let info: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://{}/api/v1/sessions/{session}", moord.addr))
-        .bearer_auth(&moord.token)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
+    let info: serde_json::Value = moord
+        .get(&reqwest::Client::new(), &format!("/sessions/{session}"))
         .await?;
     let secs = start.elapsed().as_secs_f64();
     let head = info["head_seq"].as_u64().context("head")?;
