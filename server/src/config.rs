@@ -100,6 +100,9 @@ pub struct ServerConfig {
     pub metrics_token: Option<String>,
     /// A separate address serving `GET /metrics` without a token.
     pub metrics_listen: Option<String>,
+    /// The memory the server may use, exported as `moord_memory_budget_bytes`; `None` means
+    /// the cgroup's limit if one is set, else none is exported.
+    pub memory_budget_bytes: Option<u64>,
     /// Notifications: the outbox sender and its sinks.
     pub notify: NotifyConfig,
     /// Deleting old sessions.
@@ -278,6 +281,7 @@ impl Default for ServerConfig {
             max_blob_bytes_per_account: 8 << 30,
             metrics_token: None,
             metrics_listen: None,
+            memory_budget_bytes: None,
             notify: NotifyConfig::default(),
             retention: RetentionConfig::default(),
         }

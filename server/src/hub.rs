@@ -348,6 +348,12 @@ impl Hub {
         }
     }
 
+    /// The same hub counting into `metrics` instead of a fresh set.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Arc::new(metrics);
+        self
+    }
+
     /// The server's metrics.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics

@@ -25,6 +25,7 @@ pub mod error;
 pub mod extract;
 pub mod http;
 pub mod hub;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod openapi;
@@ -191,7 +192,9 @@ impl Server {
         let public_url = self.config.public_url_for(addr);
         let tasks = TaskTracker::new();
         let conns = TaskTracker::new();
-        let hub = hub::Hub::default();
+        let hub = hub::Hub::default().with_metrics(metrics::Metrics::with_memory_budget(
+            memory::budget(self.config.memory_budget_bytes),
+        ));
         let grace = self.config.shutdown_grace;
         let max_streams = self.config.max_streams_per_user;
         let log = session::log::Log::new(

@@ -4,7 +4,8 @@
 //! Every handle is resolved once, here: counting is an atomic add, with no lock, no label
 //! lookup and no allocation per entry. Histograms are observed once per group commit. Values
 //! that are cheaper to read than to keep up to date (live sessions, resident memory) are read
-//! when scraped, by [`Metrics::render`]. Notification deliveries are labelled by sink and
+//! when scraped, by [`Metrics::render`]; the memory budget they are compared with is fixed at
+//! start ([`Metrics::with_memory_budget`]). Notification deliveries are labelled by sink and
 //! outcome, a handful of pairs looked up once per delivery (a network round trip each).
 //!
 //! Calls nothing in the crate.
@@ -189,8 +190,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh set, registered under `moord_` (resident memory under `process_`).
+    /// A fresh set, registered under `moord_` (resident memory under `process_`), without a
+    /// memory budget.
     pub fn new() -> Self {
+        Self::with_memory_budget(None)
+    }
+
+    /// A fresh set whose `moord_memory_budget_bytes` is `budget` (not exported without one).
+    pub fn with_memory_budget(budget: Option<u64>) -> Self {
         let mut root = Registry::default();
         let resident = Gauge::default();
         root.register_with_unit(
@@ -200,6 +207,16 @@ impl Metrics {
             resident.clone(),
         );
         let r = root.sub_registry_with_prefix("moord");
+        if let Some(bytes) = budget {
+            let gauge: Gauge = Gauge::default();
+            gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            r.register_with_unit(
+                "memory_budget",
+                "The memory the server may use: --memory-budget-bytes, else its cgroup's limit",
+                Unit::Bytes,
+                gauge,
+            );
+        }
         let connections = Labeled::<Gauge>::default();
         r.register(
             "connections",

@@ -72,6 +72,32 @@ async fn metrics_move_while_a_session_streams_to_viewers() {
 }
 
 #[tokio::test]
+async fn metrics_show_resident_memory_below_the_configured_memory_budget() {
+    // arrange
+    const BUDGET: u64 = 1 << 30;
+    let server = TestServer::start(
+        ServerOpts::new()
+            .flag("--metrics-token", METRICS_TOKEN)
+            .flag("--memory-budget-bytes", BUDGET),
+    )
+    .await;
+
+    // act
+    let s = scrape(&server.url(), METRICS_TOKEN).await;
+
+    // assert: the budget as configured, and the process well within it
+    assert_eq!(
+        value(&s, "moord_memory_budget_bytes", &[]),
+        Some(BUDGET as f64)
+    );
+    let resident = value(&s, "process_resident_memory_bytes", &[]).expect("resident memory");
+    assert!(
+        resident > 0.0 && resident < BUDGET as f64,
+        "resident {resident} bytes, budget {BUDGET}"
+    );
+}
+
+#[tokio::test]
 async fn metrics_need_the_metrics_token_and_are_not_served_without_one() {
     // arrange
     let with = TestServer::start(ServerOpts::new().flag("--metrics-token", METRICS_TOKEN)).await;

@@ -92,6 +92,10 @@ pub struct Config {
     /// Separate address serving `GET /metrics` without a token (keep it private).
     #[arg(long, env = "MOOR_METRICS_LISTEN")]
     metrics_listen: Option<String>,
+    /// Memory the server may use, in bytes, exported as `moord_memory_budget_bytes` (default:
+    /// the cgroup's memory limit if one is set, else not exported).
+    #[arg(long, env = "MOOR_MEMORY_BUDGET_BYTES")]
+    memory_budget_bytes: Option<u64>,
     /// URL people open, if not http://<listen>.
     #[arg(long, env = "MOOR_PUBLIC_URL")]
     public_url: Option<String>,
@@ -350,6 +354,7 @@ impl Config {
             max_blob_bytes_per_account: self.max_blob_bytes_per_account,
             metrics_token: self.metrics_token,
             metrics_listen: self.metrics_listen,
+            memory_budget_bytes: self.memory_budget_bytes,
             notify: crate::config::NotifyConfig {
                 vapid_key_file: self.vapid_key_file,
                 vapid_subject: self.vapid_subject,
