@@ -129,6 +129,8 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   let agentSeen: AgentSeen | null = null;
   let spooled = 0;
   let spoolAskedAt = 0;
+  /** A bridge (re)connected: ask once, SPOOL_ASK_MS later, whether its spool holds entries. */
+  let spoolCheck = false;
   let ended = false;
   let backUntil = 0;
   let term: Terminal | null = null;
@@ -434,8 +436,9 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
   // The spool's depth reaches the page only with the session's info, so while entries are said
   // to wait on the machine, ask again every SPOOL_ASK_MS: the figure shown stays current.
   const askSpool = () => {
-    if (spooled === 0 || status.kind !== "live" || Date.now() - spoolAskedAt < SPOOL_ASK_MS) return;
+    if ((spooled === 0 && !spoolCheck) || status.kind !== "live" || Date.now() - spoolAskedAt < SPOOL_ASK_MS) return;
     spoolAskedAt = Date.now();
+    spoolCheck = false;
     api.session(id).then(
       (i) => {
         spooled = i.bridge.spool_unacked ?? 0;
@@ -565,8 +568,13 @@ export function sessionView(root: HTMLElement, id: string, deps: SessionDeps): (
     keep(added);
     for (const e of added) {
       const b = typed(e);
-      if (b?.kind === "bridge.connected") setBridge(true, e.ts, null, e.seq);
-      else if (b?.kind === "bridge.disconnected") setBridge(false, e.ts, b.payload.reason ?? null, e.seq);
+      if (b?.kind === "bridge.connected") {
+        setBridge(true, e.ts, null, e.seq);
+        // A bridge that was away may come back with entries spooled; the server knows once its
+        // first heartbeat arrives, so the page asks a little later, then while any wait.
+        spoolCheck = true;
+        spoolAskedAt = Date.now();
+      } else if (b?.kind === "bridge.disconnected") setBridge(false, e.ts, b.payload.reason ?? null, e.seq);
       else if (b?.kind === "session.ended") setEnded();
     }
     if (term) term.write(added);
