@@ -104,6 +104,7 @@ conformance!(
     appends_get_contiguous_seqs_and_read_back_in_both_directions,
     a_group_append_commits_many_sessions_in_one_transaction,
     producer_replays_are_duplicates_mismatches_or_gaps,
+    replays_among_other_writers_are_found_at_their_seqs,
     client_msg_ids_and_receipts_are_stored_once,
     inputs_and_their_settling_receipts_are_tracked,
     ended_and_unknown_sessions_refuse_appends,

@@ -466,6 +466,70 @@ pub async fn state_snapshots_keep_the_newest(db: Db) {
     assert_eq!(log.latest_snapshot(SessionId::new()).await.unwrap(), None);
 }
 
+pub async fn replays_among_other_writers_are_found_at_their_seqs(db: Db) {
+    // arrange: two producers, inputs and the server's own entries interleaved, as in a session
+    // whose bridge reconnected while people typed.
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("interleaved", None).await.unwrap().id;
+    let (p, q) = (ProducerId::new(), ProducerId::new());
+    let mut stored = Vec::new();
+    for i in 1..=6u64 {
+        let batch = vec![
+            produced(p, i, &format!("p{i}")),
+            input(&format!("m{i}"), "typed"),
+            output("moord's own", IdemKey::None),
+            produced(q, i, &format!("q{i}")),
+        ];
+        stored.extend(log.append(s, batch).await.unwrap());
+    }
+    let seq_of = |text: &str| {
+        stored
+            .iter()
+            .find_map(|a| match a {
+                Appended::Stored(e) if e.payload["text"] == text => Some(e.seq),
+                _ => None,
+            })
+            .unwrap()
+    };
+
+    // act: each producer replays from an old point, one of them with a changed entry.
+    let p_replay = log
+        .append(
+            s,
+            (2..=6).map(|i| produced(p, i, &format!("p{i}"))).collect(),
+        )
+        .await
+        .unwrap();
+    let q_replay = log
+        .append(
+            s,
+            vec![
+                produced(q, 1, "q1"),
+                produced(q, 5, "q5"),
+                produced(q, 6, "changed"),
+            ],
+        )
+        .await
+        .unwrap();
+
+    // assert
+    let want: Vec<Appended> = (2..=6)
+        .map(|i| Appended::Duplicate(seq_of(&format!("p{i}"))))
+        .collect();
+    assert_eq!(p_replay, want, "each replay answers its own entry's seq");
+    assert_eq!(
+        q_replay[0],
+        Appended::Duplicate(seq_of("q1")),
+        "the oldest entry"
+    );
+    assert_eq!(q_replay[1], Appended::Duplicate(seq_of("q5")));
+    assert_eq!(
+        q_replay[2],
+        Appended::Mismatch { producer_seq: 6 },
+        "the newest entry changed"
+    );
+}
+
 pub async fn client_msg_ids_and_receipts_are_stored_once(db: Db) {
     // arrange
     let Stores { log, .. } = db.open("a").await;

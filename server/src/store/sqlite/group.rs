@@ -36,6 +36,8 @@ impl SqliteStore {
         let mut lookup = SqliteGroupLookup {
             tx: &mut tx,
             spk: 0,
+            stored_heads: heads.values().map(|h| (h.key, h.head)).collect(),
+            stored_marks: producers.iter().map(|(k, (_, mark))| (*k, *mark)).collect(),
             producers,
         };
         let decided = decide_group(&mut lookup, &group, &mut heads).await?;
@@ -154,6 +156,10 @@ struct SqliteGroupLookup<'c, 't> {
     tx: &'c mut Transaction<'t, Sqlite>,
     spk: i64,
     producers: Producers,
+    /// Each session's head as stored before this transaction, by session pk.
+    stored_heads: HashMap<i64, i64>,
+    /// Each producer's mark as stored before this transaction.
+    stored_marks: HashMap<(i64, ProducerId), u64>,
 }
 
 impl GroupLookup for SqliteGroupLookup<'_, '_> {
@@ -180,31 +186,51 @@ impl Lookup for SqliteGroupLookup<'_, '_> {
         Ok(mark)
     }
 
+    /// Found without an index on `(producer, producer seq)`, which would cost every session a
+    /// page of its own in every commit. A producer's seqs are stored without gaps and each takes
+    /// a higher seq than the one before, so the `mark - seq` entries stored after `seq` lie
+    /// below the head: the entry is at or below `head - (mark - seq)`. The walk down from there
+    /// passes only what other writers (inputs, receipts, `moord`'s own entries) stored after it,
+    /// and stops at this producer's first entry at or below `seq`: an earlier one means that
+    /// `seq` was compacted away.
     async fn producer_entry(
         &mut self,
         producer: ProducerId,
         seq: u64,
     ) -> StoreResult<Option<StoredEntry>> {
-        let ppk = self
-            .producers
-            .get(&(self.spk, producer))
-            .map(|p| p.0)
+        let Some(&(ppk, _)) = self.producers.get(&(self.spk, producer)) else {
+            return Ok(None);
+        };
+        let head = self
+            .stored_heads
+            .get(&self.spk)
+            .copied()
             .unwrap_or_default();
+        let mark = self
+            .stored_marks
+            .get(&(self.spk, producer))
+            .copied()
+            .unwrap_or_default();
+        let below = head.saturating_sub(mark.saturating_sub(seq) as i64);
         let row = sqlx::query(
-            "SELECT seq, kind, payload FROM entries \
-             WHERE session_pk = ? AND producer_pk = ? AND producer_seq = ?",
+            "SELECT seq, kind, payload, producer_seq FROM entries \
+             WHERE session_pk = ? AND seq <= ? AND producer_pk = ? AND producer_seq <= ? \
+             ORDER BY seq DESC LIMIT 1",
         )
         .bind(self.spk)
+        .bind(below)
         .bind(ppk)
         .bind(seq as i64)
         .fetch_optional(&mut **self.tx)
         .await
         .map_err(db_error)?;
-        Ok(row.map(|r| StoredEntry {
-            seq: r.get("seq"),
-            kind: r.get("kind"),
-            payload: r.get("payload"),
-        }))
+        Ok(row
+            .filter(|r| r.get::<i64, _>("producer_seq") == seq as i64)
+            .map(|r| StoredEntry {
+                seq: r.get("seq"),
+                kind: r.get("kind"),
+                payload: r.get("payload"),
+            }))
     }
 
     async fn client_msg_seq(&mut self, id: &str) -> StoreResult<Option<i64>> {
@@ -243,25 +269,27 @@ async fn write_group(
     if rows.is_empty() && marks.is_empty() && written.is_empty() {
         return Ok(());
     }
-    let values: Vec<serde_json::Value> = rows
+    // Tuples serialise as JSON arrays: no `Value` tree, no copy of each payload.
+    let values: Vec<_> = rows
         .iter()
         .map(|(spk, row)| {
             let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
             let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
-            json!([
+            (
                 spk,
                 row.seq,
                 row.append.ts,
-                row.append.kind,
-                row.append.author,
-                row.payload,
+                row.append.kind.as_str(),
+                row.append.author.as_str(),
+                row.payload.as_str(),
                 producer_pk,
                 producer_seq,
                 client_msg,
-                ref_seq
-            ])
+                ref_seq,
+            )
         })
         .collect();
+    let values = serde_json::to_string(&values).context("encode the group's rows")?;
     sqlx::query(
         "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
          producer_seq, client_msg_id, ref_seq) \
@@ -276,7 +304,7 @@ async fn write_group(
          last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
     )
-    .bind(json!(values).to_string())
+    .bind(values)
     .bind(json!(marks).to_string())
     .bind(json!(written).to_string())
     .execute(&mut **tx)
