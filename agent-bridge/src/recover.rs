@@ -140,6 +140,32 @@ impl Api {
         Ok(resp.json().await?)
     }
 
+    /// The credential machine `id` runs with (`moor host`), minted for it by `moord` with
+    /// this API's credential: the owner's, or the machine's current one to renew it.
+    pub async fn host_credential(
+        &self,
+        id: &str,
+    ) -> anyhow::Result<moor_protocol::host::HostCredential> {
+        let path = format!("/api/v1/machines/{id}/credential");
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(Refused {
+                what: format!("POST {path}"),
+                status: status.as_u16(),
+                body,
+            }
+            .into());
+        }
+        Ok(resp.json().await?)
+    }
+
     /// Posts a text input (idempotent by `client_msg_id`).
     pub async fn post_text(
         &self,

@@ -87,6 +87,20 @@ pub struct MachineRegistered {
     pub log_session: String,
 }
 
+/// `POST /api/v1/machines/{id}/credential`: the credential `moor host` runs with. It may only
+/// register this machine, keep its link, and run the sessions the machine was asked to start
+/// (anything else is 403); revoking its user or the login it was minted with ends it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostCredential {
+    /// The bearer token.
+    pub token: String,
+    /// Seconds it lives; `moor host` asks for a new one (with this one) before then.
+    pub expires_in: u64,
+}
+
+crate::debug_fields!(HostCredential { expires_in });
+
 /// A session a machine started, as the machine view lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]

@@ -77,7 +77,12 @@ impl Machine {
 
     /// [`Machine::start`] on a `moord` started with `opts`.
     async fn start_on(opts: ServerOpts, claude: Option<&ClaudeEnv>) -> Self {
-        let server = TestServer::start(opts).await;
+        Self::start_as(TestServer::start(opts).await, claude, None).await
+    }
+
+    /// [`Machine::start`] on `server`, `moor host` logged in with `token` (default: the
+    /// admin token).
+    async fn start_as(server: TestServer, claude: Option<&ClaudeEnv>, token: Option<&str>) -> Self {
         let proxy = FaultProxy::start(server.addr()).await;
         let dir = tempfile::Builder::new()
             .prefix("moor-e2e-host-")
@@ -99,8 +104,8 @@ impl Machine {
         )
         .expect("write the configuration");
         // An interactive shell ignores SIGTERM: its stop is forced after a short grace.
-        let mut opts =
-            BridgeOpts::host(&proxy.url(), server.token(), &config).flag("--stop-grace", "1s");
+        let token = token.unwrap_or(server.token()).to_owned();
+        let mut opts = BridgeOpts::host(&proxy.url(), &token, &config).flag("--stop-grace", "1s");
         if let Some(c) = claude {
             opts = c.environment(opts);
         }
@@ -752,4 +757,233 @@ async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_
     }
     assert_eq!(m.api().entries_all(m.log).await.len(), entries);
     let _ = m.tail.refresh().await;
+}
+
+/// The claims of a JWT, read without checking it (the server does that).
+fn jwt_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// `MOOR_TOKEN` in the environment of process `pid`.
+fn moor_token_of(pid: i64) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("MOOR_TOKEN=").map(str::to_owned))
+}
+
+#[tokio::test]
+async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
+    // arrange: a machine running a shell, and another machine of the same owner
+    let mut m = Machine::start(None).await;
+    let (shell, _id, _tail) = m.start_shell("scoped").await;
+    let api = m.api();
+    let other = api
+        .authed(
+            Method::POST,
+            "/api/v1/machines",
+            Some(RawBody::Json(json!({
+                "name": "other", "os": "linux", "version": "0", "projects": [],
+                "agents": [], "max_sessions": 1
+            }))),
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::OK, "{:?}", other.body);
+    let other_id = other.body["id"].as_str().expect("an id").to_owned();
+    let other_log = other.body["log_session"]
+        .as_str()
+        .expect("a log")
+        .to_owned();
+
+    // act: the credential moor host gave its session, and one minted for the machine
+    let pid = m.starts(&shell.session).await[0].payload["pid"]
+        .as_i64()
+        .expect("a pid");
+    let given = moor_token_of(pid).expect("the session runs with MOOR_TOKEN");
+    let minted = api
+        .authed(
+            Method::POST,
+            &format!("/api/v1/machines/{}/credential", m.id),
+            None,
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
+    let token = minted.body["token"].as_str().expect("a token").to_owned();
+
+    // assert: both are limited to this machine
+    assert_eq!(jwt_claims(&given)["mch"], m.id.as_str(), "{given}");
+    assert_eq!(jwt_claims(&token)["mch"], m.id.as_str());
+    let host = Api::new(m.server.url(), token);
+    let call = |method: Method, path: String, body: Option<Value>| {
+        let host = host.clone();
+        async move {
+            host.authed(method, &path, body.map(RawBody::Json))
+                .await
+                .status
+        }
+    };
+    for (method, path) in [
+        (Method::GET, "/api/v1/sessions".to_owned()),
+        (Method::GET, "/api/v1/machines".to_owned()),
+        (Method::GET, format!("/api/v1/machines/{}", m.id)),
+        (Method::GET, "/api/v1/me".to_owned()),
+        (Method::GET, "/api/v1/offers".to_owned()),
+        (Method::POST, "/api/v1/auth/logout".to_owned()),
+        (
+            Method::GET,
+            format!("/api/v1/sessions/{}/members", shell.session),
+        ),
+        (
+            Method::GET,
+            format!("/api/v1/sessions/{}/events", shell.session),
+        ),
+        (
+            Method::POST,
+            format!("/api/v1/sessions/{}/share-links", shell.session),
+        ),
+        (Method::POST, format!("/api/v1/machines/{}/sessions", m.id)),
+        (
+            Method::POST,
+            format!("/api/v1/machines/{other_id}/credential"),
+        ),
+    ] {
+        let body = (method == Method::POST).then(|| json!({}));
+        assert_eq!(
+            call(method.clone(), path.clone(), body).await,
+            StatusCode::FORBIDDEN,
+            "{method} {path}"
+        );
+    }
+    let users = json!({"name": "mallory", "password": "correct horse battery"});
+    assert_eq!(
+        call(Method::POST, "/api/v1/users".into(), Some(users)).await,
+        StatusCode::FORBIDDEN
+    );
+    // Its own sessions it reads; another machine's log it does not see at all.
+    for own in [&shell.session, &format!("host-{}", m.id)] {
+        let path = format!("/api/v1/sessions/{own}");
+        assert_eq!(call(Method::GET, path, None).await, StatusCode::OK, "{own}");
+    }
+    let path = format!("/api/v1/sessions/{other_log}/entries");
+    assert_eq!(call(Method::GET, path, None).await, StatusCode::NOT_FOUND);
+    // It registers its own machine again, and no other.
+    let again = |name: &str| {
+        json!({"name": name, "os": "linux", "version": "0", "projects": [], "agents": [],
+               "max_sessions": 1})
+    };
+    assert_eq!(
+        call(
+            Method::POST,
+            "/api/v1/machines".into(),
+            Some(again("other"))
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            Method::POST,
+            "/api/v1/machines".into(),
+            Some(again("fresh"))
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(Method::POST, "/api/v1/machines".into(), Some(again("box"))).await,
+        StatusCode::OK
+    );
+    // And it renews itself.
+    let path = format!("/api/v1/machines/{}/credential", m.id);
+    assert_eq!(call(Method::POST, path, None).await, StatusCode::OK);
+}
+
+/// How a test takes the machine's owner away.
+#[derive(Debug, Clone, Copy)]
+enum Revoke {
+    /// The owner logs that login (device) out.
+    Device,
+    /// An administrator revokes the owner.
+    User,
+}
+
+/// `moor host` logged in as a user: revoking `what` ends its link, refuses its credential,
+/// and stops it.
+async fn revoking_the_owner_stops_the_machine(what: Revoke) {
+    // arrange: ann's machine, running on her login
+    let server = TestServer::start(ServerOpts::new()).await;
+    let admin = server.api();
+    admin.add_user("ann", "correct horse battery").await;
+    let pair = admin.login("ann", "correct horse battery").await;
+    let access = pair["access_token"]
+        .as_str()
+        .expect("an access token")
+        .to_owned();
+    let ann = Api::new(server.url(), access.clone());
+    let mut m = Machine::start_as(server, None, Some(&access)).await;
+    let minted = ann
+        .authed(
+            Method::POST,
+            &format!("/api/v1/machines/{}/credential", m.id),
+            None,
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
+    let credential = Api::new(
+        m.server.url(),
+        minted.body["token"].as_str().expect("a token"),
+    );
+    let log_path = format!("/api/v1/sessions/host-{}", m.id);
+    assert_eq!(
+        credential.authed(Method::GET, &log_path, None).await.status,
+        StatusCode::OK
+    );
+
+    // act
+    match what {
+        Revoke::Device => {
+            let r = ann.authed(Method::POST, "/api/v1/auth/logout", None).await;
+            assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+        }
+        Revoke::User => {
+            let r = m
+                .api()
+                .authed(Method::POST, "/api/v1/users/ann/revoke", None)
+                .await;
+            assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+        }
+    }
+
+    // assert: the link ends, moor host stops, and the credential is refused
+    let status = m.host.wait_exit(WAIT).await;
+    assert!(!status.success(), "{}", m.host.stderr());
+    assert!(
+        m.host.stderr().contains("revoked"),
+        "says why: {}",
+        m.host.stderr()
+    );
+    m.tail
+        .wait_kind(kinds::BRIDGE_DISCONNECTED, 0, WAIT, |_| true)
+        .await;
+    let machine = m.machine().await;
+    assert!(!machine.link.online, "{machine:?}");
+    assert_eq!(
+        credential.authed(Method::GET, &log_path, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn logging_out_the_device_a_machine_runs_on_stops_the_machine() {
+    revoking_the_owner_stops_the_machine(Revoke::Device).await;
+}
+
+#[tokio::test]
+async fn revoking_the_user_a_machine_runs_as_stops_the_machine() {
+    revoking_the_owner_stops_the_machine(Revoke::User).await;
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
-    AgentOffer, HostAction, HostCheckpointRestored, HostSessionExited, HostSessionStarted,
-    MachineRegistration, ProjectOffer,
+    AgentOffer, HostAction, HostCheckpointRestored, HostCredential, HostSessionExited,
+    HostSessionStarted, MachineRegistered, MachineRegistration, ProjectOffer,
 };
 use moor_protocol::{kinds, now_ms};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -49,10 +49,9 @@ const FINISH_GRACE: Duration = Duration::from_secs(30);
 pub struct HostParams {
     /// moord's URL.
     pub server: String,
-    /// The credential (a `moor login` token renews itself).
+    /// The owner's credential (a `moor login` token renews itself), used only to register
+    /// the machine and obtain the machine's own credential, which everything else runs with.
     pub token: Token,
-    /// Set when the token was given explicitly: passed to the sessions as `MOOR_TOKEN`.
-    pub explicit_token: Option<String>,
     /// What may be started.
     pub config: HostConfig,
     /// Where the machine's spool and the sessions' spools live.
@@ -86,7 +85,13 @@ struct Host {
     spool: Spool,
     children: Children,
     exits: mpsc::UnboundedSender<Exit>,
-    api: Api,
+    /// The machine's own credential (`POST /machines/{id}/credential`): the link, the
+    /// sessions' `moor run`s and every call run with it, never with the owner's.
+    token: Token,
+    /// The machine's id.
+    id: String,
+    /// When to renew `token`: halfway through its life.
+    renew_at: tokio::time::Instant,
 }
 
 /// What the machine offers now: its projects (with branch and dirty state) and agents.
@@ -139,16 +144,19 @@ fn git_state(dir: &std::path::Path) -> (Option<String>, Option<bool>) {
     (branch, Some(!status.is_empty()))
 }
 
-/// Registers the machine, retrying with the link's backoff until `moord` answers (or
-/// `shutdown`); a refusal (4xx other than 401/408/429) is final.
+/// Registers the machine with the owner's credential and obtains the machine's own,
+/// retrying with the link's backoff until `moord` answers (or `shutdown`); a refusal (4xx
+/// other than 401/408/429) is final.
 async fn register(
     p: &HostParams,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<moor_protocol::host::MachineRegistered>> {
+) -> anyhow::Result<Option<(MachineRegistered, HostCredential)>> {
     let mut backoff = Backoff::new(p.link.backoff);
     loop {
         let result = crate::recover::with_api(&p.server, &p.token, |api| async move {
-            api.register_machine(&registration(&p.config)).await
+            let registered = api.register_machine(&registration(&p.config)).await?;
+            let credential = api.host_credential(&registered.id).await?;
+            Ok((registered, credential))
         })
         .await;
         match result {
@@ -175,9 +183,10 @@ fn is_final(e: &anyhow::Error) -> bool {
 /// Runs `moor host` until `shutdown`, or a terminal link error. Sessions it started keep
 /// running when it stops.
 pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let Some(registered) = register(&p, &shutdown).await? else {
+    let Some((registered, credential)) = register(&p, &shutdown).await? else {
         return Ok(());
     };
+    let token = Token::new(credential.token.clone());
     eprintln!(
         "moor host: {} registered as machine {} (log session {})",
         p.config.name, registered.id, registered.log_session
@@ -186,7 +195,7 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let status = Status::new(true, &registered.log_session);
     let (link, ports) = Link::new(LinkParams {
         url: crate::config::bridge_ws_url(&p.server)?,
-        token: p.token.clone(),
+        token: token.clone(),
         session: registered.log_session.clone(),
         continues: None,
         producer: dir.producer,
@@ -206,7 +215,9 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let mut inputs = Inputs::new(ports.inputs, dir.ledger.clone(), ports.receipts);
     let (exits, mut exits_rx) = mpsc::unbounded_channel();
     let mut host = Host {
-        api: Api::new(&p.server, &p.token.expose())?,
+        renew_at: renew_at(&credential),
+        token,
+        id: registered.id.clone(),
         spool: dir.spool.clone(),
         children: Children::load(&p.state_dir),
         exits,
@@ -218,31 +229,68 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            ended = &mut link_task => {
-                break match ended {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(anyhow::Error::new(e).context("the machine's link stopped")),
-                    Err(e) => Err(anyhow::anyhow!("the machine's link failed: {e}")),
-                };
-            }
+            ended = &mut link_task => break link_ended(ended),
             input = inputs.next() => match input? {
                 Some(input) => host.apply(input).await?,
-                None => break Ok(()),
+                // The link ended: how it did is the outcome (a revoked credential is an error).
+                None => break link_ended((&mut link_task).await),
             },
             Some((session, ended)) = exits_rx.recv() => host.exited(session, ended).await?,
-            _ = refresh.tick() => {
-                if let Err(e) = host.api.register_machine(&registration(&host.p.config)).await {
-                    tracing::info!(error = %e, "could not refresh the machine's registration");
-                }
-            }
+            _ = refresh.tick() => host.refresh().await,
         }
     };
     link_stop.cancel();
-    let _ = link_task.await;
+    // Awaited only when it still runs: a finished task's outcome was taken above.
+    if !link_task.is_finished() {
+        let _ = link_task.await;
+    }
     result
 }
 
+/// The outcome of `moor host` once its link ended.
+fn link_ended(
+    ended: Result<Result<crate::link::LinkEnd, crate::link::ConnectError>, tokio::task::JoinError>,
+) -> anyhow::Result<()> {
+    match ended {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context("the machine's link stopped")),
+        Err(e) => Err(anyhow::anyhow!("the machine's link failed: {e}")),
+    }
+}
+
+/// When to renew a credential just obtained: halfway through its life.
+fn renew_at(credential: &HostCredential) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(credential.expires_in / 2)
+}
+
 impl Host {
+    /// A client of `moord` with the machine's credential.
+    fn api(&self) -> anyhow::Result<Api> {
+        Ok(Api::new(&self.p.server, &self.token.expose())?)
+    }
+
+    /// Registers the machine again (branch and dirty state of its projects), and renews its
+    /// credential when due. Failures are retried at the next tick; a revoked credential ends
+    /// the link, which stops `moor host`.
+    async fn refresh(&mut self) {
+        let api = match self.api() {
+            Ok(api) => api,
+            Err(e) => return tracing::info!(error = %e, "no client for moord"),
+        };
+        if let Err(e) = api.register_machine(&registration(&self.p.config)).await {
+            tracing::info!(error = %e, "could not refresh the machine's registration");
+        }
+        if tokio::time::Instant::now() >= self.renew_at {
+            match api.host_credential(&self.id).await {
+                Ok(c) => {
+                    self.token.replace(c.token.clone());
+                    self.renew_at = renew_at(&c);
+                }
+                Err(e) => tracing::info!(error = %e, "could not renew the machine's credential"),
+            }
+        }
+    }
+
     /// Applies one action and answers it.
     async fn apply(&mut self, input: PendingInput) -> anyhow::Result<()> {
         if input.kind != kinds::INPUT_HOST {
@@ -340,7 +388,7 @@ impl Host {
             // The session exists on the server already (moord made it before asking); the
             // prompt waits there until the new bridge takes it. Idempotent by its id.
             let (api, session, id) = (
-                Api::new(&self.p.server, &self.p.token.expose()).map_err(|e| e.to_string())?,
+                self.api().map_err(|e| e.to_string())?,
                 session.to_owned(),
                 format!("host-prompt-{input_seq}"),
             );
@@ -380,7 +428,7 @@ impl Host {
         let ctx = CliContext {
             dir,
             server: self.p.server.clone(),
-            token: Some(self.p.token.expose()),
+            token: Some(self.token.expose()),
             max_file_bytes: 0,
         };
         let (done, _) = restore_to_target(&ctx, checkpoint, &Target::Branch(branch.to_owned()))
@@ -431,10 +479,10 @@ impl Host {
             .stdout(log)
             .stderr(err)
             .process_group(0)
-            .kill_on_drop(false);
-        if let Some(token) = &self.p.explicit_token {
-            cmd.env("MOOR_TOKEN", token);
-        }
+            .kill_on_drop(false)
+            // The session runs with the machine's credential, which reaches only the sessions
+            // this machine was asked to start.
+            .env("MOOR_TOKEN", self.token.expose());
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.p.moor.display()))?;

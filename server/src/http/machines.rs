@@ -1,5 +1,6 @@
 //! Machines running `moor host`: registration, the machine view, and the actions asked of a
-//! machine (start a session, stop one, resume one, restore one's checkpoint into a branch).
+//! machine (start a session, stop one, resume one, restore one's checkpoint into a branch),
+//! and the credential a machine runs with (`access::host`).
 //!
 //! A machine's own log is an ordinary session (its `log_session`): an action is an
 //! `input.host` entry there, idempotent by the caller's key like any input, delivered to the
@@ -18,9 +19,9 @@ use moor_protocol::api::{InputRequest, Role};
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
     is_checkpoint_id, is_valid_branch, is_valid_name, ActionAccepted, AgentOffer, HostAction,
-    MachineInfo, MachineRegistered, MachineRegistration, MachineSession, ProjectOffer,
-    RestoreCheckpoint, SessionAction, StartSession, MAX_BRANCH, MAX_IDEMPOTENCY_KEY, MAX_OFFERS,
-    MAX_PROMPT_BYTES,
+    HostCredential, MachineInfo, MachineRegistered, MachineRegistration, MachineSession,
+    ProjectOffer, RestoreCheckpoint, SessionAction, StartSession, MAX_BRANCH, MAX_IDEMPOTENCY_KEY,
+    MAX_OFFERS, MAX_PROMPT_BYTES,
 };
 use moor_protocol::{kinds, now_ms, SessionId};
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,13 @@ pub(super) async fn register(
     Json(req): Json<MachineRegistration>,
 ) -> Result<Json<MachineRegistered>, ApiError> {
     check_registration(&req)?;
+    if let Some(machine) = &who.machine {
+        // A host credential registers its own machine again, and nothing else.
+        let own = state.store.machines.machine(machine).await?;
+        if !own.is_some_and(|m| m.name == req.name && m.owner == who.name) {
+            return Err(ApiError::Forbidden);
+        }
+    }
     let offers = Offers {
         projects: req.projects,
         agents: req.agents,
@@ -164,6 +172,43 @@ pub(super) async fn register(
     Ok(Json(MachineRegistered {
         id: row.id,
         log_session: row.log_session,
+    }))
+}
+
+/// `POST /api/v1/machines/{id}/credential`: the credential `moor host` runs with, limited to
+/// machine `id` (`access::host`): by its owner (or an administrator) with their own
+/// credential, or by the machine with its current one, to renew it. It belongs to the
+/// caller's token family, so revoking the user or that login ends it.
+#[utoipa::path(
+    post, path = "/machines/{id}/credential", operation_id = "machineCredential", tag = "machines",
+    params(("id" = String, Path, description = "Machine id")),
+    responses(
+        (status = 200, description = "The machine's credential", body = HostCredential),
+        crate::openapi::RoleErrors,
+        crate::openapi::BadRequest,
+    )
+)]
+pub(super) async fn credential(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<Json<HostCredential>, ApiError> {
+    if who.machine.as_ref().is_some_and(|m| *m != id) {
+        return Err(ApiError::Forbidden);
+    }
+    let row = state.store.machines.machine(&id).await?;
+    let Some(row) = row.filter(|m| m.owner == who.name || who.admin) else {
+        return Err(ApiError::NotFound("machine"));
+    };
+    let token = state.auth.issue_host(&who, &row.id)?.ok_or_else(|| {
+        invalid(
+            "credential",
+            "this credential has no login to bind a machine's to",
+        )
+    })?;
+    Ok(Json(HostCredential {
+        token,
+        expires_in: state.auth.refresh_ttl.as_secs().max(1),
     }))
 }
 
