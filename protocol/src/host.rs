@@ -177,6 +177,11 @@ pub struct StartSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub prompt: Option<String>,
+    /// Checkpoint the project's work tree before the agent starts (when it has changes), so
+    /// the checkpoint holds the tree as it was before the agent touched anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub checkpoint: Option<bool>,
     /// Client-chosen key: the same request again is answered with the first one's receipt.
     pub idempotency_key: String,
 }
@@ -281,6 +286,9 @@ pub enum HostAction {
         /// The first prompt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// Checkpoint the work tree before the agent starts (`moor run --checkpoint-first`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        checkpoint: bool,
     },
     /// Stop the session's `moor run`: SIGTERM to its process group, SIGKILL after the grace.
     Stop {

@@ -98,8 +98,10 @@ impl Machine {
                 "name = \"box\"\nmax_sessions = 2\n\
                  [projects.code]\ndir = {code:?}\n[projects.notes]\ndir = {notes:?}\n\
                  [agents.claude]\ncommand = [{claude:?}]\nmode = \"claude\"\n\
-                 [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n",
+                 [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n\
+                 [agents.scribble]\ncommand = [\"sh\", \"-c\", {scribble:?}]\nmode = \"pty\"\n",
                 claude = claude_program(claude.is_some()),
+                scribble = SCRIBBLE,
             ),
         )
         .expect("write the configuration");
@@ -226,6 +228,9 @@ impl Machine {
     }
 }
 
+/// The `scribble` agent: changes the work tree the moment it starts, says so, then waits.
+const SCRIBBLE: &str = "echo touched >> README && echo scribbled && exec sh";
+
 /// The Claude Code CLI for the `claude` agent, or `false` (a program that exits at once) on a
 /// machine whose test starts no Claude session.
 fn claude_program(claude: bool) -> String {
@@ -259,7 +264,10 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
         .iter()
         .map(|a| (a.name.as_str(), a.mode.as_str()))
         .collect();
-    assert_eq!(agents, [("claude", "claude"), ("shell", "pty")]);
+    assert_eq!(
+        agents,
+        [("claude", "claude"), ("scribble", "pty"), ("shell", "pty")]
+    );
 
     // act: a shell in `notes`, driven from the API
     let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
@@ -986,4 +994,48 @@ async fn logging_out_the_device_a_machine_runs_on_stops_the_machine() {
 #[tokio::test]
 async fn revoking_the_user_a_machine_runs_as_stops_the_machine() {
     revoking_the_owner_stops_the_machine(Revoke::User).await;
+}
+
+#[tokio::test]
+async fn a_start_with_a_checkpoint_first_records_the_tree_before_the_agent_touches_it() {
+    // arrange: `notes` has an uncommitted draft; `scribble` edits README as it starts
+    let mut m = Machine::start(None).await;
+
+    // act
+    let started = m
+        .act(
+            "/sessions",
+            json!({"project": "notes", "agent": "scribble", "checkpoint": true,
+                   "idempotency_key": "cp1"}),
+        )
+        .await;
+    let log = m.applied(started.seq).await;
+    let id = m.api().wait_session(&started.session, WAIT).await.id;
+    let mut tail = LogTail::new(m.api(), id);
+    tail.wait_pty_output("scribbled", WAIT).await;
+    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let created = tail
+        .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
+        .await;
+
+    // assert: the action asked for it, and it was recorded before the agent started
+    let asked = log
+        .iter()
+        .find(|e| e.seq.0 == started.seq)
+        .expect("the action");
+    assert_eq!(asked.payload["checkpoint"], true, "{asked:?}");
+    assert!(created.seq < start.seq, "{created:?} then {start:?}");
+    assert_eq!(created.payload["reason"], "start");
+    // It holds the draft, and README as it was before the agent wrote to it.
+    let commit = created.payload["commit"].as_str().expect("a commit");
+    assert_eq!(
+        git(&m.notes(), &["show", &format!("{commit}:README")]),
+        "notes\n"
+    );
+    assert_eq!(
+        git(&m.notes(), &["show", &format!("{commit}:draft.txt")]),
+        "unsaved"
+    );
+    let readme = std::fs::read_to_string(m.notes().join("README")).expect("README");
+    assert_eq!(readme, "notes\ntouched\n");
 }

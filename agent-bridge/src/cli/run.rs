@@ -72,6 +72,10 @@ pub(super) struct RunArgs {
     /// Do not checkpoint the work tree.
     #[arg(long, env = "MOOR_NO_CHECKPOINTS")]
     no_checkpoints: bool,
+    /// Checkpoint the work tree before the agent starts (when it has changes), and start the
+    /// agent once that checkpoint is recorded, rather than checkpointing while it starts.
+    #[arg(long, env = "MOOR_CHECKPOINT_FIRST", conflicts_with = "no_checkpoints")]
+    checkpoint_first: bool,
     /// The agent command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(super) command: Vec<String>,
@@ -121,6 +125,7 @@ impl RunArgs {
         (!self.no_checkpoints).then(|| CheckpointConfig {
             interval: self.checkpoint_interval.max(Duration::from_millis(100)),
             max_file_bytes: self.checkpoint_max_file_bytes,
+            before_start: self.checkpoint_first,
             ..CheckpointConfig::default()
         })
     }

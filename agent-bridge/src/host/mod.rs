@@ -75,6 +75,16 @@ enum Ended {
     Unknown,
 }
 
+/// How a session is started beyond its project and agent: what a start asks for (a resume
+/// asks for nothing).
+#[derive(Debug, Default)]
+struct Launch {
+    /// The first prompt, posted once the session runs.
+    prompt: Option<String>,
+    /// Its start checkpoint is taken before the agent runs.
+    checkpoint: bool,
+}
+
 /// A child that ended: its session, and how.
 type Exit = (String, Ended);
 
@@ -312,12 +322,19 @@ impl Host {
                 project,
                 agent,
                 prompt,
-            } => self.start(&session, &project, &agent, seq, prompt).await,
+                checkpoint,
+            } => {
+                let how = Launch { prompt, checkpoint };
+                self.start(&session, &project, &agent, seq, how).await
+            }
             HostAction::Resume {
                 session,
                 project,
                 agent,
-            } => self.start(&session, &project, &agent, seq, None).await,
+            } => {
+                self.start(&session, &project, &agent, seq, Launch::default())
+                    .await
+            }
             HostAction::Stop { session } => self.stop(&session),
             HostAction::Restore {
                 session,
@@ -344,7 +361,7 @@ impl Host {
         project: &str,
         agent: &str,
         input_seq: u64,
-        prompt: Option<String>,
+        how: Launch,
     ) -> Result<(), String> {
         let config = &self.p.config;
         let dir = config
@@ -367,7 +384,7 @@ impl Host {
                 "this machine already runs {running} sessions, its limit (max_sessions)"
             ));
         }
-        let pid = self.spawn(session, &dir, &def)?;
+        let pid = self.spawn(session, &dir, &def, how.checkpoint)?;
         if let Err(e) = self.children.insert(session, Child::spawned(pid)) {
             // It runs all the same; only a restarted `moor host` would not find it.
             eprintln!("moor host: cannot record that {session} runs: {e}");
@@ -384,7 +401,7 @@ impl Host {
         )
         .await
         .map_err(|e| format!("could not record the start: {e}"))?;
-        if let Some(prompt) = prompt.filter(|p| !p.is_empty()) {
+        if let Some(prompt) = how.prompt.filter(|p| !p.is_empty()) {
             // The session exists on the server already (moord made it before asking); the
             // prompt waits there until the new bridge takes it. Idempotent by its id.
             let (api, session, id) = (
@@ -449,8 +466,15 @@ impl Host {
         .map_err(|e| format!("could not record the restore: {e}"))
     }
 
-    /// Spawns the session's `moor run` in its own process group; its pid.
-    fn spawn(&self, session: &str, dir: &std::path::Path, def: &AgentDef) -> Result<u32, String> {
+    /// Spawns the session's `moor run` in its own process group (`checkpoint`: taking its
+    /// start checkpoint before the agent runs); its pid.
+    fn spawn(
+        &self,
+        session: &str,
+        dir: &std::path::Path,
+        def: &AgentDef,
+        checkpoint: bool,
+    ) -> Result<u32, String> {
         let logs = self.p.state_dir.join("host-logs");
         std::fs::create_dir_all(&logs)
             .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
@@ -472,6 +496,7 @@ impl Host {
             .arg(&def.mode)
             .arg("--stop-grace")
             .arg(format!("{}ms", self.p.stop_grace.as_millis()))
+            .args(checkpoint.then_some("--checkpoint-first"))
             .arg("--")
             .args(&def.command)
             .current_dir(dir)

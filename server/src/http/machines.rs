@@ -482,6 +482,7 @@ pub(super) async fn start(
         project: req.project,
         agent: req.agent,
         prompt: req.prompt,
+        checkpoint: req.checkpoint.unwrap_or(false),
     };
     let key = format!("start:{}", req.idempotency_key);
     Ok(Json(ask(&state, &who, log, key, &action).await?))
