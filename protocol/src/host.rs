@@ -295,15 +295,20 @@ pub enum HostAction {
         /// The session's name.
         session: String,
     },
-    /// Run `moor run --session <session>` again (its bridge died, or it was stopped): the log
-    /// goes on, and Claude Code continues its conversation (`--resume`).
+    /// Run `moor run --session <session>` again (its bridge died): the log goes on, and
+    /// Claude Code continues its conversation (`--resume`). With `continues` (the session
+    /// ended): `session` is a new session linked to that one (`moor run --continues`), the
+    /// agent continuing its conversation.
     Resume {
-        /// The session's name.
+        /// The session's name (with `continues`: the new session's).
         session: String,
         /// The project it ran in.
         project: String,
         /// The agent it ran.
         agent: String,
+        /// The ended session the new session continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continues: Option<String>,
     },
     /// Restore checkpoint `checkpoint` of the session into the new branch `branch` of
     /// `project` (the checkpoint is fetched from `moord` when the repository lacks it).

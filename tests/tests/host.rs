@@ -346,14 +346,6 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     shell_tail
         .wait_kind(kinds::SESSION_ENDED, exit.seq.0, WAIT, |_| true)
         .await;
-    // An ended session is not resumed: its log takes no more entries.
-    let (status, body) = m
-        .post(
-            &format!("/sessions/{}/resume", shell.session),
-            json!({"idempotency_key": "r0"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body:?}");
 
     // act: kill Claude's moor run (a crash), then resume it from the phone
     let pid = m.starts(&cc.session).await[0].payload["pid"]
@@ -1038,4 +1030,96 @@ async fn a_start_with_a_checkpoint_first_records_the_tree_before_the_agent_touch
     );
     let readme = std::fs::read_to_string(m.notes().join("README")).expect("README");
     assert_eq!(readme, "notes\ntouched\n");
+}
+
+#[tokio::test]
+async fn resuming_an_ended_session_from_the_phone_continues_it_in_a_linked_session() {
+    // arrange: Claude Code answered a first question, then was stopped (its session ended)
+    let claude = ClaudeEnv::start().await;
+    let mut m = Machine::start(Some(&claude)).await;
+    let cc = m
+        .act(
+            "/sessions",
+            json!({"project": "code", "agent": "claude", "prompt": "first question",
+                   "idempotency_key": "c1"}),
+        )
+        .await;
+    m.applied(cc.seq).await;
+    let cc_id = m.api().wait_session(&cc.session, WAIT).await.id;
+    let mut cc_tail = LogTail::new(m.api(), cc_id);
+    cc_tail
+        .wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
+        .await;
+    let stop = m
+        .act(
+            &format!("/sessions/{}/stop", cc.session),
+            json!({"idempotency_key": "st1"}),
+        )
+        .await;
+    m.applied(stop.seq).await;
+    cc_tail
+        .wait_kind(kinds::SESSION_ENDED, 0, FINISH, |_| true)
+        .await;
+    let conversation = m.api().session(&cc.session).await.expect("the session");
+    let conversation = conversation
+        .state
+        .and_then(|s| s.agent.agent_session_id)
+        .expect("Claude Code's session id");
+
+    // act: resume it from the phone, twice with the same key
+    let path = format!("/sessions/{}/resume", cc.session);
+    let resume = m.act(&path, json!({"idempotency_key": "r1"})).await;
+    let again = m.act(&path, json!({"idempotency_key": "r1"})).await;
+    let log = m.applied(resume.seq).await;
+    let next = m.api().wait_session(&resume.session, WAIT).await;
+    let mut next_tail = LogTail::new(m.api(), next.id);
+    let linked = next_tail
+        .wait_kind(kinds::SESSION_CONTINUED_FROM, 0, WAIT, |_| true)
+        .await;
+    let start = next_tail
+        .wait_kind(kinds::AGENT_START, 0, FINISH, |_| true)
+        .await;
+    let n = claude.api.requests().len();
+    m.api()
+        .post_input(next.id, "again-1", "second question")
+        .await;
+    next_tail
+        .wait_kind(kinds::AGENT_RESULT, start.seq.0, FINISH, |_| true)
+        .await;
+
+    // assert: a new session, named once for the key, linked to the ended one
+    assert_ne!(resume.session, cc.session);
+    assert!(again.duplicate && again.session == resume.session && again.seq == resume.seq);
+    assert_eq!(linked.payload["session"], cc_id.to_string(), "{linked:?}");
+    let action = log
+        .iter()
+        .find(|e| e.seq.0 == resume.seq)
+        .expect("the action");
+    assert_eq!(
+        (&action.payload["action"], &action.payload["continues"]),
+        (&json!("resume"), &json!(cc.session)),
+        "{action:?}"
+    );
+    // Claude Code resumed its own conversation: the first question is in its history.
+    let command = start.payload.to_string();
+    assert!(command.contains(&conversation), "{start:?}");
+    let later = &claude.api.requests()[n..];
+    assert!(
+        later
+            .iter()
+            .any(|r| r.to_string().contains("first question")),
+        "the continued conversation lost its history"
+    );
+    // The machine lists the continuation with its project and agent.
+    let view = m.machine().await;
+    let listed = view
+        .sessions
+        .iter()
+        .find(|s| s.name == resume.session)
+        .expect("listed");
+    assert_eq!(
+        (listed.project.as_str(), listed.agent.as_str()),
+        ("code", "claude")
+    );
+    drop(m.host);
 }

@@ -555,7 +555,7 @@ scenario("12. a microphone dictates into the composer where the browser recognis
   await ctx2.close();
 });
 
-scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, restores its checkpoint into a new branch there, and stops it: it ends", async ({ browser }) => {
+scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, restores its checkpoint into a new branch there, stops it (it ends) and resumes it in a linked session", async ({ browser }) => {
   await rpc("host", {});
   const ctx = await phone(browser);
   const page = await ctx.newPage();
@@ -603,11 +603,23 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
   await view.close();
   await page.locator('[data-machine-session] [data-action="stop"]').tap();
   // The shell ignores SIGTERM: it is killed after the grace and its session ends, saying so;
-  // an ended log is complete, so it offers neither stop nor resume.
+  // an ended log is complete, so it offers no stop, but a resume: a new session linked to it.
   await waitFor("the stopped session shown ended", 30000, () =>
     page.evaluate(() => document.querySelector("[data-machine-session] [data-phase]")?.textContent === "ended"));
-  const actions = await page.evaluate(() => document.querySelectorAll("[data-machine-session] [data-action]").length);
-  assert(actions === 0, `an ended session offers no action (${actions})`);
+  const actions = await page.evaluate(() =>
+    [...document.querySelectorAll("[data-machine-session] [data-action]")].map((b) => b.getAttribute("data-action")));
+  assert(JSON.stringify(actions) === '["resume"]', `an ended session offers a resume only: ${JSON.stringify(actions)}`);
+  await page.locator('[data-machine-session] [data-action="resume"]').tap();
+  const continues = await waitFor("the continuation named", 10000, () =>
+    page.evaluate(() => /continues in (\S+)/.exec(document.getElementById("start-result")?.textContent ?? "")?.[1] ?? null));
+  await waitFor("the continuation running on the machine", 30000, () =>
+    page.evaluate((name) => document.querySelector(`[data-machine-session="${name}"] [data-action="stop"]`) !== null, continues));
+  const next = (await api(`/machines/${(await api("/machines"))[0].id}`)).sessions.find((s) => s.name === continues);
+  const linked = (await api(`/sessions/${next.id}/entries?after=0&limit=50`)).entries.find((e) => e.kind === "session.continued_from");
+  assert(linked?.payload.session === running.id, `the continuation is linked to the ended session: ${JSON.stringify(linked)}`);
+  await page.locator(`[data-machine-session="${continues}"] [data-action="stop"]`).tap();
+  await waitFor("the continuation shown ended", 30000, () =>
+    page.evaluate((name) => document.querySelector(`[data-machine-session="${name}"] [data-phase]`)?.textContent === "ended", continues));
   await ctx.close();
 });
 

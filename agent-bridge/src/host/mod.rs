@@ -83,6 +83,8 @@ struct Launch {
     prompt: Option<String>,
     /// Its start checkpoint is taken before the agent runs.
     checkpoint: bool,
+    /// The ended session it continues (a resume of an ended session).
+    continues: Option<String>,
 }
 
 /// A child that ended: its session, and how.
@@ -324,16 +326,24 @@ impl Host {
                 prompt,
                 checkpoint,
             } => {
-                let how = Launch { prompt, checkpoint };
+                let how = Launch {
+                    prompt,
+                    checkpoint,
+                    continues: None,
+                };
                 self.start(&session, &project, &agent, seq, how).await
             }
             HostAction::Resume {
                 session,
                 project,
                 agent,
+                continues,
             } => {
-                self.start(&session, &project, &agent, seq, Launch::default())
-                    .await
+                let how = Launch {
+                    continues,
+                    ..Launch::default()
+                };
+                self.start(&session, &project, &agent, seq, how).await
             }
             HostAction::Stop { session } => self.stop(&session),
             HostAction::Restore {
@@ -384,7 +394,12 @@ impl Host {
                 "this machine already runs {running} sessions, its limit (max_sessions)"
             ));
         }
-        let pid = self.spawn(session, &dir, &def, how.checkpoint)?;
+        if let Some(from) = &how.continues {
+            if !moor_protocol::host::is_valid_name(from) {
+                return Err(format!("{from:?} is not a session name"));
+            }
+        }
+        let pid = self.spawn(session, &dir, &def, &how)?;
         if let Err(e) = self.children.insert(session, Child::spawned(pid)) {
             // It runs all the same; only a restarted `moor host` would not find it.
             eprintln!("moor host: cannot record that {session} runs: {e}");
@@ -466,14 +481,14 @@ impl Host {
         .map_err(|e| format!("could not record the restore: {e}"))
     }
 
-    /// Spawns the session's `moor run` in its own process group (`checkpoint`: taking its
-    /// start checkpoint before the agent runs); its pid.
+    /// Spawns the session's `moor run` in its own process group, as `how` says (its start
+    /// checkpoint before the agent runs; the ended session it continues); its pid.
     fn spawn(
         &self,
         session: &str,
         dir: &std::path::Path,
         def: &AgentDef,
-        checkpoint: bool,
+        how: &Launch,
     ) -> Result<u32, String> {
         let logs = self.p.state_dir.join("host-logs");
         std::fs::create_dir_all(&logs)
@@ -496,7 +511,12 @@ impl Host {
             .arg(&def.mode)
             .arg("--stop-grace")
             .arg(format!("{}ms", self.p.stop_grace.as_millis()))
-            .args(checkpoint.then_some("--checkpoint-first"))
+            .args(how.checkpoint.then_some("--checkpoint-first"))
+            .args(
+                how.continues
+                    .iter()
+                    .flat_map(|from| ["--continues", from.as_str()]),
+            )
             .arg("--")
             .args(&def.command)
             .current_dir(dir)

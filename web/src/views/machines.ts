@@ -1,6 +1,6 @@
 // Machines running `moor host`: `#/machines` lists them (online, or "unknown since" when their
 // lease lapsed), `#/m/<id>` shows one machine's sessions (phase, "needs you" counts) with stop
-// and resume, and the start sheet: the projects (branch, dirty) and agents the machine
+// and resume (an ended one continues in a new, linked session), and the start sheet: the projects (branch, dirty) and agents the machine
 // advertised, a first prompt, and whether to checkpoint the project first. The page sends
 // names only, never a command or a path.
 
@@ -123,7 +123,8 @@ export function machineView(root: HTMLElement, id: string): () => void {
         "data-action": what,
         onclick: async () => {
           try {
-            await api.machineAction(id, s.name, what, randomId());
+            const a = await api.machineAction(id, s.name, what, randomId());
+            if (a.session !== s.name) result.textContent = `${s.name} continues in ${a.session}`;
             refresh();
           } catch (e) {
             note.className = "banner bad";
@@ -165,7 +166,7 @@ export function machineView(root: HTMLElement, id: string): () => void {
             h(`span.pill.${t.cls}`, { "data-phase": s.phase ?? "" }, t.text),
           ),
           h("div.muted", null, `${s.project} · ${s.agent}`, s.needs_you ? h("span.badge", { "data-needs-you": s.needs_you }, ` needs you (${s.needs_you})`) : null),
-          h("div.row", null, running ? act(s, "stop") : null, !s.ended && !running ? act(s, "resume") : null),
+          h("div.row", null, running ? act(s, "stop") : act(s, "resume")),
         );
       }),
     );
