@@ -210,6 +210,11 @@ pub struct RestoreCheckpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub branch: Option<String>,
+    /// Also check the new branch out in a new git worktree, at a place the machine chooses
+    /// (under its state dir) and reports; never a path from the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub worktree: Option<bool>,
     /// Client-chosen key, as for [`StartSession`].
     pub idempotency_key: String,
 }
@@ -321,6 +326,9 @@ pub enum HostAction {
         checkpoint: String,
         /// The new branch.
         branch: String,
+        /// Also check `branch` out in a new worktree, where the machine chooses.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        worktree: bool,
     },
 }
 
@@ -349,6 +357,9 @@ pub struct HostCheckpointRestored {
     pub branch: String,
     /// The commit it points at (the checkpoint's commit).
     pub commit: String,
+    /// Where the machine checked `branch` out in a new worktree, when asked to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
     /// The seq of the `input.host` entry that asked for it.
     pub input_seq: u64,
 }

@@ -218,6 +218,30 @@ impl Machine {
         log
     }
 
+    /// Starts a shell in `notes` (uncommitted draft.txt) and waits until its start checkpoint
+    /// is on the server: the session's receipt and the checkpoint's id.
+    async fn uploaded_start_checkpoint(&mut self) -> (ActionAccepted, String) {
+        let (shell, id, mut tail) = self.start_shell("restore-me").await;
+        let cp = tail
+            .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
+            .await;
+        let checkpoint = cp.payload["id"].as_str().expect("checkpoint id").to_owned();
+        let api = self.api();
+        eventually_some(WAIT, "the checkpoint on the server", || {
+            let api = api.clone();
+            let checkpoint = checkpoint.clone();
+            async move {
+                let list: Vec<Value> =
+                    get(&api, &format!("/api/v1/sessions/{id}/checkpoints")).await;
+                list.iter()
+                    .any(|c| c["id"] == checkpoint.as_str())
+                    .then_some(())
+            }
+        })
+        .await;
+        (shell, checkpoint)
+    }
+
     /// The `host.session.started` entries for `session`.
     async fn starts(&self, session: &str) -> Vec<Entry> {
         let log = self.api().entries_all(self.log).await;
@@ -655,23 +679,7 @@ fn work_state(dir: &Path) -> Vec<String> {
 async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_work_tree_alone() {
     // arrange: a shell in `notes` (uncommitted draft.txt); its start checkpoint uploaded
     let mut m = Machine::start(None).await;
-    let (shell, id, mut tail) = m.start_shell("restore-me").await;
-    let cp = tail
-        .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
-        .await;
-    let checkpoint = cp.payload["id"].as_str().expect("checkpoint id").to_owned();
-    let api = m.api();
-    eventually_some(WAIT, "the checkpoint on the server", || {
-        let api = api.clone();
-        let checkpoint = checkpoint.clone();
-        async move {
-            let list: Vec<Value> = get(&api, &format!("/api/v1/sessions/{id}/checkpoints")).await;
-            list.iter()
-                .any(|c| c["id"] == checkpoint.as_str())
-                .then_some(())
-        }
-    })
-    .await;
+    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
     // the person at the machine has staged work too
     let notes = m.notes();
     std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
@@ -1122,4 +1130,64 @@ async fn resuming_an_ended_session_from_the_phone_continues_it_in_a_linked_sessi
         ("code", "claude")
     );
     drop(m.host);
+}
+
+#[tokio::test]
+async fn the_phone_restores_a_checkpoint_into_a_new_worktree_the_machine_places() {
+    // arrange: the start checkpoint of a shell in `notes`, and staged work at the machine
+    let mut m = Machine::start(None).await;
+    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
+    let notes = m.notes();
+    std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
+    git(&notes, &["add", "staged.txt"]);
+    let before = work_state(&notes);
+    let path = format!("/sessions/{}/restore", shell.session);
+
+    // act: restore it into the branch `fix/rescue`, checked out in a new worktree
+    let body = json!({"checkpoint": checkpoint, "branch": "fix/rescue", "worktree": true,
+                      "idempotency_key": "w1"});
+    let restore = m.act(&path, body).await;
+    let log = m.applied(restore.seq).await;
+
+    // assert: the machine says where; there the branch is checked out, holding the draft
+    let done = log
+        .iter()
+        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
+        .expect("host.checkpoint.restored in the machine's log");
+    let action = log
+        .iter()
+        .find(|e| e.seq.0 == restore.seq)
+        .expect("the action");
+    assert_eq!(action.payload["worktree"], true, "{action:?}");
+    let worktree = PathBuf::from(done.payload["worktree"].as_str().expect("its path"));
+    let state_dir = m.host.state_dir().canonicalize().expect("the state dir");
+    assert!(
+        worktree.starts_with(&state_dir) && worktree.ends_with("worktrees/notes/fix+rescue"),
+        "{worktree:?} under {state_dir:?}"
+    );
+    assert_eq!(
+        git(&worktree, &["symbolic-ref", "--short", "HEAD"]).trim(),
+        "fix/rescue"
+    );
+    let commit = done.payload["commit"].as_str().expect("commit");
+    assert_eq!(git(&worktree, &["rev-parse", "HEAD"]).trim(), commit);
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("draft.txt")).expect("the draft"),
+        "unsaved"
+    );
+    assert!(git(&worktree, &["status", "--porcelain"]).is_empty());
+    // What the person had (branch, HEAD, index, changes) is exactly as it was.
+    assert_eq!(work_state(&notes), before);
+
+    // act + assert: a path in the request is refused, and the machine's log does not change
+    let entries = m.api().entries_all(m.log).await.len();
+    for body in [
+        json!({"checkpoint": checkpoint, "worktree": "/tmp/x", "idempotency_key": "w2"}),
+        json!({"checkpoint": checkpoint, "worktree": true, "path": "/tmp/x",
+               "idempotency_key": "w3"}),
+    ] {
+        let (got, answer) = m.post(&path, body.clone()).await;
+        assert!(got.is_client_error(), "{body}: {got} {answer:?}");
+    }
+    assert_eq!(m.api().entries_all(m.log).await.len(), entries);
 }

@@ -87,6 +87,15 @@ struct Launch {
     continues: Option<String>,
 }
 
+/// What a restore asks for: a checkpoint, the new branch, and whether to check it out in a
+/// new worktree.
+#[derive(Debug)]
+struct Restore {
+    checkpoint: String,
+    branch: String,
+    worktree: bool,
+}
+
 /// A child that ended: its session, and how.
 type Exit = (String, Ended);
 
@@ -351,9 +360,14 @@ impl Host {
                 project,
                 checkpoint,
                 branch,
+                worktree,
             } => {
-                self.restore(&session, &project, &checkpoint, &branch, seq)
-                    .await
+                let what = Restore {
+                    checkpoint,
+                    branch,
+                    worktree,
+                };
+                self.restore(&session, &project, &what, seq).await
             }
         };
         match outcome {
@@ -433,17 +447,18 @@ impl Host {
         Ok(())
     }
 
-    /// Puts checkpoint `checkpoint` of `session` on the new branch `branch` of `project`
-    /// (fetched from `moord` when the repository lacks it), leaving the work tree, the index
-    /// and the checked-out branch alone; the reason when it may not or cannot.
+    /// Puts a checkpoint of `session` on a new branch of `project` (fetched from `moord`
+    /// when the repository lacks it) and, when asked, checks that branch out in a new worktree
+    /// under the state dir ([`Host::worktree_path`]), leaving the project's work tree, its
+    /// index and its checked-out branch alone; the reason when it may not or cannot.
     async fn restore(
         &mut self,
         session: &str,
         project: &str,
-        checkpoint: &str,
-        branch: &str,
+        what: &Restore,
         input_seq: u64,
     ) -> Result<(), String> {
+        let (checkpoint, branch) = (what.checkpoint.as_str(), what.branch.as_str());
         let dir = self
             .p
             .config
@@ -463,7 +478,19 @@ impl Host {
             token: Some(self.token.expose()),
             max_file_bytes: 0,
         };
-        let (done, _) = restore_to_target(&ctx, checkpoint, &Target::Branch(branch.to_owned()))
+        let worktree = if what.worktree {
+            Some(self.worktree_path(project, branch)?)
+        } else {
+            None
+        };
+        let target = match &worktree {
+            Some(path) => Target::Worktree {
+                path: path.clone(),
+                branch: Some(branch.to_owned()),
+            },
+            None => Target::Branch(branch.to_owned()),
+        };
+        let (done, _) = restore_to_target(&ctx, checkpoint, &target)
             .await
             .map_err(|e| format!("could not restore checkpoint {checkpoint}: {e}"))?;
         self.record(
@@ -474,11 +501,29 @@ impl Host {
                 checkpoint: checkpoint.to_owned(),
                 branch: branch.to_owned(),
                 commit: done.commit,
+                worktree: worktree.map(|p| p.display().to_string()),
                 input_seq,
             },
         )
         .await
         .map_err(|e| format!("could not record the restore: {e}"))
+    }
+
+    /// Where a restore checks `branch` of `project` out: `<state dir>/worktrees/<project>/
+    /// <branch, each / as +>`, a place this machine chooses (the request names no path). Both
+    /// names are checked, and `+` is in no branch name, so different branches never share one;
+    /// one that exists already is refused by git.
+    fn worktree_path(&self, project: &str, branch: &str) -> Result<PathBuf, String> {
+        if !moor_protocol::host::is_valid_name(project) {
+            return Err(format!("{project:?} is not a project name"));
+        }
+        let base = std::path::absolute(&self.p.state_dir)
+            .map_err(|e| format!("cannot resolve the state dir: {e}"))?
+            .join("worktrees")
+            .join(project);
+        std::fs::create_dir_all(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        Ok(base.join(branch.replace('/', "+")))
     }
 
     /// Spawns the session's `moor run` in its own process group, as `how` says (its start

@@ -669,6 +669,7 @@ pub(super) async fn restore(
                 project: row.project,
                 checkpoint: req.checkpoint,
                 branch,
+                worktree: req.worktree.unwrap_or(false),
             })
         },
     )
