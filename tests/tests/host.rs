@@ -826,7 +826,7 @@ async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
     // assert: both are limited to this machine
     assert_eq!(jwt_claims(&given)["mch"], m.id.as_str(), "{given}");
     assert_eq!(jwt_claims(&token)["mch"], m.id.as_str());
-    let host = Api::new(m.server.url(), token);
+    let host = Api::new(m.server.url(), token.as_str());
     let call = |method: Method, path: String, body: Option<Value>| {
         let host = host.clone();
         async move {
@@ -879,6 +879,13 @@ async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
     }
     let path = format!("/api/v1/sessions/{other_log}/entries");
     assert_eq!(call(Method::GET, path, None).await, StatusCode::NOT_FOUND);
+    // Its bridge link reaches neither another machine's log nor a session it would create.
+    let addr = m.server.addr().to_string();
+    for session in [other_log.as_str(), "made-up-by-the-machine"] {
+        let refused = moor_e2e::bench::bridge(&addr, &token, session).await;
+        let why = format!("{:?}", refused.err().expect("refused"));
+        assert!(why.contains("4001"), "{session}: {why}");
+    }
     // It registers its own machine again, and no other.
     let again = |name: &str| {
         json!({"name": name, "os": "linux", "version": "0", "projects": [], "agents": [],
