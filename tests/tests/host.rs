@@ -883,7 +883,7 @@ async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
     let addr = m.server.addr().to_string();
     for session in [other_log.as_str(), "made-up-by-the-machine"] {
         let refused = moor_e2e::bench::bridge(&addr, &token, session).await;
-        let why = format!("{:?}", refused.err().expect("refused"));
+        let why = format!("{:?}", refused.expect_err("refused"));
         assert!(why.contains("4001"), "{session}: {why}");
     }
     // It registers its own machine again, and no other.
