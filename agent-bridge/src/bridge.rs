@@ -29,6 +29,9 @@ use crate::status::Status;
 const TERMINATE_GRACE: Duration = Duration::from_secs(5);
 /// How long the agent's exit waits for its checkpoint before the session is ended.
 const EXIT_CHECKPOINT_PATIENCE: Duration = Duration::from_secs(20);
+/// How long the agent's start waits for a checkpoint asked for before it (`before_start`); a
+/// tree that takes longer still gets it, while the agent runs.
+const START_CHECKPOINT_PATIENCE: Duration = Duration::from_secs(60);
 /// Why inputs that arrive after the agent exited fail.
 const AGENT_GONE: &str = "the agent has exited";
 
@@ -177,9 +180,7 @@ impl Bridge {
         let kind = config
             .mode
             .resolve(&config.command, config.agent.interactive);
-        let agent = Agent::start(kind, &spec)?;
-        // After the agent started: a command that cannot run has no work to protect.
-        let checkpoints = match checkpoint_config.clone() {
+        let start_checkpoints = || match checkpoint_config.clone() {
             Some(c) => Checkpoints::start(
                 c,
                 CheckpointContext {
@@ -193,6 +194,32 @@ impl Bridge {
                 },
             ),
             None => Checkpoints::disabled(),
+        };
+        // Asked for first: the start checkpoint, spooled ahead of anything the agent does,
+        // holds the tree before the agent touched it.
+        let first = match &checkpoint_config {
+            Some(c) if c.before_start => {
+                let checkpoints = start_checkpoints();
+                checkpoints
+                    .take_now(CheckpointReason::Start, START_CHECKPOINT_PATIENCE)
+                    .await;
+                Some(checkpoints)
+            }
+            _ => None,
+        };
+        let agent = match Agent::start(kind, &spec) {
+            Ok(agent) => agent,
+            Err(e) => {
+                if let Some(checkpoints) = first {
+                    checkpoints.abort();
+                }
+                return Err(e.into());
+            }
+        };
+        // Otherwise after the agent started: a command that cannot run has no work to protect.
+        let checkpoints = match first {
+            Some(checkpoints) => checkpoints,
+            None => start_checkpoints(),
         };
         let pid = agent.pid();
         running.send_replace(true);

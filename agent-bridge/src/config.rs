@@ -54,6 +54,11 @@ impl Token {
         self.value.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Replaces the secret (a renewed fixed credential); every holder of this token sees it.
+    pub fn replace(&self, token: impl Into<String>) {
+        *self.value.write().unwrap_or_else(|p| p.into_inner()) = token.into();
+    }
+
     /// Whether no token was given.
     pub fn is_empty(&self) -> bool {
         self.expose().trim().is_empty()

@@ -140,6 +140,32 @@ impl Api {
         Ok(resp.json().await?)
     }
 
+    /// The credential machine `id` runs with (`moor host`), minted for it by `moord` with
+    /// this API's credential: the owner's, or the machine's current one to renew it.
+    pub async fn host_credential(
+        &self,
+        id: &str,
+    ) -> anyhow::Result<moor_protocol::host::HostCredential> {
+        let path = format!("/api/v1/machines/{id}/credential");
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(Refused {
+                what: format!("POST {path}"),
+                status: status.as_u16(),
+                body,
+            }
+            .into());
+        }
+        Ok(resp.json().await?)
+    }
+
     /// Posts a text input (idempotent by `client_msg_id`).
     pub async fn post_text(
         &self,
@@ -297,7 +323,22 @@ pub async fn continuation(
     let Some(info) = api.find_session(key).await? else {
         return Ok(None);
     };
-    let Some(state) = info.state.filter(|_| info.status == SessionStatus::Live) else {
+    if info.status != SessionStatus::Live {
+        return Ok(None);
+    }
+    agent_continuation(api, key, info, cwd).await
+}
+
+/// The conversation of session `info` (`key`) when its last agent was a structured one with a
+/// known conversation, with the brief (checked against `cwd`) as the first prompt when work
+/// was cut off.
+async fn agent_continuation(
+    api: &Api,
+    key: &str,
+    info: SessionInfo,
+    cwd: &Path,
+) -> anyhow::Result<Option<Continuation>> {
+    let Some(state) = info.state else {
         return Ok(None);
     };
     let (Some("claude" | "acp" | "codex" | "gemini-headless" | "codex-exec"), Some(id)) =
@@ -315,6 +356,27 @@ pub async fn continuation(
         agent_session_id: id,
         prompt: cut_off.then_some(brief.resume_prompt),
     }))
+}
+
+/// What a new session continuing the ended session `key` takes from it: its id (the link) and,
+/// when its last agent was a structured one with a known conversation, that conversation (the
+/// brief as first prompt when work was cut off). An error when `key` is not found or has not
+/// ended.
+pub async fn continuation_of_ended(
+    api: &Api,
+    key: &str,
+    cwd: &Path,
+) -> anyhow::Result<(SessionId, Option<Continuation>)> {
+    let info = api
+        .find_session(key)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no session {key}"))?;
+    anyhow::ensure!(
+        info.status == SessionStatus::Ended,
+        "session {key} has not ended: run it again with --session {key} instead"
+    );
+    let id = info.id;
+    Ok((id, agent_continuation(api, key, info, cwd).await?))
 }
 
 /// Posts the resume prompt once the session exists on the server (the bridge creates it at its

@@ -87,6 +87,20 @@ pub struct MachineRegistered {
     pub log_session: String,
 }
 
+/// `POST /api/v1/machines/{id}/credential`: the credential `moor host` runs with. It may only
+/// register this machine, keep its link, and run the sessions the machine was asked to start
+/// (anything else is 403); revoking its user or the login it was minted with ends it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostCredential {
+    /// The bearer token.
+    pub token: String,
+    /// Seconds it lives; `moor host` asks for a new one (with this one) before then.
+    pub expires_in: u64,
+}
+
+crate::debug_fields!(HostCredential { expires_in });
+
 /// A session a machine started, as the machine view lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -163,6 +177,11 @@ pub struct StartSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub prompt: Option<String>,
+    /// Checkpoint the project's work tree before the agent starts (when it has changes), so
+    /// the checkpoint holds the tree as it was before the agent touched anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub checkpoint: Option<bool>,
     /// Client-chosen key: the same request again is answered with the first one's receipt.
     pub idempotency_key: String,
 }
@@ -191,6 +210,11 @@ pub struct RestoreCheckpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub branch: Option<String>,
+    /// Also check the new branch out in a new git worktree, at a place the machine chooses
+    /// (under its state dir) and reports; never a path from the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub worktree: Option<bool>,
     /// Client-chosen key, as for [`StartSession`].
     pub idempotency_key: String,
 }
@@ -267,21 +291,29 @@ pub enum HostAction {
         /// The first prompt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// Checkpoint the work tree before the agent starts (`moor run --checkpoint-first`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        checkpoint: bool,
     },
     /// Stop the session's `moor run`: SIGTERM to its process group, SIGKILL after the grace.
     Stop {
         /// The session's name.
         session: String,
     },
-    /// Run `moor run --session <session>` again (its bridge died, or it was stopped): the log
-    /// goes on, and Claude Code continues its conversation (`--resume`).
+    /// Run `moor run --session <session>` again (its bridge died): the log goes on, and
+    /// Claude Code continues its conversation (`--resume`). With `continues` (the session
+    /// ended): `session` is a new session linked to that one (`moor run --continues`), the
+    /// agent continuing its conversation.
     Resume {
-        /// The session's name.
+        /// The session's name (with `continues`: the new session's).
         session: String,
         /// The project it ran in.
         project: String,
         /// The agent it ran.
         agent: String,
+        /// The ended session the new session continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continues: Option<String>,
     },
     /// Restore checkpoint `checkpoint` of the session into the new branch `branch` of
     /// `project` (the checkpoint is fetched from `moord` when the repository lacks it).
@@ -294,6 +326,9 @@ pub enum HostAction {
         checkpoint: String,
         /// The new branch.
         branch: String,
+        /// Also check `branch` out in a new worktree, where the machine chooses.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        worktree: bool,
     },
 }
 
@@ -322,6 +357,9 @@ pub struct HostCheckpointRestored {
     pub branch: String,
     /// The commit it points at (the checkpoint's commit).
     pub commit: String,
+    /// Where the machine checked `branch` out in a new worktree, when asked to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
     /// The seq of the `input.host` entry that asked for it.
     pub input_seq: u64,
 }

@@ -77,7 +77,12 @@ impl Machine {
 
     /// [`Machine::start`] on a `moord` started with `opts`.
     async fn start_on(opts: ServerOpts, claude: Option<&ClaudeEnv>) -> Self {
-        let server = TestServer::start(opts).await;
+        Self::start_as(TestServer::start(opts).await, claude, None).await
+    }
+
+    /// [`Machine::start`] on `server`, `moor host` logged in with `token` (default: the
+    /// admin token).
+    async fn start_as(server: TestServer, claude: Option<&ClaudeEnv>, token: Option<&str>) -> Self {
         let proxy = FaultProxy::start(server.addr()).await;
         let dir = tempfile::Builder::new()
             .prefix("moor-e2e-host-")
@@ -93,14 +98,16 @@ impl Machine {
                 "name = \"box\"\nmax_sessions = 2\n\
                  [projects.code]\ndir = {code:?}\n[projects.notes]\ndir = {notes:?}\n\
                  [agents.claude]\ncommand = [{claude:?}]\nmode = \"claude\"\n\
-                 [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n",
+                 [agents.shell]\ncommand = [\"sh\"]\nmode = \"pty\"\n\
+                 [agents.scribble]\ncommand = [\"sh\", \"-c\", {scribble:?}]\nmode = \"pty\"\n",
                 claude = claude_program(claude.is_some()),
+                scribble = SCRIBBLE,
             ),
         )
         .expect("write the configuration");
         // An interactive shell ignores SIGTERM: its stop is forced after a short grace.
-        let mut opts =
-            BridgeOpts::host(&proxy.url(), server.token(), &config).flag("--stop-grace", "1s");
+        let token = token.unwrap_or(server.token()).to_owned();
+        let mut opts = BridgeOpts::host(&proxy.url(), &token, &config).flag("--stop-grace", "1s");
         if let Some(c) = claude {
             opts = c.environment(opts);
         }
@@ -211,6 +218,30 @@ impl Machine {
         log
     }
 
+    /// Starts a shell in `notes` (uncommitted draft.txt) and waits until its start checkpoint
+    /// is on the server: the session's receipt and the checkpoint's id.
+    async fn uploaded_start_checkpoint(&mut self) -> (ActionAccepted, String) {
+        let (shell, id, mut tail) = self.start_shell("restore-me").await;
+        let cp = tail
+            .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
+            .await;
+        let checkpoint = cp.payload["id"].as_str().expect("checkpoint id").to_owned();
+        let api = self.api();
+        eventually_some(WAIT, "the checkpoint on the server", || {
+            let api = api.clone();
+            let checkpoint = checkpoint.clone();
+            async move {
+                let list: Vec<Value> =
+                    get(&api, &format!("/api/v1/sessions/{id}/checkpoints")).await;
+                list.iter()
+                    .any(|c| c["id"] == checkpoint.as_str())
+                    .then_some(())
+            }
+        })
+        .await;
+        (shell, checkpoint)
+    }
+
     /// The `host.session.started` entries for `session`.
     async fn starts(&self, session: &str) -> Vec<Entry> {
         let log = self.api().entries_all(self.log).await;
@@ -220,6 +251,9 @@ impl Machine {
             .collect()
     }
 }
+
+/// The `scribble` agent: changes the work tree the moment it starts, says so, then waits.
+const SCRIBBLE: &str = "echo touched >> README && echo scribbled && exec sh";
 
 /// The Claude Code CLI for the `claude` agent, or `false` (a program that exits at once) on a
 /// machine whose test starts no Claude session.
@@ -254,7 +288,10 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
         .iter()
         .map(|a| (a.name.as_str(), a.mode.as_str()))
         .collect();
-    assert_eq!(agents, [("claude", "claude"), ("shell", "pty")]);
+    assert_eq!(
+        agents,
+        [("claude", "claude"), ("scribble", "pty"), ("shell", "pty")]
+    );
 
     // act: a shell in `notes`, driven from the API
     let (shell, shell_id, mut shell_tail) = m.start_shell("s1").await;
@@ -333,14 +370,6 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     shell_tail
         .wait_kind(kinds::SESSION_ENDED, exit.seq.0, WAIT, |_| true)
         .await;
-    // An ended session is not resumed: its log takes no more entries.
-    let (status, body) = m
-        .post(
-            &format!("/sessions/{}/resume", shell.session),
-            json!({"idempotency_key": "r0"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body:?}");
 
     // act: kill Claude's moor run (a crash), then resume it from the phone
     let pid = m.starts(&cc.session).await[0].payload["pid"]
@@ -650,23 +679,7 @@ fn work_state(dir: &Path) -> Vec<String> {
 async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_work_tree_alone() {
     // arrange: a shell in `notes` (uncommitted draft.txt); its start checkpoint uploaded
     let mut m = Machine::start(None).await;
-    let (shell, id, mut tail) = m.start_shell("restore-me").await;
-    let cp = tail
-        .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
-        .await;
-    let checkpoint = cp.payload["id"].as_str().expect("checkpoint id").to_owned();
-    let api = m.api();
-    eventually_some(WAIT, "the checkpoint on the server", || {
-        let api = api.clone();
-        let checkpoint = checkpoint.clone();
-        async move {
-            let list: Vec<Value> = get(&api, &format!("/api/v1/sessions/{id}/checkpoints")).await;
-            list.iter()
-                .any(|c| c["id"] == checkpoint.as_str())
-                .then_some(())
-        }
-    })
-    .await;
+    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
     // the person at the machine has staged work too
     let notes = m.notes();
     std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
@@ -752,4 +765,436 @@ async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_
     }
     assert_eq!(m.api().entries_all(m.log).await.len(), entries);
     let _ = m.tail.refresh().await;
+}
+
+/// The claims of a JWT, read without checking it (the server does that).
+fn jwt_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// `MOOR_TOKEN` in the environment of process `pid`.
+fn moor_token_of(pid: i64) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("MOOR_TOKEN=").map(str::to_owned))
+}
+
+#[tokio::test]
+async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
+    // arrange: a machine running a shell, and another machine of the same owner
+    let mut m = Machine::start(None).await;
+    let (shell, _id, _tail) = m.start_shell("scoped").await;
+    let api = m.api();
+    let other = api
+        .authed(
+            Method::POST,
+            "/api/v1/machines",
+            Some(RawBody::Json(json!({
+                "name": "other", "os": "linux", "version": "0", "projects": [],
+                "agents": [], "max_sessions": 1
+            }))),
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::OK, "{:?}", other.body);
+    let other_id = other.body["id"].as_str().expect("an id").to_owned();
+    let other_log = other.body["log_session"]
+        .as_str()
+        .expect("a log")
+        .to_owned();
+
+    // act: the credential moor host gave its session, and one minted for the machine
+    let pid = m.starts(&shell.session).await[0].payload["pid"]
+        .as_i64()
+        .expect("a pid");
+    let given = moor_token_of(pid).expect("the session runs with MOOR_TOKEN");
+    let minted = api
+        .authed(
+            Method::POST,
+            &format!("/api/v1/machines/{}/credential", m.id),
+            None,
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
+    let token = minted.body["token"].as_str().expect("a token").to_owned();
+
+    // assert: both are limited to this machine
+    assert_eq!(jwt_claims(&given)["mch"], m.id.as_str(), "{given}");
+    assert_eq!(jwt_claims(&token)["mch"], m.id.as_str());
+    let host = Api::new(m.server.url(), token.as_str());
+    let call = |method: Method, path: String, body: Option<Value>| {
+        let host = host.clone();
+        async move {
+            host.authed(method, &path, body.map(RawBody::Json))
+                .await
+                .status
+        }
+    };
+    for (method, path) in [
+        (Method::GET, "/api/v1/sessions".to_owned()),
+        (Method::GET, "/api/v1/machines".to_owned()),
+        (Method::GET, format!("/api/v1/machines/{}", m.id)),
+        (Method::GET, "/api/v1/me".to_owned()),
+        (Method::GET, "/api/v1/offers".to_owned()),
+        (Method::POST, "/api/v1/auth/logout".to_owned()),
+        (
+            Method::GET,
+            format!("/api/v1/sessions/{}/members", shell.session),
+        ),
+        (
+            Method::GET,
+            format!("/api/v1/sessions/{}/events", shell.session),
+        ),
+        (
+            Method::POST,
+            format!("/api/v1/sessions/{}/share-links", shell.session),
+        ),
+        (Method::POST, format!("/api/v1/machines/{}/sessions", m.id)),
+        (
+            Method::POST,
+            format!("/api/v1/machines/{other_id}/credential"),
+        ),
+    ] {
+        let body = (method == Method::POST).then(|| json!({}));
+        assert_eq!(
+            call(method.clone(), path.clone(), body).await,
+            StatusCode::FORBIDDEN,
+            "{method} {path}"
+        );
+    }
+    let users = json!({"name": "mallory", "password": "correct horse battery"});
+    assert_eq!(
+        call(Method::POST, "/api/v1/users".into(), Some(users)).await,
+        StatusCode::FORBIDDEN
+    );
+    // Its own sessions it reads; another machine's log it does not see at all.
+    for own in [&shell.session, &format!("host-{}", m.id)] {
+        let path = format!("/api/v1/sessions/{own}");
+        assert_eq!(call(Method::GET, path, None).await, StatusCode::OK, "{own}");
+    }
+    let path = format!("/api/v1/sessions/{other_log}/entries");
+    assert_eq!(call(Method::GET, path, None).await, StatusCode::NOT_FOUND);
+    // Its bridge link reaches neither another machine's log nor a session it would create.
+    let addr = m.server.addr().to_string();
+    for session in [other_log.as_str(), "made-up-by-the-machine"] {
+        let refused = moor_e2e::bench::bridge(&addr, &token, session).await;
+        let why = format!("{:?}", refused.expect_err("refused"));
+        assert!(why.contains("4001"), "{session}: {why}");
+    }
+    // It registers its own machine again, and no other.
+    let again = |name: &str| {
+        json!({"name": name, "os": "linux", "version": "0", "projects": [], "agents": [],
+               "max_sessions": 1})
+    };
+    assert_eq!(
+        call(
+            Method::POST,
+            "/api/v1/machines".into(),
+            Some(again("other"))
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(
+            Method::POST,
+            "/api/v1/machines".into(),
+            Some(again("fresh"))
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        call(Method::POST, "/api/v1/machines".into(), Some(again("box"))).await,
+        StatusCode::OK
+    );
+    // And it renews itself.
+    let path = format!("/api/v1/machines/{}/credential", m.id);
+    assert_eq!(call(Method::POST, path, None).await, StatusCode::OK);
+}
+
+/// How a test takes the machine's owner away.
+#[derive(Debug, Clone, Copy)]
+enum Revoke {
+    /// The owner logs that login (device) out.
+    Device,
+    /// An administrator revokes the owner.
+    User,
+}
+
+/// `moor host` logged in as a user: revoking `what` ends its link, refuses its credential,
+/// and stops it.
+async fn revoking_the_owner_stops_the_machine(what: Revoke) {
+    // arrange: ann's machine, running on her login
+    let server = TestServer::start(ServerOpts::new()).await;
+    let admin = server.api();
+    admin.add_user("ann", "correct horse battery").await;
+    let pair = admin.login("ann", "correct horse battery").await;
+    let access = pair["access_token"]
+        .as_str()
+        .expect("an access token")
+        .to_owned();
+    let ann = Api::new(server.url(), access.clone());
+    let mut m = Machine::start_as(server, None, Some(&access)).await;
+    let minted = ann
+        .authed(
+            Method::POST,
+            &format!("/api/v1/machines/{}/credential", m.id),
+            None,
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
+    let credential = Api::new(
+        m.server.url(),
+        minted.body["token"].as_str().expect("a token"),
+    );
+    let log_path = format!("/api/v1/sessions/host-{}", m.id);
+    assert_eq!(
+        credential.authed(Method::GET, &log_path, None).await.status,
+        StatusCode::OK
+    );
+
+    // act
+    match what {
+        Revoke::Device => {
+            let r = ann.authed(Method::POST, "/api/v1/auth/logout", None).await;
+            assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+        }
+        Revoke::User => {
+            let r = m
+                .api()
+                .authed(Method::POST, "/api/v1/users/ann/revoke", None)
+                .await;
+            assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+        }
+    }
+
+    // assert: the link ends, moor host stops, and the credential is refused
+    let status = m.host.wait_exit(WAIT).await;
+    assert!(!status.success(), "{}", m.host.stderr());
+    assert!(
+        m.host.stderr().contains("revoked"),
+        "says why: {}",
+        m.host.stderr()
+    );
+    m.tail
+        .wait_kind(kinds::BRIDGE_DISCONNECTED, 0, WAIT, |_| true)
+        .await;
+    let machine = m.machine().await;
+    assert!(!machine.link.online, "{machine:?}");
+    assert_eq!(
+        credential.authed(Method::GET, &log_path, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn logging_out_the_device_a_machine_runs_on_stops_the_machine() {
+    revoking_the_owner_stops_the_machine(Revoke::Device).await;
+}
+
+#[tokio::test]
+async fn revoking_the_user_a_machine_runs_as_stops_the_machine() {
+    revoking_the_owner_stops_the_machine(Revoke::User).await;
+}
+
+#[tokio::test]
+async fn a_start_with_a_checkpoint_first_records_the_tree_before_the_agent_touches_it() {
+    // arrange: `notes` has an uncommitted draft; `scribble` edits README as it starts
+    let mut m = Machine::start(None).await;
+
+    // act
+    let started = m
+        .act(
+            "/sessions",
+            json!({"project": "notes", "agent": "scribble", "checkpoint": true,
+                   "idempotency_key": "cp1"}),
+        )
+        .await;
+    let log = m.applied(started.seq).await;
+    let id = m.api().wait_session(&started.session, WAIT).await.id;
+    let mut tail = LogTail::new(m.api(), id);
+    tail.wait_pty_output("scribbled", WAIT).await;
+    let start = tail.wait_kind(kinds::AGENT_START, 0, WAIT, |_| true).await;
+    let created = tail
+        .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
+        .await;
+
+    // assert: the action asked for it, and it was recorded before the agent started
+    let asked = log
+        .iter()
+        .find(|e| e.seq.0 == started.seq)
+        .expect("the action");
+    assert_eq!(asked.payload["checkpoint"], true, "{asked:?}");
+    assert!(created.seq < start.seq, "{created:?} then {start:?}");
+    assert_eq!(created.payload["reason"], "start");
+    // It holds the draft, and README as it was before the agent wrote to it.
+    let commit = created.payload["commit"].as_str().expect("a commit");
+    assert_eq!(
+        git(&m.notes(), &["show", &format!("{commit}:README")]),
+        "notes\n"
+    );
+    assert_eq!(
+        git(&m.notes(), &["show", &format!("{commit}:draft.txt")]),
+        "unsaved"
+    );
+    let readme = std::fs::read_to_string(m.notes().join("README")).expect("README");
+    assert_eq!(readme, "notes\ntouched\n");
+}
+
+#[tokio::test]
+async fn resuming_an_ended_session_from_the_phone_continues_it_in_a_linked_session() {
+    // arrange: Claude Code answered a first question, then was stopped (its session ended)
+    let claude = ClaudeEnv::start().await;
+    let mut m = Machine::start(Some(&claude)).await;
+    let cc = m
+        .act(
+            "/sessions",
+            json!({"project": "code", "agent": "claude", "prompt": "first question",
+                   "idempotency_key": "c1"}),
+        )
+        .await;
+    m.applied(cc.seq).await;
+    let cc_id = m.api().wait_session(&cc.session, WAIT).await.id;
+    let mut cc_tail = LogTail::new(m.api(), cc_id);
+    cc_tail
+        .wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
+        .await;
+    let stop = m
+        .act(
+            &format!("/sessions/{}/stop", cc.session),
+            json!({"idempotency_key": "st1"}),
+        )
+        .await;
+    m.applied(stop.seq).await;
+    cc_tail
+        .wait_kind(kinds::SESSION_ENDED, 0, FINISH, |_| true)
+        .await;
+    let conversation = m.api().session(&cc.session).await.expect("the session");
+    let conversation = conversation
+        .state
+        .and_then(|s| s.agent.agent_session_id)
+        .expect("Claude Code's session id");
+
+    // act: resume it from the phone, twice with the same key
+    let path = format!("/sessions/{}/resume", cc.session);
+    let resume = m.act(&path, json!({"idempotency_key": "r1"})).await;
+    let again = m.act(&path, json!({"idempotency_key": "r1"})).await;
+    let log = m.applied(resume.seq).await;
+    let next = m.api().wait_session(&resume.session, WAIT).await;
+    let mut next_tail = LogTail::new(m.api(), next.id);
+    let linked = next_tail
+        .wait_kind(kinds::SESSION_CONTINUED_FROM, 0, WAIT, |_| true)
+        .await;
+    let start = next_tail
+        .wait_kind(kinds::AGENT_START, 0, FINISH, |_| true)
+        .await;
+    let n = claude.api.requests().len();
+    m.api()
+        .post_input(next.id, "again-1", "second question")
+        .await;
+    next_tail
+        .wait_kind(kinds::AGENT_RESULT, start.seq.0, FINISH, |_| true)
+        .await;
+
+    // assert: a new session, named once for the key, linked to the ended one
+    assert_ne!(resume.session, cc.session);
+    assert!(again.duplicate && again.session == resume.session && again.seq == resume.seq);
+    assert_eq!(linked.payload["session"], cc_id.to_string(), "{linked:?}");
+    let action = log
+        .iter()
+        .find(|e| e.seq.0 == resume.seq)
+        .expect("the action");
+    assert_eq!(
+        (&action.payload["action"], &action.payload["continues"]),
+        (&json!("resume"), &json!(cc.session)),
+        "{action:?}"
+    );
+    // Claude Code resumed its own conversation: the first question is in its history.
+    let command = start.payload.to_string();
+    assert!(command.contains(&conversation), "{start:?}");
+    let later = &claude.api.requests()[n..];
+    assert!(
+        later
+            .iter()
+            .any(|r| r.to_string().contains("first question")),
+        "the continued conversation lost its history"
+    );
+    // The machine lists the continuation with its project and agent.
+    let view = m.machine().await;
+    let listed = view
+        .sessions
+        .iter()
+        .find(|s| s.name == resume.session)
+        .expect("listed");
+    assert_eq!(
+        (listed.project.as_str(), listed.agent.as_str()),
+        ("code", "claude")
+    );
+    drop(m.host);
+}
+
+#[tokio::test]
+async fn the_phone_restores_a_checkpoint_into_a_new_worktree_the_machine_places() {
+    // arrange: the start checkpoint of a shell in `notes`, and staged work at the machine
+    let mut m = Machine::start(None).await;
+    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
+    let notes = m.notes();
+    std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
+    git(&notes, &["add", "staged.txt"]);
+    let before = work_state(&notes);
+    let path = format!("/sessions/{}/restore", shell.session);
+
+    // act: restore it into the branch `fix/rescue`, checked out in a new worktree
+    let body = json!({"checkpoint": checkpoint, "branch": "fix/rescue", "worktree": true,
+                      "idempotency_key": "w1"});
+    let restore = m.act(&path, body).await;
+    let log = m.applied(restore.seq).await;
+
+    // assert: the machine says where; there the branch is checked out, holding the draft
+    let done = log
+        .iter()
+        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
+        .expect("host.checkpoint.restored in the machine's log");
+    let action = log
+        .iter()
+        .find(|e| e.seq.0 == restore.seq)
+        .expect("the action");
+    assert_eq!(action.payload["worktree"], true, "{action:?}");
+    let worktree = PathBuf::from(done.payload["worktree"].as_str().expect("its path"));
+    let state_dir = m.host.state_dir().canonicalize().expect("the state dir");
+    assert!(
+        worktree.starts_with(&state_dir) && worktree.ends_with("worktrees/notes/fix+rescue"),
+        "{worktree:?} under {state_dir:?}"
+    );
+    assert_eq!(
+        git(&worktree, &["symbolic-ref", "--short", "HEAD"]).trim(),
+        "fix/rescue"
+    );
+    let commit = done.payload["commit"].as_str().expect("commit");
+    assert_eq!(git(&worktree, &["rev-parse", "HEAD"]).trim(), commit);
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("draft.txt")).expect("the draft"),
+        "unsaved"
+    );
+    assert!(git(&worktree, &["status", "--porcelain"]).is_empty());
+    // What the person had (branch, HEAD, index, changes) is exactly as it was.
+    assert_eq!(work_state(&notes), before);
+
+    // act + assert: a path in the request is refused, and the machine's log does not change
+    let entries = m.api().entries_all(m.log).await.len();
+    for body in [
+        json!({"checkpoint": checkpoint, "worktree": "/tmp/x", "idempotency_key": "w2"}),
+        json!({"checkpoint": checkpoint, "worktree": true, "path": "/tmp/x",
+               "idempotency_key": "w3"}),
+    ] {
+        let (got, answer) = m.post(&path, body.clone()).await;
+        assert!(got.is_client_error(), "{body}: {got} {answer:?}");
+    }
+    assert_eq!(m.api().entries_all(m.log).await.len(), entries);
 }

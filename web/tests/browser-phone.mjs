@@ -555,7 +555,7 @@ scenario("12. a microphone dictates into the composer where the browser recognis
   await ctx2.close();
 });
 
-scenario("13. machines: the phone starts a shell on a machine from its start sheet, sees it run with its phase, restores its checkpoint into a new branch there, and stops it: it ends", async ({ browser }) => {
+scenario("13. machines: the phone starts a shell on a machine from its start sheet (checkpoint first), sees it run with its phase, restores its checkpoint into a new branch and worktree there, stops it (it ends) and resumes it in a linked session", async ({ browser }) => {
   await rpc("host", {});
   const ctx = await phone(browser);
   const page = await ctx.newPage();
@@ -568,6 +568,7 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
   assert(/notes · main · changes/.test(projects), `the project with its branch and dirty state: ${projects}`);
   await page.locator("#start-agent").selectOption("shell");
   await page.locator("#start-prompt").fill("");
+  await page.locator("#start-checkpoint").check();
   await page.locator("#start-session").tap();
   await waitFor("the session running on the machine", 30000, () =>
     page.evaluate(() => document.querySelector('[data-machine-session] [data-action="stop"]') !== null));
@@ -579,8 +580,9 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
       .filter((r) => r.width < 44 || r.height < 44).length);
   assert(small === 0, `${small} machine controls under 44×44`);
   await shot(page, "phone-machine");
-  // Its start checkpoint (the project has uncommitted changes) goes onto a new branch there,
-  // from the session's Checkpoints sheet; the machine reports the branch.
+  // Its start checkpoint (the project has uncommitted changes; taken before the shell started,
+  // as asked) goes onto a new branch there, checked out in a new worktree, from the session's
+  // Checkpoints sheet; the machine reports the branch and where the worktree is.
   const [running] = (await api(`/machines/${(await api("/machines"))[0].id}`)).sessions;
   const checkpoints = await waitFor("the start checkpoint uploaded", 30000, async () => {
     const list = await api(`/sessions/${running.id}/checkpoints`);
@@ -595,19 +597,33 @@ scenario("13. machines: the phone starts a shell on a machine from its start she
   assert(wide.page <= 390 && wide.screen <= 390, `the page is wider than the phone: ${JSON.stringify(wide)}`);
   await view.locator("#checkpoints-btn").tap();
   const control = view.locator(`[data-checkpoint-id="${checkpoints[0].id}"] .restore`);
+  await control.locator("input.restore-worktree").check();
   await control.locator("button.restore-go").tap();
   const said = await waitFor("the machine's answer", 30000, () =>
     view.evaluate(() => document.querySelector(".restore-status.ok")?.textContent || null));
   assert(said.includes(`Branch moor/restore-${checkpoints[0].id} now holds this checkpoint`) && said.includes("project notes"), `restored: ${said}`);
+  assert(said.includes(`checked out in the worktree `) && said.includes(`/worktrees/notes/moor+restore-${checkpoints[0].id}`), `the worktree: ${said}`);
   await shot(view, "phone-restore");
   await view.close();
   await page.locator('[data-machine-session] [data-action="stop"]').tap();
   // The shell ignores SIGTERM: it is killed after the grace and its session ends, saying so;
-  // an ended log is complete, so it offers neither stop nor resume.
+  // an ended log is complete, so it offers no stop, but a resume: a new session linked to it.
   await waitFor("the stopped session shown ended", 30000, () =>
     page.evaluate(() => document.querySelector("[data-machine-session] [data-phase]")?.textContent === "ended"));
-  const actions = await page.evaluate(() => document.querySelectorAll("[data-machine-session] [data-action]").length);
-  assert(actions === 0, `an ended session offers no action (${actions})`);
+  const actions = await page.evaluate(() =>
+    [...document.querySelectorAll("[data-machine-session] [data-action]")].map((b) => b.getAttribute("data-action")));
+  assert(JSON.stringify(actions) === '["resume"]', `an ended session offers a resume only: ${JSON.stringify(actions)}`);
+  await page.locator('[data-machine-session] [data-action="resume"]').tap();
+  const continues = await waitFor("the continuation named", 10000, () =>
+    page.evaluate(() => /continues in (\S+)/.exec(document.getElementById("start-result")?.textContent ?? "")?.[1] ?? null));
+  await waitFor("the continuation running on the machine", 30000, () =>
+    page.evaluate((name) => document.querySelector(`[data-machine-session="${name}"] [data-action="stop"]`) !== null, continues));
+  const next = (await api(`/machines/${(await api("/machines"))[0].id}`)).sessions.find((s) => s.name === continues);
+  const linked = (await api(`/sessions/${next.id}/entries?after=0&limit=50`)).entries.find((e) => e.kind === "session.continued_from");
+  assert(linked?.payload.session === running.id, `the continuation is linked to the ended session: ${JSON.stringify(linked)}`);
+  await page.locator(`[data-machine-session="${continues}"] [data-action="stop"]`).tap();
+  await waitFor("the continuation shown ended", 30000, () =>
+    page.evaluate((name) => document.querySelector(`[data-machine-session="${name}"] [data-phase]`)?.textContent === "ended", continues));
   await ctx.close();
 });
 

@@ -24,6 +24,15 @@ describe("outcomeReader", () => {
     expect(asked).toEqual([10, 210]);
   });
 
+  it("says where the machine checked the branch out when it made a worktree", async () => {
+    const log = [entry(12, "host.checkpoint.restored", { input_seq: 10, branch: "fix/rescue", commit: "0123456789abcdef", project: "notes", worktree: "/state/worktrees/notes/fix+rescue" })];
+    vi.spyOn(api, "entriesAfter").mockImplementation(async () => ({ entries: log, head_seq: 12, has_more: false }) as never);
+    expect(await outcomeReader("machine-log", 10)()).toEqual({
+      ok: true,
+      text: "Branch fix/rescue now holds this checkpoint (commit 0123456789ab) in project notes. It is checked out in the worktree /state/worktrees/notes/fix+rescue.",
+    });
+  });
+
   it("answers null until the machine answers, then the failure with its reason", async () => {
     const log = [entry(11, "input.delivered", { input_seq: 10 })];
     const asked: number[] = [];

@@ -42,6 +42,10 @@ pub struct CheckpointConfig {
     pub upload_grace: Duration,
     /// First delay before retrying a failed upload; doubles up to a minute.
     pub retry_initial: Duration,
+    /// Take the start checkpoint (and spool its entry) before the agent starts, so it holds
+    /// the work tree as it was before the agent touched anything (`moor run
+    /// --checkpoint-first`); otherwise it is taken while the agent starts.
+    pub before_start: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -51,6 +55,7 @@ impl Default for CheckpointConfig {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             upload_grace: Duration::from_secs(30),
             retry_initial: Duration::from_millis(500),
+            before_start: false,
         }
     }
 }

@@ -24,7 +24,8 @@ pub(super) struct HostArgs {
     /// moord base URL (http(s):// or ws(s)://).
     #[arg(long, env = "MOOR_SERVER", default_value = crate::config::DEFAULT_SERVER, global = true)]
     server: String,
-    /// Bearer token for moord (default: the credentials of `moor login`).
+    /// Bearer token for moord (default: the credentials of `moor login`); used to register
+    /// the machine and obtain its own credential, which everything else runs with.
     #[arg(long, env = "MOOR_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
     /// The configuration file: projects, agents, max_sessions (default:
@@ -79,7 +80,6 @@ pub(super) fn host(args: HostArgs) -> anyhow::Result<i32> {
         None => crate::config::default_state_dir()?,
     };
     let params = HostParams {
-        explicit_token: args.token.filter(|t| !t.trim().is_empty()),
         server: args.server,
         token: token.clone(),
         config,

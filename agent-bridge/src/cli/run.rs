@@ -33,6 +33,11 @@ pub(super) struct RunArgs {
     /// continuing the earlier one.
     #[arg(long, env = "MOOR_FRESH")]
     fresh: bool,
+    /// Name or id of an ended session this new session continues: linked to it (as `moor
+    /// resume` links one), and a structured agent (Claude Code, …) continues its conversation
+    /// unless --fresh. Needs --session.
+    #[arg(long, env = "MOOR_CONTINUES", requires = "session")]
+    continues: Option<String>,
     /// Where spools live (default: $XDG_STATE_HOME/moor or ~/.local/state/moor).
     #[arg(long, env = "MOOR_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -72,6 +77,10 @@ pub(super) struct RunArgs {
     /// Do not checkpoint the work tree.
     #[arg(long, env = "MOOR_NO_CHECKPOINTS")]
     no_checkpoints: bool,
+    /// Checkpoint the work tree before the agent starts (when it has changes), and start the
+    /// agent once that checkpoint is recorded, rather than checkpointing while it starts.
+    #[arg(long, env = "MOOR_CHECKPOINT_FIRST", conflicts_with = "no_checkpoints")]
+    checkpoint_first: bool,
     /// The agent command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(super) command: Vec<String>,
@@ -121,6 +130,7 @@ impl RunArgs {
         (!self.no_checkpoints).then(|| CheckpointConfig {
             interval: self.checkpoint_interval.max(Duration::from_millis(100)),
             max_file_bytes: self.checkpoint_max_file_bytes,
+            before_start: self.checkpoint_first,
             ..CheckpointConfig::default()
         })
     }
@@ -171,12 +181,37 @@ pub(super) fn parse_mode(s: &str) -> Result<AdapterMode, String> {
 pub(super) fn run(args: RunArgs) -> anyhow::Result<i32> {
     let checkpoints = args.checkpoints();
     let fresh = args.fresh;
+    let continues = args.continues.clone();
     let mut config = args.into_config()?;
     let runtime = super::runtime()?;
-    if !fresh {
-        runtime.block_on(continue_conversation(&mut config));
+    match continues {
+        Some(from) => runtime.block_on(continue_ended(&mut config, &from, fresh))?,
+        None if !fresh => runtime.block_on(continue_conversation(&mut config)),
+        None => {}
     }
     run_bridge(&runtime, config, checkpoints)
+}
+
+/// With `--continues FROM`: links the new session to the ended session FROM and, for a
+/// structured agent (unless `fresh`), continues FROM's conversation. An error when FROM cannot
+/// be read or has not ended: the link is the point of the run.
+async fn continue_ended(config: &mut BridgeConfig, from: &str, fresh: bool) -> anyhow::Result<()> {
+    let structured = config
+        .mode
+        .resolve(&config.command, config.agent.interactive)
+        .structured();
+    let cwd = std::env::current_dir().context("read the current directory")?;
+    let (id, continuation) = with_api(&config.server, &config.token, |api| {
+        let cwd = cwd.clone();
+        async move { recover::continuation_of_ended(&api, from, &cwd).await }
+    })
+    .await
+    .with_context(|| format!("read session {from}, which this session continues"))?;
+    config.continues = Some(id);
+    if structured && !fresh {
+        config.agent.continuation = continuation;
+    }
+    Ok(())
 }
 
 /// With `--session X` of an earlier Claude Code run: continue its conversation, with the

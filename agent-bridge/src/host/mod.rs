@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
-    AgentOffer, HostAction, HostCheckpointRestored, HostSessionExited, HostSessionStarted,
-    MachineRegistration, ProjectOffer,
+    AgentOffer, HostAction, HostCheckpointRestored, HostCredential, HostSessionExited,
+    HostSessionStarted, MachineRegistered, MachineRegistration, ProjectOffer,
 };
 use moor_protocol::{kinds, now_ms};
 use rustix::process::{kill_process_group, Pid, Signal};
@@ -49,10 +49,9 @@ const FINISH_GRACE: Duration = Duration::from_secs(30);
 pub struct HostParams {
     /// moord's URL.
     pub server: String,
-    /// The credential (a `moor login` token renews itself).
+    /// The owner's credential (a `moor login` token renews itself), used only to register
+    /// the machine and obtain the machine's own credential, which everything else runs with.
     pub token: Token,
-    /// Set when the token was given explicitly: passed to the sessions as `MOOR_TOKEN`.
-    pub explicit_token: Option<String>,
     /// What may be started.
     pub config: HostConfig,
     /// Where the machine's spool and the sessions' spools live.
@@ -76,6 +75,27 @@ enum Ended {
     Unknown,
 }
 
+/// How a session is started beyond its project and agent: what a start asks for (a resume
+/// asks for nothing).
+#[derive(Debug, Default)]
+struct Launch {
+    /// The first prompt, posted once the session runs.
+    prompt: Option<String>,
+    /// Its start checkpoint is taken before the agent runs.
+    checkpoint: bool,
+    /// The ended session it continues (a resume of an ended session).
+    continues: Option<String>,
+}
+
+/// What a restore asks for: a checkpoint, the new branch, and whether to check it out in a
+/// new worktree.
+#[derive(Debug)]
+struct Restore {
+    checkpoint: String,
+    branch: String,
+    worktree: bool,
+}
+
 /// A child that ended: its session, and how.
 type Exit = (String, Ended);
 
@@ -86,7 +106,13 @@ struct Host {
     spool: Spool,
     children: Children,
     exits: mpsc::UnboundedSender<Exit>,
-    api: Api,
+    /// The machine's own credential (`POST /machines/{id}/credential`): the link, the
+    /// sessions' `moor run`s and every call run with it, never with the owner's.
+    token: Token,
+    /// The machine's id.
+    id: String,
+    /// When to renew `token`: halfway through its life.
+    renew_at: tokio::time::Instant,
 }
 
 /// What the machine offers now: its projects (with branch and dirty state) and agents.
@@ -139,16 +165,19 @@ fn git_state(dir: &std::path::Path) -> (Option<String>, Option<bool>) {
     (branch, Some(!status.is_empty()))
 }
 
-/// Registers the machine, retrying with the link's backoff until `moord` answers (or
-/// `shutdown`); a refusal (4xx other than 401/408/429) is final.
+/// Registers the machine with the owner's credential and obtains the machine's own,
+/// retrying with the link's backoff until `moord` answers (or `shutdown`); a refusal (4xx
+/// other than 401/408/429) is final.
 async fn register(
     p: &HostParams,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<moor_protocol::host::MachineRegistered>> {
+) -> anyhow::Result<Option<(MachineRegistered, HostCredential)>> {
     let mut backoff = Backoff::new(p.link.backoff);
     loop {
         let result = crate::recover::with_api(&p.server, &p.token, |api| async move {
-            api.register_machine(&registration(&p.config)).await
+            let registered = api.register_machine(&registration(&p.config)).await?;
+            let credential = api.host_credential(&registered.id).await?;
+            Ok((registered, credential))
         })
         .await;
         match result {
@@ -175,9 +204,10 @@ fn is_final(e: &anyhow::Error) -> bool {
 /// Runs `moor host` until `shutdown`, or a terminal link error. Sessions it started keep
 /// running when it stops.
 pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let Some(registered) = register(&p, &shutdown).await? else {
+    let Some((registered, credential)) = register(&p, &shutdown).await? else {
         return Ok(());
     };
+    let token = Token::new(credential.token.clone());
     eprintln!(
         "moor host: {} registered as machine {} (log session {})",
         p.config.name, registered.id, registered.log_session
@@ -186,7 +216,7 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let status = Status::new(true, &registered.log_session);
     let (link, ports) = Link::new(LinkParams {
         url: crate::config::bridge_ws_url(&p.server)?,
-        token: p.token.clone(),
+        token: token.clone(),
         session: registered.log_session.clone(),
         continues: None,
         producer: dir.producer,
@@ -206,7 +236,9 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let mut inputs = Inputs::new(ports.inputs, dir.ledger.clone(), ports.receipts);
     let (exits, mut exits_rx) = mpsc::unbounded_channel();
     let mut host = Host {
-        api: Api::new(&p.server, &p.token.expose())?,
+        renew_at: renew_at(&credential),
+        token,
+        id: registered.id.clone(),
         spool: dir.spool.clone(),
         children: Children::load(&p.state_dir),
         exits,
@@ -218,31 +250,68 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
     let result = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            ended = &mut link_task => {
-                break match ended {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(anyhow::Error::new(e).context("the machine's link stopped")),
-                    Err(e) => Err(anyhow::anyhow!("the machine's link failed: {e}")),
-                };
-            }
+            ended = &mut link_task => break link_ended(ended),
             input = inputs.next() => match input? {
                 Some(input) => host.apply(input).await?,
-                None => break Ok(()),
+                // The link ended: how it did is the outcome (a revoked credential is an error).
+                None => break link_ended((&mut link_task).await),
             },
             Some((session, ended)) = exits_rx.recv() => host.exited(session, ended).await?,
-            _ = refresh.tick() => {
-                if let Err(e) = host.api.register_machine(&registration(&host.p.config)).await {
-                    tracing::info!(error = %e, "could not refresh the machine's registration");
-                }
-            }
+            _ = refresh.tick() => host.refresh().await,
         }
     };
     link_stop.cancel();
-    let _ = link_task.await;
+    // Awaited only when it still runs: a finished task's outcome was taken above.
+    if !link_task.is_finished() {
+        let _ = link_task.await;
+    }
     result
 }
 
+/// The outcome of `moor host` once its link ended.
+fn link_ended(
+    ended: Result<Result<crate::link::LinkEnd, crate::link::ConnectError>, tokio::task::JoinError>,
+) -> anyhow::Result<()> {
+    match ended {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context("the machine's link stopped")),
+        Err(e) => Err(anyhow::anyhow!("the machine's link failed: {e}")),
+    }
+}
+
+/// When to renew a credential just obtained: halfway through its life.
+fn renew_at(credential: &HostCredential) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(credential.expires_in / 2)
+}
+
 impl Host {
+    /// A client of `moord` with the machine's credential.
+    fn api(&self) -> anyhow::Result<Api> {
+        Ok(Api::new(&self.p.server, &self.token.expose())?)
+    }
+
+    /// Registers the machine again (branch and dirty state of its projects), and renews its
+    /// credential when due. Failures are retried at the next tick; a revoked credential ends
+    /// the link, which stops `moor host`.
+    async fn refresh(&mut self) {
+        let api = match self.api() {
+            Ok(api) => api,
+            Err(e) => return tracing::info!(error = %e, "no client for moord"),
+        };
+        if let Err(e) = api.register_machine(&registration(&self.p.config)).await {
+            tracing::info!(error = %e, "could not refresh the machine's registration");
+        }
+        if tokio::time::Instant::now() >= self.renew_at {
+            match api.host_credential(&self.id).await {
+                Ok(c) => {
+                    self.token.replace(c.token.clone());
+                    self.renew_at = renew_at(&c);
+                }
+                Err(e) => tracing::info!(error = %e, "could not renew the machine's credential"),
+            }
+        }
+    }
+
     /// Applies one action and answers it.
     async fn apply(&mut self, input: PendingInput) -> anyhow::Result<()> {
         if input.kind != kinds::INPUT_HOST {
@@ -264,21 +333,41 @@ impl Host {
                 project,
                 agent,
                 prompt,
-            } => self.start(&session, &project, &agent, seq, prompt).await,
+                checkpoint,
+            } => {
+                let how = Launch {
+                    prompt,
+                    checkpoint,
+                    continues: None,
+                };
+                self.start(&session, &project, &agent, seq, how).await
+            }
             HostAction::Resume {
                 session,
                 project,
                 agent,
-            } => self.start(&session, &project, &agent, seq, None).await,
+                continues,
+            } => {
+                let how = Launch {
+                    continues,
+                    ..Launch::default()
+                };
+                self.start(&session, &project, &agent, seq, how).await
+            }
             HostAction::Stop { session } => self.stop(&session),
             HostAction::Restore {
                 session,
                 project,
                 checkpoint,
                 branch,
+                worktree,
             } => {
-                self.restore(&session, &project, &checkpoint, &branch, seq)
-                    .await
+                let what = Restore {
+                    checkpoint,
+                    branch,
+                    worktree,
+                };
+                self.restore(&session, &project, &what, seq).await
             }
         };
         match outcome {
@@ -296,7 +385,7 @@ impl Host {
         project: &str,
         agent: &str,
         input_seq: u64,
-        prompt: Option<String>,
+        how: Launch,
     ) -> Result<(), String> {
         let config = &self.p.config;
         let dir = config
@@ -319,7 +408,12 @@ impl Host {
                 "this machine already runs {running} sessions, its limit (max_sessions)"
             ));
         }
-        let pid = self.spawn(session, &dir, &def)?;
+        if let Some(from) = &how.continues {
+            if !moor_protocol::host::is_valid_name(from) {
+                return Err(format!("{from:?} is not a session name"));
+            }
+        }
+        let pid = self.spawn(session, &dir, &def, &how)?;
         if let Err(e) = self.children.insert(session, Child::spawned(pid)) {
             // It runs all the same; only a restarted `moor host` would not find it.
             eprintln!("moor host: cannot record that {session} runs: {e}");
@@ -336,11 +430,11 @@ impl Host {
         )
         .await
         .map_err(|e| format!("could not record the start: {e}"))?;
-        if let Some(prompt) = prompt.filter(|p| !p.is_empty()) {
+        if let Some(prompt) = how.prompt.filter(|p| !p.is_empty()) {
             // The session exists on the server already (moord made it before asking); the
             // prompt waits there until the new bridge takes it. Idempotent by its id.
             let (api, session, id) = (
-                Api::new(&self.p.server, &self.p.token.expose()).map_err(|e| e.to_string())?,
+                self.api().map_err(|e| e.to_string())?,
                 session.to_owned(),
                 format!("host-prompt-{input_seq}"),
             );
@@ -353,17 +447,18 @@ impl Host {
         Ok(())
     }
 
-    /// Puts checkpoint `checkpoint` of `session` on the new branch `branch` of `project`
-    /// (fetched from `moord` when the repository lacks it), leaving the work tree, the index
-    /// and the checked-out branch alone; the reason when it may not or cannot.
+    /// Puts a checkpoint of `session` on a new branch of `project` (fetched from `moord`
+    /// when the repository lacks it) and, when asked, checks that branch out in a new worktree
+    /// under the state dir ([`Host::worktree_path`]), leaving the project's work tree, its
+    /// index and its checked-out branch alone; the reason when it may not or cannot.
     async fn restore(
         &mut self,
         session: &str,
         project: &str,
-        checkpoint: &str,
-        branch: &str,
+        what: &Restore,
         input_seq: u64,
     ) -> Result<(), String> {
+        let (checkpoint, branch) = (what.checkpoint.as_str(), what.branch.as_str());
         let dir = self
             .p
             .config
@@ -380,10 +475,22 @@ impl Host {
         let ctx = CliContext {
             dir,
             server: self.p.server.clone(),
-            token: Some(self.p.token.expose()),
+            token: Some(self.token.expose()),
             max_file_bytes: 0,
         };
-        let (done, _) = restore_to_target(&ctx, checkpoint, &Target::Branch(branch.to_owned()))
+        let worktree = if what.worktree {
+            Some(self.worktree_path(project, branch)?)
+        } else {
+            None
+        };
+        let target = match &worktree {
+            Some(path) => Target::Worktree {
+                path: path.clone(),
+                branch: Some(branch.to_owned()),
+            },
+            None => Target::Branch(branch.to_owned()),
+        };
+        let (done, _) = restore_to_target(&ctx, checkpoint, &target)
             .await
             .map_err(|e| format!("could not restore checkpoint {checkpoint}: {e}"))?;
         self.record(
@@ -394,6 +501,7 @@ impl Host {
                 checkpoint: checkpoint.to_owned(),
                 branch: branch.to_owned(),
                 commit: done.commit,
+                worktree: worktree.map(|p| p.display().to_string()),
                 input_seq,
             },
         )
@@ -401,8 +509,32 @@ impl Host {
         .map_err(|e| format!("could not record the restore: {e}"))
     }
 
-    /// Spawns the session's `moor run` in its own process group; its pid.
-    fn spawn(&self, session: &str, dir: &std::path::Path, def: &AgentDef) -> Result<u32, String> {
+    /// Where a restore checks `branch` of `project` out: `<state dir>/worktrees/<project>/
+    /// <branch, each / as +>`, a place this machine chooses (the request names no path). Both
+    /// names are checked, and `+` is in no branch name, so different branches never share one;
+    /// one that exists already is refused by git.
+    fn worktree_path(&self, project: &str, branch: &str) -> Result<PathBuf, String> {
+        if !moor_protocol::host::is_valid_name(project) {
+            return Err(format!("{project:?} is not a project name"));
+        }
+        let base = std::path::absolute(&self.p.state_dir)
+            .map_err(|e| format!("cannot resolve the state dir: {e}"))?
+            .join("worktrees")
+            .join(project);
+        std::fs::create_dir_all(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        Ok(base.join(branch.replace('/', "+")))
+    }
+
+    /// Spawns the session's `moor run` in its own process group, as `how` says (its start
+    /// checkpoint before the agent runs; the ended session it continues); its pid.
+    fn spawn(
+        &self,
+        session: &str,
+        dir: &std::path::Path,
+        def: &AgentDef,
+        how: &Launch,
+    ) -> Result<u32, String> {
         let logs = self.p.state_dir.join("host-logs");
         std::fs::create_dir_all(&logs)
             .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
@@ -424,6 +556,12 @@ impl Host {
             .arg(&def.mode)
             .arg("--stop-grace")
             .arg(format!("{}ms", self.p.stop_grace.as_millis()))
+            .args(how.checkpoint.then_some("--checkpoint-first"))
+            .args(
+                how.continues
+                    .iter()
+                    .flat_map(|from| ["--continues", from.as_str()]),
+            )
             .arg("--")
             .args(&def.command)
             .current_dir(dir)
@@ -431,10 +569,10 @@ impl Host {
             .stdout(log)
             .stderr(err)
             .process_group(0)
-            .kill_on_drop(false);
-        if let Some(token) = &self.p.explicit_token {
-            cmd.env("MOOR_TOKEN", token);
-        }
+            .kill_on_drop(false)
+            // The session runs with the machine's credential, which reaches only the sessions
+            // this machine was asked to start.
+            .env("MOOR_TOKEN", self.token.expose());
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.p.moor.display()))?;

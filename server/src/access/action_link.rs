@@ -147,6 +147,7 @@ mod tests {
                 iat: now,
                 nbf: now,
                 exp: now + 60,
+                mch: None,
             })
             .unwrap();
         assert!(links.verify(&access).is_err());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::extract::{FromRef, FromRequestParts};
+use axum::extract::{FromRef, FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use rand::RngCore;
@@ -110,7 +110,33 @@ impl Auth {
             iat: now,
             nbf: now,
             exp: now + self.access_ttl.as_secs().max(1),
+            mch: None,
         })
+    }
+
+    /// Signs a host credential for machine `machine`, for `who` (see `access::host`): their
+    /// token family (the bootstrap admin's is bound to the admin token), living as long as a
+    /// refresh token, since the sessions the machine starts run on it. `None` for a caller
+    /// with no family to bind it to.
+    pub fn issue_host(&self, who: &Principal, machine: &str) -> anyhow::Result<Option<String>> {
+        let family = match (&who.family, who.bootstrap) {
+            (_, true) => super::host::admin_family(&self.admin_token),
+            (Some(f), false) => f.clone(),
+            (None, false) => return Ok(None),
+        };
+        let now = super::unix_now();
+        self.keys
+            .sign(&Claims {
+                sub: who.name.clone(),
+                fam: family,
+                iss: self.issuer.to_string(),
+                aud: AUDIENCE.to_owned(),
+                iat: now,
+                nbf: now,
+                exp: now + self.refresh_ttl.as_secs().max(1),
+                mch: Some(machine.to_owned()),
+            })
+            .map(Some)
     }
 
     /// Checks an access token's signature, algorithm, times, issuer and audience (not whether
@@ -181,11 +207,19 @@ impl Auth {
                 return None;
             }
         };
+        if claims.mch.is_some() && claims.fam.starts_with("admin:") {
+            // A host credential of the bootstrap admin: valid while the admin token is the one
+            // it was minted with.
+            let bound = claims.fam == super::host::admin_family(&self.admin_token);
+            return bound.then(|| Principal::bootstrap().for_machine(claims.mch));
+        }
         match store.active_family(&claims.fam).await {
             // The name comes from the signed claims; the store confirms it is the family's.
-            Ok(Some(user)) if user.name == claims.sub => {
-                Some(Principal::for_user(claims.sub, Some(claims.fam)).as_admin(user.admin))
-            }
+            Ok(Some(user)) if user.name == claims.sub => Some(
+                Principal::for_user(claims.sub, Some(claims.fam))
+                    .as_admin(user.admin)
+                    .for_machine(claims.mch),
+            ),
             Ok(_) => None,
             Err(e) => {
                 tracing::warn!(error = ?e, "could not check a token family");
@@ -197,7 +231,8 @@ impl Auth {
 
 /// Extractor for an authenticated caller: `Authorization: Bearer <token>`, an `access_token`
 /// query parameter for clients that cannot set headers (`EventSource`, browser WebSockets), or
-/// the access cookie (see [`presented_token`]).
+/// the access cookie (see [`presented_token`]). A host credential is refused (403) on every
+/// route but those `access::host::HOST_ROUTES` lists.
 #[derive(Debug, Clone)]
 pub struct AuthUser(pub Principal);
 
@@ -215,10 +250,20 @@ where
         };
         let auth = Auth::from_ref(state);
         let store = <Arc<dyn AccessStore>>::from_ref(state);
-        auth.principal(store.as_ref(), &token)
+        let who = auth
+            .principal(store.as_ref(), &token)
             .await
-            .map(AuthUser)
-            .ok_or(ApiError::Unauthorized)
+            .ok_or(ApiError::Unauthorized)?;
+        if who.machine.is_some() {
+            let matched = parts
+                .extensions
+                .get::<MatchedPath>()
+                .map(MatchedPath::as_str);
+            if !super::host::may_use_route(&parts.method, matched) {
+                return Err(ApiError::Forbidden);
+            }
+        }
+        Ok(AuthUser(who))
     }
 }
 

@@ -32,6 +32,10 @@ pub struct Claims {
     pub nbf: u64,
     /// Expires (s).
     pub exp: u64,
+    /// The machine a host credential is limited to (`moor host`; see `access::host`); absent
+    /// on every other access token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mch: Option<String>,
 }
 
 /// Why a token was refused (for tests and debug logs; clients only ever see 401).
@@ -225,6 +229,7 @@ mod tests {
             iat: t,
             nbf: t,
             exp: t + 60,
+            mch: None,
         }
     }
 

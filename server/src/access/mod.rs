@@ -9,6 +9,7 @@
 pub mod action_link;
 pub mod auth;
 pub mod device;
+pub mod host;
 pub mod jwt;
 pub mod limits;
 pub mod password;
@@ -36,12 +37,19 @@ use crate::store::{RefreshRow, Revocation, SessionRow, StoreError, Stores};
 /// below it).
 pub use moor_protocol::api::Role;
 
-/// The role `who` has on a session, if any. Administrators own every session.
+/// The role `who` has on a session, if any. Administrators own every session; a host
+/// credential has none outside its machine's sessions.
 pub async fn role_on(
     store: &Stores,
     who: &Principal,
     session: &SessionRow,
 ) -> Result<Option<Role>, ApiError> {
+    if let Some(machine) = &who.machine {
+        // A host credential reaches only its machine's own sessions, whatever its user may.
+        if !host::in_scope(store, machine, &session.name).await? {
+            return Ok(None);
+        }
+    }
     if who.admin {
         return Ok(Some(Role::Owner));
     }

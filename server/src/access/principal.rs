@@ -13,6 +13,9 @@ pub struct Principal {
     pub bootstrap: bool,
     /// The token family (login or device) a user's access token belongs to.
     pub family: Option<String>,
+    /// A host credential's machine: the caller may only register that machine and act on its
+    /// log and the sessions it was asked to start (`access::host`).
+    pub machine: Option<String>,
 }
 
 impl Principal {
@@ -23,6 +26,7 @@ impl Principal {
             admin: true,
             bootstrap: true,
             family: None,
+            machine: None,
         }
     }
 
@@ -33,7 +37,14 @@ impl Principal {
             admin: false,
             bootstrap: false,
             family,
+            machine: None,
         }
+    }
+
+    /// Limits this caller to machine `machine` (a host credential).
+    pub fn for_machine(mut self, machine: Option<String>) -> Self {
+        self.machine = machine;
+        self
     }
 
     /// Makes this user an administrator.

@@ -1,5 +1,6 @@
 //! Machines running `moor host`: registration, the machine view, and the actions asked of a
-//! machine (start a session, stop one, resume one, restore one's checkpoint into a branch).
+//! machine (start a session, stop one, resume one, restore one's checkpoint into a branch),
+//! and the credential a machine runs with (`access::host`).
 //!
 //! A machine's own log is an ordinary session (its `log_session`): an action is an
 //! `input.host` entry there, idempotent by the caller's key like any input, delivered to the
@@ -18,9 +19,9 @@ use moor_protocol::api::{InputRequest, Role};
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::host::{
     is_checkpoint_id, is_valid_branch, is_valid_name, ActionAccepted, AgentOffer, HostAction,
-    MachineInfo, MachineRegistered, MachineRegistration, MachineSession, ProjectOffer,
-    RestoreCheckpoint, SessionAction, StartSession, MAX_BRANCH, MAX_IDEMPOTENCY_KEY, MAX_OFFERS,
-    MAX_PROMPT_BYTES,
+    HostCredential, MachineInfo, MachineRegistered, MachineRegistration, MachineSession,
+    ProjectOffer, RestoreCheckpoint, SessionAction, StartSession, MAX_BRANCH, MAX_IDEMPOTENCY_KEY,
+    MAX_OFFERS, MAX_PROMPT_BYTES,
 };
 use moor_protocol::{kinds, now_ms, SessionId};
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,13 @@ pub(super) async fn register(
     Json(req): Json<MachineRegistration>,
 ) -> Result<Json<MachineRegistered>, ApiError> {
     check_registration(&req)?;
+    if let Some(machine) = &who.machine {
+        // A host credential registers its own machine again, and nothing else.
+        let own = state.store.machines.machine(machine).await?;
+        if !own.is_some_and(|m| m.name == req.name && m.owner == who.name) {
+            return Err(ApiError::Forbidden);
+        }
+    }
     let offers = Offers {
         projects: req.projects,
         agents: req.agents,
@@ -164,6 +172,43 @@ pub(super) async fn register(
     Ok(Json(MachineRegistered {
         id: row.id,
         log_session: row.log_session,
+    }))
+}
+
+/// `POST /api/v1/machines/{id}/credential`: the credential `moor host` runs with, limited to
+/// machine `id` (`access::host`): by its owner (or an administrator) with their own
+/// credential, or by the machine with its current one, to renew it. It belongs to the
+/// caller's token family, so revoking the user or that login ends it.
+#[utoipa::path(
+    post, path = "/machines/{id}/credential", operation_id = "machineCredential", tag = "machines",
+    params(("id" = String, Path, description = "Machine id")),
+    responses(
+        (status = 200, description = "The machine's credential", body = HostCredential),
+        crate::openapi::RoleErrors,
+        crate::openapi::BadRequest,
+    )
+)]
+pub(super) async fn credential(
+    State(state): State<AppState>,
+    AuthUser(who): AuthUser,
+    Path(id): Path<String>,
+) -> Result<Json<HostCredential>, ApiError> {
+    if who.machine.as_ref().is_some_and(|m| *m != id) {
+        return Err(ApiError::Forbidden);
+    }
+    let row = state.store.machines.machine(&id).await?;
+    let Some(row) = row.filter(|m| m.owner == who.name || who.admin) else {
+        return Err(ApiError::NotFound("machine"));
+    };
+    let token = state.auth.issue_host(&who, &row.id)?.ok_or_else(|| {
+        invalid(
+            "credential",
+            "this credential has no login to bind a machine's to",
+        )
+    })?;
+    Ok(Json(HostCredential {
+        token,
+        expires_in: state.auth.refresh_ttl.as_secs().max(1),
     }))
 }
 
@@ -405,26 +450,57 @@ pub(super) async fn start(
         ));
     }
     let name = session_name(&machine, &req.agent, &req.idempotency_key);
+    let (project, agent) = (req.project.as_str(), req.agent.as_str());
+    new_session(
+        &state,
+        &who,
+        &machine,
+        &name,
+        (project, agent),
+        &req.idempotency_key,
+    )
+    .await?;
+    let action = HostAction::Start {
+        session: name,
+        project: req.project,
+        agent: req.agent,
+        prompt: req.prompt,
+        checkpoint: req.checkpoint.unwrap_or(false),
+    };
+    let key = format!("start:{}", req.idempotency_key);
+    Ok(Json(ask(&state, &who, log, key, &action).await?))
+}
+
+/// Records that machine `machine` is asked to run the new session `name` of `agent` in
+/// `project` (the same again for a retry; 409 when `key` named another request), and creates
+/// the session, owned by the machine's owner, whose machine runs it, before the machine is
+/// asked: the caller can open it at once and no one else can take its name. A controller who is
+/// not the owner gets the controller role on it.
+async fn new_session(
+    state: &AppState,
+    who: &Principal,
+    machine: &MachineRow,
+    name: &str,
+    (project, agent): (&str, &str),
+    key: &str,
+) -> Result<(), ApiError> {
     let row = state
         .store
         .machines
         .add_machine_session(&MachineSessionRow {
             machine_id: machine.id.clone(),
-            name: name.clone(),
-            project: req.project.clone(),
-            agent: req.agent.clone(),
+            name: name.to_owned(),
+            project: project.to_owned(),
+            agent: agent.to_owned(),
             created_at: now_ms(),
         })
         .await?;
-    if (row.project.as_str(), row.agent.as_str()) != (req.project.as_str(), req.agent.as_str()) {
+    if (row.project.as_str(), row.agent.as_str()) != (project, agent) {
         return Err(ApiError::Conflict(format!(
-            "idempotency key {:?} was used for another request",
-            req.idempotency_key
+            "idempotency key {key:?} was used for another request"
         )));
     }
-    // The session exists (owned by the machine's owner, whose credential runs it) before the
-    // machine is asked, so the caller can open it at once and no one else can take its name.
-    let session = owned_session(&state, &name, None, &machine.owner).await?;
+    let session = owned_session(state, name, None, &machine.owner).await?;
     if who.name != machine.owner && !who.admin {
         state
             .store
@@ -432,14 +508,7 @@ pub(super) async fn start(
             .set_member(session, &who.name, Role::Controller)
             .await?;
     }
-    let action = HostAction::Start {
-        session: name,
-        project: req.project,
-        agent: req.agent,
-        prompt: req.prompt,
-    };
-    let key = format!("start:{}", req.idempotency_key);
-    Ok(Json(ask(&state, &who, log, key, &action).await?))
+    Ok(())
 }
 
 /// The machine's session `name`, or 404.
@@ -480,9 +549,11 @@ pub(super) async fn stop(
     .await
 }
 
-/// `POST /api/v1/machines/{id}/sessions/{name}/resume`: ask the machine to run the session's
-/// `moor run` again (after a crash, or a bridge that died): the log goes on and Claude
-/// Code continues its conversation.
+/// `POST /api/v1/machines/{id}/sessions/{name}/resume`: ask the machine to run the session
+/// again. A session whose bridge died gets its `moor run` again: the log goes on and Claude
+/// Code continues its conversation. An ended session's log takes no more entries, so it gets a
+/// continuation, as `moor resume` makes: a new session linked to it, whose agent continues its
+/// conversation (Claude Code `--resume`); the answer names the new session.
 #[utoipa::path(
     post, path = "/machines/{id}/sessions/{name}/resume", operation_id = "resumeMachineSession", tag = "machines",
     params(("id" = String, Path, description = "Machine id"), ("name" = String, Path, description = "Session name")),
@@ -499,25 +570,38 @@ pub(super) async fn resume(
     Path((id, name)): Path<(String, String)>,
     Json(req): Json<SessionAction>,
 ) -> Result<Json<ActionAccepted>, ApiError> {
-    // An ended log takes no more entries: its `moor run` would be refused at once. (Asked
-    // once the caller may act on the machine, so it tells nothing to anyone else.)
-    machine_for(&state, &who, &id, Role::Controller).await?;
-    if let Ok(session) = state.store.log.find_session(&name).await {
-        if session.ended_at.is_some() {
-            return Err(ApiError::Conflict(format!(
-                "session {name} has ended (it was stopped, or its agent exited); start a new one"
-            )));
+    let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
+    check_key(&req.idempotency_key)?;
+    let row = machine_session(&state, &machine, &name).await?;
+    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    check_offered(&offers, &row.project, &row.agent)?;
+    let ended = match state.store.log.find_session(&row.name).await {
+        Ok(s) => s.ended_at.is_some(),
+        Err(StoreError::NotFound) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let action = if ended {
+        // Named by the ended session and the key: a retry names the same continuation.
+        let scope = format!("resume\0{}\0{}", row.name, req.idempotency_key);
+        let next = session_name(&machine, &row.agent, &scope);
+        let offer = (row.project.as_str(), row.agent.as_str());
+        new_session(&state, &who, &machine, &next, offer, &req.idempotency_key).await?;
+        HostAction::Resume {
+            session: next,
+            project: row.project,
+            agent: row.agent,
+            continues: Some(row.name),
         }
-    }
-    on_session(&state, &who, (&id, &name), &req, "resume", |row, offers| {
-        check_offered(offers, &row.project, &row.agent)?;
-        Ok(HostAction::Resume {
+    } else {
+        HostAction::Resume {
             session: row.name,
             project: row.project,
             agent: row.agent,
-        })
-    })
-    .await
+            continues: None,
+        }
+    };
+    let key = format!("resume:{}", req.idempotency_key);
+    Ok(Json(ask(&state, &who, log, key, &action).await?))
 }
 
 /// `POST /api/v1/machines/{id}/sessions/{name}/restore`: ask the machine to put one of the
@@ -585,6 +669,7 @@ pub(super) async fn restore(
                 project: row.project,
                 checkpoint: req.checkpoint,
                 branch,
+                worktree: req.worktree.unwrap_or(false),
             })
         },
     )

@@ -94,6 +94,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notify::notification_text))
         .routes(routes!(machines::register, machines::list))
         .routes(routes!(machines::get))
+        .routes(routes!(machines::credential))
         .routes(routes!(machines::start))
         .routes(routes!(machines::stop))
         .routes(routes!(machines::resume))

@@ -280,6 +280,10 @@ where
             }
             Err(e) => return store_unavailable(&mut tx, &mut rx, "check the owner", e).await,
         },
+        // A host credential creates no session: moord made its machine's before asking.
+        None if who.machine.is_some() => {
+            return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+        }
         None => {
             if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
                 return refuse_quota(&mut tx, &mut rx, e).await;

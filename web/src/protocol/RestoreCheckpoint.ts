@@ -15,6 +15,11 @@ checkpoint: string,
  */
 branch?: string, 
 /**
+ * Also check the new branch out in a new git worktree, at a place the machine chooses
+ * (under its state dir) and reports; never a path from the request.
+ */
+worktree?: boolean, 
+/**
  * Client-chosen key, as for [`StartSession`].
  */
 idempotency_key: string, };

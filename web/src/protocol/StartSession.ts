@@ -17,6 +17,11 @@ agent: string,
  */
 prompt?: string, 
 /**
+ * Checkpoint the project's work tree before the agent starts (when it has changes), so
+ * the checkpoint holds the tree as it was before the agent touched anything.
+ */
+checkpoint?: boolean, 
+/**
  * Client-chosen key: the same request again is answered with the first one's receipt.
  */
 idempotency_key: string, };

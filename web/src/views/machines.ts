@@ -1,7 +1,8 @@
 // Machines running `moor host`: `#/machines` lists them (online, or "unknown since" when their
 // lease lapsed), `#/m/<id>` shows one machine's sessions (phase, "needs you" counts) with stop
-// and resume, and the start sheet: the projects (branch, dirty) and agents the machine
-// advertised, and a first prompt. The page sends names only, never a command or a path.
+// and resume (an ended one continues in a new, linked session), and the start sheet: the projects (branch, dirty) and agents the machine
+// advertised, a first prompt, and whether to checkpoint the project first. The page sends
+// names only, never a command or a path.
 
 import { api, ApiError, explain } from "../api";
 import { setTitle } from "../attention";
@@ -72,6 +73,7 @@ export function machineView(root: HTMLElement, id: string): () => void {
   const project = h("select", { id: "start-project", "aria-label": "Project" });
   const agent = h("select", { id: "start-agent", "aria-label": "Agent" });
   const prompt = h("textarea", { id: "start-prompt", rows: 3, placeholder: "First prompt (optional)" });
+  const checkpoint = h("input", { type: "checkbox", id: "start-checkpoint" }) as HTMLInputElement;
   const result = h("div.muted", { id: "start-result" });
   const note = h("div.banner", { id: "machine-banner" });
   let key = randomId();
@@ -82,9 +84,16 @@ export function machineView(root: HTMLElement, id: string): () => void {
       id: "start-session",
       onclick: async () => {
         try {
-          const a = await api.startOnMachine(id, { project: project.value, agent: agent.value, prompt: prompt.value || undefined, idempotency_key: key });
+          const a = await api.startOnMachine(id, {
+            project: project.value,
+            agent: agent.value,
+            prompt: prompt.value || undefined,
+            checkpoint: checkpoint.checked || undefined,
+            idempotency_key: key,
+          });
           key = randomId();
           prompt.value = "";
+          checkpoint.checked = false;
           result.textContent = `asked: ${a.session}${a.queued ? " (the machine gets it when it is back)" : ""}`;
           refresh();
         } catch (e) {
@@ -101,6 +110,7 @@ export function machineView(root: HTMLElement, id: string): () => void {
     h("label", null, "Project ", project),
     h("label", null, "Agent ", agent),
     prompt,
+    h("label", { title: "Checkpoint the project's changes before the agent starts" }, checkpoint, " Checkpoint first"),
     start,
     result,
   );
@@ -113,7 +123,8 @@ export function machineView(root: HTMLElement, id: string): () => void {
         "data-action": what,
         onclick: async () => {
           try {
-            await api.machineAction(id, s.name, what, randomId());
+            const a = await api.machineAction(id, s.name, what, randomId());
+            if (a.session !== s.name) result.textContent = `${s.name} continues in ${a.session}`;
             refresh();
           } catch (e) {
             note.className = "banner bad";
@@ -155,7 +166,7 @@ export function machineView(root: HTMLElement, id: string): () => void {
             h(`span.pill.${t.cls}`, { "data-phase": s.phase ?? "" }, t.text),
           ),
           h("div.muted", null, `${s.project} · ${s.agent}`, s.needs_you ? h("span.badge", { "data-needs-you": s.needs_you }, ` needs you (${s.needs_you})`) : null),
-          h("div.row", null, running ? act(s, "stop") : null, !s.ended && !running ? act(s, "resume") : null),
+          h("div.row", null, running ? act(s, "stop") : act(s, "resume")),
         );
       }),
     );

@@ -1,6 +1,7 @@
-// Restoring a checkpoint into a new branch on the machine that runs the session (`moor host`):
-// the machine does it in the session's project and reports the branch in its own log; the
-// work tree, its index and the branch checked out there are not touched.
+// Restoring a checkpoint into a new branch on the machine that runs the session (`moor host`),
+// and optionally into a new worktree of that branch, which the machine places itself: the
+// machine does it in the session's project and reports the branch (and the worktree's path) in
+// its own log; the work tree, its index and the branch checked out there are not touched.
 
 import { api, ApiError } from "../api";
 import { h } from "../dom";
@@ -33,7 +34,8 @@ export function outcomeReader(logSession: string, seq: number): () => Promise<{ 
         after = e.seq;
         const p = e.payload as Record<string, unknown>;
         if (e.kind === "host.checkpoint.restored" && p.input_seq === seq) {
-          return { ok: true, text: `Branch ${p.branch} now holds this checkpoint (commit ${String(p.commit).slice(0, 12)}) in project ${p.project}.` };
+          const where = typeof p.worktree === "string" ? ` It is checked out in the worktree ${p.worktree}.` : "";
+          return { ok: true, text: `Branch ${p.branch} now holds this checkpoint (commit ${String(p.commit).slice(0, 12)}) in project ${p.project}.${where}` };
         }
         if (e.kind === "input.failed" && p.input_seq === seq) return { ok: false, text: `Not restored: ${p.reason}` };
       }
@@ -42,9 +44,13 @@ export function outcomeReader(logSession: string, seq: number): () => Promise<{ 
   };
 }
 
-/** A branch field and a Restore button for checkpoint `checkpoint` of session `session`. */
+/**
+ * A branch field, a "new worktree" box and a Restore button for checkpoint `checkpoint` of
+ * session `session`. The page never sends a path: the machine chooses the worktree's.
+ */
 export function restoreControl(machine: MachineInfo, session: string, checkpoint: string, wait = 1000): HTMLElement {
   const input = h("input.restore-branch", { type: "text", value: `moor/restore-${checkpoint}`, "aria-label": "New branch", autocapitalize: "off", spellcheck: false }) as HTMLInputElement;
+  const worktree = h("input.restore-worktree", { type: "checkbox" }) as HTMLInputElement;
   const status = h("p.restore-status.muted", { "aria-live": "polite" });
   const key = crypto.randomUUID();
   const button = h(
@@ -55,7 +61,13 @@ export function restoreControl(machine: MachineInfo, session: string, checkpoint
         button.setAttribute("disabled", "");
         status.textContent = `Asking ${machine.name}…`;
         try {
-          const receipt = await api.restoreOnMachine(machine.id, session, { checkpoint, branch: input.value.trim(), idempotency_key: `${key}:${input.value.trim()}` });
+          const branch = input.value.trim();
+          const receipt = await api.restoreOnMachine(machine.id, session, {
+            checkpoint,
+            branch,
+            worktree: worktree.checked || undefined,
+            idempotency_key: `${key}:${branch}:${worktree.checked ? "worktree" : "branch"}`,
+          });
           status.textContent = receipt.queued ? `${machine.name} is offline: it restores when it is back.` : `Asked ${machine.name}; waiting for its answer…`;
           const outcome = outcomeReader(machine.log_session, receipt.seq);
           for (let i = 0; i < 120; i++) {
@@ -78,5 +90,6 @@ export function restoreControl(machine: MachineInfo, session: string, checkpoint
     },
     "Restore into a new branch",
   );
-  return h("div.restore", null, input, button, status);
+  const box = h("label.restore-in-worktree", { title: "Also check the branch out in a new worktree on the machine" }, worktree, " and a new worktree");
+  return h("div.restore", null, input, box, button, status);
 }
