@@ -9,15 +9,14 @@ mod state;
 
 use std::collections::BTreeMap;
 
-use moor_protocol::payload::{self, Resolution};
+use moor_protocol::payload;
 use moor_protocol::{kinds, BodyError, EntryBody};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use self::state::request_to_answer;
 pub(crate) use self::state::{drained, Channels, Core, BURST, PIPE_DRAIN};
 use super::acp::rpc;
-use super::claude::decide::resolved;
+use super::claude::decide::{withdrawn, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
 use super::claude::sleep_until;
@@ -39,17 +38,8 @@ pub(crate) trait Protocol {
     async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>);
     /// Sends `text` as the next turn.
     async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String>;
-    /// Answers the pending permission request `request_id` with a person's decision and
-    /// records it.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String>;
+    /// Answers the pending permission request a person's `decision` is for, and records it.
+    async fn decide(&mut self, process: &mut Process, decision: &Decision) -> Result<(), String>;
     /// Interrupts the running turn (pending requests are answered "cancelled" first).
     async fn interrupt(&mut self, process: &mut Process) -> Result<(), String>;
     /// Whether a turn runs.
@@ -175,16 +165,10 @@ async fn remote<P: Protocol>(protocol: &mut P, process: &mut Process, input: Pen
         }
         Ok(EntryBody::InputText(prompt)) => protocol.prompt(process, &prompt.text).await,
         Ok(EntryBody::InputInterrupt(_)) => protocol.interrupt(process).await,
-        Ok(EntryBody::InputPermission(decision)) => {
-            match request_to_answer(decision.request_id, protocol.pending().iter()) {
-                Ok(id) => {
-                    let allow = decision.decision == payload::PermissionDecision::Allow;
-                    let message = decision.message.as_deref();
-                    let seq = Some(input.seq.0);
-                    protocol
-                        .decide(process, &id, allow, message, &by, seq)
-                        .await
-                }
+        Ok(EntryBody::InputPermission(answer)) => {
+            let pending = protocol.pending();
+            match Decision::remote(answer, pending.iter(), &by, Some(input.seq.0)) {
+                Ok(decision) => protocol.decide(process, &decision).await,
                 Err(e) => Err(e),
             }
         }
@@ -217,11 +201,47 @@ pub(crate) async fn next_queued<P: Protocol>(
     }
 }
 
-/// `agent.permission.resolved` "cancelled" for each of `ids`, saying `why`.
-pub(crate) fn withdrawn(ids: impl IntoIterator<Item = String>, why: &str) -> Vec<Draft> {
-    ids.into_iter()
-        .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
-        .collect()
+/// The turn ended: the questions the agent no longer waits for are withdrawn and the next
+/// queued prompt is sent.
+pub(crate) async fn turn_over<P: Protocol>(
+    protocol: &mut P,
+    process: &mut Process,
+    drafts: &mut Vec<Draft>,
+) {
+    drafts.extend(withdrawn(protocol.take_pending(), "the turn ended"));
+    next_queued(protocol, process, drafts).await;
+}
+
+/// The agent's session exists: a continued conversation's recovery brief is sent as its first
+/// prompt.
+pub(crate) async fn send_brief<P: Protocol>(
+    protocol: &mut P,
+    process: &mut Process,
+    drafts: &mut Vec<Draft>,
+) {
+    let Some(prompt) = protocol.core().brief() else {
+        return;
+    };
+    if let Err(e) = protocol.prompt(process, &prompt).await {
+        drafts.push(error(&e, None));
+    }
+}
+
+/// Answers the agent's request `method` with "method not found", so it does not wait for
+/// what `moor` does not serve.
+pub(crate) async fn refuse(
+    process: &mut Process,
+    id: &Value,
+    method: &str,
+    drafts: &mut Vec<Draft>,
+) {
+    let why = format!("moor does not serve {method}");
+    if let Err(e) = process
+        .send(&rpc::error(id, rpc::METHOD_NOT_FOUND, &why))
+        .await
+    {
+        drafts.push(error(&e, None));
+    }
 }
 
 /// Our requests in flight, by JSON-RPC id, each with what it was (`C`).
@@ -256,8 +276,16 @@ impl<C> Calls<C> {
         Ok(())
     }
 
-    /// The request that the answer `id` is for, forgotten.
-    pub(crate) fn answered(&mut self, id: u64) -> Option<C> {
-        self.open.remove(&id)
+    /// The request that the answer `id` (the agent's `line`) is for, forgotten; `None`, and
+    /// an error entry, when `moor` made no such request.
+    pub(crate) fn answered(&mut self, id: u64, line: &str, drafts: &mut Vec<Draft>) -> Option<C> {
+        let call = self.open.remove(&id);
+        if call.is_none() {
+            drafts.push(error(
+                "the agent answered a request moor never made",
+                Some(line),
+            ));
+        }
+        call
     }
 }
