@@ -24,7 +24,7 @@ use self::rpc::Incoming;
 use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, Calls, Core, Protocol};
+use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
 use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
 use crate::spool::Draft;
 
@@ -55,41 +55,35 @@ pub fn command_line(command: &[String]) -> Vec<String> {
 /// An ACP agent, started and ready to run.
 #[derive(Debug)]
 pub struct AcpAgent {
-    process: Process,
-    pid: AgentPid,
-    spec: AgentSpec,
+    agent: Spawned,
 }
 
 impl AcpAgent {
     /// Start the agent.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
-        Ok(Self {
-            pid: AgentPid::new(process.pid),
-            process,
-            spec: spec.clone(),
-        })
+        let agent = Spawned::start(spec, command_line(&spec.command))?;
+        Ok(Self { agent })
     }
 
     /// The process id.
     pub fn pid(&self) -> AgentPid {
-        self.pid.clone()
+        self.agent.pid()
     }
 
     /// Run until the agent exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let (core, channels) = Core::start(self.spec, io, "ACP agent");
-        let run = Run {
-            core,
-            mapper: Mapper::new(),
-            pending: BTreeMap::new(),
-            calls: Calls::default(),
-            session_id: None,
-            version: None,
-            load_session: false,
-            turn: false,
-        };
-        rpc_agent::run(run, self.process, channels).await
+        self.agent
+            .run(io, "ACP agent", |core| Run {
+                core,
+                mapper: Mapper::new(),
+                pending: BTreeMap::new(),
+                calls: Calls::default(),
+                session_id: None,
+                version: None,
+                load_session: false,
+                turn: false,
+            })
+            .await
     }
 }
 

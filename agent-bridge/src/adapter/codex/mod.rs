@@ -22,7 +22,7 @@ use super::acp::rpc::{self, Incoming};
 use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, Calls, Core, Protocol};
+use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
 use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
 use crate::spool::Draft;
 
@@ -97,44 +97,37 @@ fn sets_approval_policy(command: &[String]) -> bool {
 /// `codex app-server`, started and ready to run.
 #[derive(Debug)]
 pub struct CodexAgent {
-    process: Process,
-    pid: AgentPid,
-    spec: AgentSpec,
+    agent: Spawned,
 }
 
 impl CodexAgent {
     /// Start the app-server.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
-        Ok(Self {
-            pid: AgentPid::new(process.pid),
-            process,
-            spec: spec.clone(),
-        })
+        let agent = Spawned::start(spec, command_line(&spec.command))?;
+        Ok(Self { agent })
     }
 
     /// The process id.
     pub fn pid(&self) -> AgentPid {
-        self.pid.clone()
+        self.agent.pid()
     }
 
     /// Run until the app-server exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let ask_untrusted = !sets_approval_policy(&self.spec.command);
-        let (core, channels) = Core::start(self.spec, io, "Codex");
-        let run = Run {
-            core,
-            mapper: Mapper::new(),
-            pending: BTreeMap::new(),
-            calls: Calls::default(),
-            thread_id: None,
-            turn_id: None,
-            version: None,
-            ask_untrusted,
-            turn: false,
-            interrupt_wanted: false,
-        };
-        rpc_agent::run(run, self.process, channels).await
+        self.agent
+            .run(io, "Codex", |core| Run {
+                ask_untrusted: !sets_approval_policy(&core.spec.command),
+                core,
+                mapper: Mapper::new(),
+                pending: BTreeMap::new(),
+                calls: Calls::default(),
+                thread_id: None,
+                turn_id: None,
+                version: None,
+                turn: false,
+                interrupt_wanted: false,
+            })
+            .await
     }
 }
 

@@ -1,6 +1,7 @@
-//! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the run
-//! loop ([`run`]) with remote input and signals, the requests in flight ([`Calls`]), and what is
-//! left to do once the agent is gone; the protocol-free state is [`Core`].
+//! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the
+//! started process ([`Spawned`]), the run loop ([`run`]) with remote input and signals, the
+//! requests in flight ([`Calls`]), and what is left to do once the agent is gone; the
+//! protocol-free state is [`Core`].
 //!
 //! Protocol-free: the adapters ([`Protocol`]) own their requests, their mapping and their
 //! answers.
@@ -20,7 +21,10 @@ use super::claude::decide::{withdrawn, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
 use super::claude::sleep_until;
-use super::{settle, signal_agent, tree, AdapterDone, AdapterError, AgentExit, AgentSignal};
+use super::{
+    settle, signal_agent, tree, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid,
+    AgentSignal, AgentSpec,
+};
 use crate::inputs::PendingInput;
 use crate::spool::Draft;
 
@@ -50,8 +54,45 @@ pub(crate) trait Protocol {
     fn take_pending(&mut self) -> Vec<String>;
 }
 
+/// A JSON-RPC agent's process, started and ready to run.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    process: Process,
+    pid: AgentPid,
+    spec: AgentSpec,
+}
+
+impl Spawned {
+    /// Starts `argv` as `spec`'s agent.
+    pub(crate) fn start(spec: &AgentSpec, argv: Vec<String>) -> Result<Self, AdapterError> {
+        let process = Process::spawn_argv(spec, argv)?;
+        Ok(Self {
+            pid: AgentPid::new(process.pid),
+            process,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> AgentPid {
+        self.pid.clone()
+    }
+
+    /// Runs the protocol `protocol` makes of the run's core until the agent exits and
+    /// `agent.exit` is spooled; `agent` names the agent on the terminal.
+    pub(crate) async fn run<P: Protocol>(
+        self,
+        io: AdapterIo,
+        agent: &str,
+        protocol: impl FnOnce(Core) -> P,
+    ) -> Result<AdapterDone, AdapterError> {
+        let (core, channels) = Core::start(self.spec, io, agent);
+        run(protocol(core), self.process, channels).await
+    }
+}
+
 /// Runs `protocol` on `process` until the agent exits and `agent.exit` is spooled.
-pub(crate) async fn run<P: Protocol>(
+async fn run<P: Protocol>(
     mut protocol: P,
     mut process: Process,
     channels: Channels,
