@@ -12,7 +12,7 @@ use moor_protocol::{kinds, Entry, SessionId};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use crate::assert::first_of_kind;
+use crate::assert::{agent_kinds, first_of_kind};
 use crate::bridge::{BridgeOpts, TestBridge};
 use crate::http::LogTail;
 use crate::server::{ServerOpts, TestServer};
@@ -386,6 +386,25 @@ impl AcpRun {
         self.wait(kinds::AGENT_RESULT, denied).await;
     }
 
+    /// After the crash that wrote `interrupted` while `command` ran (see
+    /// [`crash_mid_command`](Self::crash_mid_command)): `moor run --session X` again, the rerun
+    /// of `command` the brief prompts denied, then a question about the first turn; asserts the
+    /// agent's own session `conversation` was continued. Returns the new `moor`, its
+    /// `agent.restart` and the question's seq.
+    pub async fn continue_and_ask(
+        &mut self,
+        interrupted: &Entry,
+        conversation: &Value,
+        command: &str,
+    ) -> (TestBridge, Entry, u64) {
+        let (again, restart) = self.run_again(interrupted).await;
+        self.deny_the_rerun(&restart, command).await;
+        let question = self.prompt("which word?").await;
+        self.wait(kinds::AGENT_RESULT, question).await;
+        assert_continued(&restart, conversation, command);
+        (again, restart, question)
+    }
+
     /// The first entry of `kind` after `seq`; panics when there is none yet.
     pub fn first_after(&self, seq: u64, kind: &str) -> Entry {
         first_of_kind(&self.after(seq), kind).clone()
@@ -441,6 +460,37 @@ pub fn assert_uncertain(brief: &RecoveryBrief, command: &str) {
             .any(|t| t.target.as_deref() == Some(command)),
         "the brief names the cut-off command {command:?}: {brief:#?}"
     );
+}
+
+/// The agent entries of a turn that makes one call, allowed by a person, and then answers.
+pub const ALLOWED_CALL_TURN: [&str; 6] = [
+    "agent.tool_use",
+    "agent.permission.request",
+    "agent.permission.resolved",
+    "agent.tool_result",
+    "agent.text",
+    "agent.result",
+];
+
+/// Asserts that the allowed call of `turn` was announced, asked for, decided, and only then
+/// run, successfully, before the turn ended.
+pub fn assert_ran_after_the_decision(turn: &[Entry]) {
+    let kinds_seen = agent_kinds(turn);
+    let at = |k: &str| {
+        kinds_seen
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(usize::MAX)
+    };
+    assert!(
+        at("agent.tool_use") < at("agent.permission.request")
+            && at("agent.permission.request") < at("agent.permission.resolved")
+            && at("agent.permission.resolved") < at("agent.tool_result")
+            && at("agent.tool_result") < at("agent.result"),
+        "{kinds_seen:?}"
+    );
+    let tool_result = first_of_kind(turn, kinds::AGENT_TOOL_RESULT);
+    assert_eq!(tool_result.payload["is_error"], false, "{tool_result:?}");
 }
 
 /// Asserts that `restart` (an `agent.restart`) continued the agent's own session

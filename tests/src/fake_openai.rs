@@ -56,6 +56,13 @@ impl FakeOpenAi {
     pub fn requests(&self) -> Vec<Value> {
         self.server.requests()
     }
+
+    /// Whether the latest request so far holds `text` (in the conversation it sends).
+    pub fn last_request_mentions(&self, text: &str) -> bool {
+        self.requests()
+            .last()
+            .is_some_and(|r| r.to_string().contains(text))
+    }
 }
 
 async fn handle(State(state): State<OpenAiState>, uri: Uri, body: Bytes) -> Response {

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -19,7 +18,6 @@ use axum::Router;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use moor_protocol::notify::PushMessage;
-use tokio_util::sync::DropGuard;
 use web_push_native::jwt_simple::algorithms::{ECDSAP256PublicKeyLike, ES256PublicKey};
 use web_push_native::jwt_simple::claims::NoCustomClaims;
 use web_push_native::jwt_simple::common::VerificationOptions;
@@ -28,7 +26,7 @@ use web_push_native::p256::elliptic_curve::sec1::ToEncodedPoint;
 use web_push_native::p256::SecretKey;
 use web_push_native::Auth;
 
-use crate::record::{Received as Recorded, Record};
+use crate::record::{Received as Recorded, Record, StandIn};
 
 /// A subscribed browser: what `PushSubscription.toJSON()` gives, and the keys to read it.
 #[derive(Debug, Clone)]
@@ -90,30 +88,21 @@ impl Recorded for Inner {
 /// The running push service; stops when dropped.
 #[derive(Debug)]
 pub struct PushService {
-    addr: SocketAddr,
-    record: Record<Inner>,
-    /// Stops the server when dropped.
-    _stop: DropGuard,
+    service: StandIn<Inner>,
 }
 
 impl PushService {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let record = Record::new("push service");
-        let app = Router::new()
-            .route("/push/{id}", post(push))
-            .with_state(record.clone());
-        let (addr, stop) = crate::util::serve_loopback(app, "push service").await;
+        let routes = Router::new().route("/push/{id}", post(push));
         Self {
-            addr,
-            record,
-            _stop: stop.drop_guard(),
+            service: StandIn::serve("push service", routes).await,
         }
     }
 
     /// Accept only tokens signed by this VAPID public key (base64url), the server's.
     pub fn expect_vapid_key(&self, key: &str) {
-        self.record.lock().vapid_key = Some(key.to_owned());
+        self.service.record.lock().vapid_key = Some(key.to_owned());
     }
 
     /// A new subscription.
@@ -123,7 +112,7 @@ impl PushService {
         OsRng.fill_bytes(&mut auth);
         let id = uuid::Uuid::new_v4().simple().to_string();
         let p256dh = URL_SAFE_NO_PAD.encode(secret.public_key().to_encoded_point(false).as_bytes());
-        self.record.lock().devices.insert(
+        self.service.record.lock().devices.insert(
             id.clone(),
             DeviceKeys {
                 secret,
@@ -132,7 +121,7 @@ impl PushService {
             },
         );
         Device {
-            endpoint: format!("http://{}/push/{id}", self.addr),
+            endpoint: format!("http://{}/push/{id}", self.service.addr),
             id,
             p256dh,
             auth: URL_SAFE_NO_PAD.encode(auth),
@@ -141,19 +130,19 @@ impl PushService {
 
     /// Makes `device` answer every later request with `status` (410: gone, 500: failing).
     pub fn answer_with(&self, device: &Device, status: u16) {
-        if let Some(d) = self.record.lock().devices.get_mut(&device.id) {
+        if let Some(d) = self.service.record.lock().devices.get_mut(&device.id) {
             d.status = status;
         }
     }
 
     /// Everything accepted so far.
     pub fn received(&self) -> Vec<Received> {
-        self.record.lock().received.clone()
+        self.service.record.lock().received.clone()
     }
 
     /// What `device` accepted so far.
     pub fn received_by(&self, device: &Device) -> Vec<Received> {
-        let inner = self.record.lock();
+        let inner = self.service.record.lock();
         inner
             .received
             .iter()
@@ -164,12 +153,12 @@ impl PushService {
 
     /// Requests answered with a device's chosen failure status.
     pub fn refused(&self) -> Vec<(String, u16)> {
-        self.record.lock().refused.clone()
+        self.service.record.lock().refused.clone()
     }
 
     /// When the requests to `device` that it refused arrived (ms since the epoch), in order.
     pub fn refused_at(&self, device: &Device) -> Vec<i64> {
-        let inner = self.record.lock();
+        let inner = self.service.record.lock();
         inner
             .refused
             .iter()
@@ -181,7 +170,7 @@ impl PushService {
 
     /// Requests refused as invalid (bad VAPID, undecryptable): tests expect none.
     pub fn rejections(&self) -> Vec<String> {
-        self.record.lock().rejections.clone()
+        self.service.rejections()
     }
 
     /// Waits until `done` holds for the state (checked on every request), or panics after
@@ -192,7 +181,8 @@ impl PushService {
         what: &str,
         mut done: impl FnMut(&[Received], &[(String, u16)]) -> bool,
     ) {
-        self.record
+        self.service
+            .record
             .wait_until(timeout, what, |inner| done(&inner.received, &inner.refused))
             .await;
     }

@@ -1,13 +1,17 @@
 //! `Record`: what a local stand-in service (the push service, the notification sink receiver)
 //! has received, shared between its request handlers and the test, with a wait that wakes on
-//! every request. A stand-in also keeps the requests it refused as invalid; tests expect none,
-//! so a wait fails as soon as there is one.
+//! every request; `StandIn`: such a service served on 127.0.0.1 with its record. A stand-in
+//! also keeps the requests it refused as invalid; tests expect none, so a wait fails as soon as
+//! there is one.
 
 use std::fmt::Debug;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::Router;
 use tokio::sync::Notify;
+use tokio_util::sync::DropGuard;
 
 /// The state a stand-in keeps of its requests.
 pub(crate) trait Received: Debug + Default {
@@ -92,5 +96,35 @@ impl<T: Received> Record<T> {
                 );
             }
         }
+    }
+}
+
+/// A stand-in served on 127.0.0.1, with what it received; stops when dropped.
+#[derive(Debug)]
+pub(crate) struct StandIn<T> {
+    /// Where it listens.
+    pub(crate) addr: SocketAddr,
+    /// What it received.
+    pub(crate) record: Record<T>,
+    /// Stops the server when dropped.
+    _stop: DropGuard,
+}
+
+impl<T: Received + Send + 'static> StandIn<T> {
+    /// Binds 127.0.0.1:0 and serves `routes`, which record into a new record of `name`.
+    pub(crate) async fn serve(name: &'static str, routes: Router<Record<T>>) -> Self {
+        let record = Record::new(name);
+        let app = routes.with_state(record.clone());
+        let (addr, stop) = crate::util::serve_loopback(app, name).await;
+        Self {
+            addr,
+            record,
+            _stop: stop.drop_guard(),
+        }
+    }
+
+    /// Requests refused as invalid, each with the reason: tests expect none.
+    pub(crate) fn rejections(&self) -> Vec<String> {
+        self.record.lock().rejections().to_vec()
     }
 }

@@ -8,7 +8,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -18,9 +17,8 @@ use axum::routing::post;
 use axum::Router;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio_util::sync::DropGuard;
 
-use crate::record::{Received, Record};
+use crate::record::{Received, Record, StandIn};
 
 /// One request a sink received.
 #[derive(Debug, Clone)]
@@ -73,35 +71,27 @@ impl Received for Inner {
 /// The running receiver; stops when dropped.
 #[derive(Debug)]
 pub struct SinkReceiver {
-    addr: SocketAddr,
-    record: Record<Inner>,
-    /// Stops the server when dropped.
-    _stop: DropGuard,
+    service: StandIn<Inner>,
 }
 
 impl SinkReceiver {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let record = Record::new("sink receiver");
-        let app = Router::new()
-            .route("/{*path}", post(receive))
-            .with_state(record.clone());
-        let (addr, stop) = crate::util::serve_loopback(app, "sink receiver").await;
+        let routes = Router::new().route("/{*path}", post(receive));
         Self {
-            addr,
-            record,
-            _stop: stop.drop_guard(),
+            service: StandIn::serve("sink receiver", routes).await,
         }
     }
 
     /// The URL of `path` on this receiver.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{path}", self.addr)
+        format!("http://{}/{path}", self.service.addr)
     }
 
     /// Check the signatures of requests to `path` with `secret` (a webhook's).
     pub fn expect_signed(&self, path: &str, secret: &str) {
-        self.record
+        self.service
+            .record
             .lock()
             .secrets
             .insert(path.to_owned(), secret.to_owned());
@@ -109,7 +99,8 @@ impl SinkReceiver {
 
     /// Answer the next requests to `path` with `statuses`, in order (then 200 again).
     pub fn answer_next(&self, path: &str, statuses: &[u16]) {
-        self.record
+        self.service
+            .record
             .lock()
             .answers
             .entry(path.to_owned())
@@ -119,7 +110,8 @@ impl SinkReceiver {
 
     /// The requests to `path` so far.
     pub fn hits(&self, path: &str) -> Vec<Hit> {
-        self.record
+        self.service
+            .record
             .lock()
             .hits
             .iter()
@@ -130,7 +122,7 @@ impl SinkReceiver {
 
     /// Requests refused for a bad signature or timestamp: tests expect none.
     pub fn rejections(&self) -> Vec<String> {
-        self.record.lock().rejections.clone()
+        self.service.rejections()
     }
 
     /// Waits until `done` holds for the requests so far (checked on every request), or panics
@@ -141,7 +133,8 @@ impl SinkReceiver {
         what: &str,
         mut done: impl FnMut(&[Hit]) -> bool,
     ) {
-        self.record
+        self.service
+            .record
             .wait_until(timeout, what, |inner| done(&inner.hits))
             .await;
     }

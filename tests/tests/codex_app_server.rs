@@ -5,8 +5,7 @@
 //! watchdog then interrupted, and a crash mid-tool continued on the same Codex thread by
 //! `thread/resume`, with the brief naming the command.
 
-use moor_e2e::acp::{assert_continued, AcpEnv, AcpRun};
-use moor_e2e::assert::{agent_kinds, first_of_kind};
+use moor_e2e::acp::{assert_ran_after_the_decision, AcpEnv, AcpRun};
 use moor_e2e::fake_openai::FakeOpenAi;
 use moor_protocol::payload::PermissionDecision;
 use moor_protocol::{kinds, Entry};
@@ -34,23 +33,7 @@ async fn codex_app_server_runs_a_command_only_when_allowed_remotely() {
         .touch_if("bash", &allowed, PermissionDecision::Allow)
         .await;
     assert_eq!(ok.result.payload["is_error"], false, "{:?}", ok.result);
-    let turn = c.after(ok.seq);
-    let kinds_seen = agent_kinds(&turn);
-    let at = |k: &str| {
-        kinds_seen
-            .iter()
-            .position(|x| *x == k)
-            .unwrap_or(usize::MAX)
-    };
-    assert!(
-        at("agent.tool_use") < at("agent.permission.request")
-            && at("agent.permission.request") < at("agent.permission.resolved")
-            && at("agent.permission.resolved") < at("agent.tool_result")
-            && at("agent.tool_result") < at("agent.result"),
-        "{kinds_seen:?}"
-    );
-    let tool_result = first_of_kind(&turn, kinds::AGENT_TOOL_RESULT);
-    assert_eq!(tool_result.payload["is_error"], false);
+    assert_ran_after_the_decision(&c.after(ok.seq));
     assert_eq!(
         ok.request.payload["input"]["command"],
         format!("touch {}", allowed.display())
@@ -147,13 +130,9 @@ async fn codex_app_server_killed_mid_tool_is_in_the_brief_and_moor_run_again_res
     let (exit, _) = c.crash_mid_command("bash", "sleep 120").await;
 
     // act: `moor run --session X -- codex` again, then a question about the first turn
-    let (mut again, restart) = c.run_again(&exit).await;
-    c.deny_the_rerun(&restart, "sleep 120").await;
-    let question = c.prompt("which word?").await;
-    c.wait(kinds::AGENT_RESULT, question).await;
+    let (mut again, restart, question) = c.continue_and_ask(&exit, &thread, "sleep 120").await;
 
     // assert: the same Codex thread, which still holds the first turn
-    assert_continued(&restart, &thread, "sleep 120");
     let resumed = c.first_after(restart.seq.0, kinds::AGENT_SESSION);
     assert_eq!(resumed.payload["agent_session_id"], thread, "{resumed:?}");
     let answer = c.first_after(question, kinds::AGENT_TEXT);
@@ -161,9 +140,6 @@ async fn codex_app_server_killed_mid_tool_is_in_the_brief_and_moor_run_again_res
         answer.payload["text"], "Hello from the fake OpenAI. You asked me to remember heron.",
         "{answer:?}"
     );
-    assert!(api
-        .requests()
-        .last()
-        .is_some_and(|r| r.to_string().contains("remember the word heron")));
+    assert!(api.last_request_mentions("remember the word heron"));
     again.kill().await;
 }

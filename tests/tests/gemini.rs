@@ -4,7 +4,7 @@
 //! stream caught by the watchdog then interrupted, and a crash mid-tool continued on the same
 //! Gemini session by `session/load`, with the recovery brief naming the cut-off command.
 
-use moor_e2e::acp::{assert_continued, AcpEnv, AcpRun, FINISH};
+use moor_e2e::acp::{AcpEnv, AcpRun, ALLOWED_CALL_TURN, FINISH};
 use moor_e2e::assert::{agent_kinds, first_of_kind};
 use moor_e2e::fake_gemini::FakeGemini;
 use moor_protocol::kinds;
@@ -34,17 +34,11 @@ async fn gemini_runs_a_shell_command_only_when_allowed_remotely() {
         .await;
     assert_eq!(ok.result.payload["is_error"], false);
     let turn = g.after(ok.seq);
+    // Gemini CLI's answer to the prompt carries metadata, logged after the result.
+    let kinds_seen = agent_kinds(&turn);
     assert_eq!(
-        agent_kinds(&turn),
-        [
-            "agent.tool_use",
-            "agent.permission.request",
-            "agent.permission.resolved",
-            "agent.tool_result",
-            "agent.text",
-            "agent.result",
-            "agent.event"
-        ],
+        kinds_seen,
+        [&ALLOWED_CALL_TURN[..], &["agent.event"]].concat(),
         "{turn:#?}"
     );
     let text = first_of_kind(&turn, kinds::AGENT_TEXT);
@@ -92,13 +86,10 @@ async fn gemini_killed_mid_tool_is_in_the_brief_and_moor_run_again_loads_its_ses
     .await;
 
     // act: `moor run --session X -- gemini` again, then a question about the first turn
-    let (mut again, restart) = g.run_again(&exit).await;
-    g.deny_the_rerun(&restart, "sleep 120").await;
-    let question = g.prompt("which word?").await;
-    g.wait(kinds::AGENT_RESULT, question).await;
+    let (mut again, restart, question) =
+        g.continue_and_ask(&exit, &conversation, "sleep 120").await;
 
     // assert: the same Gemini session, which still holds the first turn
-    assert_continued(&restart, &conversation, "sleep 120");
     let after = g.after(restart.seq.0);
     assert!(
         !after.iter().any(|e| e.kind == kinds::AGENT_ERROR),

@@ -1,12 +1,39 @@
-//! What the mappers' tests check on every real agent capture (Claude Code, Gemini CLI, Codex
-//! through codex-acp): the mapped entries as the log would hold them fold to a valid state at
-//! every prefix.
+//! What the mappers' tests share on every real agent capture (Claude Code, Gemini CLI, Codex
+//! through codex-acp): reading the captures, and checking that the mapped entries as the log
+//! would hold them fold to a valid state at every prefix.
 
+use moor_protocol::payload::Resolution;
 use moor_protocol::state::SessionState;
 use moor_protocol::transcript::{repaired, validate};
 use moor_protocol::{Entry, Seq};
 
+use crate::adapter::claude::decide::resolved;
 use crate::spool::Draft;
+
+/// The capture file `path`, below `agent-bridge/tests/fixtures/`.
+pub(crate) fn fixture(path: &str) -> String {
+    let path = format!("{}/tests/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The kinds of `drafts`, in order.
+pub(crate) fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
+    drafts.iter().map(|d| d.kind.as_str()).collect()
+}
+
+/// The kinds of `drafts` without text deltas and raw agent events: the shape of a turn.
+pub(crate) fn turn_kinds(drafts: &[Draft]) -> Vec<&str> {
+    kinds_of(drafts)
+        .into_iter()
+        .filter(|k| *k != "agent.text.delta" && *k != "agent.event")
+        .collect()
+}
+
+/// The entry of the capture's answer to the permission request `request_id`, as a person's
+/// decision.
+pub(crate) fn answered(request_id: &str, decision: Resolution) -> Draft {
+    resolved(request_id, decision, Some("user:t"), None, None)
+}
 
 /// `drafts` as the log would hold them: a prompt first (the remote input that started the
 /// turn), then the mapped entries, numbered as the server would.

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{join_writer, spawn_piped, wait_for_exit};
-use super::{AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
+use super::process::{join_writer, spawn_piped, spool_exit, wait_for_exit};
+use super::{AdapterDone, AdapterError, AdapterIo, AgentSpec};
 use crate::inputs::Inputs;
 use crate::spool::{Draft, Spool, SpoolError};
 use crate::status::Status;
@@ -103,16 +103,8 @@ impl LinesAgent {
             while readers.join_next().await.is_some() {}
         }
         join_writer(writer, &exit_wait).await?;
-        let exit = AgentExit::from_status(exit_wait.status);
-        let payload = moor_protocol::payload::AgentExit {
-            stopped_processes: stopped,
-            ..exit.payload()
-        };
-        spool.append(vec![Draft::new(payload)]).await?;
-        let inputs = feeder
-            .await
-            .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;
-        Ok(AdapterDone { exit, inputs })
+        let done = spool_exit(&spool, &exit_wait, stopped, feeder).await?;
+        Ok(done)
     }
 }
 

@@ -1,16 +1,18 @@
 //! What the adapters share about the agent process: how it is started (own process group, no
 //! bridge credentials) and how its exit is awaited while signals are forwarded and the output
-//! writer is watched. It knows nothing of what the agent prints.
+//! writer is watched, and its `agent.exit` spooled. It knows nothing of what the agent prints.
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
 
+use moor_protocol::payload::{self, StoppedProcess};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{signal_agent, AdapterError, AgentSignal, AgentSpec};
-use crate::spool::SpoolError;
+use super::{signal_agent, AdapterDone, AdapterError, AgentExit, AgentSignal, AgentSpec};
+use crate::inputs::Inputs;
+use crate::spool::{Draft, Spool, SpoolError};
 
 /// Why `spec`'s agent could not be started.
 pub(super) fn spawn_error(spec: &AgentSpec, source: io::Error) -> AdapterError {
@@ -123,6 +125,26 @@ pub(super) async fn join_writer<T>(
         writer.await.map_err(writer_failed)??;
     }
     Ok(())
+}
+
+/// The agent exited and all it wrote is spooled: `agent.exit` (with the processes it left
+/// running, `stopped` since) is spooled, and the input `feeder` hands back the input queue.
+pub(super) async fn spool_exit(
+    spool: &Spool,
+    exited: &Exited,
+    stopped: Vec<StoppedProcess>,
+    feeder: JoinHandle<Inputs>,
+) -> Result<AdapterDone, AdapterError> {
+    let exit = AgentExit::from_status(exited.status);
+    let payload = payload::AgentExit {
+        stopped_processes: stopped,
+        ..exit.payload()
+    };
+    spool.append(vec![Draft::new(payload)]).await?;
+    let inputs = feeder
+        .await
+        .map_err(|e| io::Error::other(format!("input task failed: {e}")))?;
+    Ok(AdapterDone { exit, inputs })
 }
 
 fn writer_failed(e: tokio::task::JoinError) -> SpoolError {

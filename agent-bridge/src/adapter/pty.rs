@@ -20,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::chunks::{key_bytes, spool_chunks};
 use super::foreground;
-use super::process::{child_pid, join_writer, program_and_args, spawn_error, wait_for_exit};
+use super::process::{
+    child_pid, join_writer, program_and_args, spawn_error, spool_exit, wait_for_exit,
+};
 use super::terminal::{self, RawMode, TermSize};
-use super::{settle, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentSpec};
+use super::{settle, AdapterDone, AdapterError, AdapterIo, AgentSpec};
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool};
 use crate::status::Status;
@@ -190,22 +192,14 @@ impl PtyAgent {
             let _ = (&mut pump).await;
         }
         join_writer(spooler, &exit_wait).await?;
-        let exit = AgentExit::from_status(exit_wait.status);
-        let payload = moor_protocol::payload::AgentExit {
-            stopped_processes: stopped,
-            ..exit.payload()
-        };
-        spool.append(vec![Draft::new(payload)]).await?;
-        let inputs = feeder
-            .await
-            .map_err(|e| std::io::Error::other(format!("input task failed: {e}")))?;
+        let done = spool_exit(&spool, &exit_wait, stopped, feeder).await?;
         // Everything the program printed is on the screen before the terminal is handed back.
         if let Some(thread) = stdout_thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         drop(raw);
         status.set_raw(false);
-        Ok(AdapterDone { exit, inputs })
+        Ok(done)
     }
 }
 

@@ -34,6 +34,22 @@ pub struct Mapped {
     pub signals: Vec<Signal>,
 }
 
+impl Mapped {
+    /// The tool call `id` ended with the output `text`: the watchdog's signal and the call's
+    /// `agent.tool_result`, its summary bounded.
+    pub(crate) fn tool_result(&mut self, id: String, is_error: bool, text: &str) {
+        let (summary, truncated) = bounded(text, kinds::TOOL_RESULT_SUMMARY_CHARS);
+        self.signals.push(Signal::ToolFinished { id: id.clone() });
+        self.drafts.push(Draft::new(AgentToolResult {
+            tool_use_id: id,
+            is_error,
+            summary,
+            bytes: text.len() as u64,
+            truncated,
+        }));
+    }
+}
+
 /// A permission request waiting for a decision: the agent's JSON-RPC id and its options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
@@ -256,15 +272,7 @@ impl Mapper {
             self.tools.remove(&id);
         }
         let text = tool_output(call);
-        let (summary, truncated) = bounded(&text, kinds::TOOL_RESULT_SUMMARY_CHARS);
-        out.signals.push(Signal::ToolFinished { id: id.clone() });
-        out.drafts.push(Draft::new(AgentToolResult {
-            tool_use_id: id,
-            is_error,
-            summary,
-            bytes: text.len() as u64,
-            truncated,
-        }));
+        out.tool_result(id, is_error, &text);
     }
 
     /// A `session/request_permission` request: its entry (after the tool call's, when the agent
@@ -338,15 +346,8 @@ impl Mapper {
         };
         let had_tools = !self.tools.is_empty();
         for (id, _) in std::mem::take(&mut self.tools) {
-            out.signals.push(Signal::ToolFinished { id: id.clone() });
-            let summary = format!("the agent ended its turn ({stop}) without this call's result");
-            out.drafts.push(Draft::new(AgentToolResult {
-                tool_use_id: id,
-                is_error: true,
-                bytes: summary.len() as u64,
-                summary,
-                truncated: false,
-            }));
+            let why = format!("the agent ended its turn ({stop}) without this call's result");
+            out.tool_result(id, true, &why);
         }
         self.flush(&mut out);
         let (is_error, terminal) = match stop.as_str() {

@@ -5,17 +5,9 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::adapter::acp::rpc::{self, Incoming};
-use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds};
-use crate::adapter::claude::decide::resolved;
-
-fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
-    drafts.iter().map(|d| d.kind.as_str()).collect()
-}
-
-fn fixture(name: &str) -> String {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use crate::adapter::capture_tests::{
+    answered, as_log, assert_every_prefix_folds, fixture, kinds_of, turn_kinds,
+};
 
 /// A capture run through the mapper as the adapter runs it: `IN` says which of our requests each
 /// response answers and how each permission request was answered.
@@ -50,13 +42,7 @@ fn replay(name: &str) -> Vec<Draft> {
                     Some(_) => Resolution::Deny,
                     None => Resolution::Cancelled,
                 };
-                drafts.push(resolved(
-                    &request.request_id,
-                    decision,
-                    Some("user:t"),
-                    None,
-                    None,
-                ));
+                drafts.push(answered(&request.request_id, decision));
             }
             Incoming::Response { id, outcome } => match ours[&id].as_str() {
                 "session/prompt" => {
@@ -91,12 +77,8 @@ fn every_prefix_of_every_acp_capture_gives_a_valid_transcript_and_a_consistent_f
 #[test]
 fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_result() {
     let drafts = replay("gemini-cli/01_prompt_allow_deny_cancel");
-    let kinds: Vec<&str> = kinds_of(&drafts)
-        .into_iter()
-        .filter(|k| *k != "agent.text.delta" && *k != "agent.event")
-        .collect();
     assert_eq!(
-        kinds,
+        turn_kinds(&drafts),
         [
             "agent.text",
             "agent.result",

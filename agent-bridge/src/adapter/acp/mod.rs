@@ -16,20 +16,16 @@ pub mod rpc;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use moor_protocol::payload::{self, AgentSession, Resolution};
+use moor_protocol::payload::AgentSession;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use self::map::{Mapped, Mapper, Pending};
 use self::rpc::Incoming;
-use super::claude::decide::resolved;
+use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
-use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
-    AgentSpec,
-};
+use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
+use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
 use crate::spool::Draft;
 
 /// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
@@ -59,41 +55,35 @@ pub fn command_line(command: &[String]) -> Vec<String> {
 /// An ACP agent, started and ready to run.
 #[derive(Debug)]
 pub struct AcpAgent {
-    process: Process,
-    pid: AgentPid,
-    spec: AgentSpec,
+    agent: Spawned,
 }
 
 impl AcpAgent {
     /// Start the agent.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
-        Ok(Self {
-            pid: AgentPid::new(process.pid),
-            process,
-            spec: spec.clone(),
-        })
+        let agent = Spawned::start(spec, command_line(&spec.command))?;
+        Ok(Self { agent })
     }
 
     /// The process id.
     pub fn pid(&self) -> AgentPid {
-        self.pid.clone()
+        self.agent.pid()
     }
 
     /// Run until the agent exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let (core, channels) = Core::start(self.spec, io, "ACP agent");
-        let run = Run {
-            core,
-            mapper: Mapper::new(),
-            pending: BTreeMap::new(),
-            calls: Calls::default(),
-            session_id: None,
-            version: None,
-            load_session: false,
-            turn: false,
-        };
-        rpc_agent::run(run, self.process, channels).await
+        self.agent
+            .run(io, "ACP agent", |core| Run {
+                core,
+                mapper: Mapper::new(),
+                pending: BTreeMap::new(),
+                calls: Calls::default(),
+                session_id: None,
+                version: None,
+                load_session: false,
+                turn: false,
+            })
+            .await
     }
 }
 
@@ -128,12 +118,7 @@ impl Protocol for Run {
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let start = payload::AgentStart {
-            command: process.argv.clone(),
-            ..self.core.spec.start_entry(process.pid, AdapterKind::Acp)
-        };
-        let drafts = self.core.start_entries(start);
-        self.record(drafts).await?;
+        self.core.started(process, AdapterKind::Acp).await?;
         if let Err(e) = self
             .calls
             .send(
@@ -172,21 +157,13 @@ impl Protocol for Run {
             }
             Incoming::Request { id, method, params } => {
                 drafts.push(map::acp_event(&method, &params));
-                let why = format!("moor does not offer {method}");
-                if let Err(e) = process
-                    .send(&rpc::error(&id, rpc::METHOD_NOT_FOUND, &why))
-                    .await
-                {
-                    drafts.push(error(&e, None));
+                rpc_agent::refuse(process, &id, &method, drafts).await;
+            }
+            Incoming::Response { id, outcome } => {
+                if let Some(call) = self.calls.answered(id, &line, drafts) {
+                    self.answered(process, call, outcome, drafts).await;
                 }
             }
-            Incoming::Response { id, outcome } => match self.calls.answered(id) {
-                Some(call) => self.answered(process, call, outcome, drafts).await,
-                None => drafts.push(error(
-                    "the agent answered a request moor never made",
-                    Some(&line),
-                )),
-            },
             Incoming::Invalid(why) => drafts.push(error(
                 &format!("the agent printed a line that is not ACP ({why})"),
                 Some(&line),
@@ -212,35 +189,24 @@ impl Protocol for Run {
             .await?;
         self.turn = true;
         self.mapper.turn_started();
-        self.core.watchdog.turn_started(Self::now());
+        self.core.watchdog.turn_started(Core::now());
         Ok(())
     }
 
     /// Answer a pending permission request with the person's decision and record who decided.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
+    async fn decide(&mut self, process: &mut Process, decision: &Decision) -> Result<(), String> {
+        let request_id = decision.request_id.as_str();
         let Some(pending) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
+            return Err(not_pending(request_id));
         };
-        let option = pending.option_for(allow);
-        if allow && option.is_none() {
+        let option = pending.option_for(decision.allow);
+        if decision.allow && option.is_none() {
             return Err("the agent offered no option to allow this call once".into());
         }
         let answer = rpc::result(&pending.rpc_id, rpc::permission_outcome(option));
         process.send(&answer).await?;
         self.pending.remove(request_id);
-        self.core
-            .decided(request_id, allow, message, by, input_seq)
-            .await
+        self.core.decided(decision).await
     }
 
     /// `session/cancel` for the running turn; pending permission requests are answered
@@ -260,14 +226,7 @@ impl Protocol for Run {
             process
                 .send(&rpc::result(&pending.rpc_id, rpc::permission_outcome(None)))
                 .await?;
-            self.core.watchdog.permission_done(Self::now());
-            drafts.push(resolved(
-                &id,
-                Resolution::Cancelled,
-                None,
-                None,
-                Some("the turn was interrupted"),
-            ));
+            drafts.push(self.core.interrupted(&id));
         }
         self.record(drafts).await.map_err(|e| e.to_string())
     }
@@ -282,10 +241,6 @@ impl Protocol for Run {
 }
 
 impl Run {
-    fn now() -> Instant {
-        Instant::now()
-    }
-
     async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
         self.core.record(drafts).await
     }
@@ -359,12 +314,8 @@ impl Run {
                 }
             }
             (Call::Initialize, Err(e)) => {
-                drafts.push(error(
-                    &format!("the agent refused initialize: {e}; stopping it"),
-                    None,
-                ));
-                self.core.stopping = true;
-                let _ = signal_agent(process.pid, AgentSignal::Terminate);
+                let why = format!("the agent refused initialize: {e}; stopping it");
+                self.core.give_up(process, &why, drafts);
             }
             (Call::NewSession, Ok(result)) => {
                 let id = result
@@ -399,21 +350,14 @@ impl Run {
                 }
             }
             (Call::NewSession, Err(e)) => {
-                drafts.push(error(
-                    &format!("the agent refused session/new: {e}; stopping it"),
-                    None,
-                ));
-                self.core.stopping = true;
-                let _ = signal_agent(process.pid, AgentSignal::Terminate);
+                let why = format!("the agent refused session/new: {e}; stopping it");
+                self.core.give_up(process, &why, drafts);
             }
             (Call::Prompt, outcome) => {
                 self.turn = false;
                 let mapped = self.mapper.turn_ended(&outcome, self.session_id.as_deref());
                 self.observe(mapped, drafts);
-                // A question the agent no longer waits for is not pending any more.
-                let pending = std::mem::take(&mut self.pending).into_keys();
-                drafts.extend(withdrawn(pending, "the turn ended"));
-                rpc_agent::next_queued(self, process, drafts).await;
+                rpc_agent::turn_over(self, process, drafts).await;
             }
         }
     }
@@ -450,11 +394,7 @@ impl Run {
                 .map(str::to_owned),
             version: self.version.clone(),
         }));
-        if let Some(prompt) = self.core.brief() {
-            if let Err(e) = self.prompt(process, &prompt).await {
-                drafts.push(error(&e, None));
-            }
-        }
+        rpc_agent::send_brief(self, process, drafts).await;
     }
 }
 

@@ -1,5 +1,6 @@
-//! Permission requests: a remote or local decision answers one, nothing answers it by default,
-//! and an agent that goes away withdraws what it asked.
+//! Permission requests: a person's [`Decision`], remote or local, answers one, nothing answers
+//! it by default, and an agent that goes away withdraws what it asked. The decision and its
+//! entries are the JSON-RPC adapters' too.
 
 use moor_protocol::payload::{
     AgentPermissionResolved, InputPermission, PermissionDecision, Resolution,
@@ -19,63 +20,126 @@ impl Run {
         by: &str,
         input_seq: Option<u64>,
     ) -> Result<(), String> {
-        let request_id = match input.request_id {
-            Some(id) => id,
-            None if self.pending.len() == 1 => {
-                self.pending.keys().next().cloned().unwrap_or_default()
-            }
-            None => return Err("input.permission needs \"request_id\"".into()),
-        };
-        let allow = input.decision == PermissionDecision::Allow;
-        let message = input.message.as_deref();
-        self.decide(process, &request_id, allow, message, by, input_seq)
-            .await
+        let decision = Decision::remote(input, self.pending.keys(), by, input_seq)?;
+        self.decide(process, &decision).await
     }
 
     /// Answer a pending permission request and record who decided.
     pub(super) async fn decide(
         &mut self,
         process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
+        decision: &Decision,
     ) -> Result<(), String> {
+        let request_id = decision.request_id.as_str();
         let Some(request) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
+            return Err(not_pending(request_id));
         };
+        let by = decision.by.as_str();
         let who = by.strip_prefix("user:").unwrap_or(by);
-        let answer = match allow {
+        let answer = match decision.allow {
             true => control::allow(request_id, &request.input),
             false => {
                 let default = format!("{who} denied this through moor");
-                control::deny(request_id, message.unwrap_or(&default))
+                control::deny(request_id, decision.message.as_deref().unwrap_or(&default))
             }
         };
         process.send(&answer).await?;
         self.pending.remove(request_id);
         self.watchdog.permission_done(Self::now());
-        let decision = if allow {
+        self.record(vec![decision.entry()])
+            .await
+            .map_err(not_recorded)
+    }
+
+    pub(super) async fn cancel_pending(&mut self, why: &str) -> Result<(), AdapterError> {
+        let drafts = withdrawn(std::mem::take(&mut self.pending).into_keys(), why);
+        self.record(drafts).await
+    }
+}
+
+/// A person's decision on a pending permission request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    /// The log's id of the request.
+    pub(crate) request_id: String,
+    /// Allowed, else denied.
+    pub(crate) allow: bool,
+    /// What the person said with it, for the agent.
+    pub(crate) message: Option<String>,
+    /// Who decided (`user:…`, or `local` at the terminal).
+    pub(crate) by: String,
+    /// The seq of the remote input that carried it.
+    pub(crate) input_seq: Option<u64>,
+}
+
+impl Decision {
+    /// A remote `input.permission` from `by` (input `input_seq`): for the request it names,
+    /// else for the only one `pending`.
+    pub(crate) fn remote<'a>(
+        input: InputPermission,
+        mut pending: impl Iterator<Item = &'a String>,
+        by: &str,
+        input_seq: Option<u64>,
+    ) -> Result<Self, String> {
+        let request_id = match (input.request_id, pending.next(), pending.next()) {
+            (Some(id), _, _) => id,
+            (None, Some(only), None) => only.clone(),
+            _ => return Err("input.permission needs \"request_id\"".to_owned()),
+        };
+        Ok(Self {
+            request_id,
+            allow: input.decision == PermissionDecision::Allow,
+            message: input.message,
+            by: by.to_owned(),
+            input_seq,
+        })
+    }
+
+    /// A yes or no typed at the terminal for `request_id`.
+    pub(crate) fn local(request_id: String, allow: bool) -> Self {
+        Self {
+            request_id,
+            allow,
+            message: None,
+            by: "local".to_owned(),
+            input_seq: None,
+        }
+    }
+
+    /// Its `agent.permission.resolved` entry.
+    pub(crate) fn entry(&self) -> Draft {
+        let resolution = if self.allow {
             Resolution::Allow
         } else {
             Resolution::Deny
         };
-        let entry = resolved(request_id, decision, Some(by), input_seq, message);
-        self.record(vec![entry])
-            .await
-            .map_err(|e| format!("decided, but could not record it: {e}"))
+        resolved(
+            &self.request_id,
+            resolution,
+            Some(&self.by),
+            self.input_seq,
+            self.message.as_deref(),
+        )
     }
+}
 
-    pub(super) async fn cancel_pending(&mut self, why: &str) -> Result<(), AdapterError> {
-        let drafts: Vec<Draft> = std::mem::take(&mut self.pending)
-            .into_keys()
-            .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
-            .collect();
-        self.record(drafts).await
-    }
+/// Why a decision for `request_id` cannot be applied: nothing of that id waits.
+pub(crate) fn not_pending(request_id: &str) -> String {
+    format!(
+        "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
+    )
+}
+
+/// Why a decision answered to the agent is missing from the log.
+pub(crate) fn not_recorded(e: AdapterError) -> String {
+    format!("decided, but could not record it: {e}")
+}
+
+/// `agent.permission.resolved` "cancelled" for each of `ids`, saying `why`.
+pub(crate) fn withdrawn(ids: impl IntoIterator<Item = String>, why: &str) -> Vec<Draft> {
+    ids.into_iter()
+        .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
+        .collect()
 }
 
 /// An `agent.permission.resolved` entry.

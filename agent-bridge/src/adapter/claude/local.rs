@@ -4,6 +4,7 @@
 use moor_protocol::payload::AgentUser;
 use tokio::sync::mpsc;
 
+use super::decide::Decision;
 use super::process::Process;
 use super::Run;
 use crate::adapter::{terminal, AdapterError};
@@ -30,7 +31,7 @@ impl Run {
         };
         let first = self.pending.keys().next().cloned();
         let result = match (answer, first) {
-            (Some(allow), Some(id)) => self.decide(process, &id, allow, None, "local", None).await,
+            (Some(allow), Some(id)) => self.decide(process, &Decision::local(id, allow)).await,
             _ if text.is_empty() => Ok(()),
             _ => {
                 let entry = AgentUser {

@@ -1,29 +1,17 @@
 //! The mapping against recorded Claude Code 2.1.332 captures (`tests/fixtures/claude-code/`).
 
 use super::*;
-use crate::adapter::capture_tests::assert_every_prefix_folds;
-
-fn fixture(name: &str) -> String {
-    let path = format!(
-        "{}/tests/fixtures/claude-code/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use crate::adapter::capture_tests::{assert_every_prefix_folds, fixture, kinds_of};
 
 fn map_all(name: &str) -> (Vec<Draft>, Vec<Signal>) {
     let mut mapper = Mapper::new();
     let (mut drafts, mut signals) = (Vec::new(), Vec::new());
-    for line in fixture(name).lines() {
+    for line in fixture(&format!("claude-code/{name}")).lines() {
         let m = mapper.map_line(line);
         drafts.extend(m.drafts);
         signals.extend(m.signals);
     }
     (drafts, signals)
-}
-
-fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
-    drafts.iter().map(|d| d.kind.as_str()).collect()
 }
 
 #[test]

@@ -202,14 +202,7 @@ impl Run {
         if drafts.is_empty() {
             return Ok(());
         }
-        let mut text = String::new();
-        for d in &drafts {
-            text.extend(self.renderer.render(d));
-        }
-        if !text.is_empty() {
-            // Informational: a terminal nobody reads must not hold up the log.
-            let _ = self.screen.try_send(text.into_bytes());
-        }
+        self.renderer.show(&drafts, &self.screen);
         self.spool.append(drafts).await?;
         Ok(())
     }

@@ -4,6 +4,7 @@
 use moor_protocol::payload::Resolution;
 use moor_protocol::EntryBody;
 use serde_json::Value;
+use tokio::sync::mpsc;
 
 use super::map::{failure_reason, interrupted};
 use crate::spool::Draft;
@@ -22,6 +23,15 @@ impl Renderer {
         Self {
             agent: Some(agent.to_owned()),
             ..Self::default()
+        }
+    }
+
+    /// Shows `drafts` on the terminal `screen`, without waiting for it: the terminal is
+    /// informational, and one nobody reads must not hold up the log.
+    pub(crate) fn show(&mut self, drafts: &[Draft], screen: &mpsc::Sender<Vec<u8>>) {
+        let text: String = drafts.iter().filter_map(|d| self.render(d)).collect();
+        if !text.is_empty() {
+            let _ = screen.try_send(text.into_bytes());
         }
     }
 

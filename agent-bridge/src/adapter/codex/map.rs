@@ -13,10 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use moor_protocol::kinds;
 use moor_protocol::payload::{
     AgentError, AgentPermissionRequest, AgentResult, AgentText, AgentTextDelta, AgentThinking,
-    AgentTodos, AgentToolResult, AgentToolUse, Todo,
+    AgentTodos, AgentToolUse, Todo,
 };
 use serde_json::{json, Value};
 
@@ -223,15 +222,7 @@ impl Mapper {
         let exit = item.get("exitCode").and_then(Value::as_i64);
         let is_error = status != "completed" || exit.is_some_and(|c| c != 0);
         let text = tool_output(item, status);
-        let (summary, truncated) = bounded(&text, kinds::TOOL_RESULT_SUMMARY_CHARS);
-        out.signals.push(Signal::ToolFinished { id: id.clone() });
-        out.drafts.push(Draft::new(AgentToolResult {
-            tool_use_id: id,
-            is_error,
-            summary,
-            bytes: text.len() as u64,
-            truncated,
-        }));
+        out.tool_result(id, is_error, &text);
     }
 
     /// An approval request (`item/commandExecution/requestApproval`,
@@ -285,15 +276,8 @@ impl Mapper {
         let status = str_of(turn, "status").unwrap_or("completed");
         let had_tools = !self.tools.is_empty();
         for (id, _) in std::mem::take(&mut self.tools) {
-            out.signals.push(Signal::ToolFinished { id: id.clone() });
-            let summary = format!("the turn ended ({status}) without this call's result");
-            out.drafts.push(Draft::new(AgentToolResult {
-                tool_use_id: id,
-                is_error: true,
-                bytes: summary.len() as u64,
-                summary,
-                truncated: false,
-            }));
+            let why = format!("the turn ended ({status}) without this call's result");
+            out.tool_result(id, true, &why);
         }
         // Text of items that never completed.
         for (id, text) in std::mem::take(&mut self.text) {

@@ -5,22 +5,14 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::adapter::acp::rpc::{self, Incoming};
-use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds};
-use crate::adapter::claude::decide::resolved;
-
-fn kinds_of(drafts: &[Draft]) -> Vec<&str> {
-    drafts.iter().map(|d| d.kind.as_str()).collect()
-}
-
-fn fixture(name: &str) -> String {
-    let path = format!("{}/tests/fixtures/codex/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use crate::adapter::capture_tests::{
+    answered, as_log, assert_every_prefix_folds, fixture, kinds_of, turn_kinds,
+};
 
 /// A capture run through the mapper as the adapter runs it: `IN` says how each approval
 /// request was answered.
 fn replay(name: &str) -> Vec<Draft> {
-    let answers: BTreeMap<String, Value> = fixture(&format!("{name}.IN.jsonl"))
+    let answers: BTreeMap<String, Value> = fixture(&format!("codex/{name}.IN.jsonl"))
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r.get("method").is_none())
@@ -28,7 +20,7 @@ fn replay(name: &str) -> Vec<Draft> {
         .collect();
     let mut mapper = Mapper::new();
     let mut drafts = Vec::new();
-    for line in fixture(&format!("{name}.OUT.jsonl")).lines() {
+    for line in fixture(&format!("codex/{name}.OUT.jsonl")).lines() {
         match rpc::parse(line) {
             Incoming::Notification { method, params } => {
                 drafts.extend(mapper.notification(&method, &params).drafts)
@@ -41,13 +33,7 @@ fn replay(name: &str) -> Vec<Draft> {
                     Some("decline") => Resolution::Deny,
                     _ => Resolution::Cancelled,
                 };
-                drafts.push(resolved(
-                    &request.request_id,
-                    decision,
-                    Some("user:t"),
-                    None,
-                    None,
-                ));
+                drafts.push(answered(&request.request_id, decision));
             }
             Incoming::Response { .. } => {}
             Incoming::Invalid(why) => panic!("{name}: {why}: {line}"),
@@ -74,12 +60,8 @@ fn every_prefix_of_every_codex_capture_gives_a_valid_transcript_and_a_consistent
 #[test]
 fn an_approved_and_a_declined_command_are_bash_calls_with_their_results() {
     let drafts = replay("01_allow_deny_interrupt");
-    let kinds: Vec<&str> = kinds_of(&drafts)
-        .into_iter()
-        .filter(|k| *k != "agent.text.delta" && *k != "agent.event")
-        .collect();
     assert_eq!(
-        kinds,
+        turn_kinds(&drafts),
         [
             "agent.text",
             "agent.result",

@@ -13,21 +13,17 @@ pub mod map;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use moor_protocol::payload::{self, AgentSession, Resolution};
+use moor_protocol::payload::AgentSession;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use self::map::{codex_event, Mapper};
 use super::acp::map::Mapped;
 use super::acp::rpc::{self, Incoming};
-use super::claude::decide::resolved;
+use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, withdrawn, Calls, Core, Protocol};
-use super::{
-    signal_agent, AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSignal,
-    AgentSpec,
-};
+use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
+use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
 use crate::spool::Draft;
 
 /// The approval requests `moor` puts to a person.
@@ -101,44 +97,37 @@ fn sets_approval_policy(command: &[String]) -> bool {
 /// `codex app-server`, started and ready to run.
 #[derive(Debug)]
 pub struct CodexAgent {
-    process: Process,
-    pid: AgentPid,
-    spec: AgentSpec,
+    agent: Spawned,
 }
 
 impl CodexAgent {
     /// Start the app-server.
     pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let process = Process::spawn_argv(spec, command_line(&spec.command))?;
-        Ok(Self {
-            pid: AgentPid::new(process.pid),
-            process,
-            spec: spec.clone(),
-        })
+        let agent = Spawned::start(spec, command_line(&spec.command))?;
+        Ok(Self { agent })
     }
 
     /// The process id.
     pub fn pid(&self) -> AgentPid {
-        self.pid.clone()
+        self.agent.pid()
     }
 
     /// Run until the app-server exits and `agent.exit` is spooled.
     pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        let ask_untrusted = !sets_approval_policy(&self.spec.command);
-        let (core, channels) = Core::start(self.spec, io, "Codex");
-        let run = Run {
-            core,
-            mapper: Mapper::new(),
-            pending: BTreeMap::new(),
-            calls: Calls::default(),
-            thread_id: None,
-            turn_id: None,
-            version: None,
-            ask_untrusted,
-            turn: false,
-            interrupt_wanted: false,
-        };
-        rpc_agent::run(run, self.process, channels).await
+        self.agent
+            .run(io, "Codex", |core| Run {
+                ask_untrusted: !sets_approval_policy(&core.spec.command),
+                core,
+                mapper: Mapper::new(),
+                pending: BTreeMap::new(),
+                calls: Calls::default(),
+                thread_id: None,
+                turn_id: None,
+                version: None,
+                turn: false,
+                interrupt_wanted: false,
+            })
+            .await
     }
 }
 
@@ -180,12 +169,7 @@ impl Protocol for Run {
     }
 
     async fn started(&mut self, process: &mut Process) -> Result<(), AdapterError> {
-        let start = payload::AgentStart {
-            command: process.argv.clone(),
-            ..self.core.spec.start_entry(process.pid, AdapterKind::Codex)
-        };
-        let drafts = self.core.start_entries(start);
-        self.record(drafts).await?;
+        self.core.started(process, AdapterKind::Codex).await?;
         let params = json!({
             "clientInfo": {"name": "moor", "title": "Mooring", "version": env!("CARGO_PKG_VERSION")},
             "capabilities": null,
@@ -227,21 +211,13 @@ impl Protocol for Run {
             }
             Incoming::Request { id, method, params } => {
                 drafts.push(codex_event(&method, &params));
-                let why = format!("moor does not serve {method}");
-                if let Err(e) = process
-                    .send(&rpc::error(&id, rpc::METHOD_NOT_FOUND, &why))
-                    .await
-                {
-                    drafts.push(error(&e, None));
+                rpc_agent::refuse(process, &id, &method, drafts).await;
+            }
+            Incoming::Response { id, outcome } => {
+                if let Some(call) = self.calls.answered(id, &line, drafts) {
+                    self.answered(process, call, outcome, drafts).await;
                 }
             }
-            Incoming::Response { id, outcome } => match self.calls.answered(id) {
-                Some(call) => self.answered(process, call, outcome, drafts).await,
-                None => drafts.push(error(
-                    "the agent answered a request moor never made",
-                    Some(&line),
-                )),
-            },
             Incoming::Invalid(why) => drafts.push(error(
                 &format!("the agent printed a line that is not JSON-RPC ({why})"),
                 Some(&line),
@@ -266,34 +242,23 @@ impl Protocol for Run {
             .await?;
         self.turn = true;
         self.turn_id = None;
-        self.core.watchdog.turn_started(Self::now());
+        self.core.watchdog.turn_started(Core::now());
         Ok(())
     }
 
     /// Answers a pending approval with the person's decision (`accept` or `decline`) and
     /// records who decided.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
+    async fn decide(&mut self, process: &mut Process, decision: &Decision) -> Result<(), String> {
+        let request_id = decision.request_id.as_str();
         let Some(rpc_id) = self.pending.get(request_id) else {
-            return Err(format!(
-                "no pending permission request {request_id} (already decided, withdrawn, or the agent restarted)"
-            ));
+            return Err(not_pending(request_id));
         };
-        let decision = if allow { "accept" } else { "decline" };
+        let answer = if decision.allow { "accept" } else { "decline" };
         process
-            .send(&rpc::result(rpc_id, json!({ "decision": decision })))
+            .send(&rpc::result(rpc_id, json!({ "decision": answer })))
             .await?;
         self.pending.remove(request_id);
-        self.core
-            .decided(request_id, allow, message, by, input_seq)
-            .await
+        self.core.decided(decision).await
     }
 
     /// `turn/interrupt` for the running turn (sent once the app-server names the turn, when it
@@ -307,9 +272,7 @@ impl Protocol for Run {
             process
                 .send(&rpc::result(&rpc_id, json!({"decision": "cancel"})))
                 .await?;
-            self.core.watchdog.permission_done(Self::now());
-            let why = Some("the turn was interrupted");
-            drafts.push(resolved(&id, Resolution::Cancelled, None, None, why));
+            drafts.push(self.core.interrupted(&id));
         }
         match self.turn_id.clone() {
             Some(turn) => self.send_interrupt(process, thread, turn).await?,
@@ -328,10 +291,6 @@ impl Protocol for Run {
 }
 
 impl Run {
-    fn now() -> Instant {
-        Instant::now()
-    }
-
     async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
         self.core.record(drafts).await
     }
@@ -410,12 +369,8 @@ impl Run {
                 }
             }
             (Call::Initialize | Call::StartThread, Err(e)) => {
-                drafts.push(error(
-                    &format!("the agent refused to start: {e}; stopping it"),
-                    None,
-                ));
-                self.core.stopping = true;
-                let _ = signal_agent(process.pid, AgentSignal::Terminate);
+                let why = format!("the agent refused to start: {e}; stopping it");
+                self.core.give_up(process, &why, drafts);
             }
             (Call::StartThread | Call::ResumeThread(_), Ok(result)) => {
                 self.thread_ready(process, &result, drafts).await;
@@ -474,11 +429,7 @@ impl Run {
             }),
             version: self.version.clone(),
         }));
-        if let Some(prompt) = self.core.brief() {
-            if let Err(e) = self.prompt(process, &prompt).await {
-                drafts.push(error(&e, None));
-            }
-        }
+        rpc_agent::send_brief(self, process, drafts).await;
     }
 
     /// The app-server named the running turn (`turn/started`, or the answer to `turn/start`):
@@ -519,10 +470,7 @@ impl Run {
         self.turn_id = None;
         self.interrupt_wanted = false;
         self.observe(mapped, drafts);
-        // A question the app-server no longer waits for is not pending any more.
-        let pending = std::mem::take(&mut self.pending).into_keys();
-        drafts.extend(withdrawn(pending, "the turn ended"));
-        rpc_agent::next_queued(self, process, drafts).await;
+        rpc_agent::turn_over(self, process, drafts).await;
     }
 }
 

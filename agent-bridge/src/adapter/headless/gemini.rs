@@ -11,10 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use moor_protocol::kinds;
 use moor_protocol::payload::{
-    AgentError, AgentResult, AgentSession, AgentText, AgentTextDelta, AgentTodos, AgentToolResult,
-    AgentToolUse, Todo,
+    AgentError, AgentResult, AgentSession, AgentText, AgentTextDelta, AgentTodos, AgentToolUse,
+    Todo,
 };
 use serde_json::{json, Value};
 
@@ -95,15 +94,7 @@ impl Turn {
             // A result for a call never announced (or forgotten) says only that it happened.
             out.signals.push(Signal::Alive);
         }
-        let (summary, truncated) = bounded(text, kinds::TOOL_RESULT_SUMMARY_CHARS);
-        out.signals.push(Signal::ToolFinished { id: id.clone() });
-        out.drafts.push(Draft::new(AgentToolResult {
-            tool_use_id: id,
-            is_error,
-            summary,
-            bytes: text.len() as u64,
-            truncated,
-        }));
+        out.tool_result(id, is_error, text);
     }
 
     /// The turn ended: a result for every call left open, the final text, `agent.result`, and
@@ -119,15 +110,8 @@ impl Turn {
         self.over = true;
         let had_tools = !self.tools.is_empty();
         for id in std::mem::take(&mut self.tools) {
-            out.signals.push(Signal::ToolFinished { id: id.clone() });
-            let summary = "the turn ended without this call's result".to_owned();
-            out.drafts.push(Draft::new(AgentToolResult {
-                tool_use_id: id,
-                is_error: true,
-                bytes: summary.len() as u64,
-                summary,
-                truncated: false,
-            }));
+            let why = "the turn ended without this call's result";
+            out.tool_result(id, true, why);
         }
         self.flush(out);
         let (subtype, terminal, error) = match failure {

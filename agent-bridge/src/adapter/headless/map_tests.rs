@@ -3,12 +3,7 @@ use moor_protocol::payload::InputText;
 use super::codex_exec::CodexExecMapper;
 use super::gemini::GeminiMapper;
 use super::*;
-use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds};
-
-fn fixture(dir: &str, name: &str) -> String {
-    let path = format!("{}/tests/fixtures/{dir}/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds, fixture};
 
 /// The captures `names` (each one turn's output) as one run of `D` maps them, a prompt before
 /// each turn after the first; a turn whose output ends early is cut short as the adapter
@@ -23,7 +18,7 @@ fn replay<D: Dialect>(dir: &str, names: &[&str]) -> (D, Vec<Draft>) {
             }));
         }
         dialect.turn_started();
-        for line in fixture(dir, name).lines() {
+        for line in fixture(&format!("{dir}/{name}")).lines() {
             let event: Value = serde_json::from_str(line).unwrap();
             drafts.extend(dialect.event(&event).drafts);
         }

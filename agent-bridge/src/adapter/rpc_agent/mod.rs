@@ -1,6 +1,7 @@
-//! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the run
-//! loop ([`run`]) with remote input and signals, the requests in flight ([`Calls`]), and what is
-//! left to do once the agent is gone; the protocol-free state is [`Core`].
+//! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the
+//! started process ([`Spawned`]), the run loop ([`run`]) with remote input and signals, the
+//! requests in flight ([`Calls`]), and what is left to do once the agent is gone; the
+//! protocol-free state is [`Core`].
 //!
 //! Protocol-free: the adapters ([`Protocol`]) own their requests, their mapping and their
 //! answers.
@@ -9,19 +10,21 @@ mod state;
 
 use std::collections::BTreeMap;
 
-use moor_protocol::payload::{self, Resolution};
+use moor_protocol::payload;
 use moor_protocol::{kinds, BodyError, EntryBody};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use self::state::request_to_answer;
 pub(crate) use self::state::{drained, Channels, Core, BURST, PIPE_DRAIN};
 use super::acp::rpc;
-use super::claude::decide::resolved;
+use super::claude::decide::{withdrawn, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
 use super::claude::sleep_until;
-use super::{settle, signal_agent, tree, AdapterDone, AdapterError, AgentExit, AgentSignal};
+use super::{
+    settle, signal_agent, tree, AdapterDone, AdapterError, AdapterIo, AgentExit, AgentPid,
+    AgentSignal, AgentSpec,
+};
 use crate::inputs::PendingInput;
 use crate::spool::Draft;
 
@@ -39,17 +42,8 @@ pub(crate) trait Protocol {
     async fn output(&mut self, process: &mut Process, out: Out, drafts: &mut Vec<Draft>);
     /// Sends `text` as the next turn.
     async fn prompt(&mut self, process: &mut Process, text: &str) -> Result<(), String>;
-    /// Answers the pending permission request `request_id` with a person's decision and
-    /// records it.
-    async fn decide(
-        &mut self,
-        process: &mut Process,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String>;
+    /// Answers the pending permission request a person's `decision` is for, and records it.
+    async fn decide(&mut self, process: &mut Process, decision: &Decision) -> Result<(), String>;
     /// Interrupts the running turn (pending requests are answered "cancelled" first).
     async fn interrupt(&mut self, process: &mut Process) -> Result<(), String>;
     /// Whether a turn runs.
@@ -60,8 +54,45 @@ pub(crate) trait Protocol {
     fn take_pending(&mut self) -> Vec<String>;
 }
 
+/// A JSON-RPC agent's process, started and ready to run.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    process: Process,
+    pid: AgentPid,
+    spec: AgentSpec,
+}
+
+impl Spawned {
+    /// Starts `argv` as `spec`'s agent.
+    pub(crate) fn start(spec: &AgentSpec, argv: Vec<String>) -> Result<Self, AdapterError> {
+        let process = Process::spawn_argv(spec, argv)?;
+        Ok(Self {
+            pid: AgentPid::new(process.pid),
+            process,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> AgentPid {
+        self.pid.clone()
+    }
+
+    /// Runs the protocol `protocol` makes of the run's core until the agent exits and
+    /// `agent.exit` is spooled; `agent` names the agent on the terminal.
+    pub(crate) async fn run<P: Protocol>(
+        self,
+        io: AdapterIo,
+        agent: &str,
+        protocol: impl FnOnce(Core) -> P,
+    ) -> Result<AdapterDone, AdapterError> {
+        let (core, channels) = Core::start(self.spec, io, agent);
+        run(protocol(core), self.process, channels).await
+    }
+}
+
 /// Runs `protocol` on `process` until the agent exits and `agent.exit` is spooled.
-pub(crate) async fn run<P: Protocol>(
+async fn run<P: Protocol>(
     mut protocol: P,
     mut process: Process,
     channels: Channels,
@@ -175,16 +206,10 @@ async fn remote<P: Protocol>(protocol: &mut P, process: &mut Process, input: Pen
         }
         Ok(EntryBody::InputText(prompt)) => protocol.prompt(process, &prompt.text).await,
         Ok(EntryBody::InputInterrupt(_)) => protocol.interrupt(process).await,
-        Ok(EntryBody::InputPermission(decision)) => {
-            match request_to_answer(decision.request_id, protocol.pending().iter()) {
-                Ok(id) => {
-                    let allow = decision.decision == payload::PermissionDecision::Allow;
-                    let message = decision.message.as_deref();
-                    let seq = Some(input.seq.0);
-                    protocol
-                        .decide(process, &id, allow, message, &by, seq)
-                        .await
-                }
+        Ok(EntryBody::InputPermission(answer)) => {
+            let pending = protocol.pending();
+            match Decision::remote(answer, pending.iter(), &by, Some(input.seq.0)) {
+                Ok(decision) => protocol.decide(process, &decision).await,
                 Err(e) => Err(e),
             }
         }
@@ -217,11 +242,47 @@ pub(crate) async fn next_queued<P: Protocol>(
     }
 }
 
-/// `agent.permission.resolved` "cancelled" for each of `ids`, saying `why`.
-pub(crate) fn withdrawn(ids: impl IntoIterator<Item = String>, why: &str) -> Vec<Draft> {
-    ids.into_iter()
-        .map(|id| resolved(&id, Resolution::Cancelled, None, None, Some(why)))
-        .collect()
+/// The turn ended: the questions the agent no longer waits for are withdrawn and the next
+/// queued prompt is sent.
+pub(crate) async fn turn_over<P: Protocol>(
+    protocol: &mut P,
+    process: &mut Process,
+    drafts: &mut Vec<Draft>,
+) {
+    drafts.extend(withdrawn(protocol.take_pending(), "the turn ended"));
+    next_queued(protocol, process, drafts).await;
+}
+
+/// The agent's session exists: a continued conversation's recovery brief is sent as its first
+/// prompt.
+pub(crate) async fn send_brief<P: Protocol>(
+    protocol: &mut P,
+    process: &mut Process,
+    drafts: &mut Vec<Draft>,
+) {
+    let Some(prompt) = protocol.core().brief() else {
+        return;
+    };
+    if let Err(e) = protocol.prompt(process, &prompt).await {
+        drafts.push(error(&e, None));
+    }
+}
+
+/// Answers the agent's request `method` with "method not found", so it does not wait for
+/// what `moor` does not serve.
+pub(crate) async fn refuse(
+    process: &mut Process,
+    id: &Value,
+    method: &str,
+    drafts: &mut Vec<Draft>,
+) {
+    let why = format!("moor does not serve {method}");
+    if let Err(e) = process
+        .send(&rpc::error(id, rpc::METHOD_NOT_FOUND, &why))
+        .await
+    {
+        drafts.push(error(&e, None));
+    }
 }
 
 /// Our requests in flight, by JSON-RPC id, each with what it was (`C`).
@@ -256,8 +317,16 @@ impl<C> Calls<C> {
         Ok(())
     }
 
-    /// The request that the answer `id` is for, forgotten.
-    pub(crate) fn answered(&mut self, id: u64) -> Option<C> {
-        self.open.remove(&id)
+    /// The request that the answer `id` (the agent's `line`) is for, forgotten; `None`, and
+    /// an error entry, when `moor` made no such request.
+    pub(crate) fn answered(&mut self, id: u64, line: &str, drafts: &mut Vec<Draft>) -> Option<C> {
+        let call = self.open.remove(&id);
+        if call.is_none() {
+            drafts.push(error(
+                "the agent answered a request moor never made",
+                Some(line),
+            ));
+        }
+        call
     }
 }

@@ -11,13 +11,14 @@ use moor_protocol::payload::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::adapter::claude::decide::resolved;
+use crate::adapter::claude::decide::{not_recorded, resolved, Decision};
 use crate::adapter::claude::map::{bounded, error, Signal, RAW_CHARS};
 use crate::adapter::claude::process::{Out, Process};
 use crate::adapter::claude::render::Renderer;
 use crate::adapter::claude::watchdog::Watchdog;
 use crate::adapter::{
-    settle, terminal, AdapterError, AdapterIo, AgentExit, AgentSignal, AgentSpec,
+    settle, signal_agent, terminal, AdapterError, AdapterIo, AdapterKind, AgentExit, AgentSignal,
+    AgentSpec,
 };
 use crate::inputs::{Inputs, PendingInput};
 use crate::spool::{Draft, Spool};
@@ -94,13 +95,7 @@ impl Core {
         if drafts.is_empty() {
             return Ok(());
         }
-        let mut text = String::new();
-        for d in &drafts {
-            text.extend(self.renderer.render(d));
-        }
-        if !text.is_empty() {
-            let _ = self.screen.try_send(text.into_bytes());
-        }
+        self.renderer.show(&drafts, &self.screen);
         self.spool.append(drafts).await?;
         Ok(())
     }
@@ -145,6 +140,37 @@ impl Core {
         drafts
     }
 
+    /// The agent was started: `agent.start` for `kind` (after an `agent.restart` when an
+    /// earlier conversation is continued), spooled.
+    pub(crate) async fn started(
+        &mut self,
+        process: &Process,
+        kind: AdapterKind,
+    ) -> Result<(), AdapterError> {
+        let start = payload::AgentStart {
+            command: process.argv.clone(),
+            ..self.spec.start_entry(process.pid, kind)
+        };
+        let drafts = self.start_entries(start);
+        self.record(drafts).await
+    }
+
+    /// The agent refused what its run needs (`why` says what): it is stopped, and its exit is
+    /// not a crash.
+    pub(crate) fn give_up(&mut self, process: &Process, why: &str, drafts: &mut Vec<Draft>) {
+        drafts.push(error(why, None));
+        self.stopping = true;
+        let _ = signal_agent(process.pid, AgentSignal::Terminate);
+    }
+
+    /// The running turn was interrupted with the permission request `request_id` pending (and
+    /// answered "cancelled" to the agent): the watchdog stops waiting for a person.
+    pub(crate) fn interrupted(&mut self, request_id: &str) -> Draft {
+        self.watchdog.permission_done(Self::now());
+        let why = Some("the turn was interrupted");
+        resolved(request_id, Resolution::Cancelled, None, None, why)
+    }
+
     /// The recovery brief to send as the first prompt of a continued conversation.
     pub(crate) fn brief(&self) -> Option<String> {
         self.spec
@@ -181,24 +207,10 @@ impl Core {
 
     /// A person decided a permission request (already answered to the agent): the watchdog
     /// stops waiting for a person, and who decided is recorded.
-    pub(crate) async fn decided(
-        &mut self,
-        request_id: &str,
-        allow: bool,
-        message: Option<&str>,
-        by: &str,
-        input_seq: Option<u64>,
-    ) -> Result<(), String> {
+    pub(crate) async fn decided(&mut self, decision: &Decision) -> Result<(), String> {
         self.watchdog.permission_done(Self::now());
-        let decision = if allow {
-            Resolution::Allow
-        } else {
-            Resolution::Deny
-        };
-        let entry = resolved(request_id, decision, Some(by), input_seq, message);
-        self.record(vec![entry])
-            .await
-            .map_err(|e| format!("decided, but could not record it: {e}"))
+        let entry = decision.entry();
+        self.record(vec![entry]).await.map_err(not_recorded)
     }
 
     /// The silence deadline passed: a stall, if the watchdog says so.
@@ -234,19 +246,6 @@ impl Core {
             self.record(vec![error(&what, None)]).await?;
         }
         Ok(())
-    }
-}
-
-/// The request a remote `input.permission` answers: the one it names, else the only pending
-/// one.
-pub(crate) fn request_to_answer<'a>(
-    named: Option<String>,
-    mut pending: impl Iterator<Item = &'a String>,
-) -> Result<String, String> {
-    match (named, pending.next(), pending.next()) {
-        (Some(id), _, _) => Ok(id),
-        (None, Some(only), None) => Ok(only.clone()),
-        _ => Err("input.permission needs \"request_id\"".to_owned()),
     }
 }
 
