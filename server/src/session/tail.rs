@@ -4,7 +4,8 @@
 //! The subscription is made before the first store read, so nothing committed in between can be
 //! missed; live entries at or below the cursor are dropped. A gap in the live stream (a lagged
 //! receiver) or a notice of an entry too big for the live stream switches back to reading the
-//! store from the cursor. Store reads are pages bounded in count and bytes, so what a tail holds
+//! store from the cursor, and so does a closed channel (the hub replaced it with a bigger one),
+//! after subscribing again. Store reads are pages bounded in count and bytes, so what a tail holds
 //! is at most one page (and at least one entry). `next` is cancel-safe.
 //!
 //! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
@@ -22,7 +23,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
-use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreError, StoreResult};
+use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -124,9 +125,20 @@ impl Tail {
                     self.live = false;
                     return None;
                 }
-                Err(_) => return None,
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.resubscribe();
+                    return None;
+                }
+                Err(broadcast::error::TryRecvError::Empty) => return None,
             }
         }
+    }
+
+    /// The session's channel was replaced (it grew) or dropped: subscribe again, then read what
+    /// was committed since from the store.
+    fn resubscribe(&mut self) {
+        self.rx = self.hub.subscribe(self.session);
+        self.live = false;
     }
 
     /// The next entry after the cursor; waits for one to be committed if none is.
@@ -189,10 +201,77 @@ impl Tail {
                     self.hub.metrics().viewer_lagged.inc();
                     self.live = false;
                 }
-                Err(RecvError::Closed) => {
-                    return Err(StoreError::Other(anyhow::anyhow!("fan-out closed")));
-                }
+                Err(RecvError::Closed) => self.resubscribe(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::kinds;
+    use serde_json::json;
+
+    use super::*;
+    use crate::state::testing;
+    use crate::store::{Append, IdemKey};
+
+    fn output(i: u64) -> Append {
+        Append {
+            ts: 0,
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: kinds::AUTHOR_BRIDGE.into(),
+            payload: json!({ "text": i.to_string() }),
+            key: IdemKey::None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_live_tail_misses_nothing_when_its_sessions_channel_grows_under_it() {
+        // arrange: a tail alone on a session, live (its channel is the small first one)
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        state.log.append(session, vec![output(2)]).await.unwrap();
+        // act: a second subscriber grows the channel; then a batch bigger than the small
+        // channel, and single entries
+        let _viewer = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        state.log.append(session, vec![output(3)]).await.unwrap();
+        let batch: Vec<Append> = (4..40).map(output).collect();
+        state.log.append(session, batch).await.unwrap();
+        state.log.append(session, vec![output(40)]).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 2..=40 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert: every entry once, in order
+        assert_eq!(got, (2..=40).collect::<Vec<u64>>());
+        assert!(tail.ready().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lone_tail_misses_nothing_when_a_big_batch_grows_its_channel() {
+        // arrange: a live tail alone on a session
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // act: batches bigger than the small channel, then small ones
+        for b in 0..3 {
+            let batch: Vec<Append> = (0..50).map(|i| output(b * 50 + i)).collect();
+            state.log.append(session, batch).await.unwrap();
+            state.log.append(session, vec![output(0)]).await.unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..153 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert
+        assert_eq!(got, (2..=154).collect::<Vec<u64>>());
     }
 }
