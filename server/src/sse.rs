@@ -447,4 +447,57 @@ mod tests {
         assert!(!watcher.recv().await.unwrap().is_notice());
         assert_eq!(got, [(2, big.len()), (3, 1)]);
     }
+
+    fn output_n(i: u64) -> Append {
+        output(i.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_live_tail_misses_nothing_when_its_sessions_channel_grows_under_it() {
+        // arrange: a tail alone on a session, live (its channel is the small first one)
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output_n(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        state.log.append(session, vec![output_n(2)]).await.unwrap();
+        // act: a second subscriber grows the channel; then a batch bigger than the small
+        // channel, and single entries
+        let _viewer = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        state.log.append(session, vec![output_n(3)]).await.unwrap();
+        let batch: Vec<Append> = (4..40).map(output_n).collect();
+        state.log.append(session, batch).await.unwrap();
+        state.log.append(session, vec![output_n(40)]).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 2..=40 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert: every entry once, in order
+        assert_eq!(got, (2..=40).collect::<Vec<u64>>());
+        assert!(tail.ready().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lone_tail_misses_nothing_when_a_big_batch_grows_its_channel() {
+        // arrange: a live tail alone on a session
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output_n(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // act: batches bigger than the small channel, then small ones
+        for b in 0..3 {
+            let batch: Vec<Append> = (0..50).map(|i| output_n(b * 50 + i)).collect();
+            state.log.append(session, batch).await.unwrap();
+            state.log.append(session, vec![output_n(0)]).await.unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..153 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert
+        assert_eq!(got, (2..=154).collect::<Vec<u64>>());
+    }
 }

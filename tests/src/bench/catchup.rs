@@ -58,7 +58,7 @@ pub async fn sse(moord: &Moord, session: &str, last: u64, gzip: bool) -> Result<
         if line.starts_with("HTTP/1.1") && !line.contains("200") {
             bail!("sse refused: {line}");
         }
-        encoded |= line.to_ascii_lowercase() == "content-encoding: gzip\r\n";
+        encoded |= line.eq_ignore_ascii_case("content-encoding: gzip\r\n");
     }
     ensure!(encoded == gzip, "asked for gzip: {gzip}, got it: {encoded}");
     let mut out = CatchUp {
