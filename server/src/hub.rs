@@ -21,6 +21,12 @@ use crate::store::RawEntry;
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
 /// the store).
 const CHANNEL_CAPACITY: usize = 1024;
+/// Slots of a session's channel while one subscriber reads it (a live session nobody watches:
+/// its state follower) and batches are small. A channel's slots are allocated up front, about
+/// 40 bytes each, so a full one would cost an idle session 40 KiB. The topic grows to its full
+/// capacity when a second subscriber arrives or a batch fills half of it; the receivers of the
+/// small channel then see it closed and resubscribe, reading what they missed from the store.
+const FIRST_CAPACITY: usize = 16;
 
 /// Entries whose payload encodes to more than this go to subscribers as a notice without the
 /// payload, which they read from the store: a lagging subscriber keeps the channel's frames
@@ -256,6 +262,26 @@ pub enum BridgeControl {
 #[derive(Debug)]
 struct Topic {
     tx: broadcast::Sender<Arc<Frame>>,
+    /// The channel has its full capacity.
+    grown: bool,
+}
+
+impl Topic {
+    fn new(capacity: usize) -> Self {
+        let first = capacity.min(FIRST_CAPACITY);
+        Self {
+            tx: broadcast::channel(first).0,
+            grown: first == capacity,
+        }
+    }
+
+    /// Replaces the small channel with a full one; the old one's receivers see it closed.
+    fn grow(&mut self, capacity: usize) {
+        if !self.grown {
+            self.tx = broadcast::channel(capacity).0;
+            self.grown = true;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -370,18 +396,20 @@ impl Hub {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Receives every entry of `session` committed from now on.
+    /// Receives every entry of `session` committed from now on, until the receiver says the
+    /// channel is closed: then subscribe again and read what was committed since from the store
+    /// (a session's channel is replaced when it grows, see [`FIRST_CAPACITY`]).
     pub fn subscribe(&self, session: SessionId) -> broadcast::Receiver<Arc<Frame>> {
         let mut inner = self.lock();
         let capacity = inner.capacity;
-        inner
+        let topic = inner
             .topics
             .entry(session)
-            .or_insert_with(|| Topic {
-                tx: broadcast::channel(capacity).0,
-            })
-            .tx
-            .subscribe()
+            .or_insert_with(|| Topic::new(capacity));
+        if topic.tx.receiver_count() > 0 {
+            topic.grow(capacity);
+        }
+        topic.tx.subscribe()
     }
 
     /// Announces committed entries, in seq order: to the session's subscribers, and its inputs
@@ -395,8 +423,14 @@ impl Hub {
                     link.feed(f);
                 }
             }
-            match inner.topics.get(&session) {
-                Some(t) if t.tx.receiver_count() > 0 => (t.tx.clone(), frames),
+            let capacity = inner.capacity;
+            match inner.topics.get_mut(&session) {
+                Some(t) if t.tx.receiver_count() > 0 => {
+                    if frames.len() > FIRST_CAPACITY / 2 {
+                        t.grow(capacity);
+                    }
+                    (t.tx.clone(), frames)
+                }
                 _ => return,
             }
         };

@@ -11,7 +11,7 @@
 //! - `state`, the handles every transport gets;
 //! - `session` (the session core: log, tail, cursors, input, state followers), `relay` and
 //!   `access` (who is calling and what they may do);
-//! - `hub`, `store`, `blobs`, `extract`, `error`, `config`, `tls`, `util`.
+//! - `hub`, `store`, `blobs`, `extract`, `error`, `config`, `tls`, `compress`, `util`.
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,6 +19,7 @@ pub mod access;
 mod app;
 pub mod blobs;
 pub mod cli;
+pub mod compress;
 pub mod config;
 mod diff;
 pub mod error;

@@ -2,11 +2,13 @@
 //! SIGTERM/SIGINT, or run an administration command (users, keys, `migrate-store`).
 
 use clap::Parser;
-use moor_server::cli::{init_tracing, Config};
+use moor_server::cli::{init_tracing, Config, Signals};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // First of all: a SIGTERM from here on stops the server cleanly, even during its start.
+    let signals = Signals::install()?;
     let config = Config::parse();
     init_tracing(std::io::stderr, config.log_format);
-    config.run().await
+    config.run(signals).await
 }

@@ -18,7 +18,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use moor_protocol::web::RESET_EVENT;
 use std::sync::Arc;
 
@@ -28,6 +28,7 @@ use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::access::AuthUser;
+use crate::compress::GzipStream;
 use crate::error::ApiError;
 use crate::hub::Hub;
 use crate::metrics::Transport;
@@ -76,11 +77,18 @@ pub async fn events(
         .counted(Transport::Sse);
     // Read the head after subscribing, so the check cannot race a commit.
     let head = state.store.log.find_session(&key).await?.head_seq;
+    let gzip = crate::compress::accepts_gzip(&headers);
     let body = match check_cursor(cursor, head) {
-        Some(reset) => Body::from(format!(
-            "event: {RESET_EVENT}\ndata: {}\n\n",
-            serde_json::to_string(&reset).unwrap_or_default()
-        )),
+        Some(reset) => {
+            let text = format!(
+                "event: {RESET_EVENT}\ndata: {}\n\n",
+                serde_json::to_string(&reset).unwrap_or_default()
+            );
+            match gzip {
+                true => Body::from(crate::compress::gzip(text.as_bytes())),
+                false => Body::from(text),
+            }
+        }
         None => {
             let feed = (query_param(query.as_deref().unwrap_or(""), "state").as_deref()
                 == Some("true"))
@@ -99,11 +107,16 @@ pub async fn events(
                 state.config.stall_timeout,
                 slot,
                 state.hub.clone(),
+                gzip.then(GzipStream::new),
             ))
         }
     };
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
+    match gzip {
+        true => crate::compress::mark_gzip(h),
+        false => crate::compress::mark_vary(h),
+    }
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
@@ -250,33 +263,60 @@ const STALLED: &[u8] = b": reader too slow; reconnect with Last-Event-ID\n\n";
 /// Runs `events` in its own task, handing its chunks over one at a time: the response holds the
 /// chunk it is writing and one more. When the reader takes nothing for `stall`, the task ends
 /// (releasing its tail and the account's `slot`) and the response ends after what it holds and
-/// a comment saying why.
+/// a comment saying why. With `gzip`, every chunk is compressed and flushed on its own (a live
+/// entry is never held back for more traffic), and the compressor is dropped whenever `events`
+/// has nothing ready, so an idle stream does not keep it.
 fn pump(
     events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
     stall: Duration,
     slot: Slot,
     hub: Hub,
+    mut gzip: Option<GzipStream>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<Bytes>();
     tokio::spawn(async move {
         let _slot = slot;
         let _open = hub.metrics().viewer_open(Transport::Sse);
         let mut events = std::pin::pin!(events);
         loop {
-            let next = tokio::select! {
-                next = events.next() => next,
-                // The response is gone: nobody to write for.
-                _ = tx.closed() => return,
+            let next = match events.next().now_or_never() {
+                Some(next) => next,
+                None => {
+                    if let Some(z) = &mut gzip {
+                        z.rest();
+                    }
+                    tokio::select! {
+                        next = events.next() => next,
+                        // The response is gone: nobody to write for.
+                        _ = tx.closed() => return,
+                    }
+                }
             };
-            let Some(Ok(chunk)) = next else { return };
+            let (chunk, end) = match (next, &mut gzip) {
+                (Some(Ok(chunk)), None) => (chunk, false),
+                (Some(Ok(chunk)), Some(z)) => (z.chunk(&chunk), false),
+                // The end of the stream ends the gzip member too.
+                (None, Some(z)) => (z.finish(), true),
+                (None, None) => return,
+                (Some(Err(never)), _) => match never {},
+            };
             match tokio::time::timeout(stall, tx.send(chunk)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return,
+                Ok(Ok(())) if !end => {}
+                Ok(_) => return,
+                Err(_) if end => return,
                 Err(_) => {
                     tracing::debug!("sse reader stalled; ending its stream");
                     hub.metrics().cut_off(Transport::Sse);
-                    let _ = stalled_tx.send(());
+                    let last = match &mut gzip {
+                        None => Bytes::from_static(STALLED),
+                        Some(z) => {
+                            let mut last = z.chunk(STALLED).to_vec();
+                            last.extend_from_slice(&z.finish());
+                            Bytes::from(last)
+                        }
+                    };
+                    let _ = stalled_tx.send(last);
                     return;
                 }
             }
@@ -285,13 +325,8 @@ fn pump(
     let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (Ok(chunk), rx))
     });
-    let farewell = futures_util::stream::once(async move {
-        stalled_rx
-            .await
-            .ok()
-            .map(|()| Ok(Bytes::from_static(STALLED)))
-    })
-    .filter_map(std::future::ready);
+    let farewell = futures_util::stream::once(async move { stalled_rx.await.ok().map(Ok) })
+        .filter_map(std::future::ready);
     chunks.chain(farewell)
 }
 
@@ -411,5 +446,58 @@ mod tests {
         assert!(notice.is_notice() && notice.entry().payload.is_null());
         assert!(!watcher.recv().await.unwrap().is_notice());
         assert_eq!(got, [(2, big.len()), (3, 1)]);
+    }
+
+    fn output_n(i: u64) -> Append {
+        output(i.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_live_tail_misses_nothing_when_its_sessions_channel_grows_under_it() {
+        // arrange: a tail alone on a session, live (its channel is the small first one)
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output_n(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        state.log.append(session, vec![output_n(2)]).await.unwrap();
+        // act: a second subscriber grows the channel; then a batch bigger than the small
+        // channel, and single entries
+        let _viewer = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        state.log.append(session, vec![output_n(3)]).await.unwrap();
+        let batch: Vec<Append> = (4..40).map(output_n).collect();
+        state.log.append(session, batch).await.unwrap();
+        state.log.append(session, vec![output_n(40)]).await.unwrap();
+        let mut got = Vec::new();
+        for _ in 2..=40 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert: every entry once, in order
+        assert_eq!(got, (2..=40).collect::<Vec<u64>>());
+        assert!(tail.ready().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lone_tail_misses_nothing_when_a_big_batch_grows_its_channel() {
+        // arrange: a live tail alone on a session
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        state.log.append(session, vec![output_n(1)]).await.unwrap();
+        let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // act: batches bigger than the small channel, then small ones
+        for b in 0..3 {
+            let batch: Vec<Append> = (0..50).map(|i| output_n(b * 50 + i)).collect();
+            state.log.append(session, batch).await.unwrap();
+            state.log.append(session, vec![output_n(0)]).await.unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..153 {
+            got.push(tail.next().await.unwrap().seq().0);
+        }
+        // assert
+        assert_eq!(got, (2..=154).collect::<Vec<u64>>());
     }
 }

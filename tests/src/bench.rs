@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::ws::{connect, Ws};
 
+pub mod catchup;
 pub mod moord;
 pub mod quiet;
 

@@ -394,8 +394,9 @@ impl Config {
     }
 
     /// Runs what the flags ask for: an administration command, else the server until SIGTERM
-    /// or SIGINT.
-    pub async fn run(self) -> anyhow::Result<()> {
+    /// or SIGINT (caught by `signals`, installed before anything else so that a signal during
+    /// start-up stops the server cleanly too).
+    pub async fn run(self, signals: Signals) -> anyhow::Result<()> {
         let mut config = self;
         if let Some(command) = config.command.take() {
             let server_config = config.into_server_config();
@@ -413,7 +414,17 @@ impl Config {
         let data_dir = config.data_dir.clone();
         let server_config = config.into_server_config();
         let tls = server_config.tls.is_some();
-        let mut server = Server::build(server_config.clone()).await?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(signals.shutdown(shutdown.clone()));
+        // Opening the store may wait a minute for the database: a signal meanwhile ends the
+        // start (nothing is served yet, nothing to drain).
+        let mut server = tokio::select! {
+            built = Server::build(server_config.clone()) => built?,
+            _ = shutdown.cancelled() => {
+                tracing::info!("stopped before serving");
+                return Ok(());
+            }
+        };
         if let Some(addr) = &server_config.metrics_listen {
             let metrics = tokio::net::TcpListener::bind(addr)
                 .await
@@ -448,8 +459,6 @@ impl Config {
          (or MOOR_TOKEN=$(cat {}) moor run --server {public_url} -- <command>)",
             token_file.display()
         );
-        let shutdown = CancellationToken::new();
-        tokio::spawn(signal_shutdown(shutdown.clone()));
         server.serve(listener, shutdown).await
     }
 }
@@ -463,16 +472,28 @@ fn human(d: Duration) -> String {
     }
 }
 
-async fn signal_shutdown(token: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    tracing::info!("shutting down: moving bridges, ending streams, finishing commits");
-    token.cancel();
+/// SIGTERM and SIGINT, caught from the moment [`Signals::install`] returns: from then on they
+/// no longer kill the process, and one received before [`Signals::shutdown`] waits is kept.
+#[derive(Debug)]
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; call it first thing in the runtime.
+    pub fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Cancels `token` at the first SIGTERM or SIGINT (already received or to come).
+    pub async fn shutdown(mut self, token: CancellationToken) {
+        tokio::select! { _ = self.term.recv() => {}, _ = self.int.recv() => {} }
+        tracing::info!("shutting down: moving bridges, ending streams, finishing commits");
+        token.cancel();
+    }
 }

@@ -1,14 +1,15 @@
 //! Session resources: list, get, delete, history paging, and closing a live bridge
 //! (operators).
 //!
-//! Part of the HTTP transport: calls `access`, `store`, `blobs`, `retention` and `hub`; never
+//! Part of the HTTP transport: calls `access`, `store`, `blobs`, `retention`, `hub` and
+//! `compress` (pages of `/entries` are gzipped for clients that ask); never
 //! `sse` or `ws`.
 
 use crate::extract::Json;
 use axum::extract::{Path, RawQuery, State};
 use std::fmt::Write as _;
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use moor_protocol::api::{BridgeStatus, EntriesPage, Me, Role, SessionInfo, SessionStatus};
 use moor_protocol::{Seq, SessionId};
@@ -16,6 +17,7 @@ use serde::Deserialize;
 
 use crate::access::AuthUser;
 use crate::access::{session_for, session_with_role};
+use crate::compress;
 use crate::error::ApiError;
 use crate::hub::BridgeControl;
 use crate::state::AppState;
@@ -220,6 +222,7 @@ pub(super) async fn entries(
     AuthUser(who): AuthUser,
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Viewer).await?;
     let limit = limit_param(query.as_deref(), DEFAULT_PAGE, MAX_PAGE)?;
@@ -244,11 +247,22 @@ pub(super) async fn entries(
         },
     )
     .await?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/json")],
-        entries_page_json(&page, session.head_seq),
-    )
-        .into_response())
+    let json = entries_page_json(&page, session.head_seq);
+    let gzip = compress::accepts_gzip(&headers);
+    let mut resp = match gzip {
+        true => compress::gzip(json.as_bytes()).into_response(),
+        false => json.into_response(),
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    match gzip {
+        true => compress::mark_gzip(h),
+        false => compress::mark_vary(h),
+    }
+    Ok(resp)
 }
 
 /// An [`EntriesPage`] as JSON, written from the entries as stored: the same text serde makes of

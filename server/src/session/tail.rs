@@ -4,7 +4,8 @@
 //! The subscription is made before the first store read, so nothing committed in between can be
 //! missed; live entries at or below the cursor are dropped. A gap in the live stream (a lagged
 //! receiver) or a notice of an entry too big for the live stream switches back to reading the
-//! store from the cursor. Store reads are pages bounded in count and bytes, so what a tail holds
+//! store from the cursor, and so does a closed channel (the hub replaced it with a bigger one),
+//! after subscribing again. Store reads are pages bounded in count and bytes, so what a tail holds
 //! is at most one page (and at least one entry). `next` is cancel-safe.
 //!
 //! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
@@ -22,7 +23,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
-use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreError, StoreResult};
+use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -124,9 +125,20 @@ impl Tail {
                     self.live = false;
                     return None;
                 }
-                Err(_) => return None,
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.resubscribe();
+                    return None;
+                }
+                Err(broadcast::error::TryRecvError::Empty) => return None,
             }
         }
+    }
+
+    /// The session's channel was replaced (it grew) or dropped: subscribe again, then read what
+    /// was committed since from the store.
+    fn resubscribe(&mut self) {
+        self.rx = self.hub.subscribe(self.session);
+        self.live = false;
     }
 
     /// The next entry after the cursor; waits for one to be committed if none is.
@@ -189,9 +201,7 @@ impl Tail {
                     self.hub.metrics().viewer_lagged.inc();
                     self.live = false;
                 }
-                Err(RecvError::Closed) => {
-                    return Err(StoreError::Other(anyhow::anyhow!("fan-out closed")));
-                }
+                Err(RecvError::Closed) => self.resubscribe(),
             }
         }
     }

@@ -22,7 +22,7 @@ use crate::metrics::Transport;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::{text, tune};
+use super::{text, tune_viewer};
 
 use crate::access::{AuthUser, Principal, Role};
 use crate::error::ApiError;
@@ -74,7 +74,7 @@ pub async fn upgrade(
         may_input: role >= Role::Controller,
     };
     let conns = state.conns.clone();
-    let ws = tune(ws, &state.config);
+    let ws = tune_viewer(ws, &state.config);
     Ok(ws.on_upgrade(move |socket| {
         conns.track_future(async move {
             let _slot = slot;

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use futures_util::StreamExt;
+use moor_e2e::bench::catchup::{self, CatchUp};
 use moor_e2e::bench::moord::Moord;
 use moor_e2e::bench::{
     arg, entry, ingest, median, next_frame, paced, runs, send, sent_at, sse_read_until, Latency,
@@ -50,33 +52,6 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<(f64, String)> {
     )
     .await??;
     Ok((start.elapsed().as_secs_f64(), session))
-}
-
-/// Seconds to read a whole log over paged HTTP (`GET /entries?after=N&limit=1000`, one
-/// keep-alive connection), and the entries read.
-async fn paged_catch_up(moord: &Moord, session: &str) -> Result<(f64, u64)> {
-    #[derive(serde::Deserialize)]
-    struct Page {
-        entries: Vec<Seqd>,
-        has_more: bool,
-    }
-    #[derive(serde::Deserialize)]
-    struct Seqd {
-        seq: u64,
-    }
-    let client = reqwest::Client::new();
-    let (mut after, mut read) = (0, 0);
-    let start = Instant::now();
-    for _ in 0..10_000 {
-        let path = format!("/sessions/{session}/entries?after={after}&limit=1000");
-        let page: Page = moord.get(&client, &path).await?;
-        read += page.entries.len() as u64;
-        after = page.entries.last().map_or(after, |e| e.seq);
-        if !page.has_more {
-            return Ok((start.elapsed().as_secs_f64(), read));
-        }
-    }
-    anyhow::bail!("the log did not end within 10,000 pages")
 }
 
 /// After a cold restart, seconds until `GET /sessions/{id}` answers with the derived state of a
@@ -187,6 +162,27 @@ async fn idle_memory(moord: &Moord, n: usize) -> Result<(f64, f64)> {
     ))
 }
 
+/// Resident memory per idle live session, in KiB: `n` bridges, each its own session, connected
+/// and idle, nobody watching.
+async fn idle_sessions(moord: &Moord, n: usize) -> Result<f64> {
+    let run = uuid::Uuid::new_v4();
+    // The first session warms the pools and the allocator's arenas.
+    let _warm = moord.bridge(&format!("warm-{run}")).await?;
+    let base = moord.rss_kib()?;
+    let names: Vec<String> = (0..n).map(|i| format!("idle-{run}-{i}")).collect();
+    let bridges = futures_util::stream::iter(names.iter().map(|s| moord.bridge(s)))
+        .buffered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    // One more handshake after the others, so their sessions have settled.
+    drop(moord.bridge(&format!("probe-{run}")).await?);
+    let with = moord.rss_kib()?;
+    drop(bridges);
+    Ok((with - base) as f64 / n as f64)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let runs = runs(5)?;
@@ -197,7 +193,8 @@ async fn main() -> Result<()> {
 
     let (mut ingest_rates, mut catchups, mut fan, mut mem) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut states, mut paged) = (Vec::new(), Vec::new());
+    let (mut states, mut paged, mut wire) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sessions = Vec::new();
     for run in 1..=runs {
         let moord = Moord::start().await?;
         let mut line = format!("run {run}:");
@@ -213,10 +210,29 @@ async fn main() -> Result<()> {
             let (secs, session) = catch_up(&moord, 100_000).await?;
             catchups.push(secs);
             line += &format!(" catch-up {:.3}s", secs);
-            let (secs, read) = paged_catch_up(&moord, &session).await?;
-            anyhow::ensure!(read > 100_000, "paged catch-up read only {read} entries");
-            paged.push(secs);
-            line += &format!(" paged {:.3}s", secs);
+            let p = catchup::paged(&moord, &session, false).await?;
+            anyhow::ensure!(
+                p.entries > 100_000,
+                "paged catch-up read only {} entries",
+                p.entries
+            );
+            let sse_plain = catchup::sse(&moord, &session, 100_001, false).await?;
+            let sse_gzip = catchup::sse(&moord, &session, 100_001, true).await?;
+            let paged_gzip = catchup::paged(&moord, &session, true).await?;
+            line += &format!(
+                " paged {:.3}s; bytes/entry sse {:.1} (events {:.1}, json {:.1}) paged {:.1}; gzip: sse {:.3}s {:.1} B/entry, paged {:.3}s {:.1} B/entry",
+                p.secs,
+                sse_plain.wire_per_entry(),
+                sse_plain.events as f64 / sse_plain.entries as f64,
+                sse_plain.json as f64 / sse_plain.entries as f64,
+                p.wire_per_entry(),
+                sse_gzip.secs,
+                sse_gzip.wire_per_entry(),
+                paged_gzip.secs,
+                paged_gzip.wire_per_entry(),
+            );
+            paged.push(p);
+            wire.push((sse_plain, sse_gzip, paged_gzip));
             long_session = Some(session);
         }
         if want("fanout") {
@@ -240,6 +256,11 @@ async fn main() -> Result<()> {
             let m = idle_memory(&moord, 1000).await?;
             line += &format!(" idle sse {:.1}KiB ws {:.1}KiB", m.0, m.1);
             mem.push(m);
+            drop(moord);
+            let moord = Moord::start().await?;
+            let k = idle_sessions(&moord, 1000).await?;
+            line += &format!(" idle session {k:.1}KiB");
+            sessions.push(k);
         }
         eprintln!("{line}");
     }
@@ -269,14 +290,34 @@ async fn main() -> Result<()> {
         );
         println!(
             "catch-up over paged HTTP (GET /entries, pages of 1000) of the same log: {:.3} s",
-            median(paged)
+            median(paged.iter().map(|p| p.secs).collect())
+        );
+        let m =
+            |f: &dyn Fn(&(CatchUp, CatchUp, CatchUp)) -> f64| median(wire.iter().map(f).collect());
+        println!(
+            "bytes on the wire per entry, plain: SSE {:.1} (its events {:.1}, their JSON {:.1}), paged {:.1}",
+            m(&|w| w.0.wire_per_entry()),
+            m(&|w| w.0.events as f64 / w.0.entries as f64),
+            m(&|w| w.0.json as f64 / w.0.entries as f64),
+            median(paged.iter().map(|p| p.wire_per_entry()).collect()),
+        );
+        println!(
+            "gzip catch-up (Accept-Encoding: gzip): SSE {:.3} s, {:.1} bytes/entry; paged {:.3} s, {:.1} bytes/entry",
+            m(&|w| w.1.secs),
+            m(&|w| w.1.wire_per_entry()),
+            m(&|w| w.2.secs),
+            m(&|w| w.2.wire_per_entry()),
         );
     }
     if !mem.is_empty() {
         println!(
-            "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB (target <= 16 KiB each)",
+            "memory per idle viewer: SSE {:.1} KiB, WebSocket {:.1} KiB (targets <= 8 KiB, <= 6 KiB)",
             median(mem.iter().map(|m| m.0).collect()),
             median(mem.iter().map(|m| m.1).collect())
+        );
+        println!(
+            "memory per idle live session (a bridge connected, nobody watching): {:.1} KiB (target <= 2 KiB)",
+            median(sessions)
         );
     }
     Ok(())
