@@ -93,16 +93,10 @@ impl SqliteStore {
             // than sixteen pages, about 8% of `moord`'s CPU with 1,000 quiet sessions. In
             // memory it is at most the pages one statement changes (a group is at most
             // `MAX_GROUP_ENTRIES` entries; retention and compaction delete in bounded batches).
-            //
-            // `wal_autocheckpoint=8192` (32 MiB of WAL, against SQLite's 1,000 pages): a
-            // session's leaf page is rewritten in many commits, and a checkpoint copies each
-            // page back once however many times the WAL holds it, so rarer checkpoints copy
-            // fewer pages per entry. The WAL file stays at most about that size.
             .connect_with(
                 opts.clone()
                     .auto_vacuum(SqliteAutoVacuum::Incremental)
-                    .pragma("temp_store", "memory")
-                    .pragma("wal_autocheckpoint", "8192"),
+                    .pragma("temp_store", "memory"),
             )
             .await
             .context("open sqlite database")?;
