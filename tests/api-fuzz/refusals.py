@@ -4,9 +4,12 @@ data. Loaded by `scripts/api-fuzz` through SCHEMATHESIS_HOOKS.
 Before every call the stored data is read (every table of the SQLite store in
 MOOR_API_FUZZ_DATA_DIR, and the blob files); after a refused call it is read again and must be the
 same. Requests run one at a time (one worker) and nothing else writes meanwhile (the fuzzed
-session has no bridge), so a difference is the refused request's doing. `state_snapshots` is left
-out: it is a cache of state derived from the log, which the server may write at any time. One
-refusal writes by design: a refresh token used twice is answered 401 and revokes its family.
+session has no bridge), so a difference is the refused request's doing. Left out are the tables
+the server writes on its own at any time: `state_snapshots`, a cache of state derived from the
+log, and the notification outbox and its deliveries, which the notifier claims, retries and
+reschedules in the background (each outbox row is added in the same commit as its log entry, and
+the log is compared). One refusal writes by design: a refresh token used twice is answered 401
+and revokes its family.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 import schemathesis
 
 DATA_DIR = Path(os.environ["MOOR_API_FUZZ_DATA_DIR"])
-DERIVED_TABLES = {"state_snapshots"}
+BACKGROUND_TABLES = {"state_snapshots", "notify_outbox", "notify_deliveries"}
 # Refusals that write by design: (method, path under /api/v1) -> the tables they may change.
 REFUSALS_THAT_WRITE = {
     # A reused refresh token revokes its whole family (theft detection).
@@ -37,7 +40,7 @@ def stored_data() -> dict[str, list[str]]:
             for (name,) in con.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
-            if name not in DERIVED_TABLES
+            if name not in BACKGROUND_TABLES
         ]
         data = {t: sorted(repr(row) for row in con.execute(f'SELECT * FROM "{t}"')) for t in tables}
     finally:
