@@ -119,25 +119,7 @@ impl Api {
         &self,
         req: &moor_protocol::host::MachineRegistration,
     ) -> anyhow::Result<moor_protocol::host::MachineRegistered> {
-        let path = "/api/v1/machines";
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(req)
-            .send()
-            .await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            return Err(Refused {
-                what: format!("POST {path}"),
-                status: status.as_u16(),
-                body,
-            }
-            .into());
-        }
-        Ok(resp.json().await?)
+        self.post("/api/v1/machines", Some(req)).await
     }
 
     /// The credential machine `id` runs with (`moor host`), minted for it by `moord` with
@@ -146,13 +128,25 @@ impl Api {
         &self,
         id: &str,
     ) -> anyhow::Result<moor_protocol::host::HostCredential> {
-        let path = format!("/api/v1/machines/{id}/credential");
-        let resp = self
+        self.post::<(), _>(&format!("/api/v1/machines/{id}/credential"), None)
+            .await
+    }
+
+    /// POSTs `body` (if any) as JSON to `path` and decodes the answer; an error status is
+    /// [`Refused`], with what the server said.
+    async fn post<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Option<&B>,
+    ) -> anyhow::Result<T> {
+        let mut req = self
             .http
             .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await?;
         let status = resp.status();
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
