@@ -582,6 +582,16 @@ scenario("quiet hours set on the list page are stored in this browser's time zon
   assert((await stored()) === null, "no quiet hours to begin with");
   const ctx = await phone(browser, { timezoneId: "Asia/Tokyo" });
   const page = await ctx.newPage();
+  // the page's first load of its quiet hours is held until the user has set them, as on a
+  // slow network: its late "none" must not switch them off again
+  const sent = [];
+  let release;
+  const held = new Promise((r) => (release = r));
+  await page.route("**/api/v1/notify/quiet-hours", async (route) => {
+    sent.push(route.request().method());
+    if (sent.length === 1) await held;
+    await route.continue();
+  });
   await page.goto(`${URL_BASE}/#token=${TOKEN}`);
   await page.click("details.notify-quiet summary", { timeout: 10000 });
   await page.fill("#quiet-start", "23:15");
@@ -589,6 +599,11 @@ scenario("quiet hours set on the list page are stored in this browser's time zon
   await page.check("#quiet-on");
   const want = JSON.stringify({ start: "23:15", end: "06:45", time_zone: "Asia/Tokyo" });
   await waitFor("the quiet hours stored in the browser's time zone", 10000, async () => JSON.stringify(await stored()) === want);
+  assert(sent.join() === "GET,PUT", `moving the times while off stores nothing; one save when switched on: ${sent.join()}`);
+  release();
+  await page.waitForSelector("details.notify-quiet[data-loaded]", { state: "attached", timeout: 10000 });
+  assert(await page.isChecked("#quiet-on"), "the late first load left the switch on");
+  await page.unroute("**/api/v1/notify/quiet-hours");
   await page.reload();
   await page.click("details.notify-quiet summary", { timeout: 10000 });
   await waitFor("the switch shown on after a reload", 10000, () => page.isChecked("#quiet-on"));

@@ -216,9 +216,22 @@ export function quietPanel(): HTMLElement {
       ? `Silent every day ${q.start}–${q.end} (${q.time_zone}): notifications still arrive.`
       : "Off: notifications make their sound at any hour.";
   };
-  const save = () => {
+  // Saves go out one at a time, in the order they were made, so a slow earlier request can
+  // never land after a later one and undo it; the answer to the load is dropped once the user
+  // has changed anything.
+  let queue: Promise<unknown> = Promise.resolve();
+  let touched = false;
+  const send = (request: () => Promise<QuietHours | null>) => {
+    queue = queue
+      .then(request)
+      .then((saved) => shown(saved))
+      .catch((e: Error) => (note.textContent = e.message));
+  };
+  const save = (changed: HTMLInputElement) => {
+    touched = true;
     if (!on.checked) {
-      void call("DELETE", "quiet-hours").then(() => shown(null)).catch((e: Error) => (note.textContent = e.message));
+      // moving a time while the switch is off stores nothing
+      if (changed === on) send(() => call("DELETE", "quiet-hours").then(() => null));
       return;
     }
     const q = quietHoursFrom(start.value, end.value, zone);
@@ -226,19 +239,10 @@ export function quietPanel(): HTMLElement {
       note.textContent = q;
       return;
     }
-    void call<QuietHours>("PUT", "quiet-hours", q)
-      .then((saved) => shown(saved))
-      .catch((e: Error) => (note.textContent = e.message));
+    send(() => call<QuietHours>("PUT", "quiet-hours", q));
   };
-  for (const input of [on, start, end]) input.addEventListener("change", save);
-  fetch("/api/v1/notify/quiet-hours", { credentials: "same-origin", headers: authHeaders() })
-    .then(async (res) => {
-      if (res.status === 404) return shown(null);
-      if (!res.ok) throw new Error(`GET quiet-hours: ${res.status}`);
-      shown((await res.json()) as QuietHours);
-    })
-    .catch((e: Error) => (note.textContent = e.message));
-  return h(
+  for (const input of [on, start, end]) input.addEventListener("change", () => save(input));
+  const panel = h(
     "details.notify-quiet",
     null,
     h("summary", null, "Quiet hours"),
@@ -248,4 +252,13 @@ export function quietPanel(): HTMLElement {
     end,
     note,
   );
+  fetch("/api/v1/notify/quiet-hours", { credentials: "same-origin", headers: authHeaders() })
+    .then(async (res) => {
+      if (!res.ok && res.status !== 404) throw new Error(`GET quiet-hours: ${res.status}`);
+      const q = res.status === 404 ? null : ((await res.json()) as QuietHours);
+      if (!touched) shown(q);
+    })
+    .catch((e: Error) => (note.textContent = e.message))
+    .finally(() => (panel.dataset.loaded = "true"));
+  return panel;
 }
