@@ -8,9 +8,10 @@
 //! Calls nothing in the crate: the session core and the relay publish to it, transports subscribe.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use moor_protocol::api::BridgeStatus;
 use moor_protocol::web::{Reset, ServerToViewer, RESET_EVENT};
 use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
@@ -188,6 +189,20 @@ impl Frame {
         })
     }
 
+    /// Appends [`Frame::sse`] to `out`. A frame read from the store belongs to the one reader
+    /// catching up, so its event is written straight into that reader's buffer from the stored
+    /// text and not kept; a live frame's event is made once for every subscriber and copied.
+    pub fn write_sse(&self, out: &mut BytesMut) {
+        match (&self.raw, self.sse.get()) {
+            (Some(raw), None) => {
+                let _ = write!(out, "id: {}\nevent: {}\ndata: ", self.seq, raw.kind);
+                raw.write_json(out);
+                out.extend_from_slice(b"\n\n");
+            }
+            _ => out.extend_from_slice(self.sse()),
+        }
+    }
+
     /// The viewer WebSocket frame (`ServerToViewer::Entry`).
     pub fn ws(&self) -> &str {
         self.ws.get_or_init(|| {
@@ -197,7 +212,12 @@ impl Frame {
             }
             match &self.raw {
                 // `{"type":"entry",` and the entry's own fields, as serde tags the variant.
-                Some(raw) => format!("{{\"type\":\"entry\",{}", &raw.json()[1..]),
+                Some(raw) => {
+                    let mut out = String::with_capacity(raw.payload.len() + 96);
+                    out.push_str("{\"type\":\"entry\",");
+                    raw.write_fields(&mut out);
+                    out
+                }
                 None => serde_json::to_string(&ServerToViewer::Entry((**self.entry()).clone()))
                     .unwrap_or_default(),
             }
@@ -724,6 +744,13 @@ mod tests {
             assert_eq!(raw.json(), serde_json::to_string(&entry).unwrap());
             let live = Frame::new(Arc::new(entry.clone()));
             let stored = Frame::stored(raw);
+            let mut written = BytesMut::from(&b"before"[..]);
+            stored.write_sse(&mut written);
+            assert_eq!(
+                &written[6..],
+                &live.sse()[..],
+                "written from the stored text"
+            );
             assert_eq!(stored.sse(), live.sse());
             assert_eq!(stored.ws(), live.ws());
             assert_eq!(stored.payload_bytes(), live.payload_bytes());

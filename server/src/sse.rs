@@ -240,7 +240,7 @@ fn stream(
                     }
                     next = st.tail.next() => match next {
                         Ok(f) => {
-                            buf.extend_from_slice(f.sse());
+                            f.write_sse(&mut buf);
                             fill(&mut st.tail, &mut buf);
                         }
                         Err(e) => {
@@ -333,7 +333,7 @@ fn pump(
 fn fill(tail: &mut Tail, buf: &mut BytesMut) {
     while buf.len() < CHUNK_BYTES {
         match tail.ready() {
-            Some(f) => buf.extend_from_slice(f.sse()),
+            Some(f) => f.write_sse(buf),
             None => break,
         }
     }

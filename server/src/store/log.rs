@@ -49,8 +49,7 @@ macro_rules! log_store {
             use $crate::store::log::LogDialect;
             use $crate::store::{
                 applied_migration, newest_migration, seq_bind, Appended, Compaction, GroupPart,
-                LogStore, RawEntry,
-                Range, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL,
+                LogStore, PageFit, PageLimit, RawEntry, Range, ENTRY_OVERHEAD_BYTES, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL,
                 MAX_LISTED_AGENT_BYTES,
             };
 
@@ -207,21 +206,43 @@ macro_rules! log_store {
                     })
                 }
 
-                async fn entry_sizes(
+                async fn fit_page(
                     &self,
                     session: SessionId,
                     range: Range,
-                    limit: u32,
-                ) -> StoreResult<Vec<u64>> {
-                    let size = "CAST(octet_length(payload) AS BIGINT) AS size";
-                    let which = (range.sql(), range.bound());
-                    let rows = select_entries(self, size, session, which, limit).await?;
-                    rows.iter()
-                        .map(|r| {
-                            let size: i64 = r.try_get("size").map_err(db_error)?;
-                            Ok(size.max(0) as u64)
-                        })
-                        .collect()
+                    limit: PageLimit,
+                ) -> StoreResult<PageFit> {
+                    // Each entry's size is read without its payload; the running sum walks the
+                    // range in its order, and the page is the prefix that fits (at least one).
+                    let order = match range {
+                        Range::After(_) => "ASC",
+                        Range::Before(_) => "DESC",
+                    };
+                    let row = sqlx::query(&format!(
+                        "SELECT COUNT(*) AS seen, \
+                         COALESCE(SUM(CASE WHEN n <= $4 AND (n = 1 OR used <= $5) \
+                                      THEN 1 ELSE 0 END), 0) AS take \
+                         FROM (SELECT ROW_NUMBER() OVER w AS n, SUM(cost) OVER w AS used \
+                               FROM (SELECT seq, CAST(octet_length(payload) AS BIGINT) + {} AS cost \
+                                     FROM entries WHERE {ROWS_OF} AND {}) sized \
+                               WINDOW w AS (ORDER BY seq {order} ROWS UNBOUNDED PRECEDING)) walked",
+                        ENTRY_OVERHEAD_BYTES,
+                        range.sql(),
+                    ))
+                    .bind(session.to_string())
+                    .bind(seq_bind(range.bound()))
+                    .bind(i64::from(limit.count.saturating_add(1)))
+                    .bind(i64::from(limit.count))
+                    .bind(i64::try_from(limit.bytes).unwrap_or(i64::MAX))
+                    .fetch_one(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    let seen: i64 = row.try_get("seen").map_err(db_error)?;
+                    let take: i64 = row.try_get("take").map_err(db_error)?;
+                    Ok(PageFit {
+                        take: take.max(0) as u32,
+                        more: seen > take,
+                    })
                 }
 
                 async fn producer_mark(

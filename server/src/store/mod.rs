@@ -45,7 +45,7 @@ pub use machines::MachineStore;
 /// Roles are stored by their wire names; the store encodes and decodes them.
 pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
-pub use page::{read_page, read_page_raw, Page, PageLimit, ENTRY_OVERHEAD_BYTES};
+pub use page::{read_page, read_page_raw, Page, PageFit, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
 pub use retention::{Compaction, Policy, RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
@@ -127,19 +127,22 @@ impl RawEntry {
         out
     }
 
-    /// Appends [`RawEntry::json`] to `out`.
-    pub fn write_json(&self, out: &mut String) {
-        use std::fmt::Write;
-        let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
-        let _ = write!(
-            out,
-            "{{\"seq\":{},\"ts\":{},\"kind\":{},\"author\":{},\"payload\":{}}}",
-            self.seq,
-            self.ts,
-            text(&self.kind),
-            text(&self.author),
-            self.payload
-        );
+    /// Appends [`RawEntry::json`] to `out` (a `String` or a `BytesMut`), allocating nothing.
+    pub fn write_json(&self, out: &mut impl std::fmt::Write) {
+        let _ = out.write_char('{');
+        self.write_fields(out);
+    }
+
+    /// [`RawEntry::write_json`] without the opening brace: the fields and the closing brace, for
+    /// an object that holds the entry's fields among its own.
+    pub fn write_fields(&self, out: &mut impl std::fmt::Write) {
+        let _ = write!(out, "\"seq\":{},\"ts\":{},\"kind\":", self.seq, self.ts);
+        write_json_str(out, &self.kind);
+        let _ = out.write_str(",\"author\":");
+        write_json_str(out, &self.author);
+        let _ = out.write_str(",\"payload\":");
+        let _ = out.write_str(&self.payload);
+        let _ = out.write_char('}');
     }
 
     /// The entry with its payload parsed.
@@ -155,6 +158,16 @@ impl RawEntry {
             )?,
         })
     }
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it (`"`, `\\` and the control
+/// characters; nothing else), without allocating when nothing needs escaping.
+pub(crate) fn write_json_str(out: &mut impl std::fmt::Write, s: &str) {
+    let plain = !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+    let _ = match plain {
+        true => write!(out, "\"{s}\""),
+        false => out.write_str(&serde_json::to_string(s).unwrap_or_default()),
+    };
 }
 
 /// What makes an append idempotent.
@@ -338,15 +351,16 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// What compaction has removed from the session's log so far (one small read).
     async fn compaction(&self, session: SessionId) -> StoreResult<Compaction>;
 
-    /// The stored payload sizes (bytes) of the entries [`LogStore::read`] would return, in the
-    /// order the range walks the log (ascending for `After`, newest first for `Before`), without
-    /// reading the payloads out: what [`read_page`] sizes a page with.
-    async fn entry_sizes(
+    /// How many of the entries [`LogStore::read`] would return for `range` make one page within
+    /// `limit`, in the order the range walks the log (ascending for `After`, newest first for
+    /// `Before`), and whether the range holds more: sized from the stored payload lengths
+    /// without reading a payload out (what [`read_page`] sizes a page with).
+    async fn fit_page(
         &self,
         session: SessionId,
         range: Range,
-        limit: u32,
-    ) -> StoreResult<Vec<u64>>;
+        limit: PageLimit,
+    ) -> StoreResult<PageFit>;
 
     /// Highest stored producer seq of `producer` in `session` (0: none).
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;

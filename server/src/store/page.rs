@@ -2,8 +2,8 @@
 //! `bytes` of payload, whichever comes first, and always holds at least one entry when the
 //! range has any, so a reader always makes progress.
 //!
-//! Sized from [`LogStore::entry_sizes`] before anything is read, so a page of big entries never
-//! exists in memory whole. Entries are immutable once committed; only compaction removes some,
+//! Sized by [`LogStore::fit_page`] from the stored payload lengths before anything is read, so a
+//! page of big entries never exists in memory whole. Entries are immutable once committed; only compaction removes some,
 //! and it moves the session's compaction mark in the same transaction. So the mark is read
 //! before and after: when it has not moved, the read returned exactly the entries sized, and the
 //! page says what compaction removed after its cursor; when it has, the page is read again.
@@ -30,6 +30,16 @@ pub struct PageLimit {
     /// Most bytes of entries (payload plus [`ENTRY_OVERHEAD_BYTES`] each), except that the
     /// first entry is always included.
     pub bytes: u64,
+}
+
+/// What of a range makes one page ([`LogStore::fit_page`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageFit {
+    /// How many entries, from the start of the range: those within the page's count and bytes,
+    /// and always the first when the range has any.
+    pub take: u32,
+    /// The range holds more entries than that.
+    pub more: bool,
 }
 
 /// One page of a log: of [`Entry`]s, or of [`RawEntry`]s as stored.
@@ -72,14 +82,13 @@ pub async fn read_page_raw(
     let count = limit.count.max(1);
     let mut before = store.compaction(session).await?;
     for attempt in 1..=ATTEMPTS {
-        let sizes = store
-            .entry_sizes(session, range, count.saturating_add(1))
+        let fit = store
+            .fit_page(session, range, PageLimit { count, ..limit })
             .await?;
-        let take = fitting(&sizes, count, limit.bytes);
-        let entries = if take == 0 {
+        let entries = if fit.take == 0 {
             Vec::new()
         } else {
-            store.read_raw(session, range, take as u32).await?
+            store.read_raw(session, range, fit.take).await?
         };
         let after = store.compaction(session).await?;
         if after.through == before.through || attempt == ATTEMPTS {
@@ -90,7 +99,7 @@ pub async fn read_page_raw(
                 Range::Before(_) => None,
             };
             return Ok(Page {
-                more: sizes.len() > take,
+                more: fit.more,
                 entries,
                 compacted,
             });
@@ -98,34 +107,4 @@ pub async fn read_page_raw(
         before = after;
     }
     unreachable!("the last attempt returns")
-}
-
-/// How many of the leading `sizes` fit in `count` entries and `bytes` (at least one).
-fn fitting(sizes: &[u64], count: u32, bytes: u64) -> usize {
-    let mut used = 0u64;
-    let mut take = 0usize;
-    for size in sizes.iter().take(count as usize) {
-        let cost = size.saturating_add(ENTRY_OVERHEAD_BYTES);
-        if take > 0 && used.saturating_add(cost) > bytes {
-            break;
-        }
-        used = used.saturating_add(cost);
-        take += 1;
-    }
-    take
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_page_stops_at_the_count_or_the_bytes_and_always_holds_one_entry() {
-        let o = ENTRY_OVERHEAD_BYTES;
-        assert_eq!(fitting(&[10, 10, 10], 2, 1 << 20), 2);
-        assert_eq!(fitting(&[100, 100, 100], 10, 2 * (100 + o)), 2);
-        assert_eq!(fitting(&[100, 100, 100], 10, 2 * (100 + o) - 1), 1);
-        assert_eq!(fitting(&[1 << 30, 1], 10, 1024), 1);
-        assert_eq!(fitting(&[], 10, 1024), 0);
-    }
 }

@@ -4,7 +4,7 @@
 use moor_protocol::bridge::AgentInfo;
 use moor_protocol::{kinds, now_ms, Seq};
 use moor_server::store::{
-    read_page, Append, IdemKey, PageLimit, Range, Role, ENTRY_OVERHEAD_BYTES,
+    read_page, Append, IdemKey, PageFit, PageLimit, Range, Role, ENTRY_OVERHEAD_BYTES,
     MAX_LISTED_AGENT_BYTES,
 };
 use serde_json::json;
@@ -107,22 +107,46 @@ pub async fn pages_stop_at_their_byte_bound_but_always_hold_one_entry(db: Db) {
         .collect();
     log.append(s, batch).await.unwrap();
 
-    let stored = log
-        .entry_sizes(s, Range::After(Seq::ZERO), 100)
-        .await
-        .unwrap();
+    // The page is sized from the stored payload lengths: each entry costs its payload's bytes
+    // plus the overhead, and the page is the prefix within both bounds, at least one entry.
+    let each = sizes[0] + ENTRY_OVERHEAD_BYTES;
+    let fit = |range, count, bytes| log.fit_page(s, range, PageLimit { count, bytes });
+    let fits = |take, more| PageFit { take, more };
+    let all = Range::After(Seq::ZERO);
     assert_eq!(
-        stored, sizes,
-        "sizes are the payloads' stored lengths, in log order"
+        fit(all, 100, 3 * each).await.unwrap(),
+        fits(3, true),
+        "exactly three fit"
     );
-    let newest = log.entry_sizes(s, Range::Before(Seq(16)), 2).await.unwrap();
     assert_eq!(
-        newest,
-        [sizes[14], sizes[13]],
+        fit(all, 100, 3 * each - 1).await.unwrap(),
+        fits(2, true),
+        "a byte short"
+    );
+    assert_eq!(fit(all, 100, 1).await.unwrap(), fits(1, true), "always one");
+    assert_eq!(
+        fit(all, 15, u64::MAX).await.unwrap(),
+        fits(15, false),
+        "the whole log"
+    );
+    assert_eq!(
+        fit(all, 14, u64::MAX).await.unwrap(),
+        fits(14, true),
+        "the count"
+    );
+    assert_eq!(
+        fit(Range::After(Seq(15)), 10, 1 << 20).await.unwrap(),
+        fits(0, false),
+        "past the end"
+    );
+    let newest = Range::Before(Seq(16));
+    let small: u64 = sizes[13..].iter().map(|b| b + ENTRY_OVERHEAD_BYTES).sum();
+    assert_eq!(
+        fit(newest, 100, small).await.unwrap(),
+        fits(2, true),
         "before walks back from the newest"
     );
 
-    let each = sizes[0] + ENTRY_OVERHEAD_BYTES;
     let limit = |count, bytes| PageLimit { count, bytes };
     let seqs = |p: &moor_server::store::Page| p.entries.iter().map(|e| e.seq.0).collect::<Vec<_>>();
     let page = read_page(&**log, s, Range::After(Seq::ZERO), limit(100, 3 * each))
