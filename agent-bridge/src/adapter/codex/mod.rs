@@ -179,7 +179,7 @@ impl Protocol for Run {
             .send(process, Call::Initialize, "initialize", params)
             .await
         {
-            self.record(vec![error(&e, None)]).await?;
+            self.core.record(vec![error(&e, None)]).await?;
         }
         Ok(())
     }
@@ -201,13 +201,13 @@ impl Protocol for Run {
                 if method == "turn/completed" {
                     self.turn_ended(process, mapped, drafts).await;
                 } else {
-                    self.observe(mapped, drafts);
+                    self.core.observe(mapped, drafts);
                 }
             }
             Incoming::Request { id, method, params } if APPROVALS.contains(&method.as_str()) => {
                 let (mapped, request) = self.mapper.approval(&id, &method, &params);
                 self.pending.insert(request.request_id, id);
-                self.observe(mapped, drafts);
+                self.core.observe(mapped, drafts);
             }
             Incoming::Request { id, method, params } => {
                 drafts.push(codex_event(&method, &params));
@@ -278,7 +278,7 @@ impl Protocol for Run {
             Some(turn) => self.send_interrupt(process, thread, turn).await?,
             None => self.interrupt_wanted = true,
         }
-        self.record(drafts).await.map_err(|e| e.to_string())
+        self.core.record(drafts).await.map_err(|e| e.to_string())
     }
 
     fn pending(&self) -> Vec<String> {
@@ -291,14 +291,6 @@ impl Protocol for Run {
 }
 
 impl Run {
-    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        self.core.record(drafts).await
-    }
-
-    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        self.core.observe(&mapped.signals, mapped.drafts, drafts);
-    }
-
     fn thread_params(&self, resume: Option<&str>) -> Value {
         let mut params = json!({"cwd": self.core.spec.cwd.display().to_string()});
         if self.ask_untrusted {
@@ -469,7 +461,7 @@ impl Run {
         self.turn = false;
         self.turn_id = None;
         self.interrupt_wanted = false;
-        self.observe(mapped, drafts);
+        self.core.observe(mapped, drafts);
         rpc_agent::turn_over(self, process, drafts).await;
     }
 }

@@ -265,7 +265,7 @@ impl<D: Dialect> Run<D> {
         match serde_json::from_str::<Value>(&line) {
             Ok(event) if event.is_object() => {
                 let mapped = self.dialect.event(&event);
-                self.core.observe(&mapped.signals, mapped.drafts, drafts);
+                self.core.observe(mapped, drafts);
             }
             _ => drafts.push(error(
                 "the agent printed a line that is not a JSON event",
@@ -296,8 +296,7 @@ impl<D: Dialect> Run<D> {
                 .dialect
                 .cut_short(interrupted || self.core.stopping, &why);
             let mut drafts = Vec::new();
-            self.core
-                .observe(&mapped.signals, mapped.drafts, &mut drafts);
+            self.core.observe(mapped, &mut drafts);
             self.core.record(drafts).await?;
         }
         if self.core.stopping {
