@@ -244,18 +244,10 @@ impl Run {
     /// Asks for a new session in the agent's working directory.
     async fn new_session(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
         let cwd = self.core.spec.cwd.display().to_string();
-        if let Err(e) = self
-            .calls
-            .send(
-                process,
-                Call::NewSession,
-                "session/new",
-                rpc::session_params(&cwd, None),
-            )
-            .await
-        {
-            drafts.push(error(&e, None));
-        }
+        let params = rpc::session_params(&cwd, None);
+        self.calls
+            .send_or_note(process, Call::NewSession, "session/new", params, drafts)
+            .await;
     }
 
     async fn answered(
@@ -280,25 +272,16 @@ impl Run {
                 let name = result.get("agentInfo").and_then(|i| i.get("name"));
                 self.mapper.replay_ends_with_commands = name == Some(&json!("gemini-cli"));
                 drafts.push(map::acp_event("initialized", &result));
-                let resume = self
-                    .core
-                    .spec
-                    .options
-                    .continuation
-                    .as_ref()
-                    .map(|c| c.agent_session_id.clone());
+                let resume = self.core.continued_session();
                 match resume {
                     Some(id) if self.load_session => {
                         self.mapper.replaying = true;
                         let cwd = self.core.spec.cwd.display().to_string();
                         let params = rpc::session_params(&cwd, Some(&id));
-                        if let Err(e) = self
-                            .calls
-                            .send(process, Call::LoadSession(id), "session/load", params)
-                            .await
-                        {
-                            drafts.push(error(&e, None));
-                        }
+                        let call = Call::LoadSession(id);
+                        self.calls
+                            .send_or_note(process, call, "session/load", params, drafts)
+                            .await;
                     }
                     Some(id) => {
                         drafts.push(error(&format!("the agent cannot load sessions; conversation {id} is not continued, a new one starts"), None));

@@ -306,13 +306,9 @@ impl Run {
 
     async fn start_thread(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
         let params = self.thread_params(None);
-        if let Err(e) = self
-            .calls
-            .send(process, Call::StartThread, "thread/start", params)
-            .await
-        {
-            drafts.push(error(&e, None));
-        }
+        self.calls
+            .send_or_note(process, Call::StartThread, "thread/start", params, drafts)
+            .await;
     }
 
     async fn answered(
@@ -338,24 +334,14 @@ impl Run {
                 {
                     drafts.push(error(&e, None));
                 }
-                let resume = self
-                    .core
-                    .spec
-                    .options
-                    .continuation
-                    .as_ref()
-                    .map(|c| c.agent_session_id.clone());
+                let resume = self.core.continued_session();
                 match resume {
                     Some(id) => {
                         let params = self.thread_params(Some(&id));
                         let call = Call::ResumeThread(id);
-                        if let Err(e) = self
-                            .calls
-                            .send(process, call, "thread/resume", params)
-                            .await
-                        {
-                            drafts.push(error(&e, None));
-                        }
+                        self.calls
+                            .send_or_note(process, call, "thread/resume", params, drafts)
+                            .await;
                     }
                     None => self.start_thread(process, drafts).await,
                 }

@@ -214,10 +214,11 @@ impl<D: Dialect> Run<D> {
 
     /// Starts a turn running `text`.
     async fn prompt(&mut self, text: &str) -> Result<(), String> {
-        let resume = self.dialect.session_id().map(str::to_owned).or_else(|| {
-            let c = self.core.spec.options.continuation.as_ref();
-            c.map(|c| c.agent_session_id.clone())
-        });
+        let resume = self
+            .dialect
+            .session_id()
+            .map(str::to_owned)
+            .or_else(|| self.core.continued_session());
         let argv = D::argv(&self.core.spec.command, text, resume.as_deref());
         let mut process = Process::spawn_argv(&self.core.spec, argv)
             .map_err(|e| format!("could not start the agent: {e}"))?;

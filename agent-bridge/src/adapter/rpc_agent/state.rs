@@ -176,6 +176,12 @@ impl Core {
             .and_then(|c| c.prompt.clone())
     }
 
+    /// The agent's own id of the conversation to continue, when one is continued.
+    pub(crate) fn continued_session(&self) -> Option<String> {
+        let c = self.spec.options.continuation.as_ref();
+        c.map(|c| c.agent_session_id.clone())
+    }
+
     /// A stderr line as an entry; `None` for a stdout line, returned to be parsed.
     pub(crate) fn stdout(out: Out, drafts: &mut Vec<Draft>) -> Option<String> {
         match out {
