@@ -49,6 +49,13 @@ struct Offers {
     agents: Vec<AgentOffer>,
 }
 
+impl Offers {
+    /// What the machine `row` offers (nothing when its stored offers do not read).
+    fn of(row: &MachineRow) -> Self {
+        serde_json::from_str(&row.offers).unwrap_or_default()
+    }
+}
+
 fn invalid(field: &'static str, reason: impl Into<String>) -> ApiError {
     ApiError::Invalid {
         field,
@@ -255,7 +262,7 @@ async fn machine_for(
 }
 
 async fn info(state: &AppState, row: MachineRow, log: SessionId) -> MachineInfo {
-    let offers: Offers = serde_json::from_str(&row.offers).unwrap_or_default();
+    let offers = Offers::of(&row);
     MachineInfo {
         link: super::sessions::bridge_status(state, log).await,
         id: row.id,
@@ -437,7 +444,7 @@ pub(super) async fn start(
 ) -> Result<Json<ActionAccepted>, ApiError> {
     let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     check_offered(&offers, &req.project, &req.agent)?;
     if req
         .prompt
@@ -573,7 +580,7 @@ pub(super) async fn resume(
     let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
     let row = machine_session(&state, &machine, &name).await?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     check_offered(&offers, &row.project, &row.agent)?;
     let ended = match state.store.log.find_session(&row.name).await {
         Ok(s) => s.ended_at.is_some(),
@@ -689,7 +696,7 @@ async fn on_session(
     let (machine, log) = machine_for(state, who, id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
     let row = machine_session(state, &machine, name).await?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     let action = make(row, &offers)?;
     let key = format!("{kind}:{}", req.idempotency_key);
     Ok(Json(ask(state, who, log, key, &action).await?))
