@@ -33,7 +33,7 @@ use crate::extract::Json;
 use crate::session::input::submit_checked;
 use crate::state::AppState;
 use crate::store::machines::{MachineRow, MachineSessionRow};
-use crate::store::StoreError;
+use crate::store::{SessionRow, StoreError};
 
 /// Most sessions one machine may say it runs at once.
 const MAX_SESSIONS_LIMIT: u32 = 64;
@@ -261,6 +261,15 @@ async fn machine_for(
     }
 }
 
+/// The session `name`, `None` when there is none.
+async fn log_session(state: &AppState, name: &str) -> Result<Option<SessionRow>, ApiError> {
+    match state.store.log.find_session(name).await {
+        Ok(s) => Ok(Some(s)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn info(state: &AppState, row: MachineRow, log: SessionId) -> MachineInfo {
     let offers = Offers::of(&row);
     MachineInfo {
@@ -294,12 +303,10 @@ pub(super) async fn list(
     let rows = state.store.machines.machines(owner).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let log = match state.store.log.find_session(&row.log_session).await {
-            Ok(s) => s.id,
-            Err(StoreError::NotFound) => continue,
-            Err(e) => return Err(e.into()),
+        let Some(log) = log_session(&state, &row.log_session).await? else {
+            continue;
         };
-        out.push(info(&state, row, log).await);
+        out.push(info(&state, row, log.id).await);
     }
     Ok(Json(out))
 }
@@ -340,10 +347,8 @@ async fn session_info(state: &AppState, s: MachineSessionRow) -> Result<MachineS
         phase: None,
         needs_you: 0,
     };
-    let row = match state.store.log.find_session(&out.name).await {
-        Ok(row) => row,
-        Err(StoreError::NotFound) => return Ok(out),
-        Err(e) => return Err(e.into()),
+    let Some(row) = log_session(state, &out.name).await? else {
+        return Ok(out);
     };
     out.id = Some(row.id);
     out.ended = row.ended_at.is_some();
@@ -582,11 +587,9 @@ pub(super) async fn resume(
     let row = machine_session(&state, &machine, &name).await?;
     let offers = Offers::of(&machine);
     check_offered(&offers, &row.project, &row.agent)?;
-    let ended = match state.store.log.find_session(&row.name).await {
-        Ok(s) => s.ended_at.is_some(),
-        Err(StoreError::NotFound) => false,
-        Err(e) => return Err(e.into()),
-    };
+    let ended = log_session(&state, &row.name)
+        .await?
+        .is_some_and(|s| s.ended_at.is_some());
     let action = if ended {
         // Named by the ended session and the key: a retry names the same continuation.
         let scope = format!("resume\0{}\0{}", row.name, req.idempotency_key);
