@@ -5,8 +5,9 @@
 
 use axum::extract::{Path, State};
 use moor_protocol::api::{InputAccepted, InputRequest};
+use moor_protocol::SessionId;
 
-use crate::access::{session_for, AuthUser, Role};
+use crate::access::{session_for, AuthUser, Principal, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
 use crate::session::input::submit;
@@ -30,16 +31,24 @@ pub(super) async fn create(
     Json(req): Json<InputRequest>,
 ) -> Result<Json<InputAccepted>, ApiError> {
     let session = session_for(&state.store, &who, &key, Role::Controller).await?;
-    Ok(Json(
-        submit(
-            &state.log,
-            &*state.store.log,
-            &state.leases,
-            &state.states,
-            session.id,
-            who.author(),
-            req,
-        )
-        .await?,
-    ))
+    Ok(Json(submit_input(&state, session.id, &who, req).await?))
+}
+
+/// Submits `req` to `session` as `who`: validated and appended by [`submit`].
+pub(super) async fn submit_input(
+    state: &AppState,
+    session: SessionId,
+    who: &Principal,
+    req: InputRequest,
+) -> Result<InputAccepted, ApiError> {
+    submit(
+        &state.log,
+        &*state.store.log,
+        &state.leases,
+        &state.states,
+        session,
+        who.author(),
+        req,
+    )
+    .await
 }

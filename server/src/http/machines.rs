@@ -33,7 +33,7 @@ use crate::extract::Json;
 use crate::session::input::submit_checked;
 use crate::state::AppState;
 use crate::store::machines::{MachineRow, MachineSessionRow};
-use crate::store::StoreError;
+use crate::store::{SessionRow, StoreError};
 
 /// Most sessions one machine may say it runs at once.
 const MAX_SESSIONS_LIMIT: u32 = 64;
@@ -47,6 +47,13 @@ const MODES: [&str; 8] = moor_protocol::host::AGENT_MODES;
 struct Offers {
     projects: Vec<ProjectOffer>,
     agents: Vec<AgentOffer>,
+}
+
+impl Offers {
+    /// What the machine `row` offers (nothing when its stored offers do not read).
+    fn of(row: &MachineRow) -> Self {
+        serde_json::from_str(&row.offers).unwrap_or_default()
+    }
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ApiError {
@@ -254,8 +261,17 @@ async fn machine_for(
     }
 }
 
+/// The session `name`, `None` when there is none.
+async fn log_session(state: &AppState, name: &str) -> Result<Option<SessionRow>, ApiError> {
+    match state.store.log.find_session(name).await {
+        Ok(s) => Ok(Some(s)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn info(state: &AppState, row: MachineRow, log: SessionId) -> MachineInfo {
-    let offers: Offers = serde_json::from_str(&row.offers).unwrap_or_default();
+    let offers = Offers::of(&row);
     MachineInfo {
         link: super::sessions::bridge_status(state, log).await,
         id: row.id,
@@ -287,12 +303,10 @@ pub(super) async fn list(
     let rows = state.store.machines.machines(owner).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let log = match state.store.log.find_session(&row.log_session).await {
-            Ok(s) => s.id,
-            Err(StoreError::NotFound) => continue,
-            Err(e) => return Err(e.into()),
+        let Some(log) = log_session(&state, &row.log_session).await? else {
+            continue;
         };
-        out.push(info(&state, row, log).await);
+        out.push(info(&state, row, log.id).await);
     }
     Ok(Json(out))
 }
@@ -333,10 +347,8 @@ async fn session_info(state: &AppState, s: MachineSessionRow) -> Result<MachineS
         phase: None,
         needs_you: 0,
     };
-    let row = match state.store.log.find_session(&out.name).await {
-        Ok(row) => row,
-        Err(StoreError::NotFound) => return Ok(out),
-        Err(e) => return Err(e.into()),
+    let Some(row) = log_session(state, &out.name).await? else {
+        return Ok(out);
     };
     out.id = Some(row.id);
     out.ended = row.ended_at.is_some();
@@ -437,7 +449,7 @@ pub(super) async fn start(
 ) -> Result<Json<ActionAccepted>, ApiError> {
     let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     check_offered(&offers, &req.project, &req.agent)?;
     if req
         .prompt
@@ -573,13 +585,11 @@ pub(super) async fn resume(
     let (machine, log) = machine_for(&state, &who, &id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
     let row = machine_session(&state, &machine, &name).await?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     check_offered(&offers, &row.project, &row.agent)?;
-    let ended = match state.store.log.find_session(&row.name).await {
-        Ok(s) => s.ended_at.is_some(),
-        Err(StoreError::NotFound) => false,
-        Err(e) => return Err(e.into()),
-    };
+    let ended = log_session(&state, &row.name)
+        .await?
+        .is_some_and(|s| s.ended_at.is_some());
     let action = if ended {
         // Named by the ended session and the key: a retry names the same continuation.
         let scope = format!("resume\0{}\0{}", row.name, req.idempotency_key);
@@ -689,7 +699,7 @@ async fn on_session(
     let (machine, log) = machine_for(state, who, id, Role::Controller).await?;
     check_key(&req.idempotency_key)?;
     let row = machine_session(state, &machine, name).await?;
-    let offers: Offers = serde_json::from_str(&machine.offers).unwrap_or_default();
+    let offers = Offers::of(&machine);
     let action = make(row, &offers)?;
     let key = format!("{kind}:{}", req.idempotency_key);
     Ok(Json(ask(state, who, log, key, &action).await?))

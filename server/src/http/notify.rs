@@ -16,10 +16,10 @@ use moor_protocol::{now_ms, Seq};
 use crate::access::{random_secret, session_for, AuthUser, Principal, Role};
 use crate::error::ApiError;
 use crate::extract::Json;
+use crate::http::inputs::submit_input;
 use crate::notify::compose::text_of;
 use crate::notify::quiet::QuietWindow;
 use crate::notify::webpush::subscription_keys;
-use crate::session::input::submit;
 use crate::state::AppState;
 use crate::store::notify::{
     PushSubscriptionRow, SinkRow, MAX_MUTED_SESSIONS_PER_PRINCIPAL, MAX_SINKS_PER_PRINCIPAL,
@@ -506,22 +506,15 @@ pub(crate) async fn decide(
         decision: link.dec,
         message: None,
     };
-    let accepted = submit(
-        &state.log,
-        &*state.store.log,
-        &state.leases,
-        &state.states,
-        session.id,
-        who.author(),
-        InputRequest::typed(link.client_msg_id(), decision),
-    )
-    .await
-    .map_err(|e| match e {
-        ApiError::InputConflict(_) => {
-            ApiError::Conflict("the other button of this notification was used".to_owned())
-        }
-        other => other,
-    })?;
+    let req = InputRequest::typed(link.client_msg_id(), decision);
+    let accepted = submit_input(&state, session.id, &who, req)
+        .await
+        .map_err(|e| match e {
+            ApiError::InputConflict(_) => {
+                ApiError::Conflict("the other button of this notification was used".to_owned())
+            }
+            other => other,
+        })?;
     if accepted.duplicate {
         return Err(ApiError::Gone("this link was used already".to_owned()));
     }

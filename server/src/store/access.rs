@@ -794,25 +794,16 @@ macro_rules! access_store {
                 }
 
                 async fn owned_sessions(&self, principal: &str) -> StoreResult<u64> {
-                    let n: i64 = sqlx::query_scalar(
+                    owned_total(
+                        self.reads(),
                         "SELECT COUNT(*) FROM session_members WHERE principal = $1 AND role = $2",
+                        principal,
                     )
-                    .bind(principal)
-                    .bind(Role::Owner.as_str())
-                    .fetch_one(self.reads())
                     .await
-                    .map_err(db_error)?;
-                    Ok(n.max(0) as u64)
                 }
 
                 async fn owned_log_bytes(&self, principal: &str) -> StoreResult<u64> {
-                    let n: i64 = sqlx::query_scalar(Self::OWNED_LOG_BYTES)
-                    .bind(principal)
-                    .bind(Role::Owner.as_str())
-                    .fetch_one(self.reads())
-                    .await
-                    .map_err(db_error)?;
-                    Ok(n.max(0) as u64)
+                    owned_total(self.reads(), Self::OWNED_LOG_BYTES, principal).await
                 }
 
                 async fn share_links(&self, session: SessionId) -> StoreResult<Vec<ShareLinkRow>> {
@@ -940,6 +931,21 @@ macro_rules! access_store {
                     0 => Err(StoreError::Conflict(LAST_OWNER)),
                     _ => Ok(()),
                 }
+            }
+
+            /// The number `sql` gives for `principal` (`$1`) as an owner (`$2`), at least 0.
+            async fn owned_total(
+                pool: &sqlx::Pool<$db>,
+                sql: &'static str,
+                principal: &str,
+            ) -> StoreResult<u64> {
+                let n: i64 = sqlx::query_scalar(sql)
+                    .bind(principal)
+                    .bind(Role::Owner.as_str())
+                    .fetch_one(pool)
+                    .await
+                    .map_err(db_error)?;
+                Ok(n.max(0) as u64)
             }
 
             /// Stores a refresh token's hash in `family`, inside the caller's transaction.

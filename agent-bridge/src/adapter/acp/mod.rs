@@ -19,7 +19,7 @@ use std::path::Path;
 use moor_protocol::payload::AgentSession;
 use serde_json::{json, Value};
 
-use self::map::{Mapped, Mapper, Pending};
+use self::map::{Mapper, Pending};
 use self::rpc::Incoming;
 use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
@@ -129,7 +129,7 @@ impl Protocol for Run {
             )
             .await
         {
-            self.record(vec![error(&e, None)]).await?;
+            self.core.record(vec![error(&e, None)]).await?;
         }
         Ok(())
     }
@@ -145,7 +145,7 @@ impl Protocol for Run {
         match rpc::parse(&line) {
             Incoming::Notification { method, params } if method == "session/update" => {
                 let mapped = self.mapper.update(&params);
-                self.observe(mapped, drafts);
+                self.core.observe(mapped, drafts);
             }
             Incoming::Notification { method, params } => {
                 drafts.push(map::acp_event(&method, &params));
@@ -153,7 +153,7 @@ impl Protocol for Run {
             Incoming::Request { id, method, params } if method == "session/request_permission" => {
                 let (mapped, request, pending) = self.mapper.permission(&id, &params);
                 self.pending.insert(request.request_id, pending);
-                self.observe(mapped, drafts);
+                self.core.observe(mapped, drafts);
             }
             Incoming::Request { id, method, params } => {
                 drafts.push(map::acp_event(&method, &params));
@@ -228,7 +228,7 @@ impl Protocol for Run {
                 .await?;
             drafts.push(self.core.interrupted(&id));
         }
-        self.record(drafts).await.map_err(|e| e.to_string())
+        self.core.record(drafts).await.map_err(|e| e.to_string())
     }
 
     fn pending(&self) -> Vec<String> {
@@ -241,12 +241,13 @@ impl Protocol for Run {
 }
 
 impl Run {
-    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        self.core.record(drafts).await
-    }
-
-    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        self.core.observe(&mapped.signals, mapped.drafts, drafts);
+    /// Asks for a new session in the agent's working directory.
+    async fn new_session(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
+        let cwd = self.core.spec.cwd.display().to_string();
+        let params = rpc::session_params(&cwd, None);
+        self.calls
+            .send_or_note(process, Call::NewSession, "session/new", params, drafts)
+            .await;
     }
 
     async fn answered(
@@ -271,46 +272,22 @@ impl Run {
                 let name = result.get("agentInfo").and_then(|i| i.get("name"));
                 self.mapper.replay_ends_with_commands = name == Some(&json!("gemini-cli"));
                 drafts.push(map::acp_event("initialized", &result));
-                let cwd = self.core.spec.cwd.display().to_string();
-                let resume = self
-                    .core
-                    .spec
-                    .options
-                    .continuation
-                    .as_ref()
-                    .map(|c| c.agent_session_id.clone());
-                let sent = match resume {
+                let resume = self.core.continued_session();
+                match resume {
                     Some(id) if self.load_session => {
                         self.mapper.replaying = true;
+                        let cwd = self.core.spec.cwd.display().to_string();
                         let params = rpc::session_params(&cwd, Some(&id));
+                        let call = Call::LoadSession(id);
                         self.calls
-                            .send(process, Call::LoadSession(id), "session/load", params)
-                            .await
+                            .send_or_note(process, call, "session/load", params, drafts)
+                            .await;
                     }
                     Some(id) => {
                         drafts.push(error(&format!("the agent cannot load sessions; conversation {id} is not continued, a new one starts"), None));
-                        self.calls
-                            .send(
-                                process,
-                                Call::NewSession,
-                                "session/new",
-                                rpc::session_params(&cwd, None),
-                            )
-                            .await
+                        self.new_session(process, drafts).await;
                     }
-                    None => {
-                        self.calls
-                            .send(
-                                process,
-                                Call::NewSession,
-                                "session/new",
-                                rpc::session_params(&cwd, None),
-                            )
-                            .await
-                    }
-                };
-                if let Err(e) = sent {
-                    drafts.push(error(&e, None));
+                    None => self.new_session(process, drafts).await,
                 }
             }
             (Call::Initialize, Err(e)) => {
@@ -335,19 +312,7 @@ impl Run {
                     &format!("the agent could not load conversation {id} ({e}); a new one starts"),
                     None,
                 ));
-                let cwd = self.core.spec.cwd.display().to_string();
-                if let Err(e) = self
-                    .calls
-                    .send(
-                        process,
-                        Call::NewSession,
-                        "session/new",
-                        rpc::session_params(&cwd, None),
-                    )
-                    .await
-                {
-                    drafts.push(error(&e, None));
-                }
+                self.new_session(process, drafts).await;
             }
             (Call::NewSession, Err(e)) => {
                 let why = format!("the agent refused session/new: {e}; stopping it");
@@ -356,7 +321,7 @@ impl Run {
             (Call::Prompt, outcome) => {
                 self.turn = false;
                 let mapped = self.mapper.turn_ended(&outcome, self.session_id.as_deref());
-                self.observe(mapped, drafts);
+                self.core.observe(mapped, drafts);
                 rpc_agent::turn_over(self, process, drafts).await;
             }
         }

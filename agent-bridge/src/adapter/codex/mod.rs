@@ -179,7 +179,7 @@ impl Protocol for Run {
             .send(process, Call::Initialize, "initialize", params)
             .await
         {
-            self.record(vec![error(&e, None)]).await?;
+            self.core.record(vec![error(&e, None)]).await?;
         }
         Ok(())
     }
@@ -201,13 +201,13 @@ impl Protocol for Run {
                 if method == "turn/completed" {
                     self.turn_ended(process, mapped, drafts).await;
                 } else {
-                    self.observe(mapped, drafts);
+                    self.core.observe(mapped, drafts);
                 }
             }
             Incoming::Request { id, method, params } if APPROVALS.contains(&method.as_str()) => {
                 let (mapped, request) = self.mapper.approval(&id, &method, &params);
                 self.pending.insert(request.request_id, id);
-                self.observe(mapped, drafts);
+                self.core.observe(mapped, drafts);
             }
             Incoming::Request { id, method, params } => {
                 drafts.push(codex_event(&method, &params));
@@ -278,7 +278,7 @@ impl Protocol for Run {
             Some(turn) => self.send_interrupt(process, thread, turn).await?,
             None => self.interrupt_wanted = true,
         }
-        self.record(drafts).await.map_err(|e| e.to_string())
+        self.core.record(drafts).await.map_err(|e| e.to_string())
     }
 
     fn pending(&self) -> Vec<String> {
@@ -291,14 +291,6 @@ impl Protocol for Run {
 }
 
 impl Run {
-    async fn record(&mut self, drafts: Vec<Draft>) -> Result<(), AdapterError> {
-        self.core.record(drafts).await
-    }
-
-    fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
-        self.core.observe(&mapped.signals, mapped.drafts, drafts);
-    }
-
     fn thread_params(&self, resume: Option<&str>) -> Value {
         let mut params = json!({"cwd": self.core.spec.cwd.display().to_string()});
         if self.ask_untrusted {
@@ -314,13 +306,9 @@ impl Run {
 
     async fn start_thread(&mut self, process: &mut Process, drafts: &mut Vec<Draft>) {
         let params = self.thread_params(None);
-        if let Err(e) = self
-            .calls
-            .send(process, Call::StartThread, "thread/start", params)
-            .await
-        {
-            drafts.push(error(&e, None));
-        }
+        self.calls
+            .send_or_note(process, Call::StartThread, "thread/start", params, drafts)
+            .await;
     }
 
     async fn answered(
@@ -346,24 +334,14 @@ impl Run {
                 {
                     drafts.push(error(&e, None));
                 }
-                let resume = self
-                    .core
-                    .spec
-                    .options
-                    .continuation
-                    .as_ref()
-                    .map(|c| c.agent_session_id.clone());
+                let resume = self.core.continued_session();
                 match resume {
                     Some(id) => {
                         let params = self.thread_params(Some(&id));
                         let call = Call::ResumeThread(id);
-                        if let Err(e) = self
-                            .calls
-                            .send(process, call, "thread/resume", params)
-                            .await
-                        {
-                            drafts.push(error(&e, None));
-                        }
+                        self.calls
+                            .send_or_note(process, call, "thread/resume", params, drafts)
+                            .await;
                     }
                     None => self.start_thread(process, drafts).await,
                 }
@@ -469,7 +447,7 @@ impl Run {
         self.turn = false;
         self.turn_id = None;
         self.interrupt_wanted = false;
-        self.observe(mapped, drafts);
+        self.core.observe(mapped, drafts);
         rpc_agent::turn_over(self, process, drafts).await;
     }
 }

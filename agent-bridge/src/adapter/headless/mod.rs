@@ -214,10 +214,11 @@ impl<D: Dialect> Run<D> {
 
     /// Starts a turn running `text`.
     async fn prompt(&mut self, text: &str) -> Result<(), String> {
-        let resume = self.dialect.session_id().map(str::to_owned).or_else(|| {
-            let c = self.core.spec.options.continuation.as_ref();
-            c.map(|c| c.agent_session_id.clone())
-        });
+        let resume = self
+            .dialect
+            .session_id()
+            .map(str::to_owned)
+            .or_else(|| self.core.continued_session());
         let argv = D::argv(&self.core.spec.command, text, resume.as_deref());
         let mut process = Process::spawn_argv(&self.core.spec, argv)
             .map_err(|e| format!("could not start the agent: {e}"))?;
@@ -265,7 +266,7 @@ impl<D: Dialect> Run<D> {
         match serde_json::from_str::<Value>(&line) {
             Ok(event) if event.is_object() => {
                 let mapped = self.dialect.event(&event);
-                self.core.observe(&mapped.signals, mapped.drafts, drafts);
+                self.core.observe(mapped, drafts);
             }
             _ => drafts.push(error(
                 "the agent printed a line that is not a JSON event",
@@ -296,8 +297,7 @@ impl<D: Dialect> Run<D> {
                 .dialect
                 .cut_short(interrupted || self.core.stopping, &why);
             let mut drafts = Vec::new();
-            self.core
-                .observe(&mapped.signals, mapped.drafts, &mut drafts);
+            self.core.observe(mapped, &mut drafts);
             self.core.record(drafts).await?;
         }
         if self.core.stopping {

@@ -317,6 +317,20 @@ impl<C> Calls<C> {
         Ok(())
     }
 
+    /// [`send`](Self::send), noting in `drafts` a request that could not be sent.
+    pub(crate) async fn send_or_note(
+        &mut self,
+        process: &mut Process,
+        call: C,
+        method: &str,
+        params: Value,
+        drafts: &mut Vec<Draft>,
+    ) {
+        if let Err(e) = self.send(process, call, method, params).await {
+            drafts.push(error(&e, None));
+        }
+    }
+
     /// The request that the answer `id` (the agent's `line`) is for, forgotten; `None`, and
     /// an error entry, when `moor` made no such request.
     pub(crate) fn answered(&mut self, id: u64, line: &str, drafts: &mut Vec<Draft>) -> Option<C> {

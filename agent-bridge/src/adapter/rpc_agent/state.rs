@@ -11,8 +11,9 @@ use moor_protocol::payload::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::adapter::acp::map::Mapped;
 use crate::adapter::claude::decide::{not_recorded, resolved, Decision};
-use crate::adapter::claude::map::{bounded, error, Signal, RAW_CHARS};
+use crate::adapter::claude::map::{bounded, error, RAW_CHARS};
 use crate::adapter::claude::process::{Out, Process};
 use crate::adapter::claude::render::Renderer;
 use crate::adapter::claude::watchdog::Watchdog;
@@ -100,21 +101,16 @@ impl Core {
         Ok(())
     }
 
-    /// Feeds `signals` to the watchdog (an `agent.active` first when they end a stall), then
-    /// `entries` into `drafts`.
-    pub(crate) fn observe(
-        &mut self,
-        signals: &[Signal],
-        entries: Vec<Draft>,
-        drafts: &mut Vec<Draft>,
-    ) {
-        if self.watchdog.observe(signals, Self::now()) {
+    /// Feeds `mapped`'s signals to the watchdog (an `agent.active` first when they end a
+    /// stall), then its entries into `drafts`.
+    pub(crate) fn observe(&mut self, mapped: Mapped, drafts: &mut Vec<Draft>) {
+        if self.watchdog.observe(&mapped.signals, Self::now()) {
             drafts.push(Draft::new(AgentActive {
                 after: "stall".into(),
             }));
             self.status.note("the agent is producing output again");
         }
-        drafts.extend(entries);
+        drafts.extend(mapped.drafts);
     }
 
     /// The first entries of the run: `agent.start`, after an `agent.restart` when an earlier
@@ -178,6 +174,12 @@ impl Core {
             .continuation
             .as_ref()
             .and_then(|c| c.prompt.clone())
+    }
+
+    /// The agent's own id of the conversation to continue, when one is continued.
+    pub(crate) fn continued_session(&self) -> Option<String> {
+        let c = self.spec.options.continuation.as_ref();
+        c.map(|c| c.agent_session_id.clone())
     }
 
     /// A stderr line as an entry; `None` for a stdout line, returned to be parsed.
