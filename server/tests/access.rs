@@ -19,31 +19,25 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 mod support;
 
-use support::{client, serve_on_loopback, Serving};
+use support::{client, serve_on_loopback, DataDir, Serving};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
 const ADMIN: &str = "admin-test-token";
 const PASSWORD: &str = "correct horse battery";
 
+/// A served server; stops when dropped, and then its data directory goes.
 struct TestServer {
+    _stop: DropGuard,
     addr: std::net::SocketAddr,
-    dir: std::path::PathBuf,
     http: reqwest::Client,
-    shutdown: CancellationToken,
     /// The first-start setup code, while no administrator exists.
     setup_code: Option<String>,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    dir: DataDir,
 }
 
 /// An access token, or none at all.
@@ -56,7 +50,7 @@ impl TestServer {
     }
 
     async fn spawn_with(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = std::env::temp_dir().join(format!("moor-access-{}", uuid::Uuid::new_v4()));
+        let dir = DataDir::new("moor-access");
         let server = support::build(&dir, ADMIN, |c| {
             c.idle_timeout = Duration::from_secs(30);
             tweak(c);
@@ -65,11 +59,11 @@ impl TestServer {
         let setup_code = server.setup_code().map(str::to_owned);
         let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
+            _stop: shutdown.drop_guard(),
             addr,
-            dir,
             http: reqwest::Client::new(),
-            shutdown,
             setup_code,
+            dir,
         }
     }
 
@@ -124,6 +118,35 @@ impl TestServer {
     async fn share_link(&self, cred: &Cred, body: Value) -> reqwest::Response {
         self.call("POST", "/sessions/s1/share-links", cred, Some(body))
             .await
+    }
+
+    /// `cred` answers a device's `code` with `answer` (`approve` or `deny`): the status.
+    async fn answer_device(&self, answer: &str, code: &str, cred: &Cred) -> StatusCode {
+        let body = json!({ "user_code": code });
+        self.status("POST", &format!("/auth/device/{answer}"), cred, Some(body))
+            .await
+    }
+
+    /// Asserts that answering a device's `code` with `answer` takes a credential, then answers
+    /// it as `user`.
+    async fn answer_device_as(&self, user: &Cred, answer: &str, code: &str) {
+        assert_eq!(
+            self.answer_device(answer, code, &Cred(None)).await,
+            StatusCode::UNAUTHORIZED,
+            "{answer} without a credential"
+        );
+        assert_eq!(
+            self.answer_device(answer, code, user).await,
+            StatusCode::NO_CONTENT,
+            "{answer} as a user"
+        );
+    }
+
+    /// `cred` makes a share link of s1 as `body` asks: the link.
+    async fn made_link(&self, cred: &Cred, body: Value) -> Value {
+        let resp = self.share_link(cred, body).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        resp.json().await.unwrap()
     }
 
     /// `cred` redeems the share link `token`: the status.
@@ -1016,28 +1039,7 @@ async fn a_device_gets_its_own_tokens_once_a_user_approves_its_code() {
         StatusCode::ACCEPTED
     );
     let code = grant["user_code"].as_str().unwrap().to_lowercase();
-    assert_eq!(
-        server
-            .status(
-                "POST",
-                "/auth/device/approve",
-                &Cred(None),
-                Some(json!({"user_code": code}))
-            )
-            .await,
-        StatusCode::UNAUTHORIZED
-    );
-    assert_eq!(
-        server
-            .status(
-                "POST",
-                "/auth/device/approve",
-                &ann,
-                Some(json!({"user_code": code}))
-            )
-            .await,
-        StatusCode::NO_CONTENT
-    );
+    server.answer_device_as(&ann, "approve", &code).await;
     let resp = server
         .call("POST", "/auth/device/token", &Cred(None), poll())
         .await;
@@ -1127,11 +1129,9 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
             .status(),
         StatusCode::NOT_FOUND
     );
-    let resp = server
-        .share_link(&owner, json!({"role": "controller", "uses": 1}))
+    let made = server
+        .made_link(&owner, json!({"role": "controller", "uses": 1}))
         .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let made: Value = resp.json().await.unwrap();
     assert!(made["url"]
         .as_str()
         .unwrap()
@@ -1152,11 +1152,8 @@ async fn share_links_grant_their_role_for_their_uses_until_revoked() {
     );
     // An expired link does nothing.
     let expired: Value = server
-        .share_link(&owner, json!({"role": "viewer", "expires_in": 0}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .made_link(&owner, json!({"role": "viewer", "expires_in": 0}))
+        .await;
     assert_eq!(
         server.redeem(&expired["token"], &quinn).await,
         StatusCode::NOT_FOUND
@@ -1190,11 +1187,8 @@ async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_us
     let pat = server.user("pat").await;
     let _bridge = server.bridge("s1", &owner).await.unwrap();
     let made: Value = server
-        .share_link(&owner, json!({"role": "controller", "uses": 1}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .made_link(&owner, json!({"role": "controller", "uses": 1}))
+        .await;
     let preview = |token: Value| async move {
         server
             .call(
@@ -1229,11 +1223,8 @@ async fn a_share_link_says_what_it_grants_before_any_login_without_spending_a_us
         StatusCode::NOT_FOUND
     );
     let expired: Value = server
-        .share_link(&owner, json!({"role": "viewer", "expires_in": 0}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .made_link(&owner, json!({"role": "viewer", "expires_in": 0}))
+        .await;
     assert_eq!(
         preview(expired["token"].clone()).await.status(),
         StatusCode::NOT_FOUND
@@ -1257,9 +1248,7 @@ async fn owners_list_members_and_share_links_without_the_links_secrets() {
         json!({"role": "viewer", "uses": 2, "expires_in": 3600}),
         json!({"role": "controller"}),
     ] {
-        let resp = server.share_link(&owner, body).await;
-        assert_eq!(resp.status(), StatusCode::CREATED);
-        made.push(resp.json::<Value>().await.unwrap());
+        made.push(server.made_link(&owner, body).await);
     }
     assert_eq!(server.redeem(&made[0]["token"], &pat).await, StatusCode::OK);
     let revoke = format!("/share-links/{}", made[1]["id"].as_str().unwrap());
@@ -1671,31 +1660,10 @@ async fn a_denied_device_is_told_so_and_its_code_is_gone() {
     );
     let poll = || Some(json!({"device_code": grant["device_code"]}));
     // act
-    let deny = |cred: Cred| {
-        let server = &server;
-        async move {
-            server
-                .status(
-                    "POST",
-                    "/auth/device/deny",
-                    &cred,
-                    Some(json!({"user_code": code})),
-                )
-                .await
-        }
-    };
-    assert_eq!(deny(Cred(None)).await, StatusCode::UNAUTHORIZED);
-    assert_eq!(deny(ann.clone()).await, StatusCode::NO_CONTENT);
+    server.answer_device_as(&ann, "deny", code).await;
     // assert: approving it now finds nothing; the device hears "denied" once, then nothing
     assert_eq!(
-        server
-            .status(
-                "POST",
-                "/auth/device/approve",
-                &ann,
-                Some(json!({"user_code": code}))
-            )
-            .await,
+        server.answer_device("approve", code, &ann).await,
         StatusCode::NOT_FOUND
     );
     assert_eq!(

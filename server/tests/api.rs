@@ -18,11 +18,11 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 mod support;
 
-use support::{client, serve_on_loopback, Serving};
+use support::{client, serve_on_loopback, DataDir, Serving};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const WAIT: Duration = Duration::from_secs(10);
@@ -32,26 +32,13 @@ struct TestServer {
     addr: std::net::SocketAddr,
     token: String,
     http: reqwest::Client,
-    shutdown: CancellationToken,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
+    _stop: DropGuard,
+    _dir: DataDir,
 }
 
 impl TestServer {
     async fn spawn(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = std::env::temp_dir().join(format!("moor-api-{}", uuid::Uuid::new_v4()));
+        let dir = DataDir::new("moor-api");
         let server = support::build(&dir, "test-token", |c| {
             c.heartbeat_interval = Duration::from_millis(100);
             c.idle_timeout = Duration::from_secs(5);
@@ -65,8 +52,8 @@ impl TestServer {
             addr,
             token: "test-token".into(),
             http: reqwest::Client::new(),
-            shutdown,
-            _dir: TempDir(dir),
+            _stop: shutdown.drop_guard(),
+            _dir: dir,
         }
     }
 
@@ -607,19 +594,7 @@ async fn a_link_lost_mid_write_is_recorded_and_the_brief_and_transcript_say_what
     // act: the link dies without a close frame
     drop(ws);
     // assert: the interruption is in the log, for everyone (the viewer's stream shows it)
-    let mut seen = String::new();
-    tokio::time::timeout(WAIT, async {
-        while !seen.contains("session.interrupted") {
-            let chunk = events
-                .chunk()
-                .await
-                .unwrap()
-                .expect("the stream stays open");
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    })
-    .await
-    .expect("session.interrupted arrives on the stream");
+    wait_on_stream(&mut events, "session.interrupted", 1).await;
     let interrupted = server
         .entries("claude")
         .await
@@ -765,6 +740,20 @@ fn seqs_of(entries: &[Entry], kind: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Asserts that `log` records one interruption and that the entries `order` names come in
+/// that order; each is `(kind, n)`, the `n`th entry of `kind` (from 0).
+fn assert_one_interruption_in_order(log: &[Entry], order: &[(&str, usize)]) {
+    assert_eq!(seqs_of(log, "session.interrupted").len(), 1, "{log:#?}");
+    let seqs: Vec<u64> = order
+        .iter()
+        .map(|(kind, n)| seqs_of(log, kind)[*n])
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "{order:?} are at {seqs:?}"
+    );
+}
+
 /// A Bash tool call still running, as the agent's first entries.
 fn a_running_tool(from: u64) -> Vec<NewEntry> {
     agent_entries(
@@ -850,13 +839,13 @@ async fn an_agent_that_dies_mid_tool_has_its_interruption_logged_before_the_next
 
     // assert: exit, then the interruption it caused, then the new start, every time
     let log = server.entries("order").await;
-    let exit = seqs_of(&log, kinds::AGENT_EXIT);
-    let interrupted = seqs_of(&log, "session.interrupted");
-    let start = seqs_of(&log, kinds::AGENT_START);
-    assert_eq!(interrupted.len(), 1, "{log:#?}");
-    assert!(
-        exit[0] < interrupted[0] && interrupted[0] < start[0],
-        "exit {exit:?}, interrupted {interrupted:?}, start {start:?}"
+    assert_one_interruption_in_order(
+        &log,
+        &[
+            (kinds::AGENT_EXIT, 0),
+            ("session.interrupted", 0),
+            (kinds::AGENT_START, 0),
+        ],
     );
 }
 
@@ -873,13 +862,13 @@ async fn a_bridge_back_at_once_after_a_lost_link_finds_the_interruption_before_i
 
     // assert: the interruption, once, before the new connection and its agent
     let log = server.entries("again").await;
-    let interrupted = seqs_of(&log, "session.interrupted");
-    let connected = seqs_of(&log, "bridge.connected");
-    let start = seqs_of(&log, kinds::AGENT_START);
-    assert_eq!(interrupted.len(), 1, "{log:#?}");
-    assert!(
-        interrupted[0] < connected[1] && connected[1] < start[0],
-        "interrupted {interrupted:?}, connected {connected:?}, start {start:?}"
+    assert_one_interruption_in_order(
+        &log,
+        &[
+            ("session.interrupted", 0),
+            ("bridge.connected", 1),
+            (kinds::AGENT_START, 0),
+        ],
     );
 }
 

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use moor_protocol::SessionId;
@@ -16,29 +15,24 @@ use moor_server::ServerConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::Digest;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 mod support;
 
 use support::client::Client;
+use support::DataDir;
 
 const PASSWORD: &str = "correct horse battery";
 const MIB: usize = 1 << 20;
 
+/// The server under attack; stops when dropped, and then its data directory goes.
 struct Target {
+    _stop: DropGuard,
     addr: std::net::SocketAddr,
     base: String,
-    dir: PathBuf,
     http: reqwest::Client,
     store: Stores,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    dir: DataDir,
 }
 
 impl Target {
@@ -52,8 +46,8 @@ impl Target {
         sessions: &[(&str, &str)],
         tweak: impl FnOnce(&mut ServerConfig),
     ) -> (Self, Vec<SessionId>) {
-        let dir = std::env::temp_dir().join(format!("moor-attack-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = DataDir::new("moor-attack");
+        std::fs::create_dir_all(&*dir).unwrap();
         let url = format!("sqlite:{}", dir.join("moor.db").display());
         let store = moor_server::store::connect(&url).await.unwrap();
         let hash = moor_server::access::password::hash(PASSWORD).unwrap();
@@ -81,12 +75,12 @@ impl Target {
         .await;
         let served = support::serve_on_loopback(server).await;
         let target = Self {
+            _stop: served.shutdown.drop_guard(),
             addr: served.addr,
             base: format!("http://{}/api/v1", served.addr),
-            dir,
             http: reqwest::Client::new(),
             store,
-            shutdown: served.shutdown,
+            dir,
         };
         (target, ids)
     }

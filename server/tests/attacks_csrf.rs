@@ -14,12 +14,12 @@ use moor_protocol::close;
 use moor_server::ServerConfig;
 use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 mod support;
 
 use support::client::{self, Client};
-use support::{serve_on_loopback, Serving};
+use support::{serve_on_loopback, DataDir, Serving};
 
 const ADMIN: &str = "admin-attack-token";
 const PASSWORD: &str = "correct horse battery";
@@ -29,30 +29,24 @@ const EVIL: &str = "http://127.0.0.1:9999";
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// The server under attack; stops when dropped, and then its data directory goes.
 struct Target {
+    _stop: DropGuard,
     addr: std::net::SocketAddr,
-    dir: std::path::PathBuf,
     http: reqwest::Client,
-    shutdown: CancellationToken,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    dir: DataDir,
 }
 
 impl Target {
     async fn spawn_with(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = std::env::temp_dir().join(format!("moor-attack-{}", uuid::Uuid::new_v4()));
+        let dir = DataDir::new("moor-attack");
         let server = support::build(&dir, ADMIN, tweak).await;
         let Serving { addr, shutdown, .. } = serve_on_loopback(server).await;
         Self {
+            _stop: shutdown.drop_guard(),
             addr,
-            dir,
             http: reqwest::Client::new(),
-            shutdown,
+            dir,
         }
     }
 
@@ -457,7 +451,7 @@ async fn the_data_dir_database_and_blobs_are_readable_by_their_owner_only() {
     use std::os::unix::fs::PermissionsExt;
     // arrange: a new data dir
     let server = Target::spawn().await;
-    let data = server.dir.clone();
+    let data = server.dir.to_path_buf();
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     // act: write something to the database and store a blob
     server.add_user("ann").await;

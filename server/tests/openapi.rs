@@ -17,33 +17,27 @@ use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 mod support;
 
-use support::client;
+use support::{client, DataDir};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const TOKEN: &str = "test-token";
 
+/// A served server; stops when dropped, and then its data directory goes.
 struct TestServer {
+    _stop: DropGuard,
     addr: std::net::SocketAddr,
     http: reqwest::Client,
-    shutdown: CancellationToken,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    _dir: DataDir,
 }
 
 impl TestServer {
     async fn spawn() -> Self {
-        let dir = std::env::temp_dir().join(format!("moor-openapi-{}", uuid::Uuid::new_v4()));
+        let dir = DataDir::new("moor-openapi");
         let server = support::build(&dir, TOKEN, |_| {}).await;
         let support::Serving { addr, shutdown, .. } = support::serve_on_loopback(server).await;
         Self {
@@ -52,8 +46,8 @@ impl TestServer {
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap(),
-            shutdown,
-            dir,
+            _stop: shutdown.drop_guard(),
+            _dir: dir,
         }
     }
 

@@ -63,46 +63,40 @@ pub struct Received {
     pub at: i64,
 }
 
+/// What the push service keeps of its devices and the requests to them.
 #[derive(Debug, Default)]
-struct Inner {
+pub struct PushState {
     devices: HashMap<String, DeviceKeys>,
     received: Vec<Received>,
     /// Requests answered with a device's chosen failure status: `(device, status)`.
     refused: Vec<(String, u16)>,
     /// When each refused request arrived (ms since the epoch), in the order of `refused`.
     refused_at: Vec<i64>,
-    rejections: Vec<String>,
     vapid_key: Option<String>,
 }
 
-impl Recorded for Inner {
-    fn rejections(&self) -> &[String] {
-        &self.rejections
-    }
-
+impl Recorded for PushState {
     fn arrived(&self) -> &dyn Debug {
         &self.received
     }
 }
 
 /// The running push service; stops when dropped.
-#[derive(Debug)]
-pub struct PushService {
-    service: StandIn<Inner>,
-}
+pub type PushService = StandIn<PushState>;
 
 impl PushService {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let routes = Router::new().route("/push/{id}", post(push));
-        Self {
-            service: StandIn::serve("push service", routes).await,
-        }
+        Self::serve(
+            "push service",
+            Router::new().route("/push/{id}", post(push)),
+        )
+        .await
     }
 
     /// Accept only tokens signed by this VAPID public key (base64url), the server's.
     pub fn expect_vapid_key(&self, key: &str) {
-        self.service.record.lock().vapid_key = Some(key.to_owned());
+        self.record.lock().vapid_key = Some(key.to_owned());
     }
 
     /// A new subscription.
@@ -112,7 +106,7 @@ impl PushService {
         OsRng.fill_bytes(&mut auth);
         let id = uuid::Uuid::new_v4().simple().to_string();
         let p256dh = URL_SAFE_NO_PAD.encode(secret.public_key().to_encoded_point(false).as_bytes());
-        self.service.record.lock().devices.insert(
+        self.record.lock().devices.insert(
             id.clone(),
             DeviceKeys {
                 secret,
@@ -121,7 +115,7 @@ impl PushService {
             },
         );
         Device {
-            endpoint: format!("http://{}/push/{id}", self.service.addr),
+            endpoint: format!("http://{}/push/{id}", self.addr),
             id,
             p256dh,
             auth: URL_SAFE_NO_PAD.encode(auth),
@@ -130,19 +124,19 @@ impl PushService {
 
     /// Makes `device` answer every later request with `status` (410: gone, 500: failing).
     pub fn answer_with(&self, device: &Device, status: u16) {
-        if let Some(d) = self.service.record.lock().devices.get_mut(&device.id) {
+        if let Some(d) = self.record.lock().devices.get_mut(&device.id) {
             d.status = status;
         }
     }
 
     /// Everything accepted so far.
     pub fn received(&self) -> Vec<Received> {
-        self.service.record.lock().received.clone()
+        self.record.lock().received.clone()
     }
 
     /// What `device` accepted so far.
     pub fn received_by(&self, device: &Device) -> Vec<Received> {
-        let inner = self.service.record.lock();
+        let inner = self.record.lock();
         inner
             .received
             .iter()
@@ -153,12 +147,12 @@ impl PushService {
 
     /// Requests answered with a device's chosen failure status.
     pub fn refused(&self) -> Vec<(String, u16)> {
-        self.service.record.lock().refused.clone()
+        self.record.lock().refused.clone()
     }
 
     /// When the requests to `device` that it refused arrived (ms since the epoch), in order.
     pub fn refused_at(&self, device: &Device) -> Vec<i64> {
-        let inner = self.service.record.lock();
+        let inner = self.record.lock();
         inner
             .refused
             .iter()
@@ -166,11 +160,6 @@ impl PushService {
             .filter(|((d, _), _)| *d == device.id)
             .map(|(_, at)| *at)
             .collect()
-    }
-
-    /// Requests refused as invalid (bad VAPID, undecryptable): tests expect none.
-    pub fn rejections(&self) -> Vec<String> {
-        self.service.rejections()
     }
 
     /// Waits until `done` holds for the state (checked on every request), or panics after
@@ -181,15 +170,14 @@ impl PushService {
         what: &str,
         mut done: impl FnMut(&[Received], &[(String, u16)]) -> bool,
     ) {
-        self.service
-            .record
+        self.record
             .wait_until(timeout, what, |inner| done(&inner.received, &inner.refused))
             .await;
     }
 }
 
 async fn push(
-    State(record): State<Record<Inner>>,
+    State(record): State<Record<PushState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -216,7 +204,7 @@ async fn push(
 /// Verifies and decrypts one request: `Ok(None)` when the device is set to refuse (or is
 /// unknown), an error when the request is not a valid Web Push request.
 fn accept(
-    record: &Record<Inner>,
+    record: &Record<PushState>,
     id: &str,
     headers: &HeaderMap,
     body: &[u8],

@@ -6,6 +6,7 @@
 
 use std::fmt::Debug;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,11 +15,32 @@ use tokio::sync::Notify;
 use tokio_util::sync::DropGuard;
 
 /// The state a stand-in keeps of its requests.
-pub(crate) trait Received: Debug + Default {
-    /// Requests refused as invalid, each with the reason.
-    fn rejections(&self) -> &[String];
+pub trait Received: Debug + Default {
     /// What arrived, shown when a wait times out.
     fn arrived(&self) -> &dyn Debug;
+}
+
+/// What a stand-in keeps: the state of its requests (`T`, which this derefs to) and the
+/// requests it refused as invalid.
+#[derive(Debug, Default)]
+pub(crate) struct Kept<T> {
+    state: T,
+    /// Requests refused as invalid, each with the reason.
+    pub(crate) rejections: Vec<String>,
+}
+
+impl<T> Deref for Kept<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.state
+    }
+}
+
+impl<T> DerefMut for Kept<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.state
+    }
 }
 
 /// A stand-in's state, cloned into its handlers.
@@ -26,7 +48,7 @@ pub(crate) trait Received: Debug + Default {
 pub(crate) struct Record<T> {
     /// The stand-in's name in failure messages ("push service").
     name: &'static str,
-    state: Arc<Mutex<T>>,
+    state: Arc<Mutex<Kept<T>>>,
     changed: Arc<Notify>,
 }
 
@@ -40,6 +62,15 @@ impl<T> Clone for Record<T> {
     }
 }
 
+impl<T> Record<T> {
+    /// The state, for reading or for changes no wait needs to see.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Kept<T>> {
+        // A test that panicked while holding it has failed already; its state is still worth
+        // showing.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl<T: Received> Record<T> {
     /// An empty record for the stand-in `name`.
     pub(crate) fn new(name: &'static str) -> Self {
@@ -50,15 +81,8 @@ impl<T: Received> Record<T> {
         }
     }
 
-    /// The state, for reading or for changes no wait needs to see.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        // A test that panicked while holding it has failed already; its state is still worth
-        // showing.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Records a request with `f`, then wakes the waits.
-    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut Kept<T>) -> R) -> R {
         let out = f(&mut self.lock());
         self.changed.notify_waiters();
         out
@@ -79,10 +103,10 @@ impl<T: Received> Record<T> {
             {
                 let state = self.lock();
                 assert!(
-                    state.rejections().is_empty(),
+                    state.rejections.is_empty(),
                     "the {} rejected requests: {:?}",
                     self.name,
-                    state.rejections()
+                    state.rejections
                 );
                 if done(&state) {
                     return;
@@ -101,7 +125,7 @@ impl<T: Received> Record<T> {
 
 /// A stand-in served on 127.0.0.1, with what it received; stops when dropped.
 #[derive(Debug)]
-pub(crate) struct StandIn<T> {
+pub struct StandIn<T> {
     /// Where it listens.
     pub(crate) addr: SocketAddr,
     /// What it received.
@@ -122,9 +146,11 @@ impl<T: Received + Send + 'static> StandIn<T> {
             _stop: stop.drop_guard(),
         }
     }
+}
 
+impl<T> StandIn<T> {
     /// Requests refused as invalid, each with the reason: tests expect none.
-    pub(crate) fn rejections(&self) -> Vec<String> {
-        self.record.lock().rejections().to_vec()
+    pub fn rejections(&self) -> Vec<String> {
+        self.record.lock().rejections.clone()
     }
 }

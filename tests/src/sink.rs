@@ -50,48 +50,41 @@ impl Hit {
     }
 }
 
+/// What the sink receiver keeps of its paths and the requests to them.
 #[derive(Debug, Default)]
-struct Inner {
+pub struct SinkState {
     secrets: HashMap<String, String>,
     answers: HashMap<String, VecDeque<u16>>,
     hits: Vec<Hit>,
-    rejections: Vec<String>,
 }
 
-impl Received for Inner {
-    fn rejections(&self) -> &[String] {
-        &self.rejections
-    }
-
+impl Received for SinkState {
     fn arrived(&self) -> &dyn Debug {
         &self.hits
     }
 }
 
 /// The running receiver; stops when dropped.
-#[derive(Debug)]
-pub struct SinkReceiver {
-    service: StandIn<Inner>,
-}
+pub type SinkReceiver = StandIn<SinkState>;
 
 impl SinkReceiver {
     /// Binds 127.0.0.1:0 and serves.
     pub async fn start() -> Self {
-        let routes = Router::new().route("/{*path}", post(receive));
-        Self {
-            service: StandIn::serve("sink receiver", routes).await,
-        }
+        Self::serve(
+            "sink receiver",
+            Router::new().route("/{*path}", post(receive)),
+        )
+        .await
     }
 
     /// The URL of `path` on this receiver.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{path}", self.service.addr)
+        format!("http://{}/{path}", self.addr)
     }
 
     /// Check the signatures of requests to `path` with `secret` (a webhook's).
     pub fn expect_signed(&self, path: &str, secret: &str) {
-        self.service
-            .record
+        self.record
             .lock()
             .secrets
             .insert(path.to_owned(), secret.to_owned());
@@ -99,8 +92,7 @@ impl SinkReceiver {
 
     /// Answer the next requests to `path` with `statuses`, in order (then 200 again).
     pub fn answer_next(&self, path: &str, statuses: &[u16]) {
-        self.service
-            .record
+        self.record
             .lock()
             .answers
             .entry(path.to_owned())
@@ -110,19 +102,13 @@ impl SinkReceiver {
 
     /// The requests to `path` so far.
     pub fn hits(&self, path: &str) -> Vec<Hit> {
-        self.service
-            .record
+        self.record
             .lock()
             .hits
             .iter()
             .filter(|h| h.path == path)
             .cloned()
             .collect()
-    }
-
-    /// Requests refused for a bad signature or timestamp: tests expect none.
-    pub fn rejections(&self) -> Vec<String> {
-        self.service.rejections()
     }
 
     /// Waits until `done` holds for the requests so far (checked on every request), or panics
@@ -133,15 +119,14 @@ impl SinkReceiver {
         what: &str,
         mut done: impl FnMut(&[Hit]) -> bool,
     ) {
-        self.service
-            .record
+        self.record
             .wait_until(timeout, what, |inner| done(&inner.hits))
             .await;
     }
 }
 
 async fn receive(
-    State(record): State<Record<Inner>>,
+    State(record): State<Record<SinkState>>,
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,

@@ -250,6 +250,8 @@ pub fn schedule(seed: u64, duration: Duration, plan: &Plan) -> Vec<Step> {
 /// One fault, the resources it holds and for how long.
 fn draw(rng: &mut StdRng, plan: &Plan, proxies: usize) -> (Fault, Vec<String>, u64) {
     let node_res = |n: usize| vec![format!("node{n}"), "pg".to_owned()];
+    let proxy_res = |p: usize| vec![format!("proxy{p}")];
+    let bridge_res = |b: usize| vec![format!("bridge{b}")];
     let all_nodes = || {
         let mut v: Vec<String> = (0..plan.nodes).map(|n| format!("node{n}")).collect();
         v.push("pg".to_owned());
@@ -262,18 +264,10 @@ fn draw(rng: &mut StdRng, plan: &Plan, proxies: usize) -> (Fault, Vec<String>, u
     loop {
         let pick = rng.gen_range(0..100);
         return match pick {
-            0..=9 => (Fault::Reset { proxy }, vec![format!("proxy{proxy}")], 0),
-            10..=17 => (Fault::Cut { proxy }, vec![format!("proxy{proxy}")], 0),
-            18..=25 => (
-                Fault::HalfOpen { proxy, ms },
-                vec![format!("proxy{proxy}")],
-                ms,
-            ),
-            26..=30 => (
-                Fault::Unreachable { proxy, ms },
-                vec![format!("proxy{proxy}")],
-                ms,
-            ),
+            0..=9 => (Fault::Reset { proxy }, proxy_res(proxy), 0),
+            10..=17 => (Fault::Cut { proxy }, proxy_res(proxy), 0),
+            18..=25 => (Fault::HalfOpen { proxy, ms }, proxy_res(proxy), ms),
+            26..=30 => (Fault::Unreachable { proxy, ms }, proxy_res(proxy), ms),
             31..=37 => (
                 Fault::SlowLink {
                     proxy,
@@ -281,7 +275,7 @@ fn draw(rng: &mut StdRng, plan: &Plan, proxies: usize) -> (Fault, Vec<String>, u
                     latency_ms: rng.gen_range(5..200),
                     bytes_per_sec: [0, 20_000, 200_000][rng.gen_range(0..3)],
                 },
-                vec![format!("proxy{proxy}")],
+                proxy_res(proxy),
                 ms,
             ),
             38..=45 => (
@@ -289,24 +283,16 @@ fn draw(rng: &mut StdRng, plan: &Plan, proxies: usize) -> (Fault, Vec<String>, u
                     bridge,
                     code: CLOSE_CODES[rng.gen_range(0..CLOSE_CODES.len())],
                 },
-                vec![format!("bridge{bridge}")],
+                bridge_res(bridge),
                 0,
             ),
             46..=51 => (Fault::KillServer { node }, node_res(node), 3000),
             52..=57 => (Fault::StopServer { node, ms }, node_res(node), ms),
             58..=63 if !plan.killable.is_empty() => {
                 let bridge = plan.killable[rng.gen_range(0..plan.killable.len())];
-                (
-                    Fault::KillBridge { bridge },
-                    vec![format!("bridge{bridge}")],
-                    1000,
-                )
+                (Fault::KillBridge { bridge }, bridge_res(bridge), 1000)
             }
-            64..=70 => (
-                Fault::StopBridge { bridge, ms },
-                vec![format!("bridge{bridge}")],
-                ms,
-            ),
+            64..=70 => (Fault::StopBridge { bridge, ms }, bridge_res(bridge), ms),
             71..=80 => (
                 Fault::ViewerChurn {
                     bridge,
@@ -611,25 +597,32 @@ pub async fn run(cfg: SoakConfig) -> anyhow::Result<SoakReport> {
     })
 }
 
+/// `o` with the soak's short heartbeats, leases and token lifetimes, no rate limit to speak of,
+/// and the bug to inject, if any.
+fn soak_timings(o: ServerOpts, inject_bug: Option<&str>) -> ServerOpts {
+    let o = o
+        .flag("--heartbeat-interval-ms", 500)
+        .flag("--keepalive-ms", 500)
+        .flag("--stall-timeout-ms", 3000)
+        .flag("--bridge-lease-renew-ms", 500)
+        .flag("--access-token-ttl-secs", 3)
+        .flag("--rate-limit", 100_000);
+    match inject_bug {
+        Some(bug) => o.env("MOOR_INJECT_BUG", bug),
+        None => o,
+    }
+}
+
 impl Soak {
     async fn start(cfg: SoakConfig) -> anyhow::Result<Self> {
         let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed_a6e7);
         let bridge_cap = rng.gen_range(3000..8000);
         let sse_cap = rng.gen_range(2000..6000);
         let common = |o: ServerOpts| {
-            let mut o = o
+            let o = o
                 .flag("--bridge-max-lifetime-ms", bridge_cap)
-                .flag("--sse-lifetime-ms", sse_cap)
-                .flag("--heartbeat-interval-ms", 500)
-                .flag("--keepalive-ms", 500)
-                .flag("--stall-timeout-ms", 3000)
-                .flag("--bridge-lease-renew-ms", 500)
-                .flag("--access-token-ttl-secs", 3)
-                .flag("--rate-limit", 100_000);
-            if let Some(bug) = &cfg.inject_bug {
-                o = o.env("MOOR_INJECT_BUG", bug);
-            }
-            o
+                .flag("--sse-lifetime-ms", sse_cap);
+            soak_timings(o, cfg.inject_bug.as_deref())
         };
         let (db, cluster, token, server_opts): (_, _, String, Vec<ServerOpts>) = match cfg.store {
             Store::Sqlite => (None, None, String::new(), vec![common(ServerOpts::new())]),
@@ -1106,17 +1099,7 @@ impl Soak {
     }
 
     fn common_pg_opts(&self, o: ServerOpts) -> ServerOpts {
-        let mut o = o
-            .flag("--heartbeat-interval-ms", 500)
-            .flag("--keepalive-ms", 500)
-            .flag("--stall-timeout-ms", 3000)
-            .flag("--bridge-lease-renew-ms", 500)
-            .flag("--access-token-ttl-secs", 3)
-            .flag("--rate-limit", 100_000);
-        if let Some(bug) = &self.cfg.inject_bug {
-            o = o.env("MOOR_INJECT_BUG", bug);
-        }
-        o
+        soak_timings(o, self.cfg.inject_bug.as_deref())
     }
 
     fn node_id(&self, node: usize) -> String {

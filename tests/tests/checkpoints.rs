@@ -612,50 +612,66 @@ async fn moor_says_at_start_when_the_directory_is_not_a_git_work_tree() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
-    // arrange: Claude Code's project is a git repository
+/// Claude Code working in a git repository, its bridge checkpointing after tool calls (the
+/// interval, an hour, never comes).
+async fn claude_on_a_git_repo(server: &TestServer) -> (ClaudeEnv, ClaudeSession) {
     let env = ClaudeEnv::start().await;
     git_work_tree(&env.project, &[("README.md", b"# p\n")]);
-    let server = TestServer::start(ServerOpts::new()).await;
-    let ClaudeSession {
-        id,
-        mut bridge,
-        mut tail,
-        ..
-    } = env
-        .session(&server, &server.url(), "claude", &[], |o| {
+    let session = env
+        .session(server, &server.url(), "claude", &[], |o| {
             o.flag("--checkpoint-interval", "1h")
         })
         .await;
-    let file = env.file("hello.txt");
+    (env, session)
+}
 
-    // act
+/// Asks Claude Code to write `file` and allows the write when it asks; the prompt's seq.
+async fn write_allowed(server: &TestServer, claude: &mut ClaudeSession, file: &Path) -> u64 {
     let prompt = format!("[[write:{}:hi from the fake model]]", file.display());
-    let seq = server.api().post_input(id, "p1", &prompt).await.seq.0;
-    let request = tail
+    let seq = server
+        .api()
+        .post_input(claude.id, "p1", &prompt)
+        .await
+        .seq
+        .0;
+    let request = claude
+        .tail
         .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
         .await;
     server
         .api()
-        .answer_permission(id, "allow-1", &request, PermissionDecision::Allow)
+        .answer_permission(claude.id, "allow-1", &request, PermissionDecision::Allow)
         .await;
+    seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_writing_a_file_is_followed_by_a_checkpoint() {
+    // arrange: Claude Code's project is a git repository
+    let server = TestServer::start(ServerOpts::new()).await;
+    let (env, mut claude) = claude_on_a_git_repo(&server).await;
+    let file = env.file("hello.txt");
+
+    // act
+    let seq = write_allowed(&server, &mut claude, &file).await;
 
     // assert: a checkpoint taken because of the tool call, holding the file
-    let cp = tail
+    let cp = claude
+        .tail
         .wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| {
             e.payload["reason"] == "tool"
         })
         .await;
     assert_eq!(cp.payload["files"][0]["path"], "hello.txt");
-    let tool_result = tail
+    let tool_result = claude
+        .tail
         .entries
         .iter()
         .find(|e| e.kind == kinds::AGENT_TOOL_RESULT)
         .expect("the tool result came first");
     assert!(tool_result.seq < cp.seq);
-    bridge.terminate();
-    bridge.wait_exit(FINISH).await;
+    claude.bridge.terminate();
+    claude.bridge.wait_exit(FINISH).await;
 }
 
 /// `GET /api/v1/sessions/{session}/checkpoints/{to}/changes` with `query`: status and body.
@@ -796,43 +812,28 @@ async fn the_changes_between_two_checkpoints_are_listed_per_file_with_bounded_pa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claude_code_turn_is_bounded_by_the_checkpoints_around_it_and_its_changes_are_listed() {
     // arrange: Claude Code's project is a git repository
-    let env = ClaudeEnv::start().await;
-    git_work_tree(&env.project, &[("README.md", b"# p\n")]);
     let server = TestServer::start(ServerOpts::new()).await;
-    let ClaudeSession {
-        id,
-        mut bridge,
-        mut tail,
-        ..
-    } = env
-        .session(&server, &server.url(), "claude", &[], |o| {
-            o.flag("--checkpoint-interval", "1h")
-        })
-        .await;
+    let (env, mut claude) = claude_on_a_git_repo(&server).await;
     let file = env.file("hello.txt");
 
     // act: one turn that writes a file
-    let prompt = format!("[[write:{}:hi from the fake model]]", file.display());
-    let seq = server.api().post_input(id, "p1", &prompt).await.seq.0;
-    let request = tail
-        .wait_kind(kinds::AGENT_PERMISSION_REQUEST, seq, FINISH, |_| true)
+    let seq = write_allowed(&server, &mut claude, &file).await;
+    claude
+        .tail
+        .wait_kind(kinds::AGENT_RESULT, seq, FINISH, |_| true)
         .await;
-    server
-        .api()
-        .answer_permission(id, "allow-1", &request, PermissionDecision::Allow)
+    claude
+        .tail
+        .wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| {
+            e.payload["reason"] == "tool"
+        })
         .await;
-    tail.wait_kind(kinds::AGENT_RESULT, seq, FINISH, |_| true)
-        .await;
-    tail.wait_kind(CHECKPOINT_CREATED, seq, FINISH, |e| {
-        e.payload["reason"] == "tool"
-    })
-    .await;
 
     // assert: the rule of the review (web/src/views/review.ts): the turn starts at the last
     // checkpoint before its prompt (none: the base commit) and ends at the last one before the
     // next prompt; the checkpoint of its edit is after the tool's result (and, as Claude Code
     // writes them, after the turn's `agent.result` too)
-    let entries = server.api().entries_all(id).await;
+    let entries = server.api().entries_all(claude.id).await;
     let from = entries
         .iter()
         .rfind(|e| e.seq.0 < seq && e.kind == CHECKPOINT_CREATED)
@@ -857,7 +858,7 @@ async fn a_claude_code_turn_is_bounded_by_the_checkpoints_around_it_and_its_chan
                 .api()
                 .authed(
                     Method::GET,
-                    &format!("/api/v1/sessions/{id}/checkpoints/{to}/changes"),
+                    &format!("/api/v1/sessions/{}/checkpoints/{to}/changes", claude.id),
                     None,
                 )
                 .await;
@@ -872,6 +873,6 @@ async fn a_claude_code_turn_is_bounded_by_the_checkpoints_around_it_and_its_chan
         "{:?}",
         answer.files[0].diff
     );
-    bridge.terminate();
-    bridge.wait_exit(FINISH).await;
+    claude.bridge.terminate();
+    claude.bridge.wait_exit(FINISH).await;
 }

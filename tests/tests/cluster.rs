@@ -16,6 +16,7 @@ use moor_e2e::{
     TestBridge, TestServer, FINISH, WAIT,
 };
 use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
+use reqwest::Method;
 use serde_json::json;
 
 fn token() -> String {
@@ -616,14 +617,8 @@ async fn a_node_whose_database_refuses_connections_answers_a_retryable_503_until
     // arrange: a node that has served a request (so its pool holds connections)
     let admin_token = token();
     let a = TestServer::start(db.node_opts("a", &admin_token)).await;
-    let (s, _) = call(
-        &a,
-        reqwest::Method::GET,
-        "/sessions",
-        Some(&admin_token),
-        None,
-    )
-    .await;
+    let list_sessions = || call(&a, Method::GET, "/sessions", Some(&admin_token), None);
+    let (s, _) = list_sessions().await;
     assert_eq!(s, reqwest::StatusCode::OK);
     let admin = db.admin().await;
 
@@ -635,22 +630,10 @@ async fn a_node_whose_database_refuses_connections_answers_a_retryable_503_until
     );
     let during = a
         .api()
-        .raw(
-            reqwest::Method::GET,
-            "/api/v1/sessions",
-            Some(&admin_token),
-            None,
-        )
+        .raw(Method::GET, "/api/v1/sessions", Some(&admin_token), None)
         .await;
     db.allow_connections(&admin, true).await;
-    let (after, _) = call(
-        &a,
-        reqwest::Method::GET,
-        "/sessions",
-        Some(&admin_token),
-        None,
-    )
-    .await;
+    let (after, _) = list_sessions().await;
 
     // assert
     assert_eq!(

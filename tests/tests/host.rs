@@ -164,6 +164,27 @@ impl Machine {
         (r.status, r.body)
     }
 
+    /// Starts Claude Code in `code` with `prompt` and waits for the answer: the receipt, the
+    /// session's id and a tail of its log.
+    async fn claude_answered(&mut self, prompt: &str) -> (ActionAccepted, SessionId, LogTail) {
+        let body = json!({"project": "code", "agent": "claude", "prompt": prompt,
+                          "idempotency_key": "c1"});
+        let cc = self.act("/sessions", body).await;
+        self.applied(cc.seq).await;
+        let id = self.api().wait_session(&cc.session, WAIT).await.id;
+        let mut tail = LogTail::new(self.api(), id);
+        tail.wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
+            .await;
+        (cc, id, tail)
+    }
+
+    /// Asks the machine to `action` (`stop`, `resume`) its session `session`, with the key
+    /// `key`: the receipt.
+    async fn on_session(&self, session: &str, action: &str, key: &str) -> ActionAccepted {
+        let path = format!("/sessions/{session}/{action}");
+        self.act(&path, json!({ "idempotency_key": key })).await
+    }
+
     async fn act(&self, path: &str, body: Value) -> ActionAccepted {
         let (status, body) = self.post(path, body).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body:?}");
@@ -219,8 +240,9 @@ impl Machine {
     }
 
     /// Starts a shell in `notes` (uncommitted draft.txt) and waits until its start checkpoint
-    /// is on the server: the session's receipt and the checkpoint's id.
-    async fn uploaded_start_checkpoint(&mut self) -> (ActionAccepted, String) {
+    /// is on the server, then stages a file in `notes` as the person at the machine would:
+    /// the checkpoint's id, the shell's restore path and the state of `notes` (`work_state`).
+    async fn restorable_checkpoint(&mut self) -> (String, String, Vec<String>) {
         let (shell, id, mut tail) = self.start_shell("restore-me").await;
         let cp = tail
             .wait_kind(kinds::CHECKPOINT_CREATED, 0, WAIT, |_| true)
@@ -239,7 +261,11 @@ impl Machine {
             }
         })
         .await;
-        (shell, checkpoint)
+        let notes = self.notes();
+        std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
+        git(&notes, &["add", "staged.txt"]);
+        let path = format!("/sessions/{}/restore", shell.session);
+        (checkpoint, path, work_state(&notes))
     }
 
     /// The `host.session.started` entries for `session`.
@@ -301,18 +327,7 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     shell_tail.wait_pty_output("from-42-phone", WAIT).await;
 
     // act: Claude Code in `code` with a first prompt
-    let cc = m
-        .act(
-            "/sessions",
-            json!({"project": "code", "agent": "claude", "prompt": "first question", "idempotency_key": "c1"}),
-        )
-        .await;
-    m.applied(cc.seq).await;
-    let cc_id = m.api().wait_session(&cc.session, WAIT).await.id;
-    let mut cc_tail = LogTail::new(m.api(), cc_id);
-    cc_tail
-        .wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
-        .await;
+    let (cc, cc_id, mut cc_tail) = m.claude_answered("first question").await;
     assert!(claude
         .api
         .prompts()
@@ -346,12 +361,7 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
     );
 
     // act: stop the shell
-    let stop = m
-        .act(
-            &format!("/sessions/{}/stop", shell.session),
-            json!({"idempotency_key": "st1"}),
-        )
-        .await;
+    let stop = m.on_session(&shell.session, "stop", "st1").await;
     m.tail
         .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
             e.payload["session"] == shell.session.as_str() && e.payload["stopped"] == true
@@ -382,12 +392,7 @@ async fn the_phone_starts_prompts_lists_stops_and_resumes_sessions_on_a_machine(
             e.payload["session"] == cc.session.as_str() && e.payload["stopped"] == false
         })
         .await;
-    let resume = m
-        .act(
-            &format!("/sessions/{}/resume", cc.session),
-            json!({"idempotency_key": "r1"}),
-        )
-        .await;
+    let resume = m.on_session(&cc.session, "resume", "r1").await;
     m.applied(resume.seq).await;
     assert_eq!(m.starts(&cc.session).await.len(), 2);
     let head = m.api().session(&cc.session).await.unwrap().head_seq.0;
@@ -521,12 +526,7 @@ async fn cut_and_restart(mut m: Machine) {
     // the same request again is a duplicate, and nothing was started twice
     let again = m.start_request("s1").await;
     assert!(again.duplicate && again.seq == shell.seq);
-    let stop = m
-        .act(
-            &format!("/sessions/{}/stop", shell.session),
-            json!({"idempotency_key": "st"}),
-        )
-        .await;
+    let stop = m.on_session(&shell.session, "stop", "st").await;
     m.applied(stop.seq).await;
     m.tail
         .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
@@ -633,12 +633,7 @@ async fn a_restarted_host_keeps_track_of_the_sessions_it_started() {
     // and it is still this machine's to stop: it ends, and its end is recorded
     m.keys(kept_id, "echo still-$((40+2))\r").await;
     kept_tail.wait_pty_output("still-42", FINISH).await;
-    let stop = m
-        .act(
-            &format!("/sessions/{}/stop", kept.session),
-            json!({"idempotency_key": "st"}),
-        )
-        .await;
+    let stop = m.on_session(&kept.session, "stop", "st").await;
     m.applied(stop.seq).await;
     m.tail
         .wait_kind(kinds::HOST_SESSION_EXITED, stop.seq, FINISH, |e| {
@@ -662,6 +657,26 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A credential for the machine `id`, minted by `api`'s user.
+async fn mint_credential(api: &Api, id: &str) -> String {
+    let minted = api
+        .authed(
+            Method::POST,
+            &format!("/api/v1/machines/{id}/credential"),
+            None,
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
+    minted.body["token"].as_str().expect("a token").to_owned()
+}
+
+/// The `host.checkpoint.restored` entry in the machine's `log`.
+fn restored(log: &[Entry]) -> &Entry {
+    log.iter()
+        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
+        .expect("host.checkpoint.restored in the machine's log")
+}
+
 /// What a person working in `dir` has: the branch checked out, its commit, the index, the
 /// work tree's changes and a file's content.
 fn work_state(dir: &Path) -> Vec<String> {
@@ -677,15 +692,11 @@ fn work_state(dir: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_work_tree_alone() {
-    // arrange: a shell in `notes` (uncommitted draft.txt); its start checkpoint uploaded
+    // arrange: a shell in `notes` (uncommitted draft.txt); its start checkpoint uploaded; the
+    // person at the machine has staged work too
     let mut m = Machine::start(None).await;
-    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
-    // the person at the machine has staged work too
+    let (checkpoint, path, before) = m.restorable_checkpoint().await;
     let notes = m.notes();
-    std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
-    git(&notes, &["add", "staged.txt"]);
-    let before = work_state(&notes);
-    let path = format!("/sessions/{}/restore", shell.session);
 
     // act: restore it into the branch `rescue`
     let body = json!({"checkpoint": checkpoint, "branch": "rescue", "idempotency_key": "r1"});
@@ -694,10 +705,7 @@ async fn the_phone_restores_a_sessions_checkpoint_into_a_new_branch_leaving_the_
 
     // assert: the branch points at the checkpoint's commit, which holds the draft; what the
     // person had (branch, HEAD, index, changes) is exactly as it was
-    let done = log
-        .iter()
-        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
-        .expect("host.checkpoint.restored in the machine's log");
+    let done = restored(&log);
     assert_eq!(done.payload["branch"], "rescue");
     assert_eq!(done.payload["checkpoint"], checkpoint.as_str());
     assert_eq!(done.payload["input_seq"], restore.seq);
@@ -813,15 +821,7 @@ async fn a_machines_credential_reaches_only_its_own_sessions_and_routes() {
         .as_i64()
         .expect("a pid");
     let given = moor_token_of(pid).expect("the session runs with MOOR_TOKEN");
-    let minted = api
-        .authed(
-            Method::POST,
-            &format!("/api/v1/machines/{}/credential", m.id),
-            None,
-        )
-        .await;
-    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
-    let token = minted.body["token"].as_str().expect("a token").to_owned();
+    let token = mint_credential(&api, &m.id).await;
 
     // assert: both are limited to this machine
     assert_eq!(jwt_claims(&given)["mch"], m.id.as_str(), "{given}");
@@ -941,18 +941,7 @@ async fn revoking_the_owner_stops_the_machine(what: Revoke) {
         .to_owned();
     let ann = Api::new(server.url(), access.clone());
     let mut m = Machine::start_as(server, None, Some(&access)).await;
-    let minted = ann
-        .authed(
-            Method::POST,
-            &format!("/api/v1/machines/{}/credential", m.id),
-            None,
-        )
-        .await;
-    assert_eq!(minted.status, StatusCode::OK, "{:?}", minted.body);
-    let credential = Api::new(
-        m.server.url(),
-        minted.body["token"].as_str().expect("a token"),
-    );
+    let credential = Api::new(m.server.url(), mint_credential(&ann, &m.id).await);
     let log_path = format!("/api/v1/sessions/host-{}", m.id);
     assert_eq!(
         credential.authed(Method::GET, &log_path, None).await.status,
@@ -1052,25 +1041,8 @@ async fn resuming_an_ended_session_from_the_phone_continues_it_in_a_linked_sessi
     // arrange: Claude Code answered a first question, then was stopped (its session ended)
     let claude = ClaudeEnv::start().await;
     let mut m = Machine::start(Some(&claude)).await;
-    let cc = m
-        .act(
-            "/sessions",
-            json!({"project": "code", "agent": "claude", "prompt": "first question",
-                   "idempotency_key": "c1"}),
-        )
-        .await;
-    m.applied(cc.seq).await;
-    let cc_id = m.api().wait_session(&cc.session, WAIT).await.id;
-    let mut cc_tail = LogTail::new(m.api(), cc_id);
-    cc_tail
-        .wait_kind(kinds::AGENT_RESULT, 0, FINISH, |_| true)
-        .await;
-    let stop = m
-        .act(
-            &format!("/sessions/{}/stop", cc.session),
-            json!({"idempotency_key": "st1"}),
-        )
-        .await;
+    let (cc, cc_id, mut cc_tail) = m.claude_answered("first question").await;
+    let stop = m.on_session(&cc.session, "stop", "st1").await;
     m.applied(stop.seq).await;
     cc_tail
         .wait_kind(kinds::SESSION_ENDED, 0, FINISH, |_| true)
@@ -1143,12 +1115,8 @@ async fn resuming_an_ended_session_from_the_phone_continues_it_in_a_linked_sessi
 async fn the_phone_restores_a_checkpoint_into_a_new_worktree_the_machine_places() {
     // arrange: the start checkpoint of a shell in `notes`, and staged work at the machine
     let mut m = Machine::start(None).await;
-    let (shell, checkpoint) = m.uploaded_start_checkpoint().await;
+    let (checkpoint, path, before) = m.restorable_checkpoint().await;
     let notes = m.notes();
-    std::fs::write(notes.join("staged.txt"), "in the index").expect("write");
-    git(&notes, &["add", "staged.txt"]);
-    let before = work_state(&notes);
-    let path = format!("/sessions/{}/restore", shell.session);
 
     // act: restore it into the branch `fix/rescue`, checked out in a new worktree
     let body = json!({"checkpoint": checkpoint, "branch": "fix/rescue", "worktree": true,
@@ -1157,10 +1125,7 @@ async fn the_phone_restores_a_checkpoint_into_a_new_worktree_the_machine_places(
     let log = m.applied(restore.seq).await;
 
     // assert: the machine says where; there the branch is checked out, holding the draft
-    let done = log
-        .iter()
-        .find(|e| e.kind == kinds::HOST_CHECKPOINT_RESTORED)
-        .expect("host.checkpoint.restored in the machine's log");
+    let done = restored(&log);
     let action = log
         .iter()
         .find(|e| e.seq.0 == restore.seq)

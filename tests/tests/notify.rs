@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use moor_e2e::http::RawBody;
 use moor_e2e::metrics::{scrape, value};
+use moor_e2e::push::Received;
 use moor_e2e::{
     eventually, Api, Device, PushService, RawBridge, ServerOpts, SinkReceiver, TestServer,
 };
@@ -44,6 +45,40 @@ async fn user(server: &TestServer, name: &str) -> Api {
     let tokens = admin.login(name, "correct horse battery").await;
     let token = tokens["access_token"].as_str().expect("access token");
     Api::new(server.url(), token)
+}
+
+/// Adds a webhook, `ci`, for the user of `api`, posting to `sinks`' path `hook`, which checks
+/// its signatures with the secret the server gave.
+async fn signed_webhook(api: &Api, sinks: &SinkReceiver) {
+    let (status, hook) = add_sink(
+        api,
+        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
+    let secret = hook["secret"].as_str().expect("the webhook's secret, once");
+    sinks.expect_signed("hook", secret);
+}
+
+/// Asserts that `stranger` cannot delete `path` (to them it does not exist) and its `owner`
+/// can.
+async fn assert_only_the_owner_deletes(owner: &Api, stranger: &Api, path: &str) {
+    assert_eq!(
+        stranger.authed(Method::DELETE, path, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        owner.authed(Method::DELETE, path, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+/// For [`PushService::wait_until`]: a message about the permission request `id` has arrived.
+fn request_arrived(id: &str) -> impl FnMut(&[Received], &[(String, u16)]) -> bool + '_ {
+    move |r, _| {
+        r.iter()
+            .any(|m| m.message.request_id.as_deref() == Some(id))
+    }
 }
 
 /// Subscribes `device` for the user of `api`, after pointing the push service at the server's
@@ -328,14 +363,7 @@ async fn ntfy_and_webhook_sinks_get_the_notification_signed_and_a_failing_webhoo
     .await;
     assert_eq!(status, StatusCode::CREATED, "{ntfy:?}");
     assert!(ntfy.get("secret").is_none());
-    let (status, hook) = add_sink(
-        &alice,
-        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
-    let secret = hook["secret"].as_str().expect("the webhook's secret, once");
-    sinks.expect_signed("hook", secret);
+    signed_webhook(&alice, &sinks).await;
     let listed = alice
         .authed(Method::GET, "/api/v1/notify/sinks", None)
         .await;
@@ -412,13 +440,7 @@ async fn a_retry_goes_only_to_the_target_that_failed_and_the_other_gets_one_copy
     let alice = user(&server, "alice").await;
     let phone = push.subscribe();
     subscribe(&alice, &push, &phone, "phone").await;
-    let (status, hook) = add_sink(
-        &alice,
-        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
-    sinks.expect_signed("hook", hook["secret"].as_str().expect("secret"));
+    signed_webhook(&alice, &sinks).await;
     sinks.answer_next("hook", &[503]);
     let mut agent = Agent::start(&server, &alice, "two-targets").await;
 
@@ -433,11 +455,8 @@ async fn a_retry_goes_only_to_the_target_that_failed_and_the_other_gets_one_copy
     // a later notification orders after the retry on the phone: once it is there, the retry
     // has been handled for every target
     agent.send(&[permission("req-1", "ls", 0)]).await;
-    push.wait_until(WAIT, "the later notification", |r, _| {
-        r.iter()
-            .any(|m| m.message.request_id.as_deref() == Some("req-1"))
-    })
-    .await;
+    push.wait_until(WAIT, "the later notification", request_arrived("req-1"))
+        .await;
 
     // assert: the phone, which took the first attempt, got the turn once
     let turns: Vec<_> = push
@@ -501,11 +520,8 @@ async fn a_muted_session_and_a_muted_class_send_nothing_until_unmuted() {
 
     // assert: once nothing waits in the outbox, only the unmuted class of the unmuted
     // session has arrived
-    push.wait_until(WAIT, "the unmuted request", |r, _| {
-        r.iter()
-            .any(|m| m.message.request_id.as_deref() == Some("l-1"))
-    })
-    .await;
+    push.wait_until(WAIT, "the unmuted request", request_arrived("l-1"))
+        .await;
     eventually(WAIT, "the three rows settled", || async {
         let s = scrape(&server.url(), METRICS_TOKEN).await;
         let rows = |state| value(&s, "moord_notify_outbox_rows", &[("state", state)]);
@@ -580,14 +596,7 @@ async fn sinks_refuse_plain_http_are_bounded_per_user_and_removed_by_their_owner
     assert_eq!(status, StatusCode::BAD_REQUEST);
     // bob cannot remove alice's; alice can
     let path = format!("/api/v1/notify/sinks/{}", ids[0]);
-    assert_eq!(
-        bob.authed(Method::DELETE, &path, None).await.status,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        alice.authed(Method::DELETE, &path, None).await.status,
-        StatusCode::NO_CONTENT
-    );
+    assert_only_the_owner_deletes(&alice, &bob, &path).await;
     let listed = alice
         .authed(Method::GET, "/api/v1/notify/sinks", None)
         .await;
@@ -616,11 +625,8 @@ async fn a_notification_committed_before_a_crash_is_sent_once_after_the_restart(
     let alice = Api::new(server.url(), alice.token());
     let mut agent = Agent::start(&server, &alice, "crashy-2").await;
     agent.send(&[permission("req-2", "ls", 0)]).await;
-    push.wait_until(WAIT, "the later notification", |r, _| {
-        r.iter()
-            .any(|m| m.message.request_id.as_deref() == Some("req-2"))
-    })
-    .await;
+    push.wait_until(WAIT, "the later notification", request_arrived("req-2"))
+        .await;
     let first: Vec<_> = push
         .received_by(&phone)
         .into_iter()
@@ -661,14 +667,7 @@ async fn subscriptions_refuse_plain_http_endpoints_and_bad_keys() {
     let id = r.body["id"].as_str().unwrap().to_owned();
     let bob = user(&server, "bob").await;
     let path = format!("/api/v1/notify/subscriptions/{id}");
-    assert_eq!(
-        bob.authed(Method::DELETE, &path, None).await.status,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        alice.authed(Method::DELETE, &path, None).await.status,
-        StatusCode::NO_CONTENT
-    );
+    assert_only_the_owner_deletes(&alice, &bob, &path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -832,13 +831,8 @@ async fn during_quiet_hours_notifications_arrive_without_sound_on_every_target()
     agent.send(&[permission("n-1", "make", 0)]).await;
 
     // assert: it arrives everywhere, marked quiet (ntfy's lowest priority)
-    let hit = |id: &'static str| {
-        move |r: &[moor_e2e::push::Received], _: &[(String, u16)]| {
-            r.iter()
-                .any(|m| m.message.request_id.as_deref() == Some(id))
-        }
-    };
-    push.wait_until(WAIT, "the quiet request", hit("n-1")).await;
+    push.wait_until(WAIT, "the quiet request", request_arrived("n-1"))
+        .await;
     sinks
         .wait_until(WAIT, "the quiet ntfy message", |hits| !hits.is_empty())
         .await;
@@ -852,7 +846,8 @@ async fn during_quiet_hours_notifications_arrive_without_sound_on_every_target()
     agent.send(&[permission("n-2", "make", 0)]).await;
 
     // assert: it is not quiet
-    push.wait_until(WAIT, "the loud request", hit("n-2")).await;
+    push.wait_until(WAIT, "the loud request", request_arrived("n-2"))
+        .await;
     sinks
         .wait_until(WAIT, "the loud ntfy message", |hits| hits.len() >= 2)
         .await;
@@ -909,13 +904,7 @@ async fn ntfy_buttons_decide_a_pending_request_once_and_only_for_who_may_still_d
         let body = json!({"kind": "ntfy", "label": "ntfy", "url": sinks.url(topic)});
         assert_eq!(add_sink(api, body).await.0, StatusCode::CREATED);
     }
-    let (status, hook) = add_sink(
-        &alice,
-        json!({"kind": "webhook", "label": "ci", "url": sinks.url("hook")}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{hook:?}");
-    sinks.expect_signed("hook", hook["secret"].as_str().expect("secret"));
+    signed_webhook(&alice, &sinks).await;
     let mut agent = Agent::start(&server, &alice, "buttons").await;
     for (api, name, role) in [(&bob, "bob", "viewer"), (&carol, "carol", "controller")] {
         let path = format!("/api/v1/sessions/{}/members/{name}", agent.session);

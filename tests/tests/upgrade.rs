@@ -238,16 +238,46 @@ impl From<&SessionInfo> for Listed {
 /// (client message ids), and the server (receipts and its own records).
 struct Log {
     rows: Vec<OldRow>,
+    created_at: i64,
     ts: i64,
+    agent: AgentInfo,
+    producer: ProducerId,
     producer_seq: u64,
 }
 
 impl Log {
-    fn starting_at(ts: i64) -> Self {
-        Self {
+    /// A log started at `t` by its bridge (a new producer) connecting with `agent`.
+    fn connected(t: i64, agent: AgentInfo) -> Self {
+        let mut log = Self {
             rows: Vec::new(),
-            ts,
+            created_at: t,
+            ts: t,
+            agent,
+            producer: ProducerId::new(),
             producer_seq: 0,
+        };
+        let payload = json!({ "connection": 1, "producer": log.producer, "agent": log.agent });
+        log.server(kinds::BRIDGE_CONNECTED, payload);
+        log
+    }
+
+    /// The session `name` this is the log of, ended if the log says so, with `members`; no
+    /// snapshot or checkpoints.
+    fn into_session(self, name: &'static str, members: Vec<(&'static str, Role)>) -> OldSession {
+        OldSession {
+            id: SessionId::new(),
+            name,
+            created_at: self.created_at,
+            ended: self
+                .rows
+                .iter()
+                .any(|r| r.entry.kind == kinds::SESSION_ENDED),
+            agent: self.agent,
+            producer: self.producer,
+            rows: self.rows,
+            members,
+            snapshot_at: 0,
+            checkpoints: Vec::new(),
         }
     }
 
@@ -326,13 +356,7 @@ fn previous_release_data() -> OldData {
 }
 
 fn lines_session(t: i64) -> OldSession {
-    let producer = ProducerId::new();
-    let agent = agent_info("lines", &["cargo", "build"], "/home/bob/app");
-    let mut log = Log::starting_at(t);
-    log.server(
-        kinds::BRIDGE_CONNECTED,
-        json!({ "connection": 1, "producer": producer, "agent": agent }),
-    );
+    let mut log = Log::connected(t, agent_info("lines", &["cargo", "build"], "/home/bob/app"));
     log.bridge(
         kinds::AGENT_START,
         json!({ "command": ["cargo", "build"], "cwd": "/home/bob/app", "pid": 4242, "adapter": "lines" }),
@@ -357,31 +381,17 @@ fn lines_session(t: i64) -> OldSession {
         kinds::SESSION_ENDED,
         json!({ "reason": "the agent exited" }),
     );
-    OldSession {
-        id: SessionId::new(),
-        name: "old-lines-build",
-        created_at: t,
-        ended: true,
-        agent,
-        producer,
-        rows: log.rows,
-        members: vec![("bob", Role::Owner), ("ada", Role::Viewer)],
-        snapshot_at: 0,
-        checkpoints: Vec::new(),
-    }
+    log.into_session(
+        "old-lines-build",
+        vec![("bob", Role::Owner), ("ada", Role::Viewer)],
+    )
 }
 
 fn claude_session(t: i64) -> OldSession {
-    let producer = ProducerId::new();
     let cwd = "/home/ada/project";
-    let agent = agent_info("claude", &["claude"], cwd);
     let (summary, manifest) = old_checkpoint(t + 5_000);
     let edit = json!({ "file_path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b" });
-    let mut log = Log::starting_at(t);
-    log.server(
-        kinds::BRIDGE_CONNECTED,
-        json!({ "connection": 1, "producer": producer, "agent": agent }),
-    );
+    let mut log = Log::connected(t, agent_info("claude", &["claude"], cwd));
     log.bridge(
         kinds::AGENT_START,
         json!({
@@ -466,17 +476,10 @@ fn claude_session(t: i64) -> OldSession {
         json!({ "reason": "the agent exited" }),
     );
     OldSession {
-        id: SessionId::new(),
-        name: "old-claude-turn",
-        created_at: t,
-        ended: true,
-        agent,
-        producer,
-        rows: log.rows,
-        members: vec![("ada", Role::Owner)],
         // mid-turn: the state fold resumes from a busy snapshot
         snapshot_at: 12,
         checkpoints: vec![(summary, manifest)],
+        ..log.into_session("old-claude-turn", vec![("ada", Role::Owner)])
     }
 }
 
@@ -510,13 +513,7 @@ fn old_checkpoint(at: i64) -> (CheckpointSummary, CheckpointManifest) {
 }
 
 fn pty_session(t: i64) -> OldSession {
-    let producer = ProducerId::new();
-    let agent = agent_info("pty", &["bash"], "/home/ada");
-    let mut log = Log::starting_at(t);
-    log.server(
-        kinds::BRIDGE_CONNECTED,
-        json!({ "connection": 1, "producer": producer, "agent": agent }),
-    );
+    let mut log = Log::connected(t, agent_info("pty", &["bash"], "/home/ada"));
     log.bridge(
         kinds::AGENT_START,
         json!({
@@ -563,16 +560,8 @@ fn pty_session(t: i64) -> OldSession {
         json!({ "connection": 1, "reason": "moord is shutting down", "close_code": 1001 }),
     );
     OldSession {
-        id: SessionId::new(),
-        name: "old-pty-shell",
-        created_at: t,
-        ended: false,
-        agent,
-        producer,
-        rows: log.rows,
-        members: vec![("ada", Role::Owner)],
         snapshot_at: 200,
-        checkpoints: Vec::new(),
+        ..log.into_session("old-pty-shell", vec![("ada", Role::Owner)])
     }
 }
 

@@ -382,9 +382,12 @@ scenario("scrolling up a 10,500-entry transcript pages older entries in: no dupl
   await ctx.close();
 });
 
-scenario("checkpoints: the sheet lists the server's checkpoints and opening one shows its diff", async ({ browser }) => {
-  await rpc("checkpoints", { session: "ra-ckpt" });
-  const id = (await sessionByName("ra-ckpt")).id;
+// A phone on a shell `name` whose bridge checkpoints (the harness's `checkpoints` session), once
+// the bridge is online: the session's id, the phone's context and page, `send` (types a command
+// in the composer and sends it) and `listed` (the server's checkpoints of the session).
+async function checkpointingShell(browser, name) {
+  await rpc("checkpoints", { session: name });
+  const id = (await sessionByName(name)).id;
   const ctx = await phone(browser);
   const page = await ctx.newPage();
   await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
@@ -394,17 +397,26 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
     await page.click("#composer button.send");
   };
   const listed = () => api(`/sessions/${id}/checkpoints`);
-  const has = (c, ...paths) => paths.every((p) => c.files.some((f) => f.path === p));
+  return { id, ctx, page, send, listed };
+}
+// Whether the checkpoint `c` changed every one of `paths`.
+const hasFiles = (c, ...paths) => paths.every((p) => c.files.some((f) => f.path === p));
+// The checkpoint ids the sheet of `page` lists, in order.
+const sheetCheckpoints = (page) =>
+  page.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+
+scenario("checkpoints: the sheet lists the server's checkpoints and opening one shows its diff", async ({ browser }) => {
+  const { id, ctx, page, send, listed } = await checkpointingShell(browser, "ra-ckpt");
   await send("printf 'hello from the phone\\n' > notes.txt && echo 'more docs' >> README.md");
-  await waitFor("a first checkpoint", 30000, async () => (await listed()).some((c) => has(c, "notes.txt", "README.md")));
+  await waitFor("a first checkpoint", 30000, async () => (await listed()).some((c) => hasFiles(c, "notes.txt", "README.md")));
   await send("rm gone.txt && sed -i 's/hello/goodbye/' src/main.rs");
   const newest = await waitFor("a checkpoint of the second change", 30000, async () => {
     const l = await listed();
-    return l.length >= 2 && has(l[0], "gone.txt", "src/main.rs", "notes.txt") ? l : null;
+    return l.length >= 2 && hasFiles(l[0], "gone.txt", "src/main.rs", "notes.txt") ? l : null;
   });
   await page.click("#checkpoints-btn");
   const ids = await waitFor("the checkpoints in the sheet", 10000, async () => {
-    const got = await page.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+    const got = await sheetCheckpoints(page);
     return got.length >= newest.length ? got : null;
   });
   const server = await listed();
@@ -446,7 +458,7 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
   assert(announced.length >= 2 && announced.every((s) => s < lo), `the fresh page holds no checkpoint entry (they are at ${announced}, it starts at ${lo})`);
   await fresh.click("#checkpoints-btn");
   const freshIds = await waitFor("the checkpoints in the fresh page's sheet", 10000, async () => {
-    const got = await fresh.evaluate(() => [...document.querySelectorAll(".panel.checkpoints [data-checkpoint-id]")].map((el) => el.dataset.checkpointId));
+    const got = await sheetCheckpoints(fresh);
     return got.length ? got : null;
   });
   const now = (await listed()).map((c) => c.id);
@@ -457,23 +469,12 @@ scenario("checkpoints: the sheet lists the server's checkpoints and opening one 
 });
 
 scenario("review on the phone: a turn that edits three files (one large, one binary) shows each file's diff, the large one paged, the binary one named", async ({ browser }) => {
-  await rpc("checkpoints", { session: "ra-review" });
-  const id = (await sessionByName("ra-review")).id;
-  const ctx = await phone(browser);
-  const page = await ctx.newPage();
-  await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
-  await waitBanner(page, "bridge", "online", 20000);
-  const send = async (cmd) => {
-    await page.fill("#composer-text", cmd);
-    await page.click("#composer button.send");
-  };
-  const listed = () => api(`/sessions/${id}/checkpoints`);
-  const has = (c, ...paths) => paths.every((p) => c.files.some((f) => f.path === p));
+  const { id, ctx, page, send, listed } = await checkpointingShell(browser, "ra-review");
   // A first turn, checkpointed before the second starts: the second's review leaves it out.
   await send("echo 'first turn' >> README.md");
-  await waitFor("the first turn's checkpoint", 30000, async () => (await listed()).some((c) => has(c, "README.md")));
+  await waitFor("the first turn's checkpoint", 30000, async () => (await listed()).some((c) => hasFiles(c, "README.md")));
   await send("sed -i 's/hello/review/' src/main.rs && seq 1 5000 | sed 's/^/big line /' > big.txt && printf '\\x00\\x01\\x02PNG' > logo.png");
-  await waitFor("the second turn's checkpoint", 30000, async () => (await listed()).some((c) => has(c, "README.md", "src/main.rs", "big.txt", "logo.png")));
+  await waitFor("the second turn's checkpoint", 30000, async () => (await listed()).some((c) => hasFiles(c, "README.md", "src/main.rs", "big.txt", "logo.png")));
   const prompts = await waitFor("both prompts in the transcript", 20000, () =>
     page.evaluate(() => {
       const seqs = [...document.querySelectorAll("[data-input-seq]")].map((el) => Number(el.dataset.inputSeq));

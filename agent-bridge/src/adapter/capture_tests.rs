@@ -29,6 +29,35 @@ pub(crate) fn turn_kinds(drafts: &[Draft]) -> Vec<&str> {
         .collect()
 }
 
+/// The drafts of kind `kind`, in order.
+pub(crate) fn of_kind<'a>(drafts: &'a [Draft], kind: &str) -> Vec<&'a Draft> {
+    drafts.iter().filter(|d| d.kind == kind).collect()
+}
+
+/// The entries of a call the agent asks a person about: announced, asked, decided, finished.
+const ASKED_CALL: [&str; 4] = [
+    "agent.tool_use",
+    "agent.permission.request",
+    "agent.permission.resolved",
+    "agent.tool_result",
+];
+
+/// The turn shapes of a capture that first gets a plain answer, then makes a call a person
+/// allows, then one a person denies, each call followed by the model's answer; `rest` is how
+/// the capture goes on from there.
+pub(crate) fn answer_allowed_denied_then(rest: &[&'static str]) -> Vec<&'static str> {
+    let answer = ["agent.text", "agent.result"];
+    [
+        &answer[..],
+        &ASKED_CALL,
+        &answer,
+        &ASKED_CALL,
+        &answer,
+        rest,
+    ]
+    .concat()
+}
+
 /// The entry of the capture's answer to the permission request `request_id`, as a person's
 /// decision.
 pub(crate) fn answered(request_id: &str, decision: Resolution) -> Draft {

@@ -33,7 +33,7 @@ fn mixed(producer: ProducerId, i: u64, ts: i64, size: usize) -> Append {
 }
 
 /// A session with `n` mixed entries stamped `ts`, in batches of 1,000, and a state snapshot at
-/// `snapshot`.
+/// `snapshot`; the session and the producer of its entries.
 async fn mixed_session(
     store: &Stores,
     name: &str,
@@ -41,20 +41,8 @@ async fn mixed_session(
     ts: i64,
     size: usize,
     snapshot: u64,
-) -> SessionId {
-    mixed_session_of(store, ProducerId::new(), name, n, ts, size, snapshot).await
-}
-
-/// [`mixed_session`] with the entries from `producer`.
-async fn mixed_session_of(
-    store: &Stores,
-    producer: ProducerId,
-    name: &str,
-    n: u64,
-    ts: i64,
-    size: usize,
-    snapshot: u64,
-) -> SessionId {
+) -> (SessionId, ProducerId) {
+    let producer = ProducerId::new();
     let s = store.log.open_session(name, None).await.unwrap().id;
     let mut i = 1;
     while i <= n {
@@ -68,7 +56,7 @@ async fn mixed_session_of(
         .save_snapshot(s, Seq(snapshot), "{}")
         .await
         .unwrap();
-    s
+    (s, producer)
 }
 
 fn compactable(kind: &str) -> bool {
@@ -115,12 +103,11 @@ pub async fn old_terminal_output_and_deltas_are_compacted_and_pages_say_what_is_
     // with the same old log and no policy
     let store = db.open("node-a").await;
     let now = now_ms();
-    let first = ProducerId::new();
-    let s = mixed_session_of(&store, first, "compacted", 4_000, now - 2 * HOUR, 10, 3_500).await;
+    let (s, first) = mixed_session(&store, "compacted", 4_000, now - 2 * HOUR, 10, 3_500).await;
     let producer = ProducerId::new();
     let fresh: Vec<Append> = (1..=500).map(|i| mixed(producer, i, now, 10)).collect();
     store.log.append(s, fresh).await.unwrap();
-    let other = mixed_session(&store, "untouched", 2_000, now - 2 * HOUR, 10, 2_000).await;
+    let (other, _) = mixed_session(&store, "untouched", 2_000, now - 2 * HOUR, 10, 2_000).await;
     let before = whole_log(&store, s).await;
     let other_before = whole_log(&store, other).await;
     let policy = Policy {
@@ -202,7 +189,7 @@ pub async fn a_log_over_its_cap_loses_its_oldest_compactable_entries_whatever_th
     // 2 MB and no age bound
     let store = db.open("node-a").await;
     let now = now_ms();
-    let s = mixed_session(&store, "capped", 3_000, now, 1_000, 3_000).await;
+    let (s, _) = mixed_session(&store, "capped", 3_000, now, 1_000, 3_000).await;
     let before = whole_log(&store, s).await;
     let stored = |log: &[moor_protocol::Entry]| -> u64 {
         log.iter().map(|e| e.payload.to_string().len() as u64).sum()
@@ -243,8 +230,8 @@ pub async fn compaction_never_passes_the_snapshot_nor_the_newest_entries(db: Db)
     // its snapshot at the head, one with no snapshot
     let store = db.open("node-a").await;
     let now = now_ms();
-    let early = mixed_session(&store, "early-snapshot", 3_000, now - 2 * HOUR, 10, 300).await;
-    let short = mixed_session(&store, "short", 1_500, now - 2 * HOUR, 10, 1_500).await;
+    let (early, _) = mixed_session(&store, "early-snapshot", 3_000, now - 2 * HOUR, 10, 300).await;
+    let (short, _) = mixed_session(&store, "short", 1_500, now - 2 * HOUR, 10, 1_500).await;
     let none = store
         .log
         .open_session("no-snapshot", None)
@@ -281,8 +268,8 @@ pub async fn a_sessions_own_policy_is_stored_and_candidates_follow_it(db: Db) {
     // arrange: two sessions with long enough logs, no server policy
     let store = db.open("node-a").await;
     let now = now_ms();
-    let own = mixed_session(&store, "own-policy", 1_200, now - 2 * HOUR, 10, 1_200).await;
-    let plain = mixed_session(&store, "no-policy", 1_200, now - 2 * HOUR, 10, 1_200).await;
+    let (own, _) = mixed_session(&store, "own-policy", 1_200, now - 2 * HOUR, 10, 1_200).await;
+    let (plain, _) = mixed_session(&store, "no-policy", 1_200, now - 2 * HOUR, 10, 1_200).await;
     let policy = Policy {
         keep_ended_ms: Some(1),
         compact_after_ms: Some(HOUR),

@@ -237,32 +237,59 @@ mod blob_backfill {
             .is_empty());
     }
 
+    /// The SQL that stores, in a database as release 0006 left it, an old session (binding its
+    /// id) and one checkpoint of it (binding the session's id, then the manifest).
+    const SQLITE_INSERTS: [&str; 2] = [
+        "INSERT INTO sessions (pk, id, name, created_at) VALUES (1, ?, 'old', 1)",
+        "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
+         VALUES ('00000000000000c1', (SELECT pk FROM sessions WHERE id = ?), 1, '{}', ?)",
+    ];
+    const POSTGRES_INSERTS: [&str; 2] = [
+        "INSERT INTO sessions (id, name, created_at) VALUES ($1::uuid, 'old', 1)",
+        "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
+         VALUES ('00000000000000c1', $1::uuid, 1, '{}', $2)",
+    ];
+
+    /// Brings the database of `pool` (at `url`) to release 0006 with `dir`'s migrations, stores
+    /// an old session with one checkpoint through `inserts`, closes it, and asserts that the
+    /// store, opened on it, backfilled the checkpoint's blobs.
+    async fn assert_an_old_checkpoint_is_backfilled<DB>(
+        pool: sqlx::Pool<DB>,
+        url: &str,
+        dir: &str,
+        inserts: [&str; 2],
+    ) where
+        DB: sqlx::Database,
+        DB::Connection: sqlx::migrate::Migrate,
+        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+        for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    {
+        before_0007(dir).await.run(&pool).await.unwrap();
+        let session = uuid::Uuid::new_v4().to_string();
+        let [insert_session, insert_checkpoint] = inserts;
+        sqlx::query(insert_session)
+            .bind(session.as_str())
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(insert_checkpoint)
+            .bind(session.as_str())
+            .bind(MANIFEST)
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        assert_backfilled(url, &session).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}?mode=rwc", dir.path().join("old.db").display());
         let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        before_0007("../migrations/sqlite")
-            .await
-            .run(&pool)
-            .await
-            .unwrap();
-        let session = uuid::Uuid::new_v4().to_string();
-        sqlx::query("INSERT INTO sessions (pk, id, name, created_at) VALUES (1, ?, 'old', 1)")
-            .bind(&session)
-            .execute(&pool)
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO checkpoints (id, session_pk, created_at, summary, manifest) \
-             VALUES ('00000000000000c1', 1, 1, '{}', ?)",
-        )
-        .bind(MANIFEST)
-        .execute(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-        assert_backfilled(&url, &session).await;
+        assert_an_old_checkpoint_is_backfilled(pool, &url, "../migrations/sqlite", SQLITE_INSERTS)
+            .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,28 +299,8 @@ mod blob_backfill {
         };
         db.run(|url| async move {
             let pool = sqlx::PgPool::connect(&url).await.unwrap();
-            before_0007("../migrations/postgres")
-                .await
-                .run(&pool)
-                .await
-                .unwrap();
-            let session = uuid::Uuid::new_v4().to_string();
-            sqlx::query("INSERT INTO sessions (id, name, created_at) VALUES ($1::uuid, 'old', 1)")
-                .bind(&session)
-                .execute(&pool)
-                .await
-                .unwrap();
-            sqlx::query(
-                "INSERT INTO checkpoints (id, session_id, created_at, summary, manifest) \
-                 VALUES ('00000000000000c1', $1::uuid, 1, '{}', $2)",
-            )
-            .bind(&session)
-            .bind(MANIFEST)
-            .execute(&pool)
-            .await
-            .unwrap();
-            pool.close().await;
-            assert_backfilled(&url, &session).await;
+            let migrations = "../migrations/postgres";
+            assert_an_old_checkpoint_is_backfilled(pool, &url, migrations, POSTGRES_INSERTS).await;
         })
         .await;
     }

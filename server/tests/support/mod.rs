@@ -3,7 +3,8 @@
 #[allow(dead_code)] // not every test binary drives clients
 pub mod client;
 
-use std::path::Path;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 
 use moor_server::{Server, ServerConfig};
 use tokio::task::JoinHandle;
@@ -31,6 +32,32 @@ pub async fn serve_on_loopback(server: Server) -> Serving {
         addr,
         shutdown,
         task,
+    }
+}
+
+/// A fresh data directory below the system temp dir, `<prefix>-<uuid>`, not created (the server
+/// makes it); removed with all it holds when dropped.
+#[allow(dead_code)] // not every test binary has one
+pub struct DataDir(PathBuf);
+
+#[allow(dead_code)]
+impl DataDir {
+    pub fn new(prefix: &str) -> Self {
+        Self(std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4())))
+    }
+}
+
+impl Deref for DataDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

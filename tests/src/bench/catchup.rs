@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::moord::Moord;
 
 /// One catch-up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct CatchUp {
     /// Seconds from the request to the last entry decoded.
     pub secs: f64,
@@ -61,13 +61,7 @@ pub async fn sse(moord: &Moord, session: &str, last: u64, gzip: bool) -> Result<
         encoded |= line.eq_ignore_ascii_case("content-encoding: gzip\r\n");
     }
     ensure!(encoded == gzip, "asked for gzip: {gzip}, got it: {encoded}");
-    let mut out = CatchUp {
-        secs: 0.0,
-        entries: 0,
-        wire: 0,
-        json: 0,
-        events: 0,
-    };
+    let mut out = CatchUp::default();
     let mut sink = Events::default();
     let mut decoder = gzip.then(|| flate2::write::GzDecoder::new(Vec::new()));
     let mut chunked = Chunked::default();
@@ -185,13 +179,7 @@ pub async fn paged(moord: &Moord, session: &str, gzip: bool) -> Result<CatchUp> 
         seq: u64,
     }
     let client = reqwest::Client::new();
-    let mut out = CatchUp {
-        secs: 0.0,
-        entries: 0,
-        wire: 0,
-        json: 0,
-        events: 0,
-    };
+    let mut out = CatchUp::default();
     let mut after = 0;
     let start = Instant::now();
     for _ in 0..10_000 {

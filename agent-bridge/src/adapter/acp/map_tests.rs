@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use super::*;
 use crate::adapter::acp::rpc::{self, Incoming};
 use crate::adapter::capture_tests::{
-    answered, as_log, assert_every_prefix_folds, fixture, kinds_of, turn_kinds,
+    answer_allowed_denied_then, answered, as_log, assert_every_prefix_folds, fixture, kinds_of,
+    of_kind, turn_kinds,
 };
 
 /// A capture run through the mapper as the adapter runs it: `IN` says which of our requests each
@@ -58,6 +59,14 @@ fn replay(name: &str) -> Vec<Draft> {
     drafts
 }
 
+/// The entry that sums up the history a loaded session replayed.
+fn replay_summary(drafts: &[Draft]) -> &Draft {
+    drafts
+        .iter()
+        .find(|d| d.payload["subtype"] == "history_replayed")
+        .expect("a replay summary")
+}
+
 const CAPTURES: [&str; 4] = [
     "gemini-cli/01_prompt_allow_deny_cancel",
     "gemini-cli/02_load_then_prompt",
@@ -77,40 +86,20 @@ fn every_prefix_of_every_acp_capture_gives_a_valid_transcript_and_a_consistent_f
 #[test]
 fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_result() {
     let drafts = replay("gemini-cli/01_prompt_allow_deny_cancel");
+    // The allowed call is announced by the permission request and finished by the agent; Gemini
+    // CLI never reports the denied call again, the turn's end closes it. Then a turn is
+    // cancelled mid-stream.
     assert_eq!(
         turn_kinds(&drafts),
-        [
-            "agent.text",
-            "agent.result",
-            // allowed: announced by the permission request, finished by the agent
-            "agent.tool_use",
-            "agent.permission.request",
-            "agent.permission.resolved",
-            "agent.tool_result",
-            "agent.text",
-            "agent.result",
-            // denied: Gemini CLI never reports the call again; the turn's end closes it
-            "agent.tool_use",
-            "agent.permission.request",
-            "agent.permission.resolved",
-            "agent.tool_result",
-            "agent.text",
-            "agent.result",
-            // cancelled mid-stream
-            "agent.text",
-            "agent.result",
-        ]
+        answer_allowed_denied_then(&["agent.text", "agent.result"])
     );
-    let uses: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.tool_use")
-        .collect();
+    let uses = of_kind(&drafts, "agent.tool_use");
     assert_eq!(uses[0].payload["name"], "Bash");
     assert!(uses[0].payload["input"]["command"]
         .as_str()
         .unwrap()
         .starts_with("touch "));
-    let results: Vec<&Draft> = drafts.iter().filter(|d| d.kind == "agent.result").collect();
+    let results = of_kind(&drafts, "agent.result");
     assert_eq!(results[3].payload["terminal_reason"], "aborted_streaming");
     assert_eq!(results[3].payload["is_error"], true);
     assert!(drafts
@@ -121,14 +110,11 @@ fn gemini_asks_before_announcing_a_call_and_the_log_still_has_call_request_resul
 #[test]
 fn a_loaded_session_logs_how_much_history_it_replayed_not_the_history_again() {
     let drafts = replay("gemini-cli/02_load_then_prompt");
-    let replayed = drafts
-        .iter()
-        .find(|d| d.payload["subtype"] == "history_replayed")
-        .expect("a replay summary");
+    let replayed = replay_summary(&drafts);
     // Gemini CLI answers session/load after one update and replays the rest after.
     assert_eq!(replayed.payload["raw"]["updates"], 11);
     assert_eq!(
-        drafts.iter().filter(|d| d.kind == "agent.text").count(),
+        of_kind(&drafts, "agent.text").len(),
         1,
         "only the new turn's answer"
     );
@@ -181,18 +167,9 @@ fn plans_unknown_updates_and_oversized_input_are_kept_bounded() {
 #[test]
 fn codex_replays_before_answering_and_its_command_argv_is_kept_beside_the_command_line() {
     let loaded = replay("codex-acp/02_load_then_prompt");
-    let replayed = loaded
-        .iter()
-        .find(|d| d.payload["subtype"] == "history_replayed")
-        .expect("a replay summary");
+    let replayed = replay_summary(&loaded);
     assert_eq!(replayed.payload["raw"]["updates"], 9);
-    assert_eq!(
-        kinds_of(&loaded)
-            .iter()
-            .filter(|k| **k == "agent.tool_use")
-            .count(),
-        0
-    );
+    assert_eq!(of_kind(&loaded, "agent.tool_use").len(), 0);
     let drafts = replay("codex-acp/01_prompt_allow_deny");
     let tool = drafts.iter().find(|d| d.kind == "agent.tool_use").unwrap();
     assert_eq!(tool.payload["name"], "Bash");

@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 use super::*;
 use crate::adapter::acp::rpc::{self, Incoming};
 use crate::adapter::capture_tests::{
-    answered, as_log, assert_every_prefix_folds, fixture, kinds_of, turn_kinds,
+    answer_allowed_denied_then, answered, as_log, assert_every_prefix_folds, fixture, kinds_of,
+    of_kind, turn_kinds,
 };
 
 /// A capture run through the mapper as the adapter runs it: `IN` says how each approval
@@ -60,35 +61,13 @@ fn every_prefix_of_every_codex_capture_gives_a_valid_transcript_and_a_consistent
 #[test]
 fn an_approved_and_a_declined_command_are_bash_calls_with_their_results() {
     let drafts = replay("01_allow_deny_interrupt");
+    // The declined call ends declined and the model goes on; then a turn is interrupted while
+    // the model stream was silent, and one more is answered.
     assert_eq!(
         turn_kinds(&drafts),
-        [
-            "agent.text",
-            "agent.result",
-            // approved
-            "agent.tool_use",
-            "agent.permission.request",
-            "agent.permission.resolved",
-            "agent.tool_result",
-            "agent.text",
-            "agent.result",
-            // declined: the call ends declined, the model goes on
-            "agent.tool_use",
-            "agent.permission.request",
-            "agent.permission.resolved",
-            "agent.tool_result",
-            "agent.text",
-            "agent.result",
-            // interrupted while the model stream was silent
-            "agent.result",
-            "agent.text",
-            "agent.result",
-        ]
+        answer_allowed_denied_then(&["agent.result", "agent.text", "agent.result"])
     );
-    let uses: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.tool_use")
-        .collect();
+    let uses = of_kind(&drafts, "agent.tool_use");
     assert_eq!(uses[0].payload["name"], "Bash");
     assert_eq!(
         uses[0].payload["input"]["command"],
@@ -107,13 +86,10 @@ fn an_approved_and_a_declined_command_are_bash_calls_with_their_results() {
         request.payload["input"]["command"],
         "touch /tmp/cx/proj/allowed.txt"
     );
-    let results: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.tool_result")
-        .collect();
+    let results = of_kind(&drafts, "agent.tool_result");
     assert_eq!(results[0].payload["is_error"], false);
     assert_eq!(results[1].payload["is_error"], true);
-    let turns: Vec<&Draft> = drafts.iter().filter(|d| d.kind == "agent.result").collect();
+    let turns = of_kind(&drafts, "agent.result");
     assert_eq!(turns[2].payload["subtype"], "success");
     assert_eq!(turns[3].payload["subtype"], "cancelled");
     assert_eq!(turns[3].payload["terminal_reason"], "aborted_streaming");
@@ -125,24 +101,15 @@ fn an_approved_and_a_declined_command_are_bash_calls_with_their_results() {
 #[test]
 fn an_approved_and_a_declined_patch_are_edit_calls_on_their_files() {
     let drafts = replay("03_file_change_allow_deny");
-    let uses: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.tool_use")
-        .collect();
+    let uses = of_kind(&drafts, "agent.tool_use");
     assert_eq!(uses.len(), 2);
     assert_eq!(uses[0].payload["name"], "Edit");
     assert_eq!(uses[0].payload["path"], "/tmp/cx/proj/hello.txt");
     assert_eq!(uses[0].payload["input"]["changes"][0]["kind"], "add");
-    let asked: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.permission.request")
-        .collect();
+    let asked = of_kind(&drafts, "agent.permission.request");
     assert_eq!(asked[1].payload["tool_name"], "Edit");
     assert_eq!(asked[1].payload["path"], "/tmp/cx/proj/denied.txt");
-    let results: Vec<&Draft> = drafts
-        .iter()
-        .filter(|d| d.kind == "agent.tool_result")
-        .collect();
+    let results = of_kind(&drafts, "agent.tool_result");
     assert_eq!(results[0].payload["is_error"], false);
     assert_eq!(results[1].payload["is_error"], true);
 }

@@ -3,7 +3,7 @@ use moor_protocol::payload::InputText;
 use super::codex_exec::CodexExecMapper;
 use super::gemini::GeminiMapper;
 use super::*;
-use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds, fixture};
+use crate::adapter::capture_tests::{as_log, assert_every_prefix_folds, fixture, of_kind};
 
 /// The captures `names` (each one turn's output) as one run of `D` maps them, a prompt before
 /// each turn after the first; a turn whose output ends early is cut short as the adapter
@@ -28,10 +28,6 @@ fn replay<D: Dialect>(dir: &str, names: &[&str]) -> (D, Vec<Draft>) {
         }
     }
     (dialect, drafts)
-}
-
-fn of_kind<'a>(drafts: &'a [Draft], kind: &str) -> Vec<&'a Draft> {
-    drafts.iter().filter(|d| d.kind == kind).collect()
 }
 
 const GEMINI: [&str; 6] = [
