@@ -220,8 +220,10 @@ async fn main() -> Result<()> {
             let sse_gzip = catchup::sse(&moord, &session, 100_001, true).await?;
             let paged_gzip = catchup::paged(&moord, &session, true).await?;
             line += &format!(
-                " paged {:.3}s; bytes/entry sse {:.1} (events {:.1}, json {:.1}) paged {:.1}; gzip: sse {:.3}s {:.1} B/entry, paged {:.3}s {:.1} B/entry",
+                " paged {:.3}s; moord CPU sse {:.0} ms, paged {:.0} ms; bytes/entry sse {:.1} (events {:.1}, json {:.1}) paged {:.1}; gzip: sse {:.3}s {:.1} B/entry, paged {:.3}s {:.1} B/entry",
                 p.secs,
+                sse_plain.server_cpu * 1000.0,
+                p.server_cpu * 1000.0,
                 sse_plain.wire_per_entry(),
                 sse_plain.events as f64 / sse_plain.entries as f64,
                 sse_plain.json as f64 / sse_plain.entries as f64,
@@ -294,6 +296,11 @@ async fn main() -> Result<()> {
         );
         let m =
             |f: &dyn Fn(&(CatchUp, CatchUp, CatchUp)) -> f64| median(wire.iter().map(f).collect());
+        println!(
+            "moord CPU for that catch-up: SSE {:.0} ms, paged {:.0} ms",
+            m(&|w| w.0.server_cpu) * 1000.0,
+            median(paged.iter().map(|p| p.server_cpu).collect()) * 1000.0,
+        );
         println!(
             "bytes on the wire per entry, plain: SSE {:.1} (its events {:.1}, their JSON {:.1}), paged {:.1}",
             m(&|w| w.0.wire_per_entry()),
