@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::ws::{connect, Ws};
 
 pub mod catchup;
+pub mod fanout;
 pub mod moord;
 pub mod quiet;
 

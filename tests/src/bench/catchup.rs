@@ -10,6 +10,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use super::moord::Moord;
+use super::{entry, next_frame, send};
+use crate::ws::Ws;
+use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
 
 /// One catch-up.
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,6 +39,34 @@ impl CatchUp {
     pub fn wire_per_entry(&self) -> f64 {
         self.wire as f64 / self.entries.max(1) as f64
     }
+}
+
+/// A new session holding `n` entries (200 bytes each), sent in frames of 1,000, each frame
+/// acked before the next: its name, and its bridge, still connected (its log ends at `n + 1`,
+/// with `bridge.connected` first).
+pub async fn fill(moord: &Moord, n: u64) -> Result<(String, Ws)> {
+    let session = format!("catchup-{}", uuid::Uuid::new_v4());
+    let mut ws = moord.bridge(&session).await?;
+    let mut sent = 0;
+    while sent < n {
+        let k = 1000.min(n - sent);
+        send(
+            &mut ws,
+            &BridgeToServer::Entries {
+                entries: (sent + 1..=sent + k).map(|i| entry(i, 0)).collect(),
+            },
+        )
+        .await?;
+        sent += k;
+        loop {
+            if let ServerToBridge::Ack { producer_seq } = next_frame(&mut ws).await? {
+                if producer_seq == sent {
+                    break;
+                }
+            }
+        }
+    }
+    Ok((session, ws))
 }
 
 /// Reads `session` over SSE from 0 until the event with id `last`, asking for gzip or not.

@@ -11,10 +11,13 @@ use super::{bridge, sse_open, GUARD};
 use crate::ws::Ws;
 
 /// A release `moord` on a fresh data dir (SQLite), listening on an ephemeral loopback port;
-/// killed and its data dir removed on drop.
+/// killed and its data dir removed on drop. Or one started by someone else ([`Moord::attach`]),
+/// left alone on drop.
 #[derive(Debug)]
 pub struct Moord {
-    child: tokio::process::Child,
+    /// The process, if this benchmark started it.
+    child: Option<tokio::process::Child>,
+    pid: u32,
     /// `host:port` it listens on.
     pub addr: String,
     /// The administrator's token.
@@ -30,9 +33,24 @@ impl Moord {
             .await
     }
 
+    /// A moord started by someone else: its address (`host:port`), an administrator's token and
+    /// its process id (for its CPU time and memory).
+    pub fn attach(addr: String, token: String, pid: u32) -> Self {
+        Self {
+            child: None,
+            pid,
+            addr,
+            token,
+            dir: PathBuf::new(),
+        }
+    }
+
     /// Stops this moord and starts another on the same data (a cold start: nothing in memory).
     pub async fn restart(mut self) -> Result<Self> {
-        let _ = self.child.kill().await;
+        let Some(child) = self.child.as_mut() else {
+            bail!("moord was not started by this benchmark");
+        };
+        let _ = child.kill().await;
         let dir = std::mem::take(&mut self.dir);
         Self::start_in(dir).await
     }
@@ -72,11 +90,13 @@ impl Moord {
             }
         };
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let pid = child.id().context("pid")?;
         let token = std::fs::read_to_string(dir.join("admin.token"))?
             .trim()
             .to_owned();
         Ok(Self {
-            child,
+            child: Some(child),
+            pid,
             addr,
             token,
             dir,
@@ -85,8 +105,7 @@ impl Moord {
 
     /// CPU time moord has used so far (user + system), in seconds.
     pub fn cpu_secs(&self) -> Result<f64> {
-        let pid = self.child.id().context("pid")?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
         let rest = stat.rsplit_once(')').context("stat format")?.1;
         let f: Vec<&str> = rest.split_whitespace().collect();
@@ -97,8 +116,7 @@ impl Moord {
 
     /// Resident memory, KiB.
     pub fn rss_kib(&self) -> Result<u64> {
-        let pid = self.child.id().context("pid")?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
         let line = status
             .lines()
             .find(|l| l.starts_with("VmRSS:"))
@@ -139,7 +157,9 @@ impl Moord {
 
 impl Drop for Moord {
     fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }

@@ -4,45 +4,20 @@
 //! Every figure is a median over several runs; the machine is shared, so read ratios and orders
 //! of magnitude, not the last digit. Every loop is bounded in count and time.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use moor_e2e::bench::catchup::{self, CatchUp};
+use moor_e2e::bench::fanout::fan_out;
 use moor_e2e::bench::moord::Moord;
-use moor_e2e::bench::{
-    arg, entry, ingest, median, next_frame, paced, runs, send, sent_at, sse_read_until, Latency,
-    GUARD,
-};
-use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
+use moor_e2e::bench::{arg, ingest, median, runs, sse_read_until, GUARD};
 use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// A viewer attaching at 0 to a log of `n` entries: seconds until it has all of them.
 async fn catch_up(moord: &Moord, n: u64) -> Result<(f64, String)> {
-    let session = format!("catchup-{}", uuid::Uuid::new_v4());
-    let mut ws = moord.bridge(&session).await?;
-    let mut sent = 0;
-    while sent < n {
-        let k = 1000.min(n - sent);
-        send(
-            &mut ws,
-            &BridgeToServer::Entries {
-                entries: (sent + 1..=sent + k).map(|i| entry(i, 0)).collect(),
-            },
-        )
-        .await?;
-        sent += k;
-        loop {
-            if let ServerToBridge::Ack { producer_seq } = next_frame(&mut ws).await? {
-                if producer_seq == sent {
-                    break;
-                }
-            }
-        }
-    }
+    let (session, _bridge) = catchup::fill(moord, n).await?;
     let head = n + 1; // + bridge.connected
     let start = Instant::now();
     let mut r = moord.sse(&session, 0).await?;
@@ -70,63 +45,6 @@ async fn cold_state(moord: &Moord, session: &str) -> Result<(f64, u64)> {
         info["state"]["head"]
     );
     Ok((secs, head))
-}
-
-struct FanOut {
-    /// moord CPU time per delivery, µs: how much of a core fan-out costs, independent of the
-    /// client sharing the machine.
-    server_us_per_delivery: f64,
-    deliveries_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
-
-/// `viewers` SSE viewers on one session while a bridge sends `rate` entries/s for `secs`.
-async fn fan_out(moord: &Moord, viewers: usize, rate: u64, secs: u64) -> Result<FanOut> {
-    let session = format!("fanout-{}", uuid::Uuid::new_v4());
-    let ws = moord.bridge(&session).await?;
-    let epoch = Instant::now();
-    let total = rate * secs;
-    let head = total + 1; // + bridge.connected
-    let latencies = Arc::new(Mutex::new(Vec::with_capacity((total as usize) * viewers)));
-    let delivered = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..viewers {
-        let mut r = moord.sse(&session, 0).await?;
-        let latencies = latencies.clone();
-        let delivered = delivered.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut mine = Vec::with_capacity(total as usize);
-            let res = sse_read_until(&mut r, head, epoch, |data, now| {
-                if let Some(sent) = sent_at(data) {
-                    mine.push(now.saturating_sub(sent));
-                }
-            })
-            .await;
-            delivered.fetch_add(mine.len() as u64, Ordering::Relaxed);
-            latencies
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(mine);
-            res
-        }));
-    }
-    let cpu_before = moord.cpu_secs()?;
-    let start = Instant::now();
-    let _ws = paced(ws, rate, secs, epoch).await?;
-    for t in tasks {
-        tokio::time::timeout(GUARD, t).await???;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let lat = std::mem::take(&mut *latencies.lock().unwrap_or_else(|p| p.into_inner()));
-    let lat = Latency::of(lat);
-    let deliveries = delivered.load(Ordering::Relaxed) as f64;
-    Ok(FanOut {
-        server_us_per_delivery: (moord.cpu_secs()? - cpu_before) * 1e6 / deliveries.max(1.0),
-        deliveries_per_s: deliveries / elapsed,
-        p50_ms: lat.p50,
-        p99_ms: lat.p99,
-    })
 }
 
 /// Resident memory per idle SSE viewer and per idle WebSocket viewer, in KiB.
