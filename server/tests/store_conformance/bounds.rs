@@ -191,3 +191,34 @@ pub async fn pages_stop_at_their_byte_bound_but_always_hold_one_entry(db: Db) {
     );
     assert!(page.more);
 }
+
+pub async fn a_batch_larger_than_one_insert_statement_is_stored_whole_and_in_order(db: Db) {
+    let store = db.open("a").await;
+    let log = &store.log;
+    let s = log.open_session("wide", None).await.unwrap().id;
+    // More rows than one multi-row insert holds.
+    let n = 2_500u64;
+    let batch: Vec<Append> = (1..=n)
+        .map(|i| Append {
+            ts: i as i64,
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: kinds::AUTHOR_BRIDGE.into(),
+            payload: json!({"text": format!("line {i} \"quoted\" \\ {}", "é".repeat(i as usize % 7))}),
+            key: IdemKey::None,
+        })
+        .collect();
+    let want: Vec<_> = batch.iter().map(|a| a.payload.clone()).collect();
+    log.append(s, batch).await.unwrap();
+    let all = PageLimit {
+        count: 10_000,
+        bytes: u64::MAX,
+    };
+    let page = read_page(&**log, s, Range::After(Seq::ZERO), all)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = page.entries.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=n).collect::<Vec<_>>(), "every entry, at its seq");
+    let got: Vec<_> = page.entries.into_iter().map(|e| e.payload).collect();
+    assert!(got == want, "every payload as given");
+    assert_eq!(log.find_session("wide").await.unwrap().head_seq, Seq(n));
+}

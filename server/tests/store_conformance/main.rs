@@ -127,6 +127,7 @@ conformance!(
     other_nodes_hear_of_appends_and_bridge_claims,
     session_lists_hold_the_members_sessions_only_newest_first_and_bounded,
     pages_stop_at_their_byte_bound_but_always_hold_one_entry,
+    a_batch_larger_than_one_insert_statement_is_stored_whole_and_in_order,
     bridge_leases_are_held_renewed_released_and_taken_over,
     a_node_renews_the_leases_it_names_in_one_call_whatever_their_number,
     expired_leases_are_claimed_by_one_node_only,

@@ -4,8 +4,8 @@
 //! new row in one insert, marks and heads each in one update, sent together), `COMMIT`. Every
 //! call, and every row read back, is a hand-off to SQLite's worker thread and back, which on
 //! busy cores waits for a time slice and costs two thread wake-ups whatever the group's size;
-//! so the rows go in as JSON arrays expanded by `json_each`, and the statements of a step go in
-//! one call. The decisions themselves are `store::group`'s.
+//! so the statements of a step go in one call: the rows as bound values of multi-row inserts,
+//! the marks and heads as JSON arrays expanded by `json_each`. The decisions themselves are `store::group`'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -21,6 +21,9 @@ use crate::store::append::{Lookup, NewRow, StoredEntry};
 use crate::store::errors::db_error;
 use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
 use crate::store::{Appended, IdemKey, StoreResult};
+
+/// Rows per `INSERT` statement: ten variables each, well within SQLite's 32,766 a statement.
+const INSERT_ROWS: usize = 1000;
 
 /// A producer's row in a session: `(session pk, producer) → (producer pk, mark)`.
 type Producers = HashMap<(i64, ProducerId), (i64, u64)>;
@@ -269,46 +272,49 @@ async fn write_group(
     if rows.is_empty() && marks.is_empty() && written.is_empty() {
         return Ok(());
     }
-    // Tuples serialise as JSON arrays: no `Value` tree, no copy of each payload.
-    let values: Vec<_> = rows
-        .iter()
-        .map(|(spk, row)| {
-            let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
-            let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
-            (
-                spk,
-                row.seq,
-                row.append.ts,
-                row.append.kind.as_str(),
-                row.append.author.as_str(),
-                row.payload.as_str(),
-                producer_pk,
-                producer_seq,
-                client_msg,
-                ref_seq,
-            )
-        })
-        .collect();
-    let values = serde_json::to_string(&values).context("encode the group's rows")?;
-    sqlx::query(
-        "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
-         producer_seq, client_msg_id, ref_seq) \
-         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
-         json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), \
-         json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), \
-         json_extract(value, '$[8]'), json_extract(value, '$[9]') \
-         FROM json_each(?) ORDER BY key; \
-         UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
+    // The rows as bound values of multi-row inserts, each within SQLite's limit on variables:
+    // SQLite reads them as they are, with no JSON to parse per row and column. The marks and
+    // heads (one per producer and session) go as JSON arrays. All in one call.
+    let mut sql = String::new();
+    for chunk in rows.chunks(INSERT_ROWS) {
+        sql.push_str(
+            "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
+             producer_seq, client_msg_id, ref_seq) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            sql.push_str(if i == 0 { "" } else { "," });
+            sql.push_str("(?,?,?,?,?,?,?,?,?,?)");
+        }
+        sql.push_str("; ");
+    }
+    sql.push_str(
+        "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
          WHERE producers.pk = json_extract(j.value, '$[0]'); \
          UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
          last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
-    )
-    .bind(values)
-    .bind(json!(marks).to_string())
-    .bind(json!(written).to_string())
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
+    );
+    let mut query = sqlx::query(&sql).persistent(false);
+    for (spk, row) in rows {
+        let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
+        let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
+        query = query
+            .bind(*spk)
+            .bind(row.seq)
+            .bind(row.append.ts)
+            .bind(row.append.kind.as_str())
+            .bind(row.append.author.as_str())
+            .bind(row.payload.as_str())
+            .bind(producer_pk)
+            .bind(producer_seq)
+            .bind(client_msg)
+            .bind(ref_seq);
+    }
+    query
+        .bind(json!(marks).to_string())
+        .bind(json!(written).to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
