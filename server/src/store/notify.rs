@@ -1,17 +1,32 @@
 //! [`NotifyStore`]: the notification outbox and Web Push subscriptions, written once for both
 //! engines.
 //!
-//! Outbox rows are never inserted from Rust: a trigger on `entries` (migration 0012) inserts
-//! one in the transaction that commits each entry of a notifying kind, so no commit path can
-//! forget one. Senders claim rows until a deadline; a row whose claim lapsed (its sender
+//! An outbox row is inserted in the transaction that commits each entry of a notifying kind
+//! ([`NOTIFYING_KINDS`]): on Postgres by a trigger on `entries` (migration 0012), on SQLite by
+//! the group append, the only path that inserts entries there, in the same call as the entries
+//! (a trigger cost a sub-program per inserted row, notifying or not; migration 0022). Senders claim rows until a deadline; a row whose claim lapsed (its sender
 //! crashed) is claimed again, and Postgres nodes skip each other's locked rows
 //! (`FOR UPDATE SKIP LOCKED`), so each row goes to one sender at a time.
 
 use async_trait::async_trait;
 use moor_protocol::notify::QuietHours;
-use moor_protocol::{Seq, SessionId};
+use moor_protocol::{kinds, Seq, SessionId};
 
 use super::StoreResult;
+
+/// The kinds of entries that may notify somebody: each gets an outbox row in its commit. The
+/// same list as the Postgres trigger's (migration 0012).
+pub const NOTIFYING_KINDS: [&str; 9] = [
+    kinds::AGENT_PERMISSION_REQUEST,
+    kinds::AGENT_PERMISSION_RESOLVED,
+    kinds::AGENT_RESULT,
+    kinds::AGENT_STALLED,
+    kinds::AGENT_EXIT,
+    kinds::AGENT_RESTART,
+    kinds::BRIDGE_DISCONNECTED,
+    kinds::INPUT_FAILED,
+    kinds::SESSION_ENDED,
+];
 
 /// Most outbox rows one claim returns.
 pub const CLAIM_LIMIT: i64 = 500;

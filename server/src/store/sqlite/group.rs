@@ -20,6 +20,7 @@ use crate::store::access::stored_session;
 use crate::store::append::{Lookup, NewRow, StoredEntry};
 use crate::store::errors::db_error;
 use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
+use crate::store::notify::NOTIFYING_KINDS;
 use crate::store::{Appended, IdemKey, StoreResult};
 
 /// Rows per `INSERT` statement: ten variables each, well within SQLite's 32,766 a statement.
@@ -287,6 +288,25 @@ async fn write_group(
         }
         sql.push_str("; ");
     }
+    // An outbox row for each entry of a notifying kind, in the entries' own transaction.
+    let notifying: Vec<_> = rows
+        .iter()
+        .filter(|(_, row)| NOTIFYING_KINDS.contains(&row.append.kind.as_str()))
+        .map(|(spk, row)| (spk, row.seq, row.append.kind.as_str(), row.append.ts))
+        .collect();
+    let outbox = (!notifying.is_empty())
+        .then(|| serde_json::to_string(&notifying))
+        .transpose()
+        .context("encode the group's outbox rows")?;
+    if outbox.is_some() {
+        sql.push_str(
+            "INSERT INTO notify_outbox (session_id, seq, kind, ts) \
+             SELECT (SELECT id FROM sessions WHERE pk = json_extract(j.value, '$[0]')), \
+             json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'), \
+             json_extract(j.value, '$[3]') FROM json_each(?) AS j WHERE true ORDER BY j.key \
+             ON CONFLICT DO NOTHING; ",
+        );
+    }
     sql.push_str(
         "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
          WHERE producers.pk = json_extract(j.value, '$[0]'); \
@@ -309,6 +329,9 @@ async fn write_group(
             .bind(producer_seq)
             .bind(client_msg)
             .bind(ref_seq);
+    }
+    if let Some(outbox) = outbox {
+        query = query.bind(outbox);
     }
     query
         .bind(json!(marks).to_string())
