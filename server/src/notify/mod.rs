@@ -1,5 +1,5 @@
-//! Notifications: the sender that drains the store's outbox (filled by a trigger in the
-//! transaction of each notifying entry) into the sinks, with coalescing (`compose`), retries
+//! Notifications: the sender that drains the store's outbox (filled in the transaction of each
+//! notifying entry) into the sinks, with coalescing (`compose`), retries
 //! with backoff and a recorded reason when it gives up, and removal of subscriptions their push
 //! service says are gone.
 //!
