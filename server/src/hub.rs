@@ -176,10 +176,12 @@ impl Frame {
                 let data = serde_json::to_string(reset).unwrap_or_default();
                 return Bytes::from(format!("event: {RESET_EVENT}\ndata: {data}\n\n"));
             }
-            let data = match &self.raw {
-                Some(raw) => raw.json(),
-                None => serde_json::to_string(&**self.entry()).unwrap_or_default(),
-            };
+            if let Some(raw) = &self.raw {
+                let mut out = BytesMut::with_capacity(raw.payload.len() + 128);
+                stored_event(raw, &mut out);
+                return out.freeze();
+            }
+            let data = serde_json::to_string(&**self.entry()).unwrap_or_default();
             Bytes::from(format!(
                 "id: {}\nevent: {}\ndata: {}\n\n",
                 self.seq,
@@ -194,11 +196,7 @@ impl Frame {
     /// text and not kept; a live frame's event is made once for every subscriber and copied.
     pub fn write_sse(&self, out: &mut BytesMut) {
         match (&self.raw, self.sse.get()) {
-            (Some(raw), None) => {
-                let _ = write!(out, "id: {}\nevent: {}\ndata: ", self.seq, raw.kind);
-                raw.write_json(out);
-                out.extend_from_slice(b"\n\n");
-            }
+            (Some(raw), None) => stored_event(raw, out),
             _ => out.extend_from_slice(self.sse()),
         }
     }
@@ -223,6 +221,13 @@ impl Frame {
             }
         })
     }
+}
+
+/// Appends the SSE event of an entry as stored, written from the stored text.
+fn stored_event(raw: &RawEntry, out: &mut BytesMut) {
+    let _ = write!(out, "id: {}\nevent: {}\ndata: ", raw.seq, raw.kind);
+    raw.write_json(out);
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Length of `value` encoded as JSON, without building the encoding.

@@ -49,7 +49,8 @@ macro_rules! log_store {
             use $crate::store::log::LogDialect;
             use $crate::store::{
                 applied_migration, newest_migration, seq_bind, Appended, Compaction, GroupPart,
-                LogStore, PageFit, PageLimit, RawEntry, Range, ENTRY_OVERHEAD_BYTES, Role, SessionRow, StoreError, StoreResult, ENTRY_COLS, INPUTS_AFTER_SQL,
+                LogStore, PageFit, PageLimit, Range, RawEntry, Role, SessionRow, StoreError,
+                StoreResult, ENTRY_COLS, ENTRY_OVERHEAD_BYTES, INPUTS_AFTER_SQL,
                 MAX_LISTED_AGENT_BYTES,
             };
 
