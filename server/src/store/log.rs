@@ -47,6 +47,7 @@ macro_rules! log_store {
             use $crate::store::access::{stored_role, stored_session};
             use $crate::store::errors::db_error;
             use $crate::store::log::LogDialect;
+            use $crate::store::packed::{unpack, PACKED_ENTRY};
             use $crate::store::{
                 applied_migration, newest_migration, seq_bind, Appended, Compaction, GroupPart,
                 LogStore, PageFit, PageLimit, Range, RawEntry, Role, SessionRow, StoreError,
@@ -178,13 +179,19 @@ macro_rules! log_store {
                     range: Range,
                     limit: u32,
                 ) -> StoreResult<Vec<RawEntry>> {
-                    let which = (range.sql(), range.bound());
-                    let rows = select_entries(self, ENTRY_COLS, session, which, limit).await?;
-                    let entries = rows
-                        .iter()
-                        .map(raw_row)
-                        .collect::<StoreResult<Vec<_>>>()?;
-                    Ok(range.ascending(entries))
+                    // One row for the whole page ([`packed`](crate::store::packed)).
+                    let packed: Option<String> = sqlx::query_scalar(&format!(
+                        "SELECT string_agg({PACKED_ENTRY}, '') FROM \
+                         (SELECT {ENTRY_COLS} FROM entries WHERE {ROWS_OF} AND {}) page",
+                        range.sql()
+                    ))
+                    .bind(session.to_string())
+                    .bind(seq_bind(range.bound()))
+                    .bind(i64::from(limit))
+                    .fetch_one(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    unpack(packed.as_deref().unwrap_or_default())
                 }
 
                 async fn compaction(&self, session: SessionId) -> StoreResult<Compaction> {

@@ -20,6 +20,7 @@ mod log;
 pub mod machines;
 pub mod migrate;
 pub mod notify;
+mod packed;
 mod page;
 mod plan;
 mod postgres;
@@ -270,15 +271,6 @@ impl Range {
             Range::After(_) => "seq > $2 ORDER BY seq ASC LIMIT $3",
             Range::Before(_) => "seq < $2 ORDER BY seq DESC LIMIT $3",
         }
-    }
-
-    /// Entries read with [`Range::sql`], in ascending order (a `Before` page is read newest
-    /// first, to take the newest `limit`).
-    pub(crate) fn ascending<E>(self, mut entries: Vec<E>) -> Vec<E> {
-        if matches!(self, Range::Before(_)) {
-            entries.reverse();
-        }
-        entries
     }
 }
 

@@ -102,6 +102,7 @@ macro_rules! conformance {
 conformance!(
     sessions_are_created_once_and_found_by_id_or_name,
     appends_get_contiguous_seqs_and_read_back_in_both_directions,
+    entries_of_any_text_read_back_exactly_as_stored,
     a_group_append_commits_many_sessions_in_one_transaction,
     producer_replays_are_duplicates_mismatches_or_gaps,
     replays_among_other_writers_are_found_at_their_seqs,

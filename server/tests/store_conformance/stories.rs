@@ -180,6 +180,46 @@ pub async fn appends_get_contiguous_seqs_and_read_back_in_both_directions(db: Db
         .is_empty());
 }
 
+pub async fn entries_of_any_text_read_back_exactly_as_stored(db: Db) {
+    // arrange: texts with the separators a page is read back with, escapes and wide characters
+    let Stores { log, .. } = db.open("a").await;
+    let s = log.open_session("texts", None).await.unwrap().id;
+    let texts = [
+        "1,2:3",
+        "quote \" backslash \\ newline \n tab \t",
+        "é ✓ 漢字 🚢",
+        "",
+        "{\"seq\":1,\"kind\":\"x\"}:,:,",
+    ];
+    let appends = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| Append {
+            ts: -(i as i64),
+            kind: kinds::AGENT_OUTPUT.into(),
+            author: format!("user:{text}"),
+            payload: json!({"text": text, "n": i}),
+            key: IdemKey::None,
+        })
+        .collect();
+    log.append(s, appends).await.unwrap();
+
+    // act
+    let after = log.read_raw(s, Range::After(Seq(0)), 10).await.unwrap();
+    let before = log.read_raw(s, Range::Before(Seq(5)), 3).await.unwrap();
+
+    // assert
+    assert_eq!(after.len(), texts.len());
+    for (i, (entry, text)) in after.iter().zip(texts).enumerate() {
+        assert_eq!(entry.seq, Seq(i as u64 + 1));
+        assert_eq!(entry.ts, -(i as i64));
+        assert_eq!(entry.author, format!("user:{text}"));
+        assert_eq!(entry.payload, json!({"text": text, "n": i}).to_string());
+        assert_eq!(entry.parse().unwrap().payload["text"], *text);
+    }
+    assert_eq!(before, after[1..4], "the newest before 5, ascending");
+}
+
 pub async fn producer_replays_are_duplicates_mismatches_or_gaps(db: Db) {
     // arrange
     let Stores { log, .. } = db.open("a").await;
