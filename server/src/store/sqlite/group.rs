@@ -9,10 +9,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
 
 use anyhow::Context;
 use moor_protocol::{ProducerId, Seq, SessionId};
 use serde_json::json;
+use sqlx::query::Query;
+use sqlx::sqlite::SqliteArguments;
 use sqlx::{Row, Sqlite, Transaction};
 
 use super::SqliteStore;
@@ -259,10 +262,12 @@ impl Lookup for SqliteGroupLookup<'_, '_> {
     }
 }
 
-/// Writes what the group decided with one call: every new row of every session (one JSON
-/// array), the moved producer marks `(producer pk, mark)` and the heads of the sessions that got
-/// rows `(session pk, first, head, last ts)`. Three statements, run by SQLite's worker in one
-/// hand-off; an empty list makes its statement a no-op.
+/// Writes what the group decided: every new row of every session, the moved producer marks
+/// `(producer pk, mark)` and the heads of the sessions that got rows `(session pk, first, head,
+/// last ts)`. Whole chunks of [`INSERT_ROWS`] rows go as one statement each, the same text every
+/// time, so SQLite compiles it once per connection; the rest of the rows, the outbox rows, the
+/// marks and the heads go as one call of three or four statements (an empty list makes its
+/// statement a no-op), compiled for this group only.
 async fn write_group(
     tx: &mut Transaction<'_, Sqlite>,
     rows: &[(i64, NewRow<'_>)],
@@ -273,19 +278,20 @@ async fn write_group(
     if rows.is_empty() && marks.is_empty() && written.is_empty() {
         return Ok(());
     }
-    // The rows as bound values of multi-row inserts, each within SQLite's limit on variables:
+    let whole = rows.len() - rows.len() % INSERT_ROWS;
+    for chunk in rows[..whole].chunks(INSERT_ROWS) {
+        bind_rows(sqlx::query(&WHOLE_CHUNK), chunk, producers)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
+    let rest = &rows[whole..];
+    // The rows as bound values of a multi-row insert, within SQLite's limit on variables:
     // SQLite reads them as they are, with no JSON to parse per row and column. The marks and
-    // heads (one per producer and session) go as JSON arrays. All in one call.
+    // heads (one per producer and session) go as JSON arrays.
     let mut sql = String::new();
-    for chunk in rows.chunks(INSERT_ROWS) {
-        sql.push_str(
-            "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
-             producer_seq, client_msg_id, ref_seq) VALUES ",
-        );
-        for i in 0..chunk.len() {
-            sql.push_str(if i == 0 { "" } else { "," });
-            sql.push_str("(?,?,?,?,?,?,?,?,?,?)");
-        }
+    if !rest.is_empty() {
+        sql.push_str(&insert_rows(rest.len()));
         sql.push_str("; ");
     }
     // An outbox row for each entry of a notifying kind, in the entries' own transaction.
@@ -314,7 +320,37 @@ async fn write_group(
          last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
     );
-    let mut query = sqlx::query(&sql).persistent(false);
+    let mut query = bind_rows(sqlx::query(&sql).persistent(false), rest, producers);
+    if let Some(outbox) = outbox {
+        query = query.bind(outbox);
+    }
+    query
+        .bind(json!(marks).to_string())
+        .bind(json!(written).to_string())
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// `INSERT INTO entries` of `n` rows of bound values.
+fn insert_rows(n: usize) -> String {
+    let values = vec!["(?,?,?,?,?,?,?,?,?,?)"; n].join(",");
+    format!(
+        "INSERT INTO entries (session_pk, seq, ts, kind, author, payload, producer_pk, \
+         producer_seq, client_msg_id, ref_seq) VALUES {values}"
+    )
+}
+
+/// The insert of a whole chunk of [`INSERT_ROWS`] rows.
+static WHOLE_CHUNK: LazyLock<String> = LazyLock::new(|| insert_rows(INSERT_ROWS));
+
+/// Binds `rows` to `query`, ten values a row in the order of [`insert_rows`].
+fn bind_rows<'q>(
+    mut query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    rows: &'q [(i64, NewRow<'_>)],
+    producers: &Producers,
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
     for (spk, row) in rows {
         let (producer, producer_seq, client_msg, ref_seq) = row.key_columns();
         let producer_pk = producer.and_then(|p| producers.get(&(*spk, p)).map(|p| p.0));
@@ -330,14 +366,5 @@ async fn write_group(
             .bind(client_msg)
             .bind(ref_seq);
     }
-    if let Some(outbox) = outbox {
-        query = query.bind(outbox);
-    }
     query
-        .bind(json!(marks).to_string())
-        .bind(json!(written).to_string())
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
 }
