@@ -8,7 +8,6 @@
 //! Calls nothing in the crate: the session core and the relay publish to it, transports subscribe.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::{Bytes, BytesMut};
@@ -92,8 +91,8 @@ impl Frame {
                     Arc::new(Entry {
                         seq: self.seq,
                         ts: raw.map_or(0, |r| r.ts),
-                        kind: raw.map(|r| r.kind.clone()).unwrap_or_default(),
-                        author: raw.map(|r| r.author.clone()).unwrap_or_default(),
+                        kind: raw.map(|r| r.kind().to_owned()).unwrap_or_default(),
+                        author: raw.map(|r| r.author().to_owned()).unwrap_or_default(),
                         payload: serde_json::Value::Null,
                     })
                 }
@@ -104,7 +103,7 @@ impl Frame {
     /// The entry's kind.
     pub fn kind(&self) -> &str {
         match &self.raw {
-            Some(raw) => &raw.kind,
+            Some(raw) => raw.kind(),
             None => &self.entry().kind,
         }
     }
@@ -112,7 +111,7 @@ impl Frame {
     /// The length of the entry's payload encoded as JSON, measured on first use.
     pub fn payload_bytes(&self) -> usize {
         *self.payload_bytes.get_or_init(|| match &self.raw {
-            Some(raw) => raw.payload.len(),
+            Some(raw) => raw.payload().len(),
             None => encoded_len(&self.entry().payload),
         })
     }
@@ -177,7 +176,7 @@ impl Frame {
                 return Bytes::from(format!("event: {RESET_EVENT}\ndata: {data}\n\n"));
             }
             if let Some(raw) = &self.raw {
-                let mut out = BytesMut::with_capacity(raw.payload.len() + 128);
+                let mut out = BytesMut::with_capacity(raw.payload().len() + 128);
                 stored_event(raw, &mut out);
                 return out.freeze();
             }
@@ -211,7 +210,7 @@ impl Frame {
             match &self.raw {
                 // `{"type":"entry",` and the entry's own fields, as serde tags the variant.
                 Some(raw) => {
-                    let mut out = String::with_capacity(raw.payload.len() + 96);
+                    let mut out = String::with_capacity(raw.payload().len() + 96);
                     out.push_str("{\"type\":\"entry\",");
                     raw.write_fields(&mut out);
                     out
@@ -225,7 +224,11 @@ impl Frame {
 
 /// Appends the SSE event of an entry as stored, written from the stored text.
 fn stored_event(raw: &RawEntry, out: &mut BytesMut) {
-    let _ = write!(out, "id: {}\nevent: {}\ndata: ", raw.seq, raw.kind);
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(itoa::Buffer::new().format(raw.seq.0).as_bytes());
+    out.extend_from_slice(b"\nevent: ");
+    out.extend_from_slice(raw.kind().as_bytes());
+    out.extend_from_slice(b"\ndata: ");
     raw.write_json(out);
     out.extend_from_slice(b"\n\n");
 }
@@ -739,13 +742,8 @@ mod tests {
                 author: "user:ann \"the\" admin".into(),
                 payload,
             };
-            let raw = RawEntry {
-                seq: entry.seq,
-                ts: entry.ts,
-                kind: entry.kind.clone(),
-                author: entry.author.clone(),
-                payload: serde_json::to_string(&entry.payload).unwrap(),
-            };
+            let payload = serde_json::to_string(&entry.payload).unwrap();
+            let raw = RawEntry::new(entry.seq, entry.ts, &entry.kind, &entry.author, &payload);
             assert_eq!(raw.json(), serde_json::to_string(&entry).unwrap());
             let live = Frame::new(Arc::new(entry.clone()));
             let stored = Frame::stored(raw);

@@ -21,6 +21,7 @@ use crate::ws::{connect, Ws};
 
 pub mod catchup;
 pub mod fanout;
+pub mod limit;
 pub mod moord;
 pub mod quiet;
 

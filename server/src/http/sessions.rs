@@ -268,7 +268,7 @@ pub(super) async fn entries(
 /// An [`EntriesPage`] as JSON, written from the entries as stored: the same text serde makes of
 /// it, without parsing and re-encoding every payload.
 fn entries_page_json(page: &Page<RawEntry>, head_seq: Seq) -> String {
-    let bytes: usize = page.entries.iter().map(|e| e.payload.len() + 96).sum();
+    let bytes: usize = page.entries.iter().map(|e| e.payload().len() + 96).sum();
     let mut out = String::with_capacity(bytes + 128);
     out.push_str("{\"entries\":[");
     for (i, entry) in page.entries.iter().enumerate() {
@@ -356,12 +356,9 @@ mod tests {
             payload,
         })
         .collect();
-        let raw = |e: &Entry| RawEntry {
-            seq: e.seq,
-            ts: e.ts,
-            kind: e.kind.clone(),
-            author: e.author.clone(),
-            payload: serde_json::to_string(&e.payload).unwrap(),
+        let raw = |e: &Entry| {
+            let payload = serde_json::to_string(&e.payload).unwrap();
+            RawEntry::new(e.seq, e.ts, &e.kind, &e.author, &payload)
         };
         let compacted = Compacted {
             after: Seq(1),

@@ -191,7 +191,7 @@ macro_rules! log_store {
                     .fetch_one(self.reads())
                     .await
                     .map_err(db_error)?;
-                    unpack(packed.as_deref().unwrap_or_default())
+                    unpack(packed.unwrap_or_default())
                 }
 
                 async fn compaction(&self, session: SessionId) -> StoreResult<Compaction> {
@@ -404,13 +404,14 @@ macro_rules! log_store {
 
             fn raw_row(row: &DbRow) -> StoreResult<RawEntry> {
                 let seq: i64 = row.try_get("seq").map_err(db_error)?;
-                Ok(RawEntry {
-                    seq: Seq(seq as u64),
-                    ts: row.try_get("ts").map_err(db_error)?,
-                    kind: row.try_get("kind").map_err(db_error)?,
-                    author: row.try_get("author").map_err(db_error)?,
-                    payload: row.try_get("payload").map_err(db_error)?,
-                })
+                let text = |c: &str| -> StoreResult<&str> { row.try_get(c).map_err(db_error) };
+                Ok(RawEntry::new(
+                    Seq(seq as u64),
+                    row.try_get("ts").map_err(db_error)?,
+                    text("kind")?,
+                    text("author")?,
+                    text("payload")?,
+                ))
             }
 
             fn entry_row(row: &DbRow) -> StoreResult<Entry> {

@@ -24,6 +24,7 @@ mod packed;
 mod page;
 mod plan;
 mod postgres;
+mod raw;
 pub mod retention;
 mod sqlite;
 
@@ -48,6 +49,7 @@ pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
 pub use page::{read_page, read_page_raw, Page, PageFit, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
+pub use raw::RawEntry;
 pub use retention::{Compaction, Policy, RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
 
@@ -102,73 +104,6 @@ pub struct SessionRow {
     pub ended_at: Option<i64>,
     /// What the bridge last said it runs.
     pub agent: Option<AgentInfo>,
-}
-
-/// An entry as the store holds it: its payload is the JSON text stored, not parsed. Replay sends
-/// it as it is ([`RawEntry::json`]), so a viewer catching up costs no parse and no re-encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawEntry {
-    /// Its seq.
-    pub seq: Seq,
-    /// Its time (ms).
-    pub ts: i64,
-    /// Its kind.
-    pub kind: String,
-    /// Who wrote it.
-    pub author: String,
-    /// Its payload, JSON text as stored.
-    pub payload: String,
-}
-
-impl RawEntry {
-    /// The entry as JSON, the same text `serde_json::to_string(&Entry)` makes of it.
-    pub fn json(&self) -> String {
-        let mut out = String::with_capacity(self.payload.len() + 64);
-        self.write_json(&mut out);
-        out
-    }
-
-    /// Appends [`RawEntry::json`] to `out` (a `String` or a `BytesMut`), allocating nothing.
-    pub fn write_json(&self, out: &mut impl std::fmt::Write) {
-        let _ = out.write_char('{');
-        self.write_fields(out);
-    }
-
-    /// [`RawEntry::write_json`] without the opening brace: the fields and the closing brace, for
-    /// an object that holds the entry's fields among its own.
-    pub fn write_fields(&self, out: &mut impl std::fmt::Write) {
-        let _ = write!(out, "\"seq\":{},\"ts\":{},\"kind\":", self.seq, self.ts);
-        write_json_str(out, &self.kind);
-        let _ = out.write_str(",\"author\":");
-        write_json_str(out, &self.author);
-        let _ = out.write_str(",\"payload\":");
-        let _ = out.write_str(&self.payload);
-        let _ = out.write_char('}');
-    }
-
-    /// The entry with its payload parsed.
-    pub fn parse(&self) -> StoreResult<Entry> {
-        Ok(Entry {
-            seq: self.seq,
-            ts: self.ts,
-            kind: self.kind.clone(),
-            author: self.author.clone(),
-            payload: anyhow::Context::context(
-                serde_json::from_str(&self.payload),
-                "stored payload is not json",
-            )?,
-        })
-    }
-}
-
-/// Appends `s` as a JSON string, escaped as serde_json escapes it (`"`, `\\` and the control
-/// characters; nothing else), without allocating when nothing needs escaping.
-pub(crate) fn write_json_str(out: &mut impl std::fmt::Write, s: &str) {
-    let plain = !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
-    let _ = match plain {
-        true => write!(out, "\"{s}\""),
-        false => out.write_str(&serde_json::to_string(s).unwrap_or_default()),
-    };
 }
 
 /// What makes an append idempotent.

@@ -14,6 +14,8 @@
 //! back exactly as stored. The same SQL runs on both engines: `string_agg` is Postgres' and,
 //! since 3.44, SQLite's name of the aggregate.
 
+use std::sync::Arc;
+
 use moor_protocol::Seq;
 
 use super::{RawEntry, StoreError, StoreResult};
@@ -24,18 +26,20 @@ pub(crate) const PACKED_ENTRY: &str = "CAST(seq AS TEXT) || ',' || CAST(ts AS TE
      || CAST(octet_length(payload) AS TEXT) || ':' || kind || author || payload";
 
 /// Reads back the entries of [`PACKED_ENTRY`]s concatenated, in ascending seq order whatever
-/// order the aggregate met them in.
-pub(crate) fn unpack(mut text: &str) -> StoreResult<Vec<RawEntry>> {
+/// order the aggregate met them in. The entries share `text`.
+pub(crate) fn unpack(text: String) -> StoreResult<Vec<RawEntry>> {
+    let text: Arc<str> = text.into();
     let mut entries = Vec::new();
-    while !text.is_empty() {
-        let (entry, rest) = unpack_one(text).ok_or_else(|| {
+    let mut at = 0;
+    while at < text.len() {
+        let entry = unpack_one(&text, at).ok_or_else(|| {
             StoreError::Other(anyhow::anyhow!(
                 "a packed entry is malformed after {} entries",
                 entries.len()
             ))
         })?;
+        at = entry.end();
         entries.push(entry);
-        text = rest;
     }
     if !entries.is_sorted_by_key(|e: &RawEntry| e.seq) {
         entries.sort_unstable_by_key(|e| e.seq);
@@ -43,27 +47,32 @@ pub(crate) fn unpack(mut text: &str) -> StoreResult<Vec<RawEntry>> {
     Ok(entries)
 }
 
-/// The first entry of `text` and what follows it.
-fn unpack_one(text: &str) -> Option<(RawEntry, &str)> {
-    let (head, body) = text.split_once(':')?;
-    let mut fields = head.splitn(5, ',');
-    let mut next = || fields.next();
-    let seq: u64 = next()?.parse().ok()?;
-    let ts: i64 = next()?.parse().ok()?;
-    let kind_len: usize = next()?.parse().ok()?;
-    let author_len: usize = next()?.parse().ok()?;
-    let payload_len: usize = next()?.parse().ok()?;
-    let author_at = kind_len;
-    let payload_at = author_at.checked_add(author_len)?;
-    let end = payload_at.checked_add(payload_len)?;
-    let entry = RawEntry {
-        seq: Seq(seq),
-        ts,
-        kind: body.get(..author_at)?.to_owned(),
-        author: body.get(author_at..payload_at)?.to_owned(),
-        payload: body.get(payload_at..end)?.to_owned(),
-    };
-    Some((entry, body.get(end..)?))
+/// The entry packed in `text` at `at`.
+fn unpack_one(text: &Arc<str>, mut at: usize) -> Option<RawEntry> {
+    let bytes = text.as_bytes();
+    let mut field = |end: u8| number(bytes, &mut at, end);
+    let seq = u64::try_from(field(b',')?).ok()?;
+    let ts = field(b',')?;
+    let mut length = |end: u8| usize::try_from(field(end)?).ok();
+    let lengths = [length(b',')?, length(b',')?, length(b':')?];
+    RawEntry::within(Seq(seq), ts, text, at, lengths)
+}
+
+/// The decimal number at `at` in `bytes`, which `end` follows; moves `at` past `end`.
+fn number(bytes: &[u8], at: &mut usize, end: u8) -> Option<i64> {
+    let negative = bytes.get(*at) == Some(&b'-');
+    let mut i = *at + usize::from(negative);
+    let start = i;
+    let mut value: i64 = 0;
+    while let Some(&b) = bytes.get(i).filter(|b| b.is_ascii_digit()) {
+        value = value.checked_mul(10)?.checked_add(i64::from(b - b'0'))?;
+        i += 1;
+    }
+    if i == start || bytes.get(i) != Some(&end) {
+        return None;
+    }
+    *at = i + 1;
+    Some(if negative { -value } else { value })
 }
 
 #[cfg(test)]
@@ -71,27 +80,13 @@ mod tests {
     use super::*;
 
     fn packed(e: &RawEntry) -> String {
-        format!(
-            "{},{},{},{},{}:{}{}{}",
-            e.seq,
-            e.ts,
-            e.kind.len(),
-            e.author.len(),
-            e.payload.len(),
-            e.kind,
-            e.author,
-            e.payload
-        )
+        let (kind, author, payload) = (e.kind(), e.author(), e.payload());
+        let lengths = format!("{},{},{}", kind.len(), author.len(), payload.len());
+        format!("{},{},{lengths}:{kind}{author}{payload}", e.seq, e.ts)
     }
 
     fn entry(seq: u64, author: &str, payload: &str) -> RawEntry {
-        RawEntry {
-            seq: Seq(seq),
-            ts: -5,
-            kind: "agent.output".into(),
-            author: author.into(),
-            payload: payload.into(),
-        }
+        RawEntry::new(Seq(seq), -5, "agent.output", author, payload)
     }
 
     #[test]
@@ -104,16 +99,24 @@ mod tests {
         let text: String = entries.iter().map(packed).collect();
         let mut want = entries.to_vec();
         want.sort_by_key(|e| e.seq);
-        assert_eq!(unpack(&text).unwrap(), want);
-        assert_eq!(unpack("").unwrap(), Vec::new());
+        assert_eq!(unpack(text).unwrap(), want);
+        assert_eq!(unpack(String::new()).unwrap(), Vec::new());
     }
 
     #[test]
     fn a_length_past_the_text_or_inside_a_character_is_an_error() {
         let good = packed(&entry(1, "é", "{}"));
-        assert!(unpack(&good).is_ok());
-        assert!(unpack(&good.replacen(",2:", ",3:", 1)).is_err());
-        assert!(unpack(&good.replacen(",2,", ",1,", 1)).is_err());
-        assert!(unpack("1,2,3").is_err());
+        assert!(unpack(good.clone()).is_ok());
+        assert!(unpack(good.replacen(",2:", ",3:", 1)).is_err());
+        assert!(unpack(good.replacen(",2,", ",1,", 1)).is_err());
+        for bad in [
+            "1,2,3",
+            "1,2,3,4,5",
+            "-1,0,0,0,0:",
+            "1,2,,0,0:",
+            "99999999999999999999,0,0,0,0:",
+        ] {
+            assert!(unpack(bad.into()).is_err(), "{bad}");
+        }
     }
 }

@@ -213,8 +213,8 @@ pub async fn entries_of_any_text_read_back_exactly_as_stored(db: Db) {
     for (i, (entry, text)) in after.iter().zip(texts).enumerate() {
         assert_eq!(entry.seq, Seq(i as u64 + 1));
         assert_eq!(entry.ts, -(i as i64));
-        assert_eq!(entry.author, format!("user:{text}"));
-        assert_eq!(entry.payload, json!({"text": text, "n": i}).to_string());
+        assert_eq!(entry.author(), format!("user:{text}"));
+        assert_eq!(entry.payload(), json!({"text": text, "n": i}).to_string());
         assert_eq!(entry.parse().unwrap().payload["text"], *text);
     }
     assert_eq!(before, after[1..4], "the newest before 5, ascending");

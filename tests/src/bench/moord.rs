@@ -103,6 +103,16 @@ impl Moord {
         })
     }
 
+    /// Stops this moord, leaving its data dir (removed on drop) for the caller to read; returns
+    /// that dir.
+    pub async fn stop(&mut self) -> Result<PathBuf> {
+        let Some(child) = self.child.as_mut() else {
+            bail!("moord was not started by this benchmark");
+        };
+        child.kill().await?;
+        Ok(self.dir.clone())
+    }
+
     /// CPU time moord has used so far (user + system), in seconds.
     pub fn cpu_secs(&self) -> Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;

@@ -1,0 +1,182 @@
+//! An entry as the store holds it: its payload is the JSON text stored, not parsed. Replay sends
+//! it as it is ([`RawEntry::write_json`]), so a viewer catching up costs no parse and no
+//! re-encoding.
+//!
+//! The entries of a page read at once share one buffer (the text the database packed them
+//! into, [`packed`](super::packed)): reading a page allocates once, not three times an entry.
+
+use std::fmt;
+use std::sync::Arc;
+
+use moor_protocol::{Entry, Seq};
+
+use super::StoreResult;
+
+/// An entry as stored, its payload as JSON text.
+#[derive(Clone)]
+pub struct RawEntry {
+    /// Its seq.
+    pub seq: Seq,
+    /// Its time (ms).
+    pub ts: i64,
+    /// Holds the kind, the author and the payload back to back, from `kind_at` to `end`; for
+    /// an entry read with others, the whole page's text.
+    text: Arc<str>,
+    kind_at: usize,
+    author_at: usize,
+    payload_at: usize,
+    end: usize,
+}
+
+impl RawEntry {
+    /// An entry of its parts.
+    pub fn new(seq: Seq, ts: i64, kind: &str, author: &str, payload: &str) -> Self {
+        let text: Arc<str> = [kind, author, payload].concat().into();
+        let author_at = kind.len();
+        let payload_at = author_at + author.len();
+        Self {
+            seq,
+            ts,
+            kind_at: 0,
+            author_at,
+            payload_at,
+            end: text.len(),
+            text,
+        }
+    }
+
+    /// The entry whose kind, author and payload stand in `text` from `at`, of the given byte
+    /// lengths; `None` unless each is whole characters within `text`.
+    pub(crate) fn within(
+        seq: Seq,
+        ts: i64,
+        text: &Arc<str>,
+        at: usize,
+        [kind, author, payload]: [usize; 3],
+    ) -> Option<Self> {
+        let author_at = at.checked_add(kind)?;
+        let payload_at = author_at.checked_add(author)?;
+        let end = payload_at.checked_add(payload)?;
+        for bound in [at, author_at, payload_at, end] {
+            if !text.is_char_boundary(bound) {
+                return None;
+            }
+        }
+        (end <= text.len()).then(|| Self {
+            seq,
+            ts,
+            text: Arc::clone(text),
+            kind_at: at,
+            author_at,
+            payload_at,
+            end,
+        })
+    }
+
+    /// Where this entry's parts end in the text it was read from.
+    pub(crate) fn end(&self) -> usize {
+        self.end
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> &str {
+        &self.text[self.kind_at..self.author_at]
+    }
+
+    /// Who wrote it.
+    pub fn author(&self) -> &str {
+        &self.text[self.author_at..self.payload_at]
+    }
+
+    /// Its payload, JSON text as stored.
+    pub fn payload(&self) -> &str {
+        &self.text[self.payload_at..self.end]
+    }
+
+    /// The entry as JSON, the same text `serde_json::to_string(&Entry)` makes of it.
+    pub fn json(&self) -> String {
+        let mut out = String::with_capacity(self.payload().len() + 64);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends [`RawEntry::json`] to `out` (a `String` or a `BytesMut`), allocating nothing.
+    pub fn write_json(&self, out: &mut impl fmt::Write) {
+        let _ = out.write_char('{');
+        self.write_fields(out);
+    }
+
+    /// [`RawEntry::write_json`] without the opening brace: the fields and the closing brace, for
+    /// an object that holds the entry's fields among its own.
+    pub fn write_fields(&self, out: &mut impl fmt::Write) {
+        let mut number = itoa::Buffer::new();
+        let _ = out.write_str("\"seq\":");
+        let _ = out.write_str(number.format(self.seq.0));
+        let _ = out.write_str(",\"ts\":");
+        let _ = out.write_str(number.format(self.ts));
+        let _ = out.write_str(",\"kind\":");
+        write_json_str(out, self.kind());
+        let _ = out.write_str(",\"author\":");
+        write_json_str(out, self.author());
+        let _ = out.write_str(",\"payload\":");
+        let _ = out.write_str(self.payload());
+        let _ = out.write_char('}');
+    }
+
+    /// The entry with its payload parsed.
+    pub fn parse(&self) -> StoreResult<Entry> {
+        Ok(Entry {
+            seq: self.seq,
+            ts: self.ts,
+            kind: self.kind().to_owned(),
+            author: self.author().to_owned(),
+            payload: anyhow::Context::context(
+                serde_json::from_str(self.payload()),
+                "stored payload is not json",
+            )?,
+        })
+    }
+}
+
+impl PartialEq for RawEntry {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.seq,
+            self.ts,
+            self.kind(),
+            self.author(),
+            self.payload(),
+        ) == (
+            other.seq,
+            other.ts,
+            other.kind(),
+            other.author(),
+            other.payload(),
+        )
+    }
+}
+
+impl fmt::Debug for RawEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawEntry")
+            .field("seq", &self.seq)
+            .field("ts", &self.ts)
+            .field("kind", &self.kind())
+            .field("author", &self.author())
+            .field("payload", &self.payload())
+            .finish()
+    }
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it (`"`, `\\` and the control
+/// characters; nothing else), without allocating when nothing needs escaping.
+pub(crate) fn write_json_str(out: &mut impl fmt::Write, s: &str) {
+    let plain = !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+    let _ = match plain {
+        true => out
+            .write_char('"')
+            .and_then(|()| out.write_str(s))
+            .and_then(|()| out.write_char('"')),
+        false => out.write_str(&serde_json::to_string(s).unwrap_or_default()),
+    };
+}
