@@ -79,3 +79,59 @@ pub async fn sqlite_insert_limit(total: u64, batch: u64) -> Result<f64> {
     drop(moord);
     Ok(rate)
 }
+
+/// Entries per second copied straight into the Postgres database at `url`, after the rows of
+/// session `session` that `moord` stored there: `total` rows like its newest producer's entry,
+/// `batch` rows per `COPY` (each its own transaction, committed durably).
+pub async fn postgres_copy_limit(url: &str, session: &str, total: u64, batch: u64) -> Result<f64> {
+    use sqlx::postgres::PgConnection;
+
+    let mut db = PgConnection::connect(url).await?;
+    let last = sqlx::query(
+        "SELECT session_id::text, producer_id::text, seq, kind, author FROM entries \
+         WHERE session_id = $1::uuid AND producer_id IS NOT NULL ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(session)
+    .fetch_one(&mut db)
+    .await
+    .context("an entry moord stored")?;
+    let (session, producer): (String, String) = (last.try_get(0)?, last.try_get(1)?);
+    let (first, kind, author): (i64, String, String) =
+        (last.try_get(2)?, last.try_get(3)?, last.try_get(4)?);
+    let payload = copy_text(&serde_json::to_string(&entry(2, 0).payload)?);
+    let (kind, author) = (copy_text(&kind), copy_text(&author));
+
+    let start = Instant::now();
+    let mut seq = first;
+    let mut stored = 0;
+    while stored < total {
+        let rows = batch.min(total - stored);
+        let mut data = String::new();
+        for _ in 0..rows {
+            seq += 1;
+            data += &format!(
+                "{session}\t{seq}\t0\t{kind}\t{author}\t{payload}\t{producer}\t{seq}\t\\N\t\\N\n"
+            );
+        }
+        let mut copy = db
+            .copy_in_raw(
+                "COPY entries (session_id, seq, ts, kind, author, payload, producer_id, \
+                 producer_seq, client_msg_id, ref_seq) FROM STDIN",
+            )
+            .await?;
+        copy.send(data.into_bytes()).await?;
+        copy.finish().await?;
+        stored += rows;
+    }
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    db.close().await?;
+    Ok(rate)
+}
+
+/// `text` as a field of `COPY`'s text format.
+fn copy_text(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('\t', "\\t")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+}

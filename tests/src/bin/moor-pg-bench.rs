@@ -1,6 +1,7 @@
 //! `moor-pg-bench`: two real `moord` nodes on one Postgres database, over loopback.
 //!
-//! Measures ingest to durable ack on Postgres (one bridge, group commit) and delivery latency at
+//! Measures ingest to durable ack on Postgres (one bridge, group commit) against the rate of
+//! `COPY`ing the same rows straight into the database, and delivery latency at
 //! 1,000 entries/s from a bridge on node A to an SSE viewer on node B (cross-node, through
 //! `NOTIFY` and a store read) and, for comparison, to a viewer on A itself.
 //!
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use moor_e2e::bench::{
-    bridge, ingest, median, paced, runs, sse_latencies, sse_open, Latency, GUARD,
+    bridge, ingest, limit, median, paced, runs, sse_latencies, sse_open, Latency, GUARD,
 };
 use moor_e2e::pg::TestDb;
 use moor_e2e::ws::Ws;
@@ -66,6 +67,7 @@ async fn main() -> Result<()> {
     std::env::set_var("RUST_LOG", quiet);
     println!("moor-pg-bench: two real moord nodes on one Postgres database, loopback; medians of {runs} runs");
     let (mut rates, mut cross, mut local) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut limits, mut shares) = (Vec::new(), Vec::new());
     for run in 1..=runs {
         let db = TestDb::create()
             .await
@@ -74,13 +76,18 @@ async fn main() -> Result<()> {
         let opts = |node: &str| -> ServerOpts { db.node_opts(node, &token) };
         let a = TestServer::start(opts("a")).await;
         let b = TestServer::start(opts("b")).await;
-        let ws = bridge_on(&a, &format!("ingest-{}", uuid::Uuid::new_v4())).await?;
+        let name = format!("ingest-{}", uuid::Uuid::new_v4());
+        let ws = bridge_on(&a, &name).await?;
         let rate = ingest(ws, 100_000, 1000, 20_000).await?;
         let (x, l) = delivery(&a, &b, 1000, 5).await?;
+        let id = a.session(&name).await.context("session exists")?.id;
+        let limit = limit::postgres_copy_limit(db.url(), &id.to_string(), 100_000, 1000).await?;
         eprintln!(
-            "run {run}: ingest {rate:.0}/s; A->B p50 {:.1} ms p99 {:.1} ms; A->A p50 {:.1} ms p99 {:.1} ms",
+            "run {run}: ingest {rate:.0}/s (storage limit {limit:.0}/s); A->B p50 {:.1} ms p99 {:.1} ms; A->A p50 {:.1} ms p99 {:.1} ms",
             x.p50, x.p99, l.p50, l.p99
         );
+        shares.push(rate / limit);
+        limits.push(limit);
         rates.push(rate);
         cross.push(x);
         local.push(l);
@@ -89,6 +96,11 @@ async fn main() -> Result<()> {
     println!(
         "ingest on Postgres, one bridge, 200-byte entries, to durable ack: {:.0} entries/s",
         median(rates)
+    );
+    println!(
+        "storage limit: the same rows COPY'd straight into the same database, a transaction per 1000: {:.0} entries/s; moord reaches {:.0}% of it (median of per-run shares)",
+        median(limits),
+        median(shares) * 100.0
     );
     println!(
         "delivery at 1000 entries/s, bridge on node A, SSE viewer on node B: p50 {:.1} ms, p99 {:.1} ms",
