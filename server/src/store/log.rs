@@ -178,40 +178,37 @@ macro_rules! log_store {
                     session: SessionId,
                     range: Range,
                     limit: u32,
-                ) -> StoreResult<Vec<RawEntry>> {
-                    // One row for the whole page ([`packed`](crate::store::packed)).
-                    let packed: Option<String> = sqlx::query_scalar(&format!(
-                        "SELECT string_agg({PACKED_ENTRY}, '') FROM \
-                         (SELECT {ENTRY_COLS} FROM entries WHERE {ROWS_OF} AND {}) page",
+                ) -> StoreResult<(Vec<RawEntry>, Compaction)> {
+                    // One row for the whole page ([`packed`](crate::store::packed)), and the
+                    // compaction mark as of the same statement.
+                    let row = sqlx::query(&format!(
+                        "SELECT (SELECT string_agg({PACKED_ENTRY}, '') FROM \
+                         (SELECT {ENTRY_COLS} FROM entries WHERE {ROWS_OF} AND {}) page) AS packed, \
+                         {COMPACTION_COLS} FROM sessions WHERE id = $1{AS_ID}",
                         range.sql()
                     ))
                     .bind(session.to_string())
                     .bind(seq_bind(range.bound()))
                     .bind(i64::from(limit))
-                    .fetch_one(self.reads())
+                    .fetch_optional(self.reads())
                     .await
                     .map_err(db_error)?;
-                    unpack(packed.unwrap_or_default())
+                    let Some(row) = row else {
+                        return Ok((Vec::new(), Compaction::default()));
+                    };
+                    let packed: Option<String> = row.try_get("packed").map_err(db_error)?;
+                    Ok((unpack(packed.unwrap_or_default())?, compaction_row(&row)?))
                 }
 
                 async fn compaction(&self, session: SessionId) -> StoreResult<Compaction> {
                     let row = sqlx::query(&format!(
-                        "SELECT compacted_through, compacted_entries, compacted_bytes \
-                         FROM sessions WHERE id = $1{AS_ID}"
+                        "SELECT {COMPACTION_COLS} FROM sessions WHERE id = $1{AS_ID}"
                     ))
                     .bind(session.to_string())
                     .fetch_optional(self.reads())
                     .await
                     .map_err(db_error)?;
-                    let Some(row) = row else {
-                        return Ok(Compaction::default());
-                    };
-                    let get = |c: &str| -> StoreResult<i64> { row.try_get(c).map_err(db_error) };
-                    Ok(Compaction {
-                        through: Seq(get("compacted_through")?.max(0) as u64),
-                        entries: get("compacted_entries")?.max(0) as u64,
-                        bytes: get("compacted_bytes")?.max(0) as u64,
-                    })
+                    row.map_or(Ok(Compaction::default()), |row| compaction_row(&row))
                 }
 
                 async fn fit_page(
@@ -229,7 +226,8 @@ macro_rules! log_store {
                     let row = sqlx::query(&format!(
                         "SELECT COUNT(*) AS seen, \
                          COALESCE(SUM(CASE WHEN n <= $4 AND (n = 1 OR used <= $5) \
-                                      THEN 1 ELSE 0 END), 0) AS take \
+                                      THEN 1 ELSE 0 END), 0) AS take, \
+                         (SELECT compacted_through FROM sessions WHERE id = $1{AS_ID}) AS mark \
                          FROM (SELECT ROW_NUMBER() OVER w AS n, SUM(cost) OVER w AS used \
                                FROM (SELECT seq, CAST(octet_length(payload) AS BIGINT) + {} AS cost \
                                      FROM entries WHERE {ROWS_OF} AND {}) sized \
@@ -247,9 +245,11 @@ macro_rules! log_store {
                     .map_err(db_error)?;
                     let seen: i64 = row.try_get("seen").map_err(db_error)?;
                     let take: i64 = row.try_get("take").map_err(db_error)?;
+                    let mark: Option<i64> = row.try_get("mark").map_err(db_error)?;
                     Ok(PageFit {
                         take: take.max(0) as u32,
                         more: seen > take,
+                        compacted_through: Seq(mark.unwrap_or(0).max(0) as u64),
                     })
                 }
 
@@ -412,6 +412,18 @@ macro_rules! log_store {
                     text("author")?,
                     text("payload")?,
                 ))
+            }
+
+            /// The columns of `sessions` that [`compaction_row`] reads.
+            const COMPACTION_COLS: &str = "compacted_through, compacted_entries, compacted_bytes";
+
+            fn compaction_row(row: &DbRow) -> StoreResult<Compaction> {
+                let get = |c: &str| -> StoreResult<i64> { row.try_get(c).map_err(db_error) };
+                Ok(Compaction {
+                    through: Seq(get("compacted_through")?.max(0) as u64),
+                    entries: get("compacted_entries")?.max(0) as u64,
+                    bytes: get("compacted_bytes")?.max(0) as u64,
+                })
             }
 
             fn entry_row(row: &DbRow) -> StoreResult<Entry> {

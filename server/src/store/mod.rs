@@ -262,18 +262,20 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     async fn read(&self, session: SessionId, range: Range, limit: u32) -> StoreResult<Vec<Entry>> {
         self.read_raw(session, range, limit)
             .await?
+            .0
             .iter()
             .map(RawEntry::parse)
             .collect()
     }
 
-    /// [`LogStore::read`], the payloads as stored.
+    /// [`LogStore::read`], the payloads as stored, with what compaction had removed as of the
+    /// same read (so a page knows whether compaction moved since it was sized).
     async fn read_raw(
         &self,
         session: SessionId,
         range: Range,
         limit: u32,
-    ) -> StoreResult<Vec<RawEntry>>;
+    ) -> StoreResult<(Vec<RawEntry>, Compaction)>;
 
     /// What compaction has removed from the session's log so far (one small read).
     async fn compaction(&self, session: SessionId) -> StoreResult<Compaction>;
@@ -281,7 +283,8 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// How many of the entries [`LogStore::read`] would return for `range` make one page within
     /// `limit`, in the order the range walks the log (ascending for `After`, newest first for
     /// `Before`), and whether the range holds more: sized from the stored payload lengths
-    /// without reading a payload out (what [`read_page`] sizes a page with).
+    /// without reading a payload out (what [`read_page`] sizes a page with), and the
+    /// compaction mark as of the same read.
     async fn fit_page(
         &self,
         session: SessionId,

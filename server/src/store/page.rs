@@ -3,14 +3,16 @@
 //! range has any, so a reader always makes progress.
 //!
 //! Sized by [`LogStore::fit_page`] from the stored payload lengths before anything is read, so a
-//! page of big entries never exists in memory whole. Entries are immutable once committed; only compaction removes some,
-//! and it moves the session's compaction mark in the same transaction. So the mark is read
-//! before and after: when it has not moved, the read returned exactly the entries sized, and the
-//! page says what compaction removed after its cursor; when it has, the page is read again.
+//! page of big entries never exists in memory whole. Entries are immutable once committed; only
+//! compaction removes some, and it moves the session's compaction mark in the same transaction.
+//! So the mark is read in the statement that sizes the page and again in the one that reads it:
+//! when it has not moved, the read returned exactly the entries sized, and the page says what
+//! compaction removed after its cursor; when it has, the page is read again. Two statements a
+//! page.
 //! Calls only the [`LogStore`] trait.
 
 use moor_protocol::web::Compacted;
-use moor_protocol::{Entry, SessionId};
+use moor_protocol::{Entry, Seq, SessionId};
 
 use super::{LogStore, Range, RawEntry, StoreResult};
 
@@ -40,6 +42,9 @@ pub struct PageFit {
     pub take: u32,
     /// The range holds more entries than that.
     pub more: bool,
+    /// The session's compaction mark ([`Compaction::through`](super::Compaction)) when the page
+    /// was sized.
+    pub compacted_through: Seq,
 }
 
 /// One page of a log: of [`Entry`]s, or of [`RawEntry`]s as stored.
@@ -80,18 +85,15 @@ pub async fn read_page_raw(
     limit: PageLimit,
 ) -> StoreResult<Page<RawEntry>> {
     let count = limit.count.max(1);
-    let mut before = store.compaction(session).await?;
     for attempt in 1..=ATTEMPTS {
         let fit = store
             .fit_page(session, range, PageLimit { count, ..limit })
             .await?;
-        let entries = if fit.take == 0 {
-            Vec::new()
-        } else {
-            store.read_raw(session, range, fit.take).await?
+        let (entries, after) = match fit.take {
+            0 => (Vec::new(), store.compaction(session).await?),
+            take => store.read_raw(session, range, take).await?,
         };
-        let after = store.compaction(session).await?;
-        if after.through == before.through || attempt == ATTEMPTS {
+        if after.through == fit.compacted_through || attempt == ATTEMPTS {
             // After the last attempt the page is still whole entries in order; what it may miss
             // is named by the mark read last.
             let compacted = match range {
@@ -104,7 +106,6 @@ pub async fn read_page_raw(
                 compacted,
             });
         }
-        before = after;
     }
     unreachable!("the last attempt returns")
 }

@@ -111,7 +111,11 @@ pub async fn pages_stop_at_their_byte_bound_but_always_hold_one_entry(db: Db) {
     // plus the overhead, and the page is the prefix within both bounds, at least one entry.
     let each = sizes[0] + ENTRY_OVERHEAD_BYTES;
     let fit = |range, count, bytes| log.fit_page(s, range, PageLimit { count, bytes });
-    let fits = |take, more| PageFit { take, more };
+    let fits = |take, more| PageFit {
+        take,
+        more,
+        compacted_through: Seq::ZERO,
+    };
     let all = Range::After(Seq::ZERO);
     assert_eq!(
         fit(all, 100, 3 * each).await.unwrap(),

@@ -205,8 +205,8 @@ pub async fn entries_of_any_text_read_back_exactly_as_stored(db: Db) {
     log.append(s, appends).await.unwrap();
 
     // act
-    let after = log.read_raw(s, Range::After(Seq(0)), 10).await.unwrap();
-    let before = log.read_raw(s, Range::Before(Seq(5)), 3).await.unwrap();
+    let (after, _) = log.read_raw(s, Range::After(Seq(0)), 10).await.unwrap();
+    let (before, _) = log.read_raw(s, Range::Before(Seq(5)), 3).await.unwrap();
 
     // assert
     assert_eq!(after.len(), texts.len());
