@@ -31,8 +31,9 @@ pub async fn sqlite_insert_limit(total: u64, batch: u64) -> Result<f64> {
         .pragma("temp_store", "memory");
     let mut db = SqliteConnection::connect_with(&options).await?;
     let last = sqlx::query(
-        "SELECT session_pk, producer_pk, seq, ts, kind, author FROM entries \
-         WHERE producer_pk IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        "SELECT session_pk, producer_pk, \
+         (SELECT MAX(seq) FROM entries a WHERE a.session_pk = e.session_pk), ts, kind, author \
+         FROM entries e WHERE producer_pk IS NOT NULL ORDER BY seq DESC LIMIT 1",
     )
     .fetch_one(&mut db)
     .await
@@ -88,7 +89,8 @@ pub async fn postgres_copy_limit(url: &str, session: &str, total: u64, batch: u6
 
     let mut db = PgConnection::connect(url).await?;
     let last = sqlx::query(
-        "SELECT session_id::text, producer_id::text, seq, kind, author FROM entries \
+        "SELECT session_id::text, producer_id::text, \
+         (SELECT MAX(seq) FROM entries WHERE session_id = $1::uuid), kind, author FROM entries \
          WHERE session_id = $1::uuid AND producer_id IS NOT NULL ORDER BY seq DESC LIMIT 1",
     )
     .bind(session)
