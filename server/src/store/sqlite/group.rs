@@ -320,7 +320,9 @@ async fn write_group(
          last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
     );
-    let mut query = bind_rows(sqlx::query(&sql).persistent(false), rest, producers);
+    // Without rows of its own the call's text is one of two (with or without the outbox), worth
+    // keeping compiled; with rows it is this group's alone.
+    let mut query = bind_rows(sqlx::query(&sql).persistent(rest.is_empty()), rest, producers);
     if let Some(outbox) = outbox {
         query = query.bind(outbox);
     }
