@@ -489,6 +489,42 @@ async fn requests_naming_anything_not_offered_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn a_key_reused_for_another_start_is_refused_before_any_session_is_made() {
+    let mut m = Machine::start(None).await;
+    let shell = m.start_request("k").await;
+    let would_be = shell.session.replace("-shell-", "-claude-");
+    assert_ne!(would_be, shell.session);
+
+    let (status, answer) = m
+        .post(
+            "/sessions",
+            json!({"project": "code", "agent": "claude", "idempotency_key": "k"}),
+        )
+        .await;
+
+    assert_eq!(status, StatusCode::CONFLICT, "{answer:?}");
+    let names: Vec<String> = m
+        .machine()
+        .await
+        .sessions
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        names,
+        [shell.session.as_str()],
+        "only the first request's session"
+    );
+    assert!(
+        m.api().session(&would_be).await.is_none(),
+        "no session was made for the refused request"
+    );
+    let again = m.start_request("k").await;
+    assert!(again.duplicate && again.seq == shell.seq, "{again:?}");
+    let _ = m.tail.refresh().await;
+}
+
+#[tokio::test]
 async fn after_a_cut_link_and_a_moord_restart_the_machine_comes_back_and_applies_nothing_twice() {
     cut_and_restart(Machine::start(None).await).await;
 }

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::access::{random_secret, session_with_role, AuthUser, Principal};
 use crate::error::ApiError;
 use crate::extract::Json;
-use crate::session::input::submit_checked;
+use crate::session::input::{refuse_reused_id, submit_checked};
 use crate::state::AppState;
 use crate::store::machines::{MachineRow, MachineSessionRow};
 use crate::store::{SessionRow, StoreError};
@@ -398,6 +398,15 @@ fn session_name(machine: &MachineRow, agent: &str, key: &str) -> String {
     format!("{prefix}-{agent}-{hex}")
 }
 
+/// The input that asks the machine for `action` under `client_msg_id`.
+fn host_input(client_msg_id: String, action: &HostAction) -> Result<InputRequest, ApiError> {
+    Ok(InputRequest {
+        client_msg_id,
+        kind: kinds::INPUT_HOST.into(),
+        payload: serde_json::to_value(action).map_err(|e| ApiError::Internal(e.into()))?,
+    })
+}
+
 /// Appends `action` to the machine's log under `client_msg_id`.
 async fn ask(
     state: &AppState,
@@ -406,18 +415,24 @@ async fn ask(
     client_msg_id: String,
     action: &HostAction,
 ) -> Result<ActionAccepted, ApiError> {
-    let payload = serde_json::to_value(action).map_err(|e| ApiError::Internal(e.into()))?;
+    ask_for(state, who, log, host_input(client_msg_id, action)?, action).await
+}
+
+/// Appends `input`, the input of `action` ([`host_input`]), to the machine's log.
+async fn ask_for(
+    state: &AppState,
+    who: &Principal,
+    log: SessionId,
+    input: InputRequest,
+    action: &HostAction,
+) -> Result<ActionAccepted, ApiError> {
     let accepted = submit_checked(
         &state.log,
         &*state.store.log,
         &state.leases,
         log,
         who.author(),
-        InputRequest {
-            client_msg_id,
-            kind: kinds::INPUT_HOST.into(),
-            payload,
-        },
+        input,
     )
     .await?;
     Ok(ActionAccepted {
@@ -426,6 +441,24 @@ async fn ask(
         duplicate: accepted.duplicate,
         queued: accepted.queued,
     })
+}
+
+/// Makes the new session `name` for `action` ([`new_session`]), then asks the machine for
+/// `action` under `client_msg_id`; a key the machine's log holds for another request is refused
+/// first, before anything is made.
+async fn ask_new(
+    state: &AppState,
+    who: &Principal,
+    (machine, log): (&MachineRow, SessionId),
+    (project, agent): (&str, &str),
+    key: &str,
+    client_msg_id: String,
+    action: &HostAction,
+) -> Result<ActionAccepted, ApiError> {
+    let input = host_input(client_msg_id, action)?;
+    refuse_reused_id(&*state.store.log, log, &who.author(), &input).await?;
+    new_session(state, who, machine, action.session(), (project, agent), key).await?;
+    ask_for(state, who, log, input, action).await
 }
 
 /// `POST /api/v1/machines/{id}/sessions`: ask the machine to start a session of one of its
@@ -461,26 +494,18 @@ pub(super) async fn start(
             format!("at most {MAX_PROMPT_BYTES} bytes"),
         ));
     }
-    let name = session_name(&machine, &req.agent, &req.idempotency_key);
-    let (project, agent) = (req.project.as_str(), req.agent.as_str());
-    new_session(
-        &state,
-        &who,
-        &machine,
-        &name,
-        (project, agent),
-        &req.idempotency_key,
-    )
-    .await?;
     let action = HostAction::Start {
-        session: name,
-        project: req.project,
-        agent: req.agent,
+        session: session_name(&machine, &req.agent, &req.idempotency_key),
+        project: req.project.clone(),
+        agent: req.agent.clone(),
         prompt: req.prompt,
         checkpoint: req.checkpoint.unwrap_or(false),
     };
-    let key = format!("start:{}", req.idempotency_key);
-    Ok(Json(ask(&state, &who, log, key, &action).await?))
+    let offer = (req.project.as_str(), req.agent.as_str());
+    let key = &req.idempotency_key;
+    let id = format!("start:{key}");
+    let accepted = ask_new(&state, &who, (&machine, log), offer, key, id, &action).await?;
+    Ok(Json(accepted))
 }
 
 /// Records that machine `machine` is asked to run the new session `name` of `agent` in
@@ -590,28 +615,28 @@ pub(super) async fn resume(
     let ended = log_session(&state, &row.name)
         .await?
         .is_some_and(|s| s.ended_at.is_some());
-    let action = if ended {
-        // Named by the ended session and the key: a retry names the same continuation.
-        let scope = format!("resume\0{}\0{}", row.name, req.idempotency_key);
-        let next = session_name(&machine, &row.agent, &scope);
-        let offer = (row.project.as_str(), row.agent.as_str());
-        new_session(&state, &who, &machine, &next, offer, &req.idempotency_key).await?;
-        HostAction::Resume {
-            session: next,
-            project: row.project,
-            agent: row.agent,
-            continues: Some(row.name),
-        }
-    } else {
-        HostAction::Resume {
+    let key = &req.idempotency_key;
+    let id = format!("resume:{key}");
+    if !ended {
+        let action = HostAction::Resume {
             session: row.name,
             project: row.project,
             agent: row.agent,
             continues: None,
-        }
+        };
+        return Ok(Json(ask(&state, &who, log, id, &action).await?));
+    }
+    // Named by the ended session and the key: a retry names the same continuation.
+    let scope = format!("resume\0{}\0{key}", row.name);
+    let action = HostAction::Resume {
+        session: session_name(&machine, &row.agent, &scope),
+        project: row.project.clone(),
+        agent: row.agent.clone(),
+        continues: Some(row.name),
     };
-    let key = format!("resume:{}", req.idempotency_key);
-    Ok(Json(ask(&state, &who, log, key, &action).await?))
+    let offer = (row.project.as_str(), row.agent.as_str());
+    let accepted = ask_new(&state, &who, (&machine, log), offer, key, id, &action).await?;
+    Ok(Json(accepted))
 }
 
 /// `POST /api/v1/machines/{id}/sessions/{name}/restore`: ask the machine to put one of the

@@ -76,14 +76,7 @@ pub async fn submit_checked(
             }),
             Some(Appended::Duplicate(seq)) => {
                 let stored = stored_input(store, session, seq).await?;
-                if (&stored.kind, &stored.author, &stored.payload)
-                    != (&req.kind, &author, &req.payload)
-                {
-                    return Err(ApiError::InputConflict(Box::new((
-                        req.client_msg_id,
-                        stored,
-                    ))));
-                }
+                same_request(stored, &author, &req)?;
                 Ok(InputAccepted {
                     seq,
                     duplicate: true,
@@ -102,6 +95,38 @@ pub async fn submit_checked(
         Err(_) => InputOutcome::Refused,
     });
     result
+}
+
+/// Refuses with the 409 [`submit_checked`] would give an input whose `client_msg_id` the log
+/// already holds for another request, so that a caller who makes something before submitting
+/// (a machine's new session) makes nothing for a request that would be refused. A retry of the
+/// same request passes.
+pub async fn refuse_reused_id(
+    store: &dyn LogStore,
+    session: SessionId,
+    author: &str,
+    req: &InputRequest,
+) -> Result<(), ApiError> {
+    match store.client_msg_seq(session, &req.client_msg_id).await? {
+        Some(seq) => same_request(stored_input(store, session, seq).await?, author, req),
+        None => Ok(()),
+    }
+}
+
+/// A 409 naming `stored` unless it is the input `req` from `author`.
+fn same_request(stored: Entry, author: &str, req: &InputRequest) -> Result<(), ApiError> {
+    if (
+        stored.kind.as_str(),
+        stored.author.as_str(),
+        &stored.payload,
+    ) == (req.kind.as_str(), author, &req.payload)
+    {
+        return Ok(());
+    }
+    Err(ApiError::InputConflict(Box::new((
+        req.client_msg_id.clone(),
+        stored,
+    ))))
 }
 
 /// Refuses an `input.permission` whose request is not pending as of the log's head (or, with

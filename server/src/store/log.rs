@@ -270,6 +270,22 @@ macro_rules! log_store {
                     Ok(mark.unwrap_or(0) as u64)
                 }
 
+                async fn client_msg_seq(
+                    &self,
+                    session: SessionId,
+                    id: &str,
+                ) -> StoreResult<Option<Seq>> {
+                    let seq: Option<i64> = sqlx::query_scalar(&format!(
+                        "SELECT seq FROM entries WHERE {ROWS_OF} AND client_msg_id = $2"
+                    ))
+                    .bind(session.to_string())
+                    .bind(id)
+                    .fetch_optional(self.reads())
+                    .await
+                    .map_err(db_error)?;
+                    Ok(seq.map(|s| Seq(s as u64)))
+                }
+
                 async fn inputs_after(
                     &self,
                     session: SessionId,

@@ -295,6 +295,9 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// Highest stored producer seq of `producer` in `session` (0: none).
     async fn producer_mark(&self, session: SessionId, producer: ProducerId) -> StoreResult<u64>;
 
+    /// The seq of the entry stored in `session` under the client message id `id`, if any.
+    async fn client_msg_seq(&self, session: SessionId, id: &str) -> StoreResult<Option<Seq>>;
+
     /// Remote inputs with seq > `after`, oldest first, at most `limit`.
     async fn inputs_after(
         &self,

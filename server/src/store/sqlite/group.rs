@@ -322,7 +322,11 @@ async fn write_group(
     );
     // Without rows of its own the call's text is one of two (with or without the outbox), worth
     // keeping compiled; with rows it is this group's alone.
-    let mut query = bind_rows(sqlx::query(&sql).persistent(rest.is_empty()), rest, producers);
+    let mut query = bind_rows(
+        sqlx::query(&sql).persistent(rest.is_empty()),
+        rest,
+        producers,
+    );
     if let Some(outbox) = outbox {
         query = query.bind(outbox);
     }
