@@ -337,7 +337,12 @@ scenario("scrolling up a 10,500-entry transcript pages older entries in: no dupl
     requestAnimationFrame(tick);
     return f;
   });
-  let v = await view();
+  // The window opens empty at the head and pages the history below it in: measure from the
+  // first rows drawn (on a loaded machine that page may still be on its way here).
+  let v = await waitFor("the first rows drawn", 20000, async () => {
+    const first = await view();
+    return first.rows > 0 ? first : null;
+  });
   let wheels = 0;
   let maxRows = 0;
   // Scroll up with the wheel, a screen or two at a time, as a reader would, to the first entry.
