@@ -16,7 +16,6 @@ use moor_protocol::web::{Reset, ServerToViewer, RESET_EVENT};
 use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::session::pages::SharedPages;
 use crate::store::RawEntry;
 
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
@@ -379,8 +378,6 @@ struct Inner {
 pub struct Hub {
     inner: Arc<Mutex<Inner>>,
     metrics: Arc<crate::metrics::Metrics>,
-    /// Pages of history shared by the tails catching up at once.
-    pages: Arc<SharedPages>,
 }
 
 impl Default for Hub {
@@ -402,7 +399,6 @@ impl Hub {
         Self {
             inner: Arc::new(Mutex::new(inner)),
             metrics: Arc::default(),
-            pages: Arc::default(),
         }
     }
 
@@ -415,11 +411,6 @@ impl Hub {
     /// The server's metrics.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
-    }
-
-    /// The pages of history the tails of this server read through.
-    pub fn pages(&self) -> &SharedPages {
-        &self.pages
     }
 
     /// Sessions whose bridge is connected here.

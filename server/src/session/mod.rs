@@ -11,7 +11,6 @@ pub mod export;
 pub mod input;
 pub mod leases;
 pub mod log;
-pub mod pages;
 mod queues;
 pub mod states;
 pub mod tail;

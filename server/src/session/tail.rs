@@ -23,7 +23,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
-use crate::store::{LogStore, PageLimit, StoreResult};
+use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -154,19 +154,15 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page = self
-                    .hub
-                    .pages()
-                    .read(&*self.store, self.session, self.cursor, limit)
-                    .await
-                    .inspect_err(|_| {
-                        self.hub.metrics().store_errors.inc();
-                    })?;
+                let page =
+                    read_page_raw(&*self.store, self.session, Range::After(self.cursor), limit)
+                        .await
+                        .inspect_err(|_| {
+                            self.hub.metrics().store_errors.inc();
+                        })?;
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
-                if let Some(compacted) =
-                    page.compacted.clone().filter(|c| c.through > self.reported)
-                {
+                if let Some(compacted) = page.compacted.filter(|c| c.through > self.reported) {
                     self.reported = compacted.through;
                     let head = self
                         .store
@@ -189,7 +185,7 @@ impl Tail {
                     ));
                 }
                 self.backlog
-                    .extend(page.entries.iter().cloned().map(Frame::stored));
+                    .extend(page.entries.into_iter().map(Frame::stored));
                 continue;
             }
             match self.rx.recv().await {
