@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use moor_e2e::bench::catchup::{self, CatchUp};
 use moor_e2e::bench::fanout::fan_out;
 use moor_e2e::bench::moord::Moord;
-use moor_e2e::bench::{arg, ingest, limit, median, runs, sse_read_until, GUARD};
+use moor_e2e::bench::{arg, ingest, limit, median, runs, sse_open, sse_read_until, GUARD};
 use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -27,6 +27,31 @@ async fn catch_up(moord: &Moord, n: u64) -> Result<(f64, String)> {
     )
     .await??;
     Ok((start.elapsed().as_secs_f64(), session))
+}
+
+/// `viewers` SSE viewers attaching at 0, all at once, to a log of `n` entries: seconds until the
+/// last of them has every entry, and the median viewer's.
+async fn attach_at_once(moord: &Moord, viewers: usize, n: u64) -> Result<(f64, f64)> {
+    let (session, _bridge) = catchup::fill(moord, n).await?;
+    let head = n + 1; // + bridge.connected
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..viewers)
+        .map(|_| {
+            let (addr, token, session) = (moord.addr.clone(), moord.token.clone(), session.clone());
+            tokio::spawn(async move {
+                let mut r = sse_open(&addr, &token, &session, 0).await?;
+                let read = sse_read_until(&mut r, head, start, |_, _| {});
+                tokio::time::timeout(GUARD, read).await??;
+                anyhow::Ok(start.elapsed().as_secs_f64())
+            })
+        })
+        .collect();
+    let mut done = Vec::with_capacity(viewers);
+    for task in tasks {
+        done.push(task.await??);
+    }
+    let last = done.iter().copied().fold(0.0, f64::max);
+    Ok((last, median(done)))
 }
 
 /// After a cold restart, seconds until `GET /sessions/{id}` answers with the derived state of a
@@ -104,7 +129,7 @@ async fn idle_sessions(moord: &Moord, n: usize) -> Result<f64> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let runs = runs(5)?;
-    // `--only ingest|fanout|catchup|memory` runs one measurement (e.g. under a profiler).
+    // `--only ingest|attach|fanout|catchup|memory` runs one measurement (e.g. under a profiler).
     let only = arg("--only");
     let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
     println!("moor-bench: real moord (SQLite, WAL, synchronous=FULL) on loopback; medians of {runs} runs");
@@ -112,7 +137,7 @@ async fn main() -> Result<()> {
     let (mut ingest_rates, mut catchups, mut fan, mut mem) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut states, mut paged, mut wire) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut sessions, mut limits) = (Vec::new(), Vec::new());
+    let (mut sessions, mut limits, mut attach) = (Vec::new(), Vec::new(), Vec::new());
     for run in 1..=runs {
         let moord = Moord::start().await?;
         let mut line = format!("run {run}:");
@@ -159,6 +184,11 @@ async fn main() -> Result<()> {
             paged.push(p);
             wire.push((sse_plain, sse_gzip, paged_gzip));
             long_session = Some(session);
+        }
+        if want("attach") {
+            let (last, mid) = attach_at_once(&moord, 1000, 10_000).await?;
+            line += &format!(" attach at once: last {last:.2}s median {mid:.2}s");
+            attach.push((last, mid));
         }
         if want("fanout") {
             let f = fan_out(&moord, 1000, 1000, 5).await?;
@@ -209,6 +239,13 @@ async fn main() -> Result<()> {
             median(fan.iter().map(|f| f.p50_ms).collect()),
             median(fan.iter().map(|f| f.p99_ms).collect()),
             median(fan.iter().map(|f| f.server_us_per_delivery).collect())
+        );
+    }
+    if !attach.is_empty() {
+        println!(
+            "1000 SSE viewers attaching at once to a 10000-entry log: the last caught up in {:.2} s, the median viewer in {:.2} s (target: all within 2 s)",
+            median(attach.iter().map(|a| a.0).collect()),
+            median(attach.iter().map(|a| a.1).collect())
         );
     }
     if !states.is_empty() {
