@@ -1119,13 +1119,28 @@ impl Soak {
         if !slot.bridge.running() {
             return (None, None);
         }
-        slot.bridge.kill().await;
-        slot.stopped = false;
+        // Frozen first, then asked how far its agent got: an agent that printed its whole run may
+        // have exited and its `moor` ended the session, and a `moor` started again for an ended
+        // session rightly stops. Frozen, it cannot send `End` after the progress is read (the
+        // agent writes its progress before it exits).
+        let pid = slot.bridge.pid();
+        let freeze = !slot.stopped;
+        if let (Some(pid), true) = (pid, freeze) {
+            signal(pid, rustix::process::Signal::STOP);
+        }
         let printed = std::fs::read_to_string(&slot.progress)
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(0);
         let last = slot.runs.last_mut().expect("a run");
+        if printed >= last.planned {
+            if let (Some(pid), true) = (pid, freeze) {
+                signal(pid, rustix::process::Signal::CONT);
+            }
+            return (None, None);
+        }
+        slot.bridge.kill().await;
+        slot.stopped = false;
         last.complete = false;
         let remaining = last.planned.saturating_sub(printed).max(50);
         let prefix = format!("b{b}r{}-", slot.runs.len());

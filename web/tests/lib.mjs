@@ -213,10 +213,29 @@ export async function everything(page) {
   return page.evaluate(() => ({ seqs: window.__moor.seqs(), lines: window.__moor.lines(), rendered: window.__moor.renderedSeqs() }));
 }
 
+/**
+ * The server's log and the page's view of it, read while the log's head stood still: an ended
+ * session can still gain an entry (its `session.ended`, the bridge's disconnect) between two
+ * reads, and a comparison across that append proves nothing. Fails when the head keeps moving.
+ */
+async function settledSnapshot(page, id, base, token) {
+  const head = async () => (await api(`/sessions/${id}`, {}, base, token)).head_seq;
+  let last;
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const h = await head();
+    await waitFor(`the page to reach seq ${h}`, 30000, () => page.evaluate((h) => window.__moor.hi() >= h, h));
+    const server = await allEntries(id, base, token);
+    const shown = await everything(page);
+    const after = await head();
+    if (after === h && server.at(-1)?.seq === h) return { server, shown };
+    last = `${h} then ${after}`;
+  }
+  throw new Error(`the log of ${id} kept growing while it was compared (head ${last})`);
+}
+
 /** The page ends holding exactly the server's log: every seq once, in order, nothing else. */
 export async function assertExact(page, id, expectLines, base = URL_BASE, token = TOKEN) {
-  const server = await allEntries(id, base, token);
-  const shown = await everything(page);
+  const { server, shown } = await settledSnapshot(page, id, base, token);
   const want = server.map((e) => e.seq);
   assert(shown.seqs.length === want.length, `page holds ${shown.seqs.length} entries, server ${want.length}`);
   for (let i = 0; i < want.length; i++) assert(shown.seqs[i] === want[i], `entry ${i}: page seq ${shown.seqs[i]}, server seq ${want[i]}`);

@@ -113,6 +113,22 @@ impl Moord {
         Ok(self.dir.clone())
     }
 
+    /// Pins this moord's threads to CPU 0 and this process's threads to CPU 1 until the guard
+    /// is dropped, so a benchmark's clients do not compete with the server for a core.
+    pub fn pin_apart(&self) -> Result<Pinned> {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        if cpus < 2 {
+            bail!("pinning the clients apart needs 2 CPUs, this machine has {cpus}");
+        }
+        let pinned = Pinned {
+            pids: [self.pid, std::process::id()],
+            all: format!("0-{}", cpus - 1),
+        };
+        taskset(self.pid, "0")?;
+        taskset(std::process::id(), "1")?;
+        Ok(pinned)
+    }
+
     /// CPU time moord has used so far (user + system), in seconds.
     pub fn cpu_secs(&self) -> Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
@@ -172,4 +188,37 @@ impl Drop for Moord {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Moord and the benchmark pinned to separate CPUs ([`Moord::pin_apart`]); both may use every
+/// CPU again once dropped.
+#[derive(Debug)]
+pub struct Pinned {
+    pids: [u32; 2],
+    all: String,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        for pid in self.pids {
+            if let Err(e) = taskset(pid, &self.all) {
+                eprintln!("could not unpin {pid}: {e:#}");
+            }
+        }
+    }
+}
+
+/// `taskset -a -p -c cpus pid`: every thread of `pid` onto `cpus`.
+fn taskset(pid: u32, cpus: &str) -> Result<()> {
+    let out = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .output()
+        .context("running taskset (util-linux)")?;
+    if !out.status.success() {
+        bail!(
+            "taskset -a -p -c {cpus} {pid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }

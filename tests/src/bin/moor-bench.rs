@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use moor_e2e::bench::catchup::{self, CatchUp};
-use moor_e2e::bench::fanout::fan_out;
+use moor_e2e::bench::fanout::{fan_out, FanOut};
 use moor_e2e::bench::moord::Moord;
 use moor_e2e::bench::{arg, ingest, limit, median, runs, sse_open, sse_read_until, GUARD};
 use tokio::io::AsyncReadExt;
@@ -138,6 +138,7 @@ async fn main() -> Result<()> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut states, mut paged, mut wire) = (Vec::new(), Vec::new(), Vec::new());
     let (mut sessions, mut limits, mut attach) = (Vec::new(), Vec::new(), Vec::new());
+    let mut fan_pinned: Vec<FanOut> = Vec::new();
     for run in 1..=runs {
         let moord = Moord::start().await?;
         let mut line = format!("run {run}:");
@@ -197,6 +198,15 @@ async fn main() -> Result<()> {
                 f.deliveries_per_s, f.p50_ms, f.p99_ms, f.server_us_per_delivery
             );
             fan.push(f);
+            let pinned = {
+                let _pin = moord.pin_apart()?;
+                fan_out(&moord, 1000, 1000, 5).await?
+            };
+            line += &format!(
+                " pinned p50 {:.1}ms p99 {:.1}ms server {:.2}us/delivery",
+                pinned.p50_ms, pinned.p99_ms, pinned.server_us_per_delivery
+            );
+            fan_pinned.push(pinned);
         }
         if let Some(session) = long_session {
             let moord = moord.restart().await?;
@@ -239,6 +249,12 @@ async fn main() -> Result<()> {
             median(fan.iter().map(|f| f.p50_ms).collect()),
             median(fan.iter().map(|f| f.p99_ms).collect()),
             median(fan.iter().map(|f| f.server_us_per_delivery).collect())
+        );
+        println!(
+            "the same with moord pinned to CPU 0 and the viewers to CPU 1: latency p50 {:.1} ms, p99 {:.1} ms; moord CPU {:.2} us per delivery (targets: p99 < 10 ms, <= 0.3 us)",
+            median(fan_pinned.iter().map(|f| f.p50_ms).collect()),
+            median(fan_pinned.iter().map(|f| f.p99_ms).collect()),
+            median(fan_pinned.iter().map(|f| f.server_us_per_delivery).collect())
         );
     }
     if !attach.is_empty() {
