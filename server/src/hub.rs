@@ -16,6 +16,7 @@ use moor_protocol::web::{Reset, ServerToViewer, RESET_EVENT};
 use moor_protocol::{close, now_ms, Entry, ProducerId, Seq, SessionId};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::session::pages::SharedPages;
 use crate::store::RawEntry;
 
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
@@ -378,6 +379,8 @@ struct Inner {
 pub struct Hub {
     inner: Arc<Mutex<Inner>>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Pages of history shared by the tails catching up at once.
+    pages: Arc<SharedPages>,
 }
 
 impl Default for Hub {
@@ -399,6 +402,7 @@ impl Hub {
         Self {
             inner: Arc::new(Mutex::new(inner)),
             metrics: Arc::default(),
+            pages: Arc::default(),
         }
     }
 
@@ -411,6 +415,11 @@ impl Hub {
     /// The server's metrics.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+
+    /// The pages of history the tails of this server read through.
+    pub fn pages(&self) -> &Arc<SharedPages> {
+        &self.pages
     }
 
     /// Sessions whose bridge is connected here.

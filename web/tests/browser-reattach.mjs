@@ -309,7 +309,10 @@ scenario("scrolling up a 10,500-entry transcript pages older entries in: no dupl
     }
   });
   await page.goto(`${URL_BASE}/#/s/${id}&token=${TOKEN}`);
-  await waitFor("the view at the head", 20000, () => page.evaluate((h) => window.__moor?.hi() === h, h));
+  await waitFor("the view at the head", 20000, () => page.evaluate((h) => window.__moor?.hi() === h, h)).catch(async (e) => {
+    const seen = await page.evaluate(() => ({ hi: window.__moor?.hi(), lo: window.__moor?.lo(), status: window.__moor?.status(), banners: window.__banners }));
+    throw new Error(`${e.message}: head ${h}, the page: ${JSON.stringify(seen)}`);
+  });
   const box = await page.locator("#transcript").boundingBox();
   await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
   // What the reader sees: sampled only when no render is pending (between a prepend and the

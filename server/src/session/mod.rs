@@ -11,6 +11,7 @@ pub mod export;
 pub mod input;
 pub mod leases;
 pub mod log;
+pub mod pages;
 mod queues;
 pub mod states;
 pub mod tail;

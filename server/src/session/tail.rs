@@ -6,7 +6,9 @@
 //! receiver) or a notice of an entry too big for the live stream switches back to reading the
 //! store from the cursor, and so does a closed channel (the hub replaced it with a bigger one),
 //! after subscribing again. Store reads are pages bounded in count and bytes, so what a tail holds
-//! is at most one page (and at least one entry). `next` is cancel-safe.
+//! is at most one page (and at least one entry); tails reading the same page at once share one
+//! read ([`crate::session::pages`]), which hands the log's last page only to a tail subscribed
+//! before that read began. `next` is cancel-safe.
 //!
 //! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
 //! the cursor, further than the tail has said already, the tail first returns a reset frame
@@ -16,6 +18,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use moor_protocol::web::Reset;
 use moor_protocol::{Seq, SessionId};
@@ -23,7 +26,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
-use crate::store::{read_page_raw, LogStore, PageLimit, Range, StoreResult};
+use crate::store::{LogStore, PageLimit, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -45,6 +48,8 @@ pub struct Tail {
     counted: Option<Transport>,
     /// The furthest compaction mark this tail has reported.
     reported: Seq,
+    /// When `rx` subscribed: a shared read of the log's last page must have begun since.
+    subscribed: Instant,
 }
 
 impl Drop for Tail {
@@ -57,6 +62,7 @@ impl Tail {
     /// Starts tailing `session` after `cursor`. Subscribes immediately.
     pub fn new(store: Arc<dyn LogStore>, hub: &Hub, session: SessionId, cursor: Seq) -> Self {
         let rx = hub.subscribe(session);
+        let subscribed = Instant::now();
         Self {
             hub: hub.clone(),
             store,
@@ -68,6 +74,7 @@ impl Tail {
             page_bytes: DEFAULT_PAGE_BYTES,
             counted: None,
             reported: Seq::ZERO,
+            subscribed,
         }
     }
 
@@ -138,6 +145,7 @@ impl Tail {
     /// was committed since from the store.
     fn resubscribe(&mut self) {
         self.rx = self.hub.subscribe(self.session);
+        self.subscribed = Instant::now();
         self.live = false;
     }
 
@@ -154,15 +162,24 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page =
-                    read_page_raw(&*self.store, self.session, Range::After(self.cursor), limit)
-                        .await
-                        .inspect_err(|_| {
-                            self.hub.metrics().store_errors.inc();
-                        })?;
+                let page = self
+                    .hub
+                    .pages()
+                    .read(
+                        &self.store,
+                        self.session,
+                        self.cursor,
+                        limit,
+                        self.subscribed,
+                    )
+                    .await
+                    .inspect_err(|_| {
+                        self.hub.metrics().store_errors.inc();
+                    })?;
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.more;
-                if let Some(compacted) = page.compacted.filter(|c| c.through > self.reported) {
+                let compacted = page.compacted.clone();
+                if let Some(compacted) = compacted.filter(|c| c.through > self.reported) {
                     self.reported = compacted.through;
                     let head = self
                         .store
@@ -185,7 +202,7 @@ impl Tail {
                     ));
                 }
                 self.backlog
-                    .extend(page.entries.into_iter().map(Frame::stored));
+                    .extend(page.entries.iter().cloned().map(Frame::stored));
                 continue;
             }
             match self.rx.recv().await {

@@ -25,7 +25,7 @@ const ATTEMPTS: usize = 4;
 pub const ENTRY_OVERHEAD_BYTES: u64 = 256;
 
 /// The bounds of one page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PageLimit {
     /// Most entries.
     pub count: u32,

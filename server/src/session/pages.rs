@@ -1,0 +1,335 @@
+//! Pages of a session's history read once for all the tails that ask for them at about the same
+//! time. When a thousand viewers attach to one session at once they read the same pages from the
+//! same cursors, and one store read now serves them all instead of a thousand queued on the
+//! store's readers.
+//!
+//! A shared read runs on a task of its own, so it finishes whatever becomes of the tail that
+//! asked first (a stream that is no longer polled holds back no one), and a failed read is
+//! retried by each waiter alone, which then sees the error itself.
+//!
+//! A page with more entries after it is kept for [`KEEP`]: its entries are committed and never
+//! change (what compaction removes later was still there when the page was read, and the page
+//! says what compaction had removed by then). The log's last page is never kept, and a tail takes
+//! a last page only from a read that began after it subscribed to the live stream: anything
+//! committed before that read is in the page, anything after reaches the tail live. A read that
+//! began earlier may miss entries the tail's subscription did not see either; such a tail reads
+//! alone. While the kept pages hold [`MAX_BYTES`], a tail reads alone too.
+//!
+//! Part of the session core: calls the store only.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use moor_protocol::{Seq, SessionId};
+use tokio::sync::watch;
+
+use crate::store::{
+    read_page_raw, LogStore, Page, PageLimit, Range, RawEntry, StoreResult, ENTRY_OVERHEAD_BYTES,
+};
+
+/// How long a page with more entries after it serves other tails.
+const KEEP: Duration = Duration::from_secs(2);
+
+/// Most bytes of entries kept in all (payload plus [`ENTRY_OVERHEAD_BYTES`] each).
+const MAX_BYTES: usize = 16 << 20;
+
+/// A page as shared by the tails that read it.
+pub type SharedPage = Arc<Page<RawEntry>>;
+
+type Key = (SessionId, Seq, PageLimit);
+
+/// What a shared read ends with: the page, or `None` when it failed.
+type Outcome = Option<SharedPage>;
+
+/// Pages being read or recently read, by session, cursor and bounds.
+#[derive(Debug, Default)]
+pub struct SharedPages {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    slots: HashMap<Key, Slot>,
+    /// What the kept pages hold, in bytes.
+    bytes: usize,
+    /// Numbers the slots, so a read ending late touches only its own.
+    made: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    /// When its read began.
+    began: Instant,
+    /// `None` until the read ends.
+    outcome: watch::Receiver<Option<Outcome>>,
+    /// Its page's size once read and kept, counted in [`Inner::bytes`].
+    bytes: usize,
+}
+
+impl SharedPages {
+    /// The page of `session` after `cursor` within `limit`, for a tail that subscribed to the
+    /// session's live stream at `subscribed`: read by a shared read begun now or a moment ago,
+    /// or by this caller alone (see the module documentation for when).
+    pub async fn read(
+        self: &Arc<Self>,
+        store: &Arc<dyn LogStore>,
+        session: SessionId,
+        cursor: Seq,
+        limit: PageLimit,
+        subscribed: Instant,
+    ) -> StoreResult<SharedPage> {
+        let key = (session, cursor, limit);
+        let shared = self.shared(store, key, Instant::now());
+        if let Some((began, mut outcome)) = shared {
+            let page = outcome
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|done| done.clone())
+                .flatten();
+            if let Some(page) = page.filter(|p| p.more || began >= subscribed) {
+                return Ok(page);
+            }
+        }
+        read_page_raw(&**store, session, Range::After(cursor), limit)
+            .await
+            .map(Arc::new)
+    }
+
+    /// The read of `key` in flight or kept, or a new one begun at `now`; `None` when there is no
+    /// room for another. With the time its read began.
+    fn shared(
+        self: &Arc<Self>,
+        store: &Arc<dyn LogStore>,
+        key: Key,
+        now: Instant,
+    ) -> Option<(Instant, watch::Receiver<Option<Outcome>>)> {
+        let mut inner = self.lock();
+        inner.expire(now);
+        if let Some(slot) = inner.slots.get(&key) {
+            return Some((slot.began, slot.outcome.clone()));
+        }
+        if inner.bytes >= MAX_BYTES {
+            return None;
+        }
+        inner.made += 1;
+        let id = inner.made;
+        let (tx, outcome) = watch::channel(None);
+        let slot = Slot {
+            id,
+            began: now,
+            outcome: outcome.clone(),
+            bytes: 0,
+        };
+        inner.slots.insert(key, slot);
+        drop(inner);
+        let (pages, store) = (Arc::clone(self), Arc::clone(store));
+        tokio::spawn(async move {
+            let (session, cursor, limit) = key;
+            let page = read_page_raw(&*store, session, Range::After(cursor), limit)
+                .await
+                .ok()
+                .map(Arc::new);
+            pages.lock().ended(&key, id, page.as_ref());
+            let _ = tx.send(Some(page));
+        });
+        Some((now, outcome))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    /// Forgets the slots older than [`KEEP`].
+    fn expire(&mut self, now: Instant) {
+        let bytes = &mut self.bytes;
+        self.slots.retain(|_, slot| {
+            let keep = now.duration_since(slot.began) < KEEP;
+            if !keep {
+                *bytes -= slot.bytes;
+            }
+            keep
+        });
+    }
+
+    /// The read of slot `id` (of `key`) ended with `page`: a page with more entries after it is
+    /// kept and counted; a failed read and the log's last page are forgotten.
+    fn ended(&mut self, key: &Key, id: u64, page: Option<&SharedPage>) {
+        let Some(slot) = self.slots.get_mut(key).filter(|s| s.id == id) else {
+            return;
+        };
+        match page {
+            Some(page) if page.more => {
+                slot.bytes = page
+                    .entries
+                    .iter()
+                    .map(|e| e.payload().len() + ENTRY_OVERHEAD_BYTES as usize)
+                    .sum();
+                self.bytes += slot.bytes;
+            }
+            _ => {
+                self.slots.remove(key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use moor_protocol::kinds;
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{connect_as, Append, IdemKey};
+
+    fn outputs(n: usize) -> Vec<Append> {
+        (0..n)
+            .map(|i| Append {
+                ts: 0,
+                kind: kinds::AGENT_OUTPUT.into(),
+                author: kinds::AUTHOR_BRIDGE.into(),
+                payload: json!({"stream": "stdout", "text": format!("line {i}")}),
+                key: IdemKey::None,
+            })
+            .collect()
+    }
+
+    const LIMIT: PageLimit = PageLimit {
+        count: 100,
+        bytes: 1 << 20,
+    };
+
+    async fn store_with(dir: &tempfile::TempDir, n: usize) -> (Arc<dyn LogStore>, SessionId) {
+        let url = format!("sqlite:{}", dir.path().join("pages.db").display());
+        let log = connect_as(&url, "test").await.unwrap().log;
+        let session = log.open_session("s", None).await.unwrap().id;
+        log.append(session, outputs(n)).await.unwrap();
+        (log, session)
+    }
+
+    #[tokio::test]
+    async fn tails_asking_for_the_same_page_at_once_share_one_read_but_not_the_logs_end() {
+        // arrange: a session of 250 entries, pages of 100
+        let dir = tempfile::tempdir().unwrap();
+        let (store, session) = store_with(&dir, 250).await;
+        let pages = Arc::new(SharedPages::default());
+        let subscribed = Instant::now();
+
+        // act: twenty tails at 0 at once; then two at the log's last page, an entry between them
+        let first: Vec<SharedPage> = futures_util::future::try_join_all(
+            (0..20).map(|_| pages.read(&store, session, Seq::ZERO, LIMIT, subscribed)),
+        )
+        .await
+        .unwrap();
+        let end = pages
+            .read(&store, session, Seq(200), LIMIT, subscribed)
+            .await
+            .unwrap();
+        store.append(session, outputs(1)).await.unwrap();
+        let end_again = pages
+            .read(&store, session, Seq(200), LIMIT, subscribed)
+            .await
+            .unwrap();
+
+        // assert
+        assert!(first.iter().all(|p| Arc::ptr_eq(p, &first[0])), "one read");
+        let seqs: Vec<u64> = first[0].entries.iter().map(|e| e.seq.0).collect();
+        assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+        assert!(first[0].more);
+        assert_eq!((end.entries.len(), end.more), (50, false));
+        assert_eq!(end_again.entries.len(), 51, "the end is read afresh");
+        let inner = pages.lock();
+        assert_eq!(
+            inner.slots.len(),
+            1,
+            "only the page with more after it is kept"
+        );
+        assert!(inner.bytes > 0);
+    }
+
+    #[tokio::test]
+    async fn a_tail_subscribed_after_a_last_page_was_read_reads_it_again_alone() {
+        // arrange: a last page read, then an entry committed, then a tail subscribing
+        let dir = tempfile::tempdir().unwrap();
+        let (store, session) = store_with(&dir, 50).await;
+        let pages = Arc::new(SharedPages::default());
+        let began = Instant::now();
+        let (_, mut outcome) = pages
+            .shared(&store, (session, Seq::ZERO, LIMIT), began)
+            .unwrap();
+        let early = outcome.wait_for(Option::is_some).await.unwrap().clone();
+        store.append(session, outputs(1)).await.unwrap();
+        // The slot of a last page is forgotten once read; put it back as if a read of it were
+        // still being shared when the tail asks.
+        let (tx, rx) = watch::channel(early.clone());
+        pages.lock().slots.insert(
+            (session, Seq::ZERO, LIMIT),
+            Slot {
+                id: 0,
+                began,
+                outcome: rx,
+                bytes: 0,
+            },
+        );
+        let subscribed = Instant::now();
+
+        // act
+        let page = pages
+            .read(&store, session, Seq::ZERO, LIMIT, subscribed)
+            .await
+            .unwrap();
+
+        // assert: the shared page missed the entry the tail's subscription did not see
+        assert_eq!(early.flatten().unwrap().entries.len(), 50);
+        assert_eq!(page.entries.len(), 51, "read alone, with the entry");
+        drop(tx);
+    }
+
+    #[test]
+    fn a_kept_page_is_read_again_once_older_than_its_keep_and_none_is_kept_past_the_bound() {
+        let mut inner = Inner::default();
+        let key = (SessionId(uuid::Uuid::new_v4()), Seq::ZERO, LIMIT);
+        let t0 = Instant::now();
+        let (_tx, rx) = watch::channel(None);
+        inner.slots.insert(
+            key,
+            Slot {
+                id: 7,
+                began: t0,
+                outcome: rx,
+                bytes: 0,
+            },
+        );
+        let entry = RawEntry::new(Seq(1), 0, kinds::AGENT_OUTPUT, "bridge", "{}");
+        let page = Arc::new(Page {
+            entries: vec![entry],
+            more: true,
+            compacted: None,
+        });
+        inner.ended(&key, 6, Some(&page));
+        assert_eq!(inner.bytes, 0, "another slot's read changes nothing");
+        inner.ended(&key, 7, Some(&page));
+        assert_eq!(inner.bytes, 2 + ENTRY_OVERHEAD_BYTES as usize);
+
+        inner.expire(t0 + KEEP / 2);
+        assert!(inner.slots.contains_key(&key), "kept");
+        inner.expire(t0 + KEEP);
+        assert!(inner.slots.is_empty(), "gone once older than KEEP");
+        assert_eq!(inner.bytes, 0, "and no longer counted");
+    }
+
+    #[tokio::test]
+    async fn no_read_is_shared_while_the_kept_pages_fill_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, session) = store_with(&dir, 1).await;
+        let pages = Arc::new(SharedPages::default());
+        pages.lock().bytes = MAX_BYTES;
+        assert!(pages
+            .shared(&store, (session, Seq::ZERO, LIMIT), Instant::now())
+            .is_none());
+    }
+}
