@@ -68,6 +68,17 @@ struct Slot {
     bytes: usize,
 }
 
+impl Slot {
+    fn new(id: u64, began: Instant, outcome: watch::Receiver<Option<Outcome>>) -> Self {
+        Self {
+            id,
+            began,
+            outcome,
+            bytes: 0,
+        }
+    }
+}
+
 impl SharedPages {
     /// The page of `session` after `cursor` within `limit`, for a tail that subscribed to the
     /// session's live stream at `subscribed`: read by a shared read begun now or a moment ago,
@@ -117,13 +128,7 @@ impl SharedPages {
         inner.made += 1;
         let id = inner.made;
         let (tx, outcome) = watch::channel(None);
-        let slot = Slot {
-            id,
-            began: now,
-            outcome: outcome.clone(),
-            bytes: 0,
-        };
-        inner.slots.insert(key, slot);
+        inner.slots.insert(key, Slot::new(id, now, outcome.clone()));
         drop(inner);
         let (pages, store) = (Arc::clone(self), Arc::clone(store));
         tokio::spawn(async move {
@@ -266,15 +271,10 @@ mod tests {
         // The slot of a last page is forgotten once read; put it back as if a read of it were
         // still being shared when the tail asks.
         let (tx, rx) = watch::channel(early.clone());
-        pages.lock().slots.insert(
-            (session, Seq::ZERO, LIMIT),
-            Slot {
-                id: 0,
-                began,
-                outcome: rx,
-                bytes: 0,
-            },
-        );
+        pages
+            .lock()
+            .slots
+            .insert((session, Seq::ZERO, LIMIT), Slot::new(0, began, rx));
         let subscribed = Instant::now();
 
         // act
@@ -295,15 +295,7 @@ mod tests {
         let key = (SessionId(uuid::Uuid::new_v4()), Seq::ZERO, LIMIT);
         let t0 = Instant::now();
         let (_tx, rx) = watch::channel(None);
-        inner.slots.insert(
-            key,
-            Slot {
-                id: 7,
-                began: t0,
-                outcome: rx,
-                bytes: 0,
-            },
-        );
+        inner.slots.insert(key, Slot::new(7, t0, rx));
         let entry = RawEntry::new(Seq(1), 0, kinds::AGENT_OUTPUT, "bridge", "{}");
         let page = Arc::new(Page {
             entries: vec![entry],
