@@ -178,7 +178,7 @@ impl Frame {
             }
             if let Some(raw) = &self.raw {
                 let mut out = BytesMut::with_capacity(raw.payload().len() + 128);
-                stored_event(raw, &mut out);
+                raw.write_sse(&mut out);
                 return out.freeze();
             }
             let data = serde_json::to_string(&**self.entry()).unwrap_or_default();
@@ -196,7 +196,7 @@ impl Frame {
     /// text and not kept; a live frame's event is made once for every subscriber and copied.
     pub fn write_sse(&self, out: &mut BytesMut) {
         match (&self.raw, self.sse.get()) {
-            (Some(raw), None) => stored_event(raw, out),
+            (Some(raw), None) => raw.write_sse(out),
             _ => out.extend_from_slice(self.sse()),
         }
     }
@@ -221,17 +221,6 @@ impl Frame {
             }
         })
     }
-}
-
-/// Appends the SSE event of an entry as stored, written from the stored text.
-fn stored_event(raw: &RawEntry, out: &mut BytesMut) {
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(itoa::Buffer::new().format(raw.seq.0).as_bytes());
-    out.extend_from_slice(b"\nevent: ");
-    out.extend_from_slice(raw.kind().as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    raw.write_json(out);
-    out.extend_from_slice(b"\n\n");
 }
 
 /// Length of `value` encoded as JSON, without building the encoding.

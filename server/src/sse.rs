@@ -201,11 +201,10 @@ fn stream(
             // Reconnect quickly after the server ends a stream.
             return Some((Ok(Bytes::from_static(b"retry: 1000\n\n")), st));
         }
-        let mut buf = BytesMut::new();
-        fill(&mut st.tail, &mut buf);
-        if buf.is_empty() {
-            let deadline = st.deadline;
-            loop {
+        let chunk = match ready_chunk(&mut st.tail) {
+            Some(chunk) => chunk,
+            None => loop {
+                let deadline = st.deadline;
                 let state_due = st.state.as_ref().and_then(|f| f.due);
                 tokio::select! {
                     _ = st.shutdown.cancelled() => return None,
@@ -238,22 +237,21 @@ fn stream(
                         st.last_write = Instant::now();
                         return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
                     }
-                    next = st.tail.next() => match next {
-                        Ok(f) => {
-                            f.write_sse(&mut buf);
-                            fill(&mut st.tail, &mut buf);
-                        }
+                    ready = st.tail.wait() => match ready {
+                        Ok(()) => match ready_chunk(&mut st.tail) {
+                            Some(chunk) => break chunk,
+                            None => continue,
+                        },
                         Err(e) => {
                             tracing::warn!(error = ?e, "sse stream ended by a store error");
                             return None;
                         }
                     },
                 }
-                break;
-            }
-        }
+            },
+        };
         st.last_write = Instant::now();
-        Some((Ok(buf.freeze()), st))
+        Some((Ok(chunk), st))
     })
 }
 
@@ -330,13 +328,21 @@ fn pump(
     chunks.chain(farewell)
 }
 
-fn fill(tail: &mut Tail, buf: &mut BytesMut) {
-    while buf.len() < CHUNK_BYTES {
+/// What the tail has at hand, as one chunk: a run of a stored page's events as the page holds
+/// them (about 64 KiB), or the frames at hand written one after another into about
+/// [`CHUNK_BYTES`] (up to the next run, which goes as a chunk of its own).
+fn ready_chunk(tail: &mut Tail) -> Option<Bytes> {
+    if let Some(run) = tail.ready_sse() {
+        return Some(run);
+    }
+    let mut buf = BytesMut::new();
+    while buf.len() < CHUNK_BYTES && !tail.run_is_next() {
         match tail.ready() {
-            Some(f) => f.write_sse(buf),
+            Some(f) => f.write_sse(&mut buf),
             None => break,
         }
     }
+    (!buf.is_empty()).then(|| buf.freeze())
 }
 
 #[cfg(test)]
@@ -348,7 +354,7 @@ mod tests {
     use super::*;
     use crate::hub::LIVE_PAYLOAD_BYTES;
     use crate::state::testing;
-    use crate::store::{Append, IdemKey};
+    use crate::store::{Append, IdemKey, Range};
 
     #[tokio::test]
     async fn an_idle_stream_sends_keep_alives_at_the_interval_and_ends_at_its_lifetime() {
@@ -450,6 +456,64 @@ mod tests {
 
     fn output_n(i: u64) -> Append {
         output(i.to_string())
+    }
+
+    /// Every chunk `tail` has until its cursor reaches `head`.
+    async fn chunks_until(tail: &mut Tail, head: u64) -> Vec<Bytes> {
+        let mut chunks = Vec::new();
+        while tail.cursor().0 < head {
+            tail.wait().await.unwrap();
+            chunks.extend(ready_chunk(tail));
+        }
+        chunks
+    }
+
+    fn ids(chunks: &[Bytes]) -> Vec<u64> {
+        let text: Vec<u8> = chunks.iter().flat_map(|c| c.to_vec()).collect();
+        String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ")?.parse().ok())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn viewers_catching_up_from_one_page_send_slices_of_its_events_then_live_frames() {
+        // arrange: a session longer than a page
+        let t = testing::state(|_| {}).await;
+        let state = &t.state;
+        let session = state.store.log.open_session("s", None).await.unwrap().id;
+        let batch: Vec<Append> = (1..=1500).map(output_n).collect();
+        state.log.append(session, batch).await.unwrap();
+        let tail = || Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
+        let (mut a, mut b) = (tail(), tail());
+
+        // act: both ask for the first page, both catch up, then an entry is committed while
+        // they are live
+        a.wait().await.unwrap();
+        b.wait().await.unwrap();
+        let from_a = chunks_until(&mut a, 1500).await;
+        let from_b = chunks_until(&mut b, 1500).await;
+        state.log.append(session, vec![output_n(0)]).await.unwrap();
+        let live = chunks_until(&mut a, 1501).await;
+
+        // assert: every entry once and in order, in chunks of about CHUNK_BYTES; the first
+        // page's events are one text both viewers send, not a copy each
+        assert_eq!(ids(&from_a), (1..=1500).collect::<Vec<u64>>());
+        assert_eq!(from_a, from_b);
+        assert!(from_a.len() > 2 && from_a.iter().all(|c| c.len() < CHUNK_BYTES + 100));
+        assert_eq!(from_a[0].as_ptr(), from_b[0].as_ptr(), "one text for both");
+        let stored = state.store.log.read_raw(session, Range::After(Seq::ZERO), 1).await;
+        let mut first = BytesMut::new();
+        stored.unwrap().0[0].write_sse(&mut first);
+        assert!(from_a[0].starts_with(&first), "the event as stored");
+        assert_eq!(ids(&live), [1501]);
+        assert!(a.ready().is_none() && a.ready_sse().is_none());
+        // (the last page, read alone, is written frame by frame)
+        let mut last = Tail::new(state.store.log.clone(), &state.hub, session, Seq(1000));
+        last.wait().await.unwrap();
+        assert!(!last.run_is_next() && last.ready_sse().is_none());
+        assert_eq!(ids(&chunks_until(&mut last, 1501).await), (1001..=1501).collect::<Vec<u64>>());
     }
 
     #[tokio::test]

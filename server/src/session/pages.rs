@@ -15,12 +15,19 @@
 //! began earlier may miss entries the tail's subscription did not see either; such a tail reads
 //! alone. While the kept pages hold [`MAX_BYTES`], a tail reads alone too.
 //!
+//! A page that several tails asked for also keeps its entries' Server-Sent Events, in runs of
+//! about [`RUN_BYTES`]: each run is made by the first tail that sends it over SSE and then sent as
+//! it is by every other, so a thousand viewers catching up from one page cost one encoding of it,
+//! and each viewer's chunks are slices of that text, not copies.
+//!
 //! Part of the session core: calls the store only.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use moor_protocol::{Seq, SessionId};
 use tokio::sync::watch;
 
@@ -31,11 +38,114 @@ use crate::store::{
 /// How long a page with more entries after it serves other tails.
 const KEEP: Duration = Duration::from_secs(2);
 
-/// Most bytes of entries kept in all (payload plus [`ENTRY_OVERHEAD_BYTES`] each).
+/// Most bytes of entries kept in all (payload plus [`ENTRY_OVERHEAD_BYTES`] each); their events,
+/// where SSE tails made them, take about as much again.
 const MAX_BYTES: usize = 16 << 20;
 
 /// A page as shared by the tails that read it.
-pub type SharedPage = Arc<Page<RawEntry>>;
+pub type SharedPage = Arc<PageRead>;
+
+/// About how many bytes of events a run holds: runs are what SSE streams write as chunks.
+const RUN_BYTES: usize = 64 * 1024;
+
+/// A page read from the store, with its entries' Server-Sent Events in runs, each made when a
+/// tail first asks for it.
+#[derive(Debug)]
+pub struct PageRead {
+    /// The page as read.
+    pub page: Page<RawEntry>,
+    /// The index of each run's first entry, ascending from 0.
+    starts: Vec<usize>,
+    runs: Vec<OnceLock<Run>>,
+    /// How many tails asked for the page.
+    tails: Arc<AtomicUsize>,
+}
+
+/// Consecutive entries' events back to back.
+#[derive(Debug)]
+struct Run {
+    text: Bytes,
+    /// Where each entry's event ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl PageRead {
+    /// A page just read by one tail for itself.
+    pub fn new(page: Page<RawEntry>) -> Self {
+        Self::asked_by(page, Arc::new(AtomicUsize::new(1)))
+    }
+
+    /// A page just read for the `tails` that asked for it: its runs laid out (each as many
+    /// entries as make [`RUN_BYTES`] or just over, as an SSE chunk is filled), their events not
+    /// made yet.
+    fn asked_by(page: Page<RawEntry>, tails: Arc<AtomicUsize>) -> Self {
+        let mut starts = Vec::new();
+        let mut size = RUN_BYTES;
+        for (i, e) in page.entries.iter().enumerate() {
+            if size >= RUN_BYTES {
+                starts.push(i);
+                size = 0;
+            }
+            size += e.sse_len();
+        }
+        let runs = starts.iter().map(|_| OnceLock::new()).collect();
+        Self {
+            page,
+            starts,
+            runs,
+            tails,
+        }
+    }
+
+    /// Whether more than one tail asked for the page, so that its events, made once, serve
+    /// several. A tail alone on a page writes its entries into chunks of its own instead, one
+    /// at a time: runs live as long as the page, and for one reader would only double what it
+    /// holds.
+    pub fn shared(&self) -> bool {
+        self.tails.load(Ordering::Relaxed) > 1
+    }
+
+    /// The Server-Sent Events of the entries from index `from` to the end of its run, as a
+    /// slice of the run's text (made on first use), and how many entries they are.
+    pub fn events(&self, from: usize) -> (Bytes, usize) {
+        let r = self.starts.partition_point(|&s| s <= from) - 1;
+        let first = self.starts[r];
+        let last = self
+            .starts
+            .get(r + 1)
+            .copied()
+            .unwrap_or(self.page.entries.len());
+        let run = self.runs[r].get_or_init(|| {
+            let entries = &self.page.entries[first..last];
+            let mut text =
+                BytesMut::with_capacity(entries.iter().map(RawEntry::sse_len).sum::<usize>());
+            let mut ends = Vec::with_capacity(entries.len());
+            for e in entries {
+                e.write_sse(&mut text);
+                ends.push(text.len());
+            }
+            Run {
+                text: text.freeze(),
+                ends,
+            }
+        });
+        let at = match from - first {
+            0 => 0,
+            i => run.ends[i - 1],
+        };
+        (run.text.slice(at..), last - from)
+    }
+
+    /// What the page's entries take, in the units of [`MAX_BYTES`]. Its events, once made,
+    /// take about as much again.
+    fn bytes(&self) -> usize {
+        self.page
+            .entries
+            .iter()
+            .map(|e| e.payload().len() + ENTRY_OVERHEAD_BYTES as usize)
+            .sum()
+    }
+}
 
 type Key = (SessionId, Seq, PageLimit);
 
@@ -64,6 +174,8 @@ struct Slot {
     began: Instant,
     /// `None` until the read ends.
     outcome: watch::Receiver<Option<Outcome>>,
+    /// How many tails asked for its page.
+    tails: Arc<AtomicUsize>,
     /// Its page's size once read and kept, counted in [`Inner::bytes`].
     bytes: usize,
 }
@@ -74,6 +186,7 @@ impl Slot {
             id,
             began,
             outcome,
+            tails: Arc::new(AtomicUsize::new(1)),
             bytes: 0,
         }
     }
@@ -100,13 +213,13 @@ impl SharedPages {
                 .ok()
                 .and_then(|done| done.clone())
                 .flatten();
-            if let Some(page) = page.filter(|p| p.more || began >= subscribed) {
+            if let Some(page) = page.filter(|p| p.page.more || began >= subscribed) {
                 return Ok(page);
             }
         }
         read_page_raw(&**store, session, Range::After(cursor), limit)
             .await
-            .map(Arc::new)
+            .map(|page| Arc::new(PageRead::new(page)))
     }
 
     /// The read of `key` in flight or kept, or a new one begun at `now`; `None` when there is no
@@ -120,6 +233,7 @@ impl SharedPages {
         let mut inner = self.lock();
         inner.expire(now);
         if let Some(slot) = inner.slots.get(&key) {
+            slot.tails.fetch_add(1, Ordering::Relaxed);
             return Some((slot.began, slot.outcome.clone()));
         }
         if inner.bytes >= MAX_BYTES {
@@ -128,7 +242,9 @@ impl SharedPages {
         inner.made += 1;
         let id = inner.made;
         let (tx, outcome) = watch::channel(None);
-        inner.slots.insert(key, Slot::new(id, now, outcome.clone()));
+        let slot = Slot::new(id, now, outcome.clone());
+        let tails = Arc::clone(&slot.tails);
+        inner.slots.insert(key, slot);
         drop(inner);
         let (pages, store) = (Arc::clone(self), Arc::clone(store));
         tokio::spawn(async move {
@@ -136,7 +252,7 @@ impl SharedPages {
             let page = read_page_raw(&*store, session, Range::After(cursor), limit)
                 .await
                 .ok()
-                .map(Arc::new);
+                .map(|page| Arc::new(PageRead::asked_by(page, tails)));
             pages.lock().ended(&key, id, page.as_ref());
             let _ = tx.send(Some(page));
         });
@@ -168,12 +284,8 @@ impl Inner {
             return;
         };
         match page {
-            Some(page) if page.more => {
-                slot.bytes = page
-                    .entries
-                    .iter()
-                    .map(|e| e.payload().len() + ENTRY_OVERHEAD_BYTES as usize)
-                    .sum();
+            Some(page) if page.page.more => {
+                slot.bytes = page.bytes();
                 self.bytes += slot.bytes;
             }
             _ => {
@@ -242,11 +354,11 @@ mod tests {
 
         // assert
         assert!(first.iter().all(|p| Arc::ptr_eq(p, &first[0])), "one read");
-        let seqs: Vec<u64> = first[0].entries.iter().map(|e| e.seq.0).collect();
+        let seqs: Vec<u64> = first[0].page.entries.iter().map(|e| e.seq.0).collect();
         assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
-        assert!(first[0].more);
-        assert_eq!((end.entries.len(), end.more), (50, false));
-        assert_eq!(end_again.entries.len(), 51, "the end is read afresh");
+        assert!(first[0].page.more);
+        assert_eq!((end.page.entries.len(), end.page.more), (50, false));
+        assert_eq!(end_again.page.entries.len(), 51, "the end is read afresh");
         let inner = pages.lock();
         assert_eq!(
             inner.slots.len(),
@@ -284,8 +396,8 @@ mod tests {
             .unwrap();
 
         // assert: the shared page missed the entry the tail's subscription did not see
-        assert_eq!(early.flatten().unwrap().entries.len(), 50);
-        assert_eq!(page.entries.len(), 51, "read alone, with the entry");
+        assert_eq!(early.flatten().unwrap().page.entries.len(), 50);
+        assert_eq!(page.page.entries.len(), 51, "read alone, with the entry");
         drop(tx);
     }
 
@@ -297,11 +409,11 @@ mod tests {
         let (_tx, rx) = watch::channel(None);
         inner.slots.insert(key, Slot::new(7, t0, rx));
         let entry = RawEntry::new(Seq(1), 0, kinds::AGENT_OUTPUT, "bridge", "{}");
-        let page = Arc::new(Page {
+        let page = Arc::new(PageRead::new(Page {
             entries: vec![entry],
             more: true,
             compacted: None,
-        });
+        }));
         inner.ended(&key, 6, Some(&page));
         assert_eq!(inner.bytes, 0, "another slot's read changes nothing");
         inner.ended(&key, 7, Some(&page));

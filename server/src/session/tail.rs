@@ -8,7 +8,9 @@
 //! after subscribing again. Store reads are pages bounded in count and bytes, so what a tail holds
 //! is at most one page (and at least one entry); tails reading the same page at once share one
 //! read ([`crate::session::pages`]), which hands the log's last page only to a tail subscribed
-//! before that read began. `next` is cancel-safe.
+//! before that read began. A page's entries are handed out one by one as frames, or, for SSE,
+//! as runs of the events the page holds ([`Tail::ready_sse`]). `next` and `wait` are
+//! cancel-safe.
 //!
 //! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
 //! the cursor, further than the tail has said already, the tail first returns a reset frame
@@ -20,12 +22,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use moor_protocol::web::Reset;
 use moor_protocol::{Seq, SessionId};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
+use crate::session::pages::SharedPage;
 use crate::store::{LogStore, PageLimit, StoreResult};
 
 /// Most entries read from the store per query while catching up.
@@ -41,7 +45,11 @@ pub struct Tail {
     session: SessionId,
     cursor: Seq,
     rx: broadcast::Receiver<Arc<Frame>>,
+    /// Frames to return before anything else: a reset, or a live frame received by `wait`.
     backlog: VecDeque<Arc<Frame>>,
+    /// The page read last and the index of its first entry not yet returned; returned after
+    /// `backlog`.
+    run: Option<(SharedPage, usize)>,
     live: bool,
     page_bytes: u64,
     /// The transport whose deliveries are counted, if any.
@@ -70,6 +78,7 @@ impl Tail {
             cursor,
             rx,
             backlog: VecDeque::new(),
+            run: None,
             live: false,
             page_bytes: DEFAULT_PAGE_BYTES,
             counted: None,
@@ -91,11 +100,14 @@ impl Tail {
     }
 
     fn delivered(&self, f: &Frame) {
-        if f.as_reset().is_some() {
-            return;
+        if f.as_reset().is_none() {
+            self.count(1);
         }
+    }
+
+    fn count(&self, entries: usize) {
         if let Some(t) = self.counted {
-            self.hub.metrics().delivered(t, 1);
+            self.hub.metrics().delivered(t, entries as u64);
         }
     }
 
@@ -112,6 +124,15 @@ impl Tail {
     /// Entries already at hand, without waiting: for coalescing writes.
     pub fn ready(&mut self) -> Option<Arc<Frame>> {
         if let Some(f) = self.backlog.pop_front() {
+            self.cursor = f.seq();
+            self.delivered(&f);
+            return Some(f);
+        }
+        if let Some((page, at)) = self.run.take() {
+            let f = Frame::stored(page.page.entries[at].clone());
+            if at + 1 < page.page.entries.len() {
+                self.run = Some((page, at + 1));
+            }
             self.cursor = f.seq();
             self.delivered(&f);
             return Some(f);
@@ -141,6 +162,30 @@ impl Tail {
         }
     }
 
+    /// When the next entry is one of a page that several tails read from the store: the
+    /// Server-Sent Events of it and of the following entries of its run (about 64 KiB), sliced
+    /// from the text the page holds, not copied. `None` when the next entry is anything else;
+    /// [`Tail::ready`] returns that.
+    pub fn ready_sse(&mut self) -> Option<Bytes> {
+        if !self.backlog.is_empty() {
+            return None;
+        }
+        let (page, at) = self.run.take_if(|(page, _)| page.shared())?;
+        let (events, n) = page.events(at);
+        let last = at + n;
+        self.cursor = page.page.entries[last - 1].seq;
+        self.count(n);
+        if last < page.page.entries.len() {
+            self.run = Some((page, last));
+        }
+        Some(events)
+    }
+
+    /// Whether [`Tail::ready_sse`] has a run for the next entry.
+    pub fn run_is_next(&self) -> bool {
+        self.backlog.is_empty() && self.run.as_ref().is_some_and(|(page, _)| page.shared())
+    }
+
     /// The session's channel was replaced (it grew) or dropped: subscribe again, then read what
     /// was committed since from the store.
     fn resubscribe(&mut self) {
@@ -152,10 +197,19 @@ impl Tail {
     /// The next entry after the cursor; waits for one to be committed if none is.
     pub async fn next(&mut self) -> StoreResult<Arc<Frame>> {
         loop {
-            if let Some(f) = self.backlog.pop_front() {
-                self.cursor = f.seq();
-                self.delivered(&f);
+            self.wait().await?;
+            if let Some(f) = self.ready() {
                 return Ok(f);
+            }
+        }
+    }
+
+    /// Waits until an entry after the cursor is at hand, reading the store or the live stream
+    /// as needed; [`Tail::ready`] (or [`Tail::ready_sse`]) then returns it.
+    pub async fn wait(&mut self) -> StoreResult<()> {
+        loop {
+            if !self.backlog.is_empty() || self.run.is_some() {
+                return Ok(());
             }
             if !self.live {
                 let limit = PageLimit {
@@ -177,8 +231,8 @@ impl Tail {
                         self.hub.metrics().store_errors.inc();
                     })?;
                 self.hub.metrics().replay_pages.inc();
-                self.live = !page.more;
-                let compacted = page.compacted.clone();
+                self.live = !page.page.more;
+                let compacted = page.page.compacted.clone();
                 if let Some(compacted) = compacted.filter(|c| c.through > self.reported) {
                     self.reported = compacted.through;
                     let head = self
@@ -201,16 +255,15 @@ impl Tail {
                         },
                     ));
                 }
-                self.backlog
-                    .extend(page.entries.iter().cloned().map(Frame::stored));
+                if !page.page.entries.is_empty() {
+                    self.run = Some((page, 0));
+                }
                 continue;
             }
             match self.rx.recv().await {
                 Ok(f) if f.seq() <= self.cursor => {}
                 Ok(f) if f.seq() == self.cursor.next() && !f.is_notice() => {
-                    self.cursor = f.seq();
-                    self.delivered(&f);
-                    return Ok(f);
+                    self.backlog.push_back(f);
                 }
                 // A hole in the live stream, or an entry announced without its payload: the
                 // store has what is missing.

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use moor_protocol::{Entry, Seq};
 
 use super::StoreResult;
@@ -123,6 +124,34 @@ impl RawEntry {
         let _ = out.write_char('}');
     }
 
+    /// Appends the entry's Server-Sent Event to `out`: `id:` the seq, `event:` the kind,
+    /// `data:` [`RawEntry::json`], and the blank line that ends it.
+    pub fn write_sse(&self, out: &mut BytesMut) {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(itoa::Buffer::new().format(self.seq.0).as_bytes());
+        out.extend_from_slice(b"\nevent: ");
+        out.extend_from_slice(self.kind().as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        self.write_json(out);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    /// The length of [`RawEntry::write_sse`]'s event, without writing it.
+    pub fn sse_len(&self) -> usize {
+        fn digits(n: u64) -> usize {
+            n.checked_ilog10().map_or(1, |d| d as usize + 1)
+        }
+        let ts = digits(self.ts.unsigned_abs()) + usize::from(self.ts < 0);
+        let seq = digits(self.seq.0);
+        let json = r#"{"seq":,"ts":,"kind":,"author":,"payload":}"#.len()
+            + seq
+            + ts
+            + json_str_len(self.kind())
+            + json_str_len(self.author())
+            + self.payload().len();
+        "id: \nevent: \ndata: \n\n".len() + seq + self.kind().len() + json
+    }
+
     /// The entry with its payload parsed.
     pub fn parse(&self) -> StoreResult<Entry> {
         Ok(Entry {
@@ -168,15 +197,47 @@ impl fmt::Debug for RawEntry {
     }
 }
 
+/// Whether `s` is written as a JSON string as it is, between quotes.
+fn plain(s: &str) -> bool {
+    !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
+/// The length of `s` as [`write_json_str`] writes it.
+fn json_str_len(s: &str) -> usize {
+    match plain(s) {
+        true => s.len() + 2,
+        false => serde_json::to_string(s).map_or(0, |j| j.len()),
+    }
+}
+
 /// Appends `s` as a JSON string, escaped as serde_json escapes it (`"`, `\\` and the control
 /// characters; nothing else), without allocating when nothing needs escaping.
 pub(crate) fn write_json_str(out: &mut impl fmt::Write, s: &str) {
-    let plain = !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
-    let _ = match plain {
+    let _ = match plain(s) {
         true => out
             .write_char('"')
             .and_then(|()| out.write_str(s))
             .and_then(|()| out.write_char('"')),
         false => out.write_str(&serde_json::to_string(s).unwrap_or_default()),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_events_length_is_known_before_it_is_written() {
+        let entries = [
+            RawEntry::new(Seq(1), 0, "agent.output", "bridge", "{}"),
+            RawEntry::new(Seq(u64::MAX), i64::MIN, "k\"ind\n", "a\\b", r#"{"t":"é"}"#),
+            RawEntry::new(Seq(10), -1, "", "", "null"),
+            RawEntry::new(Seq(99_999), 1_733_000_000_000, "input.text", "user:x", "[1,2]"),
+        ];
+        for e in entries {
+            let mut out = BytesMut::new();
+            e.write_sse(&mut out);
+            assert_eq!(e.sse_len(), out.len(), "{e:?}");
+        }
+    }
 }
