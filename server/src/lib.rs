@@ -53,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use config::ServerConfig;
-use state::AppState;
+use state::{AppState, AppStateInner};
 
 /// A built server, ready to serve.
 #[derive(Debug)]
@@ -260,7 +260,7 @@ impl Server {
             self.config.retention.clone(),
             shutdown.clone(),
         ));
-        let state = AppState {
+        let state = AppState::new(AppStateInner {
             vapid_public_key,
             leases,
             quotas: self.quotas,
@@ -275,7 +275,7 @@ impl Server {
             conns: conns.clone(),
             public_url: public_url.into(),
             streams: streams::Streams::new(max_streams),
-        };
+        });
         if let Some(metrics) = self.metrics_listener {
             tasks.spawn(serve::serve(
                 metrics,
