@@ -177,7 +177,7 @@ impl Frame {
                 return Bytes::from(format!("event: {RESET_EVENT}\ndata: {data}\n\n"));
             }
             if let Some(raw) = &self.raw {
-                let mut out = BytesMut::with_capacity(raw.payload().len() + 128);
+                let mut out = BytesMut::with_capacity(raw.sse_len());
                 raw.write_sse(&mut out);
                 return out.freeze();
             }

@@ -503,7 +503,11 @@ mod tests {
         assert_eq!(from_a, from_b);
         assert!(from_a.len() > 2 && from_a.iter().all(|c| c.len() < CHUNK_BYTES + 100));
         assert_eq!(from_a[0].as_ptr(), from_b[0].as_ptr(), "one text for both");
-        let stored = state.store.log.read_raw(session, Range::After(Seq::ZERO), 1).await;
+        let stored = state
+            .store
+            .log
+            .read_raw(session, Range::After(Seq::ZERO), 1)
+            .await;
         let mut first = BytesMut::new();
         stored.unwrap().0[0].write_sse(&mut first);
         assert!(from_a[0].starts_with(&first), "the event as stored");
@@ -513,7 +517,10 @@ mod tests {
         let mut last = Tail::new(state.store.log.clone(), &state.hub, session, Seq(1000));
         last.wait().await.unwrap();
         assert!(!last.run_is_next() && last.ready_sse().is_none());
-        assert_eq!(ids(&chunks_until(&mut last, 1501).await), (1001..=1501).collect::<Vec<u64>>());
+        assert_eq!(
+            ids(&chunks_until(&mut last, 1501).await),
+            (1001..=1501).collect::<Vec<u64>>()
+        );
     }
 
     #[tokio::test]

@@ -48,17 +48,25 @@ pub type SharedPage = Arc<PageRead>;
 /// About how many bytes of events a run holds: runs are what SSE streams write as chunks.
 const RUN_BYTES: usize = 64 * 1024;
 
-/// A page read from the store, with its entries' Server-Sent Events in runs, each made when a
-/// tail first asks for it.
+/// A page read from the store, with its entries' Server-Sent Events in runs, laid out when an
+/// SSE tail first asks for them, each made when one first asks for it.
 #[derive(Debug)]
 pub struct PageRead {
     /// The page as read.
     pub page: Page<RawEntry>,
-    /// The index of each run's first entry, ascending from 0.
-    starts: Vec<usize>,
-    runs: Vec<OnceLock<Run>>,
+    runs: OnceLock<Runs>,
     /// How many tails asked for the page.
     tails: Arc<AtomicUsize>,
+}
+
+/// Where a page's runs stand, and the runs made so far.
+#[derive(Debug)]
+struct Runs {
+    /// The index of each run's first entry, ascending from 0.
+    starts: Vec<usize>,
+    /// Each run's size in bytes.
+    sizes: Vec<usize>,
+    made: Vec<OnceLock<Run>>,
 }
 
 /// Consecutive entries' events back to back.
@@ -75,26 +83,36 @@ impl PageRead {
         Self::asked_by(page, Arc::new(AtomicUsize::new(1)))
     }
 
-    /// A page just read for the `tails` that asked for it: its runs laid out (each as many
-    /// entries as make [`RUN_BYTES`] or just over, as an SSE chunk is filled), their events not
-    /// made yet.
+    /// A page just read for the `tails` that asked for it, its events not made yet.
     fn asked_by(page: Page<RawEntry>, tails: Arc<AtomicUsize>) -> Self {
-        let mut starts = Vec::new();
-        let mut size = RUN_BYTES;
-        for (i, e) in page.entries.iter().enumerate() {
-            if size >= RUN_BYTES {
-                starts.push(i);
-                size = 0;
-            }
-            size += e.sse_len();
-        }
-        let runs = starts.iter().map(|_| OnceLock::new()).collect();
         Self {
             page,
-            starts,
-            runs,
+            runs: OnceLock::new(),
             tails,
         }
+    }
+
+    /// The page's runs: each as many entries as make [`RUN_BYTES`] or just over, as an SSE
+    /// chunk is filled.
+    fn runs(&self) -> &Runs {
+        self.runs.get_or_init(|| {
+            let (mut starts, mut sizes) = (Vec::new(), Vec::new());
+            for (i, e) in self.page.entries.iter().enumerate() {
+                match sizes.last_mut() {
+                    Some(size) if *size < RUN_BYTES => *size += e.sse_len(),
+                    _ => {
+                        starts.push(i);
+                        sizes.push(e.sse_len());
+                    }
+                }
+            }
+            let made = starts.iter().map(|_| OnceLock::new()).collect();
+            Runs {
+                starts,
+                sizes,
+                made,
+            }
+        })
     }
 
     /// Whether more than one tail asked for the page, so that its events, made once, serve
@@ -108,17 +126,17 @@ impl PageRead {
     /// The Server-Sent Events of the entries from index `from` to the end of its run, as a
     /// slice of the run's text (made on first use), and how many entries they are.
     pub fn events(&self, from: usize) -> (Bytes, usize) {
-        let r = self.starts.partition_point(|&s| s <= from) - 1;
-        let first = self.starts[r];
-        let last = self
+        let runs = self.runs();
+        let r = runs.starts.partition_point(|&s| s <= from) - 1;
+        let first = runs.starts[r];
+        let last = runs
             .starts
             .get(r + 1)
             .copied()
             .unwrap_or(self.page.entries.len());
-        let run = self.runs[r].get_or_init(|| {
+        let run = runs.made[r].get_or_init(|| {
             let entries = &self.page.entries[first..last];
-            let mut text =
-                BytesMut::with_capacity(entries.iter().map(RawEntry::sse_len).sum::<usize>());
+            let mut text = BytesMut::with_capacity(runs.sizes[r]);
             let mut ends = Vec::with_capacity(entries.len());
             for e in entries {
                 e.write_sse(&mut text);

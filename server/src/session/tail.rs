@@ -130,9 +130,7 @@ impl Tail {
         }
         if let Some((page, at)) = self.run.take() {
             let f = Frame::stored(page.page.entries[at].clone());
-            if at + 1 < page.page.entries.len() {
-                self.run = Some((page, at + 1));
-            }
+            self.resume_run(page, at + 1);
             self.cursor = f.seq();
             self.delivered(&f);
             return Some(f);
@@ -172,13 +170,17 @@ impl Tail {
         }
         let (page, at) = self.run.take_if(|(page, _)| page.shared())?;
         let (events, n) = page.events(at);
-        let last = at + n;
-        self.cursor = page.page.entries[last - 1].seq;
+        self.cursor = page.page.entries[at + n - 1].seq;
         self.count(n);
-        if last < page.page.entries.len() {
-            self.run = Some((page, last));
-        }
+        self.resume_run(page, at + n);
         Some(events)
+    }
+
+    /// Keeps `page` as the run to return from entry `at` on, unless it has no entry there.
+    fn resume_run(&mut self, page: SharedPage, at: usize) {
+        if at < page.page.entries.len() {
+            self.run = Some((page, at));
+        }
     }
 
     /// Whether [`Tail::ready_sse`] has a run for the next entry.

@@ -232,7 +232,13 @@ mod tests {
             RawEntry::new(Seq(1), 0, "agent.output", "bridge", "{}"),
             RawEntry::new(Seq(u64::MAX), i64::MIN, "k\"ind\n", "a\\b", r#"{"t":"é"}"#),
             RawEntry::new(Seq(10), -1, "", "", "null"),
-            RawEntry::new(Seq(99_999), 1_733_000_000_000, "input.text", "user:x", "[1,2]"),
+            RawEntry::new(
+                Seq(99_999),
+                1_733_000_000_000,
+                "input.text",
+                "user:x",
+                "[1,2]",
+            ),
         ];
         for e in entries {
             let mut out = BytesMut::new();
