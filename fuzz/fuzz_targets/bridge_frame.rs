@@ -1,11 +1,12 @@
-//! A bridge's frame on `GET /api/v1/bridge`, decoded as `moord` decodes it: a frame that
-//! decodes round-trips, typed payloads round-trip, and the entries a bridge may write fold into
-//! a session state (as the state follower does) without a panic.
+//! A bridge's frame on `GET /api/v1/bridge`, decoded as `moord` decodes it (`Incoming::read`,
+//! payloads kept as text): it reads every frame the frame type reads, with the same entries; a
+//! frame that decodes round-trips, typed payloads round-trip, and the entries a bridge may write
+//! fold into a session state (as the state follower does) without a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use moor_fuzz::{assert_round_trip, assert_typed_payload};
-use moor_protocol::bridge::BridgeToServer;
+use moor_protocol::bridge::{BridgeToServer, Incoming};
 use moor_protocol::kinds::AUTHOR_BRIDGE;
 use moor_protocol::state::SessionState;
 use moor_protocol::{Entry, Seq};
@@ -16,9 +17,22 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let incoming = Incoming::read(text);
     let Ok(frame) = serde_json::from_str::<BridgeToServer>(text) else {
         return;
     };
+    match (&frame, incoming) {
+        (BridgeToServer::Entries { entries }, Ok(Incoming::Entries(raw))) => {
+            assert_eq!(entries.len(), raw.len());
+            for (e, r) in entries.iter().zip(&raw) {
+                assert_eq!((e.producer_seq, e.ts, &e.kind), (r.producer_seq, r.ts, &r.kind));
+                let parsed: serde_json::Value = serde_json::from_str(r.payload.get()).unwrap();
+                assert_eq!(parsed, e.payload);
+            }
+        }
+        (_, Ok(Incoming::Other(other))) => assert_eq!(&other, &frame),
+        (_, other) => panic!("the frame type read {frame:?}, moord {other:?}"),
+    }
     assert_round_trip(&frame);
     if let BridgeToServer::Entries { entries } = &frame {
         let mut state = SessionState::default();

@@ -8,6 +8,7 @@
 //! `idle_timeout_ms`.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::entry::{Entry, NewEntry};
 use crate::error::ErrorCode;
@@ -98,6 +99,45 @@ pub enum ReceiptStatus {
         /// Why, in plain words.
         reason: String,
     },
+}
+
+/// A bridge frame as `moord` reads it. An `Entries` frame is read without building its
+/// payloads: each stays the JSON text it arrived in, borrowed from the frame, so storing and
+/// relaying it costs a copy, not a parse and an encoding. Every other frame is read whole.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    /// The entries of a [`BridgeToServer::Entries`] frame, payloads as sent.
+    Entries(Vec<NewEntry<&'a RawValue>>),
+    /// Any other frame.
+    Other(BridgeToServer),
+}
+
+impl<'a> Incoming<'a> {
+    /// Reads one text frame. An `Entries` frame yields the entries that reading it as a
+    /// [`BridgeToServer`] yields, each payload as its text
+    /// (`incoming_reads_entries_as_the_frame_type_does`).
+    pub fn read(text: &'a str) -> serde_json::Result<Self> {
+        /// The frame's tag alone; every other field is skipped unread.
+        #[derive(Deserialize)]
+        struct Tag<'t> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'t, str>,
+        }
+        /// An `Entries` frame's body, read straight into its fields (the derived reader of the
+        /// tagged [`BridgeToServer`] buffers the whole frame first, and cannot keep raw text).
+        #[derive(Deserialize)]
+        struct Entries<'e> {
+            #[serde(borrow)]
+            entries: Vec<NewEntry<&'e RawValue>>,
+        }
+        // Bridges write the tag first; only another order needs the tag read on its own.
+        let entries = text.starts_with(r#"{"type":"entries","#)
+            || serde_json::from_str::<Tag<'_>>(text).is_ok_and(|tag| tag.kind == "entries");
+        match entries {
+            true => serde_json::from_str::<Entries<'a>>(text).map(|e| Self::Entries(e.entries)),
+            false => serde_json::from_str(text).map(Self::Other),
+        }
+    }
 }
 
 /// Frames the server sends to a bridge.

@@ -23,10 +23,12 @@ pub struct Entry {
     pub payload: Value,
 }
 
-/// An entry a bridge produced, before the server gave it a seq.
+/// An entry a bridge produced, before the server gave it a seq. Its payload is a JSON value;
+/// `moord` reads it as the text it arrived in (`NewEntry<&RawValue>`, see
+/// [`crate::bridge::Incoming`]), so what a bridge sent is what is stored, with no tree built.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NewEntry {
+pub struct NewEntry<P = Value> {
     /// The bridge's own counter, contiguous from 1 per `(session, producer)`; the idempotency key.
     pub producer_seq: u64,
     /// When the bridge saw it, milliseconds since the Unix epoch.
@@ -34,5 +36,6 @@ pub struct NewEntry {
     /// Namespaced kind, see [`crate::kinds`].
     pub kind: String,
     /// Kind-specific body.
-    pub payload: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+    pub payload: P,
 }

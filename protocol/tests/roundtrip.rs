@@ -62,3 +62,90 @@ fn bridge_frames_have_stable_json_shapes() {
 fn unknown_frame_types_are_rejected() {
     assert!(serde_json::from_str::<BridgeToServer>(r#"{"type":"launch_missiles"}"#).is_err());
 }
+
+/// `Incoming::read` (how `moord` reads bridge frames) and the derived reader of
+/// `BridgeToServer` agree on every frame: the same entries, each payload's text the one sent.
+#[test]
+fn incoming_reads_entries_as_the_frame_type_does() {
+    use moor_protocol::bridge::Incoming;
+    let payloads = [
+        json!({"stream": "stdout", "text": "line \"quoted\"\n\ttabbed é ✓ \u{1}"}),
+        json!({"n": [1, -2, 3.5, 1e300], "nested": {"a": null, "b": [true, false]}}),
+        json!("a bare string"),
+        json!(42),
+    ];
+    let entries: Vec<NewEntry> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| NewEntry {
+            producer_seq: i as u64 + 1,
+            ts: 1_700_000_000_000 + i as i64,
+            kind: "agent.output".into(),
+            payload: p.clone(),
+        })
+        .collect();
+    let text = serde_json::to_string(&BridgeToServer::Entries {
+        entries: entries.clone(),
+    })
+    .unwrap();
+    let Incoming::Entries(read) = Incoming::read(&text).unwrap() else {
+        panic!("an entries frame read as another");
+    };
+    assert_eq!(read.len(), entries.len());
+    for (raw, sent) in read.iter().zip(&entries) {
+        assert_eq!(
+            (raw.producer_seq, raw.ts, &raw.kind),
+            (sent.producer_seq, sent.ts, &sent.kind)
+        );
+        assert_eq!(
+            raw.payload.get(),
+            serde_json::to_string(&sent.payload).unwrap()
+        );
+    }
+
+    // The tag need not come first; extra fields are ignored by both.
+    let reordered = r#"{"entries":[{"producer_seq":1,"ts":2,"kind":"k.x","payload":{"a":1},"extra":0}],"type":"entries"}"#;
+    let Ok(Incoming::Entries(read)) = Incoming::read(reordered) else {
+        panic!("a reordered entries frame was not read as one");
+    };
+    assert_eq!(read[0].payload.get(), r#"{"a":1}"#);
+    assert!(serde_json::from_str::<BridgeToServer>(reordered).is_ok());
+
+    // Every other frame is read whole.
+    for other in [
+        BridgeToServer::End,
+        BridgeToServer::Heartbeat {
+            spool_unacked: Some(4),
+        },
+        BridgeToServer::Receipt {
+            input_seq: Seq(9),
+            status: ReceiptStatus::Delivered,
+        },
+    ] {
+        let text = serde_json::to_string(&other).unwrap();
+        match Incoming::read(&text).unwrap() {
+            Incoming::Other(frame) => assert_eq!(frame, other),
+            Incoming::Entries(_) => panic!("{text} read as entries"),
+        }
+    }
+
+    // What one refuses, the other refuses.
+    for bad in [
+        "",
+        "not json",
+        "{}",
+        r#"{"entries":[]}"#,
+        r#"{"type":"entries"}"#,
+        r#"{"type":"entries","entries":[{"producer_seq":1}]}"#,
+        r#"{"type":"entries","entries":[{"producer_seq":-1,"ts":0,"kind":"k","payload":1}]}"#,
+        r#"{"type":"entries","entries":[{"producer_seq":1,"ts":0,"kind":"k","payload":{"a":}}]}"#,
+        r#"{"type":"entries","entries":[]} trailing"#,
+        r#"{"type":"launch_missiles"}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<BridgeToServer>(bad).is_err(),
+            "{bad}"
+        );
+        assert!(Incoming::read(bad).is_err(), "{bad}");
+    }
+}

@@ -254,35 +254,3 @@ impl Drop for Live {
         }
     }
 }
-
-/// The bytes `payload` takes stored (its JSON text), counted without building the text.
-pub fn stored_len(payload: &serde_json::Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` to a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut count, payload);
-    count.0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_len_is_the_length_of_the_json_text() {
-        let v = serde_json::json!({"text": "héllo", "n": [1, 2, 3]});
-        assert_eq!(
-            stored_len(&v),
-            serde_json::to_string(&v).unwrap().len() as u64
-        );
-    }
-}

@@ -375,7 +375,8 @@ mod tests {
                 producer: None,
                 agent: None,
             })
-            .payload(),
+            .payload()
+            .into(),
             key: IdemKey::None,
         };
         state.log.append(session, vec![entry]).await.unwrap();
@@ -418,7 +419,7 @@ mod tests {
             ts: 0,
             kind: kinds::AGENT_OUTPUT.into(),
             author: kinds::AUTHOR_BRIDGE.into(),
-            payload: json!({ "text": text }),
+            payload: json!({ "text": text }).into(),
             key: IdemKey::None,
         }
     }

@@ -97,7 +97,7 @@ impl TestServer {
                     ts: now_ms(),
                     kind: kinds::AGENT_OUTPUT.into(),
                     author: kinds::AUTHOR_BRIDGE.into(),
-                    payload: json!({"stream": "stdout", "text": format!("{i:06}{filler}")}),
+                    payload: json!({"stream": "stdout", "text": format!("{i:06}{filler}")}).into(),
                     key: IdemKey::None,
                 })
                 .collect();

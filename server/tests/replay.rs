@@ -40,7 +40,7 @@ fn line(i: usize) -> Append {
         ts: now_ms(),
         kind: "agent.output".into(),
         author: "bridge".into(),
-        payload: json!({"stream": "stdout", "text": format!("line-{i}")}),
+        payload: json!({"stream": "stdout", "text": format!("line-{i}")}).into(),
         key: IdemKey::None,
     }
 }
@@ -101,7 +101,7 @@ async fn scenario(ops: Vec<Op>, capacity: usize) {
     }
     // A final marker entry lets every viewer stop on an event instead of a timeout.
     let mut end = line(produced + 1);
-    end.payload = json!({"end": true});
+    end.payload = json!({"end": true}).into();
     log.append(session, vec![end]).await.unwrap();
     let head = produced as u64 + 1;
     let all = store

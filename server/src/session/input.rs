@@ -64,7 +64,7 @@ pub async fn submit_checked(
             ts: now_ms(),
             kind: req.kind.clone(),
             author: author.clone(),
-            payload: req.payload.clone(),
+            payload: req.payload.clone().into(),
             key: IdemKey::ClientMsg(req.client_msg_id.clone()),
         };
         let outcome = log.append(session, vec![append]).await?.pop();

@@ -447,7 +447,7 @@ pub fn disconnected(
         ts: now_ms(),
         kind: body.kind().into(),
         author: kinds::AUTHOR_SERVER.into(),
-        payload: body.payload(),
+        payload: body.payload().into(),
         key: connected_seq.map_or(IdemKey::None, IdemKey::Receipt),
     }
 }
@@ -547,7 +547,7 @@ mod tests {
             ts: now_ms(),
             kind: body.kind().into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: body.payload(),
+            payload: body.payload().into(),
             key: IdemKey::None,
         };
         match log.append(session, vec![entry]).await.unwrap().pop() {

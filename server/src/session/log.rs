@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use moor_protocol::{Entry, Seq, SessionId};
-use serde_json::Value;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 use tokio_util::task::TaskTracker;
 
@@ -184,24 +183,9 @@ fn shutting_down() -> StoreError {
     StoreError::Other(anyhow!("server shutting down"))
 }
 
-/// Roughly the bytes `append` takes as JSON: what the budget counts.
+/// About the bytes `append` takes as JSON: what the budget counts.
 fn append_bytes(append: &Append) -> usize {
-    append.kind.len() + append.author.len() + json_bytes(&append.payload) + 32
-}
-
-fn json_bytes(v: &Value) -> usize {
-    match v {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
-        Value::Array(a) => 2 + a.iter().map(|v| json_bytes(v) + 1).sum::<usize>(),
-        Value::Object(o) => {
-            2 + o
-                .iter()
-                .map(|(k, v)| k.len() + 4 + json_bytes(v))
-                .sum::<usize>()
-        }
-    }
+    append.kind.len() + append.author.len() + append.payload.text().len() + 32
 }
 
 #[cfg(test)]

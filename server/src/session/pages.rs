@@ -327,7 +327,7 @@ mod tests {
                 ts: 0,
                 kind: kinds::AGENT_OUTPUT.into(),
                 author: kinds::AUTHOR_BRIDGE.into(),
-                payload: json!({"stream": "stdout", "text": format!("line {i}")}),
+                payload: json!({"stream": "stdout", "text": format!("line {i}")}).into(),
                 key: IdemKey::None,
             })
             .collect()

@@ -276,7 +276,7 @@ impl States {
             ts: now_ms(),
             kind: SESSION_INTERRUPTED.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: EntryBody::from(before.interruption(cause)).payload(),
+            payload: EntryBody::from(before.interruption(cause)).payload().into(),
             key: IdemKey::Receipt(at),
         };
         // Not awaited: the follower must not wait on the committer that feeds it.
@@ -330,7 +330,7 @@ mod tests {
             ts: now_ms(),
             kind: kind.into(),
             author: kinds::AUTHOR_SERVER.into(),
-            payload: serde_json::Value::Object(Default::default()),
+            payload: serde_json::Value::Object(Default::default()).into(),
             key: IdemKey::Receipt(Seq(seq)),
         }
     }

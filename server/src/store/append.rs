@@ -7,13 +7,12 @@
 //! cannot change under the decision.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use anyhow::Context;
-use moor_protocol::{Entry, ProducerId, Seq};
+use moor_protocol::{ProducerId, Seq};
 
 use super::plan::{Check, Plan};
-use super::{same_content, Append, Appended, IdemKey, StoreError, StoreResult};
+use super::{same_content, Append, Appended, IdemKey, RawEntry, StoreError, StoreResult};
 
 /// An entry as stored, for comparing a replayed producer seq with it.
 #[derive(Debug)]
@@ -60,8 +59,8 @@ pub(crate) struct NewRow<'a> {
     pub(crate) seq: i64,
     /// What to store.
     pub(crate) append: &'a Append,
-    /// The payload encoded as JSON text.
-    pub(crate) payload: String,
+    /// The payload's JSON text.
+    pub(crate) payload: &'a str,
 }
 
 impl NewRow<'_> {
@@ -153,12 +152,11 @@ pub(crate) async fn decide<'a, L: Lookup>(
         if outcome.is_none() {
             d.head += 1;
             d.plan.record(&append.key, &append.kind, Seq(d.head as u64));
-            let payload = serde_json::to_string(&append.payload).context("encode payload")?;
             d.last_ts = Some(append.ts);
             d.rows.push(NewRow {
                 seq: d.head,
                 append,
-                payload,
+                payload: append.payload.text(),
             });
         }
         d.decided.push(outcome);
@@ -180,13 +178,13 @@ pub(crate) fn outcomes(
         .map(|(a, d)| {
             d.unwrap_or_else(|| {
                 let seq = Seq(seqs.next().unwrap_or_default() as u64);
-                Appended::Stored(Arc::new(Entry {
+                Appended::Stored(RawEntry::new(
                     seq,
-                    ts: a.ts,
-                    kind: a.kind,
-                    author: a.author,
-                    payload: a.payload,
-                }))
+                    a.ts,
+                    &a.kind,
+                    &a.author,
+                    a.payload.text(),
+                ))
             })
         })
         .collect()

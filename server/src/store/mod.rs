@@ -49,7 +49,7 @@ pub use moor_protocol::api::Role;
 pub use notify::NotifyStore;
 pub use page::{read_page, read_page_raw, Page, PageFit, PageLimit, ENTRY_OVERHEAD_BYTES};
 pub use postgres::PgStore;
-pub use raw::RawEntry;
+pub use raw::{Payload, RawEntry};
 pub use retention::{Compaction, Policy, RetentionStore, Retired, Sweep};
 pub use sqlite::{backup_into as sqlite_backup_into, SqliteStore};
 
@@ -136,8 +136,8 @@ pub struct Append {
     pub kind: String,
     /// Who wrote it.
     pub author: String,
-    /// Body.
-    pub payload: Value,
+    /// Body, as the JSON text to store.
+    pub payload: Payload,
     /// Idempotency key.
     pub key: IdemKey,
 }
@@ -154,7 +154,7 @@ impl Append {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
     /// Newly stored.
-    Stored(Arc<Entry>),
+    Stored(RawEntry),
     /// The key was already stored with the same content, at this seq; nothing was written. A
     /// bridge entry stored once and removed since by compaction is a duplicate at seq 0: its
     /// content and seq are no longer known, only that it was stored.
@@ -827,7 +827,7 @@ pub(crate) fn seq_bind(seq: Seq) -> i64 {
 /// Compares a replayed entry with the stored one (kind and payload; the timestamp may differ
 /// if the bridge re-stamped it, and is not part of the content).
 pub(crate) fn same_content(stored_kind: &str, stored_payload: &Value, new: &Append) -> bool {
-    stored_kind == new.kind && stored_payload == &new.payload
+    stored_kind == new.kind && new.payload.value().is_ok_and(|v| &v == stored_payload)
 }
 
 /// The newest migration applied to the database behind `pool` (0 before any).

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use moor_protocol::{Entry, Seq};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::StoreResult;
 
@@ -197,6 +199,61 @@ impl fmt::Debug for RawEntry {
     }
 }
 
+/// A payload as the JSON text to store: encoded once, where its entry is made, or kept as the
+/// bridge sent it. It never holds a line break (which would end an SSE `data:` line): a sent text
+/// with one between its tokens is stored compacted.
+#[derive(Clone)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    /// The text a bridge sent, kept as it is unless it holds a line break.
+    pub fn sent(raw: &RawValue) -> Self {
+        match memchr::memchr2(b'\n', b'\r', raw.get().as_bytes()).is_some() {
+            false => Self(raw.to_owned()),
+            true => match serde_json::from_str::<Value>(raw.get()) {
+                Ok(v) => Self::from(v),
+                // A frame's payload that no longer parses on its own (a number out of range):
+                // the text is valid JSON all the same, so keep it, on one line.
+                Err(_) => Self(raw.to_owned()).one_line(),
+            },
+        }
+    }
+
+    /// Its JSON text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parsed.
+    pub fn value(&self) -> serde_json::Result<Value> {
+        serde_json::from_str(self.text())
+    }
+
+    fn one_line(self) -> Self {
+        let text = self.text().replace(['\n', '\r'], " ");
+        RawValue::from_string(text).map_or(self, Self)
+    }
+}
+
+impl From<Value> for Payload {
+    fn from(value: Value) -> Self {
+        // Encoding a `Value` cannot fail: its map keys are strings.
+        Self(serde_json::value::to_raw_value(&value).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
 /// Whether `s` is written as a JSON string as it is, between quotes.
 fn plain(s: &str) -> bool {
     !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
@@ -225,6 +282,30 @@ pub(crate) fn write_json_str(out: &mut impl fmt::Write, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sent(text: &str) -> Payload {
+        Payload::sent(&serde_json::from_str::<Box<RawValue>>(text).unwrap())
+    }
+
+    #[test]
+    fn a_sent_payload_is_kept_as_sent_and_never_holds_a_line_break() {
+        // As sent: key order, spacing and escapes are the bridge's.
+        let kept = r#"{"text": "a\nb", "stream":"stdout" , "n":1.50}"#;
+        assert_eq!(sent(kept).text(), kept);
+        // A line break between tokens would end an SSE `data:` line: compacted.
+        let broken = sent("{\n  \"text\": \"x\",\r\n  \"n\": [1,\n2]\n}");
+        let value = serde_json::json!({"text": "x", "n": [1, 2]});
+        assert_eq!(broken.value().unwrap(), value);
+        assert_eq!(broken.text(), serde_json::to_string(&value).unwrap());
+        // Valid JSON that no longer parses alone (a number beyond f64) stays, on one line.
+        let wide = sent("[1e999,\n2]");
+        assert!(!wide.text().contains(['\n', '\r']), "{wide:?}");
+        assert!(serde_json::from_str::<Box<RawValue>>(wide.text()).is_ok());
+        // A made payload is its compact encoding.
+        let value = serde_json::json!({"b": [true, null], "a": "é"});
+        let made = Payload::from(value.clone());
+        assert_eq!(made.text(), serde_json::to_string(&value).unwrap());
+    }
 
     #[test]
     fn an_events_length_is_known_before_it_is_written() {

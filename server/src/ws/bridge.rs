@@ -13,7 +13,9 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, Sink, SinkExt, Stream, StreamExt};
-use moor_protocol::bridge::{BridgeToServer, Hello, ReceiptStatus, ServerToBridge, Welcome};
+use moor_protocol::bridge::{
+    BridgeToServer, Hello, Incoming, ReceiptStatus, ServerToBridge, Welcome,
+};
 use moor_protocol::error::ErrorCode;
 use moor_protocol::host::HOST_ADAPTER;
 use moor_protocol::payload::{
@@ -21,6 +23,7 @@ use moor_protocol::payload::{
     SessionContinuedFrom, SessionContinuedIn, SessionEnded, SessionLink,
 };
 use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -29,11 +32,11 @@ use super::{halves, text, Rx, Tx};
 use crate::access::{role_on, AuthUser, Principal, Role};
 use crate::error::ApiError;
 use crate::hub::{input_feed, BridgeControl, InputFeed};
-use crate::quota::{stored_len, Live, QuotaError};
+use crate::quota::{Live, QuotaError};
 use crate::session::leases::{disconnected, HeldLease, LeaseLost};
 use crate::session::log::Pending;
 use crate::state::AppState;
-use crate::store::{Append, Appended, IdemKey, StoreError, StoreResult};
+use crate::store::{Append, Appended, IdemKey, Payload, StoreError, StoreResult};
 use crate::util::sleep_until_opt;
 
 /// Most entries merged from consecutive ready frames into one append.
@@ -469,7 +472,7 @@ fn server_entry(body: impl Into<EntryBody>) -> Append {
         ts: now_ms(),
         kind: body.kind().into(),
         author: kinds::AUTHOR_SERVER.into(),
-        payload: body.payload(),
+        payload: body.payload().into(),
         key: IdemKey::None,
     }
 }
@@ -786,18 +789,27 @@ impl Conn {
         lookahead: &mut Lookahead,
         rx: &mut Rx,
     ) -> Result<(), Ending> {
-        let frame: BridgeToServer = serde_json::from_str(raw)
+        let frame = Incoming::read(raw)
             .map_err(|e| Ending::close(close::BAD_FRAME, format!("bad frame: {e}")))?;
-        match frame {
-            BridgeToServer::Entries { mut entries } => {
+        let frame = match frame {
+            Incoming::Entries(entries) => {
+                let mut entries = entries.into_iter().map(sent).collect();
                 let merged = merge_ready(
                     &mut entries,
                     lookahead,
                     rx,
                     self.state.config.max_frame_bytes,
                 );
-                self.submit_in_order(entries, raw.len() + merged).await
+                return self.submit_in_order(entries, raw.len() + merged).await;
             }
+            Incoming::Other(frame) => frame,
+        };
+        match frame {
+            // `Incoming::read` reads every entries frame as `Incoming::Entries`.
+            BridgeToServer::Entries { .. } => Err(Ending::close(
+                close::BAD_FRAME,
+                "bad frame: entries not read as entries",
+            )),
             BridgeToServer::Receipt { input_seq, status } => {
                 let body: EntryBody = match status {
                     ReceiptStatus::Delivered => InputDelivered { input_seq }.into(),
@@ -871,7 +883,7 @@ impl Conn {
     /// whatever the timing.
     async fn submit_in_order(
         &mut self,
-        mut entries: Vec<NewEntry>,
+        mut entries: Vec<Sent>,
         bytes: usize,
     ) -> Result<(), Ending> {
         while let Some(at) = entries.iter().position(|e| changes_agent(&e.kind)) {
@@ -897,7 +909,7 @@ impl Conn {
     }
 
     /// Validates a batch (`bytes` on the wire) and hands it to the committer; its ack follows from [`Conn::settle`].
-    async fn submit_entries(&mut self, entries: Vec<NewEntry>, bytes: usize) -> Result<(), Ending> {
+    async fn submit_entries(&mut self, entries: Vec<Sent>, bytes: usize) -> Result<(), Ending> {
         if let Some(bad) = entries.iter().find(|e| !bridge_may_write(&e.kind)) {
             return Err(self
                 .refuse(
@@ -907,7 +919,7 @@ impl Conn {
                 )
                 .await);
         }
-        let payload_bytes = entries.iter().map(|e| stored_len(&e.payload)).sum();
+        let payload_bytes = entries.iter().map(|e| e.payload.text().len() as u64).sum();
         if let Err(QuotaError::Exceeded(msg)) = self.live.charge_log(payload_bytes) {
             return Err(self
                 .refuse(ErrorCode::Forbidden, close::QUOTA_EXCEEDED, msg)
@@ -1076,7 +1088,7 @@ type Lookahead = VecDeque<Option<Result<Message, axum::Error>>>;
 /// frame limit); the first frame of another type is kept for the main loop. Returns the size of
 /// the frames merged.
 fn merge_ready(
-    entries: &mut Vec<NewEntry>,
+    entries: &mut Vec<Sent>,
     lookahead: &mut Lookahead,
     rx: &mut Rx,
     max_frame_bytes: usize,
@@ -1092,11 +1104,9 @@ fn merge_ready(
                 lookahead.push_back(msg);
                 break;
             }
-            if let Ok(BridgeToServer::Entries { entries: more }) =
-                serde_json::from_str::<BridgeToServer>(t)
-            {
+            if let Ok(Incoming::Entries(more)) = Incoming::read(t) {
                 merged += t.len();
-                entries.extend(more);
+                entries.extend(more.into_iter().map(sent));
                 continue;
             }
         }
@@ -1105,11 +1115,23 @@ fn merge_ready(
     merged
 }
 
+/// An entry as a bridge sent it, its payload the text it arrived in.
+type Sent = NewEntry<Payload>;
+
+fn sent(e: NewEntry<&RawValue>) -> Sent {
+    NewEntry {
+        producer_seq: e.producer_seq,
+        ts: e.ts,
+        kind: e.kind,
+        payload: Payload::sent(e.payload),
+    }
+}
+
 /// A deliberate bug for the soak's checker to catch, in debug builds only:
 /// `MOOR_INJECT_BUG=swap-entries` swaps the contents of two `agent.output` entries of one batch
 /// (each keeps its producer seq), once per process.
 #[cfg(debug_assertions)]
-fn injected_bug(mut entries: Vec<NewEntry>) -> Vec<NewEntry> {
+fn injected_bug(mut entries: Vec<Sent>) -> Vec<Sent> {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: AtomicBool = AtomicBool::new(false);
     let Ok(bug) = std::env::var("MOOR_INJECT_BUG") else {

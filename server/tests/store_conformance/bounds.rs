@@ -32,7 +32,7 @@ pub async fn session_lists_hold_the_members_sessions_only_newest_first_and_bound
             ts: now_ms() + 1000 * i as i64,
             kind: kinds::AGENT_OUTPUT.into(),
             author: kinds::AUTHOR_BRIDGE.into(),
-            payload: json!({"text": name}),
+            payload: json!({"text": name}).into(),
             key: IdemKey::None,
         };
         log.append(s.id, vec![out]).await.unwrap();
@@ -97,13 +97,13 @@ pub async fn pages_stop_at_their_byte_bound_but_always_hold_one_entry(db: Db) {
             ts: now_ms(),
             kind: kinds::AGENT_OUTPUT.into(),
             author: kinds::AUTHOR_BRIDGE.into(),
-            payload: json!({"text": t}),
+            payload: json!({"text": t}).into(),
             key: IdemKey::None,
         })
         .collect();
     let sizes: Vec<u64> = batch
         .iter()
-        .map(|a| serde_json::to_string(&a.payload).unwrap().len() as u64)
+        .map(|a| a.payload.text().len() as u64)
         .collect();
     log.append(s, batch).await.unwrap();
 
@@ -207,11 +207,13 @@ pub async fn a_batch_larger_than_one_insert_statement_is_stored_whole_and_in_ord
             ts: i as i64,
             kind: kinds::AGENT_OUTPUT.into(),
             author: kinds::AUTHOR_BRIDGE.into(),
-            payload: json!({"text": format!("line {i} \"quoted\" \\ {}", "é".repeat(i as usize % 7))}),
+            payload:
+                json!({"text": format!("line {i} \"quoted\" \\ {}", "é".repeat(i as usize % 7))})
+                    .into(),
             key: IdemKey::None,
         })
         .collect();
-    let want: Vec<_> = batch.iter().map(|a| a.payload.clone()).collect();
+    let want: Vec<_> = batch.iter().map(|a| a.payload.value().unwrap()).collect();
     log.append(s, batch).await.unwrap();
     let all = PageLimit {
         count: 10_000,

@@ -27,7 +27,7 @@ fn mixed(producer: ProducerId, i: u64, ts: i64, size: usize) -> Append {
         ts,
         kind: kind.into(),
         author: "bridge".into(),
-        payload,
+        payload: payload.into(),
         key: IdemKey::Producer { producer, seq: i },
     }
 }

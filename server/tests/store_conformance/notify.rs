@@ -18,7 +18,7 @@ fn entry(producer: ProducerId, seq: u64, kind: &str, ts: i64) -> Append {
         ts,
         kind: kind.to_owned(),
         author: "bridge".to_owned(),
-        payload: json!({"request_id": format!("r{seq}"), "tool_name": "Bash"}),
+        payload: json!({"request_id": format!("r{seq}"), "tool_name": "Bash"}).into(),
         key: IdemKey::Producer { producer, seq },
     }
 }

@@ -32,7 +32,7 @@ pub(crate) fn output(text: &str, key: IdemKey) -> Append {
         ts: now_ms(),
         kind: kinds::AGENT_OUTPUT.into(),
         author: kinds::AUTHOR_BRIDGE.into(),
-        payload: json!({"stream": "stdout", "text": text}),
+        payload: json!({"stream": "stdout", "text": text}).into(),
         key,
     }
 }
@@ -46,7 +46,7 @@ pub(crate) fn input(id: &str, text: &str) -> Append {
         ts: now_ms(),
         kind: kinds::INPUT_TEXT.into(),
         author: "admin".into(),
-        payload: json!({"text": text}),
+        payload: json!({"text": text}).into(),
         key: IdemKey::ClientMsg(id.into()),
     }
 }
@@ -56,7 +56,7 @@ pub(crate) fn receipt(kind: &str, input: Seq) -> Append {
         ts: now_ms(),
         kind: kind.into(),
         author: kinds::AUTHOR_SERVER.into(),
-        payload: json!({"input_seq": input}),
+        payload: json!({"input_seq": input}).into(),
         key: IdemKey::Receipt(input),
     }
 }
@@ -198,7 +198,7 @@ pub async fn entries_of_any_text_read_back_exactly_as_stored(db: Db) {
             ts: -(i as i64),
             kind: kinds::AGENT_OUTPUT.into(),
             author: format!("user:{text}"),
-            payload: json!({"text": text, "n": i}),
+            payload: json!({"text": text, "n": i}).into(),
             key: IdemKey::None,
         })
         .collect();
@@ -526,7 +526,7 @@ pub async fn replays_among_other_writers_are_found_at_their_seqs(db: Db) {
         stored
             .iter()
             .find_map(|a| match a {
-                Appended::Stored(e) if e.payload["text"] == text => Some(e.seq),
+                Appended::Stored(e) if e.parse().unwrap().payload["text"] == text => Some(e.seq),
                 _ => None,
             })
             .unwrap()
@@ -981,7 +981,7 @@ pub async fn a_session_keeps_an_owner_and_links_die_with_their_creators_role(db:
             ts: 1,
             kind: kinds::AGENT_OUTPUT.into(),
             author: "bridge".into(),
-            payload,
+            payload: payload.into(),
             key: IdemKey::None,
         }],
     )

@@ -13,7 +13,7 @@ fn produced(producer: ProducerId, seq: u64, text: &str) -> Append {
         ts: 0,
         kind: kinds::AGENT_OUTPUT.into(),
         author: kinds::AUTHOR_BRIDGE.into(),
-        payload: serde_json::json!({"stream": "stdout", "text": text}),
+        payload: serde_json::json!({"stream": "stdout", "text": text}).into(),
         key: IdemKey::Producer { producer, seq },
     }
 }
@@ -26,7 +26,8 @@ fn input(n: u64) -> Append {
         payload: EntryBody::from(InputText {
             text: n.to_string(),
         })
-        .payload(),
+        .payload()
+        .into(),
         key: IdemKey::ClientMsg(format!("m{n}")),
     }
 }
@@ -100,7 +101,7 @@ async fn a_session_over_its_byte_budget_waits_for_room_then_commits_in_order() {
     let (_dir, log, store) = log_on_sqlite().await;
     let s = store.open_session("s", None).await.unwrap().id;
     let mut big = input(1);
-    big.payload = serde_json::json!({"text": "x".repeat(SESSION_QUEUE_BYTES)});
+    big.payload = serde_json::json!({"text": "x".repeat(SESSION_QUEUE_BYTES)}).into();
     let mut first = log.submit(s, vec![big]).await.unwrap();
 
     // act: before the committer has run (one thread, nothing yielded), the next batch of the

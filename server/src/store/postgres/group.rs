@@ -190,7 +190,7 @@ async fn insert_rows(
         tss.push(row.append.ts);
         kinds.push(row.append.kind.as_str());
         authors.push(row.append.author.as_str());
-        payloads.push(row.payload.as_str());
+        payloads.push(row.payload);
         producers.push(producer.map(|p| p.to_string()));
         producer_seqs.push(producer_seq);
         client_msgs.push(client_msg);

@@ -366,7 +366,7 @@ fn bind_rows<'q>(
             .bind(row.append.ts)
             .bind(row.append.kind.as_str())
             .bind(row.append.author.as_str())
-            .bind(row.payload.as_str())
+            .bind(row.payload)
             .bind(producer_pk)
             .bind(producer_seq)
             .bind(client_msg)
