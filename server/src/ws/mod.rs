@@ -6,6 +6,7 @@
 pub mod bridge;
 pub mod viewer;
 
+use std::future::Future;
 use std::pin::Pin;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
@@ -45,8 +46,9 @@ pub(crate) fn tune(ws: WebSocketUpgrade, cfg: &ServerConfig) -> WebSocketUpgrade
 
 /// Read buffer of a viewer socket. Viewers send small frames (inputs, pings), and tungstenite
 /// zero-fills its read buffer to full capacity before every read, so every idle viewer keeps
-/// all of it resident: 1 KiB instead of the 4 KiB bridges get for their large batches.
-const VIEWER_READ_BUFFER_BYTES: usize = 1024;
+/// all of it resident: 512 bytes instead of the 4 KiB bridges get for their large batches (a
+/// larger frame is read in several reads, into a buffer grown for it).
+const VIEWER_READ_BUFFER_BYTES: usize = 512;
 
 /// [`tune`] for a viewer socket: a smaller read buffer.
 pub(crate) fn tune_viewer(ws: WebSocketUpgrade, cfg: &ServerConfig) -> WebSocketUpgrade {
@@ -61,9 +63,21 @@ const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// Dropping the socket straight after the close frame would let the kernel answer the peer's
 /// unread bytes with a TCP reset, which can overtake the close frame: the peer would see a reset
 /// instead of the code, and retry where it should have stopped (superseded, content mismatch).
-pub(crate) async fn close(tx: &mut Tx, rx: &mut Rx, code: u16, reason: &str) {
+///
+/// Boxed: a connection closes once, and its task should not carry this future inline for its
+/// whole life.
+pub(crate) fn close<'a>(
+    tx: &'a mut Tx,
+    rx: &'a mut Rx,
+    code: u16,
+    reason: &str,
+) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
     // Close reasons are limited to 123 bytes by the protocol.
-    let mut reason = reason.to_owned();
+    let reason = reason.to_owned();
+    Box::pin(close_inline(tx, rx, code, reason))
+}
+
+async fn close_inline(tx: &mut Tx, rx: &mut Rx, code: u16, mut reason: String) {
     while reason.len() > 123 {
         reason.pop();
     }

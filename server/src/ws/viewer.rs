@@ -174,7 +174,9 @@ pub(crate) async fn serve<W, R>(
                 last_rx = Instant::now();
                 let reply = match msg {
                     Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => Err((close::MESSAGE_TOO_BIG, "frame over the size limit".to_owned())),
-                    Some(Ok(Message::Text(t))) => on_frame(&state, &viewer, session, &t).await,
+                    // Boxed: an input's submission is a large future that an idle viewer's
+                    // task would otherwise carry inline for its whole life.
+                    Some(Ok(Message::Text(t))) => Box::pin(on_frame(&state, &viewer, session, &t)).await,
                     Some(Ok(Message::Binary(_))) => Err((close::BAD_FRAME, "binary frames are not accepted".to_owned())),
                     Some(Ok(Message::Close(_))) | None => return,
                     Some(Ok(_)) => Ok(None),
