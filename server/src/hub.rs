@@ -42,8 +42,11 @@ pub struct Frame {
     seq: Seq,
     /// The entry (for a notice, without its payload); made from `raw` on first use.
     entry: OnceLock<Arc<Entry>>,
-    /// The entry as the store holds it, for a frame read from the store.
+    /// The entry as the store holds it (its text), for a frame committed or read from the store.
     raw: Option<RawEntry>,
+    /// Published to every subscriber (a committed entry), not read by one reader catching up:
+    /// its SSE event is made once and copied.
+    live: bool,
     /// Only says that the entry was committed: its payload is in the store.
     notice: bool,
     /// Not an entry: tells a reader at `seq` what compaction removed after it.
@@ -59,6 +62,7 @@ impl Frame {
         Self {
             seq,
             entry: entry.map(OnceLock::from).unwrap_or_default(),
+            live: raw.is_none(),
             raw,
             notice: false,
             reset: None,
@@ -76,6 +80,15 @@ impl Frame {
     /// Wraps an entry read from the store, as stored.
     pub fn stored(raw: RawEntry) -> Arc<Self> {
         Arc::new(Self::with(raw.seq, None, Some(raw)))
+    }
+
+    /// Wraps an entry just committed, as stored: its encodings are made from the stored text,
+    /// once for every subscriber.
+    pub fn committed(raw: RawEntry) -> Arc<Self> {
+        Arc::new(Self {
+            live: true,
+            ..Self::with(raw.seq, None, Some(raw))
+        })
     }
 
     /// The entry, parsed from the stored text on first use for a frame read from the store.
@@ -123,17 +136,22 @@ impl Frame {
         if self.payload_bytes() <= LIVE_PAYLOAD_BYTES {
             return self.clone();
         }
-        let entry = self.entry();
-        let mut notice = Self::with(
-            self.seq,
-            Some(Arc::new(Entry {
-                payload: serde_json::Value::Null,
-                kind: entry.kind.clone(),
-                author: entry.author.clone(),
-                ..**entry
-            })),
-            None,
-        );
+        // The notice's fields, without parsing the payload left out.
+        let (ts, kind, author) = match &self.raw {
+            Some(raw) => (raw.ts, raw.kind().to_owned(), raw.author().to_owned()),
+            None => {
+                let e = self.entry();
+                (e.ts, e.kind.clone(), e.author.clone())
+            }
+        };
+        let entry = Entry {
+            seq: self.seq,
+            ts,
+            kind,
+            author,
+            payload: serde_json::Value::Null,
+        };
+        let mut notice = Self::with(self.seq, Some(Arc::new(entry)), None);
         notice.notice = true;
         Arc::new(notice)
     }
@@ -195,8 +213,8 @@ impl Frame {
     /// catching up, so its event is written straight into that reader's buffer from the stored
     /// text and not kept; a live frame's event is made once for every subscriber and copied.
     pub fn write_sse(&self, out: &mut BytesMut) {
-        match (&self.raw, self.sse.get()) {
-            (Some(raw), None) => raw.write_sse(out),
+        match &self.raw {
+            Some(raw) if !self.live && self.sse.get().is_none() => raw.write_sse(out),
             _ => out.extend_from_slice(self.sse()),
         }
     }
@@ -723,6 +741,25 @@ mod tests {
     use moor_protocol::kinds;
 
     use super::*;
+
+    #[test]
+    fn a_committed_frames_event_is_made_once_for_every_subscriber_a_stored_ones_per_reader() {
+        let raw = RawEntry::new(Seq(7), 1, kinds::AGENT_OUTPUT, "bridge", r#"{"text":"hi"}"#);
+        let committed = Frame::committed(raw.clone());
+        let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
+        committed.write_sse(&mut a);
+        committed.write_sse(&mut b);
+        assert_eq!(a, b);
+        assert_eq!(committed.sse.get().map(|e| &e[..]), Some(&a[..]), "kept");
+        let stored = Frame::stored(raw);
+        let mut c = BytesMut::new();
+        stored.write_sse(&mut c);
+        assert_eq!(c, a);
+        assert!(
+            stored.sse.get().is_none(),
+            "written from the text, not kept"
+        );
+    }
 
     #[test]
     fn a_frame_read_from_the_store_encodes_as_the_entry_would() {

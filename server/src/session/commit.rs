@@ -208,7 +208,7 @@ fn answer(shared: &Shared, part: Part, sizes: Vec<usize>, result: StoreResult<Ve
             let frames: Vec<_> = outcomes
                 .iter()
                 .filter_map(|o| match o {
-                    Appended::Stored(e) => Some(Frame::stored(e.clone())),
+                    Appended::Stored(e) => Some(Frame::committed(e.clone())),
                     _ => None,
                 })
                 .collect();
