@@ -36,7 +36,7 @@ use crate::quota::{Live, QuotaError};
 use crate::session::leases::{disconnected, HeldLease, LeaseLost};
 use crate::session::log::Pending;
 use crate::state::AppState;
-use crate::store::{Append, Appended, IdemKey, Payload, StoreError, StoreResult};
+use crate::store::{Append, Appended, IdemKey, Payload, SessionRow, StoreError, StoreResult};
 use crate::util::sleep_until_opt;
 
 /// Most entries merged from consecutive ready frames into one append.
@@ -250,16 +250,70 @@ where
     W: Sink<Message, Error = axum::Error> + Send + 'static,
     R: Stream<Item = Result<Message, axum::Error>> + Send + 'static,
 {
-    let (mut tx, mut rx) = halves(tx, rx);
+    let (tx, rx) = halves(tx, rx);
+    // The handshake and the checks before the loop are boxed: one-off steps whose futures the
+    // connection's task would otherwise carry inline for its whole life.
+    let Some(Opened {
+        mut conn,
+        mut rx,
+        session,
+        inputs,
+        control_rx,
+        _open,
+    }) = Box::pin(open(tx, rx, &state, who)).await
+    else {
+        return;
+    };
+    let conn_id = conn.conn_id;
+    // So are the welcome and the steps after the loop.
+    let ending = match Box::pin(conn.start(&session.name, conn_id)).await {
+        Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
+        Err(end) => end,
+    };
+    // Record the disconnect before closing, so whoever sees the close can also see it logged;
+    // keyed on the connection's `bridge.connected`, so a sweep that found its lease expired
+    // (or a newer connection that took over) and recorded the end first is not repeated. The
+    // lease goes once the end is recorded (a crash in between leaves it to a sweep), and this
+    // node shows the bridge offline only then, when inputs already say they are queued.
+    let entry = disconnected(conn_id, conn.connected, &ending.reason, ending.code);
+    match Box::pin(state.log.append(session.id, vec![entry])).await {
+        Ok(_) | Err(StoreError::SessionEnded) => {}
+        Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
+    }
+    if let Some(connected) = conn.connected {
+        Box::pin(state.leases.release(session.id, connected)).await;
+    }
+    state
+        .hub
+        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
+    if let Some(code) = ending.code {
+        super::close(&mut conn.tx, &mut rx, code, &ending.reason).await;
+    }
+}
+
+/// What [`open`] hands the connection loop.
+struct Opened {
+    conn: Conn,
+    rx: Rx,
+    session: SessionRow,
+    inputs: mpsc::Receiver<InputFeed>,
+    control_rx: mpsc::UnboundedReceiver<BridgeControl>,
+    /// Counts the connection while it lives.
+    _open: crate::metrics::Open,
+}
+
+/// The handshake and every check before the connection loop; `None` when the connection was
+/// refused (and closed).
+async fn open(mut tx: Tx, mut rx: Rx, state: &AppState, who: Principal) -> Option<Opened> {
     let open = state.hub.metrics().bridge_open();
     let stop = state.auth.revocations.token_for(&who);
-    let hello = match handshake(&state, &mut rx).await {
+    let hello = match Box::pin(handshake(state, &mut rx)).await {
         Ok(h) => h,
         Err(end) => {
             if let Some(code) = end.code {
                 super::close(&mut tx, &mut rx, code, &end.reason).await;
             }
-            return;
+            return None;
         }
     };
     // Counted as a bridge until its hello says it is a machine's link.
@@ -273,23 +327,48 @@ where
     let existing = match state.store.log.find_session(&hello.session).await {
         Ok(s) => Some(s.id),
         Err(StoreError::NotFound) => None,
-        Err(e) => return store_unavailable(&mut tx, &mut rx, "read the session", e.into()).await,
+        Err(e) => {
+            return {
+                Box::pin(store_unavailable(
+                    &mut tx,
+                    &mut rx,
+                    "read the session",
+                    e.into(),
+                ))
+                .await;
+                None
+            }
+        }
     };
     match existing {
-        Some(id) => match owns(&state, &who, id).await {
+        Some(id) => match Box::pin(owns(state, &who, id)).await {
             Ok(true) => {}
             Ok(false) => {
-                return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                return {
+                    super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                    None
+                };
             }
-            Err(e) => return store_unavailable(&mut tx, &mut rx, "check the owner", e).await,
+            Err(e) => {
+                return {
+                    Box::pin(store_unavailable(&mut tx, &mut rx, "check the owner", e)).await;
+                    None
+                }
+            }
         },
         // A host credential creates no session: moord made its machine's before asking.
         None if who.machine.is_some() => {
-            return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+            return {
+                super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                None
+            };
         }
         None => {
-            if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
-                return refuse_quota(&mut tx, &mut rx, e).await;
+            if let Err(e) = Box::pin(state.quotas.may_create(&*state.store.access, &who)).await {
+                return {
+                    Box::pin(refuse_quota(&mut tx, &mut rx, e)).await;
+                    None
+                };
             }
         }
     }
@@ -307,40 +386,70 @@ where
                     message: msg.clone(),
                 }))
                 .await;
-            return super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
+            return {
+                super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
+                None
+            };
         }
         Ok(s) => {
             if existing.is_none() {
-                match claims(&state, &who, s.id).await {
+                match Box::pin(claims(state, &who, s.id)).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        return super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS)
-                            .await;
+                        return {
+                            super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                            None
+                        };
                     }
                     Err(e) => {
-                        return store_unavailable(&mut tx, &mut rx, "claim the session", e).await
+                        return {
+                            Box::pin(store_unavailable(&mut tx, &mut rx, "claim the session", e))
+                                .await;
+                            None
+                        }
                     }
                 }
             }
             s
         }
-        Err(e) => return store_unavailable(&mut tx, &mut rx, "open the session", e.into()).await,
+        Err(e) => {
+            return {
+                Box::pin(store_unavailable(
+                    &mut tx,
+                    &mut rx,
+                    "open the session",
+                    e.into(),
+                ))
+                .await;
+                None
+            }
+        }
     };
-    let continued_from = continues(&state, &who, &hello, &session).await;
-    let live = match state
-        .quotas
-        .attach(&*state.store.access, &who, session.id)
-        .await
-    {
+    let continued_from = Box::pin(continues(state, &who, &hello, &session)).await;
+    let live = match Box::pin(state.quotas.attach(&*state.store.access, &who, session.id)).await {
         Ok(live) => live,
-        Err(e) => return refuse_quota(&mut tx, &mut rx, e).await,
+        Err(e) => {
+            return {
+                Box::pin(refuse_quota(&mut tx, &mut rx, e)).await;
+                None
+            }
+        }
     };
     // With several nodes, the claim tells the others to close their connection for the session.
     let epoch = match &state.store.cluster {
         Some(cluster) => match cluster.claim_bridge(session.id, hello.producer).await {
             Ok(epoch) => epoch,
             Err(e) => {
-                return store_unavailable(&mut tx, &mut rx, "claim the session", e.into()).await
+                return {
+                    Box::pin(store_unavailable(
+                        &mut tx,
+                        &mut rx,
+                        "claim the session",
+                        e.into(),
+                    ))
+                    .await;
+                    None
+                }
             }
         },
         None => 0,
@@ -355,7 +464,7 @@ where
         epoch,
         session.head_seq,
     );
-    let mut conn = Conn {
+    let conn = Conn {
         // Keep the session's state current while a bridge feeds it (interruption records
         // need it): the follower runs while someone watches.
         _watching: state.states.watch(session.id),
@@ -374,29 +483,14 @@ where
         role_stop: state.auth.revocations.member_token(&who, session.id),
         stop,
     };
-    let ending = match conn.start(&session.name, conn_id).await {
-        Ok(()) => conn.serve(&mut rx, inputs, control_rx).await,
-        Err(end) => end,
-    };
-    // Record the disconnect before closing, so whoever sees the close can also see it logged;
-    // keyed on the connection's `bridge.connected`, so a sweep that found its lease expired
-    // (or a newer connection that took over) and recorded the end first is not repeated. The
-    // lease goes once the end is recorded (a crash in between leaves it to a sweep), and this
-    // node shows the bridge offline only then, when inputs already say they are queued.
-    let entry = disconnected(conn_id, conn.connected, &ending.reason, ending.code);
-    match state.log.append(session.id, vec![entry]).await {
-        Ok(_) | Err(StoreError::SessionEnded) => {}
-        Err(e) => tracing::warn!(error = ?e, "could not record bridge disconnect"),
-    }
-    if let Some(connected) = conn.connected {
-        state.leases.release(session.id, connected).await;
-    }
-    state
-        .hub
-        .detach_bridge(session.id, conn_id, ending.code, &ending.reason);
-    if let Some(code) = ending.code {
-        super::close(&mut conn.tx, &mut rx, code, &ending.reason).await;
-    }
+    Some(Opened {
+        conn,
+        rx,
+        session,
+        inputs,
+        control_rx,
+        _open,
+    })
 }
 
 /// Reads and checks `Hello`.
@@ -644,7 +738,7 @@ impl Conn {
                 biased;
                 _ = shutdown.cancelled() => {
                     // Ack what is committing now, so the bridge need not resend it.
-                    let _ = self.settle_all().await;
+                    let _ = Box::pin(self.settle_all()).await;
                     let _ = self.send(&ServerToBridge::Move { reason: "server shutting down".into(), close_in_ms: 0 }).await;
                     return Ending::close(close::GOING_AWAY, "server shutting down; reconnect");
                 }
@@ -670,7 +764,7 @@ impl Conn {
                     }
                 }
                 _ = sleep_until_opt(lifetime) => {
-                    let _ = self.settle_all().await;
+                    let _ = Box::pin(self.settle_all()).await;
                     return Ending::close(close::LIFETIME, "connection lifetime reached; reconnect");
                 }
                 _ = sleep_until_opt(move_at) => {
@@ -680,14 +774,14 @@ impl Conn {
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
                 lost = lease_lost(&mut self.lease) => {
-                    let _ = self.settle_all().await;
+                    let _ = Box::pin(self.settle_all()).await;
                     return match lost {
                         LeaseLost::Taken => Ending::close(close::SERVER_ERROR, "this server no longer holds the bridge's lease; reconnect"),
                         LeaseLost::RanOut => Ending::close(close::SERVER_ERROR, "the bridge's lease could not be renewed; reconnect"),
                     };
                 }
                 input = inputs.recv(), if inputs_open => match input {
-                    Some(input) => self.forward_input(input).await,
+                    Some(input) => Box::pin(self.forward_input(input)).await,
                     // Detached by a newer connection, which also tells this one to close.
                     None => {
                         inputs_open = false;
@@ -698,7 +792,7 @@ impl Conn {
                     // A slow commit is not silence from the bridge.
                     last_rx = Instant::now();
                     let (outcomes, producer_seqs) = committed;
-                    match self.settle(outcomes, producer_seqs).await {
+                    match Box::pin(self.settle(outcomes, producer_seqs)).await {
                         Ok(_) => Ok(()),
                         Err(end) => return end,
                     }
@@ -709,7 +803,7 @@ impl Conn {
                         Some(Ok(Message::Text(t))) if super::too_big(&t, &cfg) => {
                             return Ending::close(close::MESSAGE_TOO_BIG, format!("frame of {} bytes is over the {} byte limit", t.len(), cfg.max_frame_bytes));
                         }
-                        Some(Ok(Message::Text(t))) => match self.on_frame(&t, &mut lookahead, rx).await {
+                        Some(Ok(Message::Text(t))) => match Box::pin(self.on_frame(&t, &mut lookahead, rx)).await {
                             Ok(()) => Ok(()),
                             Err(end) => return end,
                         },
