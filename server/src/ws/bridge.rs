@@ -307,7 +307,7 @@ struct Opened {
 async fn open(mut tx: Tx, mut rx: Rx, state: &AppState, who: Principal) -> Option<Opened> {
     let open = state.hub.metrics().bridge_open();
     let stop = state.auth.revocations.token_for(&who);
-    let hello = match Box::pin(handshake(state, &mut rx)).await {
+    let hello = match handshake(state, &mut rx).await {
         Ok(h) => h,
         Err(end) => {
             if let Some(code) = end.code {
@@ -328,47 +328,31 @@ async fn open(mut tx: Tx, mut rx: Rx, state: &AppState, who: Principal) -> Optio
         Ok(s) => Some(s.id),
         Err(StoreError::NotFound) => None,
         Err(e) => {
-            return {
-                Box::pin(store_unavailable(
-                    &mut tx,
-                    &mut rx,
-                    "read the session",
-                    e.into(),
-                ))
-                .await;
-                None
-            }
+            store_unavailable(&mut tx, &mut rx, "read the session", e.into()).await;
+            return None;
         }
     };
     match existing {
-        Some(id) => match Box::pin(owns(state, &who, id)).await {
+        Some(id) => match owns(state, &who, id).await {
             Ok(true) => {}
             Ok(false) => {
-                return {
-                    super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
-                    None
-                };
+                super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                return None;
             }
             Err(e) => {
-                return {
-                    Box::pin(store_unavailable(&mut tx, &mut rx, "check the owner", e)).await;
-                    None
-                }
+                store_unavailable(&mut tx, &mut rx, "check the owner", e).await;
+                return None;
             }
         },
         // A host credential creates no session: moord made its machine's before asking.
         None if who.machine.is_some() => {
-            return {
-                super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
-                None
-            };
+            super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+            return None;
         }
         None => {
-            if let Err(e) = Box::pin(state.quotas.may_create(&*state.store.access, &who)).await {
-                return {
-                    Box::pin(refuse_quota(&mut tx, &mut rx, e)).await;
-                    None
-                };
+            if let Err(e) = state.quotas.may_create(&*state.store.access, &who).await {
+                refuse_quota(&mut tx, &mut rx, e).await;
+                return None;
             }
         }
     }
@@ -386,53 +370,40 @@ async fn open(mut tx: Tx, mut rx: Rx, state: &AppState, who: Principal) -> Optio
                     message: msg.clone(),
                 }))
                 .await;
-            return {
-                super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
-                None
-            };
+            super::close(&mut tx, &mut rx, close::SESSION_ENDED, &msg).await;
+            return None;
         }
         Ok(s) => {
             if existing.is_none() {
-                match Box::pin(claims(state, &who, s.id)).await {
+                match claims(state, &who, s.id).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        return {
-                            super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
-                            None
-                        };
+                        super::close(&mut tx, &mut rx, close::UNAUTHORIZED, NOT_YOURS).await;
+                        return None;
                     }
                     Err(e) => {
-                        return {
-                            Box::pin(store_unavailable(&mut tx, &mut rx, "claim the session", e))
-                                .await;
-                            None
-                        }
+                        store_unavailable(&mut tx, &mut rx, "claim the session", e).await;
+                        return None;
                     }
                 }
             }
             s
         }
         Err(e) => {
-            return {
-                Box::pin(store_unavailable(
-                    &mut tx,
-                    &mut rx,
-                    "open the session",
-                    e.into(),
-                ))
-                .await;
-                None
-            }
+            store_unavailable(&mut tx, &mut rx, "open the session", e.into()).await;
+            return None;
         }
     };
-    let continued_from = Box::pin(continues(state, &who, &hello, &session)).await;
-    let live = match Box::pin(state.quotas.attach(&*state.store.access, &who, session.id)).await {
+    let continued_from = continues(state, &who, &hello, &session).await;
+    let live = match state
+        .quotas
+        .attach(&*state.store.access, &who, session.id)
+        .await
+    {
         Ok(live) => live,
         Err(e) => {
-            return {
-                Box::pin(refuse_quota(&mut tx, &mut rx, e)).await;
-                None
-            }
+            refuse_quota(&mut tx, &mut rx, e).await;
+            return None;
         }
     };
     // With several nodes, the claim tells the others to close their connection for the session.
@@ -440,16 +411,8 @@ async fn open(mut tx: Tx, mut rx: Rx, state: &AppState, who: Principal) -> Optio
         Some(cluster) => match cluster.claim_bridge(session.id, hello.producer).await {
             Ok(epoch) => epoch,
             Err(e) => {
-                return {
-                    Box::pin(store_unavailable(
-                        &mut tx,
-                        &mut rx,
-                        "claim the session",
-                        e.into(),
-                    ))
-                    .await;
-                    None
-                }
+                store_unavailable(&mut tx, &mut rx, "claim the session", e.into()).await;
+                return None;
             }
         },
         None => 0,
