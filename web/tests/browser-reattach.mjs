@@ -296,7 +296,12 @@ scenario("a stream through a fault proxy: half-open (stalled) caught by the watc
 scenario("scrolling up a 10,500-entry transcript pages older entries in: no duplicate, no hole, few rows in the DOM", async ({ browser }) => {
   const total = 10500;
   const { id } = await linesSession("ra-long", total, 0);
-  await waitFor("the agent to finish", 120000, async () => (await api(`/sessions/${id}`)).status === "ended");
+  // Ended, and its bridge shown offline: moord shows it so only once the bridge's disconnect is
+  // in the log, the last entry an ended session gets, so the head read next stays the head.
+  await waitFor("the agent to finish and its bridge to leave", 120000, async () => {
+    const s = await api(`/sessions/${id}`);
+    return s.status === "ended" && !s.bridge.online;
+  });
   const h = await head(id);
   const ctx = await phone(browser);
   const page = await ctx.newPage();
