@@ -701,7 +701,7 @@ impl Conn {
                 biased;
                 _ = shutdown.cancelled() => {
                     // Ack what is committing now, so the bridge need not resend it.
-                    let _ = Box::pin(self.settle_all()).await;
+                    let _ = self.settle_all().await;
                     let _ = self.send(&ServerToBridge::Move { reason: "server shutting down".into(), close_in_ms: 0 }).await;
                     return Ending::close(close::GOING_AWAY, "server shutting down; reconnect");
                 }
@@ -727,7 +727,7 @@ impl Conn {
                     }
                 }
                 _ = sleep_until_opt(lifetime) => {
-                    let _ = Box::pin(self.settle_all()).await;
+                    let _ = self.settle_all().await;
                     return Ending::close(close::LIFETIME, "connection lifetime reached; reconnect");
                 }
                 _ = sleep_until_opt(move_at) => {
@@ -737,7 +737,7 @@ impl Conn {
                 }
                 _ = heartbeat.tick() => self.send(&ServerToBridge::Heartbeat).await,
                 lost = lease_lost(&mut self.lease) => {
-                    let _ = Box::pin(self.settle_all()).await;
+                    let _ = self.settle_all().await;
                     return match lost {
                         LeaseLost::Taken => Ending::close(close::SERVER_ERROR, "this server no longer holds the bridge's lease; reconnect"),
                         LeaseLost::RanOut => Ending::close(close::SERVER_ERROR, "the bridge's lease could not be renewed; reconnect"),
