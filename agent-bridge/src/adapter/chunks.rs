@@ -8,23 +8,19 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use moor_protocol::kinds;
-use moor_protocol::payload::{AgentPtyOutput, InputKeys};
+use moor_protocol::payload::InputKeys;
 use tokio::sync::mpsc;
 
-use crate::spool::{Draft, Spool, SpoolError};
+use crate::spool::{Record, Spool, SpoolError};
 
 /// Most bytes spooled with one fsync.
 const BURST_BYTES: usize = 8 * 1024 * 1024;
 
-/// The `agent.pty.output` entries for `bytes`, in order.
-pub fn output_drafts(bytes: &[u8]) -> Vec<Draft> {
+/// The `agent.pty.output` entries for `bytes`, in order, as the spool keeps them: raw.
+pub fn output_records(bytes: &[u8]) -> Vec<Record> {
     bytes
         .chunks(kinds::PTY_OUTPUT_MAX_BYTES)
-        .map(|piece| {
-            Draft::new(AgentPtyOutput {
-                data: STANDARD.encode(piece),
-            })
-        })
+        .map(|piece| Record::pty_output(piece.to_vec()))
         .collect()
 }
 
@@ -42,7 +38,7 @@ pub async fn spool_chunks(
             }
         }
         total += burst.len() as u64;
-        spool.append(output_drafts(&burst)).await?;
+        spool.append(output_records(&burst)).await?;
     }
     Ok(total)
 }
@@ -66,15 +62,23 @@ mod tests {
 
     #[test]
     fn output_is_cut_into_bounded_base64_entries_that_decode_to_the_input() {
+        // arrange
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
         let bytes: Vec<u8> = (0..kinds::PTY_OUTPUT_MAX_BYTES * 2 + 7)
             .map(|i| (i * 31 % 256) as u8)
             .collect();
-        let drafts = output_drafts(&bytes);
-        assert_eq!(drafts.len(), 3);
+        // act
+        let records = output_records(&bytes);
+        spool.append_batch(records).unwrap();
+        // assert
+        let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
+        let entries = batch.entries().unwrap();
+        assert_eq!(entries.len(), 3);
         let mut back = Vec::new();
-        for d in &drafts {
-            let Ok(EntryBody::AgentPtyOutput(out)) = d.body() else {
-                panic!("not agent.pty.output: {d:?}")
+        for e in entries {
+            let Ok(EntryBody::AgentPtyOutput(out)) = EntryBody::decode(&e.kind, &e.payload) else {
+                panic!("not agent.pty.output: {e:?}")
             };
             back.extend(STANDARD.decode(out.data).unwrap());
         }

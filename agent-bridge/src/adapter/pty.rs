@@ -2,8 +2,8 @@
 //!
 //! The program is a session leader with the PTY as its controlling terminal, so job control,
 //! Ctrl-C and full-screen programs behave as in a plain terminal. Output goes both to `moor`'s
-//! own stdout (the person at the desk, whose terminal is put in raw mode) and, batched and
-//! base64-encoded, into the spool. Local keystrokes and remote `input.keys` / `input.text` /
+//! own stdout (the person at the desk, whose terminal is put in raw mode) and, batched, into the
+//! spool as raw bytes (sent as base64 `agent.pty.output` entries). Local keystrokes and remote `input.keys` / `input.text` /
 //! `input.resize` / `input.interrupt` share one writer, so both work at the same time.
 
 use std::time::Duration;

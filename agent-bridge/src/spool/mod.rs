@@ -31,10 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use moor_protocol::NewEntry;
 use tokio::sync::watch;
 
-pub use batch::{Batch, Draft};
+pub use batch::{Batch, Draft, Record};
 use recover::{create_segment, recover, Segment};
 use segment::{decode_at, encode, MAX_BODY_LEN};
 
@@ -206,13 +205,14 @@ impl Spool {
 
     /// Write `drafts` with the next producer seqs, fsync once for the whole batch, then publish
     /// them. Returns the seqs assigned. Blocking: from async code use [`Spool::append`].
-    pub fn append_batch(&self, drafts: Vec<Draft>) -> Result<Range<u64>, SpoolError> {
-        self.try_append(drafts).map_err(|(e, _)| e)
+    pub fn append_batch<R: Into<Record>>(&self, drafts: Vec<R>) -> Result<Range<u64>, SpoolError> {
+        self.try_append(drafts.into_iter().map(Into::into).collect())
+            .map_err(|(e, _)| e)
     }
 
     /// [`Spool::append_batch`], giving the drafts back when the disk is full (nothing of them
     /// was kept, and no seq was used), so that they can be written again.
-    fn try_append(&self, drafts: Vec<Draft>) -> Result<Range<u64>, (SpoolError, Vec<Draft>)> {
+    fn try_append(&self, drafts: Vec<Record>) -> Result<Range<u64>, (SpoolError, Vec<Record>)> {
         let mut w = lock(&self.inner.writer);
         if drafts.is_empty() {
             return Ok(w.next_seq..w.next_seq);
@@ -227,13 +227,8 @@ impl Spool {
         let mut offsets = Vec::with_capacity(drafts.len());
         let mut kept = Vec::with_capacity(drafts.len());
         for (seq, draft) in (first..).zip(drafts) {
-            let entry = NewEntry {
-                producer_seq: seq,
-                ts: draft.ts,
-                kind: draft.kind,
-                payload: draft.payload,
-            };
-            let body = serde_json::to_vec(&entry)
+            let body = draft
+                .spooled(seq)
                 .map_err(|e| (SpoolError::Encode(e.to_string()), Vec::new()))?;
             if body.len() > MAX_BODY_LEN {
                 let e = SpoolError::Encode(format!("{} bytes is over the limit", body.len()));
@@ -241,11 +236,7 @@ impl Spool {
             }
             offsets.push(w.len + buf.len() as u64);
             encode(seq, &body, &mut buf);
-            kept.push(Draft {
-                ts: entry.ts,
-                kind: entry.kind,
-                payload: entry.payload,
-            });
+            kept.push(draft);
         }
         let next = first + offsets.len() as u64;
         let path = self.segment_path_locked();
@@ -278,7 +269,8 @@ impl Spool {
     /// On a full disk it does not fail: it publishes the episode ([`Spool::subscribe_full`]) and
     /// tries the same batch again every [`Spool::full_retry`] until it is written, so the
     /// producer (and the agent behind it) waits instead of losing output.
-    pub async fn append(&self, mut drafts: Vec<Draft>) -> Result<Range<u64>, SpoolError> {
+    pub async fn append<R: Into<Record>>(&self, drafts: Vec<R>) -> Result<Range<u64>, SpoolError> {
+        let mut drafts: Vec<Record> = drafts.into_iter().map(Into::into).collect();
         loop {
             let spool = self.clone();
             let attempt = tokio::task::spawn_blocking(move || spool.try_append(drafts))
@@ -366,11 +358,7 @@ impl Spool {
             pos = rec.body.end;
             bodies.push(rec.body);
         }
-        Ok(Some(Batch {
-            first: from,
-            buf,
-            bodies,
-        }))
+        Batch::decoded(from, buf, bodies, max_bytes).map(Some)
     }
 
     /// The server committed everything up to `upto`: drop it. Never moves backwards.

@@ -2,6 +2,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 
 use moor_protocol::payload::{AgentOutput, OutputStream};
+use moor_protocol::NewEntry;
 
 use super::segment::{encode, segment_name};
 use super::*;
@@ -239,4 +240,83 @@ async fn async_append_publishes_the_durable_seq() {
     spool.append(drafts(&["x", "y"])).await.unwrap();
     durable.changed().await.unwrap();
     assert_eq!(*durable.borrow(), 2);
+}
+
+fn pty_bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 256) as u8).collect()
+}
+
+fn bodies(spool: &Spool, max_bytes: usize) -> Vec<Vec<u8>> {
+    let batch = spool.read_batch(1, 100, max_bytes).unwrap().unwrap();
+    batch.bodies().map(<[u8]>::to_vec).collect()
+}
+
+#[test]
+fn terminal_output_is_spooled_raw_and_read_back_as_the_json_it_stands_for() {
+    use base64::Engine;
+    use moor_protocol::payload::AgentPtyOutput;
+    // arrange: the same output, once raw and once as the JSON entry, each beside a JSON entry
+    let (raw_dir, json_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (raw, json) = (
+        Spool::open(raw_dir.path()).unwrap(),
+        Spool::open(json_dir.path()).unwrap(),
+    );
+    let bytes = pty_bytes(30_000);
+    let as_entry = Draft::at(
+        1_700_000_000_123,
+        AgentPtyOutput {
+            data: base64::engine::general_purpose::STANDARD.encode(&bytes),
+        },
+    );
+    // act
+    raw.append_batch(vec![
+        Record::PtyOutput {
+            ts: 1_700_000_000_123,
+            bytes: bytes.clone(),
+        },
+        Record::Entry(Draft::at(5, output("after"))),
+    ])
+    .unwrap();
+    json.append_batch(vec![as_entry, Draft::at(5, output("after"))])
+        .unwrap();
+    // assert: the same bytes go out; a quarter fewer are written
+    assert_eq!(bodies(&raw, usize::MAX), bodies(&json, usize::MAX));
+    let reopened = Spool::open(raw_dir.path()).unwrap();
+    assert_eq!(bodies(&reopened, usize::MAX), bodies(&json, usize::MAX));
+    let size = |dir: &Path| -> u64 {
+        let name = &segment_files(dir)[0];
+        fs::metadata(dir.join(name)).unwrap().len()
+    };
+    let (raw_size, json_size) = (size(raw_dir.path()), size(json_dir.path()));
+    assert!(
+        raw_size * 4 < json_size * 3 + 400,
+        "raw {raw_size} bytes against {json_size}"
+    );
+}
+
+#[test]
+fn a_batch_of_terminal_output_holds_to_its_json_byte_bound() {
+    // arrange
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    let pieces: Vec<Record> = (0..3)
+        .map(|_| Record::pty_output(pty_bytes(3000)))
+        .collect();
+    spool.append_batch(pieces).unwrap();
+    let one = bodies(&spool, usize::MAX)[0].len();
+    // act
+    let two = bodies(&spool, 2 * one + 1);
+    let at_least_one = bodies(&spool, 10);
+    // assert: 3,000 raw bytes each, but about 4,000 of JSON: the bound counts the JSON
+    assert!(one > 4000, "{one}");
+    assert_eq!(two.len(), 2);
+    assert_eq!(at_least_one.len(), 1);
+    assert_eq!(
+        spool
+            .read_batch(1, 100, 2 * one + 1)
+            .unwrap()
+            .unwrap()
+            .last(),
+        2
+    );
 }
