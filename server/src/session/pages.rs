@@ -167,8 +167,16 @@ impl PageRead {
 
 type Key = (SessionId, Seq, PageLimit);
 
-/// What a shared read ends with: the page, or `None` when it failed.
-type Outcome = Option<SharedPage>;
+/// Where a shared read stands.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// Not ended yet.
+    Reading,
+    /// It failed: each tail reads on its own.
+    Failed,
+    /// The page.
+    Read(SharedPage),
+}
 
 /// Pages being read or recently read, by session, cursor and bounds.
 #[derive(Debug, Default)]
@@ -190,8 +198,7 @@ struct Slot {
     id: u64,
     /// When its read began.
     began: Instant,
-    /// `None` until the read ends.
-    outcome: watch::Receiver<Option<Outcome>>,
+    outcome: watch::Receiver<Outcome>,
     /// How many tails asked for its page.
     tails: Arc<AtomicUsize>,
     /// Its page's size once read and kept, counted in [`Inner::bytes`].
@@ -199,7 +206,7 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(id: u64, began: Instant, outcome: watch::Receiver<Option<Outcome>>) -> Self {
+    fn new(id: u64, began: Instant, outcome: watch::Receiver<Outcome>) -> Self {
         Self {
             id,
             began,
@@ -225,12 +232,14 @@ impl SharedPages {
         let key = (session, cursor, limit);
         let shared = self.shared(store, key, Instant::now());
         if let Some((began, mut outcome)) = shared {
-            let page = outcome
-                .wait_for(Option::is_some)
+            let page = match outcome
+                .wait_for(|o| !matches!(o, Outcome::Reading))
                 .await
-                .ok()
-                .and_then(|done| done.clone())
-                .flatten();
+                .as_deref()
+            {
+                Ok(Outcome::Read(page)) => Some(Arc::clone(page)),
+                _ => None,
+            };
             if let Some(page) = page.filter(|p| p.page.more || began >= subscribed) {
                 return Ok(page);
             }
@@ -247,7 +256,7 @@ impl SharedPages {
         store: &Arc<dyn LogStore>,
         key: Key,
         now: Instant,
-    ) -> Option<(Instant, watch::Receiver<Option<Outcome>>)> {
+    ) -> Option<(Instant, watch::Receiver<Outcome>)> {
         let mut inner = self.lock();
         inner.expire(now);
         if let Some(slot) = inner.slots.get(&key) {
@@ -259,7 +268,7 @@ impl SharedPages {
         }
         inner.made += 1;
         let id = inner.made;
-        let (tx, outcome) = watch::channel(None);
+        let (tx, outcome) = watch::channel(Outcome::Reading);
         let slot = Slot::new(id, now, outcome.clone());
         let tails = Arc::clone(&slot.tails);
         inner.slots.insert(key, slot);
@@ -272,7 +281,7 @@ impl SharedPages {
                 .ok()
                 .map(|page| Arc::new(PageRead::asked_by(page, tails)));
             pages.lock().ended(&key, id, page.as_ref());
-            let _ = tx.send(Some(page));
+            let _ = tx.send(page.map_or(Outcome::Failed, Outcome::Read));
         });
         Some((now, outcome))
     }
@@ -396,7 +405,11 @@ mod tests {
         let (_, mut outcome) = pages
             .shared(&store, (session, Seq::ZERO, LIMIT), began)
             .unwrap();
-        let early = outcome.wait_for(Option::is_some).await.unwrap().clone();
+        let early = outcome
+            .wait_for(|o| !matches!(o, Outcome::Reading))
+            .await
+            .unwrap()
+            .clone();
         store.append(session, outputs(1)).await.unwrap();
         // The slot of a last page is forgotten once read; put it back as if a read of it were
         // still being shared when the tail asks.
@@ -414,7 +427,10 @@ mod tests {
             .unwrap();
 
         // assert: the shared page missed the entry the tail's subscription did not see
-        assert_eq!(early.flatten().unwrap().page.entries.len(), 50);
+        let Outcome::Read(early) = early else {
+            panic!("the shared read failed")
+        };
+        assert_eq!(early.page.entries.len(), 50);
         assert_eq!(page.page.entries.len(), 51, "read alone, with the entry");
         drop(tx);
     }
@@ -424,7 +440,7 @@ mod tests {
         let mut inner = Inner::default();
         let key = (SessionId(uuid::Uuid::new_v4()), Seq::ZERO, LIMIT);
         let t0 = Instant::now();
-        let (_tx, rx) = watch::channel(None);
+        let (_tx, rx) = watch::channel(Outcome::Reading);
         inner.slots.insert(key, Slot::new(7, t0, rx));
         let entry = RawEntry::new(Seq(1), 0, kinds::AGENT_OUTPUT, "bridge", "{}");
         let page = Arc::new(PageRead::new(Page {
