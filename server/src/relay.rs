@@ -12,16 +12,16 @@
 //!
 //! Calls `store`, `hub` and `access::revocations`; never a transport or the session core.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use moor_protocol::{now_ms, Entry, Seq, SessionId};
+use moor_protocol::{now_ms, Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
 use crate::access::revocations::Revocations;
 use crate::hub::{Frame, Hub};
 use crate::store::{
-    read_page, Cluster, Notice, PageLimit, Range, Revocation, StoreError, StoreResult, Stores,
+    read_page_raw, Cluster, Notice, PageLimit, Range, RawEntry, Revocation, StoreError,
+    StoreResult, Stores,
 };
 
 /// Entries read per query when relaying a range.
@@ -103,7 +103,9 @@ impl Relay<'_> {
                 count: want,
                 bytes: PAGE_BYTES,
             };
-            let page = read_page(&*self.store.log, session, Range::After(cursor), limit)
+            // As stored: a relayed entry's events are made from its stored text, once for every
+            // subscriber here, as for an entry committed on this node.
+            let page = read_page_raw(&*self.store.log, session, Range::After(cursor), limit)
                 .await?
                 .entries;
             let Some(end) = page.last().map(|e| e.seq) else {
@@ -115,7 +117,7 @@ impl Relay<'_> {
                 session,
                 page.into_iter()
                     .filter(|e| e.seq <= last)
-                    .map(|e| Frame::new(Arc::new(e))),
+                    .map(Frame::committed),
             );
         }
         Ok(())
@@ -124,7 +126,7 @@ impl Relay<'_> {
     /// Records, for each relayed entry of `page` up to `last`, how long after its commit on
     /// the other node it is published here (clocks of nodes are assumed in step; a negative
     /// delay from a skewed clock counts as none).
-    fn observe_delay(&self, page: &[Entry], last: Seq) {
+    fn observe_delay(&self, page: &[RawEntry], last: Seq) {
         let now = now_ms();
         let metrics = self.hub.metrics();
         for entry in page.iter().filter(|e| e.seq <= last) {
@@ -139,13 +141,13 @@ impl Relay<'_> {
     async fn catch_up(&self) -> StoreResult<()> {
         self.recheck_revocations().await?;
         for session in self.hub.watched() {
-            let newest = self
+            let (newest, _) = self
                 .store
                 .log
-                .read(session, Range::Before(Seq(i64::MAX as u64)), 1)
+                .read_raw(session, Range::Before(Seq(i64::MAX as u64)), 1)
                 .await?;
             self.hub
-                .publish(session, newest.into_iter().map(|e| Frame::new(Arc::new(e))));
+                .publish(session, newest.into_iter().map(Frame::committed));
         }
         let local = self.hub.bridge_epochs();
         if !local.is_empty() {
