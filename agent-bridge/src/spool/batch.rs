@@ -8,6 +8,7 @@ use moor_protocol::payload::AgentPtyOutput;
 use moor_protocol::{kinds, BodyError, EntryBody, NewEntry};
 use serde_json::Value;
 
+use super::segment::HEADER_LEN;
 use super::SpoolError;
 
 /// What the spool writes: an entry, spooled as its `NewEntry` JSON, or a piece of terminal
@@ -147,10 +148,14 @@ impl Batch {
         }
         let mut json = Vec::with_capacity(buf.len() * 4 / 3);
         let mut ranges = Vec::with_capacity(bodies.len());
+        // Counted as `read_batch` counts spooled JSON, record headers included, so a batch ends
+        // where it would had the output been spooled as JSON.
+        let mut counted = 0;
         for (seq, body) in (first..).zip(&bodies) {
             let start = json.len();
             write_entry_json(seq, &buf[body.clone()], &mut json)?;
-            if json.len() > max_bytes && !ranges.is_empty() {
+            counted += HEADER_LEN + json.len() - start;
+            if counted > max_bytes && !ranges.is_empty() {
                 json.truncate(start);
                 break;
             }

@@ -4,7 +4,7 @@ use std::io::Write;
 use moor_protocol::payload::{AgentOutput, OutputStream};
 use moor_protocol::NewEntry;
 
-use super::segment::{encode, segment_name};
+use super::segment::{encode, segment_name, HEADER_LEN};
 use super::*;
 
 fn drafts(texts: &[&str]) -> Vec<Draft> {
@@ -303,7 +303,9 @@ fn a_batch_of_terminal_output_holds_to_its_json_byte_bound() {
         .map(|_| Record::pty_output(pty_bytes(3000)))
         .collect();
     spool.append_batch(pieces).unwrap();
-    let one = bodies(&spool, usize::MAX)[0].len();
+    // What one entry counts against the bound: its JSON and a record's header, as if spooled
+    // as JSON.
+    let one = bodies(&spool, usize::MAX)[0].len() + HEADER_LEN;
     // act
     let two = bodies(&spool, 2 * one + 1);
     let at_least_one = bodies(&spool, 10);
@@ -319,4 +321,54 @@ fn a_batch_of_terminal_output_holds_to_its_json_byte_bound() {
             .last(),
         2
     );
+}
+
+#[test]
+fn raw_and_json_spools_of_the_same_entries_give_the_same_batches() {
+    use base64::Engine;
+    use moor_protocol::payload::AgentPtyOutput;
+    // arrange: a mix of terminal output (empty, small, larger than a read) and other entries,
+    // spooled once with raw output and once as the JSON entries it stands for
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let (raw_dir, json_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // (One segment each: the two rotate at different seqs, and a batch ends with its segment.)
+    let (raw, json) = (
+        Spool::open(raw_dir.path()).unwrap(),
+        Spool::open(json_dir.path()).unwrap(),
+    );
+    for _ in 0..40 {
+        let (mut as_raw, mut as_json) = (Vec::new(), Vec::new());
+        for _ in 0..=next(6) {
+            let ts = next(1 << 40) as i64;
+            if next(3) == 0 {
+                let d = Draft::at(ts, output(&"x".repeat(next(3000) as usize)));
+                as_raw.push(Record::Entry(d.clone()));
+                as_json.push(d);
+            } else {
+                let bytes = pty_bytes(next(6000) as usize);
+                let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                as_raw.push(Record::PtyOutput { ts, bytes });
+                as_json.push(Draft::at(ts, AgentPtyOutput { data }));
+            }
+        }
+        assert_eq!(
+            raw.append_batch(as_raw).unwrap(),
+            json.append_batch(as_json).unwrap()
+        );
+    }
+    // act and assert: from every seq, with bounds from one entry to many, the same entries in
+    // the same batches, byte for byte
+    for from in 1..=raw.durable() {
+        let (entries, bytes) = (1 + next(20) as usize, next(40_000) as usize);
+        let a = raw.read_batch(from, entries, bytes).unwrap().unwrap();
+        let b = json.read_batch(from, entries, bytes).unwrap().unwrap();
+        assert_eq!((a.first(), a.last()), (b.first(), b.last()), "from {from}");
+        assert!(a.bodies().eq(b.bodies()), "from {from}");
+    }
 }
