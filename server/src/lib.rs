@@ -36,6 +36,7 @@ pub mod retention;
 pub mod serve;
 pub mod session;
 pub mod sse;
+pub mod sse_pump;
 pub mod state;
 pub mod store;
 pub mod streams;
@@ -269,6 +270,7 @@ impl Server {
             store: self.store,
             hub,
             auth: self.auth.with_revocations(revocations),
+            sse_stalls: sse_pump::Stalls::new(self.config.stall_timeout),
             config: Arc::new(self.config),
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),

@@ -18,7 +18,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use futures_util::{FutureExt, StreamExt};
+
 use moor_protocol::web::RESET_EVENT;
 use std::sync::Arc;
 
@@ -30,12 +30,11 @@ use tokio_util::sync::CancellationToken;
 use crate::access::AuthUser;
 use crate::compress::GzipStream;
 use crate::error::ApiError;
-use crate::hub::Hub;
 use crate::metrics::Transport;
 use crate::session::cursor::check_cursor;
 use crate::session::tail::Tail;
+use crate::sse_pump::Pump;
 use crate::state::AppState;
-use crate::streams::Slot;
 use crate::util::{query_param, sleep_until_opt};
 use crate::viewing::{open_viewer_stream, Opened};
 
@@ -102,9 +101,9 @@ pub async fn events(
                     due: None,
                 }
             });
-            Body::from_stream(pump(
+            Body::from_stream(Pump::new(
                 stream(tail, feed, &state, stop, role_stop),
-                state.config.stall_timeout,
+                &state.sse_stalls,
                 slot,
                 state.hub.clone(),
                 gzip.then(GzipStream::new),
@@ -255,79 +254,6 @@ fn stream(
     })
 }
 
-/// The last words to a reader cut off for not reading.
-const STALLED: &[u8] = b": reader too slow; reconnect with Last-Event-ID\n\n";
-
-/// Runs `events` in its own task, handing its chunks over one at a time: the response holds the
-/// chunk it is writing and one more. When the reader takes nothing for `stall`, the task ends
-/// (releasing its tail and the account's `slot`) and the response ends after what it holds and
-/// a comment saying why. With `gzip`, every chunk is compressed and flushed on its own (a live
-/// entry is never held back for more traffic), and the compressor is dropped whenever `events`
-/// has nothing ready, so an idle stream does not keep it.
-fn pump(
-    events: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
-    stall: Duration,
-    slot: Slot,
-    hub: Hub,
-    mut gzip: Option<GzipStream>,
-) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let (stalled_tx, stalled_rx) = tokio::sync::oneshot::channel::<Bytes>();
-    tokio::spawn(async move {
-        let _slot = slot;
-        let _open = hub.metrics().viewer_open(Transport::Sse);
-        let mut events = std::pin::pin!(events);
-        loop {
-            let next = match events.next().now_or_never() {
-                Some(next) => next,
-                None => {
-                    if let Some(z) = &mut gzip {
-                        z.rest();
-                    }
-                    tokio::select! {
-                        next = events.next() => next,
-                        // The response is gone: nobody to write for.
-                        _ = tx.closed() => return,
-                    }
-                }
-            };
-            let (chunk, end) = match (next, &mut gzip) {
-                (Some(Ok(chunk)), None) => (chunk, false),
-                (Some(Ok(chunk)), Some(z)) => (z.chunk(&chunk), false),
-                // The end of the stream ends the gzip member too.
-                (None, Some(z)) => (z.finish(), true),
-                (None, None) => return,
-                (Some(Err(never)), _) => match never {},
-            };
-            match tokio::time::timeout(stall, tx.send(chunk)).await {
-                Ok(Ok(())) if !end => {}
-                Ok(_) => return,
-                Err(_) if end => return,
-                Err(_) => {
-                    tracing::debug!("sse reader stalled; ending its stream");
-                    hub.metrics().cut_off(Transport::Sse);
-                    let last = match &mut gzip {
-                        None => Bytes::from_static(STALLED),
-                        Some(z) => {
-                            let mut last = z.chunk(STALLED).to_vec();
-                            last.extend_from_slice(&z.finish());
-                            Bytes::from(last)
-                        }
-                    };
-                    let _ = stalled_tx.send(last);
-                    return;
-                }
-            }
-        }
-    });
-    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (Ok(chunk), rx))
-    });
-    let farewell = futures_util::stream::once(async move { stalled_rx.await.ok().map(Ok) })
-        .filter_map(std::future::ready);
-    chunks.chain(farewell)
-}
-
 /// What the tail has at hand, as one chunk: a run of a stored page's events as the page holds
 /// them (about 64 KiB), or the frames at hand written one after another into about
 /// [`CHUNK_BYTES`] (up to the next run, which goes as a chunk of its own).
@@ -347,6 +273,7 @@ fn ready_chunk(tail: &mut Tail) -> Option<Bytes> {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::StreamExt;
     use moor_protocol::payload::BridgeConnected;
     use moor_protocol::{kinds, EntryBody, Seq};
     use serde_json::json;

@@ -69,6 +69,8 @@ pub struct AppStateInner {
     pub quotas: Quotas,
     /// Open SSE streams and sockets per account.
     pub streams: Streams,
+    /// SSE bodies, swept for readers that stopped reading.
+    pub sse_stalls: crate::sse_pump::Stalls,
     /// The VAPID public key browsers subscribe with (base64url).
     pub vapid_public_key: Arc<str>,
 }
@@ -156,6 +158,7 @@ pub(crate) mod testing {
             hub,
             auth,
             quotas: crate::quota::Quotas::new(&config),
+            sse_stalls: crate::sse_pump::Stalls::new(config.stall_timeout),
             config: Arc::new(config),
             shutdown,
             tasks,
