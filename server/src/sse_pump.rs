@@ -181,8 +181,31 @@ struct StallsInner {
     /// How long a body may be owed a poll before its stream is cut off.
     stall: Duration,
     clock: Instant,
-    /// The bodies alive (forgotten at the sweep after they drop), and whether a sweeper runs.
-    bodies: Mutex<(Vec<Weak<Pumped>>, bool)>,
+    bodies: Mutex<Registry>,
+}
+
+/// The bodies registered and not yet forgotten, and whether a sweeper runs.
+#[derive(Debug, Default)]
+struct Registry {
+    /// Dropped bodies are forgotten at the next sweep, or when registering finds this list at
+    /// `prune_at`: so it never holds more than twice the live bodies (plus a floor), however
+    /// fast streams open and close between sweeps.
+    bodies: Vec<Weak<Pumped>>,
+    prune_at: usize,
+    sweeping: bool,
+}
+
+/// The fewest entries at which registering prunes the list.
+const PRUNE_FLOOR: usize = 64;
+
+impl Registry {
+    fn prune(&mut self) {
+        self.bodies.retain(|b| b.strong_count() > 0);
+        self.prune_at = (2 * self.bodies.len()).max(PRUNE_FLOOR);
+        if self.bodies.capacity() > 2 * self.prune_at {
+            self.bodies.shrink_to(self.prune_at);
+        }
+    }
 }
 
 impl std::fmt::Debug for Pumped {
@@ -207,17 +230,20 @@ impl Stalls {
 
     /// Adds `body`, starting a sweeper when none runs.
     fn register(&self, body: &Arc<Pumped>) {
-        let mut bodies = self.inner.lock();
-        bodies.0.push(Arc::downgrade(body));
-        if !bodies.1 {
-            bodies.1 = true;
+        let mut registry = self.inner.lock();
+        if registry.bodies.len() >= registry.prune_at {
+            registry.prune();
+        }
+        registry.bodies.push(Arc::downgrade(body));
+        if !registry.sweeping {
+            registry.sweeping = true;
             tokio::spawn(sweep(Arc::downgrade(&self.inner)));
         }
     }
 }
 
 impl StallsInner {
-    fn lock(&self) -> MutexGuard<'_, (Vec<Weak<Pumped>>, bool)> {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
         self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -237,14 +263,14 @@ async fn sweep(inner: Weak<StallsInner>) {
         let stall = u64::try_from(inner.stall.as_millis()).unwrap_or(u64::MAX);
         let now = millis_since(inner.clock);
         let stalled: Vec<Arc<Pumped>> = {
-            let mut bodies = inner.lock();
-            bodies.0.retain(|b| b.strong_count() > 0);
-            if bodies.0.is_empty() {
-                bodies.1 = false;
+            let mut registry = inner.lock();
+            registry.prune();
+            if registry.bodies.is_empty() {
+                registry.sweeping = false;
                 return;
             }
-            bodies
-                .0
+            registry
+                .bodies
                 .iter()
                 .filter_map(Weak::upgrade)
                 .filter(|b| b.stalled(now, stall))
@@ -285,6 +311,33 @@ mod tests {
         assert!(streams.open("ann", false).is_some(), "the slot is free");
         assert_eq!(body.next().await.unwrap().unwrap(), STALLED);
         assert!(body.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_opened_and_closed_between_sweeps_leave_a_bounded_registry() {
+        // arrange: one reader stays; no sweep runs while the time stands still
+        let (stalls, streams) = (Stalls::new(STALL), Streams::new(2));
+        let _stays = body(&stalls, &streams);
+        // act: 10,000 streams open and close before the next sweep
+        for _ in 0..10_000 {
+            drop(body(&stalls, &streams));
+        }
+        // assert: the dropped bodies were forgotten as they piled up
+        let registry = stalls.inner.lock();
+        assert!(
+            registry.bodies.len() <= PRUNE_FLOOR && registry.bodies.capacity() <= 4 * PRUNE_FLOOR,
+            "{} bodies held in room for {}",
+            registry.bodies.len(),
+            registry.bodies.capacity()
+        );
+        assert_eq!(
+            registry
+                .bodies
+                .iter()
+                .filter(|b| b.strong_count() > 0)
+                .count(),
+            1
+        );
     }
 
     #[tokio::test(start_paused = true)]

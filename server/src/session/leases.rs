@@ -454,21 +454,11 @@ pub fn disconnected(
 
 #[cfg(test)]
 mod tests {
-    use tokio_util::task::TaskTracker;
-
     use super::*;
-    use crate::hub::Hub;
 
     /// Node `node-a`'s leases over a real SQLite store in `dir` (30 s, renewed every 10 s).
     async fn sqlite_leases(dir: &tempfile::TempDir) -> (crate::store::Stores, Log, Leases) {
-        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap();
-        let (log, states) = super::super::log_and_states(
-            store.log.clone(),
-            Hub::default(),
-            TaskTracker::new(),
-            CancellationToken::new(),
-        );
+        let (_, store, log, states) = super::super::on_sqlite(dir).await;
         let ttl = Duration::from_secs(30);
         let leases = Leases::new(
             store.leases.clone(),

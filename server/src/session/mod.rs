@@ -34,3 +34,20 @@ pub(crate) fn log_and_states(
     let states = states::States::new(store, hub, log.clone(), tasks, shutdown);
     (log, states)
 }
+
+/// A real SQLite store in `dir` (its URL, for a second connection), with [`log_and_states`]
+/// over it on a hub of its own.
+#[cfg(test)]
+pub(crate) async fn on_sqlite(
+    dir: &tempfile::TempDir,
+) -> (String, crate::store::Stores, log::Log, states::States) {
+    let url = format!("sqlite:{}", dir.path().join("moor.db").display());
+    let store = crate::store::connect(&url).await.expect("a SQLite store");
+    let (log, states) = log_and_states(
+        store.log.clone(),
+        crate::hub::Hub::default(),
+        tokio_util::task::TaskTracker::new(),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    (url, store, log, states)
+}

@@ -353,14 +353,8 @@ mod tests {
     async fn a_follower_stops_once_nobody_watches_and_restarts_on_demand() {
         // arrange: a real SQLite store, two sessions with followers
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap().log;
-        let (log, states) = super::super::log_and_states(
-            store.clone(),
-            Hub::default(),
-            TaskTracker::new(),
-            CancellationToken::new(),
-        );
+        let (_, store, log, states) = super::super::on_sqlite(&dir).await;
+        let store = store.log;
         let ended = store.open_session("ended", None).await.unwrap().id;
         let open = store.open_session("open", None).await.unwrap().id;
         let mut watching = states.watch(ended);
@@ -397,14 +391,8 @@ mod tests {
         // arrange: a real SQLite store and a session with entries, whose log table another
         // connection has taken away before anyone watches
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("moor.db").display());
-        let store = crate::store::connect(&url).await.unwrap().log;
-        let (log, states) = super::super::log_and_states(
-            store.clone(),
-            Hub::default(),
-            TaskTracker::new(),
-            CancellationToken::new(),
-        );
+        let (url, store, log, states) = super::super::on_sqlite(&dir).await;
+        let store = store.log;
         let session = store.open_session("s", None).await.unwrap().id;
         log.append(session, vec![server_entry(kinds::SESSION_ENDED, 1)])
             .await
