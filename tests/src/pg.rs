@@ -149,6 +149,21 @@ impl TestDb {
         killed.into_iter().filter(|k| *k).count()
     }
 
+    /// A fault proxy in front of the database server, and this database's URL through it: a
+    /// node given that URL can be cut off from the database alone, while others keep theirs.
+    pub async fn proxied(&self) -> (crate::FaultProxy, String) {
+        let mut url = reqwest::Url::parse(&self.url).expect("the test database's URL");
+        let server = url
+            .socket_addrs(|| Some(5432))
+            .expect("the database server's address")[0];
+        let proxy = crate::FaultProxy::start(server).await;
+        url.set_ip_host(proxy.addr().ip())
+            .expect("an IP host for the URL");
+        url.set_port(Some(proxy.addr().port()))
+            .expect("a port for the URL");
+        (proxy, url.to_string())
+    }
+
     /// Allows or refuses new connections to the test database (open ones are not affected).
     pub async fn allow_connections(&self, admin: &PgPool, allow: bool) {
         sqlx::query(&format!(

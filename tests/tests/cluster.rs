@@ -12,8 +12,8 @@ use moor_e2e::assert::{agent_texts, assert_counted_prefix, input_seq, of_kind, s
 use moor_e2e::http::RawBody;
 use moor_e2e::pg::TestDb;
 use moor_e2e::{
-    assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, SseClient, SseOpts,
-    TestBridge, TestServer, FINISH, WAIT,
+    assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, ServerOpts, SseClient,
+    SseOpts, TestBridge, TestServer, FINISH, WAIT,
 };
 use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
 use reqwest::Method;
@@ -451,10 +451,19 @@ struct Shared {
 /// Starts nodes A and B sharing their signing keys (deployed nodes share the data dir), attaches
 /// a bridge on A, and gives each of `users` a viewer role on its session and a login.
 async fn shared_session(db: &TestDb, users: &[&'static str]) -> Shared {
+    shared_session_via(db, users, db.url()).await
+}
+
+/// [`shared_session`] with node B reaching the database at `b_url` (through a proxy, say).
+async fn shared_session_via(db: &TestDb, users: &[&'static str], b_url: &str) -> Shared {
     let admin = token();
     let a = TestServer::start(db.node_opts("a", &admin)).await;
     let keys = a.data_file("jwt-keys.json");
-    let b = TestServer::start(db.node_opts("b", &admin).data_file("jwt-keys.json", keys)).await;
+    let b_opts = ServerOpts::new()
+        .flag("--database-url", b_url)
+        .flag("--node-id", "b")
+        .flag("--admin-token", &admin);
+    let b = TestServer::start(b_opts.data_file("jwt-keys.json", keys)).await;
     let mut bridge = raw_bridge(&a, &admin).await;
     let id = bridge
         .hello(&session_name(), ProducerId::new())
@@ -564,7 +573,9 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
     let Some(db) = TestDb::create().await else {
         return;
     };
-    // arrange: two viewers of a session on A, watching on B
+    // arrange: three viewers of a session on A, watching on B, which reaches the database
+    // through a proxy (A does not)
+    let (b_db, b_url) = db.proxied().await;
     let Shared {
         a,
         b,
@@ -572,21 +583,21 @@ async fn a_node_that_missed_revocation_notices_ends_those_streams_when_it_listen
         mut bridge,
         id,
         login,
-    } = shared_session(&db, &["vic", "mem", "kept"]).await;
-    let admin = db.admin().await;
+    } = shared_session_via(&db, &["vic", "mem", "kept"], &b_url).await;
     let access = |user: &str| login[user]["access_token"].as_str().unwrap().to_owned();
     let vic = Streams::open(&b, &access("vic"), id).await;
     let mem = Streams::open(&b, &access("mem"), id).await;
     let mut kept = Streams::open(&b, &access("kept"), id).await;
 
-    // act: B loses its listen connection and cannot get it back while A revokes vic and
-    // removes mem; no notice of either will ever reach B
-    db.allow_connections(&admin, false).await;
-    assert_eq!(db.kill_listen(&admin, "b").await, 1);
+    // act: B loses its listen connection and cannot open another (nor any new connection) while
+    // A revokes vic and removes mem; no notice of either will ever reach B. B's pooled
+    // connections stay open, and A's database stays open to A.
+    b_db.refuse(true);
+    assert_eq!(db.kill_listen(&db.admin().await, "b").await, 1);
     let (s, _) = post(&a, "/users/vic/revoke", Some(&admin_token), json!({})).await;
     assert_eq!(s, reqwest::StatusCode::NO_CONTENT);
     remove_member(&a, &admin_token, id, "mem").await;
-    db.allow_connections(&admin, true).await;
+    b_db.refuse(false);
 
     // assert: B checks what it holds against the store once it listens again
     vic.assert_closed(close::UNAUTHORIZED, "revoked while B was deaf")

@@ -9,8 +9,8 @@
 use moor_e2e::assert::{agent_texts, assert_counted_prefix, summary};
 use moor_e2e::pg::{skip, LocalCluster, TestDb};
 use moor_e2e::{
-    assert_contiguous, eventually, BridgeOpts, FaultProxy, ServerOpts, SseClient, SseOpts,
-    TestServer, FINISH, WAIT,
+    assert_contiguous, eventually, BridgeOpts, ServerOpts, SseClient, SseOpts, TestServer, FINISH,
+    WAIT,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,15 +83,8 @@ async fn a_node_started_while_postgres_cannot_be_reached_waits_for_it_then_serve
     };
     // arrange: the database behind a proxy that refuses every connection, as a Postgres that
     // has not started yet (or is restarting) does
-    let mut url = reqwest::Url::parse(db.url()).expect("the test database's URL");
-    let pg = url
-        .socket_addrs(|| Some(5432))
-        .expect("the database's address")[0];
-    let proxy = FaultProxy::start(pg).await;
+    let (proxy, url) = db.proxied().await;
     proxy.refuse(true);
-    url.set_ip_host(proxy.addr().ip()).unwrap();
-    url.set_port(Some(proxy.addr().port())).unwrap();
-    let url = url.to_string();
     let token = uuid::Uuid::new_v4().simple().to_string();
     let opts = ServerOpts::new()
         .flag("--database-url", &url)
