@@ -181,7 +181,7 @@ struct StallsInner {
     /// How long a body may be owed a poll before its stream is cut off.
     stall: Duration,
     clock: Instant,
-    bodies: Mutex<Registry>,
+    registry: Mutex<Registry>,
 }
 
 /// The bodies registered and not yet forgotten, and whether a sweeper runs.
@@ -223,7 +223,7 @@ impl Stalls {
             inner: Arc::new(StallsInner {
                 stall: stall.max(Duration::from_millis(1)),
                 clock: Instant::now(),
-                bodies: Mutex::default(),
+                registry: Mutex::default(),
             }),
         }
     }
@@ -244,7 +244,7 @@ impl Stalls {
 
 impl StallsInner {
     fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.bodies.lock().unwrap_or_else(PoisonError::into_inner)
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -94,8 +94,13 @@ impl TestDb {
 
     /// `moord` flags for node `node` on this database, with a shared admin token.
     pub fn node_opts(&self, node: &str, token: &str) -> ServerOpts {
+        Self::node_opts_via(&self.url, node, token)
+    }
+
+    /// [`Self::node_opts`] with the database reached at `url` (through a proxy, say).
+    pub fn node_opts_via(url: &str, node: &str, token: &str) -> ServerOpts {
         ServerOpts::new()
-            .flag("--database-url", &self.url)
+            .flag("--database-url", url)
             .flag("--node-id", node)
             .flag("--admin-token", token)
     }

@@ -12,8 +12,8 @@ use moor_e2e::assert::{agent_texts, assert_counted_prefix, input_seq, of_kind, s
 use moor_e2e::http::RawBody;
 use moor_e2e::pg::TestDb;
 use moor_e2e::{
-    assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, ServerOpts, SseClient,
-    SseOpts, TestBridge, TestServer, FINISH, WAIT,
+    assert_contiguous, eventually, BridgeOpts, FaultProxy, RawBridge, SseClient, SseOpts,
+    TestBridge, TestServer, FINISH, WAIT,
 };
 use moor_protocol::{close, kinds, Entry, ProducerId, SessionId};
 use reqwest::Method;
@@ -459,10 +459,7 @@ async fn shared_session_via(db: &TestDb, users: &[&'static str], b_url: &str) ->
     let admin = token();
     let a = TestServer::start(db.node_opts("a", &admin)).await;
     let keys = a.data_file("jwt-keys.json");
-    let b_opts = ServerOpts::new()
-        .flag("--database-url", b_url)
-        .flag("--node-id", "b")
-        .flag("--admin-token", &admin);
+    let b_opts = TestDb::node_opts_via(b_url, "b", &admin);
     let b = TestServer::start(b_opts.data_file("jwt-keys.json", keys)).await;
     let mut bridge = raw_bridge(&a, &admin).await;
     let id = bridge
