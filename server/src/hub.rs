@@ -19,6 +19,11 @@ use tokio::sync::{broadcast, mpsc};
 use crate::session::pages::SharedPages;
 use crate::store::RawEntry;
 
+mod budget;
+
+use budget::{Budget, Charge};
+pub use budget::{COPIES as LIVE_COPIES, NODE_LIVE_BYTES, SESSION_LIVE_BYTES};
+
 /// Live entries buffered per session before a slow subscriber lags (and is resynchronised from
 /// the store).
 const CHANNEL_CAPACITY: usize = 1024;
@@ -29,9 +34,11 @@ const CHANNEL_CAPACITY: usize = 1024;
 /// small channel then see it closed and resubscribe, reading what they missed from the store.
 const FIRST_CAPACITY: usize = 16;
 
-/// Entries whose payload encodes to more than this go to subscribers as a notice without the
-/// payload, which they read from the store: a lagging subscriber keeps the channel's frames
-/// alive, so what the channel holds per session stays within `CHANNEL_CAPACITY` times this.
+/// Entries whose payload encodes to at most this go to subscribers whole: a lagging subscriber
+/// keeps the channel's frames alive, so what the channel holds of them per session stays within
+/// `CHANNEL_CAPACITY` times this. A larger entry goes whole while its session's and the node's
+/// budgets for large entries have room ([`SESSION_LIVE_BYTES`], [`NODE_LIVE_BYTES`]), and
+/// otherwise as a notice without the payload, which subscribers read from the store.
 pub const LIVE_PAYLOAD_BYTES: usize = 8 * 1024;
 
 /// A committed entry with its encodings, made once and shared by every subscriber. A frame read
@@ -55,6 +62,9 @@ pub struct Frame {
     ws: OnceLock<String>,
     /// The payload's length as JSON, measured once (for the live-payload bound and metrics).
     payload_bytes: OnceLock<usize>,
+    /// For a large entry carried whole to subscribers: its bytes, held against the fan-out's
+    /// budgets until the frame is dropped.
+    _charge: Option<Charge>,
 }
 
 impl Frame {
@@ -69,6 +79,7 @@ impl Frame {
             sse: OnceLock::new(),
             ws: OnceLock::new(),
             payload_bytes: OnceLock::new(),
+            _charge: None,
         }
     }
 
@@ -130,11 +141,22 @@ impl Frame {
         })
     }
 
-    /// What live subscribers get for this entry: the frame itself, or a notice without the
-    /// payload when the payload is over [`LIVE_PAYLOAD_BYTES`].
-    fn for_subscribers(self: &Arc<Self>) -> Arc<Self> {
-        if self.payload_bytes() <= LIVE_PAYLOAD_BYTES {
+    /// What live subscribers get for this entry: the frame itself when its payload is at most
+    /// [`LIVE_PAYLOAD_BYTES`]; a copy holding a charge against `session` and `node` when a
+    /// larger one fits both; else a notice without the payload.
+    fn for_subscribers(self: &Arc<Self>, session: &Arc<Budget>, node: &Arc<Budget>) -> Arc<Self> {
+        let bytes = self.payload_bytes();
+        if bytes <= LIVE_PAYLOAD_BYTES {
             return self.clone();
+        }
+        if let Some(charge) = Charge::take(session, node, bytes.saturating_mul(budget::COPIES)) {
+            let entry = self.entry.get().cloned();
+            return Arc::new(Self {
+                live: true,
+                payload_bytes: OnceLock::from(bytes),
+                _charge: Some(charge),
+                ..Self::with(self.seq, entry, self.raw.clone())
+            });
         }
         // The notice's fields, without parsing the payload left out.
         let (ts, kind, author) = match &self.raw {
@@ -300,6 +322,8 @@ struct Topic {
     tx: broadcast::Sender<Arc<Frame>>,
     /// The channel has its full capacity.
     grown: bool,
+    /// The large entries its fan-out holds whole.
+    budget: Arc<Budget>,
 }
 
 impl Topic {
@@ -308,6 +332,7 @@ impl Topic {
         Self {
             tx: broadcast::channel(first).0,
             grown: first == capacity,
+            budget: Budget::new(SESSION_LIVE_BYTES),
         }
     }
 
@@ -388,6 +413,8 @@ pub struct Hub {
     metrics: Arc<crate::metrics::Metrics>,
     /// Pages of history shared by the tails catching up at once.
     pages: Arc<SharedPages>,
+    /// The large entries the node's fan-out holds whole, across sessions.
+    live_budget: Arc<Budget>,
 }
 
 impl Default for Hub {
@@ -410,6 +437,7 @@ impl Hub {
             inner: Arc::new(Mutex::new(inner)),
             metrics: Arc::default(),
             pages: Arc::default(),
+            live_budget: Budget::new(NODE_LIVE_BYTES),
         }
     }
 
@@ -459,7 +487,7 @@ impl Hub {
     /// Announces committed entries, in seq order: to the session's subscribers, and its inputs
     /// to its live bridge connection here, if any.
     pub fn publish(&self, session: SessionId, frames: impl IntoIterator<Item = Arc<Frame>>) {
-        let (tx, frames) = {
+        let (tx, budget, frames) = {
             let mut inner = self.lock();
             let frames: Vec<Arc<Frame>> = frames.into_iter().collect();
             if let Some(link) = inner.links.get_mut(&session) {
@@ -473,14 +501,14 @@ impl Hub {
                     if frames.len() > FIRST_CAPACITY / 2 {
                         t.grow(capacity);
                     }
-                    (t.tx.clone(), frames)
+                    (t.tx.clone(), t.budget.clone(), frames)
                 }
                 _ => return,
             }
         };
         for f in frames {
             // No receivers is fine: nobody is watching.
-            let _ = tx.send(f.for_subscribers());
+            let _ = tx.send(f.for_subscribers(&budget, &self.live_budget));
         }
     }
 
@@ -821,6 +849,49 @@ mod tests {
                 InputFeed::Resync => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn large_entries_go_whole_while_the_sessions_budget_has_room_and_as_notices_beyond_it() {
+        // arrange: a subscriber of a session, and entries of 100 KiB of payload
+        let hub = Hub::default();
+        let session = SessionId::new();
+        let mut rx = hub.subscribe(session);
+        let payload = format!(r#"{{"data":"{}"}}"#, "x".repeat(100 << 10));
+        let large = |seq: u64| {
+            Frame::committed(RawEntry::new(
+                Seq(seq),
+                0,
+                kinds::AGENT_PTY_OUTPUT,
+                "bridge",
+                &payload,
+            ))
+        };
+        let fit = SESSION_LIVE_BYTES / (payload.len() * LIVE_COPIES);
+        // act: one more than the budget holds, one at a time (a larger batch would make the hub
+        // replace the channel with a full one), with nobody receiving
+        for seq in 1..=fit as u64 + 1 {
+            hub.publish(session, [large(seq)]);
+        }
+        // assert: those that fit came whole, the next as a notice
+        let got: Vec<bool> = (0..=fit)
+            .map(|_| rx.try_recv().unwrap().is_notice())
+            .collect();
+        assert!(got[..fit].iter().all(|notice| !notice), "{got:?}");
+        assert!(got[fit], "the one over the budget is a notice");
+        // act: the channel lets its frames go once received (they were, above); the next
+        // large entry has room again
+        hub.publish(session, [large(fit as u64 + 2)]);
+        let next = rx.try_recv().unwrap();
+        assert!(!next.is_notice());
+        assert_eq!(
+            next.entry().payload["data"].as_str().map(str::len),
+            Some(100 << 10)
+        );
+        assert!(
+            next.sse().len() > 100 << 10,
+            "the event carries the payload"
+        );
     }
 
     #[test]

@@ -279,7 +279,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::hub::LIVE_PAYLOAD_BYTES;
+    use crate::hub::{LIVE_PAYLOAD_BYTES, SESSION_LIVE_BYTES};
     use crate::state::testing;
     use crate::store::{Append, IdemKey, Range};
 
@@ -352,7 +352,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_tail_reads_a_live_entry_too_big_for_the_fan_out_whole_from_the_store() {
+    async fn a_tail_gets_a_large_live_entry_whole_and_reads_one_over_the_fan_outs_budget_from_the_store(
+    ) {
         // arrange: a tail that has caught up with a one-entry session, so it is live
         let t = testing::state(|_| {}).await;
         let state = &t.state;
@@ -364,22 +365,43 @@ mod tests {
             .unwrap();
         let mut tail = Tail::new(state.store.log.clone(), &state.hub, session, Seq::ZERO);
         assert_eq!(tail.next().await.unwrap().seq(), Seq(1));
+        // a second subscriber makes the hub replace the session's channel with a full one, and
+        // the tail's next entry comes from the store after it subscribes again
         let mut watcher = state.hub.subscribe(session);
-        // act: a big entry and a small one are committed while the tail is live
-        let big = "x".repeat(LIVE_PAYLOAD_BYTES * 4);
-        let batch = vec![output(big.clone()), output("c".into())];
+        state
+            .log
+            .append(session, vec![output("b".into())])
+            .await
+            .unwrap();
+        assert_eq!(tail.next().await.unwrap().seq(), Seq(2));
+        assert!(!watcher.recv().await.unwrap().is_notice());
+        let pages = state.hub.metrics().replay_pages.get();
+        // act: an entry over the small-entry bound, one over the session's whole budget for
+        // large entries, and a small one are committed while the tail is live
+        let large = "x".repeat(LIVE_PAYLOAD_BYTES * 4);
+        let huge = "x".repeat(SESSION_LIVE_BYTES);
+        let batch = vec![
+            output(large.clone()),
+            output(huge.clone()),
+            output("c".into()),
+        ];
         state.log.append(session, batch).await.unwrap();
         let mut got = Vec::new();
-        for _ in 0..2 {
+        let mut read_before = Vec::new();
+        for _ in 0..3 {
             let f = tail.next().await.unwrap();
             got.push((f.seq().0, f.entry().payload["text"].as_str().unwrap().len()));
+            read_before.push(state.hub.metrics().replay_pages.get() > pages);
         }
-        // assert: the fan-out carried a notice without the payload, and the tail still gave
-        // every entry once, in order, whole
+        // assert: the fan-out carried the large entry whole, so the tail had it without a store
+        // read, and the huge one as a notice without its payload, which the tail read from the
+        // store; the tail gave every entry once, in order, whole
+        assert!(!watcher.recv().await.unwrap().is_notice());
         let notice = watcher.recv().await.unwrap();
         assert!(notice.is_notice() && notice.entry().payload.is_null());
         assert!(!watcher.recv().await.unwrap().is_notice());
-        assert_eq!(got, [(2, big.len()), (3, 1)]);
+        assert_eq!(got, [(3, large.len()), (4, huge.len()), (5, 1)]);
+        assert_eq!(read_before, [false, true, true]);
     }
 
     fn output_n(i: u64) -> Append {
