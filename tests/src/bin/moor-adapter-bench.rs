@@ -16,7 +16,8 @@
 //!   last entry, per input line (event).
 //!
 //! `cargo build --release --workspace && target/release/moor-adapter-bench [--runs N] [--mb M]
-//! [--replays R]`. Medians of N runs (default 3). Every wait is bounded.
+//! [--replays R] [--only pty]`. Medians of N runs (default 3); `--only pty` stops after the PTY
+//! throughput. Every wait is bounded.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use futures_util::StreamExt;
-use moor_e2e::bench::{count_arg, median, runs};
+use moor_e2e::bench::{arg, count_arg, median, runs};
 use moor_e2e::{BridgeOpts, ServerOpts, TestServer};
 use moor_protocol::SessionId;
 use tokio::io::AsyncReadExt;
@@ -38,6 +39,11 @@ async fn main() -> Result<()> {
     let runs = runs(3)?;
     let mb: u64 = count_arg("--mb", 100)?;
     let replays: u64 = count_arg("--replays", 1000)?;
+    let only_pty = match arg("--only").as_deref() {
+        None => false,
+        Some("pty") => true,
+        Some(other) => bail!("--only takes pty, not {other}"),
+    };
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("random.bin");
     std::fs::write(&file, moor_e2e::util::random_bytes((mb << 20) as usize, 42))?;
@@ -64,6 +70,9 @@ async fn main() -> Result<()> {
         median(moor),
         100.0 * median(ratio)
     );
+    if only_pty {
+        return Ok(());
+    }
 
     let capture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
         "../agent-bridge/tests/fixtures/claude-code/06_bash_include_partial_messages.stream.jsonl",
