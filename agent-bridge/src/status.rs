@@ -34,6 +34,14 @@ struct Printed {
 
 pub use out::flush;
 
+/// Queues a line of its own for stderr (`line` without its newline), through the same writer
+/// thread as the status lines: it never waits and never fails. `eprintln!` panics when stderr
+/// is closed (the terminal or the supervisor went away), which would end whichever task wrote
+/// it: the signal handler's, say, so that a second signal or the stop grace no longer worked.
+pub fn say(line: impl AsRef<str>) {
+    out::line(format!("{}\n", line.as_ref()));
+}
+
 /// Where status lines go: a thread of their own writes them to stderr, so a terminal that stops
 /// reading (Ctrl-S, a stalled ssh session, a pipe nobody drains) cannot stop the link, the spool
 /// or the agent with it. At most [`out::QUEUED_LINES`] wait; more are dropped and counted, and

@@ -97,6 +97,102 @@ async fn moord_and_moor_write_json_log_lines() {
     assert!(first_json["fields"]["message"].is_string(), "{first_json}");
 }
 
+#[tokio::test]
+async fn moord_whose_log_reader_went_away_still_stops_on_sigterm() {
+    // arrange: moord with its stdout and stderr on pipes, as under a supervisor or a terminal;
+    // once it listens, whoever read its log goes away
+    let data = tempfile::tempdir().expect("data dir");
+    let mut moord = tokio::process::Command::new(bin_path("moord"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start moord");
+    let stdout = moord.stdout.take().expect("piped");
+    tokio::time::timeout(WAIT, async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("listening on") {
+                return;
+            }
+        }
+        panic!("moord exited before listening");
+    })
+    .await
+    .expect("moord listens in time");
+    drop(moord.stderr.take());
+
+    // act: SIGTERM, whose shutdown moord logs to the closed stderr
+    let pid = moord.id().expect("running") as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).expect("a pid"),
+        rustix::process::Signal::TERM,
+    )
+    .expect("signal moord");
+
+    // assert: it shuts down as it would with a reader (the guard only bounds a failure)
+    let status = tokio::time::timeout(moor_e2e::server::SHUTDOWN_TIMEOUT, moord.wait())
+        .await
+        .expect("moord exits after SIGTERM though nobody reads its log")
+        .expect("wait for moord");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn moor_whose_terminal_went_away_still_kills_an_agent_that_ignores_sigterm() {
+    // arrange: `moor run` with a 1 s stop grace, its agent a shell that ignores SIGTERM, and
+    // its stderr on a pipe that is closed once the agent runs
+    let server = TestServer::start(ServerOpts::new()).await;
+    let state = tempfile::tempdir().expect("state dir");
+    let mut moor = tokio::process::Command::new(bin_path("moor"))
+        .args(["run", "--token", server.token(), "--server", &server.url()])
+        .args([
+            "--session",
+            "deaf-agent",
+            "--stop-grace",
+            "1s",
+            "--state-dir",
+        ])
+        .arg(state.path())
+        .args(["--", "sh", "-c", "trap '' TERM; echo started; sleep 120"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start moor");
+    let api = server.api();
+    let session = api.wait_session("deaf-agent", WAIT).await;
+    eventually(WAIT, "the agent's first line", || async {
+        api.entries_all(session.id)
+            .await
+            .iter()
+            .any(|e| e.payload.to_string().contains("started"))
+    })
+    .await;
+    drop(moor.stderr.take());
+
+    // act: SIGTERM, which moor passes on and announces on the closed stderr
+    let pid = moor.id().expect("running") as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).expect("a pid"),
+        rustix::process::Signal::TERM,
+    )
+    .expect("signal moor");
+
+    // assert: after the grace it kills the agent, ends the session and exits, as it would with
+    // a terminal (the guard only bounds a failure; the agent would sleep for 120 s)
+    tokio::time::timeout(FINISH, moor.wait())
+        .await
+        .expect("moor exits once the grace is over though nobody reads its stderr")
+        .expect("wait for moor");
+    api.wait_ended("deaf-agent", WAIT).await;
+}
+
 /// The hardening the unit promises (docs/operating.md, "systemd").
 const HARDENING: &[&str] = &[
     "DynamicUser=yes",

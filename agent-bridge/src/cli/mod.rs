@@ -67,7 +67,11 @@ impl LogFormat {
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_writer(std::io::stderr);
+            .with_writer(std::io::stderr)
+            // A failed write is reported with `eprintln!`, which panics when stderr is closed
+            // (the terminal went away), killing whichever task logged; the line is lost either
+            // way.
+            .log_internal_errors(false);
         match self {
             Self::Text => builder.init(),
             Self::Json => builder.json().init(),

@@ -240,10 +240,10 @@ async fn continue_conversation(config: &mut BridgeConfig) {
     };
     match found {
         Ok(c) => config.agent.continuation = c,
-        Err(e) => eprintln!(
+        Err(e) => crate::status::say(format!(
             "moor: could not read session {key} from the server ({e:#}); starting a new Claude \
              Code conversation (`moor resume {key}` continues the earlier one)"
-        ),
+        )),
     }
 }
 
@@ -352,7 +352,7 @@ async fn handle_signals(
             _ = &mut force, if forcing => {
                 forcing = false;
                 if bridge.forward_signal(AgentSignal::Kill) {
-                    eprintln!("moor: the agent was still running {stop_grace:?} after SIGTERM; killed it (SIGKILL)");
+                    crate::status::say(format!("moor: the agent was still running {stop_grace:?} after SIGTERM; killed it (SIGKILL)"));
                 }
                 continue;
             }
@@ -365,7 +365,7 @@ async fn handle_signals(
                     .reset(tokio::time::Instant::now() + stop_grace);
                 forcing = true;
             }
-            eprintln!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)");
+            crate::status::say(format!("moor: passed {name} to the agent; press Ctrl-C again to quit now (undelivered entries stay in the spool)"));
         } else {
             shutdown.cancel();
             return Ok(());

@@ -69,18 +69,18 @@ impl Children {
         let path = state_dir.join(FILE);
         let running = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                eprintln!(
+                crate::status::say(format!(
                     "moor host: {} is not readable ({e}); the sessions it lists are not tracked",
                     path.display()
-                );
+                ));
                 BTreeMap::new()
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => {
-                eprintln!(
+                crate::status::say(format!(
                     "moor host: cannot read {} ({e}); the sessions it lists are not tracked",
                     path.display()
-                );
+                ));
                 BTreeMap::new()
             }
         };

@@ -185,7 +185,9 @@ async fn register(
             Err(e) if is_final(&e) => return Err(e.context("moord refused the machine")),
             Err(e) => {
                 let delay = backoff.next_delay();
-                eprintln!("moor host: cannot register yet ({e:#}); retrying in {delay:?}");
+                crate::status::say(format!(
+                    "moor host: cannot register yet ({e:#}); retrying in {delay:?}"
+                ));
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(None),
                     _ = tokio::time::sleep(delay) => {}
@@ -208,10 +210,10 @@ pub async fn run(p: HostParams, shutdown: CancellationToken) -> anyhow::Result<(
         return Ok(());
     };
     let token = Token::new(credential.token.clone());
-    eprintln!(
+    crate::status::say(format!(
         "moor host: {} registered as machine {} (log session {})",
         p.config.name, registered.id, registered.log_session
-    );
+    ));
     let dir = SessionDir::open(&p.state_dir, &registered.log_session)?;
     let status = Status::new(true, &registered.log_session);
     let (link, ports) = Link::new(LinkParams {
@@ -416,7 +418,7 @@ impl Host {
         let pid = self.spawn(session, &dir, &def, &how)?;
         if let Err(e) = self.children.insert(session, Child::spawned(pid)) {
             // It runs all the same; only a restarted `moor host` would not find it.
-            eprintln!("moor host: cannot record that {session} runs: {e}");
+            crate::status::say(format!("moor host: cannot record that {session} runs: {e}"));
         }
         self.record(
             kinds::HOST_SESSION_STARTED,
@@ -440,7 +442,9 @@ impl Host {
             );
             tokio::spawn(async move {
                 if let Err(e) = api.post_text(&session, &id, &prompt).await {
-                    eprintln!("moor host: could not give {session} its first prompt: {e:#}");
+                    crate::status::say(format!(
+                        "moor host: could not give {session} its first prompt: {e:#}"
+                    ));
                 }
             });
         }
@@ -592,10 +596,10 @@ impl Host {
             self.children.iter().map(|(s, c)| (s.clone(), *c)).collect();
         for (session, child) in left {
             if child.still_runs() {
-                eprintln!(
+                crate::status::say(format!(
                     "moor host: {session} still runs (pid {}); watching it",
                     child.pid
-                );
+                ));
                 let exits = self.exits.clone();
                 tokio::spawn(async move {
                     let mut poll = tokio::time::interval(ADOPTED_POLL);
@@ -622,7 +626,9 @@ impl Host {
             .ok_or_else(|| format!("session {session} does not run on this machine"))?;
         child.stopping = true;
         if let Err(e) = self.children.insert(session, child) {
-            eprintln!("moor host: cannot record that {session} is stopping: {e}");
+            crate::status::say(format!(
+                "moor host: cannot record that {session} is stopping: {e}"
+            ));
         }
         let pid = i32::try_from(child.pid)
             .ok()
@@ -657,7 +663,9 @@ impl Host {
         .await?;
         // Forgotten only once its end is spooled: a crash in between records it again.
         if let Err(e) = self.children.remove(&session) {
-            eprintln!("moor host: cannot record that {session} ended: {e}");
+            crate::status::say(format!(
+                "moor host: cannot record that {session} ended: {e}"
+            ));
         }
         Ok(())
     }

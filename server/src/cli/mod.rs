@@ -40,7 +40,12 @@ where
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "moor_server=info".into()),
         )
-        .with_writer(writer);
+        .with_writer(writer)
+        // A failed write is reported with `eprintln!`, which panics when stderr is closed (the
+        // terminal or the supervisor reading the log went away), killing whichever task logged:
+        // the signal handler's first, so SIGTERM no longer stopped moord. The line is lost
+        // either way.
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -493,7 +498,7 @@ impl Signals {
     /// Cancels `token` at the first SIGTERM or SIGINT (already received or to come).
     pub async fn shutdown(mut self, token: CancellationToken) {
         tokio::select! { _ = self.term.recv() => {}, _ = self.int.recv() => {} }
-        tracing::info!("shutting down: moving bridges, ending streams, finishing commits");
         token.cancel();
+        tracing::info!("shutting down: moving bridges, ending streams, finishing commits");
     }
 }
