@@ -127,12 +127,7 @@ async fn moord_whose_log_reader_went_away_still_stops_on_sigterm() {
     drop(moord.stderr.take());
 
     // act: SIGTERM, whose shutdown moord logs to the closed stderr
-    let pid = moord.id().expect("running") as i32;
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid).expect("a pid"),
-        rustix::process::Signal::TERM,
-    )
-    .expect("signal moord");
+    sigterm(&moord);
 
     // assert: it shuts down as it would with a reader (the guard only bounds a failure)
     let status = tokio::time::timeout(moor_e2e::server::SHUTDOWN_TIMEOUT, moord.wait())
@@ -177,12 +172,7 @@ async fn moor_whose_terminal_went_away_still_kills_an_agent_that_ignores_sigterm
     drop(moor.stderr.take());
 
     // act: SIGTERM, which moor passes on and announces on the closed stderr
-    let pid = moor.id().expect("running") as i32;
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid).expect("a pid"),
-        rustix::process::Signal::TERM,
-    )
-    .expect("signal moor");
+    sigterm(&moor);
 
     // assert: after the grace it kills the agent, ends the session and exits, as it would with
     // a terminal (the guard only bounds a failure; the agent would sleep for 120 s)
@@ -191,6 +181,15 @@ async fn moor_whose_terminal_went_away_still_kills_an_agent_that_ignores_sigterm
         .expect("moor exits once the grace is over though nobody reads its stderr")
         .expect("wait for moor");
     api.wait_ended("deaf-agent", WAIT).await;
+}
+
+/// Sends SIGTERM to `child`, which must be running.
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child
+        .id()
+        .and_then(|p| rustix::process::Pid::from_raw(p as i32));
+    rustix::process::kill_process(pid.expect("running"), rustix::process::Signal::TERM)
+        .expect("send SIGTERM");
 }
 
 /// The hardening the unit promises (docs/operating.md, "systemd").
