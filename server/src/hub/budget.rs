@@ -22,9 +22,10 @@ pub const SESSION_LIVE_BYTES: usize = 4 << 20;
 /// Bytes of large entries the node's fan-out may hold whole, across sessions.
 pub const NODE_LIVE_BYTES: usize = 64 << 20;
 
-/// What a frame carried whole may come to hold besides its payload: the stored text, its
-/// Server-Sent Event and its WebSocket frame, each about the payload's size.
-pub const COPIES: usize = 3;
+/// The copies of its payload a frame carried whole may come to hold, each about the payload's
+/// size: the stored text, its Server-Sent Event, its WebSocket frame and the parsed entry (for
+/// the state follower's fold).
+pub const COPIES: usize = 4;
 
 /// A count of bytes held against a limit.
 #[derive(Debug)]
