@@ -18,6 +18,16 @@ mod keys;
 mod migrate;
 mod user;
 
+/// A start-up line on stdout, for the person or the supervisor that started `moord`. Unlike
+/// `println!`, it does not panic when stdout is a pipe whose reader has gone (`moord | head -1`,
+/// a supervisor that stopped reading): the line is lost and `moord` serves on.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
@@ -434,7 +444,7 @@ impl Config {
             let metrics = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("listen for metrics on {addr}"))?;
-            println!("metrics on http://{}/metrics", metrics.local_addr()?);
+            say!("metrics on http://{}/metrics", metrics.local_addr()?);
             server = server.with_metrics_listener(metrics);
         }
         let listener = tokio::net::TcpListener::bind(&listen)
@@ -443,23 +453,23 @@ impl Config {
         let addr = listener.local_addr()?;
         let scheme = if tls { "https" } else { "http" };
         let public_url = server_config.public_url_for(addr);
-        println!("moord listening on {scheme}://{addr}");
+        say!("moord listening on {scheme}://{addr}");
         match server.setup_link(addr) {
-            Some(link) => println!(
+            Some(link) => say!(
                 "first start: create the administrator account at {link} (one use, valid {}; \
              a restart prints a new link)",
                 human(server_config.setup_code_ttl)
             ),
-            None => println!("web: {public_url}/"),
+            None => say!("web: {public_url}/"),
         }
         let token_file = data_dir.join("admin.token");
         if server.new_admin_token().is_some() {
-            println!(
+            say!(
                 "bootstrap admin token (for scripts) saved in {}",
                 token_file.display()
             );
         }
-        println!(
+        say!(
             "attach an agent: moor login {public_url} && moor run -- <command> \
          (or MOOR_TOKEN=$(cat {}) moor run --server {public_url} -- <command>)",
             token_file.display()
