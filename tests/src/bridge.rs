@@ -14,6 +14,9 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use crate::util::{bin_path, capture, dump_logs, should_dump_on_drop, signal};
 
+/// How long [`TestBridge::wait_exit`] waits for moor's last output to reach its log files.
+const LOG_DRAIN: Duration = Duration::from_secs(5);
+
 /// Flags every test bridge gets unless overridden: fast backoff so reconnects are quick.
 pub const DEFAULT_FLAGS: [(&str, &str); 3] = [
     ("--backoff-initial-ms", "50"),
@@ -200,6 +203,8 @@ pub struct TestBridge {
     _stdin: Option<ChildStdin>,
     // With `stderr_unread`: the pipe's read end, held open and never read.
     _stderr_unread: Option<std::os::fd::OwnedFd>,
+    /// The tasks copying stdout and stderr into the log files: done once the pipes close.
+    captured: Vec<tokio::task::JoinHandle<()>>,
     status: Option<ExitStatus>,
 }
 
@@ -239,19 +244,19 @@ impl TestBridge {
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("moor spawns");
         let dir = family.dir.path();
-        capture(
+        let mut captured = vec![capture(
             child.stdout.take().expect("piped"),
             &dir.join(format!("{label}.stdout.log")),
             format!("{label} out"),
             None,
-        );
+        )];
         if let Some(stderr) = child.stderr.take() {
-            capture(
+            captured.push(capture(
                 stderr,
                 &dir.join(format!("{label}.stderr.log")),
                 format!("{label} err"),
                 None,
-            );
+            ));
         }
         let stdin = child.stdin.take();
         Self {
@@ -261,6 +266,7 @@ impl TestBridge {
             child: Some(child),
             _stdin: stdin,
             _stderr_unread: unread.map(|(read, _)| read),
+            captured,
             status: None,
         }
     }
@@ -315,6 +321,11 @@ impl TestBridge {
             Ok(status) => status.expect("wait for moor"),
             Err(_) => panic!("{} did not exit within {timeout:?}", self.label),
         };
+        // What moor wrote before it exited is in its pipes; let the copies reach the log files
+        // before anyone reads them. A process moor left behind may hold a pipe open: bounded.
+        for copy in std::mem::take(&mut self.captured) {
+            let _ = tokio::time::timeout(LOG_DRAIN, copy).await;
+        }
         self.status = Some(status);
         status
     }

@@ -194,18 +194,19 @@ impl TestServer {
         let mut child = cmd.spawn().expect("moord spawns");
         let (tx, mut rx) = mpsc::unbounded_channel();
         let files = self.log_files();
-        capture(
+        // The copies run until moord's pipes close; nothing waits for them.
+        drop(capture(
             child.stdout.take().expect("piped"),
             &files[0],
             format!("{label} out"),
             Some(tx),
-        );
-        capture(
+        ));
+        drop(capture(
             child.stderr.take().expect("piped"),
             &files[1],
             format!("{label} err"),
             None,
-        );
+        ));
         self.child = Some(child);
 
         let addr = tokio::time::timeout(STARTUP_TIMEOUT, async {

@@ -114,13 +114,14 @@ where
 
 /// Copies a child's output stream line by line into `file` (appending), forwards it to stderr
 /// when `TEST_LOG=1`, and hands each line to `lines` when given (so a caller can wait for a
-/// readiness line). Ends at EOF.
+/// readiness line). Ends at EOF; the handle tells when everything written before it is in `file`.
 pub fn capture<R>(
     stream: R,
     file: &Path,
     label: String,
     lines: Option<mpsc::UnboundedSender<String>>,
-) where
+) -> tokio::task::JoinHandle<()>
+where
     R: AsyncRead + Unpin + Send + 'static,
 {
     let mut out: File = OpenOptions::new()
@@ -140,7 +141,7 @@ pub fn capture<R>(
                 let _ = tx.send(line);
             }
         }
-    });
+    })
 }
 
 /// Prints the last `max_lines` lines of each log file to stderr, under a header.
