@@ -139,6 +139,88 @@ async fn moord_whose_output_readers_went_away_serves_and_still_stops_on_sigterm(
     assert!(status.success(), "{status}");
 }
 
+/// Runs `program args` with `input` on stdin and its stdout on a pipe nobody reads any more, as
+/// `moord user add … | head -0` would; its status and stderr.
+fn into_a_closed_pipe(
+    program: &str,
+    args: &[&std::ffi::OsStr],
+    input: &str,
+) -> (std::process::ExitStatus, String) {
+    use std::io::{Read as _, Write as _};
+    let mut child = std::process::Command::new(bin_path(program))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    drop(child.stdout.take());
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("write stdin");
+    drop(stdin);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    (child.wait().expect("wait for the command"), stderr)
+}
+
+#[test]
+fn subcommands_whose_output_reader_went_away_still_succeed() {
+    // arrange: a data directory for moord, a directory for moor's unit file, and a reader of
+    // their stdout that is already gone
+    let data = tempfile::tempdir().expect("data dir");
+    let units = tempfile::tempdir().expect("unit dir");
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let data_dir = [os("--data-dir"), data.path().as_os_str()];
+
+    // act: each command prints what it did into the closed pipe
+    let added = into_a_closed_pipe(
+        "moord",
+        &[
+            &data_dir[..],
+            &[os("user"), os("add"), os("piped"), os("--password-stdin")],
+        ]
+        .concat(),
+        "a long enough password\n",
+    );
+    let revoked = into_a_closed_pipe(
+        "moord",
+        &[&data_dir[..], &[os("user"), os("revoke"), os("piped")]].concat(),
+        "",
+    );
+    let installed = into_a_closed_pipe(
+        "moor",
+        &[
+            os("host"),
+            os("install"),
+            os("--launchd"),
+            os("false"),
+            os("--dir"),
+            units.path().as_os_str(),
+        ],
+        "",
+    );
+
+    // assert: each did its work and says so by its status, as with a reader; the revocation
+    // succeeding proves the user was stored
+    for (what, (status, stderr)) in [
+        ("user add", added),
+        ("user revoke", revoked),
+        ("host install", installed),
+    ] {
+        assert!(status.success(), "{what}: {status}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    }
+    assert!(
+        units.path().join("moor-host.service").is_file(),
+        "the unit file is written"
+    );
+}
+
 #[tokio::test]
 async fn moor_whose_terminal_went_away_still_kills_an_agent_that_ignores_sigterm() {
     // arrange: `moor run` with a 1 s stop grace, its agent a shell that ignores SIGTERM, and

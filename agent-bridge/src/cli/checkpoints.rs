@@ -139,7 +139,7 @@ pub(super) fn run(cmd: CheckpointsCommand) -> anyhow::Result<i32> {
                 )
             }
         };
-        print!("{out}");
+        super::say(format_args!("{}", out.trim_end_matches('\n')));
         Ok(0)
     })
 }

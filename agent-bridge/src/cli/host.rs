@@ -155,13 +155,16 @@ fn install(
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let path = dir.join(file);
     std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
-    println!("wrote {}", path.display());
+    super::say(format_args!("wrote {}", path.display()));
     if launchd {
-        println!("enable it: launchctl load -w {}", path.display());
+        super::say(format_args!(
+            "enable it: launchctl load -w {}",
+            path.display()
+        ));
     } else {
-        println!(
+        super::say(format_args!(
             "enable it: systemctl --user daemon-reload && systemctl --user enable --now moor-host"
-        );
+        ));
     }
     Ok(0)
 }

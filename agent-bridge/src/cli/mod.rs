@@ -24,6 +24,15 @@ use self::run::RunArgs;
 use crate::adapter::AdapterError;
 use crate::error::BridgeError;
 
+/// Writes a subcommand's output, a line, on stdout. Unlike `println!`, it does not panic when
+/// stdout is a pipe whose reader has gone (`moor recover | head -3`): the rest is lost, and the
+/// subcommand, whose work is done, exits with its own status.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(line).and_then(|()| out.write_all(b"\n"));
+}
+
 /// `moor`'s command line.
 #[derive(Debug, Parser)]
 #[command(

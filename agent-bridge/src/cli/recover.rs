@@ -51,9 +51,9 @@ pub(super) fn recover(args: RecoverArgs) -> anyhow::Result<i32> {
         let cwd = std::env::current_dir().context("read the current directory")?;
         recover::check_locally(&mut brief, &cwd, Default::default());
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&brief)?);
+            super::say(format_args!("{}", serde_json::to_string_pretty(&brief)?));
         } else {
-            println!("{}", brief.to_markdown());
+            super::say(format_args!("{}", brief.to_markdown()));
         }
         Ok(0)
     })

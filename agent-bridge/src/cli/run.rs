@@ -253,7 +253,10 @@ pub(super) fn login(server: &str) -> anyhow::Result<i32> {
     let runtime = super::runtime()?;
     let creds = runtime.block_on(login::device_login(server, &mut std::io::stdout()))?;
     login::save(&path, &creds)?;
-    println!("logged in; credentials saved in {}", path.display());
+    super::say(format_args!(
+        "logged in; credentials saved in {}",
+        path.display()
+    ));
     Ok(0)
 }
 

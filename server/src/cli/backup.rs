@@ -44,7 +44,7 @@ pub(crate) async fn backup(dest: PathBuf, config: ServerConfig) -> anyhow::Resul
     }
     copy_if_present(&vapid_key_path(&config), &dest.join(VAPID_KEY_FILE))?;
     let size = std::fs::metadata(dest.join(DB_FILE))?.len();
-    println!(
+    say!(
         "backup in {}: database {size} bytes, {blobs} blobs",
         dest.display()
     );
@@ -82,7 +82,7 @@ pub(crate) async fn restore(src: PathBuf, config: ServerConfig) -> anyhow::Resul
     // Opening it migrates a backup of an older release and proves it readable.
     let stores = store::connect(&url).await?;
     let sessions = stores.log.list_sessions(None, u32::MAX).await?.len();
-    println!(
+    say!(
         "restored {} into {}: {sessions} sessions, {blobs} blobs",
         src.display(),
         data.display()

@@ -18,7 +18,7 @@ pub(crate) async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let run = run_once(&server.store(), &blobs, &retention)
         .await?
         .figures();
-    println!(
+    say!(
         "retired {} sessions, finished deleting {} ({} entries, {} unreferenced blobs); \
          compacted {} sessions: {} entries, {} bytes of payload",
         run.retired_sessions,

@@ -18,10 +18,10 @@ pub(crate) fn run(cmd: KeysCommand, config: ServerConfig) -> anyhow::Result<()> 
     crate::util::create_private_dir(&config.data_dir)?;
     match cmd {
         KeysCommand::Rotate => {
-            println!("new signing key {}", Keys::rotate(&config.data_dir)?)
+            say!("new signing key {}", Keys::rotate(&config.data_dir)?)
         }
         KeysCommand::Retire => {
-            println!("retired {} key(s)", Keys::retire_old(&config.data_dir)?)
+            say!("retired {} key(s)", Keys::retire_old(&config.data_dir)?)
         }
     }
     Ok(())

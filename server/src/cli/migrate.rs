@@ -5,7 +5,7 @@
 /// Copies `from` into `to` and says what it copied.
 pub(crate) async fn run(from: &str, to: &str) -> anyhow::Result<()> {
     let n = crate::store::migrate::copy(from, to).await?;
-    println!(
+    say!(
         "copied {} sessions, {} entries, {} producer marks, {} checkpoints, {} account rows into {}",
         n.sessions,
         n.entries,

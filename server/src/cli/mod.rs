@@ -11,22 +11,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Server, ServerConfig};
 
-mod backup;
-mod export;
-mod gc;
-mod keys;
-mod migrate;
-mod user;
-
-/// A start-up line on stdout, for the person or the supervisor that started `moord`. Unlike
-/// `println!`, it does not panic when stdout is a pipe whose reader has gone (`moord | head -1`,
-/// a supervisor that stopped reading): the line is lost and `moord` serves on.
+/// A line on stdout: a start-up line for the person or the supervisor that started `moord`, or
+/// what a subcommand did. Unlike `println!`, it does not panic when stdout is a pipe whose reader
+/// has gone (`moord | head -1`, a supervisor that stopped reading): the line is lost, `moord`
+/// serves on, and a subcommand that did its work exits 0.
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let _ = writeln!(std::io::stdout(), $($arg)*);
     }};
 }
+
+mod backup;
+mod export;
+mod gc;
+mod keys;
+mod migrate;
+mod user;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

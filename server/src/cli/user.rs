@@ -39,11 +39,11 @@ pub(crate) async fn run(cmd: UserCommand, config: ServerConfig) -> anyhow::Resul
             let password = read_password(password_stdin)?;
             server.add_user(&name, password, admin).await?;
             let what = if admin { "administrator" } else { "user" };
-            println!("{what} {name} added");
+            say!("{what} {name} added");
         }
         UserCommand::Revoke { name } => {
             server.revoke_user(&name).await?;
-            println!("user {name} revoked");
+            say!("user {name} revoked");
         }
     }
     Ok(())
