@@ -242,15 +242,11 @@ impl States {
                 batch.push(f);
             }
             for f in batch.iter().filter(|f| f.as_reset().is_none()) {
-                // Only busy work can be interrupted: the state before an entry is kept (a
-                // copy per entry) only then.
-                let before = state.is_busy().then(|| state.clone());
-                state.apply(f.entry());
-                if let Some(before) = before {
-                    if let Some(cause) = interruption_cause(&before, f.entry()) {
-                        self.record_interruption(session, &before, cause, f.entry().seq);
-                    }
+                // What an entry interrupts is read off the state before it is folded in.
+                if let Some(cause) = interruption_cause(&state, f.entry()) {
+                    self.record_interruption(session, &state, cause, f.entry().seq);
                 }
+                state.apply(f.entry());
             }
             since_snapshot += batch.len() as u64;
             if since_snapshot >= SNAPSHOT_EVERY {
