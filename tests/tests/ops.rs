@@ -139,33 +139,31 @@ async fn moord_whose_output_readers_went_away_serves_and_still_stops_on_sigterm(
     assert!(status.success(), "{status}");
 }
 
-/// Runs `program args` with `input` on stdin and its stdout on a pipe nobody reads any more, as
-/// `moord user add … | head -0` would; its status and stderr.
+/// Runs `program args` with `input` on stdin and its stdout on a pipe whose reader is closed
+/// before the program starts, as `moord user add … | head -0` would; its status and stderr.
 fn into_a_closed_pipe(
     program: &str,
     args: &[&std::ffi::OsStr],
     input: &str,
 ) -> (std::process::ExitStatus, String) {
-    use std::io::{Read as _, Write as _};
+    use std::io::Write as _;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
     let mut child = std::process::Command::new(bin_path(program))
         .args(args)
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start the command");
-    drop(child.stdout.take());
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(input.as_bytes()).expect("write stdin");
     drop(stdin);
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    (child.wait().expect("wait for the command"), stderr)
+    let out = child.wait_with_output().expect("wait for the command");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]

@@ -139,7 +139,9 @@ pub(super) fn run(cmd: CheckpointsCommand) -> anyhow::Result<i32> {
                 )
             }
         };
-        super::say(format_args!("{}", out.trim_end_matches('\n')));
+        if !out.is_empty() {
+            super::say(format_args!("{}", out.trim_end_matches('\n')));
+        }
         Ok(0)
     })
 }
