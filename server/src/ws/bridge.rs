@@ -1320,9 +1320,12 @@ mod tests {
         seen
     }
 
-    /// `a` and `b` are the same instant, give or take the real time the setup took.
+    /// `a` and `b` are the same instant, give or take the real time between the connection's
+    /// start (its timers begin on real time, during the handshake's store I/O) and the pause:
+    /// a few milliseconds on an idle machine, hundreds on a loaded one. The timings asserted are
+    /// seconds apart.
     fn about(a: Duration, b: Duration) -> bool {
-        a.abs_diff(b) < Duration::from_millis(100)
+        a.abs_diff(b) < Duration::from_secs(1)
     }
 
     // The close frame goes out after the disconnect is recorded, and the store's I/O lets paused
