@@ -195,6 +195,10 @@ pub struct Welcome {
     pub idle_timeout_ms: u64,
     /// The server closes a connection after this long (0 = never); expect `Move` before it.
     pub max_lifetime_ms: u64,
+    /// The largest frame the server takes from the bridge, in bytes; a larger one is closed
+    /// with 1009. 0: not said (a server older than this field).
+    #[serde(default)]
+    pub max_frame_bytes: u64,
     /// Where people can watch this session.
     pub web_url: String,
 }

@@ -274,6 +274,34 @@ async fn bridge_rides_out_a_stretch_when_the_server_is_unreachable() {
     assert!(of_kind(&entries, kinds::BRIDGE_CONNECTED).len() >= 2);
 }
 
+/// An operator set `--max-frame-bytes` below what `moor` puts in one frame. The link is down
+/// while the agent prints, so the spool holds more than one frame's worth when it comes back:
+/// `moor` sends it in frames the server takes, and nothing is lost. (It used to send it all in
+/// one frame, be closed with 1009, reconnect and send the same frame, for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_larger_than_the_servers_frame_limit_goes_in_frames_the_server_takes() {
+    // arrange
+    let mut rig = Rig::start(
+        ServerOpts::new().flag("--max-frame-bytes", 4096),
+        &["count", "300", "--interval-ms", "10"],
+    )
+    .await;
+    rig.tail.wait_agent_lines(1, WAIT).await;
+
+    // act: the link stays down until the agent has printed everything and exited.
+    rig.proxy.refuse(true);
+    rig.proxy.reset_all().await;
+    let bridge = &rig.bridge;
+    eventually(WAIT, "the agent exits while the link is down", || async {
+        bridge.stderr().contains("the agent has exited")
+    })
+    .await;
+    rig.proxy.refuse(false);
+
+    // assert
+    rig.finish(&lines(300)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_attempt_the_bridge_gave_up_on_does_not_stop_it_when_its_hello_arrives_late() {
     // arrange

@@ -924,6 +924,7 @@ async fn newer_moord() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
                 heartbeat_interval_ms: 10_000,
                 idle_timeout_ms: 30_000,
                 max_lifetime_ms: 0,
+                max_frame_bytes: 0,
                 web_url: String::new(),
             });
             let text = serde_json::to_string(&welcome).expect("welcome");

@@ -49,10 +49,25 @@ pub(super) fn encode(frame: &BridgeToServer) -> Result<Message, ConnectError> {
         .map_err(|e| ConnectError::BadFrame(format!("could not encode a frame: {e}")))
 }
 
+/// What an `entries` frame holds besides its entries: this head, the commas between them and
+/// the closing `]}`.
+const HEAD: &[u8] = br#"{"type":"entries","entries":["#;
+
+/// How many spooled bytes one `entries` frame may carry: `configured`, and no more than fits in
+/// the server's frame limit (`server_limit`, 0 when the server did not say). A spooled record
+/// is its entry's JSON behind a header longer than the comma that replaces it in the frame, so a
+/// batch within this budget makes a frame within the limit (a batch holds at least one entry,
+/// so one entry larger than the limit is still sent, and refused).
+pub(super) fn batch_budget(configured: usize, server_limit: u64) -> usize {
+    match usize::try_from(server_limit) {
+        Ok(0) | Err(_) => configured,
+        Ok(limit) => configured.min(limit.saturating_sub(HEAD.len() + 2)).max(1),
+    }
+}
+
 /// `BridgeToServer::Entries` for a spool batch, spliced from the spooled JSON bytes: no decode
 /// and re-encode per resend, and a replay is byte-for-byte what was first sent.
 pub(super) fn entries_message(batch: &Batch) -> Result<Message, ConnectError> {
-    const HEAD: &[u8] = br#"{"type":"entries","entries":["#;
     let size = HEAD.len() + 2 + batch.bodies().map(|b| b.len() + 1).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(HEAD);
@@ -112,6 +127,52 @@ mod tests {
             entries: vec![NewEntry::typed(1, 1, output), NewEntry::typed(2, 2, exit)],
         };
         assert_eq!(frame, want);
+    }
+
+    #[test]
+    fn a_batch_within_the_budget_makes_a_frame_within_the_servers_limit() {
+        // arrange: 300 short entries, about 60 bytes of JSON each
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let drafts = (1..=300)
+            .map(|seq| {
+                let output = AgentOutput {
+                    stream: OutputStream::Stdout,
+                    text: format!("line {seq}"),
+                };
+                Draft::at(seq, output)
+            })
+            .collect();
+        spool.append_batch(drafts).unwrap();
+        for limit in [1_000, 4_096, 10_000] {
+            // act
+            let budget = batch_budget(512 * 1024, limit);
+            let batch = spool.read_batch(1, usize::MAX, budget).unwrap().unwrap();
+            let Message::Text(text) = entries_message(&batch).unwrap() else {
+                panic!("not text")
+            };
+            // assert: within the limit, and not needlessly small (the spool's record headers
+            // count against the budget, the frame's commas are smaller)
+            assert!(
+                text.len() as u64 <= limit,
+                "{} bytes over {limit}",
+                text.len()
+            );
+            assert!(
+                text.len() as u64 > limit / 2,
+                "{} bytes for {limit}",
+                text.len()
+            );
+        }
+        // A limit smaller than one entry still lets one through (the server refuses it).
+        let one = spool.read_batch(1, usize::MAX, batch_budget(512 * 1024, 50));
+        assert_eq!(one.unwrap().unwrap().last(), 1);
+        assert_eq!(batch_budget(512 * 1024, 0), 512 * 1024, "no limit said");
+        assert_eq!(
+            batch_budget(1024, 1 << 30),
+            1024,
+            "the configured bound holds"
+        );
     }
 
     #[test]

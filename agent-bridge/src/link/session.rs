@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ConnectError;
-use super::frames::{decode, encode, entries_message, Incoming};
+use super::frames::{batch_budget, decode, encode, entries_message, Incoming};
 use super::{Closed, Io, Link, Ws};
 use crate::spool::Spool;
 
@@ -193,10 +193,12 @@ impl Link {
         tokio::pin!(watchdog);
         let spool = self.p.spool.clone();
         let mut durable_rx = spool.subscribe_durable();
+        // Batches fit the server's frame limit: a larger frame is closed with 1009, and the
+        // same batch would be sent again on every reconnect.
         let (window, batch_max, batch_bytes) = (
             self.p.config.window.max(1),
             self.p.config.batch_max.max(1),
-            self.p.config.batch_max_bytes,
+            batch_budget(self.p.config.batch_max_bytes, welcome.max_frame_bytes),
         );
         // Highest seq sent on this connection; the server holds everything up to its mark.
         let mut sent = welcome.producer_mark;

@@ -296,6 +296,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
             script.idle_ms
         },
         max_lifetime_ms: 0,
+        max_frame_bytes: 0,
         web_url: "http://fake/s/fake".into(),
     });
     send(&mut ws, &welcome).await;

@@ -663,6 +663,7 @@ impl Conn {
             heartbeat_interval_ms: cfg.heartbeat_interval.as_millis() as u64,
             idle_timeout_ms: cfg.idle_timeout.as_millis() as u64,
             max_lifetime_ms: cfg.bridge_max_lifetime.as_millis() as u64,
+            max_frame_bytes: cfg.max_frame_bytes as u64,
             web_url: self.state.session_url(self.session),
         };
         self.tx
