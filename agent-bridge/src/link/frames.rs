@@ -49,8 +49,8 @@ pub(super) fn encode(frame: &BridgeToServer) -> Result<Message, ConnectError> {
         .map_err(|e| ConnectError::BadFrame(format!("could not encode a frame: {e}")))
 }
 
-/// What an `entries` frame holds besides its entries: this head, the commas between them and
-/// the closing `]}`.
+/// The start of every `entries` frame; besides its entries, the frame holds only the commas
+/// between them and the closing `]}`.
 const HEAD: &[u8] = br#"{"type":"entries","entries":["#;
 
 /// How many spooled bytes one `entries` frame may carry: `configured`, and no more than fits in
