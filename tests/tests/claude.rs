@@ -286,10 +286,15 @@ async fn a_stalled_model_stream_is_reported_once_past_the_timeout_and_an_interru
     let mut c = Claude::start(&[("--stall-timeout", "2s")], &[]).await;
 
     let seq = c.prompt("[[stall]] take your time").await;
-    let stalled = c
-        .tail
-        .wait_kind(kinds::AGENT_STALLED, seq, FINISH, |_| true)
+    // On a busy machine Claude Code can be silent for the limit before its first word: that is
+    // a stall too, and the words that follow re-arm the watchdog. The stall measured here is the
+    // first one after the words.
+    c.tail
+        .wait_for(FINISH, "an agent.stalled after the model's words", |es| {
+            stall_after_words(es, seq).is_some()
+        })
         .await;
+    let (last_word, stalled) = stall_after_words(&c.tail.entries, seq).expect("just found");
     // assert: reported for the streaming phase, against the configured limit, and not before
     // the silence reached it (the deadline's exact timing is tested on paused time in moor's
     // watchdog tests)
@@ -302,11 +307,6 @@ async fn a_stalled_model_stream_is_reported_once_past_the_timeout_and_an_interru
     );
     // Timed by the bridge's own clock: the report follows the last word before the silence by
     // at least the limit.
-    let last_word = c
-        .after(seq)
-        .into_iter()
-        .rfind(|e| e.kind == kinds::AGENT_TEXT_DELTA && e.seq < stalled.seq)
-        .expect("the words before the silence were logged");
     let margin = stalled.ts - last_word.ts;
     assert!(
         margin >= stall.as_millis() as i64,
@@ -318,6 +318,21 @@ async fn a_stalled_model_stream_is_reported_once_past_the_timeout_and_an_interru
     let result = c.turn_result(int).await;
     assert_eq!(result.payload["is_error"], true);
     c.stop().await;
+}
+
+/// The first `agent.stalled` after `seq` that follows a text delta, with the last delta before it.
+fn stall_after_words(entries: &[Entry], seq: u64) -> Option<(Entry, Entry)> {
+    let mut last_word = None;
+    for e in entries.iter().filter(|e| e.seq.0 > seq) {
+        if e.kind == kinds::AGENT_TEXT_DELTA {
+            last_word = Some(e);
+        } else if e.kind == kinds::AGENT_STALLED {
+            if let Some(word) = last_word {
+                return Some((word.clone(), e.clone()));
+            }
+        }
+    }
+    None
 }
 
 #[tokio::test]
