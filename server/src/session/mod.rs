@@ -1,12 +1,13 @@
 //! The session core: everything a transport does to a session's log goes through here, and
 //! nothing here knows a transport. `log` commits appends (group commit across sessions, then fan-out), `tail`
-//! reads a log from a cursor with no gap at the seam, `export` writes a whole log as JSONL or Markdown, `cursor` parses and checks viewer
+//! reads a log from a cursor with no gap at the seam, `end` writes a session's end once, `export` writes a whole log as JSONL or Markdown, `cursor` parses and checks viewer
 //! cursors, `input` validates and appends remote input, `states` follows each session's
 //! derived state, `leases` holds bridge leases and ends the connections of nodes that are gone. It calls down into `store` and `hub` only; never `http`, `sse`, `ws` or
 //! `state`.
 
 mod commit;
 pub mod cursor;
+pub mod end;
 pub mod export;
 pub mod input;
 pub mod leases;

@@ -354,17 +354,17 @@ macro_rules! log_store {
                     .transpose()
                 }
 
-                async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()> {
-                    sqlx::query(&format!(
-                        "UPDATE sessions SET ended_at = COALESCE(ended_at, $1) \
-                         WHERE id = $2{AS_ID}"
+                async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<bool> {
+                    let done = sqlx::query(&format!(
+                        "UPDATE sessions SET ended_at = $1 \
+                         WHERE id = $2{AS_ID} AND ended_at IS NULL"
                     ))
                     .bind(at)
                     .bind(session.to_string())
                     .execute(self.writes())
                     .await
                     .map_err(db_error)?;
-                    Ok(())
+                    Ok(done.rows_affected() == 1)
                 }
             }
 

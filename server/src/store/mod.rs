@@ -36,7 +36,7 @@ use anyhow::anyhow;
 use async_trait::async_trait;
 use moor_protocol::api::ShareLinkInfo;
 use moor_protocol::bridge::AgentInfo;
-use moor_protocol::{Entry, ProducerId, Seq, SessionId};
+use moor_protocol::{kinds, now_ms, Entry, EntryBody, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
 pub use cluster::{Cluster, Notice, NoticeFeed, Revocation};
@@ -143,6 +143,27 @@ pub struct Append {
 }
 
 impl Append {
+    /// An entry the server writes itself, now, with no idempotency key.
+    pub fn server(body: impl Into<EntryBody>) -> Self {
+        let body = body.into();
+        Self {
+            ts: now_ms(),
+            kind: body.kind().into(),
+            author: kinds::AUTHOR_SERVER.into(),
+            payload: body.payload().into(),
+            key: IdemKey::None,
+        }
+    }
+
+    /// A receipt for the input at `input`; `body` is one of the receipt payloads, which name
+    /// the same seq.
+    pub fn receipt(input: Seq, body: impl Into<EntryBody>) -> Self {
+        Self {
+            key: IdemKey::Receipt(input),
+            ..Self::server(body)
+        }
+    }
+
     /// Bridge output or a remote input: what an ended session refuses. The server's own
     /// bookkeeping (receipts, `session.ended`, disconnects) may still be written after the end.
     pub fn is_new_work(&self) -> bool {
@@ -317,8 +338,10 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// The session's latest state snapshot: the seq it was taken at and the state JSON.
     async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>>;
 
-    /// Marks the session ended (idempotent).
-    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<()>;
+    /// Marks the session ended at `at`. True when this call ended it; false when it had
+    /// ended already (its first end time stays) or does not exist. Of several callers racing,
+    /// on one node or several, exactly one gets true.
+    async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<bool>;
 }
 
 /// Uploaded checkpoints (G7), the blobs they name and who uploaded each blob. A checkpoint is

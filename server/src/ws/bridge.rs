@@ -20,7 +20,7 @@ use moor_protocol::error::ErrorCode;
 use moor_protocol::host::HOST_ADAPTER;
 use moor_protocol::payload::{
     BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
-    SessionContinuedFrom, SessionContinuedIn, SessionEnded, SessionLink,
+    SessionContinuedFrom, SessionContinuedIn, SessionLink,
 };
 use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use serde_json::value::RawValue;
@@ -523,26 +523,6 @@ async fn handshake(state: &AppState, rx: &mut Rx) -> Result<Hello, Ending> {
     Ok(hello)
 }
 
-fn server_entry(body: impl Into<EntryBody>) -> Append {
-    let body = body.into();
-    Append {
-        ts: now_ms(),
-        kind: body.kind().into(),
-        author: kinds::AUTHOR_SERVER.into(),
-        payload: body.payload().into(),
-        key: IdemKey::None,
-    }
-}
-
-/// A receipt for the input at `input`; `body` is one of the receipt payloads, which name the
-/// same seq.
-fn receipt(input: Seq, body: impl Into<EntryBody>) -> Append {
-    Append {
-        key: IdemKey::Receipt(input),
-        ..server_entry(body)
-    }
-}
-
 impl Conn {
     /// Takes the session over from the connection before (recording its end if nobody has),
     /// welcomes the bridge and takes the session's lease.
@@ -590,7 +570,7 @@ impl Conn {
             session: self.session,
             name: name.to_owned(),
         };
-        let entry = server_entry(SessionContinuedIn { to });
+        let entry = Append::server(SessionContinuedIn { to });
         if let Err(e) = self.state.log.append(from.session, vec![entry]).await {
             tracing::warn!(error = ?e, from = %from.session, "could not link the session it continues");
         }
@@ -604,7 +584,7 @@ impl Conn {
         let mut settle: Vec<Append> = hello
             .uncertain_inputs
             .iter()
-            .map(|s| receipt(*s, InputUncertain { input_seq: *s }))
+            .map(|s| Append::receipt(*s, InputUncertain { input_seq: *s }))
             .collect();
         let unsettled = store
             .unsettled_inputs(self.session, hello.last_applied_input)
@@ -618,13 +598,13 @@ impl Conn {
                         input_seq: s,
                         reported: Some("handshake".into()),
                     };
-                    receipt(s, applied)
+                    Append::receipt(s, applied)
                 }),
         );
         if let Some(from) = self.continued_from.clone() {
-            settle.push(server_entry(SessionContinuedFrom { from }));
+            settle.push(Append::server(SessionContinuedFrom { from }));
         }
-        settle.push(server_entry(BridgeConnected {
+        settle.push(Append::server(BridgeConnected {
             connection: conn_id,
             producer: Some(hello.producer),
             agent: Some(hello.agent.clone()),
@@ -880,7 +860,7 @@ impl Conn {
                 };
                 self.state
                     .log
-                    .append(self.session, vec![receipt(input_seq, body)])
+                    .append(self.session, vec![Append::receipt(input_seq, body)])
                     .await
                     .map_err(store_ending)?;
                 Ok(())
@@ -896,35 +876,18 @@ impl Conn {
             BridgeToServer::End => {
                 // Everything sent before `End` must be stored (and acked) first.
                 self.settle_all().await?;
-                // From here new inputs are refused; those stored after the last one this bridge
-                // was sent never reached the agent and are failed, so none is left unaccounted.
-                let store = self.state.store.log.clone();
-                store
-                    .end_session(self.session, now_ms())
-                    .await
-                    .map_err(store_ending)?;
-                let undelivered = store
-                    .inputs_after(self.session, self.delivered, WELCOME_INPUTS)
-                    .await
-                    .map_err(store_ending)?;
-                let mut closing: Vec<Append> = undelivered
-                    .iter()
-                    .map(|e| {
-                        let failed = InputFailed {
-                            input_seq: e.seq,
-                            reason: "the agent had exited".into(),
-                        };
-                        receipt(e.seq, failed)
-                    })
-                    .collect();
-                closing.push(server_entry(SessionEnded {
-                    reason: Some("agent exited".into()),
-                }));
-                self.state
-                    .log
-                    .append(self.session, closing)
-                    .await
-                    .map_err(store_ending)?;
+                // If this connection's twin (half-open, or on another node) ended the session
+                // first, it wrote the end; this one only closes.
+                crate::session::end::end(
+                    &self.state.log,
+                    &*self.state.store.log,
+                    self.session,
+                    self.delivered,
+                    WELCOME_INPUTS,
+                    now_ms(),
+                )
+                .await
+                .map_err(store_ending)?;
                 Err(Ending::close(close::SESSION_ENDED, "session ended"))
             }
             BridgeToServer::Hello(_) => Err(Ending::close(

@@ -124,6 +124,7 @@ conformance!(
     offers_are_bounded_per_session_and_per_name,
     offers_to_one_name_raced_from_two_nodes_stay_within_its_bound,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
+    sessions_ended_from_two_nodes_at_once_end_once,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
     session_lists_hold_the_members_sessions_only_newest_first_and_bounded,

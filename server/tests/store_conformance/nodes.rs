@@ -447,6 +447,42 @@ pub async fn migrate_store_copies_everything(pg: Db) {
     );
 }
 
+pub async fn sessions_ended_from_two_nodes_at_once_end_once(db: Db) {
+    // arrange: a bridge's `End` can reach two nodes, on a half-open connection and on the one
+    // that replaced it; only the node whose call ends the session writes `session.ended`
+    let a = db.open("node-a").await;
+    let b = db.open("node-b").await;
+    let mut ends = 0;
+    for i in 0..20 {
+        let s = a
+            .log
+            .open_session(&format!("ending-{i}"), None)
+            .await
+            .unwrap()
+            .id;
+
+        // act
+        let (x, y) = tokio::join!(a.log.end_session(s, 100), b.log.end_session(s, 200));
+
+        // assert
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert_ne!(x, y, "session {i}: exactly one node ends it");
+        ends += x as u32 + y as u32;
+        let ended_at = b
+            .log
+            .find_session(&format!("ending-{i}"))
+            .await
+            .unwrap()
+            .ended_at;
+        assert_eq!(
+            ended_at,
+            Some(if x { 100 } else { 200 }),
+            "the winner's time is kept"
+        );
+    }
+    assert_eq!(ends, 20);
+}
+
 pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once(db: Db) {
     // arrange
     let a = db.open("node-a").await;

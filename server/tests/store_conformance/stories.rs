@@ -686,10 +686,14 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         .unwrap();
 
     // act
-    log.end_session(s, 1234).await.unwrap();
-    log.end_session(s, 9999).await.unwrap();
+    let first = log.end_session(s, 1234).await.unwrap();
+    let second = log.end_session(s, 9999).await.unwrap();
+    let unknown = log.end_session(SessionId::new(), 1).await.unwrap();
 
     // assert
+    assert!(first, "the first call ends the session");
+    assert!(!second, "a second call says it had ended already");
+    assert!(!unknown, "an unknown session is not ended");
     assert_eq!(
         log.find_session("ending").await.unwrap().ended_at,
         Some(1234),
