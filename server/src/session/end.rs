@@ -50,25 +50,11 @@ pub async fn end(
 
 #[cfg(test)]
 mod tests {
-    use moor_protocol::payload::InputText;
-    use moor_protocol::{kinds, EntryBody};
+    use moor_protocol::kinds;
 
     use super::*;
-    use crate::store::{IdemKey, Range};
-
-    fn input(n: u64) -> Append {
-        Append {
-            ts: 0,
-            kind: kinds::INPUT_TEXT.into(),
-            author: "user:test".into(),
-            payload: EntryBody::from(InputText {
-                text: n.to_string(),
-            })
-            .payload()
-            .into(),
-            key: IdemKey::ClientMsg(format!("m{n}")),
-        }
-    }
+    use crate::session::text_input as input;
+    use crate::store::Range;
 
     #[tokio::test]
     async fn two_connections_ending_one_session_write_its_end_once() {

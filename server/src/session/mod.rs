@@ -36,6 +36,23 @@ pub(crate) fn log_and_states(
     (log, states)
 }
 
+/// Input `n` as a test submits it: an `input.text` saying `n`, under the client id `m<n>`.
+#[cfg(test)]
+pub(crate) fn text_input(n: u64) -> crate::store::Append {
+    use moor_protocol::{kinds, payload::InputText, EntryBody};
+    crate::store::Append {
+        ts: 0,
+        kind: kinds::INPUT_TEXT.into(),
+        author: "user:test".into(),
+        payload: EntryBody::from(InputText {
+            text: n.to_string(),
+        })
+        .payload()
+        .into(),
+        key: crate::store::IdemKey::ClientMsg(format!("m{n}")),
+    }
+}
+
 /// A real SQLite store in `dir` (its URL, for a second connection), with [`log_and_states`]
 /// over it on a hub of its own.
 #[cfg(test)]

@@ -1,8 +1,8 @@
 use futures_util::FutureExt;
-use moor_protocol::payload::InputText;
-use moor_protocol::{kinds, EntryBody, ProducerId, Seq};
+use moor_protocol::{kinds, ProducerId, Seq};
 
 use super::*;
+use crate::session::text_input as input;
 use crate::store::{IdemKey, Range};
 
 /// Sessions submitting at once in the grouping test.
@@ -15,20 +15,6 @@ fn produced(producer: ProducerId, seq: u64, text: &str) -> Append {
         author: kinds::AUTHOR_BRIDGE.into(),
         payload: serde_json::json!({"stream": "stdout", "text": text}).into(),
         key: IdemKey::Producer { producer, seq },
-    }
-}
-
-fn input(n: u64) -> Append {
-    Append {
-        ts: 0,
-        kind: kinds::INPUT_TEXT.into(),
-        author: "user:test".into(),
-        payload: EntryBody::from(InputText {
-            text: n.to_string(),
-        })
-        .payload()
-        .into(),
-        key: IdemKey::ClientMsg(format!("m{n}")),
     }
 }
 
