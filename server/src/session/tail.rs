@@ -12,6 +12,10 @@
 //! as runs of the events the page holds ([`Tail::ready_sse`]). `next` and `wait` are
 //! cancel-safe.
 //!
+//! A read the store answers as unavailable (a database restart, a node whose new connections
+//! are refused for a moment) is retried every quarter second for up to 30 s, so a short outage
+//! holds a viewer's stream rather than ending it; a longer one, or any other error, ends it.
+//!
 //! Compaction leaves gaps in the stored log. When a page says compaction removed entries after
 //! the cursor, further than the tail has said already, the tail first returns a reset frame
 //! ([`Frame::as_reset`]) naming what is missing, then the kept entries: never a silent gap.
@@ -30,7 +34,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use crate::hub::{Frame, Hub};
 use crate::metrics::Transport;
 use crate::session::pages::SharedPage;
-use crate::store::{LogStore, PageLimit, StoreResult};
+use crate::store::{LogStore, PageLimit, StoreError, StoreResult};
 
 /// Most entries read from the store per query while catching up.
 const PAGE: u32 = 1000;
@@ -58,7 +62,16 @@ pub struct Tail {
     reported: Seq,
     /// When `rx` subscribed: a shared read of the log's last page must have begun since.
     subscribed: Instant,
+    /// Since when the store has answered this tail's reads as unavailable, and when to try
+    /// again: kept here, so a retry survives the caller dropping `wait` for another branch.
+    unavailable: Option<(tokio::time::Instant, tokio::time::Instant)>,
 }
+
+/// How often a tail retries a read while the store is unavailable (a database restart, a
+/// node's connections refused for a moment)...
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// ...and for how long, before its stream ends with the error (the client reconnects).
+const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Drop for Tail {
     fn drop(&mut self) {
@@ -84,6 +97,7 @@ impl Tail {
             counted: None,
             reported: Seq::ZERO,
             subscribed,
+            unavailable: None,
         }
     }
 
@@ -218,7 +232,10 @@ impl Tail {
                     count: PAGE,
                     bytes: self.page_bytes,
                 };
-                let page = self
+                if let Some((_, retry_at)) = self.unavailable {
+                    tokio::time::sleep_until(retry_at).await;
+                }
+                let read = self
                     .hub
                     .pages()
                     .read(
@@ -228,10 +245,23 @@ impl Tail {
                         limit,
                         self.subscribed,
                     )
-                    .await
-                    .inspect_err(|_| {
+                    .await;
+                let page = match read {
+                    Ok(page) => {
+                        self.unavailable = None;
+                        page
+                    }
+                    Err(e) => {
                         self.hub.metrics().store_errors.inc();
-                    })?;
+                        let now = tokio::time::Instant::now();
+                        let since = self.unavailable.map_or(now, |(since, _)| since);
+                        if matches!(e, StoreError::Unavailable(_)) && now - since < RETRY_FOR {
+                            self.unavailable = Some((since, now + RETRY_EVERY));
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                };
                 self.hub.metrics().replay_pages.inc();
                 self.live = !page.page.more;
                 let compacted = page.page.compacted.clone();
