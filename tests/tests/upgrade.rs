@@ -662,7 +662,16 @@ async fn get_json<T: serde::de::DeserializeOwned>(api: &Api, path: &str) -> T {
 /// page and as a viewer replays it, each entry still decoding, the derived state, and the
 /// checkpoints.
 async fn assert_serves_every_session(server: &TestServer, data: &OldData) {
-    let ready = server.api().raw(Method::GET, "/readyz", None, None).await;
+    // Ready once migrated and, on Postgres, listening to the other nodes' notices, which the
+    // node starts just after it starts serving: wait for it.
+    let give_up = std::time::Instant::now() + WAIT;
+    let ready = loop {
+        let r = server.api().raw(Method::GET, "/readyz", None, None).await;
+        if r.status == StatusCode::OK || std::time::Instant::now() >= give_up {
+            break r;
+        }
+        tokio::time::sleep(moor_e2e::util::POLL_INTERVAL).await;
+    };
     assert_eq!(ready.status, StatusCode::OK, "{:?}", ready.body);
 
     let mut newest_first: Vec<&OldSession> = data.sessions.iter().collect();
