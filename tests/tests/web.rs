@@ -105,12 +105,17 @@ impl Bridges<'_> {
                 let agent: Vec<String> = if op == "echo" {
                     vec!["echo".into()]
                 } else {
-                    vec![
+                    let mut a: Vec<String> = vec![
                         "count".into(),
                         args["count"].as_u64().unwrap_or(100).to_string(),
                         "--interval-ms".into(),
                         args["interval_ms"].as_u64().unwrap_or(0).to_string(),
-                    ]
+                    ];
+                    // With `echo_inputs: K` the agent also echoes inputs and ends only after K.
+                    if let Some(k) = args["echo_inputs"].as_u64() {
+                        a.extend(["--echo-inputs".into(), k.to_string()]);
+                    }
+                    a
                 };
                 let argv: Vec<&str> = agent.iter().map(String::as_str).collect();
                 let bridge = TestBridge::start(&url, &token, &session, &argv);

@@ -402,9 +402,11 @@ scenario("an access token expiring mid-watch is refreshed by the page: no login,
   const base = SHORT.url;
   await addUser("tim", base, SHORT.token);
   // About five token lifetimes of output; the server also ends SSE streams every 2 s, so the page
-  // reconnects again and again with expired tokens.
+  // reconnects again and again with expired tokens. The agent ends only after one input, sent
+  // once the page has refreshed twice: on a slow machine the login can take longer than the
+  // output, and the page must still watch across expiries.
   const lines = 5 * SHORT.ttlSecs * 50;
-  await rpc("lines", { server: "short", session: "web-ttl", count: lines, interval_ms: 20 });
+  await rpc("lines", { server: "short", session: "web-ttl", count: lines, interval_ms: 20, echo_inputs: 1 });
   const info = await sessionByName("web-ttl", 20000, base, SHORT.token);
   await share(info.id, "tim", "viewer", base, SHORT.token);
   const ctx = await phone(browser);
@@ -422,11 +424,22 @@ scenario("an access token expiring mid-watch is refreshed by the page: no login,
   await waitFor("the list", 10000, () => page.evaluate(() => location.hash === "#/"));
   await page.goto(`${base}/#/s/${info.id}`);
   await page.waitForFunction(() => window.__moor !== undefined);
+  await waitFor("two token refreshes", 60000, () => refreshes.length >= 2);
+  await shortApi(`/sessions/${info.id}/inputs`, {
+    method: "POST",
+    body: JSON.stringify({ client_msg_id: "ttl-end", kind: "input.text", payload: { text: "done" } }),
+  });
   await untilEnded(page, info.id, shortApi);
   const routes = await page.evaluate(() => window.__routes);
   assert(!routes.includes("#/login"), `the page never asked for a login: ${routes}`);
-  assert(refreshes.length >= 2 && refreshes.every((s) => s === 200), `the page refreshed its token (${refreshes})`);
-  await assertExact(page, info.id, numbered(lines), base, SHORT.token);
+  assert(refreshes.every((s) => s === 200), `the page refreshed its token (${refreshes})`);
+  // The input's echo lands somewhere among the numbered lines.
+  const said = (await allEntries(info.id, base, SHORT.token)).filter((e) => e.kind === "agent.output").map((e) => e.payload.text);
+  const at = said.indexOf("got: done");
+  assert(at >= 0 && said.lastIndexOf("got: done") === at, `the input echoed once (${at})`);
+  const counted = [...said.slice(0, at), ...said.slice(at + 1)];
+  assert(JSON.stringify(counted) === JSON.stringify(numbered(lines)), "the agent's numbered lines, each once, in order");
+  await assertExact(page, info.id, said, base, SHORT.token);
   await ctx.close();
 });
 
