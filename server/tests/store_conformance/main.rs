@@ -186,6 +186,22 @@ async fn postgres_closed_to_connections_is_unavailable_until_it_reopens() {
     .await;
 }
 
+/// Postgres only: a viewer's tail holds its stream through a short outage of the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tail_waits_through_a_short_outage() {
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    let admin = db.admin_url().to_owned();
+    db.run(|url| {
+        stories::a_tail_waits_through_a_short_outage_and_then_returns_what_follows(
+            Db::new(url),
+            admin,
+        )
+    })
+    .await;
+}
+
 /// Migration 0007 on a database holding checkpoints from before it: each one's patch and file
 /// blobs are recorded, so their readers keep reading them; and 0009 keys them by session
 /// without losing one.

@@ -555,6 +555,48 @@ pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_on
     );
 }
 
+/// A Postgres database the test closes to connections and opens again, as an operator or a
+/// failover would.
+struct Outage {
+    admin: sqlx::PgPool,
+    name: String,
+}
+
+impl Outage {
+    async fn new(db: &Db, admin_url: &str) -> Self {
+        Self {
+            admin: sqlx::PgPool::connect(admin_url).await.unwrap(),
+            name: db.url.rsplit('/').next().unwrap().to_owned(),
+        }
+    }
+
+    async fn allow(&self, yes: bool) {
+        sqlx::query(&format!(
+            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS {yes}",
+            self.name
+        ))
+        .execute(&self.admin)
+        .await
+        .unwrap();
+    }
+
+    /// Refuses new connections and ends `node`'s open ones, waiting until they are gone;
+    /// whether it had any.
+    async fn close(&self, node: &str) -> bool {
+        self.allow(false).await;
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+             WHERE datname = $1 AND application_name = $2",
+        )
+        .bind(&self.name)
+        .bind(format!("moord {node}"))
+        .fetch_all(&self.admin)
+        .await
+        .unwrap();
+        !killed.is_empty()
+    }
+}
+
 /// Postgres: while the database refuses new connections and the node's open ones are gone,
 /// every call reports the store unavailable (retry later), not broken; once the database
 /// accepts connections again the same calls succeed.
@@ -566,36 +608,16 @@ pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
     let Stores { log, access, .. } = db.open("node-a").await;
     let s = log.open_session("outage", None).await.unwrap().id;
     access.set_member(s, "mem", Role::Viewer).await.unwrap();
-    let name = db.url.rsplit('/').next().unwrap().to_owned();
-    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
-    let allow = |yes: bool| {
-        let (admin, name) = (admin.clone(), name.clone());
-        async move {
-            sqlx::query(&format!(
-                "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {yes}"
-            ))
-            .execute(&admin)
-            .await
-            .unwrap();
-        }
-    };
+    let outage = Outage::new(&db, &admin_url).await;
 
     // act: close the database, end the node's connections (waiting until they are gone)
-    allow(false).await;
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
-         WHERE datname = $1 AND application_name = 'moord node-a'",
-    )
-    .bind(&name)
-    .fetch_all(&admin)
-    .await
-    .unwrap();
+    let had_connections = outage.close("node-a").await;
     let read = log.read(s, Range::After(Seq::ZERO), 10).await;
     let removed = access.remove_member(s, "mem").await;
-    allow(true).await;
+    outage.allow(true).await;
 
     // assert
-    assert!(!killed.is_empty(), "the node had connections to end");
+    assert!(had_connections, "the node had connections to end");
     assert!(
         matches!(read, Err(StoreError::Unavailable(_))),
         "a read while closed: {read:?}"
@@ -607,4 +629,59 @@ pub async fn a_database_closed_to_connections_is_unavailable_until_it_reopens(
     access.remove_member(s, "mem").await.unwrap();
     assert_eq!(access.member_role(s, "mem").await.unwrap(), None);
     assert!(log.read(s, Range::After(Seq::ZERO), 10).await.is_ok());
+}
+
+/// Postgres: a viewer's tail whose store reads fail because the database is closed to
+/// connections keeps retrying, and once the database opens again it returns the entries after
+/// its cursor, in order: a short outage holds a stream rather than ending it.
+pub async fn a_tail_waits_through_a_short_outage_and_then_returns_what_follows(
+    db: Db,
+    admin_url: String,
+) {
+    // arrange: a session with two entries and a tail from its start
+    let Stores { log, .. } = db.open("node-t").await;
+    let s = log.open_session("tail-outage", None).await.unwrap().id;
+    let texts = ["before", "the outage"];
+    let batch = texts.map(|t| output(t, IdemKey::None)).to_vec();
+    log.append(s, batch).await.unwrap();
+    let hub = moor_server::hub::Hub::default();
+    let mut tail = moor_server::session::tail::Tail::new(log.clone(), &hub, s, Seq::ZERO);
+    let outage = Outage::new(&db, &admin_url).await;
+
+    // act: close the database, let the tail fail to read twice, open it again
+    assert!(
+        outage.close("node-t").await,
+        "the node had connections to end"
+    );
+    let reading = tokio::spawn(async move {
+        let mut got = Vec::new();
+        for _ in texts {
+            got.push(tail.next().await.map(|f| f.seq()));
+        }
+        got
+    });
+    let failed = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while hub.metrics().store_errors.get() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let finished_early = reading.is_finished();
+    outage.allow(true).await;
+    let got = tokio::time::timeout(std::time::Duration::from_secs(30), reading)
+        .await
+        .expect("the tail returns once the database is open")
+        .unwrap();
+
+    // assert
+    assert!(
+        failed.is_ok(),
+        "the tail's reads failed while the database was closed"
+    );
+    assert!(
+        !finished_early,
+        "the tail waited instead of ending: {got:?}"
+    );
+    let seqs: Vec<u64> = got.into_iter().map(|r| r.unwrap().0).collect();
+    assert_eq!(seqs, [1, 2], "the entries after the cursor, in order");
 }
