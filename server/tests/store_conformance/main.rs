@@ -77,6 +77,20 @@ where
     db.run(|url| story(Db::new(url))).await;
 }
 
+/// A Postgres-only story that also gets the server's admin URL, to act on the database from
+/// outside (end its connections, close it to new ones).
+async fn on_postgres_as_admin<F, Fut>(story: F)
+where
+    F: FnOnce(Db, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(db) = pg::TestDb::create().await else {
+        return;
+    };
+    let admin = db.admin_url().to_owned();
+    db.run(|url| story(Db::new(url), admin)).await;
+}
+
 /// One test per story and engine: `sqlite::<story>` and `postgres::<story>`.
 macro_rules! conformance {
     ($($story:ident),* $(,)?) => {
@@ -162,43 +176,22 @@ async fn postgres_migrate_store_copies_a_sqlite_log_exactly() {
 /// Postgres only: the feed survives losing its connection and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_feed_resyncs_after_its_connection_is_terminated() {
-    let Some(db) = pg::TestDb::create().await else {
-        return;
-    };
-    let admin = db.admin_url().to_owned();
-    db.run(|url| stories::feed_resyncs_after_termination(Db::new(url), admin))
-        .await;
+    on_postgres_as_admin(stories::feed_resyncs_after_termination).await;
 }
 
 /// Postgres only: a database that refuses connections makes the store unavailable, not broken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_closed_to_connections_is_unavailable_until_it_reopens() {
-    let Some(db) = pg::TestDb::create().await else {
-        return;
-    };
-    let admin = db.admin_url().to_owned();
-    db.run(|url| {
-        stories::a_database_closed_to_connections_is_unavailable_until_it_reopens(
-            Db::new(url),
-            admin,
-        )
-    })
-    .await;
+    on_postgres_as_admin(stories::a_database_closed_to_connections_is_unavailable_until_it_reopens)
+        .await;
 }
 
 /// Postgres only: a viewer's tail holds its stream through a short outage of the database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_tail_waits_through_a_short_outage() {
-    let Some(db) = pg::TestDb::create().await else {
-        return;
-    };
-    let admin = db.admin_url().to_owned();
-    db.run(|url| {
-        stories::a_tail_waits_through_a_short_outage_and_then_returns_what_follows(
-            Db::new(url),
-            admin,
-        )
-    })
+    on_postgres_as_admin(
+        stories::a_tail_waits_through_a_short_outage_and_then_returns_what_follows,
+    )
     .await;
 }
 
