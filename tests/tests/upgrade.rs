@@ -664,15 +664,11 @@ async fn get_json<T: serde::de::DeserializeOwned>(api: &Api, path: &str) -> T {
 async fn assert_serves_every_session(server: &TestServer, data: &OldData) {
     // Ready once migrated and, on Postgres, listening to the other nodes' notices, which the
     // node starts just after it starts serving: wait for it.
-    let give_up = std::time::Instant::now() + WAIT;
-    let ready = loop {
+    let ready = || async {
         let r = server.api().raw(Method::GET, "/readyz", None, None).await;
-        if r.status == StatusCode::OK || std::time::Instant::now() >= give_up {
-            break r;
-        }
-        tokio::time::sleep(moor_e2e::util::POLL_INTERVAL).await;
+        r.status == StatusCode::OK
     };
-    assert_eq!(ready.status, StatusCode::OK, "{:?}", ready.body);
+    moor_e2e::util::eventually(WAIT, "/readyz to answer 200", ready).await;
 
     let mut newest_first: Vec<&OldSession> = data.sessions.iter().collect();
     newest_first.sort_by_key(|s| Reverse(s.last_ts()));
