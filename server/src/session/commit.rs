@@ -87,7 +87,9 @@ impl Active {
 }
 
 /// Takes the ready sessions' requests, oldest session first, up to [`MAX_GROUP_ENTRIES`]
-/// entries; a session left with requests goes back to the end of the ready list.
+/// entries; a session left with requests goes back to the end of the ready list. A request
+/// that ends its session is a part of its own: the store checks the session's head before
+/// it, and refuses it whole, which must not refuse a neighbour's entries with it.
 fn take_group(q: &mut Queues) -> Vec<Part> {
     let mut parts = Vec::new();
     let mut total = 0;
@@ -108,8 +110,16 @@ fn take_group(q: &mut Queues) -> Vec<Part> {
                 full = true;
                 break;
             }
+            let ends = r.batch.last().is_some_and(|a| a.ends_at().is_some());
+            if ends && !requests.is_empty() {
+                queue.requests.push_front(r);
+                break;
+            }
             total += r.batch.len();
             requests.push(r);
+            if ends {
+                break;
+            }
         }
         if !queue.requests.is_empty() {
             q.ready.push_back(session);

@@ -72,6 +72,7 @@ impl NewRow<'_> {
             IdemKey::Producer { producer, seq } => (Some(*producer), Some(*seq as i64), None, None),
             IdemKey::ClientMsg(id) => (None, None, Some(id.as_str()), None),
             IdemKey::Receipt(input) => (None, None, None, Some(input.0 as i64)),
+            IdemKey::End { .. } => (None, None, None, Some(0)),
             IdemKey::None => (None, None, None, None),
         }
     }
@@ -147,7 +148,7 @@ pub(crate) async fn decide<'a, L: Lookup>(
                     .await?
                     .map(|s| Appended::Duplicate(Seq(s as u64))),
             },
-            IdemKey::None => None,
+            IdemKey::End { .. } | IdemKey::None => None,
         };
         if outcome.is_none() {
             d.head += 1;

@@ -8,6 +8,11 @@
 //! single append. What is left to the store is writing the rows, marks and heads it returns with
 //! a few set-based statements, and committing. A session that is unknown, or ended while its
 //! batch holds new work, gets its own error and takes no part; the others are unaffected.
+//!
+//! A batch that ends with [`IdemKey::End`](super::IdemKey::End) ends its session in the same
+//! transaction: the store sets the session's end time with its head. It is refused whole when
+//! the session has ended already, or when the session's head is not the one the writer read
+//! (an input may have come in since, which the end would leave without an outcome).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -33,6 +38,8 @@ pub(crate) struct Head<K> {
     pub(crate) first: Option<i64>,
     /// The timestamp of the last entry written to it in this transaction.
     pub(crate) last_ts: Option<i64>,
+    /// When this transaction ended it (its `session.ended`'s time), if it did.
+    pub(crate) ended_at: Option<i64>,
 }
 
 impl<K> Head<K> {
@@ -44,6 +51,7 @@ impl<K> Head<K> {
             ended,
             first: None,
             last_ts: None,
+            ended_at: None,
         }
     }
 }
@@ -97,6 +105,26 @@ pub(crate) async fn decide_group<'a, L: GroupLookup>(
             out.parts.push(Err(StoreError::SessionEnded));
             continue;
         }
+        let end = batch.last().and_then(Append::ends_at);
+        if batch.iter().rev().skip(1).any(|a| a.ends_at().is_some()) {
+            out.parts.push(Err(StoreError::Other(anyhow::anyhow!(
+                "a session's end must be the last entry of its batch"
+            ))));
+            continue;
+        }
+        match end {
+            Some(_) if head.ended => {
+                out.parts.push(Err(StoreError::SessionEnded));
+                continue;
+            }
+            Some(seen) if seen.0 as i64 != head.head => {
+                out.parts.push(Err(StoreError::Conflict(
+                    "the log moved on while the session was ending",
+                )));
+                continue;
+            }
+            _ => {}
+        }
         lookup.enter(&head.key);
         let Decision {
             decided,
@@ -114,6 +142,10 @@ pub(crate) async fn decide_group<'a, L: GroupLookup>(
             head.last_ts = last_ts;
         }
         head.head = new_head;
+        if end.is_some() {
+            head.ended = true;
+            head.ended_at = last_ts;
+        }
         let seqs = rows.iter().map(|r| r.seq).collect();
         out.rows
             .extend(rows.into_iter().map(|r| (head.key.clone(), r)));
@@ -136,9 +168,12 @@ pub(crate) fn outcomes(
         .collect()
 }
 
-/// Sessions that got rows: `(key, first seq, head, last ts)`, for updating heads and
-/// announcing ranges.
-pub(crate) fn written<K: Clone>(heads: &HashMap<SessionId, Head<K>>) -> Vec<(K, i64, i64, i64)> {
+/// A session that got rows: `(key, first seq, head, last ts, ended at)`, for updating heads
+/// (and the end time, when the rows ended it) and announcing ranges.
+pub(crate) type Written<K> = (K, i64, i64, i64, Option<i64>);
+
+/// The sessions that got rows.
+pub(crate) fn written<K: Clone>(heads: &HashMap<SessionId, Head<K>>) -> Vec<Written<K>> {
     heads
         .values()
         .filter_map(|h| {
@@ -147,6 +182,7 @@ pub(crate) fn written<K: Clone>(heads: &HashMap<SessionId, Head<K>>) -> Vec<(K, 
                 h.first?,
                 h.head,
                 h.last_ts.unwrap_or_default(),
+                h.ended_at,
             ))
         })
         .collect()

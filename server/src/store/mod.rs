@@ -36,6 +36,7 @@ use anyhow::anyhow;
 use async_trait::async_trait;
 use moor_protocol::api::ShareLinkInfo;
 use moor_protocol::bridge::AgentInfo;
+use moor_protocol::payload::SessionEnded;
 use moor_protocol::{kinds, now_ms, Entry, EntryBody, ProducerId, Seq, SessionId};
 use serde_json::Value;
 
@@ -125,6 +126,15 @@ pub enum IdemKey {
     /// server's record of an entry at this seq (the `session.interrupted` an entry caused, the
     /// `bridge.disconnected` of the connection whose `bridge.connected` it is).
     Receipt(Seq),
+    /// The session's end (`session.ended`): it ends the session in the transaction that writes
+    /// it, so a session is never ended without its `session.ended`, nor the other way round.
+    /// Written only while the session has not ended and its head is still `head` (what the
+    /// writer read the log up to); else its whole part is [`StoreError::SessionEnded`] or
+    /// [`StoreError::Conflict`]. Stored with `ref_seq` 0, so the database holds one per session.
+    End {
+        /// The head the writer read.
+        head: Seq,
+    },
 }
 
 /// One entry to append.
@@ -161,6 +171,23 @@ impl Append {
         Self {
             key: IdemKey::Receipt(input),
             ..Self::server(body)
+        }
+    }
+
+    /// The end of the session, written if the session's head is still `head`: what the caller
+    /// read the log up to. It goes last in a batch of its own.
+    pub fn end(body: SessionEnded, head: Seq) -> Self {
+        Self {
+            key: IdemKey::End { head },
+            ..Self::server(body)
+        }
+    }
+
+    /// The head an end entry expects, if this is one.
+    pub fn ends_at(&self) -> Option<Seq> {
+        match self.key {
+            IdemKey::End { head } => Some(head),
+            _ => None,
         }
     }
 
@@ -338,9 +365,11 @@ pub trait LogStore: Send + Sync + Debug + 'static {
     /// The session's latest state snapshot: the seq it was taken at and the state JSON.
     async fn latest_snapshot(&self, session: SessionId) -> StoreResult<Option<(Seq, String)>>;
 
-    /// Marks the session ended at `at`. True when this call ended it; false when it had
-    /// ended already (its first end time stays) or does not exist. Of several callers racing,
-    /// on one node or several, exactly one gets true.
+    /// Marks the session ended at `at`, writing nothing to its log. True when this call ended
+    /// it; false when it had ended already (its first end time stays) or does not exist. Of
+    /// several callers racing, on one node or several, exactly one gets true. The server ends a
+    /// session with [`Append::end`] instead, which writes `session.ended` in the same
+    /// transaction; this bare mark sets up ended sessions in tests.
     async fn end_session(&self, session: SessionId, at: i64) -> StoreResult<bool>;
 }
 

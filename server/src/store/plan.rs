@@ -112,7 +112,7 @@ impl Plan {
             IdemKey::Receipt(input) => {
                 self.receipts.insert((kind.to_owned(), *input), seq);
             }
-            IdemKey::None => {}
+            IdemKey::End { .. } | IdemKey::None => {}
         }
     }
 

@@ -22,7 +22,7 @@ use moor_protocol::payload::{
     BridgeConnected, InputApplied, InputDelivered, InputFailed, InputUncertain,
     SessionContinuedFrom, SessionContinuedIn, SessionLink,
 };
-use moor_protocol::{close, kinds, now_ms, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
+use moor_protocol::{close, kinds, EntryBody, NewEntry, Seq, SessionId, PROTOCOL_VERSION};
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio::time::{interval, Instant, MissedTickBehavior};
@@ -884,7 +884,6 @@ impl Conn {
                     self.session,
                     self.delivered,
                     WELCOME_INPUTS,
-                    now_ms(),
                 )
                 .await
                 .map_err(store_ending)?;

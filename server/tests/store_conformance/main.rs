@@ -139,6 +139,7 @@ conformance!(
     offers_to_one_name_raced_from_two_nodes_stay_within_its_bound,
     refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once,
     sessions_ended_from_two_nodes_at_once_end_once,
+    an_end_written_after_the_log_moved_on_is_refused_whole,
     appenders_on_two_nodes_keep_seqs_contiguous_and_keys_unique,
     other_nodes_hear_of_appends_and_bridge_claims,
     session_lists_hold_the_members_sessions_only_newest_first_and_bounded,

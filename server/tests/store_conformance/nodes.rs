@@ -4,10 +4,11 @@
 
 use std::collections::HashSet;
 
+use moor_protocol::payload::SessionEnded;
 use moor_protocol::{kinds, ProducerId, Seq, SessionId};
 use moor_server::store::{
-    Appended, CheckpointRow, IdemKey, Notice, Range, RefreshOutcome, RefreshRow, Role, StoreError,
-    Stores,
+    Append, Appended, CheckpointRow, IdemKey, Notice, Range, RefreshOutcome, RefreshRow, Role,
+    StoreError, Stores,
 };
 
 use crate::stories::{all, input, next, output, produced, receipt, share_link, stored_seq};
@@ -449,9 +450,15 @@ pub async fn migrate_store_copies_everything(pg: Db) {
 
 pub async fn sessions_ended_from_two_nodes_at_once_end_once(db: Db) {
     // arrange: a bridge's `End` can reach two nodes, on a half-open connection and on the one
-    // that replaced it; only the node whose call ends the session writes `session.ended`
+    // that replaced it; each node fails the input it thinks undelivered and writes
+    // `session.ended`, in one batch that ends the session
     let a = db.open("node-a").await;
     let b = db.open("node-b").await;
+    let ending = |head: Seq, at: i64| {
+        let mut end = Append::end(SessionEnded { reason: None }, head);
+        end.ts = at;
+        vec![receipt(kinds::INPUT_FAILED, Seq(1)), end]
+    };
     let mut ends = 0;
     for i in 0..20 {
         let s = a
@@ -460,14 +467,24 @@ pub async fn sessions_ended_from_two_nodes_at_once_end_once(db: Db) {
             .await
             .unwrap()
             .id;
+        a.log.append(s, vec![input("m", "hi")]).await.unwrap();
 
         // act
-        let (x, y) = tokio::join!(a.log.end_session(s, 100), b.log.end_session(s, 200));
+        let (x, y) = tokio::join!(
+            a.log.append(s, ending(Seq(1), 100)),
+            b.log.append(s, ending(Seq(1), 200))
+        );
 
-        // assert
-        let (x, y) = (x.unwrap(), y.unwrap());
+        // assert: one ends it, the other is told it had ended and writes nothing
+        let (x, y) = (x.is_ok(), y.is_ok());
         assert_ne!(x, y, "session {i}: exactly one node ends it");
         ends += x as u32 + y as u32;
+        let kinds: Vec<String> = all(&*b.log, s).await.into_iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [kinds::INPUT_TEXT, kinds::INPUT_FAILED, kinds::SESSION_ENDED],
+            "session {i}"
+        );
         let ended_at = b
             .log
             .find_session(&format!("ending-{i}"))
@@ -481,6 +498,59 @@ pub async fn sessions_ended_from_two_nodes_at_once_end_once(db: Db) {
         );
     }
     assert_eq!(ends, 20);
+}
+
+pub async fn an_end_written_after_the_log_moved_on_is_refused_whole(db: Db) {
+    // arrange: a node read the log up to seq 1 to end it; an input came in since (on another
+    // node), which that end would leave without an outcome
+    let a = db.open("node-a").await;
+    let b = db.open("node-b").await;
+    let s = a.log.open_session("moved", None).await.unwrap().id;
+    a.log.append(s, vec![input("m1", "first")]).await.unwrap();
+    b.log.append(s, vec![input("m2", "second")]).await.unwrap();
+
+    // act
+    let stale = vec![
+        receipt(kinds::INPUT_FAILED, Seq(1)),
+        Append::end(SessionEnded { reason: None }, Seq(1)),
+    ];
+    let refused = a.log.append(s, stale).await;
+    let current = vec![
+        receipt(kinds::INPUT_FAILED, Seq(1)),
+        receipt(kinds::INPUT_FAILED, Seq(2)),
+        Append::end(SessionEnded { reason: None }, Seq(2)),
+    ];
+    let ended = a.log.append(s, current).await;
+
+    // assert: nothing of the stale end was written and the session stayed open; the end that
+    // read the whole log ended it, and the session takes no more input
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(ended.is_ok(), "{ended:?}");
+    let kinds: Vec<String> = all(&*b.log, s).await.into_iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            kinds::INPUT_TEXT,
+            kinds::INPUT_TEXT,
+            kinds::INPUT_FAILED,
+            kinds::INPUT_FAILED,
+            kinds::SESSION_ENDED
+        ]
+    );
+    assert!(b
+        .log
+        .find_session("moved")
+        .await
+        .unwrap()
+        .ended_at
+        .is_some());
+    assert!(matches!(
+        b.log.append(s, vec![input("m3", "late")]).await,
+        Err(StoreError::SessionEnded)
+    ));
 }
 
 pub async fn refresh_tokens_claims_and_share_links_raced_from_two_nodes_count_once(db: Db) {

@@ -132,6 +132,31 @@ async fn a_session_failing_in_a_group_does_not_fail_the_others() {
 }
 
 #[tokio::test]
+async fn an_end_queued_among_a_sessions_inputs_is_committed_on_its_own() {
+    // arrange: an input, the session's end written after reading the log up to that input,
+    // and a later input, all queued before the committer runs
+    let (_dir, log, store) = log_on_sqlite().await;
+    let s = store.open_session("s", None).await.unwrap().id;
+    let end = Append::end(
+        moor_protocol::payload::SessionEnded { reason: None },
+        Seq(1),
+    );
+    let mut submitted = [vec![input(1)], vec![end], vec![input(2)]]
+        .map(|batch| log.submit(s, batch).now_or_never().unwrap().unwrap());
+
+    // act
+    let [first, ended, late] = &mut submitted;
+    let (first, ended, late) = (first.wait().await, ended.wait().await, late.wait().await);
+
+    // assert: the end did not share a transaction with the input before it (which would have
+    // had it checked against the head before that input, and refused both), and the input
+    // after it was refused
+    assert_eq!(seqs(&first.unwrap()), [Seq(1)]);
+    assert_eq!(seqs(&ended.unwrap()), [Seq(2)]);
+    assert!(matches!(late, Err(StoreError::SessionEnded)), "{late:?}");
+}
+
+#[tokio::test]
 async fn a_closed_log_answers_what_was_queued_and_refuses_more() {
     // arrange
     let (_dir, log, store) = log_on_sqlite().await;

@@ -16,7 +16,7 @@ use super::{PgStore, ENTRIES_CHANNEL};
 use crate::store::access::stored_session;
 use crate::store::append::{Lookup, NewRow, StoredEntry};
 use crate::store::errors::db_error;
-use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
+use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head, Written};
 use crate::store::{Appended, IdemKey, StoreResult};
 
 /// A producer's mark in a session: `(session id, producer) → mark`.
@@ -52,7 +52,7 @@ impl PgStore {
     async fn move_heads(
         &self,
         tx: &mut Transaction<'_, Postgres>,
-        written: &[(String, i64, i64, i64)],
+        written: &[Written<String>],
     ) -> StoreResult<()> {
         if written.is_empty() {
             return Ok(());
@@ -60,22 +60,26 @@ impl PgStore {
         let mut ids = Vec::with_capacity(written.len());
         let mut heads = Vec::with_capacity(written.len());
         let mut tss = Vec::with_capacity(written.len());
+        let mut ends = Vec::with_capacity(written.len());
         let mut notices = Vec::with_capacity(written.len());
-        for (sid, first, head, ts) in written {
+        for (sid, first, head, ts, ended_at) in written {
             ids.push(sid.as_str());
             heads.push(*head);
             tss.push(*ts);
+            ends.push(*ended_at);
             notices.push(format!("{sid} {first} {head} {}", self.node));
         }
         sqlx::query(
-            "WITH v AS (SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[]) \
-             AS v(id, head, ts, notice)), \
-             u AS (UPDATE sessions s SET head_seq = v.head, last_ts = v.ts FROM v WHERE s.id = v.id) \
-             SELECT pg_notify($5, v.notice) FROM v",
+            "WITH v AS (SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], \
+             $5::text[]) AS v(id, head, ts, ended_at, notice)), \
+             u AS (UPDATE sessions s SET head_seq = v.head, last_ts = v.ts, \
+             ended_at = COALESCE(s.ended_at, v.ended_at) FROM v WHERE s.id = v.id) \
+             SELECT pg_notify($6, v.notice) FROM v",
         )
         .bind(ids)
         .bind(heads)
         .bind(tss)
+        .bind(ends)
         .bind(notices)
         .bind(ENTRIES_CHANNEL)
         .execute(&mut **tx)

@@ -22,7 +22,7 @@ use super::SqliteStore;
 use crate::store::access::stored_session;
 use crate::store::append::{Lookup, NewRow, StoredEntry};
 use crate::store::errors::db_error;
-use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head};
+use crate::store::group::{self, decide_group, GroupLookup, GroupPart, Head, Written};
 use crate::store::notify::NOTIFYING_KINDS;
 use crate::store::{Appended, IdemKey, StoreResult};
 
@@ -273,7 +273,7 @@ async fn write_group(
     rows: &[(i64, NewRow<'_>)],
     producers: &Producers,
     marks: &[(i64, i64)],
-    written: &[(i64, i64, i64, i64)],
+    written: &[Written<i64>],
 ) -> StoreResult<()> {
     if rows.is_empty() && marks.is_empty() && written.is_empty() {
         return Ok(());
@@ -317,7 +317,8 @@ async fn write_group(
         "UPDATE producers SET last_seq = json_extract(j.value, '$[1]') FROM json_each(?) AS j \
          WHERE producers.pk = json_extract(j.value, '$[0]'); \
          UPDATE sessions SET head_seq = json_extract(j.value, '$[2]'), \
-         last_ts = json_extract(j.value, '$[3]') FROM json_each(?) AS j \
+         last_ts = json_extract(j.value, '$[3]'), \
+         ended_at = COALESCE(ended_at, json_extract(j.value, '$[4]')) FROM json_each(?) AS j \
          WHERE sessions.pk = json_extract(j.value, '$[0]')",
     );
     // Without rows of its own the call's text is one of two (with or without the outbox), worth
