@@ -19,6 +19,7 @@ pub mod lines;
 mod process;
 pub mod pty;
 mod rpc_agent;
+pub use rpc_agent::RpcAgent;
 pub mod terminal;
 pub mod tree;
 
@@ -356,9 +357,9 @@ pub enum Agent {
     /// The `claude` adapter.
     Claude(claude::ClaudeAgent),
     /// The `acp` adapter.
-    Acp(acp::AcpAgent),
+    Acp(RpcAgent),
     /// The `codex` adapter.
-    Codex(codex::CodexAgent),
+    Codex(RpcAgent),
     /// The `gemini-headless` and `codex-exec` adapters.
     Headless(headless::HeadlessAgent),
 }
@@ -370,8 +371,8 @@ impl Agent {
             AdapterKind::Lines => lines::LinesAgent::start(spec).map(Self::Lines),
             AdapterKind::Pty => pty::PtyAgent::start(spec).map(Self::Pty),
             AdapterKind::Claude => claude::ClaudeAgent::start(spec).map(Self::Claude),
-            AdapterKind::Acp => acp::AcpAgent::start(spec).map(Self::Acp),
-            AdapterKind::Codex => codex::CodexAgent::start(spec).map(Self::Codex),
+            AdapterKind::Acp => acp::start(spec).map(Self::Acp),
+            AdapterKind::Codex => codex::start(spec).map(Self::Codex),
             AdapterKind::GeminiHeadless | AdapterKind::CodexExec => {
                 headless::HeadlessAgent::start(kind, spec).map(Self::Headless)
             }
@@ -384,8 +385,7 @@ impl Agent {
             Self::Lines(agent) => AgentPid::new(agent.pid()),
             Self::Pty(agent) => AgentPid::new(agent.pid()),
             Self::Claude(agent) => agent.pid(),
-            Self::Acp(agent) => agent.pid(),
-            Self::Codex(agent) => agent.pid(),
+            Self::Acp(agent) | Self::Codex(agent) => agent.pid(),
             Self::Headless(agent) => agent.pid(),
         }
     }
@@ -396,11 +396,17 @@ impl Agent {
             Self::Lines(agent) => agent.run(io).await,
             Self::Pty(agent) => agent.run(io).await,
             Self::Claude(agent) => agent.run(io).await,
-            Self::Acp(agent) => agent.run(io).await,
-            Self::Codex(agent) => agent.run(io).await,
+            Self::Acp(agent) => acp::run(agent, io).await,
+            Self::Codex(agent) => codex::run(agent, io).await,
             Self::Headless(agent) => agent.run(io).await,
         }
     }
+}
+
+/// A command line's words, split at white space (for tests of command lines).
+#[cfg(test)]
+pub(crate) fn argv(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
 }
 
 #[cfg(test)]

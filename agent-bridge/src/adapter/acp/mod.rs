@@ -24,8 +24,8 @@ use self::rpc::Incoming;
 use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
-use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
+use super::rpc_agent::{self, Calls, Core, Protocol, RpcAgent};
+use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentSpec};
 use crate::spool::Draft;
 
 /// Whether `program` is an agent this adapter runs by default (`gemini`, or `codex-acp`, the
@@ -52,39 +52,25 @@ pub fn command_line(command: &[String]) -> Vec<String> {
     argv
 }
 
-/// An ACP agent, started and ready to run.
-#[derive(Debug)]
-pub struct AcpAgent {
-    agent: Spawned,
+/// Starts the ACP agent `spec` describes.
+pub fn start(spec: &AgentSpec) -> Result<RpcAgent, AdapterError> {
+    RpcAgent::start(spec, command_line(&spec.command))
 }
 
-impl AcpAgent {
-    /// Start the agent.
-    pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let agent = Spawned::start(spec, command_line(&spec.command))?;
-        Ok(Self { agent })
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> AgentPid {
-        self.agent.pid()
-    }
-
-    /// Run until the agent exits and `agent.exit` is spooled.
-    pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        self.agent
-            .run(io, "ACP agent", |core| Run {
-                core,
-                mapper: Mapper::new(),
-                pending: BTreeMap::new(),
-                calls: Calls::default(),
-                session_id: None,
-                version: None,
-                load_session: false,
-                turn: false,
-            })
-            .await
-    }
+/// Runs the started agent until it exits and `agent.exit` is spooled.
+pub async fn run(agent: RpcAgent, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
+    agent
+        .run(io, "ACP agent", |core| Run {
+            core,
+            mapper: Mapper::new(),
+            pending: BTreeMap::new(),
+            calls: Calls::default(),
+            session_id: None,
+            version: None,
+            load_session: false,
+            turn: false,
+        })
+        .await
 }
 
 /// A request of ours waiting for its answer.
@@ -366,28 +352,17 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| (*s).to_owned()).collect()
-    }
+    use crate::adapter::argv;
 
     #[test]
     fn gemini_gets_its_acp_flag_once_and_other_agents_run_as_given() {
-        assert_eq!(
-            command_line(&strings(&["/x/gemini", "-m", "m"])),
-            strings(&["/x/gemini", "-m", "m", "--acp"])
-        );
-        assert_eq!(
-            command_line(&strings(&["gemini", "--experimental-acp"])),
-            strings(&["gemini", "--experimental-acp"])
-        );
-        assert_eq!(
-            command_line(&strings(&["/x/codex-acp"])),
-            strings(&["/x/codex-acp"])
-        );
-        assert_eq!(
-            command_line(&strings(&["opencode", "acp"])),
-            strings(&["opencode", "acp"])
-        );
+        for (given, run) in [
+            ("/x/gemini -m m", "/x/gemini -m m --acp"),
+            ("gemini --experimental-acp", "gemini --experimental-acp"),
+            ("/x/codex-acp", "/x/codex-acp"),
+            ("opencode acp", "opencode acp"),
+        ] {
+            assert_eq!(command_line(&argv(given)), argv(run), "{given}");
+        }
     }
 }

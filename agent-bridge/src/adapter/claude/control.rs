@@ -132,41 +132,27 @@ fn success(request_id: &str, response: Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| (*s).to_owned()).collect()
-    }
+    use crate::adapter::argv;
 
     #[test]
     fn structured_flags_are_added_once_and_override_the_users_formats() {
-        let cmd = strings(&["claude", "-p", "--output-format", "text", "--model", "x"]);
-        let full = command_line(&cmd, None);
+        let full = command_line(&argv("claude -p --output-format text --model x"), None);
         assert_eq!(
             full,
-            strings(&[
-                "claude",
-                "-p",
-                "--model",
-                "x",
-                "--input-format",
-                "stream-json",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--include-partial-messages",
-                "--permission-prompt-tool",
-                "stdio"
-            ])
+            argv(
+                "claude -p --model x --input-format stream-json --output-format stream-json \
+                 --verbose --include-partial-messages --permission-prompt-tool stdio"
+            )
         );
     }
 
     #[test]
     fn a_restart_resumes_the_agent_session_instead_of_the_users_choice() {
-        let cmd = strings(&["claude", "--continue", "--resume", "old", "--model", "x"]);
+        let cmd = argv("claude --continue --resume old --model x");
         let full = command_line(&cmd, Some("new-id"));
         assert!(!full.contains(&"old".to_owned()));
         assert!(!full.contains(&"--continue".to_owned()));
-        assert_eq!(full[full.len() - 2..], strings(&["--resume", "new-id"]));
+        assert_eq!(full[full.len() - 2..], argv("--resume new-id"));
         assert!(full.contains(&"--print".to_owned()));
     }
 

@@ -22,8 +22,8 @@ use super::acp::rpc::{self, Incoming};
 use super::claude::decide::{not_pending, Decision};
 use super::claude::map::error;
 use super::claude::process::{Out, Process};
-use super::rpc_agent::{self, Calls, Core, Protocol, Spawned};
-use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentPid, AgentSpec};
+use super::rpc_agent::{self, Calls, Core, Protocol, RpcAgent};
+use super::{AdapterDone, AdapterError, AdapterIo, AdapterKind, AgentSpec};
 use crate::spool::Draft;
 
 /// The approval requests `moor` puts to a person.
@@ -94,41 +94,27 @@ fn sets_approval_policy(command: &[String]) -> bool {
     })
 }
 
-/// `codex app-server`, started and ready to run.
-#[derive(Debug)]
-pub struct CodexAgent {
-    agent: Spawned,
+/// Starts `codex app-server` as `spec` describes.
+pub fn start(spec: &AgentSpec) -> Result<RpcAgent, AdapterError> {
+    RpcAgent::start(spec, command_line(&spec.command))
 }
 
-impl CodexAgent {
-    /// Start the app-server.
-    pub fn start(spec: &AgentSpec) -> Result<Self, AdapterError> {
-        let agent = Spawned::start(spec, command_line(&spec.command))?;
-        Ok(Self { agent })
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> AgentPid {
-        self.agent.pid()
-    }
-
-    /// Run until the app-server exits and `agent.exit` is spooled.
-    pub async fn run(self, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
-        self.agent
-            .run(io, "Codex", |core| Run {
-                ask_untrusted: !sets_approval_policy(&core.spec.command),
-                core,
-                mapper: Mapper::new(),
-                pending: BTreeMap::new(),
-                calls: Calls::default(),
-                thread_id: None,
-                turn_id: None,
-                version: None,
-                turn: false,
-                interrupt_wanted: false,
-            })
-            .await
-    }
+/// Runs the started app-server until it exits and `agent.exit` is spooled.
+pub async fn run(agent: RpcAgent, io: AdapterIo) -> Result<AdapterDone, AdapterError> {
+    agent
+        .run(io, "Codex", |core| Run {
+            ask_untrusted: !sets_approval_policy(&core.spec.command),
+            core,
+            mapper: Mapper::new(),
+            pending: BTreeMap::new(),
+            calls: Calls::default(),
+            thread_id: None,
+            turn_id: None,
+            version: None,
+            turn: false,
+            interrupt_wanted: false,
+        })
+        .await
 }
 
 /// A request of ours waiting for its answer.
@@ -455,63 +441,43 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| (*s).to_owned()).collect()
-    }
+    use crate::adapter::argv;
 
     #[test]
     fn codex_gets_app_server_once_and_other_commands_run_as_given() {
-        assert_eq!(
-            command_line(&strings(&["/x/codex", "-c", "model=\"o3\""])),
-            strings(&["/x/codex", "app-server", "-c", "model=\"o3\""])
-        );
-        assert_eq!(
-            command_line(&strings(&["codex", "app-server"])),
-            strings(&["codex", "app-server"])
-        );
-        assert_eq!(
-            command_line(&strings(&["my-app-server"])),
-            strings(&["my-app-server"])
-        );
+        for (given, run) in [
+            (
+                r#"/x/codex -c model="o3""#,
+                r#"/x/codex app-server -c model="o3""#,
+            ),
+            ("codex app-server", "codex app-server"),
+            ("my-app-server", "my-app-server"),
+        ] {
+            assert_eq!(command_line(&argv(given)), argv(run), "{given}");
+        }
         assert!(is_codex("/opt/bin/codex"));
         assert!(!is_codex("codex-acp"));
     }
 
     #[test]
     fn auto_mode_takes_codex_for_its_app_server_not_for_its_other_commands() {
-        assert!(runs_app_server(&strings(&["/x/codex"])));
-        assert!(runs_app_server(&strings(&[
-            "codex",
-            "-c",
-            "model=\"o3\"",
-            "--enable",
-            "x"
-        ])));
-        assert!(runs_app_server(&strings(&[
-            "codex",
-            "app-server",
-            "--listen",
-            "stdio://"
-        ])));
-        assert!(!runs_app_server(&strings(&["codex", "exec", "fix it"])));
-        assert!(!runs_app_server(&strings(&[
-            "codex", "-m", "o3", "a prompt"
-        ])));
-        assert!(!runs_app_server(&strings(&["codex-acp"])));
+        for (line, app_server) in [
+            ("/x/codex", true),
+            (r#"codex -c model="o3" --enable x"#, true),
+            ("codex app-server --listen stdio://", true),
+            ("codex exec fix-it", false),
+            ("codex -m o3 a-prompt", false),
+            ("codex-acp", false),
+        ] {
+            assert_eq!(runs_app_server(&argv(line)), app_server, "{line}");
+        }
     }
 
     #[test]
     fn a_policy_given_on_the_command_line_is_left_alone() {
-        assert!(sets_approval_policy(&strings(&[
-            "codex",
-            "-c",
-            "approval_policy=\"never\""
-        ])));
-        assert!(!sets_approval_policy(&strings(&[
-            "codex",
-            "-c",
-            "model=\"o3\""
-        ])));
+        assert!(sets_approval_policy(&argv(
+            r#"codex -c approval_policy="never""#
+        )));
+        assert!(!sets_approval_policy(&argv(r#"codex -c model="o3""#)));
     }
 }

@@ -1,5 +1,5 @@
 //! What the adapters of JSON-RPC agents (`acp`, `codex`) share around their protocol: the
-//! started process ([`Spawned`]), the run loop ([`run`]) with remote input and signals, the
+//! started process ([`RpcAgent`]), the run loop ([`run`]) with remote input and signals, the
 //! requests in flight ([`Calls`]), and what is left to do once the agent is gone; the
 //! protocol-free state is [`Core`].
 //!
@@ -54,15 +54,16 @@ pub(crate) trait Protocol {
     fn take_pending(&mut self) -> Vec<String>;
 }
 
-/// A JSON-RPC agent's process, started and ready to run.
+/// A JSON-RPC agent's process (of the `acp` or the `codex` adapter), started and ready to run
+/// the adapter's protocol.
 #[derive(Debug)]
-pub(crate) struct Spawned {
+pub struct RpcAgent {
     process: Process,
     pid: AgentPid,
     spec: AgentSpec,
 }
 
-impl Spawned {
+impl RpcAgent {
     /// Starts `argv` as `spec`'s agent.
     pub(crate) fn start(spec: &AgentSpec, argv: Vec<String>) -> Result<Self, AdapterError> {
         let process = Process::spawn_argv(spec, argv)?;
@@ -74,7 +75,7 @@ impl Spawned {
     }
 
     /// The process id.
-    pub(crate) fn pid(&self) -> AgentPid {
+    pub fn pid(&self) -> AgentPid {
         self.pid.clone()
     }
 
