@@ -41,6 +41,10 @@ pub const AGENT_TOOL_USE: &str = "agent.tool_use";
 /// [`TOOL_RESULT_SUMMARY_CHARS`] characters>, "bytes": <size of the full content>, "truncated":
 /// bool}`.
 pub const AGENT_TOOL_RESULT: &str = "agent.tool_result";
+/// Largest entry a bridge spools and sends, as its `NewEntry` JSON: a larger one has its
+/// longest strings cut short, each ending with a note of the bytes cut (terminal output: a line
+/// saying so); `moor` also cuts an entry to a server's smaller frame limit when it sends it.
+pub const ENTRY_MAX_BYTES: usize = 1 << 20;
 /// Most characters of a tool result kept in [`AGENT_TOOL_RESULT`].
 pub const TOOL_RESULT_SUMMARY_CHARS: usize = 2000;
 /// The agent's todo list changed. Payload: `{"todos": [{"content": ..., "status": ...,

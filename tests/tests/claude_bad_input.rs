@@ -92,3 +92,63 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     assert_eq!(late.status.as_u16(), 409, "{:?}", late.body);
     assert_eq!(late.error_code(), Some("session_ended"));
 }
+
+#[tokio::test]
+async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_session_goes_on() {
+    // arrange: a "claude" whose Write tool call carries 5 MiB of file content, then says more;
+    // a server that takes frames of 256 KiB at most
+    let server = TestServer::start(ServerOpts::new().flag("--max-frame-bytes", 256 * 1024)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("capture.jsonl");
+    let content = "0123456789abcdef".repeat(5 << 16);
+    let write = json!({"type": "assistant", "message": {"id": "m1", "content": [{
+        "type": "tool_use", "id": "t1", "name": "Write",
+        "input": {"file_path": "/w/big.txt", "content": content},
+    }]}});
+    let after = json!({"type": "assistant", "message": {"id": "m2", "content": [{
+        "type": "text", "text": "after the big write",
+    }]}});
+    std::fs::write(&file, format!("{write}\n{after}\n")).unwrap();
+    let name = format!("big-{}", uuid::Uuid::new_v4().simple());
+
+    // act
+    let _bridge = BridgeOpts::new(
+        &server.url(),
+        server.token(),
+        &name,
+        &["replay", &file.display().to_string()],
+    )
+    .flag("--mode", "claude")
+    .spawn();
+    let api = server.api();
+    let id = api.wait_session(&name, WAIT).await.id;
+    let mut tail = LogTail::new(api.clone(), id);
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
+        e.payload["text"] == "after the big write"
+    })
+    .await;
+
+    // assert: the call is in the log, its path whole and its content cut short, saying so, and
+    // small enough for one frame; the link stayed up (one connection)
+    let log = api.entries_all(id).await;
+    moor_e2e::assert_contiguous(&log);
+    let call = log
+        .iter()
+        .find(|e| e.kind == kinds::AGENT_TOOL_USE)
+        .expect("the tool call is in the log");
+    assert_eq!(call.payload["id"], "t1");
+    assert_eq!(call.payload["input"]["file_path"], "/w/big.txt");
+    let sent = call.payload["input"]["content"].as_str().unwrap();
+    assert!(content.starts_with(sent.split(" … [").next().unwrap()));
+    assert!(
+        sent.contains("bytes cut: the entry was over"),
+        "{}",
+        &sent[sent.len() - 120..]
+    );
+    assert!(serde_json::to_vec(&call.payload).unwrap().len() < 256 * 1024);
+    let connections = log
+        .iter()
+        .filter(|e| e.kind == kinds::BRIDGE_CONNECTED)
+        .count();
+    assert_eq!(connections, 1, "the link was not cut for the big entry");
+}

@@ -5,6 +5,7 @@ use moor_protocol::bridge::{BridgeToServer, ServerToBridge};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::error::ConnectError;
+use crate::spool::fit::fit_body;
 use crate::spool::Batch;
 
 /// What one WebSocket message from the server means to the link.
@@ -57,7 +58,7 @@ const HEAD: &[u8] = br#"{"type":"entries","entries":["#;
 /// the server's frame limit (`server_limit`, 0 when the server did not say). A spooled record
 /// is its entry's JSON behind a header longer than the comma that replaces it in the frame, so a
 /// batch within this budget makes a frame within the limit (a batch holds at least one entry,
-/// so one entry larger than the limit is still sent, and refused).
+/// so one entry larger than the limit is still sent, cut by [`entries_message`]).
 pub(super) fn batch_budget(configured: usize, server_limit: u64) -> usize {
     match usize::try_from(server_limit) {
         Ok(0) | Err(_) => configured,
@@ -65,17 +66,30 @@ pub(super) fn batch_budget(configured: usize, server_limit: u64) -> usize {
     }
 }
 
+/// The largest entry a frame of the server's (`server_limit`, 0 when it did not say) holds.
+pub(super) fn entry_room(server_limit: u64) -> usize {
+    match usize::try_from(server_limit) {
+        Ok(0) | Err(_) => usize::MAX,
+        Ok(limit) => limit.saturating_sub(HEAD.len() + 2),
+    }
+}
+
 /// `BridgeToServer::Entries` for a spool batch, spliced from the spooled JSON bytes: no decode
-/// and re-encode per resend, and a replay is byte-for-byte what was first sent.
-pub(super) fn entries_message(batch: &Batch) -> Result<Message, ConnectError> {
+/// and re-encode per resend, and a replay is byte-for-byte what was first sent. A batch within
+/// [`batch_budget`] is within the frame limit, but for one entry larger than `room` on its own:
+/// that one is cut to fit (the same way on every resend), not refused for ever.
+pub(super) fn entries_message(batch: &Batch, room: usize) -> Result<Message, ConnectError> {
     let size = HEAD.len() + 2 + batch.bodies().map(|b| b.len() + 1).sum::<usize>();
-    let mut out = Vec::with_capacity(size);
+    let mut out = Vec::with_capacity(size.min(room.saturating_add(HEAD.len() + 2)));
     out.extend_from_slice(HEAD);
     for (i, body) in batch.bodies().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(body);
+        match fit_body(body, room).map_err(|e| ConnectError::BadFrame(e.to_string()))? {
+            Some(fitted) => out.extend_from_slice(&fitted),
+            None => out.extend_from_slice(body),
+        }
     }
     out.extend_from_slice(b"]}");
     String::from_utf8(out)
@@ -118,7 +132,7 @@ mod tests {
         spool.append_batch(drafts).unwrap();
         let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
         // act
-        let Message::Text(text) = entries_message(&batch).unwrap() else {
+        let Message::Text(text) = entries_message(&batch, usize::MAX).unwrap() else {
             panic!("not text")
         };
         // assert
@@ -148,7 +162,7 @@ mod tests {
             // act
             let budget = batch_budget(512 * 1024, limit);
             let batch = spool.read_batch(1, usize::MAX, budget).unwrap().unwrap();
-            let Message::Text(text) = entries_message(&batch).unwrap() else {
+            let Message::Text(text) = entries_message(&batch, entry_room(limit)).unwrap() else {
                 panic!("not text")
             };
             // assert: within the limit, and not needlessly small (the spool's record headers
@@ -164,14 +178,54 @@ mod tests {
                 text.len()
             );
         }
-        // A limit smaller than one entry still lets one through (the server refuses it).
+        // A limit smaller than one entry still lets one through.
         let one = spool.read_batch(1, usize::MAX, batch_budget(512 * 1024, 50));
         assert_eq!(one.unwrap().unwrap().last(), 1);
         assert_eq!(batch_budget(512 * 1024, 0), 512 * 1024, "no limit said");
+        assert_eq!(entry_room(0), usize::MAX, "no limit said");
         assert_eq!(
             batch_budget(1024, 1 << 30),
             1024,
             "the configured bound holds"
+        );
+    }
+
+    #[test]
+    fn one_entry_larger_than_the_servers_limit_is_cut_to_fit_the_same_way_each_time() {
+        // arrange: one entry of 20 kB, a server that takes frames of 4 kB
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let output = AgentOutput {
+            stream: OutputStream::Stdout,
+            text: "x".repeat(20_000),
+        };
+        spool.append_batch(vec![Draft::at(1, output)]).unwrap();
+        let limit = 4_096;
+        let batch = spool
+            .read_batch(1, usize::MAX, batch_budget(512 * 1024, limit))
+            .unwrap()
+            .unwrap();
+
+        // act: sent, and sent again after a reconnect
+        let frames: Vec<String> = (0..2)
+            .map(
+                |_| match entries_message(&batch, entry_room(limit)).unwrap() {
+                    Message::Text(text) => text.as_str().to_owned(),
+                    other => panic!("not text: {other:?}"),
+                },
+            )
+            .collect();
+
+        // assert: within the limit, the entry cut and saying so, byte for byte the same twice
+        assert!(frames[0].len() as u64 <= limit, "{}", frames[0].len());
+        assert_eq!(frames[0], frames[1]);
+        let BridgeToServer::Entries { entries } = serde_json::from_str(&frames[0]).unwrap() else {
+            panic!("not entries")
+        };
+        let text = entries[0].payload["text"].as_str().unwrap();
+        assert!(
+            text.ends_with("bytes cut: the entry was over 4065 bytes]"),
+            "{text}"
         );
     }
 

@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ConnectError;
-use super::frames::{batch_budget, decode, encode, entries_message, Incoming};
+use super::frames::{batch_budget, decode, encode, entries_message, entry_room, Incoming};
 use super::{Closed, Io, Link, Ws};
 use crate::spool::Spool;
 
@@ -195,10 +195,11 @@ impl Link {
         let mut durable_rx = spool.subscribe_durable();
         // Batches fit the server's frame limit: a larger frame is closed with 1009, and the
         // same batch would be sent again on every reconnect.
-        let (window, batch_max, batch_bytes) = (
+        let (window, batch_max, batch_bytes, entry_bytes) = (
             self.p.config.window.max(1),
             self.p.config.batch_max.max(1),
             batch_budget(self.p.config.batch_max_bytes, welcome.max_frame_bytes),
+            entry_room(welcome.max_frame_bytes),
         );
         // Highest seq sent on this connection; the server holds everything up to its mark.
         let mut sent = welcome.producer_mark;
@@ -274,7 +275,7 @@ impl Link {
                 () = std::future::ready(()), if can_send => {
                     let room = usize::try_from(window - in_flight).unwrap_or(usize::MAX).min(batch_max);
                     if let Some(batch) = spool.read_batch(sent + 1, room, batch_bytes)? {
-                        send(&mut ws, entries_message(&batch)?, idle).await?;
+                        send(&mut ws, entries_message(&batch, entry_bytes)?, idle).await?;
                         sent = batch.last();
                         last_tx = Instant::now();
                     }

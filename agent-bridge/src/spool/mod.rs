@@ -16,6 +16,7 @@
 //! fully acked. Lock order: `writer` before `index`.
 
 mod batch;
+pub(crate) mod fit;
 mod recover;
 mod segment;
 #[cfg(test)]
@@ -31,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use moor_protocol::kinds;
 use tokio::sync::watch;
 
 pub use batch::{Batch, Draft, Record};
@@ -230,6 +232,12 @@ impl Spool {
             let body = draft
                 .spooled(seq)
                 .map_err(|e| (SpoolError::Encode(e.to_string()), Vec::new()))?;
+            let body = match &draft {
+                Record::Entry(_) => fit::fit_body(&body, kinds::ENTRY_MAX_BYTES)
+                    .map_err(|e| (e, Vec::new()))?
+                    .unwrap_or(body),
+                Record::PtyOutput { .. } => body,
+            };
             if body.len() > MAX_BODY_LEN {
                 let e = SpoolError::Encode(format!("{} bytes is over the limit", body.len()));
                 return Err((e, Vec::new()));

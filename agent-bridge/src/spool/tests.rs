@@ -372,3 +372,28 @@ fn raw_and_json_spools_of_the_same_entries_give_the_same_batches() {
         assert!(a.bodies().eq(b.bodies()), "from {from}");
     }
 }
+
+#[test]
+fn an_entry_over_the_size_limit_is_spooled_cut_to_it_and_its_neighbours_whole() {
+    // arrange: an agent's output line of 3 MiB between two short ones
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(dir.path()).unwrap();
+    let big = "y".repeat(3 << 20);
+
+    // act
+    spool
+        .append_batch(drafts(&["before", big.as_str(), "after"]))
+        .unwrap();
+
+    // assert
+    let batch = spool.read_batch(1, 10, usize::MAX).unwrap().unwrap();
+    let sizes: Vec<usize> = batch.bodies().map(<[u8]>::len).collect();
+    assert!(sizes[1] <= kinds::ENTRY_MAX_BYTES, "{sizes:?}");
+    let texts = texts(&spool, 1);
+    assert_eq!((texts[0].as_str(), texts[2].as_str()), ("before", "after"));
+    assert!(big.starts_with(texts[1].split(" … [").next().unwrap()));
+    assert!(texts[1].ends_with(&format!(
+        "bytes cut: the entry was over {} bytes]",
+        kinds::ENTRY_MAX_BYTES
+    )));
+}
