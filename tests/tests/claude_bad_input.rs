@@ -152,3 +152,43 @@ async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_s
         .count();
     assert_eq!(connections, 1, "the link was not cut for the big entry");
 }
+
+#[tokio::test]
+async fn a_line_longer_than_the_bridge_reads_is_skipped_and_said_so() {
+    // arrange: a "claude" that prints a line of 20 MiB, then a good one
+    let server = TestServer::start(ServerOpts::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("capture.jsonl");
+    let after = json!({"type": "assistant", "message": {"id": "m2", "content": [{
+        "type": "text", "text": "after the long line",
+    }]}});
+    std::fs::write(&file, format!("{}\n{after}\n", "z".repeat(20 << 20))).unwrap();
+    let name = format!("long-{}", uuid::Uuid::new_v4().simple());
+
+    // act
+    let _bridge = BridgeOpts::new(
+        &server.url(),
+        server.token(),
+        &name,
+        &["replay", &file.display().to_string()],
+    )
+    .flag("--mode", "claude")
+    .spawn();
+    let api = server.api();
+    let id = api.wait_session(&name, WAIT).await.id;
+    let mut tail = LogTail::new(api.clone(), id);
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
+        e.payload["text"] == "after the long line"
+    })
+    .await;
+
+    // assert: the long line is an error that gives its size, before the good line
+    let log = api.entries_all(id).await;
+    let errors: Vec<_> = log.iter().filter(|e| e.kind == kinds::AGENT_ERROR).collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let message = errors[0].payload["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("a line of {} bytes", 20 << 20)),
+        "{message}"
+    );
+}

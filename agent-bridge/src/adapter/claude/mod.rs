@@ -268,6 +268,7 @@ impl Run {
                 };
                 return drafts.push(Draft::new(entry));
             }
+            Out::Skipped(why) => return drafts.push(map::error(&why, None)),
         };
         let mapped = self.mapper.map_line(&line);
         if let Some(id) = mapped.session_id {

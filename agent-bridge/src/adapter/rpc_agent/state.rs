@@ -194,6 +194,10 @@ impl Core {
                 }));
                 None
             }
+            Out::Skipped(why) => {
+                drafts.push(error(&why, None));
+                None
+            }
         }
     }
 
