@@ -93,25 +93,17 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
     assert_eq!(late.error_code(), Some("session_ended"));
 }
 
-#[tokio::test]
-async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_session_goes_on() {
-    // arrange: a "claude" whose Write tool call carries 5 MiB of file content, then says more;
-    // a server that takes frames of 256 KiB at most
-    let server = TestServer::start(ServerOpts::new().flag("--max-frame-bytes", 256 * 1024)).await;
+/// A "claude" (the replaying stand-in) that prints `first`, then an assistant text `last`, run
+/// against a server started with `opts`; returns once `last` is in the log, with the whole log.
+async fn replayed_until(opts: ServerOpts, first: &str, last: &str) -> Vec<moor_protocol::Entry> {
+    let server = TestServer::start(opts).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("capture.jsonl");
-    let content = "0123456789abcdef".repeat(5 << 16);
-    let write = json!({"type": "assistant", "message": {"id": "m1", "content": [{
-        "type": "tool_use", "id": "t1", "name": "Write",
-        "input": {"file_path": "/w/big.txt", "content": content},
+    let after = json!({"type": "assistant", "message": {"id": "last", "content": [{
+        "type": "text", "text": last,
     }]}});
-    let after = json!({"type": "assistant", "message": {"id": "m2", "content": [{
-        "type": "text", "text": "after the big write",
-    }]}});
-    std::fs::write(&file, format!("{write}\n{after}\n")).unwrap();
-    let name = format!("big-{}", uuid::Uuid::new_v4().simple());
-
-    // act
+    std::fs::write(&file, format!("{first}\n{after}\n")).unwrap();
+    let name = format!("replay-{}", uuid::Uuid::new_v4().simple());
     let _bridge = BridgeOpts::new(
         &server.url(),
         server.token(),
@@ -123,15 +115,29 @@ async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_s
     let api = server.api();
     let id = api.wait_session(&name, WAIT).await.id;
     let mut tail = LogTail::new(api.clone(), id);
-    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
-        e.payload["text"] == "after the big write"
-    })
-    .await;
+    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| e.payload["text"] == last)
+        .await;
+    let log = api.entries_all(id).await;
+    moor_e2e::assert_contiguous(&log);
+    log
+}
+
+#[tokio::test]
+async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_session_goes_on() {
+    // arrange: a "claude" whose Write tool call carries 5 MiB of file content, then says more;
+    // a server that takes frames of 256 KiB at most
+    let opts = ServerOpts::new().flag("--max-frame-bytes", 256 * 1024);
+    let content = "0123456789abcdef".repeat(5 << 16);
+    let write = json!({"type": "assistant", "message": {"id": "m1", "content": [{
+        "type": "tool_use", "id": "t1", "name": "Write",
+        "input": {"file_path": "/w/big.txt", "content": content},
+    }]}});
+
+    // act
+    let log = replayed_until(opts, &write.to_string(), "after the big write").await;
 
     // assert: the call is in the log, its path whole and its content cut short, saying so, and
     // small enough for one frame; the link stayed up (one connection)
-    let log = api.entries_all(id).await;
-    moor_e2e::assert_contiguous(&log);
     let call = log
         .iter()
         .find(|e| e.kind == kinds::AGENT_TOOL_USE)
@@ -156,35 +162,16 @@ async fn a_tool_call_larger_than_the_servers_frame_limit_is_cut_to_fit_and_the_s
 #[tokio::test]
 async fn a_line_longer_than_the_bridge_reads_is_skipped_and_said_so() {
     // arrange: a "claude" that prints a line of 20 MiB, then a good one
-    let server = TestServer::start(ServerOpts::new()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("capture.jsonl");
-    let after = json!({"type": "assistant", "message": {"id": "m2", "content": [{
-        "type": "text", "text": "after the long line",
-    }]}});
-    std::fs::write(&file, format!("{}\n{after}\n", "z".repeat(20 << 20))).unwrap();
-    let name = format!("long-{}", uuid::Uuid::new_v4().simple());
+    let long = "z".repeat(20 << 20);
 
     // act
-    let _bridge = BridgeOpts::new(
-        &server.url(),
-        server.token(),
-        &name,
-        &["replay", &file.display().to_string()],
-    )
-    .flag("--mode", "claude")
-    .spawn();
-    let api = server.api();
-    let id = api.wait_session(&name, WAIT).await.id;
-    let mut tail = LogTail::new(api.clone(), id);
-    tail.wait_kind(kinds::AGENT_TEXT, 0, WAIT, |e| {
-        e.payload["text"] == "after the long line"
-    })
-    .await;
+    let log = replayed_until(ServerOpts::new(), &long, "after the long line").await;
 
-    // assert: the long line is an error that gives its size, before the good line
-    let log = api.entries_all(id).await;
-    let errors: Vec<_> = log.iter().filter(|e| e.kind == kinds::AGENT_ERROR).collect();
+    // assert: the long line is an error that gives its size
+    let errors: Vec<_> = log
+        .iter()
+        .filter(|e| e.kind == kinds::AGENT_ERROR)
+        .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     let message = errors[0].payload["message"].as_str().unwrap();
     assert!(

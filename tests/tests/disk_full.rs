@@ -141,7 +141,8 @@ async fn moord_on_a_full_disk_refuses_appends_serves_reads_and_resumes_with_noth
     );
     assert!(!told.is_empty(), "the operator is told");
     assert!(
-        told.chunks(2).all(|episode| episode == ["full", "space again"]),
+        told.chunks(2)
+            .all(|episode| episode == ["full", "space again"]),
         "each episode is told once as it starts and once as it ends: {told:?}"
     );
     assert!(
