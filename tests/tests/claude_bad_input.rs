@@ -97,12 +97,12 @@ async fn garbage_output_and_a_crash_become_entries_and_every_input_is_accounted_
 /// against a server started with `opts`; returns once `last` is in the log, with the whole log.
 async fn replayed_until(opts: ServerOpts, first: &str, last: &str) -> Vec<moor_protocol::Entry> {
     let server = TestServer::start(opts).await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temp dir");
     let file = dir.path().join("capture.jsonl");
     let after = json!({"type": "assistant", "message": {"id": "last", "content": [{
         "type": "text", "text": last,
     }]}});
-    std::fs::write(&file, format!("{first}\n{after}\n")).unwrap();
+    std::fs::write(&file, format!("{first}\n{after}\n")).expect("the capture written");
     let name = format!("replay-{}", uuid::Uuid::new_v4().simple());
     let _bridge = BridgeOpts::new(
         &server.url(),
