@@ -146,9 +146,49 @@ fn encode_error(e: serde_json::Error) -> SpoolError {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    /// Any JSON an agent might print: strings with quotes, escapes and non-ASCII text, numbers,
+    /// nested arrays and objects.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            ".{0,40}".prop_map(Value::String),
+            ("[a\"\\\n\u{1}é😀]", 0..20_000usize).prop_map(|(c, n)| Value::String(c.repeat(n))),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,8}", inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn whatever_an_agent_prints_is_sent_within_the_limit_as_the_same_entry_or_an_error(
+            payload in any_json(),
+            max in 1_024usize..64 * 1024,
+        ) {
+            let whole = body(kinds::AGENT_EVENT, payload);
+            match fit_body(&whole, max).unwrap() {
+                None => prop_assert!(whole.len() <= max),
+                Some(fitted) => {
+                    prop_assert!(whole.len() > max);
+                    prop_assert!(fitted.len() <= max, "{} bytes over {max}", fitted.len());
+                    let e = entry(&fitted);
+                    prop_assert_eq!((e.producer_seq, e.ts), (7, 1));
+                    prop_assert!(e.kind == kinds::AGENT_EVENT || e.kind == kinds::AGENT_ERROR);
+                }
+            }
+        }
+    }
 
     fn body(kind: &str, payload: Value) -> Vec<u8> {
         serde_json::to_vec(&NewEntry {
