@@ -169,15 +169,11 @@ impl Link {
                     retiring = Some(old);
                     continue;
                 }
-                // After `End`, the server closing is the happy ending, whichever way the close
-                // code reached us.
-                Err(err)
-                    if self.end_sent
-                        && matches!(
-                            err.close_code(),
-                            Some(close::SESSION_ENDED | close::NORMAL)
-                        ) =>
-                {
+                // After `End`, only the server's 4004 says the session ended. Any other close,
+                // a plain 1000 included (an operator's close can reach the connection before
+                // the `End` is read), leaves it open: connect again and say `End` again; an
+                // ended session's handshake is answered with 4004.
+                Err(err) if self.end_sent && err.close_code() == Some(close::SESSION_ENDED) => {
                     return Ok(LinkEnd::Ended)
                 }
                 Err(err) => err,

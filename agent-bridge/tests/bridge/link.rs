@@ -373,6 +373,28 @@ async fn a_non_terminal_close_is_retried() {
 }
 
 #[tokio::test]
+async fn a_normal_close_after_end_is_not_taken_for_the_end_the_link_asks_again() {
+    // arrange: the first `End` is answered with a plain 1000 close, not 4004: the server
+    // closed the connection (an operator, say) before it read the `End`
+    let script = Script {
+        close_first_end_with: Some(close::NORMAL),
+        ..Script::default()
+    };
+    let server = FakeServer::start(script).await;
+    let (_state, dir) = session_dir();
+    let (link, ports) = bare_link(&server, &dir, fast_link());
+
+    // act
+    let end = deliver(link, &ports, &dir, 3).await;
+
+    // assert: only the server's 4004 ends the link: it connected again and said `End` again
+    assert_eq!(end, LinkEnd::Ended);
+    let seen = server.seen.lock().unwrap();
+    assert!(seen.ended, "the session was ended by the server");
+    assert_eq!((seen.ends, seen.accepted), (2, 2));
+}
+
+#[tokio::test]
 async fn a_restarted_bridge_delivers_what_the_previous_one_spooled_with_the_same_producer() {
     // arrange: a first run spooled 50 entries and died before delivering any
     let server = FakeServer::start(Script::default()).await;

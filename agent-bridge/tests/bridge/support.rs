@@ -48,6 +48,9 @@ pub struct Script {
     pub close_after_ms: Vec<(u32, u64)>,
     /// Close the first connection with this code right after `Welcome`.
     pub close_first_with: Option<u16>,
+    /// Answer the first `End` by closing with this code, without ending the session (an
+    /// operator's close that reached the connection before the `End` was read).
+    pub close_first_end_with: Option<u16>,
     /// Inputs to offer in `Welcome.pending_inputs` (those above `last_applied_input`).
     pub inputs: Vec<Entry>,
     /// Welcome timings.
@@ -65,6 +68,8 @@ pub struct Seen {
     pub auth: Vec<String>,
     pub receipts: Vec<(Seq, ReceiptStatus)>,
     pub ended: bool,
+    /// `End` frames received.
+    pub ends: u32,
     pub gaps: u32,
     /// Entries received on `no_ack_on` connections (never committed).
     pub uncommitted: Vec<NewEntry>,
@@ -373,6 +378,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, upgrade: u32, share
                 send(&mut ws, &ServerToBridge::Heartbeat).await
             }
             Ok(BridgeToServer::End) => {
+                let refused = shared.update(|s| {
+                    s.ends += 1;
+                    s.ends == 1 && script.close_first_end_with.is_some()
+                });
+                if let (true, Some(code)) = (refused, script.close_first_end_with) {
+                    close_with(&mut ws, code, "closed before the end was read").await;
+                    return;
+                }
                 shared.update(|s| s.ended = true);
                 close_with(&mut ws, close::SESSION_ENDED, "ended").await;
                 return;

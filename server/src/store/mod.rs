@@ -191,10 +191,14 @@ impl Append {
         }
     }
 
-    /// Bridge output or a remote input: what an ended session refuses. The server's own
-    /// bookkeeping (receipts, `session.ended`, disconnects) may still be written after the end.
+    /// Bridge output, a remote input or a bridge's new connection (`bridge.connected`): what
+    /// an ended session refuses, in the transaction that would write it, so a handshake that
+    /// read the session before its end cannot record a connection after its `session.ended`.
+    /// The server's own bookkeeping (receipts, `session.ended`, disconnects) may still be
+    /// written after the end.
     pub fn is_new_work(&self) -> bool {
         matches!(self.key, IdemKey::Producer { .. } | IdemKey::ClientMsg(_))
+            || self.kind == kinds::BRIDGE_CONNECTED
     }
 }
 

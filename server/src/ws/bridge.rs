@@ -139,6 +139,13 @@ async fn store_unavailable(tx: &mut Tx, rx: &mut Rx, what: &str, e: anyhow::Erro
 /// The ending for a store call (`what`) that failed: a full disk is [`storage_full`] (warned
 /// once per episode elsewhere); anything else is logged and retried as a server error.
 fn store_failed(what: &str, e: anyhow::Error) -> Ending {
+    // The session ended while this handshake ran (its check of the session came first).
+    if matches!(
+        e.downcast_ref::<StoreError>(),
+        Some(StoreError::SessionEnded)
+    ) {
+        return Ending::close(close::SESSION_ENDED, "session has ended");
+    }
     let full = match e.downcast_ref::<StoreError>() {
         Some(s) => matches!(s, StoreError::Full(_)),
         None => matches!(e.downcast_ref::<ApiError>(), Some(ApiError::StorageFull(_))),

@@ -699,7 +699,18 @@ pub async fn ended_and_unknown_sessions_refuse_appends(db: Db) {
         Some(1234),
         "the first end counts"
     );
-    for new_work in [produced(ProducerId::new(), 1, "more"), input("late", "hi")] {
+    // A bridge's new connection is new work too: a handshake that read the session before it
+    // ended must not record a connection after its `session.ended`.
+    let connected = Append::server(moor_protocol::payload::BridgeConnected {
+        connection: 7,
+        producer: None,
+        agent: None,
+    });
+    for new_work in [
+        produced(ProducerId::new(), 1, "more"),
+        input("late", "hi"),
+        connected,
+    ] {
         assert!(matches!(
             log.append(s, vec![output("bookkeeping", IdemKey::None), new_work])
                 .await,
