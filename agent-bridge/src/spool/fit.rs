@@ -40,8 +40,7 @@ pub(crate) fn fit_body(body: &[u8], max: usize) -> Result<Option<Vec<u8>>, Spool
                 ),
                 ..AgentError::default()
             };
-            let (kind, payload) = EntryBody::from(error).to_parts();
-            (kind, payload)
+            EntryBody::from(error).to_parts()
         }
     };
     tracing::warn!(

@@ -16,7 +16,7 @@ use moor_protocol::payload::{InputFailed, SessionEnded};
 use moor_protocol::{Seq, SessionId};
 
 use super::log::Log;
-use crate::store::{Append, LogStore, Range, StoreError, StoreResult};
+use crate::store::{Append, LogStore, StoreError, StoreResult};
 
 /// How often an end is tried again when the log moved on between reading it and ending it
 /// (an input came in, or the bridge's twin connection wrote its bookkeeping).
@@ -38,11 +38,8 @@ pub async fn end(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let head = store
-            .read(session, Range::Before(Seq(i64::MAX as u64)), 1)
-            .await?
-            .last()
-            .map_or(Seq::ZERO, |e| e.seq);
+        // The head the store will compare against: the session row's, not a read of the log.
+        let head = store.find_session(&session.to_string()).await?.head_seq;
         let undelivered = store.inputs_after(session, delivered, limit).await?;
         let mut closing: Vec<Append> = undelivered
             .iter()
@@ -73,6 +70,7 @@ mod tests {
 
     use super::*;
     use crate::session::text_input as input;
+    use crate::store::Range;
 
     /// The session's log, and its entries' kinds in order.
     async fn log_of(

@@ -82,8 +82,7 @@ impl Process {
         let (tx, rx) = mpsc::channel(LINE_QUEUE);
         let room = Arc::new(Semaphore::new(QUEUE_BYTES));
         if let Some(stdout) = child.stdout.take() {
-            let tx = tx.clone();
-            tokio::spawn(read_lines(stdout, tx, room.clone(), Out::Stdout));
+            tokio::spawn(read_lines(stdout, tx.clone(), room.clone(), Out::Stdout));
         }
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(read_lines(stderr, tx, room, Out::Stderr));
